@@ -1,0 +1,57 @@
+# make demo: the main job on a simulated host (no GPU, no libvirtd needed).
+# make test: installs everything the suite needs and runs it all.
+# Both are idempotent and fast once things are installed.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev \
+	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
+	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux
+STAMP_APT := $(VENV)/.apt-stamp
+STAMP_PIP := $(VENV)/.pip-stamp
+
+.PHONY: demo test unit functional lint genconfig bench clean deps
+
+deps: $(STAMP_PIP)
+
+$(STAMP_APT):
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "apt: installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@touch $@
+
+$(STAMP_PIP): $(STAMP_APT) requirements.txt test-requirements.txt setup.py
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r requirements.txt -r test-requirements.txt
+	$(VPY) -m pip install -q --no-deps -e .
+	@touch $@
+
+demo: deps
+	$(VPY) -m libvirt_gpu.cmd.demo
+
+test: deps
+	$(VPY) -m pytest -q tests
+
+unit: deps
+	$(VPY) -m pytest -q tests/unit
+
+functional: deps
+	$(VPY) -m pytest -q tests/functional
+
+lint: deps
+	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
+
+genconfig: deps
+	$(VENV)/bin/oslo-config-generator --config-file etc/libvirt-gpu/libvirt-gpu-config-generator.conf
+
+bench: deps
+	$(VPY) bench/discovery.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

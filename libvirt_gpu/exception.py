@@ -1,0 +1,92 @@
+"""Typed errors of libvirt-gpu.
+
+Every error carries a message built from ``msg_fmt`` and keyword arguments, in
+the manner of nova.exception.NovaException: callers raise ``UnknownType(
+type_id='nvidia-999', address='0000:af:00.0')`` and the CLI or hook prints
+``str(exc)``, which says what is wrong and, where it can, what to do.
+"""
+
+
+class LibvirtGpuError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+    msg_fmt = "An unknown error occurred."
+
+    def __init__(self, message=None, **kwargs):
+        self.kwargs = kwargs
+        if message is None:
+            try:
+                message = self.msg_fmt % kwargs
+            except (KeyError, TypeError, ValueError):
+                # A wrong format argument must not hide the real error.
+                message = self.msg_fmt
+        self.message = message
+        super().__init__(message)
+
+
+class InvalidInput(LibvirtGpuError):
+    msg_fmt = "Invalid input: %(reason)s"
+
+
+class InvalidPciAddress(InvalidInput):
+    msg_fmt = ("%(value)r is not a PCI address; expected the form "
+               "DDDD:BB:SS.F in lowercase hex, e.g. 0000:af:00.0")
+
+
+class InvalidUuid(InvalidInput):
+    msg_fmt = ("%(value)r is not a UUID; expected the form "
+               "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+
+
+class InvalidTypeId(InvalidInput):
+    msg_fmt = ("%(value)r is not a valid vGPU type id (letters, digits, "
+               "'-' and '_' only, e.g. nvidia-223)")
+
+
+class InvalidXml(InvalidInput):
+    msg_fmt = "Refused XML: %(reason)s"
+
+
+class ConfigError(LibvirtGpuError):
+    msg_fmt = "Configuration error: %(reason)s"
+
+
+class SysfsError(LibvirtGpuError):
+    msg_fmt = "sysfs: %(path)s: %(reason)s"
+
+
+class UnsafePath(SysfsError):
+    msg_fmt = ("refusing path %(path)s: it leaves the sysfs root "
+               "%(root)s")
+
+
+class SysfsReadError(SysfsError):
+    msg_fmt = "cannot read %(path)s: %(reason)s"
+
+
+class SysfsWriteError(SysfsError):
+    msg_fmt = "cannot write %(path)s: %(reason)s"
+
+
+class DeviceNotFound(LibvirtGpuError):
+    msg_fmt = ("No GPU at %(address)s on this host; "
+               "`libvirt-gpu list` shows the GPUs that were found")
+
+
+class UnknownType(LibvirtGpuError):
+    msg_fmt = ("The GPU at %(address)s does not offer vGPU type "
+               "%(type_id)s; `libvirt-gpu types %(address)s` lists the "
+               "types it offers")
+
+
+class LibvirtError(LibvirtGpuError):
+    msg_fmt = "libvirt: %(reason)s"
+
+
+class LibvirtUnavailable(LibvirtError):
+    msg_fmt = ("cannot connect to libvirt at %(uri)s: %(reason)s; is "
+               "libvirtd running? Use --sysfs-root to read sysfs instead")
+
+
+class SimulatorError(LibvirtGpuError):
+    msg_fmt = "Simulator: %(reason)s"

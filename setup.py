@@ -1,0 +1,44 @@
+"""libvirt-gpu: NVIDIA GPUs and vGPUs for libvirt/KVM guests, reported the
+way OpenStack Placement expects."""
+
+import glob
+import os
+
+import setuptools
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _requirements(name):
+    with open(os.path.join(HERE, name)) as f:
+        return [line.strip() for line in f
+                if line.strip() and not line.startswith('#')]
+
+
+def _data(directory):
+    return [p for p in glob.glob(os.path.join(directory, '**', '*'),
+                                 recursive=True) if os.path.isfile(p)]
+
+
+setuptools.setup(
+    name='libvirt-gpu',
+    version='0.1.0',
+    description=__doc__.replace('\n', ' '),
+    python_requires='>=3.9',
+    packages=setuptools.find_packages(include=['libvirt_gpu', 'libvirt_gpu.*']),
+    package_data={'libvirt_gpu.simulator': ['profiles/*.json']},
+    install_requires=_requirements('requirements.txt'),
+    data_files=[
+        ('share/libvirt-gpu/hooks', _data('hooks')),
+        ('share/libvirt-gpu/templates', _data('templates')),
+        ('share/libvirt-gpu/etc', _data('etc')),
+    ],
+    entry_points={
+        'console_scripts': [
+            'libvirt-gpu = libvirt_gpu.cmd.main:main',
+        ],
+        'oslo.config.opts': [
+            'libvirt_gpu = libvirt_gpu.conf.opts:list_opts',
+        ],
+    },
+)
