@@ -1,0 +1,71 @@
+"""Presentation of records for the CLI: JSON documents and text tables."""
+
+import json
+
+
+def gpu_to_json(gpu, enabled=None):
+    """One entry of ``libvirt-gpu list --json``."""
+    return {
+        'address': str(gpu.address),
+        'vendor_id': gpu.vendor_id,
+        'product_id': gpu.product_id,
+        'vendor_name': gpu.vendor_name,
+        'product_name': gpu.product_name,
+        'class': gpu.class_code,
+        'driver': gpu.driver,
+        'numa_node': gpu.numa_node,
+        'iommu_group': gpu.iommu_group,
+        'mode': 'vgpu' if enabled is not None else 'pgpu',
+        'enabled_type': enabled.type_id if enabled is not None else None,
+        'physfn': str(gpu.physfn) if gpu.physfn else None,
+        'virtfns': [str(a) for a in gpu.virtfns],
+        'mdev_types': [type_to_json(t) for t in gpu.mdev_types],
+        'mdevs': [{'uuid': m.uuid, 'type': m.type_id} for m in gpu.mdevs],
+    }
+
+
+def type_to_json(mdev_type):
+    return {
+        'id': mdev_type.id,
+        'name': mdev_type.name,
+        'description': mdev_type.description,
+        'device_api': mdev_type.device_api,
+        'available_instances': mdev_type.available_instances,
+    }
+
+
+def dumps(document):
+    return json.dumps(document, indent=2, sort_keys=True)
+
+
+def table(headers, rows):
+    """Left-aligned columns, a rule under the header; '-' for None."""
+    rows = [['-' if c is None else str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+    fmt = '  '.join('%%-%ds' % w for w in widths)
+    lines = [fmt % tuple(headers), fmt % tuple('-' * w for w in widths)]
+    lines += [fmt % tuple(row) for row in rows]
+    return '\n'.join(line.rstrip() for line in lines)
+
+
+def provider_tree_text(provider_tree):
+    """The tree drawn with its inventories and traits."""
+    root = provider_tree.root
+    lines = ['%s  (%s)' % (root.name, root.uuid)]
+    children = provider_tree.children
+    for i, child in enumerate(children):
+        last = i == len(children) - 1
+        branch, pad = ('└── ', '    ') if last else ('├── ', '│   ')
+        lines.append('%s%s  (%s)' % (branch, child.name, child.uuid))
+        for inv in child.inventories:
+            lines.append('%s    inventory %s total=%d reserved=%d '
+                         'max_unit=%d' % (pad, inv.resource_class, inv.total,
+                                          inv.reserved,
+                                          inv.to_api()['max_unit']))
+        lines.append('%s    traits    %s' % (pad, ', '.join(
+            sorted(child.traits))))
+    if not children:
+        lines.append('(no GPU providers)')
+    return '\n'.join(lines)

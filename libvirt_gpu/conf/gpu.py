@@ -1,0 +1,29 @@
+from oslo_config import cfg
+
+gpu_group = cfg.OptGroup('gpu', title='GPU and vGPU selection', help=(
+    'Which vGPU types this host offers. A GPU that offers none of the enabled'
+    ' types is reported as a whole GPU (resource class PGPU).'))
+
+gpu_opts = [
+    cfg.ListOpt('enabled_vgpu_types', default=[],
+                help=(
+                    'vGPU types (mdev type ids such as nvidia-223) this host '
+                    'offers. With one type and no '
+                    '[vgpu_<type>]/device_addresses, every GPU that offers it'
+                    ' is sliced into that type. With several types, each '
+                    'needs its own [vgpu_<type>] section listing the GPUs it '
+                    'applies to.')),
+    cfg.BoolOpt('report_gpu_traits', default=True,
+                help='Add the standard os-traits GPU traits '
+                     '(HW_GPU_MAX_DISPLAY_HEADS_*, HW_GPU_RESOLUTION_*) '
+                     'that a vGPU type description supports.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(gpu_group)
+    conf.register_opts(gpu_opts, group=gpu_group)
+
+
+def list_opts():
+    return {gpu_group: gpu_opts}

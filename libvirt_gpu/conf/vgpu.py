@@ -1,0 +1,133 @@
+"""Per-type options: one ``[vgpu_<type>]`` section per enabled type.
+
+The section names depend on ``[gpu]/enabled_vgpu_types``, so they are
+registered once the config files are parsed (``register_dynamic_opts``).
+The sample-config generator sees the same options through ``list_opts``,
+under the example section ``[vgpu_nvidia-223]``.
+"""
+
+import re
+
+import os_resource_classes
+from oslo_config import cfg
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+EXAMPLE_TYPE = 'nvidia-223'
+_CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]+')
+
+vgpu_opts = [
+    cfg.ListOpt('device_addresses', default=[],
+                help=(
+                    'PCI addresses (0000:af:00.0) of the GPUs that offer this'
+                    ' type. Each address may belong to one type only. Empty: '
+                    'every GPU that offers the type, allowed only when it is '
+                    'the single enabled type.')),
+    cfg.StrOpt('resource_class', default='VGPU',
+               help='Placement resource class of these vGPUs: VGPU or a '
+                    'CUSTOM_ class, e.g. CUSTOM_VGPU_T4_2B.'),
+    cfg.IntOpt('max_instances', min=1,
+               help='Upper bound on vGPUs of this type per GPU, overriding '
+                    'what the driver reports (its max_instance).'),
+]
+
+
+def group_name(type_id):
+    return 'vgpu_%s' % type_id
+
+
+def _group(type_id):
+    return cfg.OptGroup(group_name(type_id), title='vGPU type %s' % type_id,
+                        help='Options of vGPU type %s. Copy this section '
+                             'once per enabled type, named after the type.'
+                        % type_id)
+
+
+def register_dynamic_opts(conf):
+    """Register ``[vgpu_<type>]`` for every enabled type."""
+    for type_id in conf.gpu.enabled_vgpu_types:
+        try:
+            objects.validate_type_id(type_id)
+        except exception.InvalidTypeId as e:
+            raise exception.ConfigError(
+                reason='[gpu]/enabled_vgpu_types: %s' % e)
+        group = _group(type_id)
+        conf.register_group(group)
+        conf.register_opts(vgpu_opts, group=group)
+
+
+def list_opts():
+    return {_group(EXAMPLE_TYPE): vgpu_opts}
+
+
+def _resource_class(type_id, value):
+    if value in os_resource_classes.STANDARDS or (
+            _CUSTOM_RC.fullmatch(value) and len(value) <= 255):
+        return value
+    raise exception.ConfigError(
+        reason='[%s]/resource_class %r is neither a standard resource class '
+               '(VGPU) nor a valid CUSTOM_ name' % (group_name(type_id),
+                                                    value))
+
+
+def resolve(conf, gpus):
+    """Map each GPU address to what configuration enables on it.
+
+    ``gpus`` are the discovered ``objects.Gpu``.  Returns
+    ``{PciAddress: EnabledType}``.  Raises ConfigError for: an invalid
+    address, an address claimed by two types, a type the GPU at an address
+    does not offer (or no GPU there), and several enabled types of which one
+    lists no addresses.
+    """
+    types = list(conf.gpu.enabled_vgpu_types)
+    if len(set(types)) != len(types):
+        raise exception.ConfigError(
+            reason='[gpu]/enabled_vgpu_types lists a type twice: %s'
+            % ', '.join(types))
+    by_address = {gpu.address: gpu for gpu in gpus}
+    enabled = {}
+    claimed_by = {}
+    for type_id in types:
+        section = conf[group_name(type_id)]
+        setting = objects.EnabledType(
+            type_id=type_id,
+            resource_class=_resource_class(type_id, section.resource_class),
+            max_instances=section.max_instances)
+        if not section.device_addresses:
+            if len(types) > 1:
+                raise exception.ConfigError(
+                    reason='several types are enabled (%s) but [%s] lists no '
+                           'device_addresses; with more than one type each '
+                           'needs its own list of GPUs'
+                           % (', '.join(types), group_name(type_id)))
+            for gpu in gpus:
+                if gpu.mdev_type(type_id) is not None:
+                    enabled[gpu.address] = setting
+            continue
+        for raw in section.device_addresses:
+            try:
+                address = objects.PciAddress.parse(raw)
+            except exception.InvalidPciAddress as e:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses: %s'
+                    % (group_name(type_id), e))
+            if address in claimed_by:
+                raise exception.ConfigError(
+                    reason='GPU %s is claimed by two types: %s and %s; give '
+                           'each GPU to one type only'
+                           % (address, claimed_by[address], type_id))
+            claimed_by[address] = type_id
+            gpu = by_address.get(address)
+            if gpu is None:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses names %s, but this host '
+                           'has no GPU there (`libvirt-gpu list` shows the '
+                           'GPUs)' % (group_name(type_id), address))
+            if gpu.mdev_type(type_id) is None:
+                offered = ', '.join(t.id for t in gpu.mdev_types) or 'none'
+                raise exception.ConfigError(
+                    reason='the GPU at %s does not offer type %s (it offers: '
+                           '%s)' % (address, type_id, offered))
+            enabled[address] = setting
+    return enabled

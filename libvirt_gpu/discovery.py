@@ -1,0 +1,92 @@
+"""Find the GPUs of a host: libvirt's node-device API first, sysfs second.
+
+Both sources produce the same ``objects.Gpu`` records (a parity test proves
+it on every simulated profile); libvirt adds vendor and product names, sysfs
+adds type descriptions, which libvirt does not report.  A GPU is any PCI
+device of class 0x03xxxx (VGA, XGA, 3D controller, display controller).
+"""
+
+import dataclasses
+import logging
+import os
+
+from libvirt_gpu import exception
+from libvirt_gpu import host as host_mod
+from libvirt_gpu import nodedev
+from libvirt_gpu import objects
+from libvirt_gpu import sysfs as sysfs_mod
+
+LOG = logging.getLogger(__name__)
+
+GPU_CLASS_PREFIX = '0x03'
+
+
+def is_gpu_class(class_code):
+    return bool(class_code) and class_code.lower().startswith(GPU_CLASS_PREFIX)
+
+
+def from_sysfs(sysfs):
+    """Discover GPUs by reading a sysfs tree (``Sysfs``)."""
+    mdevs = sysfs.mdevs_by_parent()
+    gpus = []
+    for address in sysfs.pci_addresses():
+        if is_gpu_class(sysfs.pci_class(address)):
+            gpus.append(sysfs.read_gpu(address, mdevs_by_parent=mdevs))
+    return objects.DiscoveryResult(source='sysfs', gpus=tuple(gpus))
+
+
+def _sysfs_descriptions(sysfs, address):
+    """``{type id: description}`` from sysfs, where sysfs has the GPU."""
+    if sysfs is None or not os.path.isdir(sysfs.types_dir(address)):
+        return {}
+    return {t.id: t.description for t in sysfs.mdev_types(address)
+            if t.description}
+
+
+def from_libvirt(host, sysfs=None):
+    """Discover GPUs through libvirt's node-device API (``host.Host``).
+
+    ``sysfs``, when given, supplies the type descriptions libvirt lacks.
+    """
+    mdevs = {}
+    for node in host.mdev_nodes():
+        mdevs.setdefault(node.parent, []).append(node.mdev)
+    gpus = []
+    for xml in host.pci_devices():
+        if not is_gpu_class(nodedev.pci_class(xml)):
+            continue
+        gpu = nodedev.parse_pci(xml)
+        if gpu.mdev_types:
+            gpu = nodedev.parse_pci(
+                xml, descriptions=_sysfs_descriptions(sysfs, gpu.address))
+        gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
+    gpus.sort(key=lambda g: g.address)
+    return objects.DiscoveryResult(source='libvirt', gpus=tuple(gpus))
+
+
+def _with_mdevs(gpu, mdevs):
+    return dataclasses.replace(gpu, mdevs=tuple(sorted(mdevs)))
+
+
+def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
+             default_sysfs_root='/sys'):
+    """Discover with the source the operator chose.
+
+    ``uri`` given: libvirt only (errors are errors).  ``sysfs_root`` given:
+    sysfs only.  Neither: libvirt at ``default_uri``, falling back to sysfs
+    at ``default_sysfs_root`` when libvirt cannot be reached; the result's
+    ``source`` and the log say which was used.
+    """
+    if sysfs_root is not None and uri is None:
+        return from_sysfs(sysfs_mod.Sysfs(sysfs_root))
+    if uri is not None:
+        sysfs = sysfs_mod.Sysfs(sysfs_root or default_sysfs_root)
+        with host_mod.Host(uri, read_only=True) as h:
+            return from_libvirt(h, sysfs)
+    try:
+        with host_mod.Host(default_uri, read_only=True) as h:
+            return from_libvirt(h, sysfs_mod.Sysfs(default_sysfs_root))
+    except exception.LibvirtUnavailable as e:
+        LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
+                    e, default_sysfs_root)
+        return from_sysfs(sysfs_mod.Sysfs(default_sysfs_root))

@@ -1,0 +1,125 @@
+"""The Cyborg view of the GPUs: agent-driver report and driver objects.
+
+``agent_report`` is the Rocky-era agent-driver ``discover()`` dict keyed by
+PCI address.  ``driver_devices`` follows Cyborg's driver objects
+(cyborg/objects/driver_objects): device -> deployable -> attach handles, with
+a PCI control-path id and rc/trait attributes.
+"""
+
+import dataclasses
+import typing
+
+from libvirt_gpu.placement import model
+from libvirt_gpu.placement import traits as traits_mod
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlPathID:
+    cpid_type: str
+    cpid_info: typing.Dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class AttachHandle:
+    attach_type: str            # 'PCI' for a pGPU, 'MDEV' for a vGPU
+    attach_info: typing.Dict[str, str]
+    in_use: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribute:
+    key: str
+    value: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployable:
+    name: str
+    num_accelerators: int
+    attributes: typing.Tuple[Attribute, ...]
+    attach_handles: typing.Tuple[AttachHandle, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    vendor: str
+    model: str
+    type: str
+    std_board_info: typing.Dict[str, str]
+    controlpath_id: ControlPathID
+    deployables: typing.Tuple[Deployable, ...]
+
+
+def _pci_info(address):
+    return {'domain': '%04x' % address.domain, 'bus': '%02x' % address.bus,
+            'device': '%02x' % address.slot,
+            'function': '%x' % address.function}
+
+
+def agent_report(gpus, enabled):
+    """``{"0000:af:00.0": {"type": "GPU", "vendor": "10de", ...}}``"""
+    report = {}
+    for gpu in gpus:
+        entry = {
+            'type': 'GPU',
+            'vendor': gpu.vendor_id,
+            'product': gpu.product_id,
+            'devices': str(gpu.address),
+            'driver': gpu.driver,
+            'numa_node': gpu.numa_node,
+            'assignable': True,
+        }
+        setting = enabled.get(gpu.address)
+        if setting is not None:
+            entry['vgpu_type'] = setting.type_id
+            entry['vgpu_total'] = model.vgpu_total(gpu, setting)
+        report[str(gpu.address)] = entry
+    return report
+
+
+def _deployable(hostname, gpu, setting, gpu_traits):
+    name = model.gpu_provider_name(hostname, gpu.address)
+    if setting is None:
+        trait_set = traits_mod.pgpu_traits(gpu)
+        rc = model.PGPU
+        handles = (AttachHandle('PCI', {'address': str(gpu.address)},
+                                in_use=bool(gpu.mdevs)),)
+        count = 1
+    else:
+        mtype = gpu.mdev_type(setting.type_id)
+        trait_set = traits_mod.vgpu_traits(gpu, mtype, gpu_traits)
+        rc = setting.resource_class
+        count = model.vgpu_total(gpu, setting)
+        info = dict(_pci_info(gpu.address), asked_type=setting.type_id)
+        handles = tuple(
+            AttachHandle('MDEV', dict(info, vgpu_mark='%s_%d'
+                                      % (setting.type_id, i)))
+            for i in range(count))
+    attributes = [Attribute('rc', rc)]
+    attributes += [Attribute('trait%d' % i, t)
+                   for i, t in enumerate(sorted(trait_set))]
+    return Deployable(name=name, num_accelerators=count,
+                      attributes=tuple(attributes), attach_handles=handles)
+
+
+def driver_devices(hostname, gpus, enabled, gpu_traits=True):
+    devices = []
+    for gpu in sorted(gpus, key=lambda g: g.address):
+        setting = enabled.get(gpu.address)
+        if setting is not None and model.vgpu_total(gpu, setting) < 1:
+            deployables = ()
+        else:
+            deployables = (_deployable(hostname, gpu, setting, gpu_traits),)
+        devices.append(Device(
+            vendor=gpu.vendor_id,
+            model=gpu.product_name or gpu.product_id,
+            type='GPU',
+            std_board_info={'product_id': gpu.product_id,
+                            'controller': gpu.product_name or ''},
+            controlpath_id=ControlPathID('PCI', _pci_info(gpu.address)),
+            deployables=deployables))
+    return devices
+
+
+def to_dict(device):
+    return dataclasses.asdict(device)

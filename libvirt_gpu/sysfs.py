@@ -1,0 +1,262 @@
+"""The only module that touches sysfs.
+
+``Sysfs(root)`` stands for ``/sys`` (or a simulated tree).  Every path is
+built from validated parts (a PCI address, a UUID, a type id that was listed
+by the kernel) joined under the root; nothing absolute or relative-upward is
+ever joined.  Writes additionally check that the resolved path stays under
+the root.  Reading is tuned for discovery of hundreds of mdev parents: one
+``listdir`` per device tells which optional files exist, so a missing file
+costs no exception.
+"""
+
+import errno
+import os
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+PCI_DEVICES = ('bus', 'pci', 'devices')
+MDEV_DEVICES = ('bus', 'mdev', 'devices')
+MDEV_BUS = ('class', 'mdev_bus')
+TYPES_DIR = 'mdev_supported_types'
+
+
+def _check_part(part):
+    if (not part or part in ('.', '..') or '/' in part or '\0' in part
+            or '\n' in part):
+        raise exception.UnsafePath(path=part, root='(any)')
+    return part
+
+
+class Sysfs(object):
+    """Reads and writes a sysfs tree rooted at ``root``."""
+
+    def __init__(self, root='/sys'):
+        self.root = os.path.realpath(os.fspath(root))
+
+    def __repr__(self):
+        return 'Sysfs(%r)' % self.root
+
+    # -- paths -------------------------------------------------------------
+
+    def path(self, *parts):
+        """Join validated ``parts`` under the root (no '..', no '/')."""
+        for part in parts:
+            _check_part(part)
+        return os.path.join(self.root, *parts)
+
+    def pci_dir(self, address):
+        """``<root>/bus/pci/devices/0000:af:00.0``"""
+        return os.path.join(self.root, *PCI_DEVICES,
+                            str(objects.PciAddress.parse(address)))
+
+    def mdev_dir(self, uuid):
+        """``<root>/bus/mdev/devices/<uuid>``"""
+        return os.path.join(self.root, *MDEV_DEVICES,
+                            objects.validate_uuid(uuid))
+
+    def resolved_under_root(self, path):
+        """Return the real path of ``path`` or raise if it leaves the root."""
+        real = os.path.realpath(path)
+        if real != self.root and not real.startswith(self.root + os.sep):
+            raise exception.UnsafePath(path=path, root=self.root)
+        return real
+
+    # -- primitives --------------------------------------------------------
+
+    def read(self, path, optional=False):
+        """Return the stripped text of a sysfs attribute.
+
+        A missing file returns None when ``optional``; anything else that
+        stops the read is a SysfsReadError naming the path.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if optional:
+                return None
+            raise exception.SysfsReadError(path=path, reason='no such file')
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+        try:
+            data = os.read(fd, 65536)
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+        finally:
+            os.close(fd)
+        return data.decode('utf-8', 'replace').strip()
+
+    def read_int(self, path, optional=False, base=10):
+        text = self.read(path, optional=optional)
+        if text is None:
+            return None
+        try:
+            return int(text, base)
+        except ValueError:
+            raise exception.SysfsReadError(
+                path=path, reason='expected a number, read %r' % text[:40])
+
+    def link_name(self, path):
+        """Basename of a symlink's target (``driver`` -> ``nvidia``)."""
+        try:
+            return os.path.basename(os.readlink(path))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.EINVAL:   # not a link
+                return None
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+
+    def listdir(self, path, optional=False):
+        try:
+            return os.listdir(path)
+        except FileNotFoundError:
+            if optional:
+                return []
+            raise exception.SysfsReadError(path=path, reason='no such '
+                                           'directory')
+        except NotADirectoryError:
+            raise exception.SysfsReadError(path=path, reason='not a '
+                                           'directory')
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+
+    def write(self, path, data):
+        """Write ``data`` to an attribute that must resolve under the root.
+
+        Raises SysfsWriteError carrying ``errno`` (the kernel's answer).
+        """
+        real = self.resolved_under_root(path)
+        try:
+            fd = os.open(real, os.O_WRONLY)
+        except OSError as e:
+            raise exception.SysfsWriteError(path=path, reason=e.strerror,
+                                            errno=e.errno)
+        try:
+            os.write(fd, data.encode('ascii'))
+        except OSError as e:
+            raise exception.SysfsWriteError(path=path, reason=e.strerror,
+                                            errno=e.errno)
+        finally:
+            os.close(fd)
+
+    # -- PCI ---------------------------------------------------------------
+
+    def pci_addresses(self):
+        """Every device under ``bus/pci/devices`` whose name is an address."""
+        found = []
+        for name in self.listdir(os.path.join(self.root, *PCI_DEVICES)):
+            try:
+                found.append(objects.PciAddress.parse(name))
+            except exception.InvalidPciAddress:
+                continue   # not a PCI device entry; real sysfs has none
+        return sorted(found)
+
+    def pci_class(self, address):
+        """``class`` of a device, e.g. ``0x030200``."""
+        return self.read(os.path.join(self.pci_dir(address), 'class'))
+
+    def read_gpu(self, address, mdevs_by_parent=None):
+        """Build a Gpu from ``bus/pci/devices/<address>/``.
+
+        Reads (all optional but vendor, device and class):
+        ``vendor device class driver@ numa_node iommu_group@ physfn@
+        virtfnN@ mdev_supported_types/<type>/{name,description,device_api,
+        available_instances}`` (@ = symlink, only its target's name is used).
+        """
+        address = objects.PciAddress.parse(address)
+        base = self.pci_dir(address)
+        entries = set(self.listdir(base))
+        j = os.path.join
+        numa = self.read_int(j(base, 'numa_node'), optional=True)
+        group = None
+        if 'iommu_group' in entries:
+            name = self.link_name(j(base, 'iommu_group'))
+            group = int(name) if name and name.isdigit() else None
+        physfn = None
+        if 'physfn' in entries:
+            physfn = objects.PciAddress.parse(
+                self.link_name(j(base, 'physfn')))
+        virtfns = []
+        for entry in entries:
+            if entry.startswith('virtfn') and entry[6:].isdigit():
+                virtfns.append((int(entry[6:]), objects.PciAddress.parse(
+                    self.link_name(j(base, entry)))))
+        mdev_types = ()
+        if TYPES_DIR in entries:
+            mdev_types = self.mdev_types(address)
+        if mdevs_by_parent is None:
+            mdevs_by_parent = self.mdevs_by_parent()
+        return objects.Gpu(
+            address=address,
+            vendor_id=objects.normalize_hex_id(self.read(j(base, 'vendor'))),
+            product_id=objects.normalize_hex_id(self.read(j(base, 'device'))),
+            class_code=self.read(j(base, 'class')),
+            driver=(self.link_name(j(base, 'driver'))
+                    if 'driver' in entries else None),
+            numa_node=None if numa is None or numa < 0 else numa,
+            iommu_group=group,
+            physfn=physfn,
+            virtfns=tuple(a for _, a in sorted(virtfns)),
+            mdev_types=mdev_types,
+            mdevs=tuple(sorted(mdevs_by_parent.get(address, ()))),
+        )
+
+    # -- mdev --------------------------------------------------------------
+
+    def types_dir(self, address):
+        return os.path.join(self.pci_dir(address), TYPES_DIR)
+
+    def mdev_type_ids(self, address):
+        """Type ids the kernel lists for a parent (sorted)."""
+        return sorted(self.listdir(self.types_dir(address), optional=True))
+
+    def mdev_types(self, address):
+        """Every ``mdev_supported_types/<type>`` of a parent as MdevType."""
+        base = self.types_dir(address)
+        result = []
+        for type_id in self.mdev_type_ids(address):
+            tdir = os.path.join(base, type_id)
+            result.append(objects.MdevType(
+                id=type_id,
+                name=self.read(os.path.join(tdir, 'name'), optional=True),
+                description=self.read(os.path.join(tdir, 'description'),
+                                      optional=True),
+                device_api=self.read(os.path.join(tdir, 'device_api')),
+                available_instances=self.read_int(
+                    os.path.join(tdir, 'available_instances')),
+            ))
+        return tuple(result)
+
+    def mdevs_by_parent(self):
+        """``{parent PciAddress: [Mdev]}`` from ``bus/mdev/devices``.
+
+        Each entry is a link into the parent's tree
+        (``../../../devices/pci0000:ae/0000:ae:00.0/0000:af:00.0/<uuid>``)
+        with ``mdev_type`` linking to the type directory.
+        """
+        base = os.path.join(self.root, *MDEV_DEVICES)
+        result = {}
+        for name in self.listdir(base, optional=True):
+            try:
+                uuid = objects.validate_uuid(name)
+            except exception.InvalidUuid:
+                continue
+            link = os.path.join(base, name)
+            try:
+                target = os.readlink(link)
+            except OSError as e:
+                raise exception.SysfsReadError(path=link, reason=e.strerror)
+            parent_name = os.path.basename(os.path.dirname(target))
+            try:
+                parent = objects.PciAddress.parse(parent_name)
+            except exception.InvalidPciAddress:
+                continue   # an mdev whose parent is not a PCI device
+            type_id = self.link_name(os.path.join(link, 'mdev_type'))
+            if type_id is None:
+                raise exception.SysfsReadError(
+                    path=os.path.join(link, 'mdev_type'),
+                    reason='mdev without a type link')
+            result.setdefault(parent, []).append(
+                objects.Mdev(uuid=uuid, type_id=type_id))
+        return result

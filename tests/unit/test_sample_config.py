@@ -1,0 +1,28 @@
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+SAMPLE = os.path.join(ROOT, 'etc', 'libvirt-gpu', 'libvirt-gpu.conf.sample')
+
+
+def test_sample_config_is_up_to_date(tmp_path):
+    out = tmp_path / 'sample.conf'
+    generator = os.path.join(os.path.dirname(sys.executable),
+                             'oslo-config-generator')
+    subprocess.run([generator, '--namespace', 'libvirt_gpu', '--wrap-width',
+                    '79', '--output-file', str(out)], check=True, cwd=ROOT)
+    with open(SAMPLE) as f:
+        committed = f.read()
+    assert out.read_text() == committed, (
+        'etc/libvirt-gpu/libvirt-gpu.conf.sample is out of date: run '
+        '`tox -e genconfig` (or `make genconfig`) and commit the result')
+
+
+def test_sample_config_has_per_type_group():
+    with open(SAMPLE) as f:
+        text = f.read()
+    assert '[vgpu_nvidia-223]' in text
+    assert '#device_addresses =' in text
+    assert '#enabled_vgpu_types =' in text
