@@ -35,18 +35,31 @@ def from_sysfs(sysfs):
     return objects.DiscoveryResult(source='sysfs', gpus=tuple(gpus))
 
 
-def _sysfs_descriptions(sysfs, address):
-    """``{type id: description}`` from sysfs, where sysfs has the GPU."""
-    if sysfs is None or not os.path.isdir(sysfs.types_dir(address)):
-        return {}
-    return {t.id: t.description for t in sysfs.mdev_types(address)
-            if t.description}
+def _supplement(gpu, sysfs):
+    """Fill what libvirt does not report from sysfs, where sysfs has it.
+
+    libvirt has no type descriptions, and its test driver (unlike the udev
+    backend of a real daemon) keeps no ``<driver>``.
+    """
+    if sysfs is None or not os.path.isdir(sysfs.pci_dir(gpu.address)):
+        return gpu
+    changes = {}
+    if gpu.driver is None:
+        changes['driver'] = sysfs.link_name(
+            os.path.join(sysfs.pci_dir(gpu.address), 'driver'))
+    if gpu.mdev_types and os.path.isdir(sysfs.types_dir(gpu.address)):
+        descriptions = {t.id: t.description
+                        for t in sysfs.mdev_types(gpu.address)}
+        changes['mdev_types'] = tuple(
+            dataclasses.replace(t, description=descriptions.get(t.id))
+            if t.description is None else t for t in gpu.mdev_types)
+    return dataclasses.replace(gpu, **changes)
 
 
 def from_libvirt(host, sysfs=None):
     """Discover GPUs through libvirt's node-device API (``host.Host``).
 
-    ``sysfs``, when given, supplies the type descriptions libvirt lacks.
+    ``sysfs``, when given, supplies what libvirt lacks (``_supplement``).
     """
     mdevs = {}
     for node in host.mdev_nodes():
@@ -55,10 +68,7 @@ def from_libvirt(host, sysfs=None):
     for xml in host.pci_devices():
         if not is_gpu_class(nodedev.pci_class(xml)):
             continue
-        gpu = nodedev.parse_pci(xml)
-        if gpu.mdev_types:
-            gpu = nodedev.parse_pci(
-                xml, descriptions=_sysfs_descriptions(sysfs, gpu.address))
+        gpu = _supplement(nodedev.parse_pci(xml), sysfs)
         gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
     gpus.sort(key=lambda g: g.address)
     return objects.DiscoveryResult(source='libvirt', gpus=tuple(gpus))

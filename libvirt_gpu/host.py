@@ -11,6 +11,14 @@ from libvirt_gpu import exception
 from libvirt_gpu import nodedev
 
 
+def _ignore_error(_ctx, _err):
+    """libvirt prints every error to stderr unless a handler is set; ours
+    are raised as exceptions and reported once, by the caller."""
+
+
+libvirt.registerErrorHandler(_ignore_error, None)
+
+
 class Host(object):
 
     def __init__(self, uri, read_only=False):

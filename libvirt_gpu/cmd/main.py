@@ -121,7 +121,8 @@ def cmd_types(ctx):
 
 def _tree(ctx):
     return model.build_tree(ctx.hostname, ctx.result.gpus, ctx.enabled,
-                            ctx.conf.gpu.report_gpu_traits)
+                            ctx.conf.gpu.report_gpu_traits,
+                            ctx.conf.gpu.pgpu_vendor_ids)
 
 
 def cmd_placement_show(ctx):
@@ -135,23 +136,24 @@ def cmd_placement_show(ctx):
 
 def cmd_discover(ctx):
     gpus, enabled = ctx.result.gpus, ctx.enabled
+    devices = cyborg.driver_devices(ctx.hostname, gpus, enabled,
+                                    ctx.conf.gpu.report_gpu_traits,
+                                    ctx.conf.gpu.pgpu_vendor_ids)
     document = {
         'agent_report': cyborg.agent_report(gpus, enabled),
-        'driver_devices': [cyborg.to_dict(d) for d in cyborg.driver_devices(
-            ctx.hostname, gpus, enabled, ctx.conf.gpu.report_gpu_traits)],
+        'driver_devices': [cyborg.to_dict(d) for d in devices],
     }
     if ctx.args.json:
         print(output.dumps(document))
         return 0
     rows = []
-    for device in cyborg.driver_devices(ctx.hostname, gpus, enabled,
-                                        ctx.conf.gpu.report_gpu_traits):
+    for device in devices:
         for dep in device.deployables:
             attrs = {a.key: a.value for a in dep.attributes}
             rows.append([dep.name, device.vendor, device.model, attrs['rc'],
                          dep.num_accelerators,
-                         ','.join(sorted(h.attach_type for h in
-                                         set(dep.attach_handles)))])
+                         ','.join(sorted({h.attach_type
+                                          for h in dep.attach_handles}))])
     print(output.table(['DEPLOYABLE', 'VENDOR', 'MODEL', 'RC', 'COUNT',
                         'ATTACH'], rows))
     return 0
@@ -254,6 +256,10 @@ def main(argv=None):
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `libvirt-gpu list | head`: the reader left; not an error.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == '__main__':

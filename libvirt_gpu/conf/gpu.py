@@ -17,6 +17,11 @@ gpu_opts = [
                 help='Add the standard os-traits GPU traits '
                      '(HW_GPU_MAX_DISPLAY_HEADS_*, HW_GPU_RESOLUTION_*) '
                      'that a vGPU type description supports.'),
+    cfg.ListOpt('pgpu_vendor_ids', default=['10de'],
+                help='PCI vendor ids whose GPUs are offered whole (PGPU) '
+                     'when no vGPU type is enabled on them. Other display '
+                     'devices, such as a server\'s BMC console (ASPEED '
+                     '1a03), are listed but never offered.'),
 ]
 
 

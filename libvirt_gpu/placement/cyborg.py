@@ -102,11 +102,13 @@ def _deployable(hostname, gpu, setting, gpu_traits):
                       attributes=tuple(attributes), attach_handles=handles)
 
 
-def driver_devices(hostname, gpus, enabled, gpu_traits=True):
+def driver_devices(hostname, gpus, enabled, gpu_traits=True,
+                   pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
     devices = []
     for gpu in sorted(gpus, key=lambda g: g.address):
         setting = enabled.get(gpu.address)
-        if setting is not None and model.vgpu_total(gpu, setting) < 1:
+        if not model.offered(gpu, setting, pgpu_vendors) or (
+                setting is not None and model.vgpu_total(gpu, setting) < 1):
             deployables = ()
         else:
             deployables = (_deployable(hostname, gpu, setting, gpu_traits),)

@@ -6,7 +6,8 @@
 
 A GPU with an enabled type reports VGPU with total = available instances of
 that type + existing mdevs of that type (capped by max_instances).  Any other
-GPU reports PGPU 1, reserved while it holds mdevs of another type.  A GPU
+GPU of a passthrough vendor (``[gpu]/pgpu_vendor_ids``) that is not an
+SR-IOV VF reports PGPU 1, reserved while it holds mdevs of another type.  A GPU
 whose enabled type has no capacity at all is left out: Placement refuses an
 inventory of total 0.
 """
@@ -15,6 +16,7 @@ from libvirt_gpu.placement import traits as traits_mod
 from libvirt_gpu.placement import tree
 
 PGPU = 'PGPU'
+DEFAULT_PGPU_VENDORS = ('10de',)
 
 
 def gpu_provider_name(hostname, address):
@@ -53,13 +55,23 @@ def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True):
         traits=traits)
 
 
-def build_tree(hostname, gpus, enabled, gpu_traits=True):
+def offered(gpu, enabled, pgpu_vendors=DEFAULT_PGPU_VENDORS):
+    """Whether ``gpu`` gets a provider at all (before capacity)."""
+    if enabled is not None:
+        return True
+    return gpu.vendor_id in pgpu_vendors and not gpu.is_vf
+
+
+def build_tree(hostname, gpus, enabled, gpu_traits=True,
+               pgpu_vendors=DEFAULT_PGPU_VENDORS):
     """``enabled``: ``{PciAddress: EnabledType}`` from conf.vgpu.resolve."""
     root = tree.ResourceProvider(name=hostname,
                                  uuid=tree.provider_uuid(hostname),
                                  parent_provider_uuid=None)
     children = []
     for gpu in sorted(gpus, key=lambda g: g.address):
+        if not offered(gpu, enabled.get(gpu.address), pgpu_vendors):
+            continue
         provider = gpu_provider(hostname, root.uuid, gpu,
                                 enabled.get(gpu.address), gpu_traits)
         if provider is not None:

@@ -1,0 +1,280 @@
+"""Write a profile as a directory tree shaped like Linux's ``/sys``.
+
+For the T4 at ``0000:af:00.0`` behind the root port ``0000:ae:00.0`` the
+tree holds (``root`` stands in for ``/sys``)::
+
+    devices/pci0000:ae/0000:ae:00.0/0000:af:00.0/
+        vendor            0x10de
+        device            0x1eb8
+        class             0x030200
+        numa_node         1
+        uevent            DRIVER=nvidia, PCI_CLASS=30200, PCI_ID=10DE:1EB8...
+        driver         -> ../../../../bus/pci/drivers/nvidia
+        iommu_group    -> ../../../../kernel/iommu_groups/58
+        subsystem      -> ../../../../bus/pci
+        mdev_supported_types/nvidia-223/{name, description, device_api,
+                                         available_instances, create, devices/}
+        <uuid>/{mdev_type -> ../mdev_supported_types/nvidia-223, ...}
+    bus/pci/devices/0000:af:00.0 -> ../../../devices/pci0000:ae/...
+    bus/pci/drivers/nvidia/0000:af:00.0 -> ../../../../devices/...
+    bus/mdev/devices/<uuid> -> ../../../devices/.../0000:af:00.0/<uuid>
+    class/mdev_bus/0000:af:00.0 -> ../../devices/...
+    kernel/iommu_groups/58/devices/0000:af:00.0 -> ../../../../devices/...
+
+Every link is relative (``os.path.relpath``), as the kernel's are, so the
+tree can be moved or bind-mounted over ``/sys``.
+"""
+
+import json
+import os
+import shutil
+
+from libvirt_gpu import exception
+from libvirt_gpu.simulator import capacity
+
+# A file at the top of every tree we write; its presence lets us rewrite it.
+MARKER = '.libvirt-gpu-simulator'
+WRITE_ONLY = 0o200
+READ_WRITE = 0o644
+READ_ONLY = 0o444
+
+
+def device_dirs(profile):
+    """``{address: 'devices/pci0000:ae/0000:ae:00.0/0000:af:00.0'}``.
+
+    A device sits under its ``parent_bridge``; a device without one (and
+    every implied bridge) sits on its root bus ``devices/pci<dom>:<bus>``.
+    """
+    devices = {dev.address: dev for dev in profile.pci_devices()}
+    dirs = {}
+
+    def path_of(address):
+        if address not in dirs:
+            dev = devices[address]
+            if dev.parent_bridge in devices:
+                parent = path_of(dev.parent_bridge)
+            else:
+                domain, bus = address.split(':')[:2]
+                parent = 'devices/pci%s:%s' % (domain, bus)
+            dirs[address] = parent + '/' + address
+        return dirs[address]
+
+    for address in devices:
+        path_of(address)
+    return dirs
+
+
+def mdev_dir(profile, uuid):
+    """``devices/.../0000:af:00.0/<uuid>`` of an existing mdev."""
+    dirs = device_dirs(profile)
+    for dev in profile.devices:
+        for mdev in dev.mdevs:
+            if mdev.uuid == uuid:
+                return dirs[dev.address] + '/' + uuid
+    raise exception.SimulatorError(
+        reason='profile %s has no mdev %s' % (profile.name, uuid))
+
+
+def write_sysfs(profile, root):
+    """Write ``profile`` under ``root`` (created; a previous tree replaced).
+
+    A non-empty ``root`` without our marker file is refused, so a mistaken
+    ``root`` such as ``/sys`` or a home directory is never touched.
+    """
+    root = _prepare_root(root)
+    for top in ('devices', 'bus/pci/devices', 'bus/pci/drivers',
+                'kernel/iommu_groups', 'class'):
+        os.makedirs(os.path.join(root, top), exist_ok=True)
+    for name in ('drivers_probe', 'rescan'):
+        _write(os.path.join(root, 'bus/pci', name), '', WRITE_ONLY)
+    dirs = device_dirs(profile)
+    mdev_groups = profile.mdev_iommu_groups()
+    for dev in profile.pci_devices():
+        _write_pci_device(root, dirs, dev)
+        if dev.mdev_types:
+            _write_mdev_parent(root, dirs[dev.address], dev, mdev_groups)
+    _write(os.path.join(root, MARKER),
+           json.dumps({'profile': profile.name}) + '\n', READ_WRITE)
+
+
+def _prepare_root(root):
+    root = os.path.abspath(os.fspath(root))
+    if os.path.islink(root) or (os.path.exists(root)
+                                and not os.path.isdir(root)):
+        raise exception.SimulatorError(
+            reason='sysfs root %s exists and is not a directory' % root)
+    if not os.path.isdir(root):
+        os.makedirs(root)
+        return root
+    entries = os.listdir(root)
+    if entries and MARKER not in entries:
+        raise exception.SimulatorError(
+            reason='refusing to write a simulated sysfs into %s: it is not '
+            'empty and holds no %s from an earlier simulator run'
+            % (root, MARKER))
+    for entry in entries:
+        path = os.path.join(root, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    return root
+
+
+def _write(path, text, mode=READ_WRITE):
+    """Create ``path`` holding ``text`` with permission bits ``mode``."""
+    with open(path, 'w') as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def _link(path, target):
+    """``path -> target`` as a link relative to ``path``'s directory."""
+    os.symlink(os.path.relpath(target, os.path.dirname(path)), path)
+
+
+def uevent(dev):
+    """The ``uevent`` text of a PCI device, as the kernel writes it::
+
+        DRIVER=nvidia
+        PCI_CLASS=30200
+        PCI_ID=10DE:1EB8
+        PCI_SUBSYS_ID=10DE:12A2
+        PCI_SLOT_NAME=0000:af:00.0
+        MODALIAS=pci:v000010DEd00001EB8sv000010DEsd000012A2bc03sc02i00
+    """
+    lines = ['DRIVER=%s' % dev.driver] if dev.driver else []
+    lines += [
+        'PCI_CLASS=%X' % int(dev.class_code, 16),
+        'PCI_ID=%s:%s' % (dev.vendor_id.upper(), dev.product_id.upper()),
+        'PCI_SUBSYS_ID=%s:%s' % (dev.subsystem_vendor_id.upper(),
+                                 dev.subsystem_device_id.upper()),
+        'PCI_SLOT_NAME=%s' % dev.address,
+        'MODALIAS=%s' % modalias(dev),
+    ]
+    return '\n'.join(lines) + '\n'
+
+
+def modalias(dev):
+    """``pci:v000010DEd00001EB8sv000010DEsd000012A2bc03sc02i00``."""
+    cls = int(dev.class_code, 16)
+    return 'pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X' % (
+        int(dev.vendor_id, 16), int(dev.product_id, 16),
+        int(dev.subsystem_vendor_id, 16), int(dev.subsystem_device_id, 16),
+        cls >> 16, (cls >> 8) & 0xff, cls & 0xff)
+
+
+def _write_pci_device(root, dirs, dev):
+    """One PCI function: its attribute files and the links to and from it."""
+    devdir = os.path.join(root, dirs[dev.address])
+    os.makedirs(devdir)
+    files = {
+        'vendor': '0x%s\n' % dev.vendor_id,
+        'device': '0x%s\n' % dev.product_id,
+        'class': '%s\n' % dev.class_code,
+        'subsystem_vendor': '0x%s\n' % dev.subsystem_vendor_id,
+        'subsystem_device': '0x%s\n' % dev.subsystem_device_id,
+        'numa_node': '%d\n' % dev.numa_node,
+        'uevent': uevent(dev),
+        'modalias': modalias(dev) + '\n',
+        'driver_override': '(null)\n',
+    }
+    for name, text in files.items():
+        _write(os.path.join(devdir, name), text,
+               READ_WRITE if name in ('driver_override', 'uevent')
+               else READ_ONLY)
+    _link(os.path.join(devdir, 'subsystem'),
+          os.path.join(root, 'bus/pci'))
+    _link(os.path.join(root, 'bus/pci/devices', dev.address), devdir)
+    if dev.driver:
+        drvdir = _driver_dir(root, dev.driver)
+        _link(os.path.join(devdir, 'driver'), drvdir)
+        _link(os.path.join(drvdir, dev.address), devdir)
+    if dev.iommu_group is not None:
+        groupdir = _iommu_group_dir(root, dev.iommu_group)
+        _link(os.path.join(devdir, 'iommu_group'), groupdir)
+        _link(os.path.join(groupdir, 'devices', dev.address), devdir)
+    if dev.sriov_totalvfs is not None:
+        _write(os.path.join(devdir, 'sriov_totalvfs'),
+               '%d\n' % dev.sriov_totalvfs, READ_ONLY)
+        _write(os.path.join(devdir, 'sriov_numvfs'),
+               '%d\n' % len(dev.virtfns), READ_WRITE)
+        for i, vf in enumerate(dev.virtfns):
+            _link(os.path.join(devdir, 'virtfn%d' % i),
+                  os.path.join(root, dirs[vf]))
+    if dev.physfn is not None:
+        _link(os.path.join(devdir, 'physfn'),
+              os.path.join(root, dirs[dev.physfn]))
+
+
+def _driver_dir(root, driver):
+    """``bus/pci/drivers/<driver>/{bind, unbind, new_id, remove_id}``."""
+    drvdir = os.path.join(root, 'bus/pci/drivers', driver)
+    if not os.path.isdir(drvdir):
+        os.makedirs(drvdir)
+        for name in ('bind', 'unbind', 'new_id', 'remove_id'):
+            _write(os.path.join(drvdir, name), '', WRITE_ONLY)
+    return drvdir
+
+
+def _iommu_group_dir(root, group):
+    """``kernel/iommu_groups/<n>/{type, devices/}``."""
+    groupdir = os.path.join(root, 'kernel/iommu_groups', str(group))
+    if not os.path.isdir(groupdir):
+        os.makedirs(os.path.join(groupdir, 'devices'))
+        _write(os.path.join(groupdir, 'type'), 'DMA\n', READ_ONLY)
+    return groupdir
+
+
+def _write_mdev_parent(root, reldir, dev, mdev_groups):
+    """``mdev_supported_types/<type>/...``, the mdevs, and their links."""
+    devdir = os.path.join(root, reldir)
+    os.makedirs(os.path.join(root, 'class/mdev_bus'), exist_ok=True)
+    os.makedirs(os.path.join(root, 'bus/mdev/devices'), exist_ok=True)
+    _link(os.path.join(root, 'class/mdev_bus', dev.address), devdir)
+    for mtype in dev.mdev_types:
+        typedir = os.path.join(devdir, 'mdev_supported_types', mtype.id)
+        os.makedirs(os.path.join(typedir, 'devices'))
+        if mtype.name is not None:
+            _write(os.path.join(typedir, 'name'), mtype.name + '\n',
+                   READ_ONLY)
+        if mtype.description is not None:
+            _write(os.path.join(typedir, 'description'),
+                   mtype.description + '\n', READ_ONLY)
+        _write(os.path.join(typedir, 'device_api'), mtype.device_api + '\n',
+               READ_ONLY)
+        _write(os.path.join(typedir, 'available_instances'),
+               '%d\n' % capacity.available_instances(dev, mtype.id,
+                                                     dev.mdevs),
+               READ_ONLY)
+        _write(os.path.join(typedir, 'create'), '', WRITE_ONLY)
+    for mdev in dev.mdevs:
+        write_mdev(root, reldir, mdev.uuid, mdev.type_id,
+                   mdev_groups[mdev.uuid])
+
+
+def write_mdev(root, parent_reldir, uuid, type_id, iommu_group):
+    """One existing mdev under its parent's directory::
+
+        <parent>/<uuid>/mdev_type   -> ../mdev_supported_types/<type>
+        <parent>/<uuid>/iommu_group -> ../../../../../kernel/iommu_groups/<n>
+        <parent>/<uuid>/subsystem   -> ../../../../../bus/mdev
+        <parent>/<uuid>/{remove, uevent (MDEV_TYPE=<type>)}
+        <parent>/mdev_supported_types/<type>/devices/<uuid> -> ../../../<uuid>
+        bus/mdev/devices/<uuid>     -> ../../../devices/.../<parent>/<uuid>
+    """
+    parentdir = os.path.join(root, parent_reldir)
+    mdevdir = os.path.join(parentdir, uuid)
+    typedir = os.path.join(parentdir, 'mdev_supported_types', type_id)
+    os.makedirs(mdevdir)
+    _write(os.path.join(mdevdir, 'uevent'), 'MDEV_TYPE=%s\n' % type_id)
+    _write(os.path.join(mdevdir, 'remove'), '', WRITE_ONLY)
+    _link(os.path.join(mdevdir, 'mdev_type'), typedir)
+    _link(os.path.join(mdevdir, 'subsystem'),
+          os.path.join(root, 'bus/mdev'))
+    _link(os.path.join(typedir, 'devices', uuid), mdevdir)
+    os.makedirs(os.path.join(root, 'bus/mdev/devices'), exist_ok=True)
+    _link(os.path.join(root, 'bus/mdev/devices', uuid), mdevdir)
+    groupdir = _iommu_group_dir(root, iommu_group)
+    _link(os.path.join(mdevdir, 'iommu_group'), groupdir)
+    _link(os.path.join(groupdir, 'devices', uuid), mdevdir)
