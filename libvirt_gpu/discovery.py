@@ -25,13 +25,19 @@ def is_gpu_class(class_code):
     return bool(class_code) and class_code.lower().startswith(GPU_CLASS_PREFIX)
 
 
-def from_sysfs(sysfs):
-    """Discover GPUs by reading a sysfs tree (``Sysfs``)."""
+def from_sysfs(sysfs, share_type_text=True):
+    """Discover GPUs by reading a sysfs tree (``Sysfs``).
+
+    ``share_type_text``: read a type's name, description and device_api
+    once per driver and device model (see ``Sysfs.mdev_types``).
+    """
     mdevs = sysfs.mdevs_by_parent()
+    static_cache = {} if share_type_text else None
     gpus = []
     for address in sysfs.pci_addresses():
         if is_gpu_class(sysfs.pci_class(address)):
-            gpus.append(sysfs.read_gpu(address, mdevs_by_parent=mdevs))
+            gpus.append(sysfs.read_gpu(address, mdevs_by_parent=mdevs,
+                                       static_cache=static_cache))
     return objects.DiscoveryResult(source='sysfs', gpus=tuple(gpus))
 
 

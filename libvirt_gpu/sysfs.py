@@ -28,6 +28,28 @@ def _check_part(part):
     return part
 
 
+def _read_at(dir_fd, dir_path, name, optional=False):
+    """Read attribute ``name`` of the directory open as ``dir_fd``."""
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if optional:
+            return None
+        raise exception.SysfsReadError(path=os.path.join(dir_path, name),
+                                       reason='no such file')
+    except OSError as e:
+        raise exception.SysfsReadError(path=os.path.join(dir_path, name),
+                                       reason=e.strerror)
+    try:
+        data = os.read(fd, 65536)
+    except OSError as e:
+        raise exception.SysfsReadError(path=os.path.join(dir_path, name),
+                                       reason=e.strerror)
+    finally:
+        os.close(fd)
+    return data.decode('utf-8', 'replace').strip()
+
+
 class Sysfs(object):
     """Reads and writes a sysfs tree rooted at ``root``."""
 
@@ -156,7 +178,7 @@ class Sysfs(object):
         """``class`` of a device, e.g. ``0x030200``."""
         return self.read(os.path.join(self.pci_dir(address), 'class'))
 
-    def read_gpu(self, address, mdevs_by_parent=None):
+    def read_gpu(self, address, mdevs_by_parent=None, static_cache=None):
         """Build a Gpu from ``bus/pci/devices/<address>/``.
 
         Reads (all optional but vendor, device and class):
@@ -182,18 +204,23 @@ class Sysfs(object):
             if entry.startswith('virtfn') and entry[6:].isdigit():
                 virtfns.append((int(entry[6:]), objects.PciAddress.parse(
                     self.link_name(j(base, entry)))))
+        vendor_id = objects.normalize_hex_id(self.read(j(base, 'vendor')))
+        product_id = objects.normalize_hex_id(self.read(j(base, 'device')))
+        driver = (self.link_name(j(base, 'driver'))
+                  if 'driver' in entries else None)
         mdev_types = ()
         if TYPES_DIR in entries:
-            mdev_types = self.mdev_types(address)
+            mdev_types = self.mdev_types(
+                address, static_cache,
+                model=(driver, vendor_id, product_id, physfn is not None))
         if mdevs_by_parent is None:
             mdevs_by_parent = self.mdevs_by_parent()
         return objects.Gpu(
             address=address,
-            vendor_id=objects.normalize_hex_id(self.read(j(base, 'vendor'))),
-            product_id=objects.normalize_hex_id(self.read(j(base, 'device'))),
+            vendor_id=vendor_id,
+            product_id=product_id,
             class_code=self.read(j(base, 'class')),
-            driver=(self.link_name(j(base, 'driver'))
-                    if 'driver' in entries else None),
+            driver=driver,
             numa_node=None if numa is None or numa < 0 else numa,
             iommu_group=group,
             physfn=physfn,
@@ -211,21 +238,57 @@ class Sysfs(object):
         """Type ids the kernel lists for a parent (sorted)."""
         return sorted(self.listdir(self.types_dir(address), optional=True))
 
-    def mdev_types(self, address):
-        """Every ``mdev_supported_types/<type>`` of a parent as MdevType."""
+    def mdev_types(self, address, static_cache=None, model=None):
+        """Every ``mdev_supported_types/<type>`` of a parent as MdevType.
+
+        Files are read relative to the open types directory (``dir_fd``,
+        ``<type>/<attribute>``): the parent's path, which crosses the
+        ``bus/pci/devices`` link, is resolved once per parent instead of
+        once per file.
+
+        ``static_cache`` (a dict) with ``model`` (a hashable naming the
+        driver and device model) lets a discovery pass read a type's
+        ``name``, ``description`` and ``device_api`` once per model: the
+        vendor driver fills them from its table of types for that model,
+        so every parent of one model shows the same text.
+        ``available_instances`` is per parent and always read.
+        """
         base = self.types_dir(address)
+        try:
+            dfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return ()
+        except OSError as e:
+            raise exception.SysfsReadError(path=base, reason=e.strerror)
         result = []
-        for type_id in self.mdev_type_ids(address):
-            tdir = os.path.join(base, type_id)
-            result.append(objects.MdevType(
-                id=type_id,
-                name=self.read(os.path.join(tdir, 'name'), optional=True),
-                description=self.read(os.path.join(tdir, 'description'),
-                                      optional=True),
-                device_api=self.read(os.path.join(tdir, 'device_api')),
-                available_instances=self.read_int(
-                    os.path.join(tdir, 'available_instances')),
-            ))
+        try:
+            for type_id in sorted(os.listdir(dfd)):
+                _check_part(type_id)
+                available = _read_at(dfd, base,
+                                     type_id + '/available_instances')
+                try:
+                    available = int(available)
+                except ValueError:
+                    raise exception.SysfsReadError(
+                        path=os.path.join(base, type_id,
+                                          'available_instances'),
+                        reason='expected a number, read %r' % available[:40])
+                key = (model, type_id)
+                static = (static_cache.get(key)
+                          if static_cache is not None else None)
+                if static is None:
+                    static = (
+                        _read_at(dfd, base, type_id + '/name', optional=True),
+                        _read_at(dfd, base, type_id + '/description',
+                                 optional=True),
+                        _read_at(dfd, base, type_id + '/device_api'))
+                    if static_cache is not None and model is not None:
+                        static_cache[key] = static
+                result.append(objects.MdevType(
+                    id=type_id, name=static[0], description=static[1],
+                    device_api=static[2], available_instances=available))
+        finally:
+            os.close(dfd)
         return tuple(result)
 
     def mdevs_by_parent(self):

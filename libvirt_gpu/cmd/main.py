@@ -70,12 +70,11 @@ class Context(object):
 def cmd_list(ctx):
     enabled = ctx.enabled
     gpus = ctx.result.gpus
+    ctx.say_source()
     if ctx.args.json:
-        ctx.say_source()
         print(output.dumps([output.gpu_to_json(g, enabled.get(g.address))
                             for g in gpus]))
         return 0
-    ctx.say_source()
     rows = []
     for gpu in gpus:
         setting = enabled.get(gpu.address)
@@ -101,6 +100,7 @@ def cmd_types(ctx):
         gpus = [ctx.result.gpu(ctx.args.address)]
     else:
         gpus = [g for g in ctx.result.gpus if g.mdev_types]
+    ctx.say_source()
     if ctx.args.json:
         print(output.dumps({str(g.address): [output.type_to_json(t)
                                              for t in g.mdev_types]
@@ -127,6 +127,7 @@ def _tree(ctx):
 
 def cmd_placement_show(ctx):
     provider_tree = _tree(ctx)
+    ctx.say_source()
     if ctx.args.json:
         print(output.dumps(provider_tree.to_dict()))
     else:
@@ -139,6 +140,7 @@ def cmd_discover(ctx):
     devices = cyborg.driver_devices(ctx.hostname, gpus, enabled,
                                     ctx.conf.gpu.report_gpu_traits,
                                     ctx.conf.gpu.pgpu_vendor_ids)
+    ctx.say_source()
     document = {
         'agent_report': cyborg.agent_report(gpus, enabled),
         'driver_devices': [cyborg.to_dict(d) for d in devices],
@@ -180,6 +182,215 @@ def cmd_simulate(ctx):
         print('  sysfs:  libvirt-gpu --sysfs-root %s list' % ctx.args.dir)
         print('  libvirt: libvirt-gpu -c test://%s list' % node_xml)
     return 0
+
+
+# --- vGPU/pGPU lifecycle: attach, detach, domgpus, hook, reconcile -----------
+
+def _flags(args):
+    """virsh's --live/--config/--current -> (live, config)."""
+    if args.current and (args.live or args.config):
+        raise exception.InvalidInput(
+            reason='--current cannot be combined with --live or --config')
+    return args.live, args.config
+
+
+def _uri(ctx):
+    return ctx.args.connect or ctx.conf.libvirt.connection_uri
+
+
+def _attachment_json(done):
+    return {'domain_uuid': done.domain_uuid, 'domain': done.domain_name,
+            'kind': done.kind, 'live': done.live, 'config': done.config,
+            'uuid': done.uuid, 'type': done.type_id,
+            'parent': str(done.parent) if done.parent else None,
+            'address': str(done.address) if done.address else None,
+            'note': done.note}
+
+
+def _say_attachment(ctx, verb, done):
+    if ctx.args.json:
+        print(output.dumps(_attachment_json(done)))
+        return
+    where = ', '.join(w for w, on in (('live', done.live),
+                                      ('config', done.config)) if on)
+    if done.kind == 'vgpu':
+        gpu = (str(done.parent) if done.parent else
+               'GPU chosen at the next start')
+        what = 'vGPU %s (%s on %s)' % (done.uuid, done.type_id or '?', gpu)
+    else:
+        what = 'GPU %s' % done.address
+    print('%s %s %s %s (%s)' % (verb, what, 'to' if verb == 'attached'
+                                else 'from', done.domain_name, where))
+    if done.note:
+        print('note: %s' % done.note)
+
+
+def cmd_attach(ctx):
+    from libvirt_gpu import api
+    from libvirt_gpu import host as host_mod
+    live, config = _flags(ctx.args)
+    with host_mod.Host(_uri(ctx)) as host:
+        done = api.attach(host, ctx.args.domain,
+                          vgpu_type=ctx.args.vgpu_type,
+                          address=ctx.args.address, parent=ctx.args.parent,
+                          uuid=ctx.args.uuid, live=live, config=config,
+                          conf=ctx.conf)
+    _say_attachment(ctx, 'attached', done)
+    return 0
+
+
+def cmd_detach(ctx):
+    from libvirt_gpu import api
+    from libvirt_gpu import host as host_mod
+    live, config = _flags(ctx.args)
+    with host_mod.Host(_uri(ctx)) as host:
+        done = api.detach(host, ctx.args.domain, uuid=ctx.args.uuid,
+                          address=ctx.args.address,
+                          vgpu_type=ctx.args.vgpu_type, live=live,
+                          config=config, conf=ctx.conf)
+    _say_attachment(ctx, 'detached', done)
+    return 0
+
+
+def cmd_domgpus(ctx):
+    from libvirt_gpu import api
+    from libvirt_gpu import host as host_mod
+    with host_mod.Host(_uri(ctx)) as host:
+        got = api.list_devices(host, ctx.args.domain,
+                               inactive=ctx.args.inactive, conf=ctx.conf)
+    if ctx.args.json:
+        print(output.dumps({
+            'domain_uuid': got.domain_uuid, 'domain': got.domain_name,
+            'active': got.active, 'inactive_xml': got.inactive_xml,
+            'vgpus': [{'uuid': v.uuid, 'type': v.type_id,
+                       'parent': str(v.parent) if v.parent else None,
+                       'in_metadata': v.in_metadata,
+                       'in_devices': v.in_devices, 'exists': v.exists,
+                       'lease': v.leased} for v in got.vgpus],
+            'pgpus': [str(a) for a in got.pgpus]}))
+        return 0
+    print('domain %s (%s), %s; %s XML' % (
+        got.domain_name, got.domain_uuid,
+        'running' if got.active else 'shut off',
+        'persistent' if got.inactive_xml else 'live'))
+    rows = [['vgpu', v.uuid, v.type_id, v.parent,
+             'yes' if v.exists else 'no', v.leased,
+             'metadata' if v.in_metadata else 'hostdev only']
+            for v in got.vgpus]
+    rows += [['pgpu', None, None, a, None, None, None] for a in got.pgpus]
+    print(output.table(['KIND', 'UUID', 'TYPE', 'GPU', 'EXISTS', 'LEASE',
+                        'SOURCE'], rows))
+    return 0
+
+
+def cmd_hook_install(ctx):
+    from libvirt_gpu import hook
+    path, _ = conf_mod.config_path(ctx.args.config_file)
+    done = hook.install(ctx.args.dir, path, python=ctx.args.python)
+    if ctx.args.json:
+        print(output.dumps({'path': done.path, 'python': done.python,
+                            'config_file': done.config_file,
+                            'settings_file': done.settings_file,
+                            'restart_needed': done.restart_needed}))
+        return 0
+    print('installed %s (root-owned, mode 0755)' % done.path)
+    print('  python:   %s -IS' % done.python)
+    print('  config:   %s' % done.config_file)
+    print('  settings: %s (rebuilt when the config or the GPUs change)'
+          % done.settings_file)
+    if done.restart_needed:
+        print('libvirtd had no qemu hook when it started and only looks for '
+              'hooks then: restart libvirtd (or send it SIGHUP) before '
+              'starting guests with vGPUs')
+    else:
+        print('libvirtd already runs qemu hooks: nothing to restart')
+    return 0
+
+
+def cmd_reconcile(ctx):
+    from libvirt_gpu import host as host_mod
+    from libvirt_gpu import reconcile
+    from libvirt_gpu import state
+    from libvirt_gpu import sysfs as sysfs_mod
+    with host_mod.Host(_uri(ctx)) as host:
+        report = reconcile.reconcile(
+            host, sysfs_mod.Sysfs(ctx.args.sysfs_root or ctx.conf.sysfs_root),
+            state.LeaseStore(ctx.conf.state_dir), dry_run=ctx.args.dry_run)
+    if ctx.args.json:
+        print(output.dumps({'dry_run': report.dry_run, 'findings': [
+            {'action': f.action, 'what': f.what, 'uuid': f.uuid,
+             'parent': str(f.parent) if f.parent else None,
+             'type': f.type_id, 'domain_uuid': f.domain_uuid,
+             'reason': f.reason} for f in report.findings]}))
+    else:
+        print(output.table(['ACTION', 'WHAT', 'UUID', 'GPU', 'TYPE',
+                            'REASON'],
+                           [[f.action, f.what, f.uuid, f.parent, f.type_id,
+                             f.reason] for f in report.findings]))
+        if not report.findings:
+            print('nothing to do: every vGPU and lease is accounted for')
+    return 3 if report.stuck else 0
+
+
+def _add_lifecycle_commands(sub, add):
+    def flags(p):
+        p.add_argument('--live', action='store_true',
+                       help='affect the running domain')
+        p.add_argument('--config', action='store_true',
+                       help='affect the persistent configuration (next '
+                            'boot)')
+        p.add_argument('--current', action='store_true',
+                       help='affect the current state: live when running, '
+                            'config otherwise (the default)')
+
+    p = add('attach', cmd_attach, 'give a domain a vGPU (--vgpu-type) or a '
+            'whole GPU (--address), like virsh attach-device')
+    p.add_argument('domain', metavar='DOMAIN', help='domain name or UUID')
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument('--vgpu-type', metavar='TYPE',
+                      help='an enabled vGPU type, e.g. nvidia-223')
+    what.add_argument('--address', metavar='ADDRESS',
+                      help='PCI address of a whole GPU, e.g. 0000:3b:00.0')
+    p.add_argument('--parent', metavar='ADDRESS',
+                   help='the GPU to slice the vGPU from (default: the '
+                        'enabled GPU with the most room)')
+    p.add_argument('--uuid', metavar='UUID',
+                   help='UUID of the new vGPU (default: a random one)')
+    flags(p)
+    p = add('detach', cmd_detach, 'take a vGPU or a whole GPU from a domain')
+    p.add_argument('domain', metavar='DOMAIN', help='domain name or UUID')
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument('--uuid', metavar='UUID', help='the vGPU\'s UUID')
+    what.add_argument('--vgpu-type', metavar='TYPE',
+                      help='the domain\'s only vGPU of this type')
+    what.add_argument('--address', metavar='ADDRESS',
+                      help='PCI address of a whole GPU')
+    flags(p)
+    p = add('domgpus', cmd_domgpus, 'list the vGPUs and GPUs a domain holds')
+    p.add_argument('domain', metavar='DOMAIN', help='domain name or UUID')
+    p.add_argument('--inactive', action='store_true',
+                   help='read the persistent configuration')
+    hook_p = sub.add_parser('hook', help='the libvirt qemu hook',
+                            description='The libvirt qemu hook.')
+    hsub = hook_p.add_subparsers(dest='hook_command', metavar='SUBCOMMAND')
+    hsub.required = True
+    p = hsub.add_parser('install', help='install the hook into '
+                        'DIR/qemu.d/libvirt-gpu (root-owned, 0755)',
+                        description='Install the hook into '
+                        'DIR/qemu.d/libvirt-gpu with this Python and the '
+                        'configuration file baked in; say whether libvirtd '
+                        'must be restarted to find it.')
+    p.add_argument('--dir', default='/etc/libvirt/hooks',
+                   help='libvirt hooks directory (default: %(default)s)')
+    p.add_argument('--python', metavar='PATH',
+                   help='interpreter for the hook (default: this one)')
+    p.add_argument('--json', action='store_true', help='print JSON')
+    p.set_defaults(func=cmd_hook_install)
+    p = add('reconcile', cmd_reconcile, 'find and remove vGPUs and leases '
+            'that no domain uses after crashes; report stuck ones (exit '
+            'status 3)')
+    p.add_argument('--dry-run', action='store_true',
+                   help='only report what would be done')
 
 
 def build_parser():
@@ -238,6 +449,7 @@ def build_parser():
                    help='directory that stands in for /sys')
     p.add_argument('--list', dest='list_profiles', action='store_true',
                    help='list the bundled profiles')
+    _add_lifecycle_commands(sub, add)
     return parser
 
 
