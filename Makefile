@@ -14,6 +14,8 @@ STAMP_PIP := $(VENV)/.pip-stamp
 
 .PHONY: demo test unit functional lint genconfig bench clean deps
 
+include Makefile.placement
+
 deps: $(STAMP_PIP)
 
 $(STAMP_APT):
@@ -27,21 +29,21 @@ $(STAMP_APT):
 	@touch $@
 
 $(STAMP_PIP): $(STAMP_APT) requirements.txt test-requirements.txt setup.py
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -r requirements.txt -r test-requirements.txt
-	$(VPY) -m pip install -q --no-deps -e .
+	$(VPY) -m pip install -q --disable-pip-version-check --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)
+	$(VPY) -m pip install -q --disable-pip-version-check -r requirements.txt -r test-requirements.txt 2> >(grep -v "^WARNING: Location" >&2)
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps -e . 2> >(grep -v "^WARNING: Location" >&2)
 	@touch $@
 
 demo: deps
 	$(VPY) -m libvirt_gpu.cmd.demo
 
-test: deps
+test: deps placement-venv
 	$(VPY) -m pytest -q tests
 
 unit: deps
 	$(VPY) -m pytest -q tests/unit
 
-functional: deps
+functional: deps placement-venv
 	$(VPY) -m pytest -q tests/functional
 
 lint: deps
@@ -53,5 +55,5 @@ genconfig: deps
 bench: deps
 	$(VPY) bench/discovery.py
 
-clean:
+clean: placement-clean
 	rm -rf $(VENV) build *.egg-info
