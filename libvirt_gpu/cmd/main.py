@@ -42,6 +42,10 @@ class Context(object):
         self.conf = conf_mod.load(args.config_file)
         self._result = None
 
+    def reset(self):
+        """Forget the last discovery (the agent discovers every cycle)."""
+        self._result = None
+
     @property
     def result(self):
         if self._result is None:
@@ -133,6 +137,30 @@ def cmd_placement_show(ctx):
     else:
         print(output.provider_tree_text(provider_tree))
     return 0
+
+
+def cmd_placement_sync(ctx):
+    from libvirt_gpu import agent
+    report = agent.sync_once(ctx.conf, url=ctx.args.url,
+                             dry_run=ctx.args.dry_run, tree=_tree(ctx))
+    if ctx.args.json:
+        print(output.dumps(output.sync_report_to_json(report)))
+    else:
+        print(report.text())
+    return 1 if report.failed else 0
+
+
+def cmd_agent(ctx):
+    from libvirt_gpu import agent
+
+    def discover_tree():
+        ctx.reset()
+        return _tree(ctx)
+
+    client = agent.make_client(ctx.conf, url=ctx.args.url)
+    report = agent.run(ctx.conf, discover_tree, once=ctx.args.once,
+                       client=client)
+    return 1 if report is not None and report.failed else 0
 
 
 def cmd_discover(ctx):
@@ -441,6 +469,28 @@ def build_parser():
                            '(inventories and traits)')
     show.add_argument('--json', action='store_true', help='print JSON')
     show.set_defaults(func=cmd_placement_show)
+    sync = psub.add_parser(
+        'sync', help='make Placement match this host once',
+        description='Create or update this host\'s providers in Placement '
+        '(inventories, traits), remove those of GPUs that are gone (kept '
+        'with reserved = total while they have allocations). Auth comes '
+        'from [placement] (keystoneauth options); --url with no auth_type '
+        'talks to a noauth2 Placement.')
+    sync.add_argument('--url', help='Placement endpoint (overrides the '
+                      'catalog / [placement]/endpoint_override)')
+    sync.add_argument('--dry-run', action='store_true',
+                      help='read Placement, print the requests a sync would '
+                           'send, send no write')
+    sync.add_argument('--json', action='store_true', help='print JSON')
+    sync.set_defaults(func=cmd_placement_sync)
+    agent_help = ('discover and sync to Placement every '
+                  '[agent]/sync_interval seconds; survives Placement outages')
+    p = sub.add_parser('agent', help=agent_help, description=agent_help)
+    p.set_defaults(func=cmd_agent, json=False)
+    p.add_argument('--once', action='store_true',
+                   help='one cycle, then exit (non-zero on failure)')
+    p.add_argument('--url', help='Placement endpoint (overrides the '
+                   'catalog / [placement]/endpoint_override)')
     p = add('simulate', cmd_simulate, 'write a simulated host: a sysfs-shaped '
             'tree in DIR and the libvirt test-driver XML DIR/node.xml')
     p.add_argument('profile', nargs='?', metavar='PROFILE',

@@ -1,5 +1,6 @@
 """Presentation of records for the CLI: JSON documents and text tables."""
 
+import dataclasses
 import json
 
 
@@ -69,3 +70,19 @@ def provider_tree_text(provider_tree):
     if not children:
         lines.append('(no GPU providers)')
     return '\n'.join(lines)
+
+
+def sync_report_to_json(report):
+    """``libvirt-gpu placement sync --json``."""
+    return {
+        'host': report.host,
+        'dry_run': report.dry_run,
+        'changed': report.changed,
+        'nested': report.nested,
+        'root_uuid': report.root_uuid,
+        'results': [dataclasses.asdict(r) for r in report.results],
+        'requests': [dataclasses.asdict(r) for r in report.requests],
+        'requests_sent': report.stats.total,
+        'writes_sent': report.stats.writes,
+        'duration_s': round(report.duration_s, 3),
+    }

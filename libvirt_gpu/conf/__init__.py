@@ -11,15 +11,17 @@ import os
 from oslo_config import cfg
 
 from libvirt_gpu import exception
+from libvirt_gpu.conf import agent
 from libvirt_gpu.conf import default
 from libvirt_gpu.conf import gpu
 from libvirt_gpu.conf import libvirt
+from libvirt_gpu.conf import placement
 from libvirt_gpu.conf import vgpu
 
 DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
 CONFIG_ENV = 'LIBVIRT_GPU_CONFIG'
 
-MODULES = [default, libvirt, gpu, vgpu]
+MODULES = [default, libvirt, gpu, vgpu, placement, agent]
 
 
 def config_path(config_file=None, environ=None):

@@ -26,8 +26,10 @@ gpu_opts = [
 
 
 def register_opts(conf):
-    conf.register_group(gpu_group)
-    conf.register_opts(gpu_opts, group=gpu_group)
+    # A fresh OptGroup per ConfigOpts: register_group copies it shallowly.
+    conf.register_group(cfg.OptGroup(gpu_group.name, title=gpu_group.title,
+                                     help=gpu_group.help))
+    conf.register_opts(gpu_opts, group=gpu_group.name)
 
 
 def list_opts():

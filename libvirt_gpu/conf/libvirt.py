@@ -10,8 +10,11 @@ libvirt_opts = [
 
 
 def register_opts(conf):
-    conf.register_group(libvirt_group)
-    conf.register_opts(libvirt_opts, group=libvirt_group)
+    # A fresh OptGroup per ConfigOpts: register_group copies it shallowly.
+    conf.register_group(cfg.OptGroup(libvirt_group.name,
+                                     title=libvirt_group.title,
+                                     help=libvirt_group.help))
+    conf.register_opts(libvirt_opts, group=libvirt_group.name)
 
 
 def list_opts():

@@ -1,0 +1,97 @@
+"""`libvirt-gpu placement sync` and `agent --once` against a real Placement,
+on a simulated T4 host, through the CLI entry point."""
+
+import json
+import os
+
+import pytest
+
+from libvirt_gpu import simulator
+from libvirt_gpu.cmd import main as cli
+from tests.functional import placement_server
+
+GOLDEN_CONF = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                           'data', 'golden', 't4.conf')
+
+
+@pytest.fixture(scope='module')
+def server():
+    with placement_server.running() as srv:
+        yield srv
+
+
+@pytest.fixture(scope='module')
+def t4(tmp_path_factory):
+    root = tmp_path_factory.mktemp('t4')
+    simulator.write_host(simulator.load_profile('t4'), root)
+    return str(root)
+
+
+def cli_json(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip().startswith('{') else out), \
+        err
+
+
+def base(t4, host):
+    return ['--config-file', GOLDEN_CONF, '--hostname', host,
+            '--sysfs-root', t4]
+
+
+def test_sync_dry_run_then_sync_then_nothing(capsys, server, t4):
+    argv = base(t4, 'cli-host') + ['placement', 'sync', '--url', server.url]
+    code, plan, _ = cli_json(capsys, *argv, '--dry-run', '--json')
+    assert code == 0 and plan['dry_run'] and plan['changed']
+    assert plan['writes_sent'] == 0
+    assert any(r['method'] == 'POST' and r['url'] == '/resource_providers'
+               for r in plan['requests'])
+    # The dry run wrote nothing: the host is not in Placement.
+    resp = server.adapter().get('/resource_providers?name=cli-host')
+    assert resp.json()['resource_providers'] == []
+
+    code, first, _ = cli_json(capsys, *argv, '--json')
+    assert code == 0 and first['changed'] and first['writes_sent'] > 0
+    assert sorted(r['outcome'] for r in first['results']).count(
+        'created') == 3
+
+    code, second, _ = cli_json(capsys, *argv, '--json')
+    assert code == 0 and not second['changed']
+    assert second['writes_sent'] == 0
+
+    # What Placement holds equals `placement show`.
+    code, shown, _ = cli_json(capsys, *base(t4, 'cli-host'), 'placement',
+                              'show', '--json')
+    for provider in shown['resource_providers']:
+        inv = server.adapter().get('/resource_providers/%s/inventories'
+                                   % provider['uuid']).json()
+        assert {rc: {k: v for k, v in body.items()}
+                for rc, body in inv['inventories'].items()} == \
+            provider['inventories']
+        traits = server.adapter().get('/resource_providers/%s/traits'
+                                      % provider['uuid']).json()['traits']
+        assert sorted(traits) == provider['traits']
+
+
+def test_agent_once(capsys, server, t4):
+    code = cli.main(base(t4, 'agent-host') + ['agent', '--once', '--url',
+                                              server.url])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    got = server.adapter().get(
+        '/allocation_candidates?resources=VGPU:1'
+        '&required=CUSTOM_NVIDIA_1EB8_T4_2B').json()
+    names = set()
+    for uuid in got['provider_summaries']:
+        names.add(server.adapter().get('/resource_providers/%s' % uuid)
+                  .json()['name'])
+    assert 'agent-host_pci_0000_af_00_0' in names
+
+
+def test_sync_unreachable_placement_is_clear_error(capsys, t4):
+    code = cli.main(base(t4, 'h') + ['placement', 'sync', '--url',
+                                     'http://127.0.0.1:9/placement'])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err.startswith('libvirt-gpu: error:')
+    assert '127.0.0.1:9' in err
