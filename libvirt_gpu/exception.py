@@ -90,3 +90,76 @@ class LibvirtUnavailable(LibvirtError):
 
 class SimulatorError(LibvirtGpuError):
     msg_fmt = "Simulator: %(reason)s"
+
+
+# --- vGPU/pGPU lifecycle: backends, leases, attach/detach, hook ----------
+
+class NotSupported(LibvirtGpuError):
+    msg_fmt = "%(what)s is not supported here: %(reason)s"
+
+
+class MdevError(LibvirtGpuError):
+    msg_fmt = "vGPU %(uuid)s: %(reason)s"
+
+
+class NoCapacity(MdevError):
+    msg_fmt = ("No capacity left for vGPU type %(type_id)s on %(where)s: "
+               "%(reason)s")
+
+
+class ParentGone(MdevError):
+    msg_fmt = ("The GPU %(address)s is not an mdev parent (any more): "
+               "%(reason)s")
+
+
+class MdevConflict(MdevError):
+    msg_fmt = ("vGPU %(uuid)s already exists as type %(existing_type)s on "
+               "%(existing_parent)s, but type %(type_id)s on %(parent)s was "
+               "asked for; pick another UUID or remove the existing vGPU")
+
+
+class MdevCreateFailed(MdevError):
+    msg_fmt = ("Cannot create vGPU %(uuid)s (type %(type_id)s on "
+               "%(parent)s): %(reason)s")
+
+
+class MdevRemoveFailed(MdevError):
+    msg_fmt = "Cannot remove vGPU %(uuid)s: %(reason)s"
+
+
+class TypeNotEnabled(LibvirtGpuError):
+    msg_fmt = ("vGPU type %(type_id)s is not enabled on %(where)s "
+               "([gpu]/enabled_vgpu_types: %(enabled)s)")
+
+
+class GpuInUse(LibvirtGpuError):
+    msg_fmt = "The GPU %(address)s cannot be used: %(reason)s"
+
+
+class LeaseConflict(LibvirtGpuError):
+    msg_fmt = "vGPU %(uuid)s is held by %(holder)s"
+
+
+class StateError(LibvirtGpuError):
+    msg_fmt = "State file %(path)s: %(reason)s"
+
+
+class MetadataError(InvalidInput):
+    msg_fmt = ("Domain metadata <gpus xmlns='urn:libvirt-gpu:1'>: "
+               "%(reason)s")
+
+
+class DomainNotFound(LibvirtGpuError):
+    msg_fmt = "No domain %(domain)s (name or UUID) in %(uri)s"
+
+
+class DomainStateError(LibvirtGpuError):
+    msg_fmt = "Domain %(domain)s: %(reason)s"
+
+
+class DeviceNotAttached(LibvirtGpuError):
+    msg_fmt = "Domain %(domain)s holds no %(what)s"
+
+
+class LibvirtTimeout(LibvirtError):
+    msg_fmt = "libvirt: %(reason)s (timed out; worth retrying)"

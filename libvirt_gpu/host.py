@@ -9,6 +9,7 @@ import libvirt
 
 from libvirt_gpu import exception
 from libvirt_gpu import nodedev
+from libvirt_gpu import objects
 
 
 def _ignore_error(_ctx, _err):
@@ -38,7 +39,19 @@ class Host(object):
                     uri=self.uri, reason=e.get_error_message())
         return self._conn
 
+    @classmethod
+    def from_connection(cls, conn):
+        """Wrap a caller's open ``virConnect``; ``close()`` leaves it open
+        (its owner closes it)."""
+        host = cls(uri=None)
+        host._conn = conn
+        host._borrowed = True
+        return host
+
     def close(self):
+        if getattr(self, '_borrowed', False):
+            self._conn = None
+            return
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -72,6 +85,121 @@ class Host(object):
                 continue
             result.append(nodedev.parse_mdev(dev.XMLDesc(0)))
         return result
+
+    # -- mdev create / define / destroy (never from the qemu hook) ---------
+
+    def create_mdev(self, xml):
+        """``virNodeDeviceCreateXML`` of an mdev (``config_xml.mdev_nodedev``
+        input); returns the new device's name.  libvirt >= 6.5 with mdevctl;
+        it waits for the kernel's uevent."""
+        try:
+            return self.connect().nodeDeviceCreateXML(xml, 0).name()
+        except libvirt.libvirtError as e:
+            raise _typed(e, 'creating an mdev through libvirt')
+
+    def define_mdev(self, xml, autostart=False):
+        """``virNodeDeviceDefineXML`` (libvirt >= 7.3): a persistent mdev,
+        not started; ``autostart`` starts it at boot."""
+        try:
+            dev = self.connect().nodeDeviceDefineXML(xml, 0)
+            if autostart:
+                dev.setAutostart(1)
+            return dev.name()
+        except (libvirt.libvirtError, AttributeError) as e:
+            if isinstance(e, AttributeError):   # libvirt-python < 7.3
+                raise exception.NotSupported(
+                    what='defining an mdev through libvirt',
+                    reason='libvirt-python has no nodeDeviceDefineXML')
+            raise _typed(e, 'defining an mdev through libvirt')
+
+    def find_mdev(self, uuid, inactive=False):
+        """The ``virNodeDevice`` of mdev ``uuid`` (looked up by UUID, never
+        by a constructed name), or None."""
+        uuid = objects.validate_uuid(uuid)
+        flags = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
+        if inactive:
+            flags |= getattr(libvirt, 'VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE',
+                             0)
+        for dev in self._list(flags):
+            try:
+                found = nodedev.parse_mdev(dev.XMLDesc(0))
+            except libvirt.libvirtError as e:
+                if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                    continue        # gone while we listed
+                raise _typed(e, 'reading an mdev node device')
+            if found.mdev.uuid == uuid:
+                return dev
+        return None
+
+    def destroy_mdev(self, uuid):
+        """Stop mdev ``uuid`` through libvirt; False when libvirt does not
+        know it (the caller then uses sysfs)."""
+        dev = self.find_mdev(uuid)
+        if dev is None:
+            return False
+        try:
+            dev.destroy()
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                return False
+            raise _typed(e, 'removing an mdev through libvirt')
+        return True
+
+    def undefine_mdev(self, uuid):
+        """Drop libvirt's persistent definition of ``uuid``; False when
+        there is none."""
+        dev = self.find_mdev(uuid, inactive=True)
+        if dev is None:
+            return False
+        try:
+            dev.undefine(0)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                return False
+            raise _typed(e, 'undefining an mdev through libvirt')
+        except AttributeError:
+            raise exception.NotSupported(
+                what='undefining an mdev through libvirt',
+                reason='libvirt-python has no virNodeDevice.undefine')
+        return True
+
+    # -- domains --------------------------------------------------------
+
+    def lookup_domain(self, ident):
+        """A ``virDomain`` by UUID or name (a virDomain is returned as is).
+        """
+        if isinstance(ident, libvirt.virDomain):
+            return ident
+        conn = self.connect()
+        try:
+            try:
+                uuid = objects.validate_uuid(ident)
+            except exception.InvalidUuid:
+                return conn.lookupByName(ident)
+            return conn.lookupByUUIDString(uuid)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                raise exception.DomainNotFound(domain=ident,
+                                               uri=self.uri or conn.getURI())
+            raise _typed(e, 'looking up domain %s' % ident)
+
+    def list_domains(self):
+        """Every domain libvirt knows (running, or defined and stopped)."""
+        try:
+            return self.connect().listAllDomains(0)
+        except libvirt.libvirtError as e:
+            raise _typed(e, 'listing domains')
+
+
+def _typed(error, what):
+    """A libvirtError as our typed error, by code."""
+    code = error.get_error_code()
+    message = error.get_error_message() or str(error)
+    if code == libvirt.VIR_ERR_NO_SUPPORT:
+        return exception.NotSupported(what=what, reason=message)
+    if code == libvirt.VIR_ERR_OPERATION_TIMEOUT:
+        return exception.LibvirtTimeout(reason='%s: %s' % (what, message))
+    return exception.LibvirtError(reason='%s: %s' % (what, message))
 
 
 def _is_active(dev):

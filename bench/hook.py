@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""How much the qemu hook costs a guest start.
+
+1. Whole-process time of the installed hook for a guest without GPUs
+   (``prepare begin``, the operation that does the most), next to a bare
+   ``<interpreter> -I -c pass`` of the same interpreter, interleaved in the
+   same run; medians of ``--runs`` each.  Target: at most 1.5x.
+2. Whole-process time of ``prepare`` for a guest with 4 vGPUs on a
+   simulated T4 host (the kernel's create/remove emulated by an inotify
+   watcher in this process), each followed by an untimed ``release``.
+   Target: under 100 ms.  The first (cold) run, which rebuilds the hook's
+   settings snapshot through oslo.config, is reported apart.
+
+    .venv/bin/python bench/hook.py [--runs 200] [--prepare-runs 30]
+"""
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid as uuidlib
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
+
+from libvirt_gpu import config_xml  # noqa: E402
+from libvirt_gpu import hook  # noqa: E402
+from libvirt_gpu import metadata  # noqa: E402
+from tests.functional import fake_kernel  # noqa: E402
+
+CLEAN_ENV = {'LC_ALL': 'C', 'PATH': '/usr/sbin:/usr/bin:/sbin:/bin',
+             'HOME': '/root'}
+PLAIN_XML = b'''<domain type='kvm' id='7'>
+  <name>plain</name>
+  <uuid>9b2f7c1e-8a59-4f0e-b3c2-1d4e5f6a7b8c</uuid>
+  <memory unit='KiB'>65536</memory>
+  <currentMemory unit='KiB'>65536</currentMemory>
+  <vcpu placement='static'>1</vcpu>
+  <os><type arch='x86_64' machine='pc-i440fx-7.2'>hvm</type></os>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <controller type='usb' index='0' model='none'/>
+    <controller type='pci' index='0' model='pci-root'/>
+    <interface type='network'><mac address='52:54:00:12:34:56'/>
+      <source network='default'/><model type='virtio'/></interface>
+    <serial type='pty'><target port='0'/></serial>
+    <video><model type='none'/></video>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+'''
+
+
+CPU = []      # CPU seconds (user + system) of each timed child, in order
+
+
+def _children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv, data=b'', env=None):
+    """Wall seconds of one process; its CPU seconds go to CPU (a figure
+    that other work on a busy machine disturbs less than wall time)."""
+    cpu0 = _children_cpu()
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, input=data, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env)
+    elapsed = time.perf_counter() - t0
+    CPU.append(_children_cpu() - cpu0)
+    if r.returncode != 0:
+        raise SystemExit('%s failed (%d): %s' % (argv, r.returncode,
+                                                 r.stderr.decode()[-2000:]))
+    return elapsed
+
+
+def gpu_xml(n):
+    uuids = [str(uuidlib.uuid4()) for _ in range(n)]
+    meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
+        metadata.VgpuEntry(u, 'nvidia-223') for u in uuids)))
+    devices = ''.join(config_xml.mdev_hostdev(u) for u in uuids)
+    xml = PLAIN_XML.decode().replace(
+        '<memory ', '<metadata>%s</metadata>\n  <memory ' % meta, 1)
+    return xml.replace('</devices>', devices + '</devices>').encode()
+
+
+def ms(seconds):
+    return '%.1f ms' % (seconds * 1000)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--runs', type=int, default=200)
+    p.add_argument('--prepare-runs', type=int, default=30)
+    args = p.parse_args()
+
+    work = tempfile.mkdtemp(prefix='bench-hook-')
+    try:
+        with fake_kernel.simulated_tree('t4') as (root, profile):
+            config = os.path.join(work, 'libvirt-gpu.conf')
+            state_dir = os.path.join(work, 'state')
+            with open(config, 'w') as f:
+                f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                        '[gpu]\nenabled_vgpu_types = nvidia-223\n'
+                        % (root, state_dir))
+            installed = hook.install(os.path.join(work, 'hooks'), config)
+            python = installed.python
+            print('hook:        %s (interpreter %s -IS)'
+                  % (installed.path, python))
+            print('host:        simulated T4 (2 GPUs) at %s; state %s'
+                  % (root, state_dir))
+
+            print('load:        %s (1/5/15 min averages; %d CPUs)'
+                  % (' '.join('%.2f' % x for x in os.getloadavg()),
+                     os.cpu_count()))
+            bare, ours, system = [], [], []
+            bare_cpu, ours_cpu = [], []
+            have_system = os.path.exists('/usr/bin/python3')
+            argv = [installed.path, 'plain', 'prepare', 'begin', '-']
+            for _ in range(5):                          # warm the caches
+                timed(argv, PLAIN_XML, CLEAN_ENV)
+                timed([python, '-I', '-c', 'pass'])
+            for _ in range(args.runs):
+                bare.append(timed([python, '-I', '-c', 'pass']))
+                bare_cpu.append(CPU[-1])
+                ours.append(timed(argv, PLAIN_XML, CLEAN_ENV))
+                ours_cpu.append(CPU[-1])
+                if have_system:
+                    system.append(timed(['/usr/bin/python3', '-I', '-c',
+                                         'pass']))
+            m_bare, m_ours = statistics.median(bare), statistics.median(ours)
+            print('\n1. guest without GPUs, whole process, median of %d:'
+                  % args.runs)
+            print('   %-44s %s' % ('%s -I -c pass' % python, ms(m_bare)))
+            if system:
+                print('   %-44s %s' % ('/usr/bin/python3 -I -c pass',
+                                       ms(statistics.median(system))))
+            print('   %-44s %s' % ('hook prepare begin (no GPU)', ms(m_ours)))
+            print('   ratio hook / bare interpreter: %.2fx (target <= 1.5x)'
+                  % (m_ours / m_bare))
+            print('   CPU time, median: bare %s, hook %s'
+                  % (ms(statistics.median(bare_cpu)),
+                     ms(statistics.median(ours_cpu))))
+
+            runs, runs_cpu = [], []
+            cold = None
+            with fake_kernel.KernelWatcher(root, profile):
+                os.unlink(installed.settings_file)      # force a cold run
+                for i in range(args.prepare_runs + 1):
+                    xml = gpu_xml(4)
+                    elapsed = timed([installed.path, 'gpu', 'prepare',
+                                     'begin', '-'], xml, CLEAN_ENV)
+                    if i:
+                        runs_cpu.append(CPU[-1])
+                    timed([installed.path, 'gpu', 'release', 'end', '-'],
+                          xml, CLEAN_ENV)
+                    if i == 0:
+                        cold = elapsed
+                    else:
+                        runs.append(elapsed)
+            print('\n2. prepare of a guest with 4 vGPUs (created, then '
+                  'released untimed), whole process:')
+            print('   cold (settings snapshot rebuilt):  %s' % ms(cold))
+            print('   median of %d:                      %s (target < 100 '
+                  'ms)' % (len(runs), ms(statistics.median(runs))))
+            print('   min / max:                         %s / %s'
+                  % (ms(min(runs)), ms(max(runs))))
+            print('   CPU time of the hook, median:      %s'
+                  % ms(statistics.median(runs_cpu)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

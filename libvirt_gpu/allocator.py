@@ -1,0 +1,270 @@
+"""Choose a GPU for each vGPU and take its capacity, under the lease lock.
+
+``Allocator.reserve`` runs in one ``LeaseStore`` transaction (an exclusive
+flock, then SQLite ``BEGIN IMMEDIATE``), so racing processes queue and each
+sees the leases of the ones before it.  What a GPU can still give to type T:
+
+    total = available_instances(T) + existing mdevs of T on it
+            (capped by [vgpu_T]/max_instances, as placement.model does)
+    used  = | existing mdev UUIDs on it  U  leased UUIDs on it |
+    free  = total - used,   or 0 while the GPU holds (or has leased) any
+            vGPU of another type (NVIDIA's time-sliced vGPUs share one
+            type per GPU)
+
+The mdev list is read before ``available_instances``: an mdev created by
+another process in between then makes the count low, never high.  Reading
+and then creating is still a race with anyone outside our leases, so the
+kernel's answer to the create stays the final word (``backends.mdev``).
+
+A vGPU without a parent goes to the enabled GPU with the most free
+instances (lowest address on a tie).  Nothing here creates a device.
+"""
+
+import dataclasses
+import typing
+
+from libvirt_gpu.backends import base
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu import state
+
+
+@dataclasses.dataclass(frozen=True)
+class VgpuClaim:
+    """One vGPU a domain asks for.
+
+    ``managed``: the type must be enabled by configuration on the GPU
+    (False for an operator's own mdevctl definition, which names its GPU
+    and type itself).
+    """
+
+    uuid: str
+    type_id: str
+    parent: typing.Optional[objects.PciAddress] = None
+    managed: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """A claim with its GPU chosen.
+
+    ``existed``: the mdev was already there (nothing to create, nothing to
+    roll back).  ``lease`` is None for an mdev that exists without a lease of
+    ours (made by someone else): we use it but will never remove it.
+    """
+
+    device: base.VgpuDevice
+    existed: bool
+    lease: typing.Optional[state.Lease]
+
+
+class Allocator(object):
+    """:param backend: the ``MdevBackend`` of the host's sysfs.
+    :param store: the host's ``LeaseStore``.
+    :param enabled: ``{PciAddress: EnabledType}`` (``conf.vgpu.resolve``).
+    """
+
+    def __init__(self, backend, store, enabled):
+        self.backend = backend
+        self.store = store
+        self.enabled = dict(enabled)
+
+    def _enabled_types(self):
+        return ', '.join(sorted({e.type_id for e in self.enabled.values()})
+                         ) or 'none'
+
+    def free(self, txn, parent, type_id, mdevs_by_parent):
+        """Instances of ``type_id`` ``parent`` can still give (see module
+        doc); ``mdevs_by_parent`` must be read before this is called."""
+        parent = objects.PciAddress.parse(parent)
+        on_parent = mdevs_by_parent.get(parent, ())
+        available = self.backend.available(parent, type_id)
+        same = sum(1 for m in on_parent if m.type_id == type_id)
+        total = available + same
+        setting = self.enabled.get(parent)
+        if setting is not None and setting.max_instances is not None:
+            total = min(total, max(setting.max_instances, same))
+        leases = txn.for_parent(parent)
+        used = ({m.uuid for m in on_parent}
+                | {lease.mdev_uuid for lease in leases})
+        other_types = ({m.type_id for m in on_parent}
+                       | {lease.type_id for lease in leases}) - {type_id}
+        if other_types:
+            return 0
+        return max(0, total - len(used))
+
+    def capacity(self, type_id):
+        """``{PciAddress: free}`` of every GPU that has ``type_id``
+        enabled, read under the lock."""
+        with self.store.transaction() as txn:
+            mdevs = self.backend.sysfs.mdevs_by_parent()
+            return {address: self.free(txn, address, type_id, mdevs)
+                    for address, setting in sorted(self.enabled.items())
+                    if setting.type_id == type_id
+                    and self.backend.is_parent(address)}
+
+    # -- reserve --------------------------------------------------------
+
+    def reserve(self, domain_uuid, claims):
+        """Grant every claim or none (one transaction).  Raises the first
+        claim's error: NoCapacity, TypeNotEnabled, UnknownType, ParentGone,
+        MdevConflict, LeaseConflict."""
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        grants = []
+        with self.store.transaction() as txn:
+            mdevs = self.backend.sysfs.mdevs_by_parent()
+            for claim in claims:
+                try:
+                    grants.append(self._grant(txn, domain_uuid, claim,
+                                              mdevs))
+                except exception.NoCapacity as e:
+                    if not grants:
+                        raise
+                    same = sum(1 for c in claims
+                               if c.type_id == claim.type_id)
+                    raise exception.NoCapacity(
+                        uuid=claim.uuid, type_id=claim.type_id,
+                        where=e.kwargs['where'],
+                        reason='the domain asks for %d vGPUs of this type '
+                               'and %d of its vGPUs fit before this one; %s'
+                               % (same, len(grants), e.kwargs['reason']))
+        return grants
+
+    def _grant(self, txn, domain_uuid, claim, mdevs):
+        uuid = objects.validate_uuid(claim.uuid)
+        objects.validate_type_id(claim.type_id)
+        lease = txn.get(uuid)
+        if lease is not None:
+            return self._grant_leased(txn, domain_uuid, claim, lease)
+        existing = self.backend.lookup(uuid)
+        if existing is not None:
+            self._check_fits(claim, existing)
+            return Grant(device=existing, existed=True, lease=None)
+        parent = (self._check_parent(txn, claim, mdevs)
+                  if claim.parent is not None
+                  else self._choose_parent(txn, claim, mdevs))
+        device = base.VgpuDevice(uuid=uuid, parent=parent,
+                                 type_id=claim.type_id)
+        lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
+                        state.RESERVED)
+        return Grant(device=device, existed=False, lease=lease)
+
+    def _check_fits(self, claim, existing):
+        if existing.type_id != claim.type_id or (
+                claim.parent is not None and existing.parent != claim.parent):
+            raise exception.MdevConflict(
+                uuid=existing.uuid, existing_type=existing.type_id,
+                existing_parent=existing.parent, type_id=claim.type_id,
+                parent=claim.parent or 'any GPU')
+
+    def _grant_leased(self, txn, domain_uuid, claim, lease):
+        """A lease exists for the claim's UUID: ours to take over only if it
+        is this domain's (or a dead reconcile's) and nobody works on it."""
+        mine = lease.domain_uuid == domain_uuid
+        orphaned = lease.domain_uuid is None and lease.state == state.REMOVING
+        if lease.holder_alive() and lease.pid != txn.pid:
+            raise exception.LeaseConflict(
+                uuid=lease.mdev_uuid,
+                holder='process %d (%s for domain %s), still running'
+                % (lease.pid, lease.state, lease.domain_uuid or '-'))
+        if not (mine or orphaned):
+            raise exception.LeaseConflict(
+                uuid=lease.mdev_uuid, holder='domain %s' % lease.domain_uuid)
+        existing = self.backend.lookup(lease.mdev_uuid)
+        if existing is not None:
+            self._check_fits(claim, existing)
+            lease = txn.update(lease.mdev_uuid, domain_uuid=domain_uuid,
+                               parent=existing.parent, state=state.CREATED)
+            return Grant(device=existing, existed=True, lease=lease)
+        self._check_fits(claim, base.VgpuDevice(
+            uuid=lease.mdev_uuid, parent=lease.parent, type_id=lease.type_id))
+        # The lease already counts against its GPU: no new capacity needed.
+        self.backend.check_type(lease.parent, lease.type_id)
+        lease = txn.update(lease.mdev_uuid, domain_uuid=domain_uuid,
+                           state=state.RESERVED)
+        return Grant(device=base.VgpuDevice(uuid=lease.mdev_uuid,
+                                            parent=lease.parent,
+                                            type_id=lease.type_id),
+                     existed=False, lease=lease)
+
+    def _check_parent(self, txn, claim, mdevs):
+        parent = objects.PciAddress.parse(claim.parent)
+        self.backend.check_type(parent, claim.type_id)
+        if claim.managed:
+            setting = self.enabled.get(parent)
+            if setting is None or setting.type_id != claim.type_id:
+                raise exception.TypeNotEnabled(
+                    type_id=claim.type_id, where='the GPU %s' % parent,
+                    enabled=(setting.type_id if setting is not None
+                             else 'none on that GPU'))
+        if self.free(txn, parent, claim.type_id, mdevs) < 1:
+            raise exception.NoCapacity(
+                uuid=claim.uuid, type_id=claim.type_id,
+                where='the GPU %s' % parent,
+                reason='its vGPUs and leases take every instance')
+        return parent
+
+    def _choose_parent(self, txn, claim, mdevs):
+        candidates = sorted(a for a, s in self.enabled.items()
+                            if s.type_id == claim.type_id)
+        if not candidates:
+            raise exception.TypeNotEnabled(
+                type_id=claim.type_id, where='this host',
+                enabled=self._enabled_types())
+        best = None
+        looked = []
+        for address in candidates:
+            if not self.backend.is_parent(address):
+                looked.append('%s (gone)' % address)
+                continue
+            if claim.type_id not in self.backend.sysfs.mdev_type_ids(
+                    address):
+                looked.append('%s (type not offered)' % address)
+                continue
+            free = self.free(txn, address, claim.type_id, mdevs)
+            looked.append('%s (%d free)' % (address, free))
+            if free > 0 and (best is None or free > best[0]):
+                best = (free, address)
+        if best is None:
+            raise exception.NoCapacity(
+                uuid=claim.uuid, type_id=claim.type_id,
+                where='any GPU of this host',
+                reason='looked at %s' % ', '.join(looked))
+        return best[1]
+
+    # -- after the devices were made ------------------------------------
+
+    def mark_created(self, uuids):
+        """``reserved`` -> ``created`` for leases this process holds."""
+        with self.store.transaction() as txn:
+            for uuid in uuids:
+                txn.update(uuid, state=state.CREATED)
+
+    def forget(self, uuids):
+        """Drop leases (the devices are gone or were never made)."""
+        with self.store.transaction() as txn:
+            for uuid in uuids:
+                txn.delete(uuid)
+
+    def begin_release(self, domain_uuid, uuids=None):
+        """Mark a domain's leases ``removing`` (held by this process) and
+        return them; ``uuids`` limits them to those vGPUs."""
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        wanted = (None if uuids is None
+                  else {objects.validate_uuid(u) for u in uuids})
+        taken = []
+        with self.store.transaction() as txn:
+            for lease in txn.for_domain(domain_uuid):
+                if wanted is not None and lease.mdev_uuid not in wanted:
+                    continue
+                if lease.holder_alive() and lease.pid != txn.pid \
+                        and lease.state != state.CREATED:
+                    # Another process is creating it right now (a start
+                    # racing a stop cannot happen in libvirt; be safe).
+                    raise exception.LeaseConflict(
+                        uuid=lease.mdev_uuid,
+                        holder='process %d (%s), still running'
+                        % (lease.pid, lease.state))
+                taken.append(txn.update(lease.mdev_uuid,
+                                        state=state.REMOVING))
+        return taken

@@ -1,0 +1,107 @@
+"""One libvirt domain: its XML, its host devices, our metadata in it.
+
+Like nova's ``guest.Guest``: a thin wrapper over ``virDomain`` that turns
+libvirt errors into typed ones by error code and makes no decisions.  The
+``live``/``config`` flags map to ``VIR_DOMAIN_AFFECT_LIVE``/``_CONFIG``.
+"""
+
+import libvirt
+
+from libvirt_gpu import config_xml
+from libvirt_gpu import exception
+from libvirt_gpu import metadata
+from libvirt_gpu import xmlutil
+
+
+def _flags(live, config):
+    flags = 0
+    if live:
+        flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+    if config:
+        flags |= libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    return flags
+
+
+class Guest(object):
+
+    def __init__(self, domain):
+        self._domain = domain
+
+    def _typed(self, error, what):
+        code = error.get_error_code()
+        message = error.get_error_message() or str(error)
+        label = '%s (%s)' % (self.name, self.uuid)
+        if code == libvirt.VIR_ERR_NO_DOMAIN:
+            return exception.DomainNotFound(domain=label, uri='libvirt')
+        if code == libvirt.VIR_ERR_OPERATION_INVALID:
+            return exception.DomainStateError(domain=label, reason=message)
+        if code == libvirt.VIR_ERR_DEVICE_MISSING:
+            return exception.DeviceNotAttached(domain=label, what=message)
+        if code == libvirt.VIR_ERR_OPERATION_TIMEOUT:
+            return exception.LibvirtTimeout(reason='%s of %s: %s'
+                                            % (what, label, message))
+        return exception.LibvirtError(reason='%s of %s: %s'
+                                      % (what, label, message))
+
+    @property
+    def uuid(self):
+        return self._domain.UUIDString()
+
+    @property
+    def name(self):
+        return self._domain.name()
+
+    def is_active(self):
+        try:
+            return bool(self._domain.isActive())
+        except libvirt.libvirtError as e:
+            raise self._typed(e, 'state')
+
+    def is_persistent(self):
+        try:
+            return bool(self._domain.isPersistent())
+        except libvirt.libvirtError as e:
+            raise self._typed(e, 'state')
+
+    def xml(self, inactive=False):
+        """The domain XML (persistent config when ``inactive``), parsed."""
+        try:
+            text = self._domain.XMLDesc(
+                libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0)
+        except libvirt.libvirtError as e:
+            raise self._typed(e, 'reading the XML')
+        return xmlutil.parse(text, 'domain XML')
+
+    def devices(self, inactive=False):
+        """``config_xml.DomainDevices`` and ``metadata.GpuMetadata``."""
+        root = self.xml(inactive)
+        return config_xml.read_domain(root), metadata.parse(root)
+
+    def attach_device(self, xml, live=False, config=False):
+        """``virDomainAttachDeviceFlags`` of one device element."""
+        try:
+            self._domain.attachDeviceFlags(xml, _flags(live, config))
+        except libvirt.libvirtError as e:
+            raise self._typed(e, 'attaching a device')
+
+    def detach_device(self, xml, live=False, config=False):
+        """``virDomainDetachDeviceFlags``; a live detach may finish after
+        this returns (the guest acknowledges the unplug)."""
+        try:
+            self._domain.detachDeviceFlags(xml, _flags(live, config))
+        except libvirt.libvirtError as e:
+            raise self._typed(e, 'detaching a device')
+
+    def set_gpu_metadata(self, meta, live=False, config=False):
+        """Replace our ``<gpu:gpus>`` element (drop it when ``meta`` is
+        empty)::
+
+            <metadata><gpu:gpus xmlns:gpu="urn:libvirt-gpu:1">...</gpu:gpus>
+        """
+        try:
+            self._domain.setMetadata(
+                libvirt.VIR_DOMAIN_METADATA_ELEMENT,
+                None if meta.empty else metadata.render(meta),
+                metadata.PREFIX, metadata.NAMESPACE, _flags(live, config))
+        except libvirt.libvirtError as e:
+            raise self._typed(e, 'writing the metadata')

@@ -1,0 +1,276 @@
+"""Find and repair what crashes and reboots leave behind.
+
+An mdev or lease is an orphan when no running domain uses it and no live
+process is working on it:
+
+* a lease whose holder process died (a crash in attach or in the hook's
+  prepare, a release that could not remove its vGPU) and whose vGPU no
+  running domain uses: the vGPU is removed if it exists, then the lease;
+* an mdev with no lease that no domain (running, or defined and stopped)
+  references and that mdevctl does not define: removed;
+* a lease whose vGPU a running domain uses but that was left ``reserved``:
+  marked ``created``.
+
+Reported, not touched: a lease whose holder is still running after
+``stuck_after`` seconds, a removal that does not finish (a process may hold
+the device), a running domain that uses a vGPU that does not exist, a vGPU
+used by two running domains or leased to another domain than the one using
+it, and a domain whose XML cannot be read (then no unleased mdev is
+removed: we could not prove nobody references it).
+
+Ordering, so that reconcile never races a guest start: mdevs are listed,
+then domains (libvirt is never called under the lease lock: a starting
+guest's hook may be waiting for that lock while libvirt waits for the
+hook), then under the lock every lease still untouched since that moment
+is judged and the ones to remove are claimed (``removing``, held by this
+process; an unleased orphan gets such a lease too, so no prepare can adopt
+it meanwhile).  Removal happens outside the lock; the leases of what was
+removed are dropped at the end.
+"""
+
+import dataclasses
+import os
+import threading
+import time
+import typing
+
+from libvirt_gpu.backends import mdev as mdev_backend
+from libvirt_gpu import config_xml
+from libvirt_gpu import exception
+from libvirt_gpu import metadata
+from libvirt_gpu import objects
+from libvirt_gpu import state
+from libvirt_gpu import xmlutil
+
+REMOVED = 'removed'
+WOULD_REMOVE = 'would remove'
+REPAIRED = 'repaired'
+WOULD_REPAIR = 'would repair'
+KEPT = 'kept'
+STUCK = 'stuck'
+CONFLICT = 'conflict'
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    action: str          # one of the constants above
+    what: str            # 'mdev', 'lease', 'mdev+lease', 'domain'
+    uuid: str
+    reason: str
+    parent: typing.Optional[objects.PciAddress] = None
+    type_id: typing.Optional[str] = None
+    domain_uuid: typing.Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    dry_run: bool
+    findings: typing.Tuple[Finding, ...]
+
+    def of(self, *actions):
+        return [f for f in self.findings if f.action in actions]
+
+    @property
+    def stuck(self):
+        return self.of(STUCK, CONFLICT)
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainRefs:
+    """Which mdev UUIDs the domains reference (hostdevs and metadata)."""
+
+    running: typing.Dict[str, typing.FrozenSet[str]]   # uuid -> domains
+    defined: typing.Dict[str, typing.FrozenSet[str]]   # uuid -> domains
+    unreadable: typing.Tuple[Finding, ...]
+
+
+def _uuids_of(xml_text):
+    root = xmlutil.parse(xml_text, 'domain XML')
+    devices = config_xml.read_domain(root)
+    meta = metadata.parse(root)
+    return devices.uuid, (set(devices.mdev_uuids)
+                          | {v.uuid for v in meta.vgpus})
+
+
+def domain_refs(host):
+    """Read every domain's live and persistent XML through libvirt."""
+    import libvirt
+    running, defined, bad = {}, {}, []
+    for dom in host.list_domains():
+        try:
+            dom_uuid = dom.UUIDString()
+            active = dom.isActive()
+            xmls = []
+            if active:
+                xmls.append((running, dom.XMLDesc(0)))
+            if dom.isPersistent():
+                xmls.append((defined, dom.XMLDesc(
+                    libvirt.VIR_DOMAIN_XML_INACTIVE)))
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                continue          # undefined while we listed
+            raise exception.LibvirtError(reason=e.get_error_message())
+        for target, text in xmls:
+            try:
+                _, uuids = _uuids_of(text)
+            except exception.InvalidInput as e:
+                bad.append(Finding(CONFLICT, 'domain', dom_uuid,
+                                   'its XML cannot be read: %s' % e,
+                                   domain_uuid=dom_uuid))
+                continue
+            for uuid in uuids:
+                target.setdefault(uuid, set()).add(dom_uuid)
+    freeze = (lambda d: {k: frozenset(v) for k, v in d.items()})
+    return DomainRefs(running=freeze(running), defined=freeze(defined),
+                      unreadable=tuple(bad))
+
+
+def _all_mdevs(sysfs):
+    """``{uuid: (parent, type_id)}`` of every mdev now."""
+    return {m.uuid: (parent, m.type_id)
+            for parent, mdevs in sysfs.mdevs_by_parent().items()
+            for m in mdevs}
+
+
+def _remove_with_timeout(backend, uuid, timeout):
+    """Remove in a thread: a remove the kernel blocks (a process holds the
+    device) must not hang reconcile.  Returns None or the reason."""
+    outcome = {}
+
+    def work():
+        try:
+            backend.remove(uuid)
+            outcome['ok'] = True
+        except exception.LibvirtGpuError as e:
+            outcome['error'] = str(e)
+    thread = threading.Thread(target=work, daemon=True,
+                              name='remove-%s' % uuid)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return ('its removal did not finish within %.0f s; a process may '
+                'still hold the device' % timeout)
+    return outcome.get('error')
+
+
+def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
+              remove_timeout=15.0, mdevctl_dir=mdev_backend.MDEVCTL_DIR,
+              use_libvirt=True):
+    """Repair what can be repaired (nothing when ``dry_run``); a Report of
+    every finding."""
+    backend = mdev_backend.MdevBackend(
+        sysfs, host=host if use_libvirt else None, mdevctl_dir=mdevctl_dir,
+        remove_timeout=remove_timeout)
+    started = time.time()
+    mdevs_before = _all_mdevs(sysfs)
+    refs = domain_refs(host)
+    findings = list(refs.unreadable)
+    planned = []              # (uuid, parent, type_id, domain, reason)
+    me = os.getpid()
+    with store.transaction() as txn:
+        mdevs = _all_mdevs(sysfs)
+        leased = set()
+        for lease in txn.all():
+            leased.add(lease.mdev_uuid)
+            where = dict(parent=lease.parent, type_id=lease.type_id,
+                         domain_uuid=lease.domain_uuid)
+            if lease.holder_alive() and lease.pid != me:
+                if started - lease.updated_at > stuck_after:
+                    findings.append(Finding(
+                        STUCK, 'lease', lease.mdev_uuid,
+                        'process %d has held it (%s) for %.0f s'
+                        % (lease.pid, lease.state,
+                           started - lease.updated_at), **where))
+                continue
+            if lease.updated_at >= started:
+                continue          # changed after the domains were read
+            users = refs.running.get(lease.mdev_uuid, frozenset())
+            if users:
+                findings.extend(_judge_used(txn, lease, users, mdevs,
+                                            dry_run, where))
+                continue
+            exists = lease.mdev_uuid in mdevs
+            reason = ('no running domain uses it (lease %s for domain %s, '
+                      'its process gone)' % (lease.state,
+                                             lease.domain_uuid or '-'))
+            planned.append((lease.mdev_uuid, lease.parent, lease.type_id,
+                            lease.domain_uuid, reason,
+                            'mdev+lease' if exists else 'lease'))
+            if not dry_run:
+                txn.update(lease.mdev_uuid, state=state.REMOVING)
+        for uuid, (parent, type_id) in sorted(mdevs_before.items()):
+            if uuid in leased or uuid not in mdevs:
+                continue
+            users = refs.running.get(uuid, frozenset()) | refs.defined.get(
+                uuid, frozenset())
+            if len(refs.running.get(uuid, ())) > 1:
+                findings.append(Finding(
+                    CONFLICT, 'mdev', uuid, 'used by %d running domains: %s'
+                    % (len(refs.running[uuid]),
+                       ', '.join(sorted(refs.running[uuid]))),
+                    parent=parent, type_id=type_id))
+            if users:
+                continue          # someone's: not ours to judge
+            if refs.unreadable:
+                findings.append(Finding(
+                    KEPT, 'mdev', uuid, 'no readable domain references it, '
+                    'but some domain XML could not be read', parent=parent,
+                    type_id=type_id))
+                continue
+            if backend.definition(uuid) is not None:
+                findings.append(Finding(
+                    KEPT, 'mdev', uuid, 'unreferenced, but defined by '
+                    'mdevctl (%s)' % mdevctl_dir, parent=parent,
+                    type_id=type_id))
+                continue
+            planned.append((uuid, parent, type_id, None,
+                            'no domain references it and it has no lease',
+                            'mdev'))
+            if not dry_run:
+                txn.add(uuid, None, parent, type_id, state.REMOVING)
+    removed = []
+    for uuid, parent, type_id, domain, reason, what in planned:
+        where = dict(parent=parent, type_id=type_id, domain_uuid=domain)
+        if dry_run:
+            findings.append(Finding(WOULD_REMOVE, what, uuid, reason,
+                                    **where))
+            continue
+        problem = _remove_with_timeout(backend, uuid, remove_timeout)
+        if problem:
+            findings.append(Finding(STUCK, what, uuid, problem, **where))
+            continue
+        removed.append(uuid)
+        findings.append(Finding(REMOVED, what, uuid, reason, **where))
+    if removed:
+        with store.transaction() as txn:
+            for uuid in removed:
+                lease = txn.get(uuid)
+                if lease is not None and lease.pid == me:
+                    txn.delete(uuid)
+    return Report(dry_run=dry_run, findings=tuple(findings))
+
+
+def _judge_used(txn, lease, users, mdevs, dry_run, where):
+    """A lease whose vGPU a running domain uses."""
+    found = []
+    if lease.domain_uuid not in users:
+        found.append(Finding(
+            CONFLICT, 'lease', lease.mdev_uuid,
+            'leased to domain %s but used by running domain(s) %s'
+            % (lease.domain_uuid, ', '.join(sorted(users))), **where))
+    if len(users) > 1:
+        found.append(Finding(CONFLICT, 'mdev', lease.mdev_uuid,
+                             'used by %d running domains' % len(users),
+                             **where))
+    if lease.mdev_uuid not in mdevs:
+        found.append(Finding(STUCK, 'mdev', lease.mdev_uuid,
+                             'a running domain uses it but it does not '
+                             'exist', **where))
+    elif lease.state != state.CREATED:
+        if not dry_run:
+            txn.update(lease.mdev_uuid, state=state.CREATED)
+        found.append(Finding(REPAIRED if not dry_run else WOULD_REPAIR,
+                             'lease', lease.mdev_uuid,
+                             'in use by its running domain: %s -> created'
+                             % lease.state, **where))
+    return found

@@ -1,0 +1,417 @@
+"""Leases: which vGPU (mdev UUID) is held for which domain, and by whom.
+
+One SQLite file per host, ``<state_dir>/leases.sqlite3``, next to a lock
+file ``<state_dir>/leases.lock`` and ``<state_dir>/boot_id`` (leases are
+only meaningful within one boot: mdevs do not survive a reboot).  Every
+change happens inside ``LeaseStore.transaction()``: an exclusive ``flock``
+on the lock file (so processes queue in the kernel, and a process killed
+while holding it lets go at once), then ``BEGIN IMMEDIATE`` ... ``COMMIT``
+(so a process killed in the middle leaves the file as it was before the
+transaction).
+
+A lease row::
+
+    mdev_uuid   4b20d080-1b54-4048-85b3-a6a62d165c01   (primary key)
+    domain_uuid c7a5fdbd-cdaf-9455-926a-d65c16db1809   (NULL: reconcile's)
+    parent      0000:af:00.0
+    type_id     nvidia-223
+    state       reserved | created | removing
+    pid, pid_start   the process working on it (start time guards against
+                     PID reuse); once it has exited the lease is settled
+    created_at, updated_at   seconds since the epoch
+
+``reserved``: capacity taken, the mdev may not exist yet.  ``created``: the
+mdev exists for the domain.  ``removing``: reconcile is removing it.  A
+process killed mid-way leaves its lease behind with a dead holder; the
+allocator still counts it (never over-commit) and ``reconcile`` resolves it.
+
+Test-only crash points: ``crash_point('attach:created')`` kills the process
+with SIGKILL when the environment variable ``LIBVIRT_GPU_TEST_CRASH_AT``
+names that step (``attach:created``, or ``attach:created@2`` for its second
+occurrence).  Unset, it costs one dictionary lookup.
+"""
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import os
+import sqlite3
+import time
+import typing
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+DB_NAME = 'leases.sqlite3'
+LOCK_NAME = 'leases.lock'
+BOOT_ID_NAME = 'boot_id'
+BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
+SCHEMA_VERSION = 1
+
+RESERVED = 'reserved'
+CREATED = 'created'
+REMOVING = 'removing'
+STATES = (RESERVED, CREATED, REMOVING)
+
+CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
+_crash_counts = {}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    mdev_uuid   TEXT PRIMARY KEY NOT NULL,
+    domain_uuid TEXT,
+    parent      TEXT NOT NULL,
+    type_id     TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('reserved', 'created',
+                                               'removing')),
+    pid         INTEGER NOT NULL,
+    pid_start   INTEGER,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_domain ON leases (domain_uuid);
+CREATE INDEX IF NOT EXISTS leases_parent ON leases (parent);
+"""
+_COLUMNS = ('mdev_uuid', 'domain_uuid', 'parent', 'type_id', 'state', 'pid',
+            'pid_start', 'created_at', 'updated_at')
+
+
+def crash_point(step):
+    """Test-only: SIGKILL this process at ``step`` (see module doc)."""
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition('@')
+    if name != step:
+        return
+    _crash_counts[step] = _crash_counts.get(step, 0) + 1
+    if _crash_counts[step] == (int(nth) if nth.isdigit() else 1):
+        import signal     # only here: the hook does not pay for it
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def process_start(pid):
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat``
+    field 22), or None when there is no such process."""
+    try:
+        with open('/proc/%d/stat' % pid, 'rb') as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    # "pid (comm) state ppid ..." - comm may hold spaces and parentheses.
+    fields = stat.rsplit(b')', 1)[-1].split()
+    try:
+        if fields[0] == b'Z':
+            return None      # a zombie holds nothing any more
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+_my_start_cache = {}
+
+
+def _my_start():
+    pid = os.getpid()
+    if pid not in _my_start_cache:
+        _my_start_cache[pid] = process_start(pid)
+    return _my_start_cache[pid]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    mdev_uuid: str
+    domain_uuid: typing.Optional[str]
+    parent: objects.PciAddress
+    type_id: str
+    state: str
+    pid: int
+    pid_start: typing.Optional[int]
+    created_at: float
+    updated_at: float
+
+    def holder_alive(self):
+        """Whether the process that last worked on this lease still runs."""
+        start = process_start(self.pid)
+        return start is not None and (self.pid_start is None
+                                      or start == self.pid_start)
+
+    def held_by_me(self):
+        return self.pid == os.getpid() and self.holder_alive()
+
+
+def _row_to_lease(row):
+    values = dict(zip(_COLUMNS, row))
+    values['parent'] = objects.PciAddress.parse(values['parent'])
+    return Lease(**values)
+
+
+class Transaction(object):
+    """Reads and writes of one locked transaction (``LeaseStore``)."""
+
+    def __init__(self, db):
+        self._db = db
+        self.now = time.time()
+        self.pid = os.getpid()
+        self.pid_start = _my_start()
+
+    def _select(self, where='', args=()):
+        rows = self._db.execute(
+            'SELECT %s FROM leases %s ORDER BY created_at, mdev_uuid'
+            % (', '.join(_COLUMNS), where), args).fetchall()
+        return [_row_to_lease(r) for r in rows]
+
+    def all(self):
+        return self._select()
+
+    def get(self, mdev_uuid):
+        found = self._select('WHERE mdev_uuid = ?',
+                             (objects.validate_uuid(mdev_uuid),))
+        return found[0] if found else None
+
+    def for_domain(self, domain_uuid):
+        return self._select('WHERE domain_uuid = ?',
+                            (objects.validate_uuid(domain_uuid),))
+
+    def for_parent(self, parent):
+        return self._select('WHERE parent = ?',
+                            (str(objects.PciAddress.parse(parent)),))
+
+    def add(self, mdev_uuid, domain_uuid, parent, type_id, state=RESERVED):
+        """Insert a lease held by this process; a UUID already leased is a
+        LeaseConflict."""
+        if state not in STATES:
+            raise ValueError(state)
+        lease = Lease(
+            mdev_uuid=objects.validate_uuid(mdev_uuid),
+            domain_uuid=(objects.validate_uuid(domain_uuid)
+                         if domain_uuid is not None else None),
+            parent=objects.PciAddress.parse(parent),
+            type_id=objects.validate_type_id(type_id), state=state,
+            pid=self.pid, pid_start=self.pid_start, created_at=self.now,
+            updated_at=self.now)
+        try:
+            self._db.execute(
+                'INSERT INTO leases (%s) VALUES (%s)'
+                % (', '.join(_COLUMNS), ', '.join('?' * len(_COLUMNS))),
+                (lease.mdev_uuid, lease.domain_uuid, str(lease.parent),
+                 lease.type_id, lease.state, lease.pid, lease.pid_start,
+                 lease.created_at, lease.updated_at))
+        except sqlite3.IntegrityError:
+            other = self.get(lease.mdev_uuid)
+            raise exception.LeaseConflict(
+                uuid=lease.mdev_uuid,
+                holder='domain %s' % (other.domain_uuid if other else '?'))
+        return lease
+
+    def update(self, mdev_uuid, **changes):
+        """Change fields of a lease and take it over (pid = this process).
+        Returns the new lease; a missing lease is a StateError."""
+        allowed = {'domain_uuid', 'parent', 'type_id', 'state'}
+        if set(changes) - allowed:
+            raise ValueError(sorted(set(changes) - allowed))
+        if changes.get('state', RESERVED) not in STATES:
+            raise ValueError(changes['state'])
+        if 'parent' in changes:
+            changes['parent'] = str(objects.PciAddress.parse(
+                changes['parent']))
+        changes.update(pid=self.pid, pid_start=self.pid_start,
+                       updated_at=self.now)
+        names = sorted(changes)
+        cur = self._db.execute(
+            'UPDATE leases SET %s WHERE mdev_uuid = ?'
+            % ', '.join('%s = ?' % n for n in names),
+            [changes[n] for n in names] + [objects.validate_uuid(mdev_uuid)])
+        if cur.rowcount != 1:
+            raise exception.StateError(path='leases',
+                                       reason='no lease for %s' % mdev_uuid)
+        return self.get(mdev_uuid)
+
+    def delete(self, mdev_uuid):
+        """Drop a lease; True when there was one."""
+        cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
+                               (objects.validate_uuid(mdev_uuid),))
+        return cur.rowcount == 1
+
+
+class LeaseStore(object):
+    """The lease file of one host (``[DEFAULT]/state_dir``)."""
+
+    def __init__(self, state_dir, lock_timeout=60.0,
+                 boot_id_path=BOOT_ID_PATH):
+        self.state_dir = os.path.abspath(os.fspath(state_dir))
+        self.boot_id_path = boot_id_path
+        self.db_path = os.path.join(self.state_dir, DB_NAME)
+        self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
+        self.lock_timeout = lock_timeout
+        self._ready = False
+        self._db = None
+        self._db_pid = None
+
+    def __repr__(self):
+        return 'LeaseStore(%r)' % self.state_dir
+
+    def _open_dir(self):
+        try:
+            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise exception.StateError(path=self.state_dir,
+                                       reason=e.strerror)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        self._open_dir()
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                         0o600)
+        except OSError as e:
+            raise exception.StateError(path=self.lock_path,
+                                       reason=e.strerror)
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise exception.StateError(path=self.lock_path,
+                                                   reason=e.strerror)
+                if time.monotonic() > deadline:
+                    raise exception.StateError(
+                        path=self.lock_path,
+                        reason='still locked by another process after %.0f '
+                               's' % self.lock_timeout)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            yield
+        finally:
+            os.close(fd)    # also drops the flock
+
+    def _check_boot(self):
+        """Set the lease file of an earlier boot aside (under the lock).
+
+        ``<state_dir>/boot_id`` holds the kernel's boot id of the boot that
+        wrote the leases; when it differs from the current one, every lease
+        is void (its mdev is gone) and the file, however it was left by the
+        power cut or crash that ended that boot, is renamed to
+        ``leases.sqlite3.previous-boot``.
+        """
+        if self._ready:
+            return
+        try:
+            with open(self.boot_id_path) as f:
+                current = f.read().strip()
+        except OSError:
+            return          # no boot id (not Linux?): nothing to compare
+        marker = os.path.join(self.state_dir, BOOT_ID_NAME)
+        try:
+            with open(marker) as f:
+                recorded = f.read().strip()
+        except FileNotFoundError:
+            recorded = None
+        except OSError as e:
+            raise exception.StateError(path=marker, reason=e.strerror)
+        if recorded == current:
+            return
+        try:
+            if os.path.exists(self.db_path):
+                for suffix in ('', '-wal', '-shm'):
+                    if os.path.exists(self.db_path + suffix):
+                        os.replace(self.db_path + suffix, self.db_path
+                                   + '.previous-boot' + suffix)
+            tmp = marker + '.tmp'
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                         | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, 'w') as f:
+                f.write(current + '\n')
+            os.replace(tmp, marker)
+        except OSError as e:
+            raise exception.StateError(path=self.state_dir,
+                                       reason=e.strerror)
+
+    def _connect(self):
+        self._check_boot()
+        try:
+            # Created private before SQLite opens it (its WAL and shm files
+            # take the same mode).  Only when missing (O_EXCL): closing any
+            # descriptor of a database file would drop the POSIX locks a
+            # SQLite connection of this process holds on it.
+            os.close(os.open(self.db_path, os.O_RDWR | os.O_CREAT
+                             | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise exception.StateError(path=self.db_path, reason=e.strerror)
+        try:
+            db = sqlite3.connect(self.db_path, timeout=self.lock_timeout,
+                                 isolation_level=None)
+        except sqlite3.Error as e:
+            raise exception.StateError(path=self.db_path, reason=str(e))
+        try:
+            # WAL without fsync: a commit is one append to the page cache,
+            # which a killed process cannot take back; a half-written one
+            # fails its checksum and is rolled back.  Only a power cut could
+            # hurt the file, and after a reboot it is set aside unread
+            # (_check_boot): mdevs do not survive a reboot, nor do leases.
+            db.execute('PRAGMA journal_mode = WAL')
+            db.execute('PRAGMA synchronous = OFF')
+            if not self._ready:
+                version = db.execute('PRAGMA user_version').fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise exception.StateError(
+                        path=self.db_path,
+                        reason='written by a newer libvirt-gpu (schema %d, '
+                               'this one knows %d)'
+                               % (version, SCHEMA_VERSION))
+                db.executescript(_SCHEMA)
+                db.execute('PRAGMA user_version = %d' % SCHEMA_VERSION)
+                self._ready = True
+        except sqlite3.Error as e:
+            db.close()
+            raise exception.StateError(path=self.db_path, reason=str(e))
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """``with store.transaction() as txn:`` under the lock; commits on
+        success, rolls back on any exception (and on SIGKILL, by SQLite's
+        journal)."""
+        with self._locked():
+            # One connection per store and process, opened on first use.
+            if self._db is None or self._db_pid != os.getpid():
+                self._db = self._connect()
+                self._db_pid = os.getpid()
+            db = self._db
+            try:
+                db.execute('BEGIN IMMEDIATE')
+                txn = Transaction(db)
+                try:
+                    yield txn
+                except BaseException:
+                    db.execute('ROLLBACK')
+                    raise
+                db.execute('COMMIT')
+            except sqlite3.Error as e:
+                self.close()
+                raise exception.StateError(path=self.db_path, reason=str(e))
+
+    def close(self):
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass        # closing a broken connection: nothing to keep
+            self._db = None
+
+    def leases(self):
+        """Every lease, read in one (locked) transaction."""
+        with self.transaction() as txn:
+            return txn.all()

@@ -1,0 +1,500 @@
+"""The qemu hook: fast exit, prepare/release/reconnect, refusals, install.
+
+hook.run is called in-process with a FakeKernelSysfs (the kernel's answers
+emulated); hooks/qemu itself runs as a process where the import-free fast
+path and the installed copy are tested.
+"""
+
+import ast
+import io
+import os
+import stat
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+
+import pytest
+
+from libvirt_gpu import config_xml
+from libvirt_gpu import hook
+from libvirt_gpu import state
+from tests.functional import fake_kernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+HOOK = os.path.join(ROOT, 'hooks', 'qemu')
+DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+A = '0000:3b:00.0'
+B = '0000:af:00.0'
+EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+
+
+def new_uuid():
+    return str(uuidlib.uuid4())
+
+
+def domain_xml(vgpus=(), pgpus=(), hostdevs=None, extra_meta='',
+               uuid=DOM, name='vm1'):
+    """Domain XML as libvirt hands it to the hook.  ``vgpus``: (uuid, type,
+    parent or None); hostdevs default to one per vGPU."""
+    entries = ''.join(
+        '<gpu:vgpu uuid="%s" type="%s"%s/>' % (
+            u, t, ' parent="%s"' % p if p else '') for u, t, p in vgpus)
+    entries += ''.join('<gpu:pgpu address="%s"/>' % a for a in pgpus)
+    meta = ('<metadata><gpu:gpus xmlns:gpu="urn:libvirt-gpu:1">%s</gpu:gpus>'
+            '%s</metadata>' % (entries, extra_meta)
+            if entries or extra_meta else '')
+    if hostdevs is None:
+        hostdevs = [u for u, _, _ in vgpus]
+    # Written out by hand (not by config_xml, which validates): hostile
+    # values must reach the hook.
+    devices = ''.join(
+        "<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci'>"
+        "<source><address uuid='%s'/></source></hostdev>" % u
+        for u in hostdevs)
+    for a in pgpus:
+        dom, bus, rest = (a.split(':') + ['', ''])[:3]
+        slot, _, fn = rest.partition('.')
+        devices += ("<hostdev mode='subsystem' type='pci' managed='yes'>"
+                    "<source><address domain='0x%s' bus='0x%s' slot='0x%s' "
+                    "function='0x%s'/></source></hostdev>"
+                    % (dom, bus, slot, fn))
+    return ("<domain type='kvm'><name>%s</name><uuid>%s</uuid>%s"
+            "<memory unit='KiB'>65536</memory><devices>%s</devices>"
+            "</domain>" % (name, uuid, meta, devices)).encode()
+
+
+class Env(object):
+    """A simulated T4 host, a config file and the hook's state dir."""
+
+    def __init__(self, root, profile, tmp_path, types='nvidia-223'):
+        self.root = root
+        self.sysfs = fake_kernel.FakeKernelSysfs(root, profile)
+        self.state_dir = str(tmp_path / 'state')
+        self.mdevctl_dir = str(tmp_path / 'mdevctl.d')
+        self.config = str(tmp_path / 'libvirt-gpu.conf')
+        self.settings_file = os.path.join(self.state_dir, 'hook-'
+                                          'settings.json')
+        with open(self.config, 'w') as f:
+            f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                    '[gpu]\nenabled_vgpu_types = %s\n'
+                    % (root, self.state_dir, types))
+
+    def run(self, op, xml, settings=True):
+        err = io.StringIO()
+        rc = hook.run(['qemu', 'vm1', op, 'begin', '-'], xml,
+                      config_file=self.config,
+                      settings_file=self.settings_file if settings else None,
+                      sysfs=self.sysfs, stderr=err,
+                      mdevctl_dir=self.mdevctl_dir)
+        return rc, err.getvalue()
+
+    def mdevs(self):
+        return sorted(self.sysfs.model.mdevs())
+
+    def leases(self):
+        return state.LeaseStore(self.state_dir).leases()
+
+    def log(self):
+        try:
+            with open(os.path.join(self.state_dir, hook.LOG_NAME)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ''
+
+
+@pytest.fixture
+def env(tmp_path):
+    with fake_kernel.simulated_tree('t4') as (root, profile):
+        yield Env(root, profile, tmp_path)
+
+
+# --- prepare / release ------------------------------------------------------
+
+def test_prepare_creates_and_release_removes(env):
+    u1, u2 = new_uuid(), new_uuid()
+    xml = domain_xml([(u1, 'nvidia-223', None), (u2, 'nvidia-223', B)])
+    before = env.mdevs()
+    rc, err = env.run('prepare', xml)
+    assert (rc, err) == (0, '')
+    found = env.sysfs.model.mdevs()
+    assert found[u2] == (config_xml.objects.PciAddress.parse(B),
+                         'nvidia-223')
+    assert str(found[u1][0]) == A               # the GPU with most room
+    leases = {lease.mdev_uuid: lease for lease in env.leases()}
+    assert set(leases) == {u1, u2}
+    assert {lease.state for lease in leases.values()} == {state.CREATED}
+    assert {lease.domain_uuid for lease in leases.values()} == {DOM}
+    assert 'created vGPU %s' % u1 in env.log()
+    # a second prepare (libvirt retrying a start) changes nothing
+    assert env.run('prepare', xml) == (0, '')
+    assert len(env.sysfs.model.mdevs()) == len(before) + 2
+    rc, err = env.run('release', xml)
+    assert (rc, err) == (0, '')
+    assert env.mdevs() == before
+    assert env.leases() == []
+    assert 'removed vGPU %s' % u2 in env.log()
+
+
+def test_failed_prepare_rolls_back(env):
+    good, bad = new_uuid(), new_uuid()
+    # nvidia-223 on A works; asking B for nvidia-222 fails (B holds 223s)
+    xml = domain_xml([(good, 'nvidia-223', A), (bad, 'nvidia-222', B)])
+    rc, err = env.run('prepare', xml)
+    assert rc == 1
+    assert 'cannot start domain' in err and 'nvidia-222' in err
+    assert good not in env.sysfs.model.mdevs()
+    assert env.leases() == []
+
+
+class StaleCountSysfs(fake_kernel.FakeKernelSysfs):
+    """available_instances always reads 9: only the kernel knows."""
+
+    def read_int(self, path, optional=False, base=10):
+        if path.endswith('/available_instances'):
+            return 9
+        return super().read_int(path, optional, base)
+
+
+def test_rollback_after_a_kernel_refusal(env):
+    uuids = [new_uuid() for _ in range(7)]
+    # B has room for 6 nvidia-223: the 7th create is refused by the kernel
+    xml = domain_xml([(u, 'nvidia-223', B) for u in uuids])
+    env.sysfs = StaleCountSysfs(env.root, env.sysfs.model.profile)
+    before = env.mdevs()
+    rc, err = env.run('prepare', xml)
+    assert rc == 1 and 'the kernel answered EINVAL' in err
+    assert env.mdevs() == before
+    assert env.leases() == []
+    created = [w for w in env.sysfs.writes if w[0] == 'create']
+    removed = [w for w in env.sysfs.writes if w[0] == 'remove']
+    assert len(created) == 7 and created[-1][2] != 0
+    assert len(removed) == 6
+
+
+def test_no_capacity_message(env):
+    xml = domain_xml([(new_uuid(), 'nvidia-223', None) for _ in range(15)])
+    rc, err = env.run('prepare', xml)
+    assert rc == 1
+    assert 'No capacity left for vGPU type nvidia-223 on any GPU' in err
+    # the 15th of them finds both GPUs full
+    assert 'the domain asks for 15 vGPUs of this type and 14' in err
+    assert '0000:3b:00.0 (0 free)' in err and '0000:af:00.0 (0 free)' in err
+    assert env.leases() == [] and env.sysfs.writes == []
+
+
+def test_type_not_enabled_message(env):
+    rc, err = env.run('prepare', domain_xml([(new_uuid(), 'nvidia-999',
+                                              None)]))
+    assert rc == 1
+    assert 'vGPU type nvidia-999 is not enabled on this host' in err
+    assert 'nvidia-223' in err
+
+
+def test_vgpu_without_hostdev_is_not_created(env):
+    u = new_uuid()
+    rc, err = env.run('prepare', domain_xml([(u, 'nvidia-223', None)],
+                                            hostdevs=[]))
+    assert rc == 0 and 'no <hostdev' in err
+    assert u not in env.sysfs.model.mdevs()
+
+
+def test_foreign_mdev_hostdev_is_left_to_libvirt(env):
+    u = new_uuid()
+    rc, err = env.run('prepare', domain_xml(hostdevs=[u]))
+    assert (rc, err) == (0, '')
+    assert u not in env.sysfs.model.mdevs()
+    # an existing mdev used by the domain without our lease is never removed
+    rc, _ = env.run('release', domain_xml(
+        [(EXISTING, 'nvidia-223', None)]))
+    assert EXISTING in env.sysfs.model.mdevs()
+
+
+def test_mdevctl_defined_hostdev_is_created_and_removed(env):
+    u = new_uuid()
+    os.makedirs(os.path.join(env.mdevctl_dir, A))
+    with open(os.path.join(env.mdevctl_dir, A, u), 'w') as f:
+        f.write('{"mdev_type": "nvidia-222", "start": "manual", '
+                '"attrs": []}')
+    xml = domain_xml(hostdevs=[u])
+    assert env.run('prepare', xml) == (0, '')
+    assert env.sysfs.model.mdevs()[u][1] == 'nvidia-222'  # not enabled:
+    # the operator's own definition names its type
+    assert env.run('release', xml) == (0, '')
+    assert u not in env.sysfs.model.mdevs()
+
+
+def test_mdevctl_definition_with_attrs_refused(env):
+    u = new_uuid()
+    os.makedirs(os.path.join(env.mdevctl_dir, A))
+    with open(os.path.join(env.mdevctl_dir, A, u), 'w') as f:
+        f.write('{"mdev_type": "nvidia-222", "attrs": [{"x": "1"}]}')
+    rc, err = env.run('prepare', domain_xml(hostdevs=[u]))
+    assert rc == 1 and 'mdevctl start -u %s' % u in err
+
+
+def test_pgpu_checks(tmp_path):
+    with fake_kernel.simulated_tree('t4') as (root, profile):
+        env = Env(root, profile, tmp_path,
+                  types='nvidia-223\n[vgpu_nvidia-223]\n'
+                        'device_addresses = %s' % A)
+        _pgpu_checks(env)
+
+
+def _pgpu_checks(env):
+    rc, err = env.run('prepare', domain_xml(pgpus=[B]))
+    assert rc == 1 and 'holds 2 vGPU' in err
+    # A offers nvidia-223: not for passthrough
+    rc, err = env.run('prepare', domain_xml(pgpus=[A]))
+    assert rc == 1 and 'configured to offer vGPU type nvidia-223' in err
+
+
+def test_pgpu_of_a_gpu_not_enabled_for_vgpu(tmp_path):
+    with fake_kernel.simulated_tree('t4') as (root, profile):
+        env = Env(root, profile, tmp_path, types='')
+        assert env.run('prepare', domain_xml(pgpus=[A])) == (0, '')
+
+
+def test_reconnect_never_fails(env):
+    u = new_uuid()
+    rc, err = env.run('reconnect', domain_xml([(u, 'nvidia-223', None)]))
+    assert rc == 0 and 'does not exist' in err
+    rc, err = env.run('reconnect', b'<domain><uuid>oops')
+    assert rc == 0 and 'refused' in err
+
+
+@pytest.mark.parametrize('op', ['start', 'started', 'stopped', 'attach',
+                                'migrate', 'restore', 'somethingnew'])
+def test_other_operations_do_nothing(env, op, capsys):
+    xml = domain_xml([(new_uuid(), 'nvidia-223', None)])
+    assert env.run(op, xml) == (0, '')
+    assert capsys.readouterr().out == ''        # migrate/restore: no XML
+    assert not os.path.exists(env.state_dir)
+
+
+def test_release_survives_a_stuck_device(env, monkeypatch):
+    u = new_uuid()
+    xml = domain_xml([(u, 'nvidia-223', None)])
+    assert env.run('prepare', xml)[0] == 0
+
+    def stuck(uuid):
+        raise hook.exception.MdevRemoveFailed(uuid=uuid, reason='busy')
+    monkeypatch.setattr(hook.mdev_backend.MdevBackend, 'remove',
+                        lambda self, uuid: stuck(uuid))
+    rc, err = env.run('release', xml)
+    assert rc == 0 and 'stays' in err
+    (lease,) = env.leases()
+    assert lease.state == state.REMOVING and lease.mdev_uuid == u
+
+
+# --- refusals ----------------------------------------------------------------
+
+HOSTILE_DIR = os.path.join(ROOT, 'tests', 'data', 'hostile')
+
+
+def _hostile():
+    """tests/data/hostile/*.xml (external entities, entity expansion,
+    DOCTYPE, '..' and newlines in UUIDs/types/addresses, malformed XML), and
+    an oversize document made here (5 MiB: more than the 4 MiB cap)."""
+    found = {}
+    for name in sorted(os.listdir(HOSTILE_DIR)):
+        with open(os.path.join(HOSTILE_DIR, name), 'rb') as f:
+            found[name[:-len('.xml')]] = f.read()
+    found['oversize'] = (
+        '<domain><uuid>%s</uuid><metadata><g:gpus xmlns:g="urn:libvirt-'
+        'gpu:1"/></metadata><description>%s</description></domain>'
+        % (DOM, 'x' * (5 * 1024 * 1024))).encode()
+    return found
+
+
+HOSTILE = _hostile()
+
+
+def test_the_hostile_set_is_complete():
+    assert len(HOSTILE) >= 16
+    for needle in (b'<!ENTITY x SYSTEM', b'&b;&b;', b'<!DOCTYPE domain',
+                   b'uuid="../', b'type="../', b'&#10;', b'/../..'):
+        assert any(needle in data for data in HOSTILE.values()), needle
+
+
+def tree_snapshot(root):
+    found = []
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            found.append((path, st.st_mode, st.st_size, st.st_mtime_ns))
+    return sorted(found)
+
+
+@pytest.mark.parametrize('name', sorted(HOSTILE))
+def test_hostile_input_refused_nothing_written(env, name):
+    data = HOSTILE[name]
+    before = tree_snapshot(env.root)
+    rc, err = env.run('prepare', data)
+    assert rc == 1
+    assert err.startswith('libvirt-gpu: prepare of domain')
+    assert 'refused, nothing done' in err
+    assert len(err) < 2000                    # a message, not a dump
+    rc, err = env.run('release', data)
+    assert rc == 0 and 'refused' in err
+    assert tree_snapshot(env.root) == before
+    assert env.sysfs.writes == []
+    assert not os.path.exists(env.state_dir)   # no leases, no log
+
+
+# --- settings snapshot -------------------------------------------------------
+
+def test_settings_snapshot_is_used_until_something_changes(env):
+    settings, note = hook.load_settings(env.config, env.settings_file)
+    assert 'read from' in note and 'refreshed' in note
+    assert settings.sysfs_root == env.root
+    assert settings.enabled_types() == ['nvidia-223']
+    assert sorted(map(str, settings.enabled)) == [A, B]
+    again, note = hook.load_settings(env.config, env.settings_file)
+    assert note is None and again == settings
+    # the config file changed: read again
+    with open(env.config, 'a') as f:
+        f.write('\n[vgpu_nvidia-223]\nmax_instances = 2\n')
+    changed, note = hook.load_settings(env.config, env.settings_file)
+    assert note is not None
+    assert {e.max_instances for e in changed.enabled.values()} == {2}
+    # a GPU went away: read again
+    os.unlink(os.path.join(env.root, 'class', 'mdev_bus', A))
+    _, note = hook.load_settings(env.config, env.settings_file)
+    assert note is not None
+
+
+def test_bad_snapshot_is_ignored(env):
+    os.makedirs(env.state_dir)
+    with open(env.settings_file, 'w') as f:
+        f.write('{"version": 1, "enabled": "x"')
+    settings, note = hook.load_settings(env.config, env.settings_file)
+    assert note is not None and settings.sysfs_root == env.root
+
+
+def test_bad_config_fails_prepare_clearly(env):
+    with open(env.config, 'a') as f:
+        f.write('\n[vgpu_nvidia-223]\ndevice_addresses = 0000:5e:00.0\n')
+    rc, err = env.run('prepare', domain_xml([(new_uuid(), 'nvidia-223',
+                                              None)]))
+    assert rc == 1 and 'Configuration error' in err and '0000:5e:00.0' in err
+
+
+# --- the hook process --------------------------------------------------------
+
+def test_markers_match_the_script():
+    with open(HOOK) as f:
+        tree = ast.parse(f.read())
+    values = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            values[node.targets[0].id] = ast.literal_eval(node.value)
+    assert values['MARKERS'] == hook.MARKERS
+    assert values['HANDLED'] == hook.HANDLED
+
+
+def imported_modules(stderr):
+    """Module names from ``python -X importtime`` output."""
+    names = set()
+    for line in stderr.splitlines():
+        if line.startswith('import time:') and '|' in line:
+            names.add(line.rsplit('|', 1)[1].strip())
+    return names
+
+
+def run_script(argv, xml, script=HOOK):
+    return subprocess.run(
+        [sys.executable, '-IS', '-X', 'importtime', script] + argv,
+        input=xml, capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize('op', ['prepare', 'start', 'release', 'stopped'])
+def test_fast_path_imports_nothing(op):
+    r = run_script(['vm1', op, 'begin', '-'], domain_xml())
+    assert r.returncode == 0 and r.stdout == b''
+    names = imported_modules(r.stderr.decode())
+    assert names, r.stderr          # importtime did report
+    heavy = {n for n in names if n.split('.')[0] in (
+        'libvirt_gpu', 'libvirt', 'libvirtmod', 'lxml', 'oslo_config',
+        'sqlite3', 'tenacity', 'site', 'json')}
+    assert heavy == set()
+
+
+def test_slow_path_never_imports_libvirt(env):
+    # settings point at the simulated host; a refused start is enough to
+    # go through every import of the prepare path
+    script = os.path.join(env.state_dir + '-hooks', 'qemu')
+    os.makedirs(os.path.dirname(script))
+    with open(HOOK) as f:
+        text = hook.render_hook(f.read(), sys.executable, env.config,
+                                env.settings_file, [ROOT])
+    with open(script, 'w') as f:
+        f.write(text)
+    r = run_script(['vm1', 'prepare', 'begin', '-'],
+                   domain_xml([(new_uuid(), 'nvidia-999', None)]), script)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert b'nvidia-999 is not enabled' in r.stderr
+    names = imported_modules(r.stderr.decode())
+    assert 'libvirt_gpu.hook' in names and 'lxml.etree' in names
+    assert not {n for n in names
+                if n.split('.')[0] in ('libvirt', 'libvirtmod')}
+
+
+# --- install -----------------------------------------------------------------
+
+def test_install(env, tmp_path):
+    hooks_dir = str(tmp_path / 'hooks')
+    done = hook.install(hooks_dir, env.config)
+    assert done.path == os.path.join(hooks_dir, 'qemu.d', 'libvirt-gpu')
+    assert done.restart_needed is True
+    st = os.stat(done.path)
+    assert stat.S_IMODE(st.st_mode) == 0o755 and st.st_uid == 0
+    with open(done.path) as f:
+        text = f.read()
+    assert text.startswith('#!%s -IS\n' % sys.executable)
+    assert "CONFIG_FILE = %r" % env.config in text
+    assert "SETTINGS_FILE = %r" % env.settings_file in text
+    assert os.path.exists(env.settings_file)
+    assert not [n for n in os.listdir(hooks_dir) if n.endswith('.tmp')]
+    # installing again: libvirtd already had a hook
+    assert hook.install(hooks_dir, env.config).restart_needed is False
+
+
+def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
+    """The installed file, run as libvirt runs it (its own interpreter via
+    #!, an almost empty environment), against the simulated host whose
+    kernel is emulated by an inotify watcher."""
+    done = hook.install(str(tmp_path / 'hooks'), env.config)
+    u = new_uuid()
+    xml = domain_xml([(u, 'nvidia-223', None)])
+    clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
+    with fake_kernel.KernelWatcher(env.root, env.sysfs.model.profile) as w:
+        t0 = time.monotonic()
+        r = subprocess.run([done.path, 'vm1', 'prepare', 'begin', '-'],
+                           input=xml, capture_output=True, env=clean_env,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - t0 < 30
+        assert u in env.sysfs.model.mdevs()
+        r = subprocess.run([done.path, 'vm1', 'release', 'end', '-'],
+                           input=xml, capture_output=True, env=clean_env,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert u not in env.sysfs.model.mdevs()
+        assert [e[0] for e in w.events] == ['create', 'remove']
+    assert env.leases() == []
+
+
+def test_install_refuses_unusable_paths(env, tmp_path):
+    with pytest.raises(hook.exception.InvalidInput, match='absolute'):
+        hook.install(str(tmp_path / 'hooks'), env.config,
+                     python='relative/python')
+    with pytest.raises(hook.exception.ConfigError, match='cannot run'):
+        hook.install(str(tmp_path / 'hooks'), env.config,
+                     python='/bin/false')
+    with pytest.raises(hook.exception.ConfigError, match='cannot import'):
+        hook.install(str(tmp_path / 'hooks'), env.config,
+                     python='/usr/bin/python3')   # without our packages
+    assert not os.path.exists(tmp_path / 'hooks' / 'qemu.d' / 'libvirt-gpu')
