@@ -52,8 +52,10 @@ lint: deps
 genconfig: deps
 	$(VENV)/bin/oslo-config-generator --config-file etc/libvirt-gpu/libvirt-gpu-config-generator.conf
 
-bench: deps
+bench: deps placement-venv
 	$(VPY) bench/discovery.py
+	$(VPY) bench/hook.py
+	$(VPY) bench/fleet.py --hosts 10,100
 
 clean: placement-clean
 	rm -rf $(VENV) build *.egg-info
