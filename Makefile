@@ -38,6 +38,7 @@ demo: deps
 	$(VPY) -m libvirt_gpu.cmd.demo
 
 test: deps placement-venv
+	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
 	$(VPY) -m pytest -q tests
 
 unit: deps

@@ -33,7 +33,8 @@ def test_pci_address_libvirt_name_round_trip():
 
 @pytest.mark.parametrize('value', [
     'not-a-uuid', '../' * 12, 'c1f6b2f0-1b2c-4f8e-9d3a-2e5b7c8d9e0f\n',
-    'c1f6b2f0-1b2c-4f8e-9d3a-2e5b7c8d9e0', 'c1f6b2f0/1b2c-4f8e-9d3a-2e5b7c8d9e0f',
+    'c1f6b2f0-1b2c-4f8e-9d3a-2e5b7c8d9e0',
+    'c1f6b2f0/1b2c-4f8e-9d3a-2e5b7c8d9e0f',
 ])
 def test_uuid_refuses(value):
     with pytest.raises(exception.InvalidUuid):
