@@ -73,17 +73,32 @@ class Host(object):
             raise exception.LibvirtError(reason=e.get_error_message())
 
     def pci_devices(self):
-        """XML of every PCI node device."""
-        return [d.XMLDesc(0) for d in
-                self._list(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)]
+        """XML of every PCI node device (one removed while we list is
+        skipped)."""
+        result = []
+        flags = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV
+        for dev in self._list(flags):
+            xml = _xml_desc(dev)
+            if xml is not None:
+                result.append(xml)
+        return result
 
     def mdev_nodes(self, active_only=True):
-        """MdevNode of every (active) mdev node device."""
+        """MdevNode of every (active) mdev node device.
+
+        A device removed between the listing and its reading is skipped:
+        mdevs come and go while guests start and stop.
+        """
         result = []
         for dev in self._list(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV):
-            if active_only and not _is_active(dev):
+            try:
+                if active_only and not _is_active(dev):
+                    continue
+            except _Gone:
                 continue
-            result.append(nodedev.parse_mdev(dev.XMLDesc(0)))
+            xml = _xml_desc(dev)
+            if xml is not None:
+                result.append(nodedev.parse_mdev(xml))
         return result
 
     # -- mdev create / define / destroy (never from the qemu hook) ---------
@@ -202,11 +217,28 @@ def _typed(error, what):
     return exception.LibvirtError(reason='%s: %s' % (what, message))
 
 
+class _Gone(Exception):
+    """A node device vanished between listing and reading it."""
+
+
+def _xml_desc(dev):
+    """``dev.XMLDesc(0)``, or None when the device is gone."""
+    try:
+        return dev.XMLDesc(0)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+            return None
+        raise exception.LibvirtError(reason=e.get_error_message())
+
+
 def _is_active(dev):
     try:
         return bool(dev.isActive())
     except (AttributeError, libvirt.libvirtError) as e:
-        if (isinstance(e, libvirt.libvirtError) and
-                e.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT):
-            raise exception.LibvirtError(reason=e.get_error_message())
+        if isinstance(e, libvirt.libvirtError):
+            code = e.get_error_code()
+            if code == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                raise _Gone()
+            if code != libvirt.VIR_ERR_NO_SUPPORT:
+                raise exception.LibvirtError(reason=e.get_error_message())
         return True   # drivers without isActive only list live devices

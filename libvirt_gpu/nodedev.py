@@ -34,17 +34,23 @@ An mdev node device::
 """
 
 import dataclasses
+import typing
 
+from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import xmlutil
 
 
 @dataclasses.dataclass(frozen=True)
 class MdevNode:
-    """An mdev node device as libvirt describes it."""
+    """An mdev node device as libvirt describes it.
+
+    ``parent`` is None when libvirt names no PCI parent (``computer``: it
+    did not see the parent device, e.g. a parent without a ``config``).
+    """
 
     name: str
-    parent: objects.PciAddress
+    parent: typing.Optional[objects.PciAddress]
     mdev: objects.Mdev
 
 
@@ -128,9 +134,13 @@ def parse_mdev(xml):
         # libvirt < 7.7 has no <uuid>: the name is mdev_<uuid with _>.
         uuid = name[len('mdev_'):len('mdev_') + 36].replace('_', '-')
     type_elem = cap.find('type')
+    try:
+        parent = objects.PciAddress.from_libvirt_name(_text(root, 'parent'))
+    except exception.InvalidPciAddress:
+        parent = None
     return MdevNode(
         name=name,
-        parent=objects.PciAddress.from_libvirt_name(_text(root, 'parent')),
+        parent=parent,
         mdev=objects.Mdev(uuid=objects.validate_uuid(uuid),
                           type_id=type_elem.get('id')),
     )

@@ -1,0 +1,81 @@
+"""host.Host reading node devices that come and go."""
+
+import libvirt
+import pytest
+
+from libvirt_gpu import exception
+from libvirt_gpu import host
+from libvirt_gpu import nodedev
+
+MDEV_XML = """<device>
+  <name>mdev_%(u)s</name><parent>%(parent)s</parent>
+  <capability type='mdev'><type id='nvidia-223'/><uuid>%(uuid)s</uuid>
+  <iommuGroup number='120'/></capability>
+</device>"""
+UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+
+
+def _error(code):
+    err = libvirt.libvirtError('gone')
+    err.err = (code, 0, 'gone', 0, None, None, None, 0, 0)
+    return err
+
+
+class _Dev(object):
+    """A virNodeDevice whose device disappears after listing."""
+
+    def __init__(self, xml=None, gone_at=None):
+        self.xml, self.gone_at = xml, gone_at
+
+    def isActive(self):
+        if self.gone_at == 'isActive':
+            raise _error(libvirt.VIR_ERR_NO_NODE_DEVICE)
+        return 1
+
+    def XMLDesc(self, flags):
+        if self.gone_at == 'XMLDesc':
+            raise _error(libvirt.VIR_ERR_NO_NODE_DEVICE)
+        return self.xml
+
+
+class _Conn(object):
+    def __init__(self, devs):
+        self.devs = devs
+
+    def listAllDevices(self, flags):
+        return self.devs
+
+
+def _host(devs):
+    h = host.Host('test:///none')
+    h._conn = _Conn(devs)
+    return h
+
+
+def _xml(parent='pci_0000_af_00_0'):
+    return MDEV_XML % {'u': UUID.replace('-', '_'), 'uuid': UUID,
+                       'parent': parent}
+
+
+def test_vanished_devices_are_skipped():
+    h = _host([_Dev(_xml(), gone_at='isActive'),
+               _Dev(_xml(), gone_at='XMLDesc'), _Dev(_xml())])
+    nodes = h.mdev_nodes()
+    assert [n.mdev.uuid for n in nodes] == [UUID]
+    assert [x for x in _host([_Dev('<device/>', gone_at='XMLDesc'),
+                              _Dev('<device/>')]).pci_devices()] == \
+        ['<device/>']
+
+
+def test_other_errors_still_raise():
+    class Broken(_Dev):
+        def XMLDesc(self, flags):
+            raise _error(libvirt.VIR_ERR_INTERNAL_ERROR)
+
+    with pytest.raises(exception.LibvirtError):
+        _host([Broken(_xml())]).mdev_nodes()
+
+
+def test_mdev_without_pci_parent():
+    node = nodedev.parse_mdev(_xml(parent='computer'))
+    assert node.parent is None and node.mdev.uuid == UUID
