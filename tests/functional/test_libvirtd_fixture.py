@@ -267,7 +267,8 @@ def test_start_times(libvirtd_factory, hook_log, record_property):
     for k, v in times.items():
         record_property(k, v)
     print('libvirtd timings:', times)
-    assert daemon.start_times[1] < 30
+    # Figures only (printed and recorded): no wall-clock bound in a test.
+    assert len(daemon.start_times) == 2
     assert hook_calls(hook_log, 'second', until=STOP[-1]) == START + STOP
 
 
