@@ -4,12 +4,17 @@
 For simulated hosts of 1, 8, 64 and 256 mdev parents (~20 types each), the
 median of several runs of each source, next to a baseline measured in the
 same run: listing and reading every attribute file of the tree with the
-plainest Python loop (the floor any sysfs reader pays).
+plainest Python loop (the floor any sysfs reader pays).  Then a real-shaped
+host: 8 x A100 PCIe 40GB with all 16 VFs of each enabled (128 mdev parents
+with the A100's 6 time-sliced types, from the bundled ``a100`` profile),
+where the VFs are grouped under their GPUs and capacity is shared.
 
     .venv/bin/python bench/discovery.py [--parents 1,8,64,256] [--runs 7]
+                                        [--a100-gpus 8]
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -23,8 +28,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from libvirt_gpu import discovery  # noqa: E402
 from libvirt_gpu import host  # noqa: E402
+from libvirt_gpu import objects  # noqa: E402
 from libvirt_gpu import simulator  # noqa: E402
 from libvirt_gpu import sysfs  # noqa: E402
+from libvirt_gpu.placement import model  # noqa: E402
+from libvirt_gpu.simulator import profile as profile_mod  # noqa: E402
 
 
 def _median_ms(func, runs):
@@ -53,11 +61,76 @@ def _quiet(_ctx, _err):
     pass
 
 
+def a100_host(gpus=8):
+    """``gpus`` A100 PCIe 40GB, each with its 16 VFs enabled, built from the
+    bundled ``a100`` profile's first GPU (its types, ids and VF layout)."""
+    with open(os.path.join(profile_mod.profile_dir(), 'a100.json')) as f:
+        data = json.load(f)
+    pf = dict(data['devices'][0])
+    vf_template = dict(data['devices'][1])
+    vf_template.pop('mdevs', None)
+    devices = []
+    group = 100
+    for k in range(gpus):
+        bus = 0x41 + 0x10 * k
+        address = '0000:%02x:00.0' % bus
+        vfs = ['0000:%02x:%02x.%x' % (bus, (4 + v) >> 3, (4 + v) & 7)
+               for v in range(16)]
+        devices.append(dict(pf, address=address, virtfns=vfs,
+                            parent_bridge='0000:%02x:01.1' % (bus - 1),
+                            iommu_group=group, numa_node=k // 4))
+        group += 1
+        for vf in vfs:
+            devices.append(dict(vf_template, address=vf, physfn=address,
+                                parent_bridge='0000:%02x:01.1' % (bus - 1),
+                                iommu_group=group, numa_node=k // 4))
+            group += 1
+    data.update(name='a100-x%d' % gpus, hostname='sim-a100-x%d' % gpus,
+                devices=devices)
+    return profile_mod.profile_from_dict(data, source='a100_host(%d)' % gpus)
+
+
+def bench_a100(gpus, runs):
+    """Discovery and the provider tree of the 8 x A100 host."""
+    profile = a100_host(gpus)
+    with tempfile.TemporaryDirectory() as tmp:
+        node_xml = simulator.write_host(profile, tmp)
+        tree = sysfs.Sysfs(tmp)
+        result = discovery.from_sysfs(tree)
+        pfs = [g for g in result.gpus if not g.is_vf]
+        parents = sum(1 for g in result.gpus if g.mdev_types)
+        enabled = {g.address: objects.EnabledType('nvidia-472')
+                   for g in pfs}
+        providers = model.build_tree('h', result.gpus, enabled).children
+        totals = sorted({p.inventories_api()['VGPU']['total']
+                         for p in providers})
+        t_sysfs = _median_ms(lambda: discovery.from_sysfs(tree), runs)
+        t_tree = _median_ms(lambda: model.build_tree(
+            'h', discovery.from_sysfs(tree).gpus, enabled), runs)
+        uri = 'test://' + node_xml
+
+        def via_libvirt():
+            with host.Host(uri, read_only=True) as h:
+                discovery.from_libvirt(h, tree)
+        t_libvirt = _median_ms(via_libvirt, runs)
+    print()
+    print('%d x A100 PCIe 40GB, all VFs enabled, median of %d runs (ms)'
+          % (gpus, runs))
+    print('%8s %8s %10s %16s %20s' % ('GPUs', 'parents', 'sysfs',
+                                      'sysfs+tree', 'libvirt-test+sysfs'))
+    print('%8d %8d %10.1f %16.1f %20.1f'
+          % (len(pfs), parents, t_sysfs, t_tree, t_libvirt))
+    print('providers: %d (one per GPU), A100-20C total per GPU: %s'
+          % (len(providers), ', '.join(str(t) for t in totals)))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--parents', default='1,8,64,256')
     parser.add_argument('--types', type=int, default=20)
     parser.add_argument('--runs', type=int, default=7)
+    parser.add_argument('--a100-gpus', type=int, default=8,
+                        help='GPUs of the A100 host (0: skip it)')
     args = parser.parse_args(argv)
     libvirt.registerErrorHandler(_quiet, None)
     rows = []
@@ -86,6 +159,8 @@ def main(argv=None):
     print('%8s %8s %7s %10s %14s %12s' % header)
     for row in rows:
         print('%8d %8d %7d %10.1f %14.1f %12.1f' % row)
+    if args.a100_gpus:
+        bench_a100(args.a100_gpus, args.runs)
     return 0
 
 

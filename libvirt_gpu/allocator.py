@@ -18,12 +18,23 @@ kernel's answer to the create stays the final word (``backends.mdev``).
 
 A vGPU without a parent goes to the enabled GPU with the most free
 instances (lowest address on a tie).  Nothing here creates a device.
+
+A GPU whose vGPUs live on SR-IOV VFs (Ampere mdev on VFs, the vGPU 17+
+vendor interface) is enabled, and counted, as one physical GPU (its PF
+address): its capacity is ``placement.model.vgpu_total`` of the GPU read
+with all its VFs (the number Placement is told), less the vGPUs of the type
+that exist on its VFs and the leases on its VFs not created yet; a lease of
+another type not created yet makes it 0.  The vGPU then goes to the first
+VF of that GPU that holds no vGPU, carries no lease, is not recorded for
+another of our vendor-interface vGPUs and can take the type now: the
+lease's ``parent`` is that VF (one vGPU per VF).
 """
 
 import dataclasses
 import typing
 
 from libvirt_gpu.backends import base
+from libvirt_gpu.backends import registry
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import state
@@ -59,7 +70,8 @@ class Grant:
 
 
 class Allocator(object):
-    """:param backend: the ``MdevBackend`` of the host's sysfs.
+    """:param backend: the host's ``registry.VgpuBackend`` (or an
+        ``MdevBackend``, for a host without SR-IOV GPUs).
     :param store: the host's ``LeaseStore``.
     :param enabled: ``{PciAddress: EnabledType}`` (``conf.vgpu.resolve``).
     """
@@ -73,10 +85,71 @@ class Allocator(object):
         return ', '.join(sorted({e.type_id for e in self.enabled.values()})
                          ) or 'none'
 
+    def _sriov_gpu(self, address):
+        """``(physical GPU, VF or None)`` when vGPUs of the GPU at
+        ``address`` (a PF with VFs, or a VF) live on VFs, else None."""
+        sysfs = self.backend.sysfs
+        pf = sysfs.physfn(address)
+        if pf is not None:
+            return pf, address
+        if sysfs.virtfns(address):
+            return address, None
+        return None
+
+    def _gpu_free(self, txn, gpu, type_id, mdevs, vf=None, uuid=None):
+        """``(free, VF)`` of an SR-IOV GPU (see the module doc): how many
+        more vGPUs of ``type_id`` it can take, and the VF the next one goes
+        to (``vf`` when given and usable; ``uuid``'s own recorded VF
+        counts as usable).  ``(0, None)`` when none."""
+        from libvirt_gpu.placement import model   # SR-IOV hosts only
+        view = registry.gpu_view(self.backend.sysfs, gpu, mdevs)
+        setting = self.enabled.get(gpu)
+        limit = (setting.max_instances if setting is not None
+                 and setting.type_id == type_id else None)
+        total = model.vgpu_total(view, objects.EnabledType(
+            type_id, max_instances=limit))
+        vfs = {f.address for f in view.vf_gpus}
+        existing = {m.uuid for a in vfs for m in mdevs.get(a, ())}
+        recorded = {}
+        vendor = getattr(self.backend, 'vendor', None)
+        if vendor is not None:
+            for entry in vendor.vgpus().values():
+                if entry.vf in vfs:
+                    recorded[entry.vf] = entry.uuid
+            existing.update(u for u, (a, _) in
+                            self.backend.vendor_vgpus().items() if a in vfs)
+        leases = [lease for a in sorted(vfs) for lease in txn.for_parent(a)]
+        pending = [lease for lease in leases
+                   if lease.mdev_uuid not in existing]
+        if any(lease.type_id != type_id for lease in pending):
+            return 0, None
+        used = sum(f.used_type_ids.count(type_id) for f in view.functions)
+        free = max(0, total - used - len(pending))
+        leased = {lease.parent for lease in leases}
+
+        def usable(function):
+            return (not function.used_type_ids
+                    and function.address not in leased
+                    and recorded.get(function.address, uuid) == uuid
+                    and any(t.id == type_id and t.available_instances > 0
+                            for t in function.vgpu_types))
+        chosen = None
+        for function in view.vf_gpus:
+            if (vf is None or function.address == vf) and usable(function):
+                chosen = function.address
+                break
+        if free < 1 or chosen is None:
+            return 0, None
+        return free, chosen
+
     def free(self, txn, parent, type_id, mdevs_by_parent):
         """Instances of ``type_id`` ``parent`` can still give (see module
         doc); ``mdevs_by_parent`` must be read before this is called."""
         parent = objects.PciAddress.parse(parent)
+        sriov = self._sriov_gpu(parent)
+        if sriov is not None:
+            return self._gpu_free(txn, sriov[0], type_id, mdevs_by_parent,
+                                  vf=sriov[1])[0]
         on_parent = mdevs_by_parent.get(parent, ())
         available = self.backend.available(parent, type_id)
         same = sum(1 for m in on_parent if m.type_id == type_id)
@@ -101,7 +174,8 @@ class Allocator(object):
             return {address: self.free(txn, address, type_id, mdevs)
                     for address, setting in sorted(self.enabled.items())
                     if setting.type_id == type_id
-                    and self.backend.is_parent(address)}
+                    and (self.backend.is_parent(address)
+                         or self._sriov_gpu(address) is not None)}
 
     # -- reserve --------------------------------------------------------
 
@@ -189,6 +263,9 @@ class Allocator(object):
 
     def _check_parent(self, txn, claim, mdevs):
         parent = objects.PciAddress.parse(claim.parent)
+        sriov = self._sriov_gpu(parent)
+        if sriov is not None:
+            return self._check_sriov_parent(txn, claim, mdevs, *sriov)
         self.backend.check_type(parent, claim.type_id)
         if claim.managed:
             setting = self.enabled.get(parent)
@@ -204,6 +281,28 @@ class Allocator(object):
                 reason='its vGPUs and leases take every instance')
         return parent
 
+    def _check_sriov_parent(self, txn, claim, mdevs, gpu, vf):
+        """A claim naming an SR-IOV GPU (its PF: any of its VFs) or one of
+        its VFs; returns the VF."""
+        if vf is not None:
+            self.backend.check_type(vf, claim.type_id)
+        if claim.managed:
+            setting = self.enabled.get(gpu)
+            if setting is None or setting.type_id != claim.type_id:
+                raise exception.TypeNotEnabled(
+                    type_id=claim.type_id, where='the GPU %s' % gpu,
+                    enabled=(setting.type_id if setting is not None
+                             else 'none on that GPU'))
+        free, chosen = self._gpu_free(txn, gpu, claim.type_id, mdevs,
+                                      vf=vf, uuid=claim.uuid)
+        if free < 1:
+            raise exception.NoCapacity(
+                uuid=claim.uuid, type_id=claim.type_id,
+                where='the GPU %s' % gpu,
+                reason='its vGPUs and leases take every instance%s' % (
+                    ' or VF %s is taken' % vf if vf is not None else ''))
+        return chosen
+
     def _choose_parent(self, txn, claim, mdevs):
         candidates = sorted(a for a, s in self.enabled.items()
                             if s.type_id == claim.type_id)
@@ -214,6 +313,13 @@ class Allocator(object):
         best = None
         looked = []
         for address in candidates:
+            if self._sriov_gpu(address) is not None:
+                free, chosen = self._gpu_free(txn, address, claim.type_id,
+                                              mdevs, uuid=claim.uuid)
+                looked.append('%s (%d free)' % (address, free))
+                if free > 0 and (best is None or free > best[0]):
+                    best = (free, chosen)
+                continue
             if not self.backend.is_parent(address):
                 looked.append('%s (gone)' % address)
                 continue

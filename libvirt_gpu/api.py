@@ -25,6 +25,12 @@ start, on whichever enabled GPU has room then.  A whole GPU (``address``)
 is checked (a GPU, holding no vGPUs, not configured for vGPUs) and attached
 with ``managed='yes'``: libvirt binds it to vfio-pci when the guest starts.
 
+A vGPU of NVIDIA's vGPU 17+ vendor interface is given to the guest as its
+VF (``<hostdev type='pci' managed='no'>``), so the VF is chosen when the
+XML is written, also for a ``config``-only attach: that VF is then recorded
+for the vGPU (a ``manual`` definition in the vendor state, so no other
+attach takes it) and the vGPU is created on it at the next start.
+
 Configuration (``conf``) defaults to ``conf.load()``: the file named by
 ``$LIBVIRT_GPU_CONFIG`` or ``/etc/libvirt-gpu/libvirt-gpu.conf``.
 """
@@ -36,8 +42,8 @@ import uuid as uuidlib
 
 from libvirt_gpu import allocator as allocator_mod
 from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev as mdev_backend
 from libvirt_gpu.backends import pci as pci_backend
+from libvirt_gpu.backends import registry
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import guest as guest_mod
@@ -109,7 +115,9 @@ class Services(object):
         self.host = (conn if isinstance(conn, host_mod.Host)
                      else host_mod.Host.from_connection(conn))
         self.sysfs = sysfs or sysfs_mod.Sysfs(conf.sysfs_root)
-        self.mdev = mdev_backend.MdevBackend(self.sysfs, host=self.host)
+        # Every vGPU kind behind one backend (backends.registry).
+        self.mdev = registry.VgpuBackend(self.sysfs, conf.state_dir,
+                                         host=self.host)
         self.pci = pci_backend.PciBackend(self.sysfs)
         self.store = state.LeaseStore(conf.state_dir)
         self._enabled = None
@@ -189,24 +197,72 @@ def _check_type_offered(svc, type_id, parent):
                 enabled=', '.join(sorted({e.type_id for e in
                                           enabled.values()})) or 'none')
         return
-    svc.mdev.check_type(parent, type_id)
-    setting = enabled.get(parent)
+    svc.mdev.check_type(svc.mdev.parents_of(parent)[0]
+                        if svc.mdev.sysfs.virtfns(parent) else parent,
+                        type_id)
+    setting = enabled.get(svc.mdev.physical(parent))
     if setting is None or setting.type_id != type_id:
         raise exception.TypeNotEnabled(
             type_id=type_id, where='the GPU %s' % parent,
             enabled=setting.type_id if setting else 'none on that GPU')
 
 
+def _vendor_vf_for(svc, type_id, parent, uuid):
+    """The VF a ``config``-only vGPU of the vendor interface goes to (see
+    the module doc), recorded for it; None when the type is not one of the
+    vendor interface on this host."""
+    if parent is not None:
+        gpus = [svc.mdev.physical(parent)]
+    else:
+        gpus = sorted(a for a, e in svc.enabled.items()
+                      if e.type_id == type_id)
+    gpus = [g for g in gpus if svc.mdev.is_vendor(
+        svc.mdev.parents_of(g)[0])]
+    if not gpus:
+        return None
+    if parent is not None and parent != gpus[0]:
+        vf = parent                 # a VF named by the caller
+    else:
+        vf = None
+        problems = []
+        for gpu in gpus:
+            try:
+                vf = svc.mdev.vendor.choose_vf(gpu, type_id)
+                break
+            except exception.NoCapacity as e:
+                problems.append(str(e))
+        if vf is None:
+            raise exception.NoCapacity(uuid=uuid, type_id=type_id,
+                                       where='any GPU of this host',
+                                       reason='; '.join(problems))
+    svc.mdev.vendor.define(base.VgpuDevice(uuid=uuid, parent=vf,
+                                           type_id=type_id), start='manual')
+    return vf
+
+
 def _attach_vgpu_config(svc, guest, type_id, parent, uuid):
     _check_type_offered(svc, type_id, parent)
     _, meta = guest.devices(inactive=True)
+    vf = _vendor_vf_for(svc, type_id, parent, uuid)
+    if vf is not None:
+        parent = vf
+        hostdev = svc.mdev.hostdev_xml(base.VgpuDevice(
+            uuid=uuid, parent=vf, type_id=type_id))
+    else:
+        hostdev = config_xml.mdev_hostdev(uuid)
     meta = meta.with_vgpu(metadata.VgpuEntry(uuid, type_id, parent))
-    hostdev = config_xml.mdev_hostdev(uuid)
-    guest.attach_device(hostdev, config=True)
+    try:
+        guest.attach_device(hostdev, config=True)
+    except BaseException:
+        if vf is not None:
+            svc.mdev.vendor.undefine(uuid)
+        raise
     try:
         guest.set_gpu_metadata(meta, config=True)
     except exception.LibvirtGpuError:
         guest.detach_device(hostdev, config=True)
+        if vf is not None:
+            svc.mdev.vendor.undefine(uuid)
         raise
     return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
                       kind=VGPU, live=False, config=True, uuid=uuid,
@@ -226,6 +282,11 @@ def _attach_vgpu_live(svc, guest, type_id, parent, uuid, config):
     device = grant.device
     created = attached = False
     try:
+        if config and svc.mdev.is_vendor(device.parent):
+            # The persistent XML names the VF too: keep it for this vGPU.
+            config_meta = config_meta.without_vgpu(uuid).with_vgpu(
+                metadata.VgpuEntry(uuid, type_id, device.parent))
+            svc.mdev.vendor.define(device, start='manual')
         if not grant.existed:
             created = svc.mdev.prepare(device)
             state.crash_point('attach:created')
@@ -264,6 +325,11 @@ def _undo_live_attach(svc, guest, device, grant, created, attached, config):
             return
     if grant.lease is not None and not grant.existed:
         svc.allocator.forget([device.uuid])
+    if config and svc.mdev.is_vendor(device.parent):
+        try:
+            svc.mdev.vendor.undefine(device.uuid)
+        except exception.LibvirtGpuError:
+            pass          # reconcile finds what is left
 
 
 def _attach_pgpu(svc, guest, address, live, config):
@@ -361,26 +427,40 @@ def detach(conn, domain, uuid=None, address=None, vgpu_type=None,
     else:
         objects.validate_type_id(vgpu_type)
     entry = _find_vgpu(guest, targets, uuid, vgpu_type)
-    hostdev = config_xml.mdev_hostdev(entry.uuid)
+    vendor_vf = (entry.parent if entry.parent is not None
+                 and svc.mdev.is_vendor(entry.parent) else None)
+    if vendor_vf is not None:
+        hostdev = svc.mdev.hostdev_xml(base.VgpuDevice(
+            uuid=entry.uuid, parent=vendor_vf, type_id=entry.type_id))
+    else:
+        hostdev = config_xml.mdev_hostdev(entry.uuid)
     for lv, cf in targets:
         devices, meta = guest.devices(inactive=cf)
-        if entry.uuid in devices.mdev_uuids:
+        if entry.uuid in devices.mdev_uuids or (
+                vendor_vf is not None and vendor_vf in devices.pci_addresses):
             guest.detach_device(hostdev, live=lv, config=cf)
         if meta.vgpu(entry.uuid) is not None:
             guest.set_gpu_metadata(meta.without_vgpu(entry.uuid), live=lv,
                                    config=cf)
+    if vendor_vf is not None and config:
+        svc.mdev.vendor.undefine(entry.uuid)   # the VF is free again
     note = None
     if live:
-        note = _remove_after_detach(svc, guest, entry.uuid)
+        note = _remove_after_detach(svc, guest, entry.uuid, vendor_vf)
     return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
                       kind=VGPU, live=live, config=config, uuid=entry.uuid,
                       type_id=entry.type_id, parent=entry.parent, note=note)
 
 
-def _remove_after_detach(svc, guest, uuid):
-    """Remove our vGPU once the running guest no longer lists it."""
+def _remove_after_detach(svc, guest, uuid, vendor_vf=None):
+    """Remove our vGPU once the running guest no longer lists it (its
+    mdev, or for the vendor interface its VF)."""
+    def listed():
+        devices = guest.devices()[0]
+        return uuid in devices.mdev_uuids or (
+            vendor_vf is not None and vendor_vf in devices.pci_addresses)
     deadline = time.monotonic() + DETACH_WAIT
-    while uuid in guest.devices()[0].mdev_uuids:
+    while listed():
         if time.monotonic() > deadline:
             return ('the guest has not released vGPU %s yet; it is removed '
                     'when the guest stops' % uuid)
@@ -409,13 +489,20 @@ def list_devices(conn, domain, inactive=False, conf=None, sysfs=None):
               if lease.domain_uuid == guest.uuid}
     vgpus = []
     listed = set()
+    vfs = set()
     for entry in meta.vgpus:
         listed.add(entry.uuid)
         found = svc.mdev.lookup(entry.uuid)
+        on_vf = (entry.parent is not None
+                 and entry.parent in devices.pci_addresses
+                 and svc.mdev.is_vendor(entry.parent))
+        if on_vf:
+            vfs.add(entry.parent)
         vgpus.append(VgpuState(
             uuid=entry.uuid, type_id=entry.type_id,
             parent=found.parent if found else entry.parent,
-            in_metadata=True, in_devices=entry.uuid in devices.mdev_uuids,
+            in_metadata=True,
+            in_devices=entry.uuid in devices.mdev_uuids or on_vf,
             exists=found is not None, leased=leases.get(entry.uuid)))
     for uuid in devices.mdev_uuids:
         if uuid in listed:
@@ -426,7 +513,7 @@ def list_devices(conn, domain, inactive=False, conf=None, sysfs=None):
             parent=found.parent if found else None, in_metadata=False,
             in_devices=True, exists=found is not None,
             leased=leases.get(uuid)))
-    pgpus = tuple(sorted(set(devices.pci_addresses)
+    pgpus = tuple(sorted((set(devices.pci_addresses) - vfs)
                          | {e.address for e in meta.pgpus}))
     return DomainGpus(domain_uuid=guest.uuid, domain_name=guest.name,
                       active=active, inactive_xml=inactive or not active,

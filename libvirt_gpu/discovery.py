@@ -4,6 +4,15 @@ Both sources produce the same ``objects.Gpu`` records (a parity test proves
 it on every simulated profile); libvirt adds vendor and product names, sysfs
 adds type descriptions, which libvirt does not report.  A GPU is any PCI
 device of class 0x03xxxx (VGA, XGA, 3D controller, display controller).
+
+SR-IOV: VFs are PCI functions of class 0x03 too and are listed like any
+GPU (with ``physfn``); each PF record also carries the records of its
+enabled VFs (``Gpu.vf_gpus``), so that callers judge one physical GPU as a
+whole and never take a VF for a GPU of its own.  A VF with NVIDIA's vGPU
+17+ vendor interface carries what its ``nvidia/`` directory says
+(``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its types
+named and given NVIDIA's published maximum by the vendor backend's table
+(``backends.nvidia_vgpu.complete_types``).
 """
 
 import dataclasses
@@ -11,7 +20,6 @@ import logging
 import os
 
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
 from libvirt_gpu import nodedev
 from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
@@ -36,9 +44,41 @@ def from_sysfs(sysfs, share_type_text=True):
     gpus = []
     for address in sysfs.pci_addresses():
         if is_gpu_class(sysfs.pci_class(address)):
-            gpus.append(sysfs.read_gpu(address, mdevs_by_parent=mdevs,
-                                       static_cache=static_cache))
-    return objects.DiscoveryResult(source='sysfs', gpus=tuple(gpus))
+            gpu = sysfs.read_gpu(address, mdevs_by_parent=mdevs,
+                                 static_cache=static_cache)
+            gpus.append(_with_vendor_vf(gpu, sysfs))
+    return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
+
+
+def _with_vendor_vf(gpu, sysfs):
+    """A VF with its vendor-interface state (``<VF>/nvidia/``) read.  An
+    mdev parent never has one (NVIDIA: the vendor-specific framework does
+    not support mdev), so only VFs without mdev types are looked at."""
+    if gpu.physfn is None or gpu.mdev_types or gpu.vendor_vf is not None:
+        return gpu
+    state = sysfs.read_vendor_vf(gpu.address)
+    return gpu if state is None else dataclasses.replace(gpu, vendor_vf=state)
+
+
+def group_sriov(gpus):
+    """``gpus`` (a tuple, order kept) with each PF's ``vf_gpus`` set and the
+    vendor-interface types of its VFs completed."""
+    from libvirt_gpu.backends import nvidia_vgpu
+
+    by_address = {g.address: g for g in gpus}
+    for pf in gpus:
+        if not pf.virtfns or pf.is_vf:
+            continue
+        vfs = [by_address[a] for a in pf.virtfns if a in by_address]
+        supported = ()
+        if any(vf.vendor_vf is not None for vf in vfs):
+            vfs = nvidia_vgpu.complete_types(pf, vfs)
+            for vf in vfs:
+                by_address[vf.address] = vf
+            supported = nvidia_vgpu.supported_types(pf.product_id)
+        by_address[pf.address] = dataclasses.replace(
+            pf, vf_gpus=tuple(vfs), supported_types=supported)
+    return tuple(by_address[g.address] for g in gpus)
 
 
 def _supplement(gpu, sysfs):
@@ -50,6 +90,10 @@ def _supplement(gpu, sysfs):
     if sysfs is None or not os.path.isdir(sysfs.pci_dir(gpu.address)):
         return gpu
     changes = {}
+    if gpu.physfn is not None and not gpu.mdev_types:
+        state = sysfs.read_vendor_vf(gpu.address)
+        if state is not None:
+            changes['vendor_vf'] = state
     if gpu.driver is None:
         changes['driver'] = sysfs.link_name(
             os.path.join(sysfs.pci_dir(gpu.address), 'driver'))
@@ -77,7 +121,8 @@ def from_libvirt(host, sysfs=None):
         gpu = _supplement(nodedev.parse_pci(xml), sysfs)
         gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
     gpus.sort(key=lambda g: g.address)
-    return objects.DiscoveryResult(source='libvirt', gpus=tuple(gpus))
+    return objects.DiscoveryResult(source='libvirt',
+                                   gpus=group_sriov(tuple(gpus)))
 
 
 def _with_mdevs(gpu, mdevs):
@@ -93,6 +138,9 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
     at ``default_sysfs_root`` when libvirt cannot be reached; the result's
     ``source`` and the log say which was used.
     """
+    # Imported here: reading sysfs needs no libvirt (the qemu hook reads
+    # GPUs with from_sysfs and must never import libvirt).
+    from libvirt_gpu import host as host_mod
     if sysfs_root is not None and uri is None:
         return from_sysfs(sysfs_mod.Sysfs(sysfs_root))
     if uri is not None:

@@ -47,6 +47,7 @@ from libvirt_gpu import allocator as allocator_mod
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import mdev as mdev_backend
 from libvirt_gpu.backends import pci as pci_backend
+from libvirt_gpu.backends import registry
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import metadata
@@ -114,17 +115,12 @@ def settings_from_conf(config_file):
         conf = conf_mod.load(None, environ={})
     else:
         conf = conf_mod.load(config_file)
-    # Only mdev parents can offer a vGPU type, and reading them needs no
-    # libvirt (discovery would import it: the hook never does).
+    # Every GPU, read from sysfs (no libvirt: the hook never imports it):
+    # a GPU whose vGPUs live on SR-IOV VFs is configured by its PF, which
+    # is no mdev parent.
+    from libvirt_gpu import discovery
     sysfs = sysfs_mod.Sysfs(conf.sysfs_root)
-    mdevs = sysfs.mdevs_by_parent()
-    gpus = []
-    for name in _mdev_parents(sysfs.root):
-        try:
-            address = objects.PciAddress.parse(name)
-        except exception.InvalidPciAddress:
-            continue      # a parent that is not a PCI device (ccw, ap)
-        gpus.append(sysfs.read_gpu(address, mdevs_by_parent=mdevs))
+    gpus = discovery.from_sysfs(sysfs).gpus
     return HookSettings(sysfs_root=conf.sysfs_root,
                         state_dir=conf.state_dir,
                         enabled=vgpu_conf.resolve(conf, gpus))
@@ -306,8 +302,10 @@ class Hook(object):
         self.settings = settings
         self.sysfs = sysfs
         self.log = log
-        self.mdev = mdev_backend.MdevBackend(sysfs, host=None,
-                                             mdevctl_dir=mdevctl_dir)
+        # Every vGPU kind (classic mdev, NVIDIA's vendor interface on VFs)
+        # behind one backend: see backends.registry.
+        self.mdev = registry.VgpuBackend(sysfs, settings.state_dir,
+                                         host=None, mdevctl_dir=mdevctl_dir)
         self.pci = pci_backend.PciBackend(sysfs)
         self.store = state.LeaseStore(settings.state_dir)
         self.allocator = allocator_mod.Allocator(self.mdev, self.store,
@@ -322,6 +320,12 @@ class Hook(object):
         listed = set()
         for entry in req.meta.vgpus:
             listed.add(entry.uuid)
+            if self._on_vendor_vf(req, entry):
+                # <hostdev type='pci' managed='no'> of its VF (vGPU 17+)
+                claims.append(allocator_mod.VgpuClaim(
+                    uuid=entry.uuid, type_id=entry.type_id,
+                    parent=entry.parent))
+                continue
             if entry.uuid not in hostdevs:
                 self.log.warning(
                     'metadata lists vGPU %s but <devices> has no <hostdev '
@@ -348,6 +352,14 @@ class Hook(object):
                 uuid=uuid, type_id=definition.type_id,
                 parent=definition.parent, managed=False))
         return claims
+
+    def _on_vendor_vf(self, req, entry):
+        """Whether the metadata entry is a vendor-interface vGPU: its
+        parent is a VF with ``nvidia/`` that a PCI hostdev of the domain
+        names."""
+        return (entry.parent is not None
+                and entry.parent in req.domain.pci_addresses
+                and self.mdev.is_vendor(entry.parent))
 
     def check_pgpus(self, req):
         for entry in req.meta.pgpus:
@@ -433,13 +445,15 @@ class Hook(object):
         return 0
 
     def reconnect(self, req):
-        missing = [uuid for uuid in req.domain.mdev_uuids
+        in_use = list(req.domain.mdev_uuids) + [
+            e.uuid for e in req.meta.vgpus if self._on_vendor_vf(req, e)]
+        missing = [uuid for uuid in in_use
                    if self.mdev.lookup(uuid) is None]
         for uuid in missing:
             self.log.warning('running domain %s uses vGPU %s, which does '
                              'not exist' % (req.label, uuid))
         self.log.info('reconnect: %d vGPU(s) in use, %d missing'
-                      % (len(req.domain.mdev_uuids), len(missing)))
+                      % (len(in_use), len(missing)))
         return 0
 
 

@@ -102,12 +102,20 @@ class MdevType:
     description: typing.Optional[str]
     device_api: str
     available_instances: int
+    # NVIDIA's published per-GPU maximum of this type, for types whose
+    # interface has no description to carry ``max_instance`` (the vGPU 17+
+    # vendor interface); filled by discovery from the vendor backend's
+    # table.  None: unknown.
+    published_max: typing.Optional[int] = None
 
     @property
     def max_instance(self):
-        """``max_instance`` from NVIDIA's description, or None."""
+        """``max_instance`` from NVIDIA's description, else the published
+        per-GPU maximum, else None."""
         value = parse_description(self.description).get('max_instance')
-        return int(value) if value and value.isdigit() else None
+        if value and value.isdigit():
+            return int(value)
+        return self.published_max
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -135,6 +143,23 @@ class Gpu:
     virtfns: typing.Tuple[PciAddress, ...] = ()  # set on an SR-IOV PF
     mdev_types: typing.Tuple[MdevType, ...] = ()
     mdevs: typing.Tuple[Mdev, ...] = ()
+    # NVIDIA vGPU 17+ vendor interface of an SR-IOV VF (``<VF>/nvidia/``),
+    # None when the function has none.  sysfs-only knowledge (libvirt's
+    # node devices do not show it), so, like a type's description, it is
+    # left out of equality: a libvirt-only view compares equal to a sysfs
+    # view.  tests/unit/test_sriov.py compares it explicitly.
+    vendor_vf: typing.Optional['VendorVf'] = dataclasses.field(
+        default=None, compare=False)
+    # On an SR-IOV PF: the Gpu records of its enabled VFs (the same records
+    # discovery lists on their own), so that one physical GPU can be judged
+    # as a whole.  Derived from ``virtfns``; not compared.
+    vf_gpus: typing.Tuple['Gpu', ...] = dataclasses.field(
+        default=(), compare=False, repr=False)
+    # On a PF with the vendor interface: every type NVIDIA documents for
+    # this GPU model (the VFs list only what is creatable now, nothing
+    # once the GPU is full).  available_instances 0; not compared.
+    supported_types: typing.Tuple['MdevType', ...] = dataclasses.field(
+        default=(), compare=False, repr=False)
 
     def mdev_type(self, type_id):
         for mtype in self.mdev_types:
@@ -145,6 +170,120 @@ class Gpu:
     @property
     def is_vf(self):
         return self.physfn is not None
+
+    # -- one view of every device kind (classic mdev, vendor interface) --
+
+    @property
+    def vgpu_types(self):
+        """The vGPU types this PCI function offers now: its mdev types, or
+        the vendor interface's (creatable ones, then the type it holds)."""
+        if self.vendor_vf is None:
+            return self.mdev_types
+        return self.vendor_vf.types
+
+    @property
+    def used_type_ids(self):
+        """Type ids of the vGPUs this PCI function holds now."""
+        used = [m.type_id for m in self.mdevs]
+        if self.vendor_vf is not None and self.vendor_vf.current is not None:
+            used.append(self.vendor_vf.current.id)
+        return tuple(used)
+
+    @property
+    def functions(self):
+        """This function and, on an SR-IOV PF, its VFs."""
+        return (self,) + tuple(self.vf_gpus)
+
+    @property
+    def vgpu_interface(self):
+        """How vGPUs are made on this physical GPU: ``'nvidia'`` (vGPU 17+
+        vendor interface on its VFs), ``'mdev'`` (classic mdev, on the GPU
+        or on its VFs), or None."""
+        functions = self.functions
+        if any(f.vendor_vf is not None for f in functions):
+            return VENDOR_INTERFACE
+        if any(f.mdev_types for f in functions):
+            return MDEV_INTERFACE
+        return None
+
+    def offered_types(self):
+        """Every vGPU type of this GPU and its VFs, one record per id.
+
+        The record kept for an id is the most informative one seen (with a
+        name and a maximum), in the order first seen.
+        """
+        found = {}
+        for function in self.functions:
+            for mtype in function.vgpu_types:
+                best = found.get(mtype.id)
+                if best is None or _richer(mtype, best):
+                    found[mtype.id] = mtype
+        for mtype in self.supported_types:
+            found.setdefault(mtype.id, mtype)
+        return tuple(found.values())
+
+    def offered_type(self, type_id):
+        """The record of ``type_id`` on this GPU or its VFs, or None."""
+        for mtype in self.offered_types():
+            if mtype.id == type_id:
+                return mtype
+        return None
+
+
+MDEV_INTERFACE = 'mdev'
+VENDOR_INTERFACE = 'nvidia'
+# The vendor interface numbers types (``1145``); the mdev interface of the
+# same driver family names the same type ``nvidia-1145``.  We use the mdev
+# form everywhere (configuration, traits, leases), so a configuration
+# survives the move from mdev to the vendor interface.
+VENDOR_TYPE_PREFIX = 'nvidia-'
+
+
+def vendor_type_id(number):
+    """``1145`` -> ``'nvidia-1145'``."""
+    if isinstance(number, bool) or not isinstance(number, int) \
+            or number < 1:
+        raise exception.InvalidTypeId(value=number)
+    return '%s%d' % (VENDOR_TYPE_PREFIX, number)
+
+
+def vendor_type_number(type_id):
+    """``'nvidia-1145'`` -> ``1145`` (what ``current_vgpu_type`` takes)."""
+    validate_type_id(type_id)
+    digits = type_id[len(VENDOR_TYPE_PREFIX):]
+    if not type_id.startswith(VENDOR_TYPE_PREFIX) or not digits.isdigit() \
+            or digits.startswith('0') or len(digits) > 9:
+        raise exception.InvalidTypeId(value=type_id)
+    return int(digits)
+
+
+def _richer(candidate, best):
+    score = (candidate.name is not None, candidate.max_instance is not None)
+    return score > (best.name is not None, best.max_instance is not None)
+
+
+@dataclasses.dataclass(frozen=True)
+class VendorVf:
+    """NVIDIA's vGPU 17+ vendor interface of one SR-IOV VF::
+
+        <VF>/nvidia/creatable_vgpu_types   ID    : vGPU Name
+                                           1145  : NVIDIA L40S-1B
+        <VF>/nvidia/current_vgpu_type      0 (none) or 1145
+
+    ``creatable``: the types that can be created on this VF now (as
+    MdevType records, id ``nvidia-<n>``, available_instances 1).
+    ``current``: the type of the vGPU the VF holds, or None.
+    """
+
+    creatable: typing.Tuple[MdevType, ...] = ()
+    current: typing.Optional[MdevType] = None
+
+    @property
+    def types(self):
+        if self.current is None or any(t.id == self.current.id
+                                       for t in self.creatable):
+            return self.creatable
+        return self.creatable + (self.current,)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,11 @@ used by two running domains or leased to another domain than the one using
 it, and a domain whose XML cannot be read (then no unleased mdev is
 removed: we could not prove nobody references it).
 
+vGPUs of NVIDIA's vGPU 17+ vendor interface are judged the same way: the
+ones our state file records that exist now (a VF's ``current_vgpu_type``)
+count as "mdevs", a persistent one (``define``) as an mdevctl definition,
+and removing one writes 0 to its VF (``backends.registry``).
+
 Ordering, so that reconcile never races a guest start: mdevs are listed,
 then domains (libvirt is never called under the lease lock: a starting
 guest's hook may be waiting for that lock while libvirt waits for the
@@ -35,6 +40,7 @@ import time
 import typing
 
 from libvirt_gpu.backends import mdev as mdev_backend
+from libvirt_gpu.backends import registry
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import metadata
@@ -125,11 +131,16 @@ def domain_refs(host):
                       unreadable=tuple(bad))
 
 
-def _all_mdevs(sysfs):
-    """``{uuid: (parent, type_id)}`` of every mdev now."""
-    return {m.uuid: (parent, m.type_id)
-            for parent, mdevs in sysfs.mdevs_by_parent().items()
-            for m in mdevs}
+def _all_mdevs(sysfs, backend=None):
+    """``{uuid: (parent, type_id)}`` of every mdev now, and of every
+    vendor-interface vGPU of ours (parent: its VF) when ``backend`` is a
+    ``registry.VgpuBackend``."""
+    found = {m.uuid: (parent, m.type_id)
+             for parent, mdevs in sysfs.mdevs_by_parent().items()
+             for m in mdevs}
+    if hasattr(backend, 'vendor_vgpus'):
+        found.update(backend.vendor_vgpus())
+    return found
 
 
 def _remove_with_timeout(backend, uuid, timeout):
@@ -158,17 +169,17 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
               use_libvirt=True):
     """Repair what can be repaired (nothing when ``dry_run``); a Report of
     every finding."""
-    backend = mdev_backend.MdevBackend(
-        sysfs, host=host if use_libvirt else None, mdevctl_dir=mdevctl_dir,
-        remove_timeout=remove_timeout)
+    backend = registry.VgpuBackend(
+        sysfs, store.state_dir, host=host if use_libvirt else None,
+        mdevctl_dir=mdevctl_dir, remove_timeout=remove_timeout)
     started = time.time()
-    mdevs_before = _all_mdevs(sysfs)
+    mdevs_before = _all_mdevs(sysfs, backend)
     refs = domain_refs(host)
     findings = list(refs.unreadable)
     planned = []              # (uuid, parent, type_id, domain, reason)
     me = os.getpid()
     with store.transaction() as txn:
-        mdevs = _all_mdevs(sysfs)
+        mdevs = _all_mdevs(sysfs, backend)
         leased = set()
         for lease in txn.all():
             leased.add(lease.mdev_uuid)

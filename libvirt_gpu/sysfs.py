@@ -323,3 +323,173 @@ class Sysfs(object):
             result.setdefault(parent, []).append(
                 objects.Mdev(uuid=uuid, type_id=type_id))
         return result
+
+    # -- SR-IOV --------------------------------------------------------------
+    #
+    #   bus/pci/devices/<PF>/sriov_totalvfs   16
+    #   bus/pci/devices/<PF>/sriov_numvfs     0 (VFs off) or 16
+    #   bus/pci/devices/<PF>/virtfn<N>     -> ../<VF>
+    #   bus/pci/devices/<VF>/physfn        -> ../<PF>
+
+    def sriov_totalvfs(self, address):
+        """``sriov_totalvfs`` of a PF, or None when it is no SR-IOV PF."""
+        return self.read_int(os.path.join(self.pci_dir(address),
+                                          'sriov_totalvfs'), optional=True)
+
+    def sriov_numvfs(self, address):
+        """``sriov_numvfs`` of a PF (VFs enabled now), or None."""
+        return self.read_int(os.path.join(self.pci_dir(address),
+                                          'sriov_numvfs'), optional=True)
+
+    def set_sriov_numvfs(self, address, count):
+        """Write ``count`` to ``sriov_numvfs`` (the kernel's generic way to
+        enable VFs; NVIDIA's ``sriov-manage -e`` ends in the same write)."""
+        if isinstance(count, bool) or not isinstance(count, int) \
+                or count < 0:
+            raise exception.InvalidInput(
+                reason='sriov_numvfs must be a count, not %r' % (count,))
+        self.write(os.path.join(self.pci_dir(address), 'sriov_numvfs'),
+                   str(count))
+
+    def virtfns(self, address):
+        """The VF addresses of a PF, in ``virtfn<N>`` order."""
+        base = self.pci_dir(address)
+        found = []
+        for entry in self.listdir(base, optional=True):
+            if entry.startswith('virtfn') and entry[6:].isdigit():
+                found.append((int(entry[6:]), objects.PciAddress.parse(
+                    self.link_name(os.path.join(base, entry)))))
+        return tuple(a for _, a in sorted(found))
+
+    def physfn(self, address):
+        """The PF of a VF, or None."""
+        name = self.link_name(os.path.join(self.pci_dir(address), 'physfn'))
+        return objects.PciAddress.parse(name) if name else None
+
+    # -- NVIDIA vGPU 17+ vendor interface ---------------------------------
+    #
+    #   bus/pci/devices/<VF>/nvidia/creatable_vgpu_types   (read)
+    #       ID    : vGPU Name
+    #       1145  : NVIDIA L40S-1B
+    #   bus/pci/devices/<VF>/nvidia/current_vgpu_type      (read/write)
+    #       0 | 1145
+    #   bus/pci/devices/<VF>/nvidia/vgpu_params            (write)
+    #       frame_rate_limiter=0, disable_vnc=1
+
+    def nvidia_dir(self, address):
+        """``<root>/bus/pci/devices/<VF>/nvidia``"""
+        return os.path.join(self.pci_dir(address), NVIDIA_DIR)
+
+    def has_vendor_interface(self, address):
+        return os.path.isdir(self.nvidia_dir(address))
+
+    def creatable_vgpu_types(self, address):
+        """``((1145, 'NVIDIA L40S-1B'), ...)`` creatable on a VF now; empty
+        when the GPU is full (see ``parse_creatable_vgpu_types``)."""
+        path = os.path.join(self.nvidia_dir(address), CREATABLE_TYPES)
+        return parse_creatable_vgpu_types(self.read(path), path)
+
+    def current_vgpu_type(self, address):
+        """The type number of the vGPU on a VF, 0 when it holds none."""
+        path = os.path.join(self.nvidia_dir(address), CURRENT_TYPE)
+        value = self.read_int(path)
+        if value < 0:
+            raise exception.SysfsReadError(
+                path=path, reason='expected a type number, read %d' % value)
+        return value
+
+    def set_current_vgpu_type(self, address, number):
+        """Write a type number (create a vGPU) or 0 (destroy it) to
+        ``current_vgpu_type``; SysfsWriteError carries the kernel's errno."""
+        if isinstance(number, bool) or not isinstance(number, int) \
+                or number < 0:
+            raise exception.InvalidInput(
+                reason='current_vgpu_type takes a type number, not %r'
+                % (number,))
+        self.write(os.path.join(self.nvidia_dir(address), CURRENT_TYPE),
+                   str(number))
+
+    def write_vgpu_params(self, address, params):
+        """Write plugin parameters (``key=value, ...``) to ``vgpu_params``;
+        a single space clears them (NVIDIA's convention)."""
+        if not isinstance(params, str) or '\n' in params or '\0' in params \
+                or len(params) > 4096:
+            raise exception.InvalidInput(
+                reason='vgpu_params must be one line of key=value pairs')
+        self.write(os.path.join(self.nvidia_dir(address), VGPU_PARAMS),
+                   params or ' ')
+
+    def read_vendor_vf(self, address):
+        """``objects.VendorVf`` of a VF, or None when it has no
+        ``nvidia/`` directory (no vendor interface).
+
+        Each creatable type becomes an MdevType ``nvidia-<n>`` with
+        available_instances 1 (a VF holds one vGPU).  The type the VF holds
+        is named from its own list when it is there, else left unnamed:
+        discovery names it from the other VFs or the vendor's table.
+        """
+        if not self.has_vendor_interface(address):
+            return None
+        current = self.current_vgpu_type(address)
+        creatable = tuple(
+            objects.MdevType(id=objects.vendor_type_id(number), name=name,
+                             description=None, device_api='vfio-pci',
+                             available_instances=0 if current else 1)
+            for number, name in self.creatable_vgpu_types(address))
+        held = None
+        if current:
+            type_id = objects.vendor_type_id(current)
+            named = [t.name for t in creatable if t.id == type_id]
+            held = objects.MdevType(id=type_id,
+                                    name=named[0] if named else None,
+                                    description=None, device_api='vfio-pci',
+                                    available_instances=0)
+        return objects.VendorVf(creatable=creatable, current=held)
+
+
+NVIDIA_DIR = 'nvidia'
+CREATABLE_TYPES = 'creatable_vgpu_types'
+CURRENT_TYPE = 'current_vgpu_type'
+VGPU_PARAMS = 'vgpu_params'
+_MAX_VENDOR_TYPE = 10 ** 9
+
+
+def parse_creatable_vgpu_types(text, path):
+    """Parse ``nvidia/creatable_vgpu_types``::
+
+        ID    : vGPU Name
+        1145  : NVIDIA L40S-1B
+        1155  : NVIDIA L40S-24Q
+
+    Returns ``((1145, 'NVIDIA L40S-1B'), ...)`` in file order.  Blank lines
+    and the header (a first line ``ID : ...``) are skipped; an empty file
+    (the GPU is full) gives ``()``.  Names keep their inner spaces.  Any
+    other line, a repeated id or an unnamed id is a SysfsReadError naming
+    ``path`` and the line: a driver that changed its format must be noticed,
+    not half-read.
+    """
+    rows = []
+    seen = set()
+    first = True
+    for lineno, raw in enumerate((text or '').splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        number, sep, name = line.partition(':')
+        number, name = number.strip(), ' '.join(name.split())
+        if first and sep and number.upper() == 'ID':
+            first = False
+            continue      # the header
+        first = False
+        if not sep or not number.isdigit() or not name \
+                or int(number) < 1 or int(number) >= _MAX_VENDOR_TYPE:
+            raise exception.SysfsReadError(
+                path=path, reason='line %d is not "<type id> : <name>": %r'
+                % (lineno, raw[:80]))
+        value = int(number)
+        if value in seen:
+            raise exception.SysfsReadError(
+                path=path, reason='line %d repeats type %d' % (lineno, value))
+        seen.add(value)
+        rows.append((value, name))
+    return tuple(rows)

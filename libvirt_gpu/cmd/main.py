@@ -8,6 +8,7 @@ table for people.  Errors go to stderr, exit status 1 (2 for usage).
 """
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -76,50 +77,77 @@ def cmd_list(ctx):
     gpus = ctx.result.gpus
     ctx.say_source()
     if ctx.args.json:
-        print(output.dumps([output.gpu_to_json(g, enabled.get(g.address))
-                            for g in gpus]))
+        # A VF shows the setting of its physical GPU (it is used as a part
+        # of it); its ``physfn`` names that GPU.
+        print(output.dumps([output.gpu_to_json(
+            g, enabled.get(g.physfn or g.address)) for g in gpus]))
         return 0
     rows = []
     for gpu in gpus:
+        if gpu.is_vf:
+            continue          # counted on its physical GPU's row (VFS)
         setting = enabled.get(gpu.address)
         capacity = ('%d' % model.vgpu_total(gpu, setting)
                     if setting is not None else '1')
+        vfs = None
+        if gpu.virtfns:
+            busy = sum(1 for vf in gpu.vf_gpus if vf.used_type_ids)
+            vfs = '%d (%d used)' % (len(gpu.virtfns), busy)
+        functions = gpu.functions
         rows.append([str(gpu.address), '%s:%s' % (gpu.vendor_id,
                                                   gpu.product_id),
                      gpu.product_name, gpu.driver, gpu.numa_node,
                      gpu.iommu_group,
                      'vgpu' if setting is not None else 'pgpu',
                      setting.type_id if setting is not None else None,
-                     capacity, len(gpu.mdev_types), len(gpu.mdevs)])
+                     capacity, len(gpu.offered_types()),
+                     sum(len(f.used_type_ids) for f in functions), vfs])
     print(output.table(['ADDRESS', 'ID', 'PRODUCT', 'DRIVER', 'NUMA',
                         'IOMMU', 'MODE', 'ENABLED TYPE', 'CAPACITY', 'TYPES',
-                        'MDEVS'], rows))
+                        'VGPUS', 'VFS'], rows))
     if not gpus:
         print('no GPU (PCI class 0x03xxxx) found')
     return 0
+
+
+def _gpu_types(gpu):
+    """The types to show for ``gpu``: a VF's own; for a physical GPU every
+    type of it and its VFs, ``available_instances`` being what the whole
+    GPU can still take (not one VF's 0 or 1)."""
+    if gpu.is_vf or not gpu.vf_gpus:
+        return gpu.vgpu_types if gpu.is_vf else gpu.offered_types()
+    from libvirt_gpu import objects
+    shown = []
+    for mtype in gpu.offered_types():
+        used = sum(f.used_type_ids.count(mtype.id) for f in gpu.functions)
+        total = model.vgpu_total(gpu, objects.EnabledType(mtype.id))
+        shown.append(dataclasses.replace(
+            mtype, available_instances=max(0, total - used)))
+    return tuple(shown)
 
 
 def cmd_types(ctx):
     if ctx.args.address:
         gpus = [ctx.result.gpu(ctx.args.address)]
     else:
-        gpus = [g for g in ctx.result.gpus if g.mdev_types]
+        gpus = [g for g in ctx.result.gpus
+                if not g.is_vf and g.offered_types()]
     ctx.say_source()
     if ctx.args.json:
         print(output.dumps({str(g.address): [output.type_to_json(t)
-                                             for t in g.mdev_types]
+                                             for t in _gpu_types(g)]
                             for g in gpus}))
         return 0
     rows = []
     for gpu in gpus:
-        for t in gpu.mdev_types:
+        for t in _gpu_types(gpu):
             rows.append([str(gpu.address), t.id, t.name, t.device_api,
                          t.available_instances, t.description])
     print(output.table(['GPU', 'TYPE', 'NAME', 'API', 'AVAILABLE',
                         'DESCRIPTION'], rows))
     if not rows:
         print('no vGPU types offered (is the GPU bound to a vGPU-capable '
-              'driver such as nvidia?)')
+              'driver such as nvidia? are its SR-IOV VFs enabled?)')
     return 0
 
 
@@ -360,6 +388,54 @@ def cmd_reconcile(ctx):
     return 3 if report.stuck else 0
 
 
+def cmd_restore(ctx):
+    from libvirt_gpu import restore
+    from libvirt_gpu import sysfs as sysfs_mod
+    root = ctx.args.sysfs_root or ctx.conf.sysfs_root
+    sysfs = sysfs_mod.Sysfs(root)
+    state_dir = ctx.conf.state_dir
+    owner = None
+    if not ctx.args.no_libvirt:
+        owner = restore.lease_owner_check(state_dir, _uri(ctx))
+    report = restore.restore(
+        sysfs, state_dir,
+        vf_pfs=restore.vf_targets(ctx.conf, sysfs, state_dir),
+        mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
+        sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
+        settle_timeout=ctx.args.settle_timeout)
+    if ctx.args.json:
+        print(output.dumps(report.to_json()))
+    else:
+        print(output.table(['ACTION', 'WHAT', 'TARGET', 'DETAIL'],
+                           [[a.action, a.what, a.target, a.detail]
+                            for a in report.actions]))
+        print('%d change(s), %d failure(s)' % (len(report.changed),
+                                               len(report.failed)))
+    return 1 if report.failed else 0
+
+
+def _add_restore_command(add):
+    p = add('restore', cmd_restore, 'after a reboot: enable the SR-IOV VFs '
+            'of vGPU GPUs, re-create persistent vGPUs (mdevctl definitions, '
+            'our vendor-interface state), reset stale ones; a second run '
+            'changes nothing (exit status 1 when something failed)')
+    p.add_argument('--mdevctl-dir', default='/etc/mdevctl.d',
+                   help='where mdevctl keeps its definitions (default: '
+                        '%(default)s)')
+    p.add_argument('--sriov-manage', default='auto', metavar='PATH',
+                   help='how to enable VFs: NVIDIA\'s sriov-manage script '
+                        'at PATH, "none" to write sriov_numvfs, or "auto" '
+                        '(default): /usr/lib/nvidia/sriov-manage on the real '
+                        '/sys when it is installed, else sriov_numvfs')
+    p.add_argument('--settle-timeout', type=float, default=30.0,
+                   metavar='SECONDS',
+                   help='how long to wait for enabled VFs to show their vGPU '
+                        'interface (default: %(default)s)')
+    p.add_argument('--no-libvirt', action='store_true',
+                   help='do not ask libvirt which guests run (then no stale '
+                        'vGPU is reset)')
+
+
 def _add_lifecycle_commands(sub, add):
     def flags(p):
         p.add_argument('--live', action='store_true',
@@ -500,6 +576,7 @@ def build_parser():
     p.add_argument('--list', dest='list_profiles', action='store_true',
                    help='list the bundled profiles')
     _add_lifecycle_commands(sub, add)
+    _add_restore_command(add)
     return parser
 
 

@@ -75,10 +75,14 @@ def resolve(conf, gpus):
     """Map each GPU address to what configuration enables on it.
 
     ``gpus`` are the discovered ``objects.Gpu``.  Returns
-    ``{PciAddress: EnabledType}``.  Raises ConfigError for: an invalid
-    address, an address claimed by two types, a type the GPU at an address
-    does not offer (or no GPU there), and several enabled types of which one
-    lists no addresses.
+    ``{PciAddress: EnabledType}``, keyed by *physical* GPU: a GPU with
+    SR-IOV is named by its PF address, and the type counts as offered when
+    the PF or any of its VFs offers it (``Gpu.offered_type``).  Raises
+    ConfigError for: an invalid address, an address claimed by two types, a
+    type the GPU at an address does not offer (or no GPU there), the
+    address of a VF (name its physical GPU instead: capacity, the Placement
+    provider and the configuration are per physical GPU), and several
+    enabled types of which one lists no addresses.
     """
     types = list(conf.gpu.enabled_vgpu_types)
     if len(set(types)) != len(types):
@@ -102,7 +106,7 @@ def resolve(conf, gpus):
                            'needs its own list of GPUs'
                            % (', '.join(types), group_name(type_id)))
             for gpu in gpus:
-                if gpu.mdev_type(type_id) is not None:
+                if not gpu.is_vf and gpu.offered_type(type_id) is not None:
                     enabled[gpu.address] = setting
             continue
         for raw in section.device_addresses:
@@ -124,10 +128,24 @@ def resolve(conf, gpus):
                     reason='[%s]/device_addresses names %s, but this host '
                            'has no GPU there (`libvirt-gpu list` shows the '
                            'GPUs)' % (group_name(type_id), address))
-            if gpu.mdev_type(type_id) is None:
-                offered = ', '.join(t.id for t in gpu.mdev_types) or 'none'
+            if gpu.is_vf:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses names %s, a virtual '
+                           'function of the GPU %s; name the physical GPU '
+                           '(%s): its VFs are used as one'
+                           % (group_name(type_id), address, gpu.physfn,
+                              gpu.physfn))
+            if gpu.offered_type(type_id) is None:
+                offered = ', '.join(t.id for t in gpu.offered_types()) \
+                    or 'none'
+                hint = ''
+                if not gpu.offered_types():
+                    hint = ('; if its vGPUs live on SR-IOV VFs (Ampere and '
+                            'later), are the VFs enabled? (`libvirt-gpu '
+                            'restore`, or NVIDIA\'s sriov-manage -e %s)'
+                            % address)
                 raise exception.ConfigError(
                     reason='the GPU at %s does not offer type %s (it offers: '
-                           '%s)' % (address, type_id, offered))
+                           '%s)%s' % (address, type_id, offered, hint))
             enabled[address] = setting
     return enabled

@@ -4,11 +4,17 @@
 PCI address.  ``driver_devices`` follows Cyborg's driver objects
 (cyborg/objects/driver_objects): device -> deployable -> attach handles, with
 a PCI control-path id and rc/trait attributes.
+
+SR-IOV: a physical GPU is one device with one deployable (its VFs are not
+devices of their own); a vGPU on the vendor interface is handed to a guest
+as a VF, so its attach handles are ``PCI`` handles naming free VFs, while a
+classic mdev (on the GPU or on a VF) is an ``MDEV`` handle.
 """
 
 import dataclasses
 import typing
 
+from libvirt_gpu import objects
 from libvirt_gpu.placement import model
 from libvirt_gpu.placement import traits as traits_mod
 
@@ -67,8 +73,12 @@ def agent_report(gpus, enabled):
             'devices': str(gpu.address),
             'driver': gpu.driver,
             'numa_node': gpu.numa_node,
-            'assignable': True,
+            'assignable': not gpu.is_vf,
         }
+        if gpu.is_vf:
+            entry['physfn'] = str(gpu.physfn)
+        if gpu.virtfns:
+            entry['virtfns'] = len(gpu.virtfns)
         setting = enabled.get(gpu.address)
         if setting is not None:
             entry['vgpu_type'] = setting.type_id
@@ -83,18 +93,32 @@ def _deployable(hostname, gpu, setting, gpu_traits):
         trait_set = traits_mod.pgpu_traits(gpu)
         rc = model.PGPU
         handles = (AttachHandle('PCI', {'address': str(gpu.address)},
-                                in_use=bool(gpu.mdevs)),)
+                                in_use=model.holds_vgpus(gpu)),)
         count = 1
     else:
-        mtype = gpu.mdev_type(setting.type_id)
+        mtype = gpu.offered_type(setting.type_id)
         trait_set = traits_mod.vgpu_traits(gpu, mtype, gpu_traits)
         rc = setting.resource_class
         count = model.vgpu_total(gpu, setting)
         info = dict(_pci_info(gpu.address), asked_type=setting.type_id)
-        handles = tuple(
-            AttachHandle('MDEV', dict(info, vgpu_mark='%s_%d'
-                                      % (setting.type_id, i)))
-            for i in range(count))
+        if gpu.vgpu_interface == objects.VENDOR_INTERFACE:
+            # The guest gets a VF: one PCI handle per VF that holds or can
+            # take a vGPU of the type (those holding one are in use).
+            held = [vf for vf in gpu.vf_gpus
+                    if setting.type_id in vf.used_type_ids]
+            free = [vf for vf in gpu.vf_gpus if not vf.used_type_ids and any(
+                t.id == setting.type_id for t in vf.vgpu_types)]
+            handles = tuple(
+                AttachHandle('PCI', dict(
+                    _pci_info(vf.address), asked_type=setting.type_id,
+                    vgpu_mark='%s_%d' % (setting.type_id, i)),
+                    in_use=vf in held)
+                for i, vf in enumerate((held + free)[:count]))
+        else:
+            handles = tuple(
+                AttachHandle('MDEV', dict(info, vgpu_mark='%s_%d'
+                                          % (setting.type_id, i)))
+                for i in range(count))
     attributes = [Attribute('rc', rc)]
     attributes += [Attribute('trait%d' % i, t)
                    for i, t in enumerate(sorted(trait_set))]
@@ -106,6 +130,8 @@ def driver_devices(hostname, gpus, enabled, gpu_traits=True,
                    pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
     devices = []
     for gpu in sorted(gpus, key=lambda g: g.address):
+        if gpu.is_vf:
+            continue      # part of its physical GPU's device
         setting = enabled.get(gpu.address)
         if not model.offered(gpu, setting, pgpu_vendors) or (
                 setting is not None and model.vgpu_total(gpu, setting) < 1):

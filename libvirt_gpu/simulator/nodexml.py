@@ -70,7 +70,8 @@ def device_elements(profile):
             members.setdefault(dev.iommu_group, []).append(dev.address)
     elements = [_computer(profile)]
     for dev in pci:
-        elements.append(_pci_device(dev, by_addr, members))
+        elements.append(_pci_device(dev, by_addr, members,
+                                    profile.gpu_mdevs(dev)))
     groups = profile.mdev_iommu_groups()
     for dev in profile.devices:
         for mdev in dev.mdevs:
@@ -108,7 +109,11 @@ def _address(parent, address):
          function='0x%x' % pci.function)
 
 
-def _pci_device(dev, by_addr, members):
+def _pci_device(dev, by_addr, members, gpu_mdevs=None):
+    """A PCI function.  Only enabled VFs are listed under a PF's
+    ``virt_functions`` (``maxCount`` is ``sriov_totalvfs``); a VF's
+    vendor-interface types appear nowhere: libvirt's node devices do not
+    report NVIDIA's ``nvidia/`` directory."""
     device = ET.Element('device')
     _sub(device, 'name', dev.libvirt_name)
     parent = by_addr.get(dev.parent_bridge)
@@ -127,7 +132,7 @@ def _pci_device(dev, by_addr, members):
     if dev.sriov_totalvfs is not None:
         vfs = _sub(cap, 'capability', type='virt_functions',
                    maxCount=str(dev.sriov_totalvfs))
-        for vf in dev.virtfns:
+        for vf in dev.enabled_virtfns:
             _address(vfs, vf)
     if dev.is_bridge:
         _sub(cap, 'capability', type='pci-bridge')
@@ -139,7 +144,8 @@ def _pci_device(dev, by_addr, members):
                 _sub(entry, 'name', mtype.name)
             _sub(entry, 'deviceAPI', mtype.device_api)
             _sub(entry, 'availableInstances', str(
-                capacity.available_instances(dev, mtype.id, dev.mdevs)))
+                capacity.available_instances(dev, mtype.id, dev.mdevs,
+                                             gpu_mdevs=gpu_mdevs)))
     if dev.iommu_group is not None:
         group = _sub(cap, 'iommuGroup', number=str(dev.iommu_group))
         for address in members[dev.iommu_group]:

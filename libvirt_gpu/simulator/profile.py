@@ -22,6 +22,19 @@ A profile file looks like this (``profiles/t4.json``)::
 ``mdev_types`` names a catalogue (so 17 types are not repeated per GPU) or
 is an inline list of type entries.  Bridges named by ``parent_bridge`` that
 are not listed as devices are implied (an Intel root port each).
+
+SR-IOV: a PF lists its VFs in ``virtfns`` (each VF names it in ``physfn``)
+and may say ``"sriov_numvfs": 0`` - its VFs exist only once enabled (what a
+host looks like at boot, before ``sriov-manage -e``); by default all listed
+VFs are enabled.  A VF of a GPU with NVIDIA's vGPU 17+ vendor interface
+names its types in ``vgpu_types`` (a catalogue or a list, type ids
+``nvidia-<n>`` with ``framebuffer_mb``) instead of ``mdev_types``, and the
+type of the vGPU it holds, if any, in ``current_vgpu_type``::
+
+    {"address": "0000:3d:00.4", ..., "physfn": "0000:3d:00.0",
+     "vgpu_types": "l40s", "current_vgpu_type": "nvidia-1145"}
+
+How VFs share their GPU's capacity is ``capacity``'s business.
 """
 
 import collections
@@ -53,6 +66,10 @@ BRIDGE_VENDOR_NAME = 'Intel Corporation'
 BRIDGE_PRODUCT_NAME = 'Sky Lake-E PCI Express Root Port A'
 BRIDGE_DRIVER = 'pcieport'
 
+VF_SHARED = 'shared'
+VF_PER_VF = 'per-vf'
+VF_CAPACITIES = (VF_SHARED, VF_PER_VF)
+
 
 @dataclasses.dataclass(frozen=True)
 class SimType:
@@ -63,6 +80,23 @@ class SimType:
     description: typing.Optional[str]
     device_api: str
     max_instance: int
+    framebuffer_mb: typing.Optional[int] = None   # vendor-interface types
+
+    @property
+    def framebuffer(self):
+        """Framebuffer in MB: ``framebuffer_mb``, else the description's
+        ``framebuffer=2048M``, else None."""
+        if self.framebuffer_mb is not None:
+            return self.framebuffer_mb
+        value = objects.parse_description(self.description).get(
+            'framebuffer', '')
+        return int(value[:-1]) if value.endswith('M') and \
+            value[:-1].isdigit() else None
+
+    @property
+    def number(self):
+        """``nvidia-1145`` -> 1145 (the vendor interface's type number)."""
+        return objects.vendor_type_number(self.id)
 
 
 class SimMdev(typing.NamedTuple):
@@ -93,6 +127,31 @@ class SimDevice:
     sriov_totalvfs: typing.Optional[int] = None   # set on an SR-IOV PF
     virtfns: typing.Tuple[str, ...] = ()          # VF addresses, in order
     physfn: typing.Optional[str] = None           # set on a VF
+    sriov_numvfs: typing.Optional[int] = None     # None: every listed VF
+    # On a PF: how its VFs' vGPUs share the GPU.  'shared' (the driver's
+    # way): max_instance counts every vGPU on every VF of the GPU.
+    # 'per-vf': each VF on its own (the synthetic benchmark host only).
+    vf_capacity: str = 'shared'
+    vgpu_types: typing.Tuple[SimType, ...] = ()   # vendor interface (a VF)
+    current_vgpu_type: typing.Optional[str] = None
+
+    @property
+    def numvfs(self):
+        """How many VFs are enabled (``sriov_numvfs``)."""
+        if self.sriov_numvfs is None:
+            return len(self.virtfns)
+        return self.sriov_numvfs
+
+    @property
+    def enabled_virtfns(self):
+        """The VFs that exist now: the first ``numvfs`` listed."""
+        return self.virtfns[:self.numvfs]
+
+    def vgpu_type(self, type_id):
+        for mtype in self.vgpu_types:
+            if mtype.id == type_id:
+                return mtype
+        return None
 
     @property
     def pci_address(self):
@@ -134,7 +193,7 @@ class Profile:
 
     @functools.cached_property
     def _by_address(self):
-        return {dev.address: dev for dev in self.pci_devices()}
+        return {dev.address: dev for dev in self.all_pci_devices()}
 
     def bridges(self):
         """Implied upstream ports: ``parent_bridge`` values not listed."""
@@ -162,8 +221,52 @@ class Profile:
                      for bridge, group in zip(found.values(), groups))
 
     def pci_devices(self):
-        """Implied bridges first, then the listed devices."""
+        """Implied bridges first, then the listed devices that exist now
+        (a VF whose PF has not enabled it is left out)."""
+        return self._present
+
+    @functools.cached_property
+    def _present(self):
+        disabled = {vf for dev in self.devices
+                    for vf in dev.virtfns[dev.numvfs:]}
+        return self.bridges() + tuple(d for d in self.devices
+                                      if d.address not in disabled)
+
+    def all_pci_devices(self):
+        """Implied bridges and every listed device, enabled or not."""
         return self.bridges() + self.devices
+
+    def physical(self, dev):
+        """The device of ``dev``'s physical GPU: its PF, or itself."""
+        if dev.physfn is not None:
+            return self.device(dev.physfn)
+        return dev
+
+    def gpu_functions(self, dev):
+        """Every listed PCI function of ``dev``'s physical GPU: the PF
+        first, then its VFs in order (enabled or not)."""
+        pf = self.physical(dev)
+        return (pf,) + tuple(self.device(vf) for vf in pf.virtfns)
+
+    def gpu_mdevs(self, dev):
+        """The mdevs on every function of ``dev``'s physical GPU, or None
+        when its VFs do not share capacity (``vf_capacity`` 'per-vf') or it
+        has no VFs."""
+        pf = self.physical(dev)
+        if not pf.virtfns or pf.vf_capacity != VF_SHARED:
+            return None
+        return tuple(m for f in self.gpu_functions(dev) for m in f.mdevs)
+
+    def gpu_current_types(self, dev):
+        """``{VF address: type id or None}`` of the enabled VFs of
+        ``dev``'s physical GPU that have the vendor interface."""
+        pf = self.physical(dev)
+        found = {}
+        for vf in pf.enabled_virtfns:
+            vdev = self.device(vf)
+            if vdev.vgpu_types:
+                found[vf] = vdev.current_vgpu_type
+        return found
 
     def mdev_iommu_groups(self):
         """``{uuid: group}``: each mdev gets a fresh group, as NVIDIA's do.
@@ -343,7 +446,8 @@ def _types(ctx, entries, where):
     for i, entry in enumerate(entries):
         here = '%s type #%d' % (where, i)
         ctx.check_keys(entry, here, required=('id', 'max_instance'),
-                       optional=('name', 'description', 'device_api'))
+                       optional=('name', 'description', 'device_api',
+                                 'framebuffer_mb'))
         type_id = ctx.string(entry, 'id', here)
         try:
             objects.validate_type_id(type_id)
@@ -365,7 +469,9 @@ def _types(ctx, entries, where):
             id=type_id,
             name=ctx.string(entry, 'name', here, nullable=True),
             description=description, device_api=api,
-            max_instance=max_instance))
+            max_instance=max_instance,
+            framebuffer_mb=ctx.integer(entry, 'framebuffer_mb', here, 1,
+                                       nullable=True)))
     ids = [t.id for t in types]
     dups = sorted({i for i in ids if ids.count(i) > 1})
     if dups:
@@ -377,7 +483,8 @@ _DEVICE_KEYS = ('vendor_id', 'product_id', 'class_code',
                 'subsystem_vendor_id', 'subsystem_device_id', 'vendor_name',
                 'product_name', 'driver', 'numa_node', 'iommu_group',
                 'parent_bridge', 'mdev_types', 'mdevs', 'sriov_totalvfs',
-                'virtfns', 'physfn')
+                'virtfns', 'physfn', 'sriov_numvfs', 'vgpu_types',
+                'current_vgpu_type', 'vf_capacity')
 
 
 def _device(ctx, index, raw, catalogues):
@@ -414,6 +521,32 @@ def _device(ctx, index, raw, catalogues):
     physfn = raw.get('physfn')
     if physfn is not None:
         physfn = ctx.address(physfn, where, 'physfn')
+    numvfs = ctx.integer(raw, 'sriov_numvfs', where, 0, nullable=True)
+    if numvfs is not None and (totalvfs is None or numvfs > len(virtfns)):
+        ctx.fail('%s: sriov_numvfs %d needs "sriov_totalvfs" and at most '
+                 'the %d listed virtfns' % (where, numvfs, len(virtfns)))
+    vgpu_types = _device_types(ctx, where, raw.get('vgpu_types'),
+                               catalogues)
+    for mtype in vgpu_types:
+        try:
+            mtype.number
+        except exception.InvalidInput:
+            ctx.fail('%s: vendor-interface type %r must be named '
+                     'nvidia-<number>' % (where, mtype.id))
+        if mtype.framebuffer is None:
+            ctx.fail('%s: vendor-interface type %s needs "framebuffer_mb"'
+                     % (where, mtype.id))
+    if vgpu_types and (physfn is None or mdev_types):
+        ctx.fail('%s: "vgpu_types" (the vGPU 17+ vendor interface) belong '
+                 'on a VF without "mdev_types"' % where)
+    vf_capacity = ctx.string(raw, 'vf_capacity', where, default=VF_SHARED)
+    if vf_capacity not in VF_CAPACITIES:
+        ctx.fail('%s: vf_capacity %r is not one of %s'
+                 % (where, vf_capacity, ', '.join(VF_CAPACITIES)))
+    current = ctx.string(raw, 'current_vgpu_type', where, nullable=True)
+    if current is not None and not any(t.id == current for t in vgpu_types):
+        ctx.fail('%s: current_vgpu_type %r is not one of its vgpu_types'
+                 % (where, current))
     return SimDevice(
         address=address, vendor_id=vendor_id, product_id=product_id,
         class_code=class_code,
@@ -428,7 +561,9 @@ def _device(ctx, index, raw, catalogues):
         iommu_group=ctx.integer(raw, 'iommu_group', where, 0,
                                 nullable=True),
         parent_bridge=parent_bridge, mdev_types=mdev_types, mdevs=mdevs,
-        sriov_totalvfs=totalvfs, virtfns=virtfns, physfn=physfn)
+        sriov_totalvfs=totalvfs, virtfns=virtfns, physfn=physfn,
+        sriov_numvfs=numvfs, vgpu_types=vgpu_types,
+        current_vgpu_type=current, vf_capacity=vf_capacity)
 
 
 def _device_types(ctx, where, raw, catalogues):
@@ -493,13 +628,63 @@ def _check_host(ctx, profile):
             if pf is None or dev.address not in pf.virtfns:
                 ctx.fail('device %s names physfn %s, which does not list '
                          'it in "virtfns"' % (dev.address, dev.physfn))
-        if dev.mdevs:
+        if dev.physfn is None and dev.numvfs < len(dev.virtfns):
+            for vf in dev.virtfns[dev.numvfs:]:
+                vdev = by_addr.get(vf)
+                if vdev is not None and (vdev.mdevs
+                                         or vdev.current_vgpu_type):
+                    ctx.fail('VF %s holds vGPUs but its PF %s has not '
+                             'enabled it (sriov_numvfs %d)'
+                             % (vf, dev.address, dev.numvfs))
+        if dev.mdevs and dev.physfn is None:
             type_id = dev.mdevs[0].type_id
             if capacity.available_instances(dev, type_id, dev.mdevs[1:]) < 1:
                 ctx.fail('device %s: its mdevs %s exceed what the GPU can '
                          'hold (one type per GPU, max_instance each)'
                          % (dev.address, ', '.join(
                              '%s (%s)' % m for m in dev.mdevs)))
+    _check_sriov_capacity(ctx, profile, by_addr)
+
+
+def _check_sriov_capacity(ctx, profile, by_addr):
+    """Replay the vGPUs on the VFs of each physical GPU, in profile order,
+    through ``capacity``'s rules: each must have fitted when it was made."""
+    from libvirt_gpu.simulator import capacity
+
+    for pf in profile.devices:
+        if not pf.virtfns:
+            continue
+        shared = pf.vf_capacity == VF_SHARED
+        made = []
+        current = {}
+        for vf in pf.virtfns[:pf.numvfs]:
+            vdev = by_addr.get(vf)
+            if vdev is None:
+                continue
+            for i, mdev in enumerate(vdev.mdevs):
+                if capacity.available_instances(
+                        vdev, mdev.type_id, vdev.mdevs[:i],
+                        gpu_mdevs=made if shared else None) < 1:
+                    ctx.fail('VF %s: mdev %s (%s) exceeds what its GPU %s '
+                             'can hold (one vGPU per VF, one type per GPU, '
+                             'max_instance per GPU)' % (
+                                 vf, mdev.uuid, mdev.type_id, pf.address))
+                made.append(mdev)
+            if vdev.vgpu_types:
+                current[vf] = None
+        for vf in list(current):
+            wanted = by_addr[vf].current_vgpu_type
+            if wanted is None:
+                continue
+            creatable = capacity.creatable_vgpu_types(by_addr[vf], current)
+            if not any(t.id == wanted for t in creatable):
+                ctx.fail('VF %s: vGPU %s does not fit on GPU %s next to %s '
+                         '(equal-size mode: one framebuffer size per GPU, '
+                         'max_instance per GPU)' % (
+                             vf, wanted, pf.address, ', '.join(
+                                 sorted(t for t in current.values() if t))
+                             or 'nothing'))
+            current[vf] = wanted
 
 
 def _check_parent_chain(ctx, dev, by_addr):
@@ -593,13 +778,17 @@ def synthetic_profile(parents, types=20):
             devfn = 4 + v
             vfs.append('%04x:%02x:%02x.%x' % (domain, 0x11 + 2 * j, devfn >> 3,
                                               devfn & 7))
+        # Each VF here stands for an mdev parent of its own, so the VFs do
+        # not share capacity ('per-vf'): the benchmark wants many parents,
+        # not a model of one GPU (the a100 profile is that).
         gpu.update(product_id='20f1', subsystem_device_id='145f',
                    product_name='GA100 [A100 PCIe 40GB]',
                    iommu_group=next_group(), sriov_totalvfs=_VFS_PER_PF,
-                   virtfns=vfs)
+                   virtfns=vfs, vf_capacity=VF_PER_VF)
         devices.append(gpu)
+        vf_fields = {k: v for k, v in gpu.items() if k != 'vf_capacity'}
         for vf in vfs:
-            devices.append(dict(gpu, address=vf, sriov_totalvfs=None,
+            devices.append(dict(vf_fields, address=vf, sriov_totalvfs=None,
                                 virtfns=[], physfn=address,
                                 **parent_fields(vf)))
     return profile_from_dict({

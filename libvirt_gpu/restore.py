@@ -1,0 +1,452 @@
+"""Put back, after a reboot, what the operator configured: ``libvirt-gpu
+restore`` (run at boot by ``etc/libvirt-gpu/systemd/libvirt-gpu-restore.
+service``, and safe to run any time: a second run changes nothing).
+
+Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
+
+1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
+   the PFs named by ``[vgpu_<type>]/device_addresses`` (every NVIDIA
+   SR-IOV PF on the ``nvidia`` driver when an enabled type names no
+   addresses) and the GPUs our vendor-interface state mentions.  A PF with
+   ``sriov_numvfs`` 0 gets all of ``sriov_totalvfs``::
+
+       bus/pci/devices/0000:41:00.0/sriov_numvfs  <-  16
+
+   NVIDIA asks for its ``/usr/lib/nvidia/sriov-manage -e <pf>`` instead:
+   on the real ``/sys`` we run that script when it is installed (it ends in
+   the same write after preparing the driver), and write ``sriov_numvfs``
+   ourselves otherwise (any sysfs root but ``/sys``, or no script).  A PF
+   with some but not all VFs enabled is left as it is, and reported.
+2. **Classic mdevs** defined persistently (mdevctl's
+   ``/etc/mdevctl.d/<parent>/<uuid>`` JSON, written by ``mdevctl define``
+   or libvirt's ``nodeDeviceDefineXML``) with ``"start": "auto"`` are
+   created where they do not exist.  (mdevctl's own udev rule may have done
+   it already: then there is nothing to do.)  ``manual`` ones are left for
+   their guest's hook to create.
+3. **Vendor-interface vGPUs** our state file (``<state_dir>/
+   nvidia-vgpu.json``) marks ``auto`` are created on their VF again, with
+   their ``vgpu_params``.
+4. **Stale vGPUs.**  A VF whose ``current_vgpu_type`` is set for one of our
+   transient vGPUs whose owner (the domain of its lease) is not running is
+   reset to 0; a transient state entry whose VF holds nothing is
+   forgotten.  vGPUs that are not ours are reported, never touched;
+   without libvirt to ask, nothing is reset.
+
+Every step is reported (``RestoreReport``): what changed, what was already
+right, what failed and why.
+"""
+
+import dataclasses
+import logging
+import os
+import subprocess
+import time
+import typing
+
+from libvirt_gpu.backends import base
+from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+LOG = logging.getLogger(__name__)
+
+MDEVCTL_DIR = '/etc/mdevctl.d'
+SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'
+NVIDIA_VENDOR = '10de'
+
+# Actions (``Action.action``).
+ENABLED_VFS = 'enabled-vfs'
+CREATED = 'created'
+RESET = 'reset'
+FORGOT = 'forgot'
+OK = 'ok'
+SKIPPED = 'skipped'
+FAILED = 'failed'
+CHANGES = (ENABLED_VFS, CREATED, RESET, FORGOT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    """One thing restore looked at."""
+
+    action: str            # one of the constants above
+    what: str              # 'vfs', 'mdev', 'vgpu'
+    target: str            # PF address, vGPU UUID, VF address
+    detail: str
+
+    @property
+    def changed(self):
+        return self.action in CHANGES
+
+    def to_json(self):
+        return {'action': self.action, 'what': self.what,
+                'target': self.target, 'detail': self.detail,
+                'changed': self.changed}
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreReport:
+    actions: typing.Tuple[Action, ...]
+
+    @property
+    def changed(self):
+        return tuple(a for a in self.actions if a.changed)
+
+    @property
+    def failed(self):
+        return tuple(a for a in self.actions if a.action == FAILED)
+
+    def to_json(self):
+        return {'changed': len(self.changed), 'failed': len(self.failed),
+                'actions': [a.to_json() for a in self.actions]}
+
+
+# --- which GPUs need VFs -----------------------------------------------------
+
+def _is_sriov_pf(sysfs, address):
+    try:
+        total = sysfs.sriov_totalvfs(address)
+    except exception.SysfsReadError:
+        return False
+    return bool(total) and sysfs.physfn(address) is None
+
+
+def vf_targets(conf, sysfs, state_dir=None):
+    """PF addresses whose VFs restore enables (step 1 of the module doc),
+    sorted."""
+    targets = set()
+    everywhere = False
+    for type_id in conf.gpu.enabled_vgpu_types:
+        from libvirt_gpu.conf import vgpu as vgpu_conf
+        addresses = conf[vgpu_conf.group_name(type_id)].device_addresses
+        if not addresses:
+            everywhere = True
+        for raw in addresses:
+            try:
+                targets.add(objects.PciAddress.parse(raw))
+            except exception.InvalidPciAddress as e:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses: %s'
+                    % (vgpu_conf.group_name(type_id), e))
+    if everywhere:
+        for address in sysfs.pci_addresses():
+            base_dir = sysfs.pci_dir(address)
+            vendor = sysfs.read(os.path.join(base_dir, 'vendor'),
+                                optional=True)
+            if not vendor or objects.normalize_hex_id(vendor) != \
+                    NVIDIA_VENDOR:
+                continue
+            driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
+            if driver == 'nvidia' and _is_sriov_pf(sysfs, address):
+                targets.add(address)
+    if state_dir:
+        for entry in nvidia_vgpu.VendorState(state_dir).read().values():
+            if entry.gpu is not None:
+                targets.add(entry.gpu)
+    return sorted(t for t in targets if os.path.isdir(sysfs.pci_dir(t))
+                  and _is_sriov_pf(sysfs, t))
+
+
+# --- the steps ---------------------------------------------------------------
+
+class Restore(object):
+    """One restore run.
+
+    :param sysfs: the host's ``Sysfs``.
+    :param state_dir: ``[DEFAULT]/state_dir``.
+    :param mdevctl_dir: where mdevctl keeps definitions (tests use a
+        temporary directory).
+    :param owner_running: ``f(uuid) -> True | False | None``: whether the
+        guest that holds our vGPU ``uuid`` runs (None: cannot tell).
+    :param sriov_manage: path of NVIDIA's script, or None to write
+        ``sriov_numvfs`` directly.
+    :param settle_timeout: seconds to wait for enabled VFs to show their
+        vGPU interface (the driver registers them after the VFs appear).
+    """
+
+    def __init__(self, sysfs, state_dir, mdevctl_dir=MDEVCTL_DIR,
+                 owner_running=None, sriov_manage=None, settle_timeout=30.0,
+                 mdev_backend=None):
+        self.sysfs = sysfs
+        self.state_dir = state_dir
+        self.mdevctl_dir = mdevctl_dir
+        self.owner_running = owner_running or (lambda uuid: None)
+        self.sriov_manage = sriov_manage
+        self.settle_timeout = settle_timeout
+        self.vendor = nvidia_vgpu.NvidiaVgpuBackend(sysfs, state_dir)
+        self._mdev = mdev_backend
+        self.actions = []
+
+    @property
+    def mdev(self):
+        if self._mdev is None:
+            from libvirt_gpu.backends import mdev as mdev_backend
+            self._mdev = mdev_backend.MdevBackend(
+                self.sysfs, host=None, mdevctl_dir=self.mdevctl_dir)
+        return self._mdev
+
+    def _note(self, action, what, target, detail):
+        self.actions.append(Action(action, what, str(target), detail))
+        LOG.info('%s %s %s: %s', action, what, target, detail)
+
+    def run(self, vf_pfs):
+        for pf in vf_pfs:
+            self.enable_vfs(pf)
+        self.restore_mdevs()
+        self.restore_vendor_vgpus()
+        self.reset_stale()
+        return RestoreReport(actions=tuple(self.actions))
+
+    # 1. VFs ------------------------------------------------------------------
+
+    def enable_vfs(self, pf):
+        pf = objects.PciAddress.parse(pf)
+        total = self.sysfs.sriov_totalvfs(pf)
+        current = self.sysfs.sriov_numvfs(pf) or 0
+        if not total:
+            self._note(SKIPPED, 'vfs', pf, 'not an SR-IOV PF')
+            return
+        if current == total:
+            self._note(OK, 'vfs', pf, 'all %d VFs enabled' % total)
+            return
+        if current:
+            self._note(SKIPPED, 'vfs', pf, '%d of %d VFs enabled by someone '
+                       'else: left as they are' % (current, total))
+            return
+        try:
+            how = self._enable(pf, total)
+        except (exception.LibvirtGpuError, OSError,
+                subprocess.SubprocessError) as e:
+            self._note(FAILED, 'vfs', pf, 'cannot enable VFs: %s' % e)
+            return
+        missing = self._settle(pf, total)
+        detail = 'enabled %d VFs (%s)' % (total, how)
+        if missing:
+            detail += '; %d VF(s) show no vGPU interface yet' % missing
+        self._note(ENABLED_VFS, 'vfs', pf, detail)
+
+    def _enable(self, pf, total):
+        if self.sriov_manage:
+            # /usr/lib/nvidia/sriov-manage -e 0000:41:00.0
+            proc = subprocess.run([self.sriov_manage, '-e', str(pf)],
+                                  capture_output=True, text=True,
+                                  timeout=300)
+            if proc.returncode != 0:
+                raise exception.SysfsWriteError(
+                    path=str(pf), reason='%s -e exited %d: %s' % (
+                        self.sriov_manage, proc.returncode,
+                        (proc.stderr or proc.stdout).strip()[-300:]))
+            return self.sriov_manage + ' -e'
+        self.sysfs.set_sriov_numvfs(pf, total)
+        return 'sriov_numvfs'
+
+    def _ready(self, vf):
+        return (os.path.isdir(self.sysfs.types_dir(vf))
+                or self.sysfs.has_vendor_interface(vf))
+
+    def _settle(self, pf, total):
+        """Wait until the PF has ``total`` VFs that each show mdev types or
+        the vendor interface; returns how many do not."""
+        deadline = time.monotonic() + self.settle_timeout
+        while True:
+            vfs = self.sysfs.virtfns(pf)
+            missing = total - sum(1 for vf in vfs if self._ready(vf))
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+
+    # 2. classic mdevs ----------------------------------------------------
+
+    def definitions(self):
+        """``(parent, uuid)`` of every mdevctl definition of a PCI parent,
+        sorted."""
+        found = []
+        try:
+            parents = os.listdir(self.mdevctl_dir)
+        except FileNotFoundError:
+            return found
+        for name in parents:
+            try:
+                parent = objects.PciAddress.parse(name)
+            except exception.InvalidPciAddress:
+                continue          # ccw/ap parents, stray files
+            path = os.path.join(self.mdevctl_dir, name)
+            if not os.path.isdir(path):
+                continue
+            for entry in os.listdir(path):
+                try:
+                    found.append((parent, objects.validate_uuid(entry)))
+                except exception.InvalidUuid:
+                    continue
+        return sorted(found)
+
+    def restore_mdevs(self):
+        for parent, uuid in self.definitions():
+            try:
+                definition = self.mdev.definition(uuid)
+            except exception.LibvirtGpuError as e:
+                self._note(FAILED, 'mdev', uuid, str(e))
+                continue
+            if definition is None or definition.parent != parent:
+                self._note(SKIPPED, 'mdev', uuid, 'defined under %s and '
+                           'elsewhere; left to mdevctl' % parent)
+                continue
+            where = '%s on %s' % (definition.type_id, parent)
+            if definition.start != 'auto':
+                self._note(SKIPPED, 'mdev', uuid, '%s is defined with start '
+                           '%s: its guest creates it' % (
+                               where, definition.start))
+                continue
+            if definition.attrs:
+                self._note(SKIPPED, 'mdev', uuid, '%s sets attributes: '
+                           '`mdevctl start -u %s` applies them' % (
+                               where, uuid))
+                continue
+            device = base.VgpuDevice(uuid=uuid, parent=parent,
+                                     type_id=definition.type_id)
+            try:
+                created = self.mdev.prepare(device)
+            except exception.LibvirtGpuError as e:
+                self._note(FAILED, 'mdev', uuid, '%s: %s' % (where, e))
+                continue
+            self._note(CREATED if created else OK, 'mdev', uuid,
+                       ('created ' if created else 'exists: ') + where)
+
+    # 3. vendor-interface vGPUs --------------------------------------------
+
+    def restore_vendor_vgpus(self):
+        for uuid, entry in sorted(self.vendor.vgpus().items()):
+            if entry.start != 'auto':
+                continue
+            where = '%s on VF %s' % (entry.type_id, entry.vf)
+            try:
+                created = self.vendor.prepare(entry.device())
+            except exception.LibvirtGpuError as e:
+                self._note(FAILED, 'vgpu', uuid, '%s: %s' % (where, e))
+                continue
+            self._note(CREATED if created else OK, 'vgpu', uuid,
+                       ('created ' if created else 'exists: ') + where)
+
+    # 4. stale vGPUs ----------------------------------------------------------
+
+    def _vendor_vfs(self):
+        """Every VF with the vendor interface, sorted."""
+        found = []
+        for address in self.sysfs.pci_addresses():
+            if self.sysfs.physfn(address) is not None and \
+                    self.sysfs.has_vendor_interface(address):
+                found.append(address)
+        return found
+
+    def reset_stale(self):
+        entries = self.vendor.vgpus()
+        by_vf = {e.vf: e for e in entries.values()}
+        vendor_vfs = self._vendor_vfs()
+        reset = set()
+        for vf in vendor_vfs:
+            try:
+                current = self.sysfs.current_vgpu_type(vf)
+            except exception.SysfsReadError as e:
+                self._note(FAILED, 'vgpu', vf, str(e))
+                continue
+            if not current:
+                continue
+            entry = by_vf.get(vf)
+            held = objects.vendor_type_id(current)
+            if entry is None:
+                self._note(SKIPPED, 'vgpu', vf, 'holds %s, not one of ours: '
+                           'left alone' % held)
+                continue
+            if entry.persistent:
+                continue      # reported by restore_vendor_vgpus
+            running = self.owner_running(entry.uuid)
+            if running is None:
+                self._note(SKIPPED, 'vgpu', entry.uuid, '%s on VF %s: cannot '
+                           'tell whether its guest runs; kept' % (held, vf))
+                continue
+            if running:
+                self._note(OK, 'vgpu', entry.uuid, '%s on VF %s is in use by '
+                           'a running guest' % (held, vf))
+                continue
+            try:
+                self.vendor.remove(entry.uuid)
+            except exception.LibvirtGpuError as e:
+                self._note(FAILED, 'vgpu', entry.uuid, str(e))
+                continue
+            reset.add(entry.uuid)
+            self._note(RESET, 'vgpu', entry.uuid, 'reset VF %s (held %s for '
+                       'a guest that is not running)' % (vf, held))
+        present = set(vendor_vfs)
+        for uuid, entry in sorted(entries.items()):
+            if entry.persistent or uuid in reset:
+                continue
+            gone = entry.vf not in present
+            if not gone:
+                try:
+                    gone = not self.sysfs.current_vgpu_type(entry.vf)
+                except exception.SysfsReadError:
+                    gone = False
+            if gone:
+                with self.vendor.state.locked() as live:
+                    if uuid in live and not live[uuid].persistent:
+                        del live[uuid]
+                self._note(FORGOT, 'vgpu', uuid, 'its VF %s holds no vGPU '
+                           'any more' % entry.vf)
+
+
+def restore(sysfs, state_dir, vf_pfs=(), **kwargs):
+    """Run every step (see the module doc); returns a RestoreReport."""
+    return Restore(sysfs, state_dir, **kwargs).run(vf_pfs)
+
+
+def lease_owner_check(state_dir, uri):
+    """``owner_running`` for a real host: the lease of a vGPU names its
+    domain (``state.LeaseStore``); libvirt at ``uri`` says whether that
+    domain runs.  None when libvirt cannot be asked."""
+    from libvirt_gpu import host as host_mod
+    from libvirt_gpu import state
+
+    cache = {}
+
+    def running_domains():
+        if 'running' not in cache:
+            try:
+                with host_mod.Host(uri, read_only=True) as h:
+                    cache['running'] = {d.UUIDString() for d in
+                                        h.list_domains() if d.isActive()}
+            except exception.LibvirtGpuError as e:
+                LOG.warning('cannot ask libvirt which guests run (%s): no '
+                            'vGPU is reset', e)
+                cache['running'] = None
+        return cache['running']
+
+    def check(uuid):
+        try:
+            leases = {lease.mdev_uuid: lease for lease in
+                      state.LeaseStore(state_dir).leases()}
+        except exception.LibvirtGpuError as e:
+            LOG.warning('cannot read leases: %s', e)
+            return None
+        lease = leases.get(uuid)
+        if lease is None or lease.domain_uuid is None:
+            return False
+        running = running_domains()
+        if running is None:
+            return None
+        return lease.domain_uuid in running
+
+    return check
+
+
+def sriov_manage_for(sysfs_root, requested='auto'):
+    """Which way to enable VFs: ``requested`` a path (use it), ``none``
+    (write sysfs), or ``auto``: NVIDIA's script on the real /sys when it is
+    installed, sysfs otherwise."""
+    if requested in (None, 'none'):
+        return None
+    if requested != 'auto':
+        return requested
+    if os.path.realpath(sysfs_root) == '/sys' and os.access(SRIOV_MANAGE,
+                                                            os.X_OK):
+        return SRIOV_MANAGE
+    return None

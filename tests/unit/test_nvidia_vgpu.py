@@ -1,0 +1,300 @@
+"""NVIDIA vGPU 17+ vendor interface: the creatable_vgpu_types parser, the
+Sysfs reader, and backends.nvidia_vgpu against the simulated L40S host
+(sysfs_tree.WriteThroughSysfs answers writes as the driver would)."""
+
+import json
+import os
+import shutil
+import tempfile
+import uuid as uuidlib
+
+import pytest
+
+from libvirt_gpu.backends import base
+from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu import simulator
+from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.simulator import sysfs_tree
+
+GPU1 = '0000:3d:00.0'          # holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
+GPU2 = '0000:bd:00.0'          # empty
+VF_BUSY = '0000:3d:00.4'
+VF_FREE = '0000:3d:00.6'
+VF2 = '0000:bd:00.4'
+SCHEMAS = '/usr/share/libvirt/schemas'
+
+
+@pytest.fixture
+def fast_tmp(tmp_path):
+    """A directory on tmpfs when there is one: a simulated tree is
+    thousands of small files."""
+    if os.path.isdir('/dev/shm') and os.access('/dev/shm', os.W_OK):
+        path = tempfile.mkdtemp(prefix='lgpu-nv-', dir='/dev/shm')
+        yield path
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        yield str(tmp_path)
+
+
+@pytest.fixture
+def host(fast_tmp):
+    root = os.path.join(fast_tmp, 'sys')
+    simulator.write_sysfs(simulator.load_profile('l40s'), root)
+    return sysfs_tree.WriteThroughSysfs('l40s', root)
+
+
+@pytest.fixture
+def backend(host, fast_tmp):
+    return nvidia_vgpu.NvidiaVgpuBackend(
+        host, os.path.join(fast_tmp, 'state'), remove_timeout=1.0,
+        retry_stop=1.0)
+
+
+def new_uuid():
+    return str(uuidlib.uuid4())
+
+
+def vgpu(vf=VF_FREE, type_id='nvidia-1145', uuid=None):
+    return base.VgpuDevice(uuid=uuid or new_uuid(), parent=vf,
+                           type_id=type_id)
+
+
+# --- the parser --------------------------------------------------------------
+
+REAL = ('ID    : vGPU Name\n'
+        '1145  : NVIDIA L40S-1B\n'
+        '1155  : NVIDIA L40S-24Q\n'
+        '2164  : NVIDIA L40S-3B\n')
+
+
+def test_parse_real_listing():
+    assert sysfs_mod.parse_creatable_vgpu_types(REAL, 'p') == (
+        (1145, 'NVIDIA L40S-1B'), (1155, 'NVIDIA L40S-24Q'),
+        (2164, 'NVIDIA L40S-3B'))
+
+
+@pytest.mark.parametrize('text', ['', '\n', '   \n\n', 'ID    : vGPU Name\n'])
+def test_parse_empty_when_full(text):
+    assert sysfs_mod.parse_creatable_vgpu_types(text, 'p') == ()
+
+
+def test_parse_names_with_spaces_and_loose_spacing():
+    text = ('\n  ID:vGPU Name\n'
+            '3401 :   NVIDIA RTX Pro 6000   Blackwell DC-48C  \n'
+            '\t17:NVIDIA H100-1-10C\n')
+    assert sysfs_mod.parse_creatable_vgpu_types(text, 'p') == (
+        (3401, 'NVIDIA RTX Pro 6000 Blackwell DC-48C'),
+        (17, 'NVIDIA H100-1-10C'))
+
+
+@pytest.mark.parametrize('text,why', [
+    ('ID : vGPU Name\nfoo bar\n', 'line 2'),
+    ('1145 NVIDIA L40S-1B\n', 'line 1'),             # no colon
+    ('ID : vGPU Name\n1145 :\n', 'line 2'),          # no name
+    ('x145 : NVIDIA L40S-1B\n', 'line 1'),           # not a number
+    ('-3 : NVIDIA L40S-1B\n', 'line 1'),
+    ('0 : NVIDIA L40S-1B\n', 'line 1'),              # 0 means "none"
+    ('1145 : A\n1145 : B\n', 'repeats type 1145'),
+    ('1145 : A\nID : vGPU Name\n', 'line 2'),        # header not first
+])
+def test_parse_garbage_is_typed_error_naming_path(text, why):
+    with pytest.raises(exception.SysfsReadError) as info:
+        sysfs_mod.parse_creatable_vgpu_types(
+            text, '/sys/bus/pci/devices/0000:3d:00.4/nvidia/'
+                  'creatable_vgpu_types')
+    assert '0000:3d:00.4/nvidia/creatable_vgpu_types' in str(info.value)
+    assert why in str(info.value)
+
+
+def test_type_ids_map_to_mdev_form():
+    assert objects.vendor_type_id(1145) == 'nvidia-1145'
+    assert objects.vendor_type_number('nvidia-1145') == 1145
+    for bad in ('1145', 'nvidia-', 'nvidia-0', 'nvidia-01', 'grid-1145',
+                'nvidia-1145/..', 'nvidia-12345678901'):
+        with pytest.raises(exception.InvalidInput):
+            objects.vendor_type_number(bad)
+
+
+# --- the Sysfs reader ------------------------------------------------------
+
+def test_sysfs_reads_vendor_interface(host):
+    busy = host.read_vendor_vf(VF_BUSY)
+    assert busy.current.id == 'nvidia-1145'
+    assert busy.creatable == ()                  # a VF holding one lists none
+    free = host.read_vendor_vf(VF_FREE)
+    assert free.current is None
+    # equal-size mode: the GPU holds 1 GB vGPUs, so only 1 GB types fit
+    assert [(t.id, t.name) for t in free.creatable] == [
+        ('nvidia-1145', 'NVIDIA L40S-1B'), ('nvidia-1147', 'NVIDIA L40S-1Q'),
+        ('nvidia-1157', 'NVIDIA L40S-1A')]
+    assert all(t.available_instances == 1 for t in free.creatable)
+    assert len(host.read_vendor_vf(VF2).creatable) == 23
+    assert host.read_vendor_vf(GPU1) is None      # the PF has no nvidia/
+
+
+def test_sysfs_garbage_current_type_is_typed_error(host):
+    with open(os.path.join(host.nvidia_dir(VF_FREE), 'current_vgpu_type'),
+              'w') as f:
+        f.write('lots\n')
+    with pytest.raises(exception.SysfsReadError, match='current_vgpu_type'):
+        host.current_vgpu_type(VF_FREE)
+
+
+# --- the backend ------------------------------------------------------------
+
+def test_create_writes_type_and_shares_capacity(backend, host):
+    dev = vgpu(vf=VF2, type_id='nvidia-1156')          # L40S-48Q: 1 per GPU
+    assert backend.available(VF2, 'nvidia-1156') == 1
+    assert backend.prepare(dev) is True
+    assert host.current_vgpu_type(VF2) == 1156
+    assert backend.lookup(dev.uuid) == dev and backend.exists(dev)
+    # the GPU is full now: every other VF of it lists nothing
+    assert host.creatable_vgpu_types('0000:bd:00.5') == ()
+    assert backend.available('0000:bd:00.5', 'nvidia-1156') == 0
+    # the other GPU is not affected
+    assert backend.available(VF_FREE, 'nvidia-1145') == 1
+    assert [w[1] for w in host.writes
+            if w[0].endswith('current_vgpu_type')] == ['1156']
+    with pytest.raises(exception.NoCapacity, match='none of its'):
+        backend.choose_vf(GPU2, 'nvidia-1156')
+
+
+def test_create_is_idempotent(backend, host):
+    dev = vgpu()
+    assert backend.prepare(dev) is True
+    writes = len(host.writes)
+    assert backend.prepare(dev) is False
+    assert len(host.writes) == writes
+
+
+def test_no_capacity_other_size_is_typed(backend):
+    # GPU1 holds 1 GB vGPUs: a 48 GB one does not fit (equal-size mode)
+    with pytest.raises(exception.NoCapacity):
+        backend.prepare(vgpu(type_id='nvidia-1156'))
+    assert backend.vgpus() == {}                   # nothing left recorded
+
+
+def test_unknown_type_and_non_vendor_parent(backend):
+    with pytest.raises(exception.UnknownType):
+        backend.prepare(vgpu(type_id='nvidia-223'))       # a T4 type
+    with pytest.raises(exception.UnknownType):
+        backend.check_type(VF_FREE, 'not-nvidia')
+    with pytest.raises(exception.ParentGone):
+        backend.prepare(vgpu(vf=GPU1))                    # the PF
+
+
+def test_vf_of_someone_else_is_a_conflict(backend):
+    with pytest.raises(exception.MdevConflict):
+        backend.prepare(vgpu(vf=VF_BUSY))
+    dev = vgpu()
+    backend.prepare(dev)
+    with pytest.raises(exception.MdevConflict):
+        backend.prepare(vgpu(vf=VF_FREE))                 # our VF, other uuid
+    with pytest.raises(exception.MdevConflict):
+        backend.prepare(vgpu(vf='0000:3d:00.7', uuid=dev.uuid))
+
+
+def test_destroy_writes_zero_and_retries_while_busy(backend, host):
+    dev = vgpu()
+    backend.prepare(dev)
+    host.busy(VF_FREE, count=3)              # the driver is still tearing down
+    assert backend.release(dev) is True
+    assert host.current_vgpu_type(VF_FREE) == 0
+    zeros = [w for w in host.writes if w[0].endswith('current_vgpu_type')
+             and w[1] == '0']
+    assert len(zeros) == 4                   # 3 EBUSY answers, then success
+    assert backend.lookup(dev.uuid) is None
+    assert backend.vgpus() == {}             # transient: forgotten
+    assert backend.release(dev) is False     # idempotent
+
+
+def test_destroy_gives_up_after_a_bounded_while(backend, host):
+    dev = vgpu()
+    backend.prepare(dev)
+    backend.remove_timeout = 0.3
+    host.busy(VF_FREE, count=10 ** 6)
+    with pytest.raises(exception.MdevRemoveFailed, match='EBUSY'):
+        backend.remove(dev.uuid)
+    assert host.current_vgpu_type(VF_FREE) == 1145       # still there
+
+
+def test_create_retries_busy_then_succeeds(backend, host):
+    host.busy(VF_FREE, count=2)
+    assert backend.prepare(vgpu()) is True
+    assert host.current_vgpu_type(VF_FREE) == 1145
+
+
+def test_hostdev_is_unmanaged_pci_of_the_vf(backend):
+    xml = backend.hostdev_xml(vgpu(vf='0001:3d:01.7'))
+    assert "type='pci'" in xml and "managed='no'" in xml
+    assert ("<address domain='0x0001' bus='0x3d' slot='0x01' "
+            "function='0x7'/>") in xml
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SCHEMAS, 'domain.rng')),
+                    reason='libvirt schemas not installed')
+def test_hostdev_validates_against_domain_rng(backend):
+    from lxml import etree
+    schema = etree.RelaxNG(etree.parse(os.path.join(SCHEMAS, 'domain.rng')))
+    domain = etree.fromstring(
+        "<domain type='kvm'><name>g</name><memory>65536</memory>"
+        "<os><type>hvm</type></os><devices>%s</devices></domain>"
+        % backend.hostdev_xml(vgpu()))
+    assert schema.validate(domain), schema.error_log
+
+
+def test_state_file_and_persistence(backend, host, fast_tmp):
+    dev = vgpu()
+    backend.define(dev, start='auto', params='frame_rate_limiter=0')
+    assert backend.lookup(dev.uuid) is None       # defined, not created
+    assert backend.prepare(dev) is True
+    params = os.path.join(host.nvidia_dir(VF_FREE), 'vgpu_params')
+    with open(params) as f:
+        assert f.read() == 'frame_rate_limiter=0'
+    with open(os.path.join(fast_tmp, 'state', 'nvidia-vgpu.json')) as f:
+        data = json.load(f)
+    assert data['vgpus'][dev.uuid] == {
+        'vf': VF_FREE, 'gpu': GPU1, 'type_id': 'nvidia-1145',
+        'start': 'auto', 'params': 'frame_rate_limiter=0'}
+    assert backend.remove(dev.uuid) is True
+    assert dev.uuid in backend.vgpus()            # persistent: still defined
+    assert backend.undefine(dev.uuid) is True
+    assert backend.vgpus() == {}
+    assert backend.undefine(dev.uuid) is False
+
+
+def test_corrupt_state_is_typed_error(backend, fast_tmp):
+    os.makedirs(os.path.join(fast_tmp, 'state'))
+    with open(os.path.join(fast_tmp, 'state', 'nvidia-vgpu.json'), 'w') as f:
+        f.write('{"version": 1, "vgpus": {"x": {}}}')
+    with pytest.raises(exception.StateError, match='nvidia-vgpu.json'):
+        backend.vgpus()
+
+
+def test_choose_vf_skips_busy_and_recorded(backend):
+    assert str(backend.choose_vf(GPU1, 'nvidia-1145')) == '0000:3d:00.6'
+    backend.define(vgpu(vf='0000:3d:00.6'), start='manual')
+    assert str(backend.choose_vf(GPU1, 'nvidia-1145')) == '0000:3d:00.7'
+    assert str(backend.choose_vf(GPU1, 'nvidia-1145',
+                                 exclude=['0000:3d:00.7'])) == '0000:3d:01.0'
+
+
+def test_published_maximums_follow_nvidia_rule():
+    # L40S: 48 GB; NVIDIA's per-GPU maximums: 1 GB types 32 (the cap, the
+    # vGPU 16 description of L40S-1B reads max_instance=32), 2 GB 24, 3 GB
+    # 16, 4 GB 12, 6 GB 8, 8 GB 6, 12 GB 4, 16 GB 3, 24 GB 2, 48 GB 1.
+    expected = {'1B': 32, '2B': 24, '3B': 16, '1Q': 32, '2Q': 24, '3Q': 16,
+                '4Q': 12, '6Q': 8, '8Q': 6, '12Q': 4, '16Q': 3, '24Q': 2,
+                '48Q': 1, '48A': 1, '8A': 6}
+    for suffix, count in expected.items():
+        assert nvidia_vgpu.published_max('26b9', 'NVIDIA L40S-' + suffix) \
+            == count, suffix
+    # an unknown model: estimated from the largest type it lists, never
+    # above it; MIG-backed names give no estimate
+    assert nvidia_vgpu.published_max(
+        'ffff', 'NVIDIA X-8Q', ['NVIDIA X-8Q', 'NVIDIA X-24Q']) == 3
+    assert nvidia_vgpu.published_max('ffff', 'NVIDIA X-8Q', []) is None
+    assert nvidia_vgpu.published_max(
+        'ffff', 'NVIDIA H100-1-10C', ['NVIDIA H100-80C']) is None
