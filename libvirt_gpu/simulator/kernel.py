@@ -1,0 +1,481 @@
+"""The kernel's mdev rules as a state machine (no files, no FUSE).
+
+``SimKernel(profile)`` holds what a Linux kernel with NVIDIA's vGPU manager
+holds for a host: which GPUs are mdev parents, which mdevs exist (UUID,
+parent, type, IOMMU group), which are in use by a guest.  Its methods are
+the sysfs writes, with the kernel's answers as ``OSError(errno)``::
+
+    <parent>/mdev_supported_types/<type>/create  <- "<uuid>"  create_mdev()
+    <mdev>/remove                                <- "1"       remove_mdev()
+    bus/pci/drivers/<driver>/unbind              <- address   unbind_parent()
+    bus/pci/drivers/<driver>/bind                <- address   bind_parent()
+
+What a create is answered with, in the kernel's order (``mdev_core.c``
+``create_store`` / ``mdev_device_create``, then the vendor driver's probe):
+
+    EINVAL  fewer than 36 or more than 37 bytes, or not a UUID (guid_parse;
+            a 37th byte is ignored, hex digits may be uppercase)
+    EEXIST  the UUID is used by an mdev on any parent
+    ENODEV  the parent is being unregistered (its driver is unbinding)
+    ENOENT  the parent does not offer the type (no such ``create`` file)
+    profile.no_capacity_errno   no capacity left: ``available_instances``
+            of the type is 0 (NVIDIA: EINVAL, the mdev core: EUSERS).
+            NVIDIA's time-sliced GPUs hold one type at a time, so another
+            type on a GPU that has vGPUs is refused the same way
+            (``capacity.available_instances``).
+
+``available_instances`` is computed when asked, from the mdevs that exist
+now, for every type of the parent (they share one GPU) and, on an SR-IOV
+VF, of every VF of the same GPU (``capacity``'s rules).
+
+Removing an mdev that a guest uses (``mark_busy``) either blocks until the
+guest lets go (``busy_remove='block'``: the kernel since 5.16, where vfio
+waits for the device to be released) or answers EBUSY at once
+(``'ebusy'``: older kernels, whose vendor ``remove`` callback refused).
+
+Unbinding a parent's driver (``unbind_parent``, "the GPU goes away") makes
+new creates on it fail with ENODEV at once, removes its mdevs (waiting for
+busy ones in ``'block'`` mode, forcing them in ``'ebusy'`` mode, as
+``mdev_unregister_parent`` does) and then its ``mdev_supported_types``.
+
+NVIDIA's vGPU 17+ interface (a VF with ``vgpu_types``, no mdev)::
+
+    <VF>/nvidia/current_vgpu_type  <- "<n>"   set_vgpu_type()
+
+``n`` among the VF's ``creatable_vgpu_types`` (``capacity``'s equal-size
+rule over every VF of the GPU) makes the vGPU; ``0`` destroys it (a no-op
+on a free VF).  EINVAL: not a number, or not creatable now; EBUSY: the VF
+holds a vGPU already.  Destroying one a guest uses (``mark_busy(vf)``)
+blocks or answers EBUSY as ``busy_remove`` says.  (NVIDIA documents none
+of these answers; they are the same assumptions as ``sysfs_tree``'s.)
+
+Every change is reported, in order and under the kernel's lock, to the
+callables given to ``subscribe`` (the live tree applies it to its files and
+broadcasts the uevent).  One lock serialises everything, as the kernel's
+``mdev_list_lock`` does, so two creators racing for the last instance get
+exactly one success.
+"""
+
+import dataclasses
+import errno
+import re
+import threading
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.simulator import capacity
+from libvirt_gpu.simulator import profile as profile_mod
+
+UUID_STRING_LEN = 36
+
+BUSY_BLOCK = 'block'
+BUSY_EBUSY = 'ebusy'
+BUSY_MODES = (BUSY_BLOCK, BUSY_EBUSY)
+
+# Parent states: bound to its vGPU driver; unbinding ("going": creates get
+# ENODEV, its mdevs are being removed); unbound (no types, no mdevs).
+BOUND = 'bound'
+GOING = 'going'
+UNBOUND = 'unbound'
+
+# uuid_is_valid(): hex digits (either case) and dashes at 8, 13, 18, 23.
+_GUID_RE = re.compile(r'[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}')
+
+
+def _error(code, what):
+    return OSError(code, '%s: %s' % (what, errno.errorcode.get(code, code)))
+
+
+@dataclasses.dataclass(frozen=True)
+class KMdev:
+    """An mdev the kernel holds."""
+
+    uuid: str
+    parent: str          # '0000:af:00.0'
+    type_id: str
+    iommu_group: int
+
+
+# -- events (what subscribers are told) ---------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MdevAdded:
+    mdev: KMdev
+
+
+@dataclasses.dataclass(frozen=True)
+class MdevRemoved:
+    mdev: KMdev
+
+
+@dataclasses.dataclass(frozen=True)
+class VgpuTypeSet:
+    """A vendor-interface VF's vGPU was made (``type_id``) or destroyed
+    (``type_id`` None)."""
+
+    vf: str
+    type_id: object
+
+
+@dataclasses.dataclass(frozen=True)
+class ParentGoing:
+    """Unbinding started: ``class/mdev_bus/<parent>`` is gone."""
+
+    parent: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ParentUnbound:
+    """The parent's driver let go: no types, no ``driver`` link."""
+
+    parent: str
+    driver: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ParentBound:
+    """The parent's driver is back: types and ``class/mdev_bus`` link."""
+
+    parent: str
+    driver: str
+
+
+def parse_create(data):
+    """The UUID a write of ``data`` to ``create`` names (lowercase), or
+    ``OSError(EINVAL)`` as the kernel answers."""
+    if isinstance(data, str):
+        data = data.encode('utf-8', 'surrogateescape')
+    if len(data) < UUID_STRING_LEN or len(data) > UUID_STRING_LEN + 1:
+        raise _error(errno.EINVAL, 'create')
+    text = data[:UUID_STRING_LEN].decode('ascii', 'replace')
+    if _GUID_RE.fullmatch(text) is None:
+        raise _error(errno.EINVAL, 'create')
+    return text.lower()
+
+
+def parse_ulong(data, what='remove'):
+    """``kstrtoul(buf, 0)``: decimal, 0x hex or 0 octal, one optional
+    trailing newline; else ``OSError(EINVAL)``."""
+    if isinstance(data, bytes):
+        data = data.decode('ascii', 'replace')
+    if data.endswith('\n'):
+        data = data[:-1]
+    body = data[1:] if data.startswith('+') else data
+    if re.fullmatch(r'0[xX][0-9a-fA-F]+', body):
+        return int(body, 16)
+    if re.fullmatch(r'0[0-7]*', body):
+        return int(body, 8)
+    if re.fullmatch(r'[1-9][0-9]*', body):
+        return int(body, 10)
+    raise _error(errno.EINVAL, what)
+
+
+class SimKernel(object):
+    """See the module doc.  Thread-safe; every method may be called from
+    any thread (the FUSE server runs one thread per request)."""
+
+    def __init__(self, profile, busy_remove=None):
+        self.profile = profile_mod.load_profile(profile)
+        if busy_remove is None:
+            busy_remove = getattr(self.profile, 'busy_remove', None) \
+                or BUSY_BLOCK
+        if busy_remove not in BUSY_MODES:
+            raise exception.SimulatorError(
+                reason='busy_remove must be one of %s, not %r'
+                % (', '.join(BUSY_MODES), busy_remove))
+        self.busy_remove = busy_remove
+        self.no_capacity_errno = getattr(errno,
+                                         self.profile.no_capacity_errno)
+        self._cond = threading.Condition(threading.RLock())
+        # pci_devices(): what exists now (not the VFs of a PF that has not
+        # enabled them)
+        self._parents = {dev.address: dev
+                         for dev in self.profile.pci_devices()
+                         if dev.mdev_types}
+        self._state = {address: BOUND for address in self._parents}
+        self._pci_groups = {dev.iommu_group
+                            for dev in self.profile.pci_devices()
+                            if dev.iommu_group is not None}
+        groups = self.profile.mdev_iommu_groups()
+        self._mdevs = {}
+        for dev in self.profile.devices:
+            for mdev in dev.mdevs:
+                self._mdevs[mdev.uuid] = KMdev(mdev.uuid, dev.address,
+                                               mdev.type_id,
+                                               groups[mdev.uuid])
+        self._vendor_vfs = {dev.address: dev
+                            for dev in self.profile.pci_devices()
+                            if getattr(dev, 'vgpu_types', ())}
+        self._current = {a: dev.current_vgpu_type
+                         for a, dev in self._vendor_vfs.items()}
+        self._busy = set()
+        self._subscribers = []
+        self._closed = False
+
+    # -- observers ----------------------------------------------------------
+
+    def subscribe(self, callback):
+        """``callback(event)`` for every change, in order, under the lock
+        (it must not call back into a method that waits)."""
+        with self._cond:
+            self._subscribers.append(callback)
+
+    def _emit(self, event):
+        for callback in list(self._subscribers):
+            callback(event)
+
+    # -- what the kernel shows ----------------------------------------------
+
+    def parents(self):
+        """Addresses of every GPU that can be an mdev parent."""
+        return sorted(self._parents)
+
+    def parent_state(self, address):
+        """``bound``, ``going`` or ``unbound`` (KeyError: not a parent)."""
+        with self._cond:
+            return self._state[str(address)]
+
+    def device(self, address):
+        return self._parents[str(address)]
+
+    def mdevs(self, parent=None):
+        """Every mdev (of ``parent``), sorted by UUID."""
+        with self._cond:
+            return [m for _, m in sorted(self._mdevs.items())
+                    if parent is None or m.parent == str(parent)]
+
+    def mdev(self, uuid):
+        with self._cond:
+            return self._mdevs.get(uuid)
+
+    def busy(self):
+        with self._cond:
+            return sorted(self._busy)
+
+    def available_instances(self, parent, type_id):
+        """What ``<parent>/mdev_supported_types/<type>/available_instances``
+        reads now (0 while the parent is not bound)."""
+        parent = str(parent)
+        with self._cond:
+            if self._state.get(parent) != BOUND:
+                return 0
+            kwargs = {}
+            gpu_mdevs = self._gpu_mdevs(parent)
+            if gpu_mdevs is not None:
+                kwargs['gpu_mdevs'] = gpu_mdevs
+            return capacity.available_instances(
+                self._parents[parent], type_id,
+                [(m.uuid, m.type_id) for m in self._mdevs.values()
+                 if m.parent == parent], **kwargs)
+
+    def _gpu_mdevs(self, parent):
+        """The mdevs on every function of ``parent``'s physical GPU when
+        its VFs share the GPU's capacity (``Profile.gpu_mdevs``), else
+        None."""
+        dev = self._parents[parent]
+        shared = getattr(self.profile, 'gpu_mdevs', None)
+        if shared is None or shared(dev) is None:
+            return None
+        functions = {f.address for f in self.profile.gpu_functions(dev)}
+        return [(m.uuid, m.type_id) for m in self._mdevs.values()
+                if m.parent in functions]
+
+    # -- writes -------------------------------------------------------------
+
+    def create_mdev(self, parent, type_id, data):
+        """A write of ``data`` to ``<parent>/.../<type_id>/create``.
+
+        Returns the new mdev; raises ``OSError`` with the kernel's errno
+        (see the module doc).
+        """
+        uuid = parse_create(data)
+        parent = str(objects.PciAddress.parse(parent))
+        with self._cond:
+            self._check_open()
+            if uuid in self._mdevs:
+                raise _error(errno.EEXIST, 'create')
+            state = self._state.get(parent)
+            if state is None or state == UNBOUND:
+                # no mdev_supported_types: there is no create file
+                raise _error(errno.ENOENT, 'create')
+            if state == GOING:
+                raise _error(errno.ENODEV, 'create')
+            device = self._parents[parent]
+            if device.mdev_type(type_id) is None:
+                raise _error(errno.ENOENT, 'create')
+            if self.available_instances(parent, type_id) < 1:
+                raise _error(self.no_capacity_errno, 'create')
+            mdev = KMdev(uuid, parent, type_id, self._fresh_group())
+            self._mdevs[uuid] = mdev
+            self._emit(MdevAdded(mdev))
+            return mdev
+
+    def _fresh_group(self):
+        # The kernel's IOMMU group ids come from an IDA: the lowest free
+        # one.  Ours start after the PCI devices' groups.
+        used = self._pci_groups | {m.iommu_group for m in
+                                   self._mdevs.values()}
+        group = max(self._pci_groups) + 1 if self._pci_groups else 0
+        while group in used:
+            group += 1
+        return group
+
+    def remove_mdev(self, uuid, data=b'1'):
+        """A write of ``data`` to ``bus/mdev/devices/<uuid>/remove``.
+
+        ``0`` does nothing (False).  A busy mdev blocks the writer until it
+        is idle, or answers EBUSY (``busy_remove``).  ENOENT: no such mdev.
+        True: removed (also when another writer removed it while this one
+        waited, as the kernel's ``device_remove_file_self`` makes it).
+        """
+        if not parse_ulong(data):
+            return False
+        with self._cond:
+            self._check_open()
+            if uuid not in self._mdevs:
+                raise _error(errno.ENOENT, 'remove')
+            while uuid in self._busy:
+                if self.busy_remove == BUSY_EBUSY:
+                    raise _error(errno.EBUSY, 'remove')
+                self._cond.wait()
+                self._check_open()
+                if uuid not in self._mdevs:
+                    return True
+            self._remove(uuid)
+            return True
+
+    def _remove(self, uuid):
+        mdev = self._mdevs.pop(uuid)
+        self._busy.discard(uuid)
+        self._emit(MdevRemoved(mdev))
+        self._cond.notify_all()
+
+    def mark_busy(self, key):
+        """A guest uses the mdev ``key`` (a UUID: vfio holds it open), or
+        the vGPU of the vendor-interface VF ``key`` (an address)."""
+        with self._cond:
+            if key not in self._mdevs and not self._current.get(key):
+                raise _error(errno.ENOENT, 'busy')
+            self._busy.add(key)
+
+    def mark_idle(self, key):
+        """The guest let go: a blocked remove proceeds."""
+        with self._cond:
+            self._busy.discard(key)
+            self._cond.notify_all()
+
+    def unbind_parent(self, address):
+        """The GPU's driver unbinds (``mdev_unregister_parent``): creates
+        fail with ENODEV, its mdevs go (busy ones: see the module doc),
+        then its types.  ENODEV: not a bound parent."""
+        address = str(objects.PciAddress.parse(address))
+        with self._cond:
+            self._check_open()
+            if self._state.get(address) != BOUND:
+                raise _error(errno.ENODEV, 'unbind')
+            self._state[address] = GOING
+            self._emit(ParentGoing(address))
+            while True:
+                mine = [u for u, m in sorted(self._mdevs.items())
+                        if m.parent == address]
+                if not mine:
+                    break
+                idle = [u for u in mine if u not in self._busy]
+                if idle or self.busy_remove == BUSY_EBUSY:
+                    self._remove((idle or mine)[0])
+                    continue
+                self._cond.wait()
+                self._check_open()
+            self._state[address] = UNBOUND
+            self._emit(ParentUnbound(address,
+                                     self._parents[address].driver))
+
+    def remove_parent(self, address):
+        """Alias of ``unbind_parent``: the parent goes away."""
+        return self.unbind_parent(address)
+
+    def bind_parent(self, address):
+        """The GPU's vGPU driver binds again: its types come back (with
+        full capacity: its mdevs did not survive).  EBUSY: bound or
+        unbinding; ENODEV: not an mdev parent of this host."""
+        address = str(objects.PciAddress.parse(address))
+        with self._cond:
+            self._check_open()
+            state = self._state.get(address)
+            if state is None:
+                raise _error(errno.ENODEV, 'bind')
+            if state != UNBOUND:
+                raise _error(errno.EBUSY, 'bind')
+            self._state[address] = BOUND
+            self._emit(ParentBound(address, self._parents[address].driver))
+
+    # -- vGPU 17+ vendor interface ----------------------------------------
+
+    def vendor_vfs(self):
+        """Addresses of the VFs with NVIDIA's vendor interface."""
+        return sorted(self._vendor_vfs)
+
+    def current_vgpu_type(self, vf):
+        """The type id of the vGPU ``vf`` holds, or None."""
+        with self._cond:
+            return self._current[str(vf)]
+
+    def creatable_vgpu_types(self, vf):
+        """What ``<VF>/nvidia/creatable_vgpu_types`` lists now (SimTypes).
+        """
+        vf = str(vf)
+        with self._cond:
+            dev = self._vendor_vfs[vf]
+            gpu = {f.address for f in self.profile.gpu_functions(dev)}
+            current = {a: t for a, t in self._current.items() if a in gpu}
+            return capacity.creatable_vgpu_types(dev, current)
+
+    def set_vgpu_type(self, vf, data):
+        """A write of ``data`` to ``<VF>/nvidia/current_vgpu_type``."""
+        vf = str(objects.PciAddress.parse(vf))
+        text = data.decode('ascii', 'replace') if isinstance(
+            data, bytes) else data
+        text = text.strip()
+        if not re.fullmatch(r'[0-9]{1,9}', text):
+            raise _error(errno.EINVAL, 'current_vgpu_type')
+        number = int(text)
+        with self._cond:
+            self._check_open()
+            if vf not in self._vendor_vfs:
+                raise _error(errno.ENOENT, 'current_vgpu_type')
+            if number == 0:
+                if self._current[vf] is None:
+                    return None
+                while vf in self._busy:
+                    if self.busy_remove == BUSY_EBUSY:
+                        raise _error(errno.EBUSY, 'current_vgpu_type')
+                    self._cond.wait()
+                    self._check_open()
+                    if self._current[vf] is None:
+                        return None
+                self._current[vf] = None
+                self._busy.discard(vf)
+                self._emit(VgpuTypeSet(vf, None))
+                self._cond.notify_all()
+                return None
+            if self._current[vf] is not None:
+                raise _error(errno.EBUSY, 'current_vgpu_type')
+            found = [t for t in self.creatable_vgpu_types(vf)
+                     if t.number == number]
+            if not found:
+                raise _error(errno.EINVAL, 'current_vgpu_type')
+            self._current[vf] = found[0].id
+            self._emit(VgpuTypeSet(vf, found[0].id))
+            return found[0].id
+
+    # -- shutdown -----------------------------------------------------------
+
+    def close(self):
+        """Wake every blocked writer (it gets EINTR); later calls too."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _check_open(self):
+        if self._closed:
+            raise _error(errno.EINTR, 'the simulated kernel is shutting down')

@@ -1,0 +1,346 @@
+"""The simulated kernel's mdev rules (no FUSE, no files) and the libudev
+message format."""
+
+import copy
+import errno
+import json
+import threading
+import time
+import uuid as uuidlib
+
+import pytest
+
+from libvirt_gpu import simulator
+from libvirt_gpu.simulator import kernel as kernel_mod
+from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import uevent
+
+A = '0000:3b:00.0'          # empty T4
+B = '0000:af:00.0'          # T4 holding two nvidia-223
+EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+
+
+def new_uuid():
+    return str(uuidlib.uuid4())
+
+
+def t4_data():
+    path = profile_mod.profile_dir() + '/t4.json'
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.fixture
+def k():
+    return kernel_mod.SimKernel('t4')
+
+
+def errno_of(call, *args):
+    with pytest.raises(OSError) as e:
+        call(*args)
+    return e.value.errno
+
+
+# --- create ----------------------------------------------------------------
+
+@pytest.mark.parametrize('data', [
+    b'', b'1', new_uuid()[:35].encode(),                 # too short
+    (new_uuid() + '\n\n').encode(),                       # 38 bytes
+    b'zzzzzzzz-1b54-4048-85b3-a6a62d165c01',              # not hex
+    b'4b20d0801b54-4048-85b3-a6a62d165c01-',              # dashes misplaced
+])
+def test_malformed_uuid_is_einval(k, data):
+    assert errno_of(k.create_mdev, A, 'nvidia-223', data) == errno.EINVAL
+    assert len(k.mdevs()) == 2
+
+
+def test_uuid_parsing_is_the_kernels():
+    u = new_uuid()
+    assert kernel_mod.parse_create(u) == u
+    assert kernel_mod.parse_create(u + '\n') == u
+    assert kernel_mod.parse_create(u + 'x') == u        # 37th byte ignored
+    assert kernel_mod.parse_create(u.upper().encode()) == u   # lowercased
+
+
+def test_create_counts_down_every_type_of_the_gpu(k):
+    before = {t.id: k.available_instances(A, t.id)
+              for t in k.device(A).mdev_types}
+    assert before['nvidia-223'] == 8 and before['nvidia-234'] == 1
+    m = k.create_mdev(A, 'nvidia-223', new_uuid() + '\n')
+    assert (m.parent, m.type_id) == (A, 'nvidia-223')
+    assert k.available_instances(A, 'nvidia-223') == 7
+    # one type per GPU: every other type is now unavailable on A
+    assert all(k.available_instances(A, t) == 0 for t in before
+               if t != 'nvidia-223')
+    # the other GPU is untouched
+    assert k.available_instances(B, 'nvidia-223') == 6
+
+
+def test_duplicate_uuid_on_any_parent_is_eexist(k):
+    assert errno_of(k.create_mdev, A, 'nvidia-223', EXISTING) == errno.EEXIST
+    assert errno_of(k.create_mdev, B, 'nvidia-223', EXISTING) == errno.EEXIST
+    # upper case names the same UUID
+    assert errno_of(k.create_mdev, A, 'nvidia-223',
+                    EXISTING.upper()) == errno.EEXIST
+    assert [m.uuid for m in k.mdevs(A)] == []
+
+
+def test_no_capacity_answers_the_profiles_errno(k):
+    k.create_mdev(A, 'nvidia-234', new_uuid())     # T4-16Q: one per GPU
+    code = errno_of(k.create_mdev, A, 'nvidia-234', new_uuid())
+    assert code == errno.EINVAL                    # NVIDIA's answer
+    data = t4_data()
+    data['no_capacity_errno'] = 'EUSERS'           # the mdev core's answer
+    other = kernel_mod.SimKernel(profile_mod.profile_from_dict(data))
+    other.create_mdev(A, 'nvidia-234', new_uuid())
+    assert errno_of(other.create_mdev, A, 'nvidia-234',
+                    new_uuid()) == errno.EUSERS
+
+
+def test_mixed_types_refused(k):
+    code = errno_of(k.create_mdev, B, 'nvidia-231', new_uuid())
+    assert code == errno.EINVAL
+    assert {m.type_id for m in k.mdevs(B)} == {'nvidia-223'}
+
+
+def test_unknown_type_or_parent_is_enoent(k):
+    assert errno_of(k.create_mdev, A, 'nvidia-999', new_uuid()) == \
+        errno.ENOENT
+    assert errno_of(k.create_mdev, '0000:ae:00.0', 'nvidia-223',
+                    new_uuid()) == errno.ENOENT      # a bridge
+
+
+def test_iommu_groups_are_fresh_and_reused_like_an_ida(k):
+    groups = {m.iommu_group for m in k.mdevs()}
+    # after the PCI devices' (28, 58) and implied bridges' (59, 60)
+    assert groups == {61, 62}
+    m1 = k.create_mdev(A, 'nvidia-223', new_uuid())
+    assert m1.iommu_group == 63
+    k.remove_mdev(EXISTING)
+    m2 = k.create_mdev(A, 'nvidia-223', new_uuid())
+    assert m2.iommu_group == 61        # the lowest free id again
+
+
+def test_racing_creators_for_the_last_instances(k):
+    winners, losers = [], []
+    go = threading.Barrier(6)
+
+    def creator():
+        u = new_uuid()
+        go.wait()
+        try:
+            k.create_mdev(A, 'nvidia-233', u)      # T4-8Q: two per GPU
+            winners.append(u)
+        except OSError as e:
+            losers.append(e.errno)
+
+    threads = [threading.Thread(target=creator) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 2
+    assert losers == [errno.EINVAL] * 4
+    assert sorted(m.uuid for m in k.mdevs(A)) == sorted(winners)
+
+
+# --- remove ----------------------------------------------------------------
+
+def test_remove_returns_capacity(k):
+    assert k.available_instances(B, 'nvidia-223') == 6
+    assert k.remove_mdev(EXISTING, b'1\n') is True
+    assert k.mdev(EXISTING) is None
+    assert k.available_instances(B, 'nvidia-223') == 7
+    assert errno_of(k.remove_mdev, EXISTING) == errno.ENOENT
+
+
+@pytest.mark.parametrize('data,removed', [
+    (b'0', False), (b'0\n', False), (b'1', True), (b'0x1', True),
+    (b'+7\n', True)])
+def test_remove_values(k, data, removed):
+    assert k.remove_mdev(EXISTING, data) is removed
+    assert (k.mdev(EXISTING) is None) is removed
+
+
+@pytest.mark.parametrize('data', [b'', b'yes', b'-1', b'1\n\n', b'08'])
+def test_remove_bad_value_is_einval(k, data):
+    assert errno_of(k.remove_mdev, EXISTING, data) == errno.EINVAL
+    assert k.mdev(EXISTING) is not None
+
+
+def test_busy_remove_ebusy_mode():
+    k = kernel_mod.SimKernel('t4', busy_remove='ebusy')
+    k.mark_busy(EXISTING)
+    assert errno_of(k.remove_mdev, EXISTING) == errno.EBUSY
+    assert k.mdev(EXISTING) is not None and k.busy() == [EXISTING]
+    k.mark_idle(EXISTING)
+    assert k.remove_mdev(EXISTING) is True
+
+
+def test_busy_remove_blocks_until_the_guest_lets_go(k):
+    k.mark_busy(EXISTING)
+    done = []
+    t0 = time.monotonic()
+    t = threading.Thread(target=lambda: done.append(
+        (k.remove_mdev(EXISTING), time.monotonic() - t0)))
+    t.start()
+    time.sleep(0.3)
+    assert done == [] and k.mdev(EXISTING) is not None
+    # the lock is not held while it waits: others proceed
+    k.create_mdev(A, 'nvidia-223', new_uuid())
+    k.mark_idle(EXISTING)
+    t.join(5)
+    assert done and done[0][0] is True and done[0][1] >= 0.3
+    assert k.mdev(EXISTING) is None
+
+
+def test_close_wakes_a_blocked_remover(k):
+    k.mark_busy(EXISTING)
+    errors = []
+
+    def remover():
+        try:
+            k.remove_mdev(EXISTING)
+        except OSError as e:
+            errors.append(e.errno)
+
+    t = threading.Thread(target=remover)
+    t.start()
+    time.sleep(0.1)
+    k.close()
+    t.join(5)
+    assert errors == [errno.EINTR]
+
+
+def test_unknown_busy_mode_refused():
+    with pytest.raises(simulator.profile.exception.SimulatorError):
+        kernel_mod.SimKernel('t4', busy_remove='sometimes')
+
+
+# --- parent unbinding --------------------------------------------------------
+
+def test_unbind_waits_for_busy_mdevs_and_refuses_creates(k):
+    events = []
+    k.subscribe(events.append)
+    k.mark_busy(EXISTING)
+    t = threading.Thread(target=k.unbind_parent, args=(B,))
+    t.start()
+    time.sleep(0.2)
+    assert k.parent_state(B) == kernel_mod.GOING
+    # the idle one went at once, the busy one waits
+    assert [m.uuid for m in k.mdevs(B)] == [EXISTING]
+    assert errno_of(k.create_mdev, B, 'nvidia-223', new_uuid()) == \
+        errno.ENODEV
+    assert k.available_instances(B, 'nvidia-223') == 0
+    k.mark_idle(EXISTING)
+    t.join(5)
+    assert k.parent_state(B) == kernel_mod.UNBOUND and k.mdevs(B) == []
+    assert errno_of(k.create_mdev, B, 'nvidia-223', new_uuid()) == \
+        errno.ENOENT
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ['ParentGoing', 'MdevRemoved', 'MdevRemoved',
+                     'ParentUnbound']
+    assert events[2].mdev.uuid == EXISTING
+    assert errno_of(k.unbind_parent, B) == errno.ENODEV
+    k.bind_parent(B)
+    assert k.available_instances(B, 'nvidia-223') == 8
+    assert errno_of(k.bind_parent, B) == errno.EBUSY
+    assert type(events[-1]).__name__ == 'ParentBound'
+
+
+def test_unbind_forces_busy_mdevs_in_ebusy_mode():
+    k = kernel_mod.SimKernel('t4', busy_remove='ebusy')
+    k.mark_busy(EXISTING)
+    k.unbind_parent(B)
+    assert k.mdevs(B) == [] and k.busy() == []
+
+
+def test_events_carry_what_the_tree_needs(k):
+    events = []
+    k.subscribe(events.append)
+    u = new_uuid()
+    k.create_mdev(A, 'nvidia-222', u)
+    k.remove_mdev(u)
+    assert [type(e) for e in events] == [kernel_mod.MdevAdded,
+                                         kernel_mod.MdevRemoved]
+    assert events[0].mdev == events[1].mdev
+    assert events[0].mdev.type_id == 'nvidia-222'
+
+
+def test_the_profile_is_not_changed(k):
+    profile = simulator.load_profile('t4')
+    before = copy.deepcopy(profile)
+    k.create_mdev(A, 'nvidia-223', new_uuid())
+    assert simulator.load_profile('t4') == before
+
+
+# --- libudev messages --------------------------------------------------------
+
+def test_murmur_hash2_matches_systemd():
+    # string_hash32() of systemd's MurmurHash2.c, compiled and run on x86
+    assert {s: uevent.murmur_hash2(s) for s in (
+        'mdev', 'pci', 'pcie', 'block', 'usb_device', '')} == {
+        'mdev': 3142717895, 'pci': 1494629266, 'pcie': 618540812,
+        'block': 4026736055, 'usb_device': 670627084, '': 0}
+
+
+def test_encode_decode_round_trip():
+    props = [('ACTION', 'add'), ('DEVPATH', '/devices/pci0000:ae/x'),
+             ('SUBSYSTEM', 'mdev'), ('MDEV_TYPE', 'nvidia-223'),
+             ('SEQNUM', '7')]
+    msg = uevent.encode(props)
+    assert msg[:8] == b'libudev\0'
+    assert msg[8:12] == b'\xfe\xed\xca\xfe'         # big-endian magic
+    assert int.from_bytes(msg[12:16], 'little') == 40
+    assert msg[40:].split(b'\0')[:5] == [
+        b'ACTION=add', b'DEVPATH=/devices/pci0000:ae/x', b'SUBSYSTEM=mdev',
+        b'MDEV_TYPE=nvidia-223', b'SEQNUM=7']
+    assert msg.endswith(b'\0')
+    assert msg[24:28] == uevent.murmur_hash2('mdev').to_bytes(4, 'big')
+    assert uevent.decode(msg) == dict(props)
+
+
+def test_encode_needs_the_keys_libudev_needs():
+    with pytest.raises(ValueError):
+        uevent.encode([('ACTION', 'add'), ('SUBSYSTEM', 'mdev')])
+    with pytest.raises(ValueError):
+        uevent.decode(b'add@/devices/x\0ACTION=add\0')   # kernel format
+
+
+# --- SR-IOV ------------------------------------------------------------------
+
+@pytest.fixture
+def sriov(tmp_path):
+    from tests.functional import live_sysfs
+    return kernel_mod.SimKernel(live_sysfs.sriov_profile_file(tmp_path))
+
+
+def test_vfs_of_one_gpu_share_its_capacity(sriov):
+    vf0, vf1 = '0000:3d:00.4', '0000:3d:00.5'
+    sriov.create_mdev(vf0, 'nvidia-693', new_uuid())       # the whole A100
+    assert sriov.available_instances(vf1, 'nvidia-693') == 0
+    assert sriov.available_instances(vf1, 'nvidia-692') == 0
+    assert errno_of(sriov.create_mdev, vf1, 'nvidia-692',
+                    new_uuid()) == errno.EINVAL
+    # a VF holds one vGPU even of a type with room left
+    assert sriov.available_instances(vf0, 'nvidia-693') == 0
+
+
+def test_vendor_interface_rules(sriov):
+    vf0, vf1, vf2 = '0000:5e:00.4', '0000:5e:00.5', '0000:5e:00.6'
+    assert sriov.vendor_vfs() == [vf0, vf1, vf2]
+    assert [t.number for t in sriov.creatable_vgpu_types(vf0)] == [
+        1145, 1154, 1155]
+    for bad in (b'', b'abc', b'-1', b'1145x', b'9999'):
+        assert errno_of(sriov.set_vgpu_type, vf0, bad) == errno.EINVAL
+    assert sriov.set_vgpu_type(vf0, b'1145\n') == 'nvidia-1145'
+    assert errno_of(sriov.set_vgpu_type, vf0, b'1145') == errno.EBUSY
+    assert [t.number for t in sriov.creatable_vgpu_types(vf1)] == [1145]
+    assert sriov.set_vgpu_type(vf1, b'0') is None           # a no-op
+    sriov.mark_busy(vf0)
+    sriov.busy_remove = kernel_mod.BUSY_EBUSY
+    assert errno_of(sriov.set_vgpu_type, vf0, b'0') == errno.EBUSY
+    sriov.mark_idle(vf0)
+    assert sriov.set_vgpu_type(vf0, b'0') is None
+    assert sriov.current_vgpu_type(vf0) is None
+    assert errno_of(sriov.mark_busy, vf0) == errno.ENOENT    # holds none
