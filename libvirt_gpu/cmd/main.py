@@ -226,6 +226,15 @@ def cmd_simulate(ctx):
     if not ctx.args.profile or not ctx.args.dir:
         raise exception.InvalidInput(
             reason='simulate needs PROFILE and DIR (or --list)')
+    if ctx.args.live:
+        # Imported here: the FUSE binding is needed by this command only.
+        from libvirt_gpu.cmd import simulate_live
+        return simulate_live.run_live(
+            ctx.args.profile, ctx.args.dir,
+            busy_remove=ctx.args.busy_remove,
+            uevents=not ctx.args.no_uevents,
+            control_stdio=ctx.args.control_stdio, workdir=ctx.args.workdir,
+            probe_delay=ctx.args.probe_delay)
     profile = simulator.load_profile(ctx.args.profile)
     node_xml = simulator.write_host(profile, ctx.args.dir)
     if ctx.args.json:
@@ -575,6 +584,35 @@ def build_parser():
                    help='directory that stands in for /sys')
     p.add_argument('--list', dest='list_profiles', action='store_true',
                    help='list the bundled profiles')
+    live = p.add_argument_group(
+        'live tree', 'With --live, DIR is a mount point: a FUSE filesystem '
+        'answers writes the way the kernel does (create/remove of mdevs '
+        'with its error numbers, udev events) until SIGINT/SIGTERM. Needs '
+        'root and /dev/fuse. Bind it over /sys parts in a private mount '
+        'namespace to show it to libvirtd or mdevctl.')
+    live.add_argument('--live', action='store_true',
+                      help='serve a live tree at DIR instead of writing '
+                           'files')
+    live.add_argument('--busy-remove', choices=('block', 'ebusy'),
+                      default=None,
+                      help='removing an mdev a guest uses: block until it '
+                           'is released (kernel >= 5.16, the default) or '
+                           'answer EBUSY (older kernels)')
+    live.add_argument('--no-uevents', action='store_true',
+                      help='do not broadcast udev events (libvirtd then '
+                           'never learns of new or removed mdevs)')
+    live.add_argument('--control-stdio', action='store_true',
+                      help='read control commands on stdin (busy UUID, '
+                           'idle UUID, state, sent, uevents on|off, quit) '
+                           'and stop when it closes')
+    live.add_argument('--probe-delay', type=float, default=0.1,
+                      metavar='SECONDS',
+                      help='how long a successful create takes after its '
+                           'add uevent (the vendor driver probing the new '
+                           'vGPU; default %(default)s)')
+    live.add_argument('--workdir', default=None,
+                      help='where the private backing tree is made '
+                           '(default: /dev/shm)')
     _add_lifecycle_commands(sub, add)
     _add_restore_command(add)
     return parser
