@@ -10,8 +10,44 @@ allocation policy (``allocator`` chooses, ``guest`` attaches).
 
 import abc
 import dataclasses
+import errno
 
+from libvirt_gpu import exception
 from libvirt_gpu import objects
+
+# Answers that mean "not now" (the driver or libvirt is busy), never "no".
+TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
+
+
+def is_transient(exc):
+    """Whether ``exc`` is worth retrying: EBUSY/EAGAIN/EINTR from sysfs, or
+    a libvirt operation timeout."""
+    if isinstance(exc, exception.LibvirtTimeout):
+        return True
+    return (isinstance(exc, exception.SysfsWriteError)
+            and exc.kwargs.get('errno') in TRANSIENT_ERRNOS)
+
+
+def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
+    """``func()``, retried while it fails with a transient answer.
+
+    The first call is made without tenacity (the hook's fast path must not
+    import it); a transient failure imports it and retries with exponential
+    waits until ``stop_after`` seconds have passed, then re-raises the last
+    error.  Anything else is raised at once.
+    """
+    try:
+        return func()
+    except (exception.SysfsWriteError, exception.LibvirtTimeout) as e:
+        if not is_transient(e):
+            raise
+    import tenacity
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(is_transient),
+        stop=tenacity.stop_after_delay(stop_after),
+        wait=tenacity.wait_exponential(multiplier=first_wait, max=max_wait),
+        reraise=True)
+    return retrying(func)
 
 
 @dataclasses.dataclass(frozen=True)

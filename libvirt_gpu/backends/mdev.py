@@ -46,7 +46,6 @@ MDEVCTL_DIR = '/etc/mdevctl.d'
 MDEVCTL_STARTS = ('auto', 'manual')
 _MAX_DEFINITION_BYTES = 64 * 1024
 
-_TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
 # Answers of a full parent: the mdev core says EUSERS (older kernels
 # ENOSPC); NVIDIA's driver says EINVAL.
 _NO_CAPACITY_ERRNOS = (errno.EUSERS, errno.ENOSPC, errno.EDQUOT)
@@ -62,34 +61,6 @@ class MdevDefinition:
     type_id: str
     start: str
     attrs: typing.Tuple[typing.Tuple[str, str], ...] = ()
-
-
-def _transient(exc):
-    if isinstance(exc, exception.LibvirtTimeout):
-        return True
-    return (isinstance(exc, exception.SysfsWriteError)
-            and exc.kwargs.get('errno') in _TRANSIENT_ERRNOS)
-
-
-def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
-    """``func()``, retried while it fails with a transient answer.
-
-    The first call is made without tenacity; a transient failure imports it
-    and retries with exponential waits until ``stop_after`` seconds have
-    passed, then re-raises the last error.
-    """
-    try:
-        return func()
-    except (exception.SysfsWriteError, exception.LibvirtTimeout) as e:
-        if not _transient(e):
-            raise
-    import tenacity   # only now: see the module doc
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(_transient),
-        stop=tenacity.stop_after_delay(stop_after),
-        wait=tenacity.wait_exponential(multiplier=first_wait, max=max_wait),
-        reraise=True)
-    return retrying(func)
 
 
 def _wait_for(predicate, timeout):
@@ -243,8 +214,8 @@ class MdevBackend(base.DeviceBackend):
         path = os.path.join(self.sysfs.types_dir(device.parent),
                             device.type_id, 'create')
         try:
-            retry_transient(lambda: self.sysfs.write(path, device.uuid),
-                            stop_after=self.retry_stop)
+            base.retry_transient(lambda: self.sysfs.write(path, device.uuid),
+                                 stop_after=self.retry_stop)
         except exception.SysfsWriteError as e:
             return self._create_refused(device, e)
         if not _wait_for(lambda: self.lookup(device.uuid) is not None,
@@ -298,8 +269,8 @@ class MdevBackend(base.DeviceBackend):
         xml = config_xml.mdev_nodedev(device.parent, device.type_id,
                                       device.uuid)
         try:
-            retry_transient(lambda: self.host.create_mdev(xml),
-                            stop_after=self.retry_stop)
+            base.retry_transient(lambda: self.host.create_mdev(xml),
+                                 stop_after=self.retry_stop)
         except exception.NotSupported:
             raise
         except exception.LibvirtError as e:
@@ -332,7 +303,7 @@ class MdevBackend(base.DeviceBackend):
         removed = False
         if self.host is not None:
             try:
-                removed = retry_transient(
+                removed = base.retry_transient(
                     lambda: self.host.destroy_mdev(uuid),
                     stop_after=self.retry_stop)
             except exception.NotSupported:
@@ -353,8 +324,8 @@ class MdevBackend(base.DeviceBackend):
         # bus/mdev/devices/<uuid>/remove  <-  "1"
         path = os.path.join(self.sysfs.mdev_dir(uuid), 'remove')
         try:
-            retry_transient(lambda: self.sysfs.write(path, '1'),
-                            stop_after=self.remove_timeout)
+            base.retry_transient(lambda: self.sysfs.write(path, '1'),
+                                 stop_after=self.remove_timeout)
         except exception.UnsafePath:
             raise
         except exception.SysfsWriteError as e:
@@ -440,7 +411,7 @@ class MdevBackend(base.DeviceBackend):
             xml = config_xml.mdev_nodedev(device.parent, device.type_id,
                                           device.uuid)
             try:
-                retry_transient(
+                base.retry_transient(
                     lambda: self.host.define_mdev(xml, autostart=(
                         start == 'auto')), stop_after=self.retry_stop)
                 return
@@ -470,8 +441,8 @@ class MdevBackend(base.DeviceBackend):
         uuid = objects.validate_uuid(uuid)
         if self.host is not None:
             try:
-                if retry_transient(lambda: self.host.undefine_mdev(uuid),
-                                   stop_after=self.retry_stop):
+                if base.retry_transient(lambda: self.host.undefine_mdev(uuid),
+                                        stop_after=self.retry_stop):
                     return True
             except exception.NotSupported:
                 pass

@@ -68,7 +68,6 @@ STATE_VERSION = 1
 STARTS = ('auto', 'manual')
 _MAX_STATE_BYTES = 4 * 1024 * 1024
 
-_TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
 _GONE_ERRNOS = (errno.ENODEV, errno.ENOENT)
 
 
@@ -330,30 +329,6 @@ class VendorState(object):
             raise
 
 
-# --- retries -----------------------------------------------------------------
-
-def _transient(exc):
-    return (isinstance(exc, exception.SysfsWriteError)
-            and exc.kwargs.get('errno') in _TRANSIENT_ERRNOS)
-
-
-def retry_transient(func, stop_after=10.0, first_wait=0.05, max_wait=1.0):
-    """``func()``, retried while the driver answers EBUSY/EAGAIN, for at
-    most ``stop_after`` seconds (then the last error is raised)."""
-    try:
-        return func()
-    except exception.SysfsWriteError as e:
-        if not _transient(e):
-            raise
-    import tenacity   # only now: see the module doc
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(_transient),
-        stop=tenacity.stop_after_delay(stop_after),
-        wait=tenacity.wait_exponential(multiplier=first_wait, max=max_wait),
-        reraise=True)
-    return retrying(func)
-
-
 # --- the backend -------------------------------------------------------------
 
 def vf_hostdev(address):
@@ -546,7 +521,7 @@ class NvidiaVgpuBackend(base.DeviceBackend):
     def _write_type(self, device, vf, number):
         # <VF>/nvidia/current_vgpu_type  <-  "1145"
         try:
-            retry_transient(lambda: self.sysfs.set_current_vgpu_type(
+            base.retry_transient(lambda: self.sysfs.set_current_vgpu_type(
                 vf, number), stop_after=self.retry_stop)
         except exception.UnsafePath:
             raise
@@ -604,8 +579,9 @@ class NvidiaVgpuBackend(base.DeviceBackend):
         vf = objects.PciAddress.parse(vf)
         label = uuid or 'on VF %s' % vf
         try:
-            retry_transient(lambda: self.sysfs.set_current_vgpu_type(vf, 0),
-                            stop_after=self.remove_timeout)
+            base.retry_transient(
+                lambda: self.sysfs.set_current_vgpu_type(vf, 0),
+                stop_after=self.remove_timeout)
         except exception.UnsafePath:
             raise
         except exception.SysfsWriteError as e:
