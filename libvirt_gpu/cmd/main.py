@@ -506,6 +506,37 @@ def _add_lifecycle_commands(sub, add):
                    help='only report what would be done')
 
 
+# Defaults of the live tree, kept equal to simulator.kernel.BUSY_MODES and
+# simulator.live.PROBE_DELAY by a test (importing the simulator here would
+# cost every command ~60 ms).
+LIVE_BUSY_MODES = ('block', 'ebusy')
+LIVE_PROBE_DELAY = 0.1
+
+
+def add_live_arguments(group):
+    """Options of ``simulate --live`` (also ``cmd.simulate_live``)."""
+    group.add_argument('--busy-remove', choices=LIVE_BUSY_MODES,
+                       default=None,
+                       help='removing an mdev a guest uses: block until it '
+                            'is released (kernel >= 5.16, the default) or '
+                            'answer EBUSY (older kernels)')
+    group.add_argument('--no-uevents', action='store_true',
+                       help='do not broadcast udev events (libvirtd then '
+                            'never learns of new or removed mdevs)')
+    group.add_argument('--control-stdio', action='store_true',
+                       help='read control commands on stdin (busy UUID, '
+                            'idle UUID, state, sent, uevents on|off, quit) '
+                            'and stop when it closes')
+    group.add_argument('--probe-delay', type=float, default=LIVE_PROBE_DELAY,
+                       metavar='SECONDS',
+                       help='how long a successful create takes after its '
+                            'add uevent (the vendor driver probing the new '
+                            'vGPU; default %(default)s)')
+    group.add_argument('--workdir', default=None,
+                       help='where the private backing tree is made '
+                            '(default: /dev/shm)')
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog=PROG, description='Hand NVIDIA GPUs and vGPUs to libvirt/KVM '
@@ -584,35 +615,14 @@ def build_parser():
                    help='directory that stands in for /sys')
     p.add_argument('--list', dest='list_profiles', action='store_true',
                    help='list the bundled profiles')
-    live = p.add_argument_group(
+    add_live_arguments(p.add_argument_group(
         'live tree', 'With --live, DIR is a mount point: a FUSE filesystem '
         'answers writes the way the kernel does (create/remove of mdevs '
         'with its error numbers, udev events) until SIGINT/SIGTERM. Needs '
         'root and /dev/fuse. Bind it over /sys parts in a private mount '
-        'namespace to show it to libvirtd or mdevctl.')
-    live.add_argument('--live', action='store_true',
-                      help='serve a live tree at DIR instead of writing '
-                           'files')
-    live.add_argument('--busy-remove', choices=('block', 'ebusy'),
-                      default=None,
-                      help='removing an mdev a guest uses: block until it '
-                           'is released (kernel >= 5.16, the default) or '
-                           'answer EBUSY (older kernels)')
-    live.add_argument('--no-uevents', action='store_true',
-                      help='do not broadcast udev events (libvirtd then '
-                           'never learns of new or removed mdevs)')
-    live.add_argument('--control-stdio', action='store_true',
-                      help='read control commands on stdin (busy UUID, '
-                           'idle UUID, state, sent, uevents on|off, quit) '
-                           'and stop when it closes')
-    live.add_argument('--probe-delay', type=float, default=0.1,
-                      metavar='SECONDS',
-                      help='how long a successful create takes after its '
-                           'add uevent (the vendor driver probing the new '
-                           'vGPU; default %(default)s)')
-    live.add_argument('--workdir', default=None,
-                      help='where the private backing tree is made '
-                           '(default: /dev/shm)')
+        'namespace to show it to libvirtd or mdevctl.'))
+    p.add_argument('--live', action='store_true',
+                   help='serve a live tree at DIR instead of writing files')
     _add_lifecycle_commands(sub, add)
     _add_restore_command(add)
     return parser

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from libvirt_gpu import exception
-from libvirt_gpu.simulator import kernel
+from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import live
 
 
@@ -35,37 +35,13 @@ def run_live(profile_name, mountpoint, busy_remove=None, uevents=True,
         return 1
 
 
-def add_arguments(parser):
-    """The options of ``simulate --live`` (for cmd/main.py as well)."""
-    parser.add_argument('--busy-remove', choices=kernel.BUSY_MODES,
-                        default=None,
-                        help='removing an mdev a guest uses: block until it '
-                             'is released (kernel >= 5.16, the default) or '
-                             'answer EBUSY (older kernels)')
-    parser.add_argument('--no-uevents', action='store_true',
-                        help='do not broadcast udev events (libvirtd then '
-                             'never learns of new or removed mdevs)')
-    parser.add_argument('--control-stdio', action='store_true',
-                        help='read control commands on stdin (busy UUID, '
-                             'idle UUID, state, sent, uevents on|off, quit) '
-                             'and stop when it closes')
-    parser.add_argument('--probe-delay', type=float,
-                        default=live.PROBE_DELAY, metavar='SECONDS',
-                        help='how long a successful create takes after its '
-                             'add uevent (the vendor driver probing the '
-                             'new vGPU; default %(default)s)')
-    parser.add_argument('--workdir', default=None,
-                        help='where the private backing tree is made '
-                             '(default: /dev/shm)')
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog='libvirt-gpu simulate --live',
         description='Serve a simulated GPU host as a live sysfs (FUSE).')
     parser.add_argument('profile', help='bundled profile name or JSON file')
     parser.add_argument('mountpoint', help='an empty directory')
-    add_arguments(parser)
+    cli.add_live_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format='%(asctime)s %(levelname)s %(message)s')

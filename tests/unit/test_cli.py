@@ -140,3 +140,18 @@ def test_console_script_help():
     for word in ('list', 'types', 'placement', 'discover', 'simulate',
                  '--connect', '--sysfs-root', 'LIBVIRT_GPU_CONFIG'):
         assert word in out
+
+
+def test_live_option_defaults_match_the_simulator():
+    from libvirt_gpu.simulator import kernel
+    from libvirt_gpu.simulator import live
+    assert cli.LIVE_BUSY_MODES == kernel.BUSY_MODES
+    assert cli.LIVE_PROBE_DELAY == live.PROBE_DELAY
+
+
+def test_simulate_live_help():
+    out = subprocess.run([sys.executable, '-m', 'libvirt_gpu.cmd.main',
+                          'simulate', '--help'], capture_output=True,
+                         text=True, check=True).stdout
+    for word in ('--live', '--busy-remove', '--no-uevents', 'mount point'):
+        assert word in out
