@@ -4,6 +4,7 @@ writes act like the driver (sysfs_tree.WriteThroughSysfs), with libvirt
 stood in for by tests/functional/fake_libvirt."""
 
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -205,6 +206,107 @@ def test_hook_rolls_back_when_the_gpu_is_full(l40s):
     assert rc == 1 and 'No capacity' in err
     assert l40s.sysfs.current_vgpu_type('0000:bd:00.4') == 0
     assert l40s.leases() == []
+
+
+# --- the hook's settings snapshot on a host without mdevs --------------------
+
+def _l40s_vfs_off(tmp):
+    """An l40s host whose second GPU (L2) has its VFs disabled, as a boot
+    leaves it, with the hook configured for nvidia-1145 on every GPU."""
+    with open(os.path.join(simulator.profile.profile_dir(),
+                           'l40s.json')) as f:
+        data = json.load(f)
+    for dev in data['devices']:
+        if dev['address'] == str(L2):
+            dev['sriov_numvfs'] = 0
+    profile = simulator.profile.profile_from_dict(data)
+    world = World('l40s', tmp, 'nvidia-1145', '%s, %s' % (L1, L2))
+    shutil.rmtree(world.root)
+    simulator.write_sysfs(profile, world.root)
+    world.sysfs = sysfs_tree.WriteThroughSysfs(profile, world.root)
+    world.settings_file = os.path.join(world.state_dir,
+                                       hook.SETTINGS_NAME)
+    with open(world.config, 'w') as f:
+        f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\n'
+                'enabled_vgpu_types = nvidia-1145\n'
+                % (world.root, world.state_dir))
+    return world
+
+
+def _hook_with_snapshot(world, op, xml):
+    err = io.StringIO()
+    rc = hook.run(['qemu', 'vm1', op, 'begin', '-'], xml,
+                  config_file=world.config,
+                  settings_file=world.settings_file, sysfs=world.sysfs,
+                  stderr=err, mdevctl_dir=world.mdevctl)
+    return rc, err.getvalue()
+
+
+def test_snapshot_follows_vfs_enabled_after_it_was_taken(fast_tmp):
+    world = _l40s_vfs_off(fast_tmp)
+    # the snapshot is taken while L2 has no VFs: vGPU 17+ has no mdev
+    # parents, so the mdev_bus listing is empty before and after
+    settings, note = hook.load_settings(world.config, world.settings_file)
+    assert 'refreshed' in note
+    assert sorted(settings.enabled) == [L1]
+    assert hook.load_settings(world.config, world.settings_file)[1] is None
+    assert not os.path.isdir(os.path.join(world.root, 'class', 'mdev_bus'))
+    world.sysfs.set_sriov_numvfs(str(L2), 32)        # sriov-manage -e
+    uuid = new_uuid()
+    xml = vf_domain_xml(uuid, '0000:bd:00.6')
+    rc, err = _hook_with_snapshot(world, 'prepare', xml)
+    assert (rc, err) == (0, '')
+    assert world.sysfs.current_vgpu_type('0000:bd:00.6') == 1145
+    with open(os.path.join(world.state_dir, hook.LOG_NAME)) as f:
+        assert 'snapshot %s refreshed' % world.settings_file in f.read()
+    settings, note = hook.load_settings(world.config, world.settings_file)
+    assert note is None and sorted(settings.enabled) == [L1, L2]
+    with open(world.settings_file) as f:
+        key = json.load(f)['sysfs_key']
+    assert key['mdev_parents'] == []
+    assert len(key['vendor_vfs']) == 64 and '0000:bd:00.6' in \
+        key['vendor_vfs']
+    assert _hook_with_snapshot(world, 'release', xml)[0] == 0
+    assert world.sysfs.current_vgpu_type('0000:bd:00.6') == 0
+    # and disabling them again is noticed too
+    world.sysfs.set_sriov_numvfs(str(L2), 0)
+    settings, note = hook.load_settings(world.config, world.settings_file)
+    assert note is not None and sorted(settings.enabled) == [L1]
+
+
+def test_vfs_enabled_while_the_snapshot_is_built(fast_tmp, monkeypatch):
+    # The keys are taken before discovery reads sysfs: VFs that appear
+    # after discovery looked leave a snapshot that the next call refreshes.
+    from libvirt_gpu import discovery
+    world = _l40s_vfs_off(fast_tmp)
+    real = discovery.from_sysfs
+
+    def racing(sysfs, *args, **kwargs):
+        found = real(sysfs, *args, **kwargs)
+        if not world.sysfs.sriov_numvfs(str(L2)):
+            world.sysfs.set_sriov_numvfs(str(L2), 32)
+        return found
+
+    monkeypatch.setattr(discovery, 'from_sysfs', racing)
+    settings, note = hook.load_settings(world.config, world.settings_file)
+    assert note is not None and sorted(settings.enabled) == [L1]
+    monkeypatch.setattr(discovery, 'from_sysfs', real)
+    settings, note = hook.load_settings(world.config, world.settings_file)
+    assert note is not None and sorted(settings.enabled) == [L1, L2]
+
+
+def test_snapshot_of_an_older_version_is_rebuilt(fast_tmp):
+    world = _l40s_vfs_off(fast_tmp)
+    hook.load_settings(world.config, world.settings_file)
+    with open(world.settings_file) as f:
+        data = json.load(f)
+    # version 1 had no vendor VFs in its key
+    data['version'] = 1
+    data['mdev_parents'] = data.pop('sysfs_key')['mdev_parents']
+    with open(world.settings_file, 'w') as f:
+        json.dump(data, f)
+    _, note = hook.load_settings(world.config, world.settings_file)
+    assert note is not None and 'refreshed' in note
 
 
 # --- the API -----------------------------------------------------------------
