@@ -518,8 +518,9 @@ def add_live_arguments(group):
     group.add_argument('--busy-remove', choices=LIVE_BUSY_MODES,
                        default=None,
                        help='removing an mdev a guest uses: block until it '
-                            'is released (kernel >= 5.16, the default) or '
-                            'answer EBUSY (older kernels)')
+                            'is released (kernel >= 5.16) or answer EBUSY '
+                            '(older kernels); default: the profile\'s '
+                            'busy_remove, else block')
     group.add_argument('--no-uevents', action='store_true',
                        help='do not broadcast udev events (libvirtd then '
                             'never learns of new or removed mdevs)')

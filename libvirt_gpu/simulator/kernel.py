@@ -32,6 +32,8 @@ Removing an mdev that a guest uses (``mark_busy``) either blocks until the
 guest lets go (``busy_remove='block'``: the kernel since 5.16, where vfio
 waits for the device to be released) or answers EBUSY at once
 (``'ebusy'``: older kernels, whose vendor ``remove`` callback refused).
+The profile's ``busy_remove`` says which; the ``busy_remove`` argument,
+when given, overrides it.
 
 Unbinding a parent's driver (``unbind_parent``, "the GPU goes away") makes
 new creates on it fail with ENODEV at once, removes its mdevs (waiting for
@@ -68,9 +70,9 @@ from libvirt_gpu.simulator import profile as profile_mod
 
 UUID_STRING_LEN = 36
 
-BUSY_BLOCK = 'block'
-BUSY_EBUSY = 'ebusy'
-BUSY_MODES = (BUSY_BLOCK, BUSY_EBUSY)
+BUSY_BLOCK = profile_mod.BUSY_BLOCK
+BUSY_EBUSY = profile_mod.BUSY_EBUSY
+BUSY_MODES = profile_mod.BUSY_REMOVE_MODES
 
 # Parent states: bound to its vGPU driver; unbinding ("going": creates get
 # ENODEV, its mdevs are being removed); unbound (no types, no mdevs).
@@ -177,8 +179,7 @@ class SimKernel(object):
     def __init__(self, profile, busy_remove=None):
         self.profile = profile_mod.load_profile(profile)
         if busy_remove is None:
-            busy_remove = getattr(self.profile, 'busy_remove', None) \
-                or BUSY_BLOCK
+            busy_remove = self.profile.busy_remove
         if busy_remove not in BUSY_MODES:
             raise exception.SimulatorError(
                 reason='busy_remove must be one of %s, not %r'
@@ -193,6 +194,13 @@ class SimKernel(object):
                          for dev in self.profile.pci_devices()
                          if dev.mdev_types}
         self._state = {address: BOUND for address in self._parents}
+        # parent -> addresses of every function of its physical GPU, for
+        # the VFs that share their GPU's capacity (capacity.py, rule 2)
+        self._shared_gpu = {
+            address: frozenset(f.address
+                               for f in self.profile.gpu_functions(dev))
+            for address, dev in self._parents.items()
+            if self.profile.gpu_mdevs(dev) is not None}
         self._pci_groups = {dev.iommu_group
                             for dev in self.profile.pci_devices()
                             if dev.iommu_group is not None}
@@ -269,14 +277,13 @@ class SimKernel(object):
                  if m.parent == parent], **kwargs)
 
     def _gpu_mdevs(self, parent):
-        """The mdevs on every function of ``parent``'s physical GPU when
-        its VFs share the GPU's capacity (``Profile.gpu_mdevs``), else
-        None."""
-        dev = self._parents[parent]
-        shared = getattr(self.profile, 'gpu_mdevs', None)
-        if shared is None or shared(dev) is None:
+        """The mdevs the kernel holds now on every function of
+        ``parent``'s physical GPU when its VFs share the GPU's capacity,
+        else None: ``Profile.gpu_mdevs`` of the profile's devices, with
+        this kernel's mdevs instead of the profile's initial ones."""
+        functions = self._shared_gpu.get(parent)
+        if functions is None:
             return None
-        functions = {f.address for f in self.profile.gpu_functions(dev)}
         return [(m.uuid, m.type_id) for m in self._mdevs.values()
                 if m.parent in functions]
 
@@ -426,6 +433,8 @@ class SimKernel(object):
         vf = str(vf)
         with self._cond:
             dev = self._vendor_vfs[vf]
+            # Profile.gpu_current_types, with this kernel's vGPUs: the
+            # enabled vendor-interface VFs of the same physical GPU
             gpu = {f.address for f in self.profile.gpu_functions(dev)}
             current = {a: t for a, t in self._current.items() if a in gpu}
             return capacity.creatable_vgpu_types(dev, current)

@@ -11,7 +11,9 @@ FUSE), but the files answer as the kernel does (``kernel.SimKernel``)::
     .../mdev_supported_types/<type>/available_instances
                                                 computed on every read
     bus/mdev/devices/<uuid>/remove              write 1: it goes (a busy one
-                                                blocks or answers EBUSY)
+                                                blocks or answers EBUSY, as
+                                                the profile's busy_remove
+                                                says)
     bus/pci/drivers/<driver>/unbind, bind       write a parent's address: it
                                                 stops / starts being an
                                                 mdev parent

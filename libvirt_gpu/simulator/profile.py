@@ -19,6 +19,12 @@ A profile file looks like this (``profiles/t4.json``)::
       ]
     }
 
+``busy_remove`` (optional) says what removing a vGPU that a guest still
+uses does on this host: ``"block"`` (the default: the write waits until
+the guest lets go, as vfio makes it since kernel 5.16) or ``"ebusy"`` (it
+answers EBUSY at once, as older kernels' vendor ``remove`` callbacks did).
+Only the live simulator (``kernel.SimKernel``) acts on it.
+
 ``mdev_types`` names a catalogue (so 17 types are not repeated per GPU) or
 is an inline list of type entries.  Bridges named by ``parent_bridge`` that
 are not listed as devices are implied (an Intel root port each).
@@ -65,6 +71,10 @@ BRIDGE_CLASS = '0x060400'
 BRIDGE_VENDOR_NAME = 'Intel Corporation'
 BRIDGE_PRODUCT_NAME = 'Sky Lake-E PCI Express Root Port A'
 BRIDGE_DRIVER = 'pcieport'
+
+BUSY_BLOCK = 'block'
+BUSY_EBUSY = 'ebusy'
+BUSY_REMOVE_MODES = (BUSY_BLOCK, BUSY_EBUSY)
 
 VF_SHARED = 'shared'
 VF_PER_VF = 'per-vf'
@@ -181,6 +191,8 @@ class Profile:
     hostname: str
     no_capacity_errno: str          # 'EINVAL' (NVIDIA), 'EUSERS', ...
     devices: typing.Tuple[SimDevice, ...]
+    # removing a vGPU a guest uses: 'block' (kernel >= 5.16) or 'ebusy'
+    busy_remove: str = BUSY_BLOCK
 
     def device(self, address):
         """The device (listed or implied bridge) at ``address``."""
@@ -336,7 +348,7 @@ def profile_from_dict(data, source='<dict>'):
     ctx = _Ctx(source)
     ctx.check_keys(data, 'profile', required=('name', 'devices'),
                    optional=('description', 'hostname', 'no_capacity_errno',
-                             'type_catalogues'))
+                             'busy_remove', 'type_catalogues'))
     name = ctx.string(data, 'name', 'profile')
     if _NAME_RE.fullmatch(name) is None:
         ctx.fail('profile name %r: use letters, digits, ".", "-", "_"'
@@ -347,6 +359,13 @@ def profile_from_dict(data, source='<dict>'):
             or not errno_name.startswith('E'):
         ctx.fail('no_capacity_errno %r is not an errno name such as '
                  'EINVAL or EUSERS' % errno_name)
+    busy_remove = data.get('busy_remove', BUSY_BLOCK)
+    if busy_remove not in BUSY_REMOVE_MODES:
+        ctx.fail('busy_remove %r is not one of %s ("block": removing a '
+                 'vGPU a guest uses waits for the guest, as kernels since '
+                 '5.16 do; "ebusy": it answers EBUSY at once, as older '
+                 'ones did)' % (busy_remove, ', '.join(
+                     repr(m) for m in BUSY_REMOVE_MODES)))
     catalogues = _catalogues(ctx, data.get('type_catalogues', {}))
     raw_devices = data['devices']
     if not isinstance(raw_devices, list) or not raw_devices:
@@ -359,7 +378,8 @@ def profile_from_dict(data, source='<dict>'):
         hostname=ctx.string(data, 'hostname', 'profile',
                             default='sim-' + name),
         no_capacity_errno=errno_name,
-        devices=devices)
+        devices=devices,
+        busy_remove=busy_remove)
     _check_host(ctx, profile)
     return profile
 

@@ -332,9 +332,13 @@ class LiveSysfs(object):
     def libvirt_binds(self):
         """``(source, target)`` binds that put this tree where libvirtd,
         libudev and mdevctl look: the /sys parts they read, and every root
-        bus ``devices/pciDDDD:BB`` the links lead into."""
+        bus ``devices/pciDDDD:BB`` the links lead into.  A part the tree
+        lacks is left as the host has it (a vGPU 17+ host such as the
+        ``l40s`` profile has no ``bus/mdev`` nor ``class/mdev_bus``: no mdev
+        module is loaded there)."""
         binds = [(self.path(part), '/sys/' + part)
-                 for part in LIBVIRT_SYS_PARTS]
+                 for part in LIBVIRT_SYS_PARTS
+                 if os.path.isdir(self.path(part))]
         for bus in sorted(os.listdir(self.path('devices'))):
             binds.append((self.path('devices', bus), '/sys/devices/' + bus))
         return binds

@@ -676,3 +676,170 @@ def _vendor_errno(sysfs, vf, number):
     with pytest.raises(exception.SysfsWriteError) as e:
         sysfs.write(path, str(number))
     return e.value.kwargs['errno']
+
+
+# --- the bundled SR-IOV profiles on the live tree ----------------------------
+
+A100_PF = '0000:41:00.0'
+A100_HELD = 'aa618089-8b16-4d01-a136-25a0f3c73123'
+L40S_EMPTY = '0000:bd:00.0'
+L40S_BUSY = '0000:3d:00.0'
+
+
+def _bundled(name):
+    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+        return json.load(f)
+
+
+def _static(tmp_path, name, data, tag):
+    root = str(tmp_path / ('static-%s-%s' % (name, tag)))
+    simulator.write_sysfs(profile_mod.profile_from_dict(data), root)
+    return snapshot(root)
+
+
+def _device_entry(data, address):
+    (entry,) = [d for d in data['devices'] if d['address'] == address]
+    return entry
+
+
+def _vfs_of(live, pf):
+    return [str(a) for a in live.sysfs.virtfns(pf)]
+
+
+@pytest.mark.parametrize('name', ['a100', 'l40s'])
+def test_same_layout_as_the_static_writer_sriov(live_sysfs_factory,
+                                                tmp_path, name):
+    """The live tree of each SR-IOV profile, before and after a vGPU is
+    made on a VF, is what ``write_sysfs`` writes for that state: every
+    VF's available_instances / creatable_vgpu_types follow capacity.py."""
+    live = live_sysfs_factory(name)
+    data = _bundled(name)
+    assert snapshot(live.root) == _static(tmp_path, name, data, 'before')
+    if name == 'a100':
+        vf = _vfs_of(live, A100_PF)[5]
+        u = new_uuid()
+        live.sysfs.write(live.type_path(vf, 'nvidia-472', 'create'), u)
+        _device_entry(data, vf)['mdevs'] = [{'uuid': u,
+                                             'type_id': 'nvidia-472'}]
+    else:
+        vf = _vfs_of(live, L40S_EMPTY)[2]
+        live.sysfs.set_current_vgpu_type(vf, 1155)
+        _device_entry(data, vf)['current_vgpu_type'] = 'nvidia-1155'
+    after = snapshot(live.root)
+    assert after == _static(tmp_path, name, data, 'after')
+    if name == 'l40s':
+        # the GPU's VFs now list only the 24 GB types; the other GPU's
+        # are unchanged
+        other = _vfs_of(live, L40S_EMPTY)[0]
+        assert [n for n, _ in live.sysfs.creatable_vgpu_types(other)] == [
+            1155, 1165]
+
+
+def test_a100_vfs_share_the_gpu_on_the_live_tree(live_sysfs_factory):
+    live = live_sysfs_factory('a100')
+    vfs = _vfs_of(live, A100_PF)
+    assert len(vfs) == 16
+    # 0000:c1:00.0 has not enabled its VFs: none is served
+    assert live.sysfs.virtfns('0000:c1:00.0') == ()
+    assert sorted(os.listdir(live.path('class', 'mdev_bus'))) == vfs
+
+    def avail(type_id):
+        return {vf: live.sysfs.read_int(live.type_path(
+            vf, type_id, 'available_instances')) for vf in vfs}
+
+    held = [m['parent'] for m in live.state()['mdevs']]
+    assert held == [vfs[0]]
+    assert avail('nvidia-472') == {vf: int(vf != vfs[0]) for vf in vfs}
+    assert set(avail('nvidia-473').values()) == {0}
+    # two racing creators, on two different VFs, for the GPU's last
+    # A100-20C: exactly one wins
+    go = threading.Barrier(2)
+    results = {}
+
+    def writer(vf):
+        go.wait()
+        try:
+            live.sysfs.write(live.type_path(vf, 'nvidia-472', 'create'),
+                             new_uuid())
+            results[vf] = 0
+        except exception.SysfsWriteError as e:
+            results[vf] = e.kwargs['errno']
+
+    threads = [threading.Thread(target=writer, args=(vf,))
+               for vf in (vfs[3], vfs[11])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(results.values()) == [0, errno.EINVAL]
+    mdevs = live.state()['mdevs']
+    assert len(mdevs) == 2                 # max_instance of A100-20C
+    assert {m['type_id'] for m in mdevs} == {'nvidia-472'}
+    assert set(avail('nvidia-472').values()) == {0}
+    # every other free VF is refused too; removing one frees a slot for
+    # every free VF again
+    for vf in vfs[1:3]:
+        assert write_errno(live, live.type_path(vf, 'nvidia-472', 'create'),
+                           new_uuid()) == errno.EINVAL
+    live.sysfs.write(live.path('bus', 'mdev', 'devices', A100_HELD,
+                               'remove'), '1')
+    winner = [vf for vf, code in results.items() if code == 0][0]
+    assert avail('nvidia-472') == {vf: int(vf != winner) for vf in vfs}
+    found = discovery.from_sysfs(live.sysfs)
+    (gpu,) = [g for g in found.gpus if str(g.address) == A100_PF]
+    assert len(gpu.vf_gpus) == 16
+
+
+def test_l40s_gpu_full_through_current_vgpu_type(live_sysfs_factory):
+    live = live_sysfs_factory('l40s')
+    sysfs = live.sysfs
+    gpu = _vfs_of(live, L40S_EMPTY)
+    other = _vfs_of(live, L40S_BUSY)
+    assert len(gpu) == 32
+    assert len(sysfs.creatable_vgpu_types(gpu[0])) == 23
+    sysfs.set_current_vgpu_type(gpu[0], 1155)          # L40S-24Q: two
+    sysfs.set_current_vgpu_type(gpu[1], 1155)
+    for vf in gpu:
+        assert sysfs.creatable_vgpu_types(vf) == ()
+        with open(sysfs.nvidia_dir(vf) + '/creatable_vgpu_types') as f:
+            assert f.read() == ''                      # empty when full
+    assert _vendor_errno(sysfs, gpu[2], 1155) == errno.EINVAL
+    assert _vendor_errno(sysfs, gpu[2], 1145) == errno.EINVAL
+    # the other L40S keeps offering its 1 GB types
+    assert [n for n, _ in sysfs.creatable_vgpu_types(other[2])] == [
+        1145, 1147, 1157]
+    sysfs.set_current_vgpu_type(gpu[1], 0)
+    assert [n for n, _ in sysfs.creatable_vgpu_types(gpu[5])] == [
+        1155, 1165]
+
+
+@pytest.mark.parametrize('mode', ['ebusy', 'block'])
+def test_busy_remove_is_a_profile_setting(live_sysfs_factory, tmp_path,
+                                          mode):
+    data = _bundled('t4')
+    data['busy_remove'] = mode
+    path = str(tmp_path / ('t4-%s.json' % mode))
+    with open(path, 'w') as f:
+        json.dump(data, f)
+    live = live_sysfs_factory(path)            # no --busy-remove
+    assert live.state()['busy_remove'] == mode
+    live.busy(EXISTING)
+    remove = live.path('bus', 'mdev', 'devices', EXISTING, 'remove')
+    if mode == 'ebusy':
+        t0 = time.monotonic()
+        assert write_errno(live, remove, '1') == errno.EBUSY
+        assert time.monotonic() - t0 < 2
+        assert EXISTING in kernel_mdevs(live)
+        live.idle(EXISTING)
+        live.sysfs.write(remove, '1')
+    else:
+        done = []
+        t = threading.Thread(target=lambda: done.append(
+            live.sysfs.write(remove, '1')))
+        t.start()
+        time.sleep(0.5)
+        assert done == [] and EXISTING in kernel_mdevs(live)
+        live.idle(EXISTING)
+        t.join(10)
+        assert len(done) == 1
+    assert EXISTING not in kernel_mdevs(live)

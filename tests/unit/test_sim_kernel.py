@@ -344,3 +344,266 @@ def test_vendor_interface_rules(sriov):
     assert sriov.set_vgpu_type(vf0, b'0') is None
     assert sriov.current_vgpu_type(vf0) is None
     assert errno_of(sriov.mark_busy, vf0) == errno.ENOENT    # holds none
+
+
+# --- the bundled SR-IOV profiles: VFs share their GPU as the driver does -----
+
+A100_PF = '0000:41:00.0'          # 16 VFs enabled, one A100-20C on .4
+A100_OFF = '0000:c1:00.0'         # VFs not enabled
+A100_HELD = 'aa618089-8b16-4d01-a136-25a0f3c73123'
+L40S_FULLISH = '0000:3d:00.0'     # two L40S-1B
+L40S_EMPTY = '0000:bd:00.0'
+
+
+def _gpu_vfs(k, pf):
+    return [a for a in k.parents()
+            if k.profile.device(a).physfn == pf]
+
+
+def _avail(k, vf):
+    return {t.id: k.available_instances(vf, t.id)
+            for t in k.device(vf).mdev_types}
+
+
+def _check_gpu_invariants(k, pf):
+    """What NVIDIA's driver guarantees on an SR-IOV GPU before vGPU 17:
+    one vGPU per VF, one type per GPU, at most max_instance of it, and a
+    VF shows a type available only when a create of it would succeed."""
+    vfs = _gpu_vfs(k, pf)
+    mdevs = [m for m in k.mdevs() if m.parent in vfs]
+    assert len({m.parent for m in mdevs}) == len(mdevs)
+    assert len({m.type_id for m in mdevs}) <= 1
+    for m in mdevs:
+        assert len(mdevs) <= k.device(m.parent).mdev_type(
+            m.type_id).max_instance
+    held = {m.parent for m in mdevs}
+    for vf in vfs:
+        for type_id, n in _avail(k, vf).items():
+            assert n in (0, 1)
+            fits = vf not in held and (
+                not mdevs or (mdevs[0].type_id == type_id and len(mdevs)
+                              < k.device(vf).mdev_type(type_id)
+                              .max_instance))
+            assert n == int(fits), (vf, type_id, n)
+
+
+def test_a100_parents_are_the_enabled_vfs():
+    k = kernel_mod.SimKernel('a100')
+    assert k.parents() == _gpu_vfs(k, A100_PF)
+    assert len(k.parents()) == 16
+    # 0000:c1:00.0 has not enabled its VFs: the kernel has no such parent
+    disabled = k.profile.device(A100_OFF).virtfns[0]
+    assert disabled not in k.parents()
+    assert errno_of(k.create_mdev, disabled, 'nvidia-472',
+                    new_uuid()) == errno.ENOENT
+    assert errno_of(k.create_mdev, A100_OFF, 'nvidia-472',
+                    new_uuid()) == errno.ENOENT          # the PF: no types
+
+
+def test_a100_create_on_one_vf_lowers_every_vf_of_the_gpu():
+    k = kernel_mod.SimKernel('a100')
+    vfs = _gpu_vfs(k, A100_PF)
+    held = k.mdev(A100_HELD).parent
+    _check_gpu_invariants(k, A100_PF)
+    # A100-20C: two per GPU, one exists: every free VF offers one more,
+    # and nothing else
+    for vf in vfs:
+        want = 0 if vf == held else 1
+        assert _avail(k, vf) == {t.id: (want if t.id == 'nvidia-472'
+                                        else 0)
+                                 for t in k.device(vf).mdev_types}
+    u = new_uuid()
+    k.create_mdev(vfs[5], 'nvidia-472', u)
+    _check_gpu_invariants(k, A100_PF)
+    assert all(n == 0 for vf in vfs for n in _avail(k, vf).values())
+    for vf in vfs:
+        if vf not in (held, vfs[5]):
+            assert errno_of(k.create_mdev, vf, 'nvidia-472',
+                            new_uuid()) == errno.EINVAL
+    # removing either one gives the slot back to every free VF
+    k.remove_mdev(A100_HELD)
+    _check_gpu_invariants(k, A100_PF)
+    assert sum(_avail(k, vf)['nvidia-472'] for vf in vfs) == 15
+    k.remove_mdev(u)
+    _check_gpu_invariants(k, A100_PF)
+    # an empty GPU offers every type on every VF (one vGPU per VF)
+    assert all(_avail(k, vf) == {t.id: 1 for t in k.device(vf).mdev_types}
+               for vf in vfs)
+    k.create_mdev(vfs[0], 'nvidia-473', new_uuid())     # A100-40C: 1
+    _check_gpu_invariants(k, A100_PF)
+    assert all(n == 0 for vf in vfs for n in _avail(k, vf).values())
+
+
+def test_a100_racing_creators_on_different_vfs_for_the_last_slot():
+    for _ in range(20):
+        k = kernel_mod.SimKernel('a100')
+        vfs = [vf for vf in _gpu_vfs(k, A100_PF)
+               if vf != k.mdev(A100_HELD).parent]
+        go = threading.Barrier(len(vfs))
+        winners, losers = [], []
+
+        def creator(vf):
+            u = new_uuid()
+            go.wait()
+            try:
+                k.create_mdev(vf, 'nvidia-472', u)
+                winners.append(vf)
+            except OSError as e:
+                losers.append(e.errno)
+
+        threads = [threading.Thread(target=creator, args=(vf,))
+                   for vf in vfs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(winners) == 1
+        assert losers == [errno.EINVAL] * (len(vfs) - 1)
+        assert len(k.mdevs()) == 2          # max_instance of A100-20C
+        _check_gpu_invariants(k, A100_PF)
+
+
+def test_a100_random_creates_and_removes_keep_the_drivers_rules():
+    import random
+    rng = random.Random(4242)
+    k = kernel_mod.SimKernel('a100')
+    vfs = _gpu_vfs(k, A100_PF)
+    types = [t.id for t in k.device(vfs[0]).mdev_types]
+    made = 0
+    for _ in range(400):
+        if k.mdevs() and rng.random() < 0.35:
+            k.remove_mdev(rng.choice(k.mdevs()).uuid)
+        else:
+            vf, type_id = rng.choice(vfs), rng.choice(types)
+            expected = k.available_instances(vf, type_id)
+            try:
+                k.create_mdev(vf, type_id, new_uuid())
+                made += 1
+                assert expected == 1
+            except OSError as e:
+                assert (e.errno, expected) == (errno.EINVAL, 0)
+        _check_gpu_invariants(k, A100_PF)
+    assert made > 50
+
+
+def test_l40s_vendor_interface_shares_the_gpu():
+    k = kernel_mod.SimKernel('l40s')
+    gpu = [vf for vf in k.vendor_vfs()
+           if k.profile.device(vf).physfn == L40S_EMPTY]
+    other = [vf for vf in k.vendor_vfs()
+             if k.profile.device(vf).physfn == L40S_FULLISH]
+    assert len(gpu) == len(other) == 32
+    everything = [t.id for t in k.creatable_vgpu_types(gpu[0])]
+    assert len(everything) == 23
+    # L40S-24Q (1155): two per GPU; creatable shrinks to the 24 GB types,
+    # then to nothing on every VF of that GPU
+    assert k.set_vgpu_type(gpu[3], b'1155\n') == 'nvidia-1155'
+    for vf in gpu:
+        want = [] if vf == gpu[3] else ['nvidia-1155', 'nvidia-1165']
+        assert [t.id for t in k.creatable_vgpu_types(vf)] == want
+    assert errno_of(k.set_vgpu_type, gpu[4], b'1145') == errno.EINVAL
+    assert k.set_vgpu_type(gpu[9], b'1165') == 'nvidia-1165'
+    assert all(k.creatable_vgpu_types(vf) == () for vf in gpu)
+    for vf in gpu:
+        if k.current_vgpu_type(vf) is None:
+            assert errno_of(k.set_vgpu_type, vf, b'1155') == errno.EINVAL
+    # the other GPU is untouched: 1 GB types next to its two L40S-1B
+    assert [t.id for t in k.creatable_vgpu_types(other[2])] == [
+        'nvidia-1145', 'nvidia-1147', 'nvidia-1157']
+    k.set_vgpu_type(gpu[3], b'0')
+    assert [t.id for t in k.creatable_vgpu_types(gpu[0])] == [
+        'nvidia-1155', 'nvidia-1165']
+    k.set_vgpu_type(gpu[9], b'0')
+    assert [t.id for t in k.creatable_vgpu_types(gpu[0])] == everything
+
+
+def test_l40s_racing_writers_for_the_last_vgpu():
+    k = kernel_mod.SimKernel('l40s')
+    gpu = [vf for vf in k.vendor_vfs()
+           if k.profile.device(vf).physfn == L40S_EMPTY]
+    k.set_vgpu_type(gpu[0], b'1156')          # L40S-48Q: one fills it
+    assert all(k.creatable_vgpu_types(vf) == () for vf in gpu)
+    k.set_vgpu_type(gpu[0], b'0')
+    k.set_vgpu_type(gpu[0], b'1155')          # one of two 24Q
+    go = threading.Barrier(len(gpu) - 1)
+    winners, losers = [], []
+
+    def writer(vf):
+        go.wait()
+        try:
+            k.set_vgpu_type(vf, b'1155')
+            winners.append(vf)
+        except OSError as e:
+            losers.append(e.errno)
+
+    threads = [threading.Thread(target=writer, args=(vf,))
+               for vf in gpu[1:]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and losers == [errno.EINVAL] * 30
+    assert sum(1 for vf in gpu if k.current_vgpu_type(vf)) == 2
+
+
+# --- busy_remove as a profile setting ----------------------------------------
+
+def _t4_with(**top):
+    data = t4_data()
+    data.update(top)
+    return profile_mod.profile_from_dict(data)
+
+
+def test_busy_remove_defaults_to_block():
+    assert simulator.load_profile('t4').busy_remove == 'block'
+    assert kernel_mod.SimKernel('t4').busy_remove == kernel_mod.BUSY_BLOCK
+
+
+@pytest.mark.parametrize('bad', ['sometimes', 'EBUSY', '', None, 1, ['block']])
+def test_busy_remove_profile_value_is_validated(bad):
+    with pytest.raises(simulator.profile.exception.SimulatorError) as e:
+        _t4_with(busy_remove=bad)
+    assert "busy_remove %r is not one of 'block', 'ebusy'" % (bad,) in \
+        str(e.value)
+
+
+def test_busy_remove_ebusy_from_the_profile():
+    k = kernel_mod.SimKernel(_t4_with(busy_remove='ebusy'))
+    assert k.busy_remove == kernel_mod.BUSY_EBUSY
+    k.mark_busy(EXISTING)
+    assert errno_of(k.remove_mdev, EXISTING) == errno.EBUSY
+    assert k.mdev(EXISTING) is not None
+    # the argument overrides the profile
+    k = kernel_mod.SimKernel(_t4_with(busy_remove='ebusy'),
+                             busy_remove='block')
+    assert k.busy_remove == kernel_mod.BUSY_BLOCK
+
+
+def test_busy_remove_block_from_the_profile():
+    k = kernel_mod.SimKernel(_t4_with(busy_remove='block'))
+    k.mark_busy(EXISTING)
+    done = []
+    t = threading.Thread(target=lambda: done.append(
+        k.remove_mdev(EXISTING)))
+    t.start()
+    time.sleep(0.2)
+    assert done == [] and k.mdev(EXISTING) is not None
+    k.mark_idle(EXISTING)
+    t.join(5)
+    assert done == [True] and k.mdev(EXISTING) is None
+    k = kernel_mod.SimKernel(_t4_with(busy_remove='block'),
+                             busy_remove='ebusy')
+    assert k.busy_remove == kernel_mod.BUSY_EBUSY
+
+
+def test_busy_remove_applies_to_vendor_vgpus_too():
+    with open(profile_mod.profile_dir() + '/l40s.json') as f:
+        data = json.load(f)
+    data['busy_remove'] = 'ebusy'
+    k = kernel_mod.SimKernel(profile_mod.profile_from_dict(data))
+    vf = '0000:3d:00.4'
+    k.mark_busy(vf)
+    assert errno_of(k.set_vgpu_type, vf, b'0') == errno.EBUSY
+    assert k.current_vgpu_type(vf) == 'nvidia-1145'
+    k.mark_idle(vf)
+    assert k.set_vgpu_type(vf, b'0') is None

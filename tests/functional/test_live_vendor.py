@@ -1,0 +1,357 @@
+"""Modern NVIDIA GPUs end to end: a real libvirtd, our qemu hook and
+``libvirt-gpu reconcile`` on the live simulated host (FUSE).
+
+* L40S (``l40s`` profile, NVIDIA vGPU 17+ vendor interface, no mdev): the
+  guest names its vGPU in our metadata with the VF as ``parent`` and holds
+  the VF as ``<hostdev type='pci' managed='no'>``.  ``prepare`` writes the
+  type to the VF's ``nvidia/current_vgpu_type``; ``release`` writes 0.
+* A100 (``a100`` profile, classic mdev on SR-IOV VFs): the guest's mdev is
+  made on a VF; the VFs of the GPU share its ``max_instance``.
+
+This host has no VFIO, so libvirt refuses each start after ``prepare``
+(PCI hostdev: "host doesn't support passthrough of host PCI devices";
+mdev: "Mediated host device assignment requires VFIO support") and then
+runs ``release``.  A second hook, ``qemu.d/zz-probe`` (run after ours:
+libvirt runs ``qemu.d`` in alphabetical order), records at every call what
+libvirtd's own /sys (the live tree bound over it) shows: the VFs holding a
+vGPU, the mdevs, the free instances of the guest's type.
+"""
+
+import json
+import os
+import site
+import subprocess
+import sys
+import uuid as uuidlib
+
+import pytest
+
+from libvirt_gpu import config_xml
+from libvirt_gpu import hook
+from libvirt_gpu import metadata
+from libvirt_gpu import objects
+from libvirt_gpu import state
+from libvirt_gpu.backends import nvidia_vgpu
+from tests.functional import libvirtd
+from tests.functional import live_sysfs as ls
+
+PCI_VFIO_ERROR = "host doesn't support passthrough of host PCI devices"
+MDEV_VFIO_ERROR = 'Mediated host device assignment requires VFIO support'
+
+L40S_VF = '0000:bd:00.6'                 # on the empty L40S
+L40S_PRE = {'0000:3d:00.4': 'nvidia-1145', '0000:3d:00.5': 'nvidia-1145'}
+A100_PF = '0000:41:00.0'
+A100_VF = '0000:41:00.6'
+A100_PRE = 'aa618089-8b16-4d01-a136-25a0f3c73123'   # A100-20C on .4
+
+missing = ls.live_host_requirements()
+pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
+
+PROBE = r'''#!/bin/sh
+cat > /dev/null
+line="$2 $3"
+for f in /sys/bus/pci/devices/*/nvidia/current_vgpu_type; do
+    [ -e "$f" ] || continue
+    read -r v < "$f"
+    [ "$v" = 0 ] && continue
+    d=${f%/nvidia/current_vgpu_type}
+    line="$line vf=${d##*/}:$v"
+done
+for d in /sys/bus/mdev/devices/*; do
+    [ -e "$d" ] || continue
+    line="$line mdev=${d##*/}"
+done
+free=0
+for t in /sys/class/mdev_bus/*/mdev_supported_types/@TYPE@; do
+    f=$t/available_instances
+    [ -e "$f" ] || continue
+    read -r n < "$f"
+    free=$((free + n))
+done
+echo "$line free=$free" >> @LOG@
+exit 0
+'''
+
+
+class Setup(object):
+    """Our hook (configured for ``type_id`` on the live tree) and the
+    probe hook."""
+
+    def __init__(self, workdir, type_id):
+        self.type_id = type_id
+        self.state_dir = os.path.join(workdir, 'state')
+        self.config = os.path.join(workdir, 'libvirt-gpu.conf')
+        self.settings = os.path.join(self.state_dir, hook.SETTINGS_NAME)
+        self.probe_log = os.path.join(workdir, 'probe.log')
+
+    def hooks(self, live):
+        with open(self.config, 'w') as f:
+            f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                    '[gpu]\nenabled_vgpu_types = %s\n'
+                    % (live.root, self.state_dir, self.type_id))
+        with open(hook.hook_source()) as f:
+            text = hook.render_hook(
+                f.read(), sys.executable, self.config, self.settings,
+                [p for p in site.getsitepackages() if os.path.isdir(p)]
+                + [ls.REPO])
+        probe = PROBE.replace('@TYPE@', self.type_id).replace(
+            '@LOG@', libvirtd._sh_quote(self.probe_log))
+        return {'qemu.d/libvirt-gpu': text, 'qemu.d/zz-probe': probe}
+
+
+@pytest.fixture(scope='module', autouse=True)
+def nothing_left_behind():
+    """After this module: no live tree mounted, no server running."""
+    yield
+    assert ls.wait_for(lambda: ls.leftovers() == ([], []), 10), \
+        ls.leftovers()
+
+
+def _host(tmp_path_factory, profile, type_id):
+    workdir = str(tmp_path_factory.mktemp('live-' + profile))
+    setup = Setup(workdir, type_id)
+    h = ls.LiveHost(workdir, profile=profile, hooks=setup.hooks)
+    h.setup = setup
+    return h
+
+
+@pytest.fixture(scope='class')
+def l40s(tmp_path_factory):
+    with _host(tmp_path_factory, 'l40s', 'nvidia-1145') as h:
+        yield h
+
+
+@pytest.fixture(scope='class')
+def a100(tmp_path_factory):
+    with _host(tmp_path_factory, 'a100', 'nvidia-472') as h:
+        yield h
+
+
+def new_uuid():
+    return str(uuidlib.uuid4())
+
+
+def leases(host):
+    return state.LeaseStore(host.setup.state_dir).leases()
+
+
+def hook_log(host):
+    try:
+        with open(os.path.join(host.setup.state_dir, hook.LOG_NAME)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ''
+
+
+def probe(host):
+    """``[(operation, sub-operation, {vf: number}, [mdev uuids], free)]``
+    of every hook call so far, then forgets them."""
+    try:
+        with open(host.setup.probe_log) as f:
+            lines = f.read().splitlines()
+        os.unlink(host.setup.probe_log)
+    except FileNotFoundError:
+        return []
+    calls = []
+    for line in lines:
+        words = line.split()
+        vfs = dict(w[3:].rsplit(':', 1) for w in words[2:]
+                   if w.startswith('vf='))
+        calls.append((words[0], words[1],
+                      {vf: int(n) for vf, n in vfs.items()},
+                      sorted(w[5:] for w in words if w.startswith('mdev=')),
+                      int(words[-1][len('free='):])))
+    return calls
+
+
+def by_operation(calls):
+    return {(op, sub): rest for op, sub, *rest in calls}
+
+
+def guest_xml(name, vgpus, vendor):
+    """A tiny guest with ``<gpu:vgpu>`` entries ((uuid, type, parent)) and
+    their devices: the VF as an unmanaged PCI hostdev (vendor interface)
+    or the mdev hostdev."""
+    meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
+        metadata.VgpuEntry(u, t, objects.PciAddress.parse(p) if p else None)
+        for u, t, p in vgpus)))
+    devices = ''.join(nvidia_vgpu.vf_hostdev(p) if vendor
+                      else config_xml.mdev_hostdev(u)
+                      for u, _, p in vgpus)
+    return libvirtd.tiny_domain_xml(name, metadata=meta,
+                                    extra_devices=devices)
+
+
+def start(host, name, vgpus, vendor):
+    """Define and start a guest; returns (libvirt error code, message) of
+    its refusal, after which it is undefined."""
+    import libvirt
+    conn = host.daemon.connect()
+    dom = conn.defineXML(guest_xml(name, vgpus, vendor))
+    try:
+        with pytest.raises(libvirt.libvirtError) as e:
+            dom.create()
+        return e.value.get_error_code(), e.value.get_error_message()
+    finally:
+        dom.undefine()
+
+
+def reconcile(host, *extra):
+    """``libvirt-gpu reconcile --json`` against the host's daemon: its
+    findings as ``[(action, what, uuid)]``."""
+    r = subprocess.run(
+        [sys.executable, '-m', 'libvirt_gpu.cmd.main', '-c', host.uri,
+         '--config-file', host.setup.config, 'reconcile', '--json']
+        + list(extra), cwd=ls.REPO, capture_output=True, text=True,
+        timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [(f['action'], f['what'], f['uuid'])
+            for f in json.loads(r.stdout)['findings']]
+
+
+def vgpus_now(host):
+    return {vf: t for vf, t in host.live.state()['vgpus'].items() if t}
+
+
+# --- L40S: the vGPU 17+ vendor interface -------------------------------------
+
+class TestL40S(object):
+
+    @pytest.fixture(autouse=True)
+    def restored(self, l40s):
+        probe(l40s)
+        yield
+        sysfs = l40s.live.sysfs
+        for vf in vgpus_now(l40s):
+            if vf not in L40S_PRE:
+                sysfs.set_current_vgpu_type(vf, 0)
+        assert vgpus_now(l40s) == L40S_PRE
+
+    def test_prepare_sets_current_vgpu_type_release_resets_it(self, l40s):
+        import libvirt
+        u = new_uuid()
+        code, message = start(l40s, 'l40s-1', [(u, 'nvidia-1145', L40S_VF)],
+                              vendor=True)
+        # libvirt got past prepare and refused for lack of VFIO
+        assert code == libvirt.VIR_ERR_CONFIG_UNSUPPORTED
+        assert PCI_VFIO_ERROR in message
+        calls = by_operation(probe(l40s))
+        pre = {vf: 1145 for vf in L40S_PRE}
+        # what libvirtd's /sys showed right after our prepare ...
+        assert calls[('prepare', 'begin')][0] == dict(pre, **{L40S_VF: 1145})
+        # ... and after our release
+        assert calls[('release', 'end')][0] == pre
+        assert vgpus_now(l40s) == L40S_PRE
+        assert leases(l40s) == []
+        log = hook_log(l40s)
+        assert log.index('created vGPU %s (nvidia-1145 on %s)'
+                         % (u, L40S_VF)) < log.index(
+            'removed vGPU %s (nvidia-1145 on %s)' % (u, L40S_VF))
+        assert reconcile(l40s) == []
+        assert vgpus_now(l40s) == L40S_PRE
+
+    def test_vf_holding_another_vgpu_is_refused_at_prepare(self, l40s):
+        import libvirt
+        u = new_uuid()
+        code, message = start(l40s, 'l40s-2',
+                              [(u, 'nvidia-1145', '0000:3d:00.4')],
+                              vendor=True)
+        assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
+        assert 'libvirt-gpu: cannot start domain' in message
+        assert '0000:3d:00.4' in message
+        # libvirt runs every qemu.d script before it judges their exit
+        # status: the probe saw our refused prepare change nothing
+        calls = by_operation(probe(l40s))
+        pre = {vf: 1145 for vf in L40S_PRE}
+        assert calls[('prepare', 'begin')][0] == pre
+        assert calls[('release', 'end')][0] == pre
+        assert vgpus_now(l40s) == L40S_PRE
+        assert leases(l40s) == []
+
+    def test_full_gpu_refused_at_prepare(self, l40s):
+        import libvirt
+        sysfs = l40s.live.sysfs
+        # fill the empty L40S with two L40S-24Q: its VFs list nothing
+        gpu = [str(a) for a in sysfs.virtfns('0000:bd:00.0')]
+        sysfs.set_current_vgpu_type(gpu[0], 1155)
+        sysfs.set_current_vgpu_type(gpu[1], 1155)
+        assert sysfs.creatable_vgpu_types(L40S_VF) == ()
+        full = vgpus_now(l40s)
+        u = new_uuid()
+        code, message = start(l40s, 'l40s-3', [(u, 'nvidia-1145', L40S_VF)],
+                              vendor=True)
+        assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
+        assert 'libvirt-gpu: cannot start domain' in message
+        assert 'No capacity left for vGPU type nvidia-1145 on the GPU ' \
+            '0000:bd:00.0' in message
+        assert vgpus_now(l40s) == full
+        assert leases(l40s) == []
+        assert reconcile(l40s) == []          # not ours: left alone
+        assert vgpus_now(l40s) == full
+
+
+# --- A100: classic mdev on SR-IOV VFs ----------------------------------------
+
+def mdev_events(host, u):
+    return [(e['ACTION'], e['DEVPATH'].split('/')[-2])
+            for e in host.live.sent() if e['DEVPATH'].endswith('/' + u)]
+
+
+class TestA100(object):
+
+    @pytest.fixture(autouse=True)
+    def restored(self, a100):
+        probe(a100)
+        yield
+        live = a100.live
+        for m in live.state()['mdevs']:
+            if m['uuid'] != A100_PRE:
+                live.sysfs.write(live.path('bus', 'mdev', 'devices',
+                                           m['uuid'], 'remove'), '1')
+        if not live.state()['mdevs']:          # reconcile removed it
+            live.sysfs.write(live.type_path('0000:41:00.4', 'nvidia-472',
+                                            'create'), A100_PRE)
+        assert [m['uuid'] for m in live.state()['mdevs']] == [A100_PRE]
+
+    def test_mdev_on_a_vf_made_at_prepare_removed_at_release(self, a100):
+        import libvirt
+        u = new_uuid()
+        code, message = start(a100, 'a100-1', [(u, 'nvidia-472', A100_VF)],
+                              vendor=False)
+        assert code == libvirt.VIR_ERR_CONFIG_UNSUPPORTED
+        assert MDEV_VFIO_ERROR in message
+        calls = by_operation(probe(a100))
+        # after prepare: ours next to the GPU's other A100-20C, and no VF
+        # of the GPU offers another (max_instance 2 per GPU)
+        assert calls[('prepare', 'begin')][1:] == [sorted([A100_PRE, u]), 0]
+        # after release: gone, and the 15 free VFs offer one each again
+        assert calls[('release', 'end')][1:] == [[A100_PRE], 15]
+        assert ls.wait_for(lambda: len(mdev_events(a100, u)) == 2)
+        assert mdev_events(a100, u) == [('add', A100_VF),
+                                        ('remove', A100_VF)]
+        assert leases(a100) == []
+        # The profile's A100-20C belongs to no domain of this daemon: the
+        # one orphan reconcile finds.  The guest left nothing behind.
+        assert reconcile(a100, '--dry-run') == [
+            ('would remove', 'mdev', A100_PRE)]
+        assert reconcile(a100) == [('removed', 'mdev', A100_PRE)]
+        assert a100.live.state()['mdevs'] == []
+        assert reconcile(a100) == []
+
+    def test_gpu_full_across_vfs_refused_at_prepare(self, a100):
+        import libvirt
+        live = a100.live
+        # the GPU's second A100-20C, on another VF: the GPU is full
+        other = new_uuid()
+        live.sysfs.write(live.type_path('0000:41:01.3', 'nvidia-472',
+                                        'create'), other)
+        u = new_uuid()
+        code, message = start(a100, 'a100-2', [(u, 'nvidia-472', None)],
+                              vendor=False)
+        assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
+        assert 'libvirt-gpu: cannot start domain' in message
+        assert 'No capacity left for vGPU type nvidia-472' in message
+        assert mdev_events(a100, u) == []
+        assert sorted(m['uuid'] for m in live.state()['mdevs']) == sorted(
+            [A100_PRE, other])
+        assert leases(a100) == []
