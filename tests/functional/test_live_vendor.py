@@ -209,6 +209,32 @@ def reconcile(host, *extra):
             for f in json.loads(r.stdout)['findings']]
 
 
+def cli_json(host, *argv):
+    """``libvirt-gpu -c URI --config-file CONF ARGV --json`` as a process:
+    its JSON answer (it must succeed)."""
+    r = subprocess.run(
+        [sys.executable, '-m', 'libvirt_gpu.cmd.main', '-c', host.uri,
+         '--config-file', host.setup.config] + list(argv) + ['--json'],
+        cwd=ls.REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+def l40s_inactive(dom):
+    """The persistent XML of ``dom`` (parsed)."""
+    import libvirt
+    from lxml import etree
+    return etree.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+
+
+def hostdev_vfs(root):
+    """Addresses of the unmanaged PCI hostdevs in a domain's XML."""
+    return [str(objects.PciAddress(*(int(a.get(k), 16) for k in (
+        'domain', 'bus', 'slot', 'function'))))
+        for a in root.findall("devices/hostdev[@type='pci'][@managed='no']"
+                              "/source/address")]
+
+
 def vgpus_now(host):
     return {vf: t for vf, t in host.live.state()['vgpus'].items() if t}
 
@@ -288,6 +314,49 @@ class TestL40S(object):
         assert leases(l40s) == []
         assert reconcile(l40s) == []          # not ours: left alone
         assert vgpus_now(l40s) == full
+
+    def test_cli_attach_config_start_detach(self, l40s):
+        """What an operator does: ``attach --config`` a vendor-interface
+        vGPU to a stopped guest through the real daemon, start it (the
+        hook creates the vGPU on the VF chosen at attach), ``detach
+        --config``; nothing is left."""
+        import libvirt
+        conn = l40s.daemon.connect()
+        dom = conn.defineXML(libvirtd.tiny_domain_xml('l40s-att'))
+        try:
+            done = cli_json(l40s, 'attach', 'l40s-att', '--vgpu-type',
+                            'nvidia-1145', '--config')
+            assert (done['kind'], done['type'], done['config'],
+                    done['live']) == ('vgpu', 'nvidia-1145', True, False)
+            vf = done['parent']
+            assert vf not in L40S_PRE           # a free VF, reserved now
+            root = l40s_inactive(dom)
+            assert hostdev_vfs(root) == [vf]
+            entries = root.findall(
+                'metadata/{urn:libvirt-gpu:1}gpus/{urn:libvirt-gpu:1}vgpu')
+            assert [(e.get('uuid'), e.get('type'), e.get('parent'))
+                    for e in entries] == [(done['uuid'], 'nvidia-1145', vf)]
+            assert vgpus_now(l40s) == L40S_PRE  # nothing created yet
+            with pytest.raises(libvirt.libvirtError) as e:
+                dom.create()
+            assert e.value.get_error_code() == \
+                libvirt.VIR_ERR_CONFIG_UNSUPPORTED
+            assert PCI_VFIO_ERROR in e.value.get_error_message()
+            calls = by_operation(probe(l40s))
+            pre = {v: 1145 for v in L40S_PRE}
+            assert calls[('prepare', 'begin')][0] == dict(pre, **{vf: 1145})
+            assert calls[('release', 'end')][0] == pre
+            done = cli_json(l40s, 'detach', 'l40s-att', '--uuid',
+                            done['uuid'], '--config')
+            root = l40s_inactive(dom)
+            assert hostdev_vfs(root) == []
+            assert root.find('metadata/{urn:libvirt-gpu:1}gpus/'
+                             '{urn:libvirt-gpu:1}vgpu') is None
+            assert leases(l40s) == []
+            assert reconcile(l40s) == []
+            assert vgpus_now(l40s) == L40S_PRE
+        finally:
+            dom.undefine()
 
 
 # --- A100: classic mdev on SR-IOV VFs ----------------------------------------
