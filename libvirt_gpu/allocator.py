@@ -261,19 +261,25 @@ class Allocator(object):
                                             type_id=lease.type_id),
                      existed=False, lease=lease)
 
+    def _check_enabled(self, claim, gpu):
+        """A managed claim must ask for the type enabled on ``gpu`` (the
+        physical GPU: an SR-IOV GPU's setting covers its VFs)."""
+        if not claim.managed:
+            return
+        setting = self.enabled.get(gpu)
+        if setting is None or setting.type_id != claim.type_id:
+            raise exception.TypeNotEnabled(
+                type_id=claim.type_id, where='the GPU %s' % gpu,
+                enabled=(setting.type_id if setting is not None
+                         else 'none on that GPU'))
+
     def _check_parent(self, txn, claim, mdevs):
         parent = objects.PciAddress.parse(claim.parent)
         sriov = self._sriov_gpu(parent)
         if sriov is not None:
             return self._check_sriov_parent(txn, claim, mdevs, *sriov)
         self.backend.check_type(parent, claim.type_id)
-        if claim.managed:
-            setting = self.enabled.get(parent)
-            if setting is None or setting.type_id != claim.type_id:
-                raise exception.TypeNotEnabled(
-                    type_id=claim.type_id, where='the GPU %s' % parent,
-                    enabled=(setting.type_id if setting is not None
-                             else 'none on that GPU'))
+        self._check_enabled(claim, parent)
         if self.free(txn, parent, claim.type_id, mdevs) < 1:
             raise exception.NoCapacity(
                 uuid=claim.uuid, type_id=claim.type_id,
@@ -286,13 +292,7 @@ class Allocator(object):
         its VFs; returns the VF."""
         if vf is not None:
             self.backend.check_type(vf, claim.type_id)
-        if claim.managed:
-            setting = self.enabled.get(gpu)
-            if setting is None or setting.type_id != claim.type_id:
-                raise exception.TypeNotEnabled(
-                    type_id=claim.type_id, where='the GPU %s' % gpu,
-                    enabled=(setting.type_id if setting is not None
-                             else 'none on that GPU'))
+        self._check_enabled(claim, gpu)
         free, chosen = self._gpu_free(txn, gpu, claim.type_id, mdevs,
                                       vf=vf, uuid=claim.uuid)
         if free < 1:

@@ -114,6 +114,24 @@ def _required(elem, name, what):
     return value
 
 
+def _entry(what, build):
+    """``build()``, its invalid values reported as ``<what>: ...``."""
+    try:
+        return build()
+    except exception.MetadataError:
+        raise
+    except exception.InvalidInput as e:
+        raise exception.MetadataError(reason='<%s>: %s' % (what, e))
+
+
+def _once(seen, key, what):
+    """Refuse a second entry for the same vGPU UUID or GPU address."""
+    if key in seen:
+        raise exception.MetadataError(
+            reason='%s %s is listed twice' % (what, key))
+    seen.add(key)
+
+
 def parse_element(gpus):
     """``GpuMetadata`` of one ``<gpu:gpus>`` element (lxml)."""
     vgpus = []
@@ -127,36 +145,20 @@ def parse_element(gpus):
             continue   # comments and processing instructions
         if child.tag == _NS + 'vgpu':
             _check_attrs(child, _VGPU_ATTRS, 'vgpu')
-            try:
-                entry = VgpuEntry(
-                    uuid=objects.validate_uuid(_required(child, 'uuid',
-                                                         'vgpu')),
-                    type_id=objects.validate_type_id(
-                        _required(child, 'type', 'vgpu')),
-                    parent=(objects.PciAddress.parse(child.get('parent'))
-                            if child.get('parent') is not None else None))
-            except exception.MetadataError:
-                raise
-            except exception.InvalidInput as e:
-                raise exception.MetadataError(reason='<vgpu>: %s' % e)
-            if entry.uuid in seen_uuids:
-                raise exception.MetadataError(
-                    reason='vGPU %s is listed twice' % entry.uuid)
-            seen_uuids.add(entry.uuid)
+            entry = _entry('vgpu', lambda: VgpuEntry(
+                uuid=objects.validate_uuid(_required(child, 'uuid', 'vgpu')),
+                type_id=objects.validate_type_id(
+                    _required(child, 'type', 'vgpu')),
+                parent=(objects.PciAddress.parse(child.get('parent'))
+                        if child.get('parent') is not None else None)))
+            _once(seen_uuids, entry.uuid, 'vGPU')
             vgpus.append(entry)
         elif child.tag == _NS + 'pgpu':
             _check_attrs(child, _PGPU_ATTRS, 'pgpu')
-            try:
-                entry = PgpuEntry(address=objects.PciAddress.parse(
-                    _required(child, 'address', 'pgpu')))
-            except exception.MetadataError:
-                raise
-            except exception.InvalidInput as e:
-                raise exception.MetadataError(reason='<pgpu>: %s' % e)
-            if entry.address in seen_addresses:
-                raise exception.MetadataError(
-                    reason='GPU %s is listed twice' % entry.address)
-            seen_addresses.add(entry.address)
+            entry = _entry('pgpu', lambda: PgpuEntry(
+                address=objects.PciAddress.parse(
+                    _required(child, 'address', 'pgpu'))))
+            _once(seen_addresses, entry.address, 'GPU')
             pgpus.append(entry)
         else:
             raise exception.MetadataError(
