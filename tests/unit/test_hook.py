@@ -11,7 +11,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import uuid as uuidlib
 
 import pytest
@@ -471,12 +470,10 @@ def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
     xml = domain_xml([(u, 'nvidia-223', None)])
     clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
     with fake_kernel.KernelWatcher(env.root, env.sysfs.model.profile) as w:
-        t0 = time.monotonic()
         r = subprocess.run([done.path, 'vm1', 'prepare', 'begin', '-'],
                            input=xml, capture_output=True, env=clean_env,
                            timeout=60)
         assert r.returncode == 0, r.stderr
-        assert time.monotonic() - t0 < 30
         assert u in env.sysfs.model.mdevs()
         r = subprocess.run([done.path, 'vm1', 'release', 'end', '-'],
                            input=xml, capture_output=True, env=clean_env,
