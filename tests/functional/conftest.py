@@ -10,6 +10,7 @@ libvirtd or qemu not installed).
 import pytest
 
 from tests.functional import libvirtd as _libvirtd
+from tests.functional import live_sysfs as _live
 
 
 @pytest.fixture(scope='session')
@@ -38,3 +39,12 @@ def libvirtd_factory(libvirtd_requirements):
 @pytest.fixture
 def libvirtd(libvirtd_factory):
     return libvirtd_factory()
+
+
+@pytest.fixture(scope='module', autouse=True)
+def nothing_left_behind():
+    """After every module: no live tree of ours mounted, no live-tree
+    server running (trivially true for modules that start none)."""
+    yield
+    assert _live.wait_for(lambda: _live.leftovers() == ([], []), 10), \
+        _live.leftovers()

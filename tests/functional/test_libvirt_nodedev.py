@@ -57,14 +57,6 @@ class SpyHost(host_mod.Host):
         return name
 
 
-@pytest.fixture(scope='module', autouse=True)
-def nothing_left_behind():
-    """After this module: no live tree mounted, no server running."""
-    yield
-    assert ls.wait_for(lambda: ls.leftovers() == ([], []), 10), \
-        ls.leftovers()
-
-
 @pytest.fixture(scope='module')
 def host(tmp_path_factory):
     with ls.LiveHost(tmp_path_factory.mktemp('live-host')) as h:

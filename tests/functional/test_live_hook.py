@@ -8,19 +8,11 @@ guest with a vGPU runs ``prepare``, fails to start ("Mediated host device
 assignment requires VFIO support"), then runs ``stopped`` and ``release``.
 """
 
-import os
-import site
-import sys
 import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import config_xml
-from libvirt_gpu import hook
-from libvirt_gpu import metadata
-from libvirt_gpu import objects
-from libvirt_gpu import state
-from tests.functional import libvirtd
+from tests.functional import hook_guests as hg
 from tests.functional import live_sysfs as ls
 
 A = '0000:3b:00.0'
@@ -33,39 +25,10 @@ missing = ls.live_host_requirements()
 pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
 
 
-class Setup(object):
-    """The hook's configuration, pointing at the live tree."""
-
-    def __init__(self, workdir):
-        self.state_dir = os.path.join(workdir, 'state')
-        self.config = os.path.join(workdir, 'libvirt-gpu.conf')
-        self.settings = os.path.join(self.state_dir, hook.SETTINGS_NAME)
-
-    def hooks(self, live):
-        with open(self.config, 'w') as f:
-            f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
-                    '[gpu]\nenabled_vgpu_types = nvidia-223\n'
-                    % (live.root, self.state_dir))
-        with open(hook.hook_source()) as f:
-            text = hook.render_hook(
-                f.read(), sys.executable, self.config, self.settings,
-                [p for p in site.getsitepackages() if os.path.isdir(p)]
-                + [ls.REPO])
-        return {'qemu.d/libvirt-gpu': text}
-
-
-@pytest.fixture(scope='module', autouse=True)
-def nothing_left_behind():
-    """After this module: no live tree mounted, no server running."""
-    yield
-    assert ls.wait_for(lambda: ls.leftovers() == ([], []), 10), \
-        ls.leftovers()
-
-
 @pytest.fixture(scope='module')
 def host(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp('live-hook'))
-    setup = Setup(workdir)
+    setup = hg.HookSetup(workdir, 'nvidia-223')
     with ls.LiveHost(workdir, hooks=setup.hooks) as h:
         h.setup = setup
         yield h
@@ -96,44 +59,6 @@ def kernel_mdevs(host):
     return sorted(m['uuid'] for m in host.live.state()['mdevs'])
 
 
-def leases(host):
-    return state.LeaseStore(host.setup.state_dir).leases()
-
-
-def hook_log(host):
-    try:
-        with open(os.path.join(host.setup.state_dir, hook.LOG_NAME)) as f:
-            return f.read()
-    except FileNotFoundError:
-        return ''
-
-
-def guest_xml(name, vgpus):
-    """A tiny guest with ``<gpu:vgpu>`` entries ((uuid, type, parent))
-    and their hostdevs."""
-    meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(u, t, objects.PciAddress.parse(p) if p else None)
-        for u, t, p in vgpus)))
-    return libvirtd.tiny_domain_xml(
-        name, metadata=meta,
-        extra_devices=''.join(config_xml.mdev_hostdev(u)
-                              for u, _, _ in vgpus))
-
-
-def start(host, name, vgpus):
-    """Start a guest; returns (libvirt error code, message) of its
-    refusal, after which it is undefined."""
-    import libvirt
-    conn = host.daemon.connect()
-    dom = conn.defineXML(guest_xml(name, vgpus))
-    try:
-        with pytest.raises(libvirt.libvirtError) as e:
-            dom.create()
-        return e.value.get_error_code(), e.value.get_error_message()
-    finally:
-        dom.undefine()
-
-
 def events_of(host, u):
     return [(e['ACTION'], e['MDEV_TYPE']) for e in host.live.sent()
             if e['DEVPATH'].endswith('/' + u)]
@@ -142,7 +67,7 @@ def events_of(host, u):
 def test_vgpu_created_at_prepare_removed_at_release(host):
     import libvirt
     u = new_uuid()
-    code, message = start(host, 'vgpu1', [(u, 'nvidia-223', None)])
+    code, message = hg.start(host, 'vgpu1', [(u, 'nvidia-223', None)])
     assert code == libvirt.VIR_ERR_CONFIG_UNSUPPORTED
     assert VFIO_ERROR in message
     # the simulated kernel made it at prepare, on the GPU with most room,
@@ -153,8 +78,8 @@ def test_vgpu_created_at_prepare_removed_at_release(host):
     adds = [e for e in host.live.sent() if e['DEVPATH'].endswith(u)]
     assert '/0000:3b:00.0/' in adds[0]['DEVPATH']
     assert kernel_mdevs(host) == PRE
-    assert leases(host) == []
-    log = hook_log(host)
+    assert hg.leases(host) == []
+    log = hg.hook_log(host)
     assert log.index('created vGPU %s' % u) < log.index('removed vGPU %s'
                                                         % u)
 
@@ -169,13 +94,13 @@ def test_start_refused_when_the_gpus_are_full(host):
     full = kernel_mdevs(host)
     assert len(full) == 16
     u = new_uuid()
-    code, message = start(host, 'full', [(u, 'nvidia-223', None)])
+    code, message = hg.start(host, 'full', [(u, 'nvidia-223', None)])
     assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
     assert 'libvirt-gpu: cannot start domain' in message
     assert 'No capacity left for vGPU type nvidia-223' in message
     assert kernel_mdevs(host) == full
     assert events_of(host, u) == []
-    assert leases(host) == []
+    assert hg.leases(host) == []
 
 
 def test_start_refused_when_its_gpu_went_away(host):
@@ -184,9 +109,9 @@ def test_start_refused_when_its_gpu_went_away(host):
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'unbind'),
                      B)
     u = new_uuid()
-    code, message = start(host, 'orphan', [(u, 'nvidia-223', B)])
+    code, message = hg.start(host, 'orphan', [(u, 'nvidia-223', B)])
     assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
     assert B in message
     assert 'is not an mdev parent' in message
     assert u not in kernel_mdevs(host)
-    assert leases(host) == []
+    assert hg.leases(host) == []

@@ -31,14 +31,6 @@ from libvirt_gpu.simulator import uevent
 from tests.functional import live_sysfs as ls
 
 
-@pytest.fixture(scope='module', autouse=True)
-def nothing_left_behind():
-    """After this module: no live tree mounted, no server running."""
-    yield
-    assert ls.wait_for(lambda: ls.leftovers() == ([], []), 10), \
-        ls.leftovers()
-
-
 @pytest.fixture(scope='session')
 def live_requirements():
     missing = ls.missing_requirements()

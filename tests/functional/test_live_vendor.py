@@ -19,19 +19,14 @@ vGPU, the mdevs, the free instances of the guest's type.
 
 import json
 import os
-import site
 import subprocess
 import sys
 import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import config_xml
-from libvirt_gpu import hook
-from libvirt_gpu import metadata
 from libvirt_gpu import objects
-from libvirt_gpu import state
-from libvirt_gpu.backends import nvidia_vgpu
+from tests.functional import hook_guests as hg
 from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
 
@@ -73,38 +68,18 @@ exit 0
 '''
 
 
-class Setup(object):
+class Setup(hg.HookSetup):
     """Our hook (configured for ``type_id`` on the live tree) and the
     probe hook."""
 
     def __init__(self, workdir, type_id):
-        self.type_id = type_id
-        self.state_dir = os.path.join(workdir, 'state')
-        self.config = os.path.join(workdir, 'libvirt-gpu.conf')
-        self.settings = os.path.join(self.state_dir, hook.SETTINGS_NAME)
+        super().__init__(workdir, type_id)
         self.probe_log = os.path.join(workdir, 'probe.log')
 
-    def hooks(self, live):
-        with open(self.config, 'w') as f:
-            f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
-                    '[gpu]\nenabled_vgpu_types = %s\n'
-                    % (live.root, self.state_dir, self.type_id))
-        with open(hook.hook_source()) as f:
-            text = hook.render_hook(
-                f.read(), sys.executable, self.config, self.settings,
-                [p for p in site.getsitepackages() if os.path.isdir(p)]
-                + [ls.REPO])
+    def extra_hooks(self):
         probe = PROBE.replace('@TYPE@', self.type_id).replace(
             '@LOG@', libvirtd._sh_quote(self.probe_log))
-        return {'qemu.d/libvirt-gpu': text, 'qemu.d/zz-probe': probe}
-
-
-@pytest.fixture(scope='module', autouse=True)
-def nothing_left_behind():
-    """After this module: no live tree mounted, no server running."""
-    yield
-    assert ls.wait_for(lambda: ls.leftovers() == ([], []), 10), \
-        ls.leftovers()
+        return {'qemu.d/zz-probe': probe}
 
 
 def _host(tmp_path_factory, profile, type_id):
@@ -131,18 +106,6 @@ def new_uuid():
     return str(uuidlib.uuid4())
 
 
-def leases(host):
-    return state.LeaseStore(host.setup.state_dir).leases()
-
-
-def hook_log(host):
-    try:
-        with open(os.path.join(host.setup.state_dir, hook.LOG_NAME)) as f:
-            return f.read()
-    except FileNotFoundError:
-        return ''
-
-
 def probe(host):
     """``[(operation, sub-operation, {vf: number}, [mdev uuids], free)]``
     of every hook call so far, then forgets them."""
@@ -166,34 +129,6 @@ def probe(host):
 
 def by_operation(calls):
     return {(op, sub): rest for op, sub, *rest in calls}
-
-
-def guest_xml(name, vgpus, vendor):
-    """A tiny guest with ``<gpu:vgpu>`` entries ((uuid, type, parent)) and
-    their devices: the VF as an unmanaged PCI hostdev (vendor interface)
-    or the mdev hostdev."""
-    meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(u, t, objects.PciAddress.parse(p) if p else None)
-        for u, t, p in vgpus)))
-    devices = ''.join(nvidia_vgpu.vf_hostdev(p) if vendor
-                      else config_xml.mdev_hostdev(u)
-                      for u, _, p in vgpus)
-    return libvirtd.tiny_domain_xml(name, metadata=meta,
-                                    extra_devices=devices)
-
-
-def start(host, name, vgpus, vendor):
-    """Define and start a guest; returns (libvirt error code, message) of
-    its refusal, after which it is undefined."""
-    import libvirt
-    conn = host.daemon.connect()
-    dom = conn.defineXML(guest_xml(name, vgpus, vendor))
-    try:
-        with pytest.raises(libvirt.libvirtError) as e:
-            dom.create()
-        return e.value.get_error_code(), e.value.get_error_message()
-    finally:
-        dom.undefine()
 
 
 def reconcile(host, *extra):
@@ -256,8 +191,8 @@ class TestL40S(object):
     def test_prepare_sets_current_vgpu_type_release_resets_it(self, l40s):
         import libvirt
         u = new_uuid()
-        code, message = start(l40s, 'l40s-1', [(u, 'nvidia-1145', L40S_VF)],
-                              vendor=True)
+        code, message = hg.start(l40s, 'l40s-1', [(u, 'nvidia-1145', L40S_VF)],
+                                 vendor=True)
         # libvirt got past prepare and refused for lack of VFIO
         assert code == libvirt.VIR_ERR_CONFIG_UNSUPPORTED
         assert PCI_VFIO_ERROR in message
@@ -268,8 +203,8 @@ class TestL40S(object):
         # ... and after our release
         assert calls[('release', 'end')][0] == pre
         assert vgpus_now(l40s) == L40S_PRE
-        assert leases(l40s) == []
-        log = hook_log(l40s)
+        assert hg.leases(l40s) == []
+        log = hg.hook_log(l40s)
         assert log.index('created vGPU %s (nvidia-1145 on %s)'
                          % (u, L40S_VF)) < log.index(
             'removed vGPU %s (nvidia-1145 on %s)' % (u, L40S_VF))
@@ -279,9 +214,9 @@ class TestL40S(object):
     def test_vf_holding_another_vgpu_is_refused_at_prepare(self, l40s):
         import libvirt
         u = new_uuid()
-        code, message = start(l40s, 'l40s-2',
-                              [(u, 'nvidia-1145', '0000:3d:00.4')],
-                              vendor=True)
+        code, message = hg.start(l40s, 'l40s-2',
+                                 [(u, 'nvidia-1145', '0000:3d:00.4')],
+                                 vendor=True)
         assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
         assert 'libvirt-gpu: cannot start domain' in message
         assert '0000:3d:00.4' in message
@@ -292,7 +227,7 @@ class TestL40S(object):
         assert calls[('prepare', 'begin')][0] == pre
         assert calls[('release', 'end')][0] == pre
         assert vgpus_now(l40s) == L40S_PRE
-        assert leases(l40s) == []
+        assert hg.leases(l40s) == []
 
     def test_full_gpu_refused_at_prepare(self, l40s):
         import libvirt
@@ -304,14 +239,14 @@ class TestL40S(object):
         assert sysfs.creatable_vgpu_types(L40S_VF) == ()
         full = vgpus_now(l40s)
         u = new_uuid()
-        code, message = start(l40s, 'l40s-3', [(u, 'nvidia-1145', L40S_VF)],
-                              vendor=True)
+        code, message = hg.start(l40s, 'l40s-3', [(u, 'nvidia-1145', L40S_VF)],
+                                 vendor=True)
         assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
         assert 'libvirt-gpu: cannot start domain' in message
         assert 'No capacity left for vGPU type nvidia-1145 on the GPU ' \
             '0000:bd:00.0' in message
         assert vgpus_now(l40s) == full
-        assert leases(l40s) == []
+        assert hg.leases(l40s) == []
         assert reconcile(l40s) == []          # not ours: left alone
         assert vgpus_now(l40s) == full
 
@@ -352,7 +287,7 @@ class TestL40S(object):
             assert hostdev_vfs(root) == []
             assert root.find('metadata/{urn:libvirt-gpu:1}gpus/'
                              '{urn:libvirt-gpu:1}vgpu') is None
-            assert leases(l40s) == []
+            assert hg.leases(l40s) == []
             assert reconcile(l40s) == []
             assert vgpus_now(l40s) == L40S_PRE
         finally:
@@ -385,8 +320,8 @@ class TestA100(object):
     def test_mdev_on_a_vf_made_at_prepare_removed_at_release(self, a100):
         import libvirt
         u = new_uuid()
-        code, message = start(a100, 'a100-1', [(u, 'nvidia-472', A100_VF)],
-                              vendor=False)
+        code, message = hg.start(a100, 'a100-1', [(u, 'nvidia-472', A100_VF)],
+                                 vendor=False)
         assert code == libvirt.VIR_ERR_CONFIG_UNSUPPORTED
         assert MDEV_VFIO_ERROR in message
         calls = by_operation(probe(a100))
@@ -398,7 +333,7 @@ class TestA100(object):
         assert ls.wait_for(lambda: len(mdev_events(a100, u)) == 2)
         assert mdev_events(a100, u) == [('add', A100_VF),
                                         ('remove', A100_VF)]
-        assert leases(a100) == []
+        assert hg.leases(a100) == []
         # The profile's A100-20C belongs to no domain of this daemon: the
         # one orphan reconcile finds.  The guest left nothing behind.
         assert reconcile(a100, '--dry-run') == [
@@ -415,12 +350,12 @@ class TestA100(object):
         live.sysfs.write(live.type_path('0000:41:01.3', 'nvidia-472',
                                         'create'), other)
         u = new_uuid()
-        code, message = start(a100, 'a100-2', [(u, 'nvidia-472', None)],
-                              vendor=False)
+        code, message = hg.start(a100, 'a100-2', [(u, 'nvidia-472', None)],
+                                 vendor=False)
         assert code == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
         assert 'libvirt-gpu: cannot start domain' in message
         assert 'No capacity left for vGPU type nvidia-472' in message
         assert mdev_events(a100, u) == []
         assert sorted(m['uuid'] for m in live.state()['mdevs']) == sorted(
             [A100_PRE, other])
-        assert leases(a100) == []
+        assert hg.leases(a100) == []

@@ -27,14 +27,6 @@ missing = ls.live_host_requirements()
 pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
 
 
-@pytest.fixture(scope='module', autouse=True)
-def nothing_left_behind():
-    """After this module: no live tree mounted, no server running."""
-    yield
-    assert ls.wait_for(lambda: ls.leftovers() == ([], []), 10), \
-        ls.leftovers()
-
-
 @pytest.fixture(scope='module')
 def host(tmp_path_factory):
     with ls.LiveHost(tmp_path_factory.mktemp('mdevctl-host')) as h:

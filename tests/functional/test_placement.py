@@ -20,27 +20,18 @@ from libvirt_gpu.placement import model
 from libvirt_gpu.placement import sync
 from libvirt_gpu.placement import tree as tree_mod
 from tests.functional import placement_server
+from tests.unit import fakes
 
 AF = objects.PciAddress.parse('0000:af:00.0')
 B3 = objects.PciAddress.parse('0000:3b:00.0')
 D8 = objects.PciAddress.parse('0000:d8:00.0')
 
-T4_1B = objects.MdevType(
-    id='nvidia-222', name='GRID T4-1B',
-    description='num_heads=4, frl_config=45, framebuffer=1024M, '
-                'max_resolution=5120x2880, max_instance=16',
-    device_api='vfio-pci', available_instances=16)
-T4_2B = objects.MdevType(
-    id='nvidia-223', name='GRID T4-2B',
-    description='num_heads=4, frl_config=45, framebuffer=2048M, '
-                'max_resolution=5120x2880, max_instance=8',
-    device_api='vfio-pci', available_instances=8)
+T4_1B = fakes.T4_1B
+T4_2B = fakes.T4_2B
 
 
 def t4(address):
-    return objects.Gpu(address=address, vendor_id='10de', product_id='1eb8',
-                       class_code='0x030200', driver='nvidia', numa_node=0,
-                       iommu_group=1, mdev_types=(T4_1B, T4_2B))
+    return fakes.gpu(address, types=(T4_1B, T4_2B))
 
 
 def build(host, gpus, enabled=None):

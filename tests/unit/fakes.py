@@ -2,6 +2,11 @@
 
 from libvirt_gpu import objects
 
+T4_1B = objects.MdevType(
+    id='nvidia-222', name='GRID T4-1B',
+    description='num_heads=4, frl_config=45, framebuffer=1024M, '
+                'max_resolution=5120x2880, max_instance=16',
+    device_api='vfio-pci', available_instances=16)
 T4_2B = objects.MdevType(
     id='nvidia-223', name='GRID T4-2B',
     description='num_heads=4, frl_config=45, framebuffer=2048M, '
