@@ -2,11 +2,14 @@
 
 ``Allocator.reserve`` runs in one ``LeaseStore`` transaction (an exclusive
 flock, then SQLite ``BEGIN IMMEDIATE``), so racing processes queue and each
-sees the leases of the ones before it.  What a GPU can still give to type T:
+sees the leases of the ones before it.  What a GPU can still give to type T
+is ``capacity.free`` of its capacity (``capacity.vgpu_total``, the number
+Placement is told; for a GPU without VFs ``capacity.parent_total`` of the
+type as the GPU lists it now):
 
-    total = available_instances(T) + existing mdevs of T on it
-            (capped by [vgpu_T]/max_instances, as placement.model does)
-    used  = | existing mdev UUIDs on it  U  leased UUIDs on it |
+    total = available_instances(T) + existing vGPUs of T on it
+            (capped by the type's maximum and [vgpu_T]/max_instances)
+    used  = | existing vGPU UUIDs on it  U  leased UUIDs on it |
     free  = total - used,   or 0 while the GPU holds (or has leased) any
             vGPU of another type (NVIDIA's time-sliced vGPUs share one
             type per GPU)
@@ -21,12 +24,12 @@ instances (lowest address on a tie).  Nothing here creates a device.
 
 A GPU whose vGPUs live on SR-IOV VFs (Ampere mdev on VFs, the vGPU 17+
 vendor interface) is enabled, and counted, as one physical GPU (its PF
-address): its capacity is ``placement.model.vgpu_total`` of the GPU read
-with all its VFs (the number Placement is told), less the vGPUs of the type
+address): its capacity is ``capacity.vgpu_total`` of the GPU read with
+all its VFs (the number Placement is told), less the vGPUs of the type
 that exist on its VFs and the leases on its VFs not created yet; a lease of
 another type not created yet makes it 0.  The vGPU then goes to the first
 VF of that GPU that holds no vGPU, carries no lease, is not recorded for
-another of our vendor-interface vGPUs and can take the type now: the
+another vGPU (``reserved_parents``) and can take the type now: the
 lease's ``parent`` is that VF (one vGPU per VF).
 """
 
@@ -35,6 +38,7 @@ import typing
 
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import registry
+from libvirt_gpu import capacity
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import state
@@ -70,8 +74,7 @@ class Grant:
 
 
 class Allocator(object):
-    """:param backend: the host's ``registry.VgpuBackend`` (or an
-        ``MdevBackend``, for a host without SR-IOV GPUs).
+    """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
     :param store: the host's ``LeaseStore``.
     :param enabled: ``{PciAddress: EnabledType}`` (``conf.vgpu.resolve``).
     """
@@ -101,30 +104,21 @@ class Allocator(object):
         more vGPUs of ``type_id`` it can take, and the VF the next one goes
         to (``vf`` when given and usable; ``uuid``'s own recorded VF
         counts as usable).  ``(0, None)`` when none."""
-        from libvirt_gpu.placement import model   # SR-IOV hosts only
         view = registry.gpu_view(self.backend.sysfs, gpu, mdevs)
-        setting = self.enabled.get(gpu)
-        limit = (setting.max_instances if setting is not None
-                 and setting.type_id == type_id else None)
-        total = model.vgpu_total(view, objects.EnabledType(
-            type_id, max_instances=limit))
+        total = capacity.vgpu_total(view, self._setting(gpu, type_id))
         vfs = {f.address for f in view.vf_gpus}
-        existing = {m.uuid for a in vfs for m in mdevs.get(a, ())}
-        recorded = {}
-        vendor = getattr(self.backend, 'vendor', None)
-        if vendor is not None:
-            for entry in vendor.vgpus().values():
-                if entry.vf in vfs:
-                    recorded[entry.vf] = entry.uuid
-            existing.update(u for u, (a, _) in
-                            self.backend.vendor_vgpus().items() if a in vfs)
+        existing = {u for u, (a, _) in
+                    self.backend.existing(mdevs).items() if a in vfs}
+        recorded = {a: u for a, u in self.backend.reserved_parents().items()
+                    if a in vfs}
         leases = [lease for a in sorted(vfs) for lease in txn.for_parent(a)]
         pending = [lease for lease in leases
                    if lease.mdev_uuid not in existing]
-        if any(lease.type_id != type_id for lease in pending):
-            return 0, None
         used = sum(f.used_type_ids.count(type_id) for f in view.functions)
-        free = max(0, total - used - len(pending))
+        free = capacity.free(total, used, len(pending), other_types=any(
+            lease.type_id != type_id for lease in pending))
+        if free < 1:
+            return 0, None
         leased = {lease.parent for lease in leases}
 
         def usable(function):
@@ -151,20 +145,25 @@ class Allocator(object):
             return self._gpu_free(txn, sriov[0], type_id, mdevs_by_parent,
                                   vf=sriov[1])[0]
         on_parent = mdevs_by_parent.get(parent, ())
-        available = self.backend.available(parent, type_id)
         same = sum(1 for m in on_parent if m.type_id == type_id)
-        total = available + same
-        setting = self.enabled.get(parent)
-        if setting is not None and setting.max_instances is not None:
-            total = min(total, max(setting.max_instances, same))
+        total = capacity.parent_total(
+            self.backend.vgpu_type(parent, type_id), same,
+            self._setting(parent, type_id))
         leases = txn.for_parent(parent)
-        used = ({m.uuid for m in on_parent}
-                | {lease.mdev_uuid for lease in leases})
+        used = {m.uuid for m in on_parent}
+        pending = {lease.mdev_uuid for lease in leases} - used
         other_types = ({m.type_id for m in on_parent}
                        | {lease.type_id for lease in leases}) - {type_id}
-        if other_types:
-            return 0
-        return max(0, total - len(used))
+        return capacity.free(total, len(used), len(pending),
+                             other_types=bool(other_types))
+
+    def _setting(self, gpu, type_id):
+        """``type_id`` as enabled on ``gpu`` (its max_instances), or with
+        no setting of ours when another type is enabled there."""
+        setting = self.enabled.get(gpu)
+        if setting is not None and setting.type_id == type_id:
+            return setting
+        return objects.EnabledType(type_id)
 
     def capacity(self, type_id):
         """``{PciAddress: free}`` of every GPU that has ``type_id``

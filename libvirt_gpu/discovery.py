@@ -46,11 +46,11 @@ def from_sysfs(sysfs, share_type_text=True):
         if is_gpu_class(sysfs.pci_class(address)):
             gpu = sysfs.read_gpu(address, mdevs_by_parent=mdevs,
                                  static_cache=static_cache)
-            gpus.append(_with_vendor_vf(gpu, sysfs))
+            gpus.append(with_vendor_vf(gpu, sysfs))
     return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
 
 
-def _with_vendor_vf(gpu, sysfs):
+def with_vendor_vf(gpu, sysfs):
     """A VF with its vendor-interface state (``<VF>/nvidia/``) read.  An
     mdev parent never has one (NVIDIA: the vendor-specific framework does
     not support mdev), so only VFs without mdev types are looked at."""

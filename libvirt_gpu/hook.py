@@ -50,9 +50,8 @@ import typing
 from libvirt_gpu import allocator as allocator_mod
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu.backends import pci as pci_backend
-from libvirt_gpu.backends import registry
 from libvirt_gpu import config_xml
+from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import metadata
 from libvirt_gpu import objects
@@ -342,38 +341,28 @@ def parse_request(operation, data):
 
 
 class Hook(object):
-    """One hook call's services (sysfs, backends, leases)."""
+    """One hook call on the host ``env`` (``environment.Environment``
+    built from the settings snapshot: no libvirt)."""
 
-    def __init__(self, settings, sysfs, log,
-                 mdevctl_dir=mdev_backend.MDEVCTL_DIR):
+    def __init__(self, settings, env, log):
         self.settings = settings
-        self.sysfs = sysfs
+        self.env = env
         self.log = log
         # Every vGPU kind (classic mdev, NVIDIA's vendor interface on VFs)
-        # behind one backend: see backends.registry.
-        self.mdev = registry.VgpuBackend(sysfs, settings.state_dir,
-                                         host=None, mdevctl_dir=mdevctl_dir)
-        self.pci = pci_backend.PciBackend(sysfs)
-        self.store = state.LeaseStore(settings.state_dir)
-        self.allocator = allocator_mod.Allocator(self.mdev, self.store,
-                                                 settings.enabled)
+        # behind one object: see backends.registry.
+        self.vgpus = env.vgpus
+        self.allocator = env.allocator
 
     # prepare ------------------------------------------------------------
 
     def claims(self, req):
         """VgpuClaims of the domain: metadata first, then mdevctl."""
         claims = []
-        hostdevs = set(req.domain.mdev_uuids)
         listed = set()
         for entry in req.meta.vgpus:
             listed.add(entry.uuid)
-            if self._on_vendor_vf(req, entry):
-                # <hostdev type='pci' managed='no'> of its VF (vGPU 17+)
-                claims.append(allocator_mod.VgpuClaim(
-                    uuid=entry.uuid, type_id=entry.type_id,
-                    parent=entry.parent))
-                continue
-            if entry.uuid not in hostdevs:
+            if not self.vgpus.in_devices(req.domain, entry.uuid,
+                                         entry.parent):
                 self.log.warning(
                     'metadata lists vGPU %s but <devices> has no <hostdev '
                     "type='mdev'> with that UUID; it is not created"
@@ -384,7 +373,7 @@ class Hook(object):
         for uuid in req.domain.mdev_uuids:
             if uuid in listed:
                 continue
-            definition = self.mdev.definition(uuid)
+            definition = self.vgpus.definition(uuid)
             if definition is None:
                 self.log.info('mdev %s is neither in our metadata nor '
                               'defined by mdevctl: left to libvirt' % uuid)
@@ -400,14 +389,6 @@ class Hook(object):
                 parent=definition.parent, managed=False))
         return claims
 
-    def _on_vendor_vf(self, req, entry):
-        """Whether the metadata entry is a vendor-interface vGPU: its
-        parent is a VF with ``nvidia/`` that a PCI hostdev of the domain
-        names."""
-        return (entry.parent is not None
-                and entry.parent in req.domain.pci_addresses
-                and self.mdev.is_vendor(entry.parent))
-
     def check_pgpus(self, req):
         for entry in req.meta.pgpus:
             setting = self.settings.enabled.get(entry.address)
@@ -420,7 +401,7 @@ class Hook(object):
                 self.log.warning(
                     "metadata lists GPU %s but <devices> has no <hostdev "
                     "type='pci'> with that address" % entry.address)
-            self.pci.prepare(base.PgpuDevice(entry.address))
+            self.env.pci.prepare(base.PgpuDevice(entry.address))
 
     def prepare(self, req):
         self.check_pgpus(req)
@@ -434,7 +415,7 @@ class Hook(object):
             for grant in grants:
                 if grant.existed:
                     continue
-                self.mdev.prepare(grant.device)
+                self.vgpus.prepare(grant.device)
                 created.append(grant)
                 state.crash_point('prepare:created')
             self.allocator.mark_created(
@@ -457,7 +438,7 @@ class Hook(object):
         stuck = set()
         for grant in created:
             try:
-                self.mdev.remove(grant.device.uuid)
+                self.vgpus.remove(grant.device.uuid)
                 self.log.info('rolled back vGPU %s' % grant.device.uuid)
             except exception.LibvirtGpuError as e:
                 stuck.add(grant.device.uuid)
@@ -477,7 +458,7 @@ class Hook(object):
         done = []
         for lease in leases:
             try:
-                removed = self.mdev.remove(lease.mdev_uuid)
+                removed = self.vgpus.remove(lease.mdev_uuid)
             except exception.LibvirtGpuError as e:
                 self.log.error('vGPU %s of %s stays (its lease too, for '
                                '`libvirt-gpu reconcile`): %s'
@@ -493,9 +474,11 @@ class Hook(object):
 
     def reconnect(self, req):
         in_use = list(req.domain.mdev_uuids) + [
-            e.uuid for e in req.meta.vgpus if self._on_vendor_vf(req, e)]
+            e.uuid for e in req.meta.vgpus
+            if e.uuid not in req.domain.mdev_uuids
+            and self.vgpus.in_devices(req.domain, e.uuid, e.parent)]
         missing = [uuid for uuid in in_use
-                   if self.mdev.lookup(uuid) is None]
+                   if self.vgpus.lookup(uuid) is None]
         for uuid in missing:
             self.log.warning('running domain %s uses vGPU %s, which does '
                              'not exist' % (req.label, uuid))
@@ -527,8 +510,10 @@ def run(argv, data, config_file=DEFAULT_CONFIG_FILE, settings_file=None,
         log.path = os.path.join(settings.state_dir, LOG_NAME)
         if note:
             log.info(note)
-        hook = Hook(settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
-                    log, mdevctl_dir=mdevctl_dir)
+        env = environment.Environment.for_hook(
+            settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
+            mdevctl_dir=mdevctl_dir)
+        hook = Hook(settings, env, log)
         return getattr(hook, operation)(req)
     except exception.LibvirtGpuError as e:
         verb = {PREPARE: 'cannot start', RELEASE: 'cannot clean up after',

@@ -205,6 +205,11 @@ class Host(object):
         except libvirt.libvirtError as e:
             raise _typed(e, 'listing domains')
 
+    def list_guests(self):
+        """Every domain libvirt knows, as ``guest.Guest``s."""
+        from libvirt_gpu import guest as guest_mod
+        return [guest_mod.Guest(dom) for dom in self.list_domains()]
+
 
 def _typed(error, what):
     """A libvirtError as our typed error, by code."""

@@ -40,13 +40,10 @@ import time
 import typing
 
 from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu.backends import registry
-from libvirt_gpu import config_xml
+from libvirt_gpu import environment
 from libvirt_gpu import exception
-from libvirt_gpu import metadata
 from libvirt_gpu import objects
 from libvirt_gpu import state
-from libvirt_gpu import xmlutil
 
 REMOVED = 'removed'
 WOULD_REMOVE = 'would remove'
@@ -90,57 +87,43 @@ class DomainRefs:
     unreadable: typing.Tuple[Finding, ...]
 
 
-def _uuids_of(xml_text):
-    root = xmlutil.parse(xml_text, 'domain XML')
-    devices = config_xml.read_domain(root)
-    meta = metadata.parse(root)
-    return devices.uuid, (set(devices.mdev_uuids)
-                          | {v.uuid for v in meta.vgpus})
+def _uuids_of(guest, inactive):
+    """The vGPU UUIDs one XML of ``guest`` names (hostdevs, metadata)."""
+    devices, meta = guest.devices(inactive=inactive)
+    return set(devices.mdev_uuids) | {v.uuid for v in meta.vgpus}
 
 
 def domain_refs(host):
     """Read every domain's live and persistent XML through libvirt."""
-    import libvirt
     running, defined, bad = {}, {}, []
-    for dom in host.list_domains():
+    for guest in host.list_guests():
         try:
-            dom_uuid = dom.UUIDString()
-            active = dom.isActive()
+            dom_uuid = guest.uuid
             xmls = []
-            if active:
-                xmls.append((running, dom.XMLDesc(0)))
-            if dom.isPersistent():
-                xmls.append((defined, dom.XMLDesc(
-                    libvirt.VIR_DOMAIN_XML_INACTIVE)))
-        except libvirt.libvirtError as e:
-            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                continue          # undefined while we listed
-            raise exception.LibvirtError(reason=e.get_error_message())
-        for target, text in xmls:
-            try:
-                _, uuids = _uuids_of(text)
-            except exception.InvalidInput as e:
-                bad.append(Finding(CONFLICT, 'domain', dom_uuid,
-                                   'its XML cannot be read: %s' % e,
-                                   domain_uuid=dom_uuid))
-                continue
-            for uuid in uuids:
-                target.setdefault(uuid, set()).add(dom_uuid)
+            if guest.is_active():
+                xmls.append((running, False))
+            if guest.is_persistent():
+                xmls.append((defined, True))
+            for target, inactive in xmls:
+                try:
+                    uuids = _uuids_of(guest, inactive)
+                except exception.InvalidInput as e:
+                    bad.append(Finding(CONFLICT, 'domain', dom_uuid,
+                                       'its XML cannot be read: %s' % e,
+                                       domain_uuid=dom_uuid))
+                    continue
+                for uuid in uuids:
+                    target.setdefault(uuid, set()).add(dom_uuid)
+        except exception.DomainNotFound:
+            continue              # undefined while we listed
     freeze = (lambda d: {k: frozenset(v) for k, v in d.items()})
     return DomainRefs(running=freeze(running), defined=freeze(defined),
                       unreadable=tuple(bad))
 
 
-def _all_mdevs(sysfs, backend=None):
-    """``{uuid: (parent, type_id)}`` of every mdev now, and of every
-    vendor-interface vGPU of ours (parent: its VF) when ``backend`` is a
-    ``registry.VgpuBackend``."""
-    found = {m.uuid: (parent, m.type_id)
-             for parent, mdevs in sysfs.mdevs_by_parent().items()
-             for m in mdevs}
-    if hasattr(backend, 'vendor_vgpus'):
-        found.update(backend.vendor_vgpus())
-    return found
+def _all_mdevs(vgpus):
+    """``{uuid: (parent, type_id)}`` of every vGPU of every kind now."""
+    return vgpus.existing()
 
 
 def _remove_with_timeout(backend, uuid, timeout):
@@ -169,17 +152,18 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
               use_libvirt=True):
     """Repair what can be repaired (nothing when ``dry_run``); a Report of
     every finding."""
-    backend = registry.VgpuBackend(
-        sysfs, store.state_dir, host=host if use_libvirt else None,
+    env = environment.Environment(
+        store.state_dir, sysfs=sysfs, host=host if use_libvirt else None,
         mdevctl_dir=mdevctl_dir, remove_timeout=remove_timeout)
+    backend = env.vgpus
     started = time.time()
-    mdevs_before = _all_mdevs(sysfs, backend)
+    mdevs_before = _all_mdevs(backend)
     refs = domain_refs(host)
     findings = list(refs.unreadable)
     planned = []              # (uuid, parent, type_id, domain, reason)
     me = os.getpid()
     with store.transaction() as txn:
-        mdevs = _all_mdevs(sysfs, backend)
+        mdevs = _all_mdevs(backend)
         leased = set()
         for lease in txn.all():
             leased.add(lease.mdev_uuid)

@@ -11,6 +11,7 @@ allocation policy (``allocator`` chooses, ``guest`` attaches).
 import abc
 import dataclasses
 import errno
+import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -76,6 +77,18 @@ class PgpuDevice:
                            objects.PciAddress.parse(self.address))
 
 
+@dataclasses.dataclass(frozen=True)
+class VgpuDefinition:
+    """A persistent vGPU: created at boot (``start='auto'``) or on demand
+    (``'manual'``); an mdevctl definition, or a vendor-interface entry."""
+
+    uuid: str
+    parent: objects.PciAddress
+    type_id: str
+    start: str
+    attrs: typing.Tuple[typing.Tuple[str, str], ...] = ()
+
+
 class DeviceBackend(abc.ABC):
     """One device kind."""
 
@@ -100,3 +113,97 @@ class DeviceBackend(abc.ABC):
     def release(self, device):
         """Undo ``prepare``.  Returns True when something was removed.
         Idempotent: releasing what is not there is not an error."""
+
+
+class VgpuKind(DeviceBackend):
+    """One way of making vGPUs (classic mdev, NVIDIA's vendor interface on
+    VFs, ...), in the manner of os-vif's ``PluginBase``.
+
+    A kind is one module with one subclass, named in
+    ``backends.registry.KINDS``; ``registry.Vgpus`` asks each kind which
+    parents and UUIDs are its own and hands each call to that kind, so that
+    the API, the allocator, the hook and reconcile never ask which kind
+    they hold.  ``device`` arguments are ``VgpuDevice``s; ``parent``
+    arguments are ``objects.PciAddress``es (parsed at the edge).
+    """
+
+    #: The kind's name in ``registry.KINDS`` (e.g. ``'mdev'``).
+    name = None
+
+    #: True when the guest's persistent XML names the parent (the vGPU's
+    #: hostdev is the parent itself): a ``config``-only attach must then
+    #: choose and record a parent (``choose_parent``, ``define``).
+    binds_parent = False
+
+    @classmethod
+    @abc.abstractmethod
+    def from_environment(cls, env):
+        """The kind for the host ``env`` (``environment.Environment``)."""
+
+    @abc.abstractmethod
+    def is_parent(self, address):
+        """Whether vGPUs of this kind are made on the PCI function
+        ``address`` now."""
+
+    @abc.abstractmethod
+    def owns(self, uuid):
+        """Whether ``uuid`` is a vGPU of this kind (existing or recorded)."""
+
+    @abc.abstractmethod
+    def lookup(self, uuid):
+        """``uuid`` as a VgpuDevice when it exists now, else None."""
+
+    @abc.abstractmethod
+    def remove(self, uuid):
+        """Remove ``uuid``; False when it did not exist."""
+
+    @abc.abstractmethod
+    def check_type(self, parent, type_id):
+        """ParentGone / UnknownType unless ``parent`` offers ``type_id``."""
+
+    @abc.abstractmethod
+    def available(self, parent, type_id):
+        """How many more vGPUs of ``type_id`` ``parent`` can make now."""
+
+    @abc.abstractmethod
+    def vgpu_type(self, parent, type_id):
+        """``type_id`` as ``parent`` offers it now (``objects.MdevType``:
+        available instances and maximum), None when it does not."""
+
+    @abc.abstractmethod
+    def existing(self, mdevs_by_parent=None):
+        """``{uuid: (parent, type_id)}`` of the vGPUs of this kind that
+        exist now (``mdevs_by_parent``: the mdevs, when already read)."""
+
+    @abc.abstractmethod
+    def definition(self, uuid):
+        """The persistent definition of ``uuid`` (``uuid``, ``parent``,
+        ``type_id``, ``start``, ``attrs``), else None."""
+
+    @abc.abstractmethod
+    def define(self, device, start='manual'):
+        """Make ``device`` persistent without creating it."""
+
+    @abc.abstractmethod
+    def undefine(self, uuid):
+        """Drop the persistent definition of ``uuid``; False when none."""
+
+    def in_devices(self, devices, uuid, parent):
+        """Whether a domain's ``config_xml.DomainDevices`` hold the hostdev
+        of vGPU ``uuid`` (on ``parent``, None when unknown)."""
+        if self.kind == 'pci':
+            return (parent is not None and parent in devices.pci_addresses
+                    and self.is_parent(parent))
+        return uuid in devices.mdev_uuids
+
+    def reserved_parents(self):
+        """``{parent: uuid}`` of parents recorded for a vGPU of this kind
+        that may not exist yet (no other vGPU may take them)."""
+        return {}
+
+    def choose_parent(self, gpu, type_id):
+        """The parent of the physical GPU ``gpu`` a ``config``-only vGPU of
+        ``type_id`` goes to (kinds that ``binds_parent``); NoCapacity when
+        none can take it."""
+        raise NotImplementedError(
+            '%s does not choose parents at define time' % self.name)

@@ -30,12 +30,10 @@ timeout), a few times with a growing wait; tenacity is imported only then,
 because importing it costs the qemu hook ~35 ms on every guest start.
 """
 
-import dataclasses
 import errno
 import json
 import os
 import time
-import typing
 
 from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
@@ -52,15 +50,8 @@ _NO_CAPACITY_ERRNOS = (errno.EUSERS, errno.ENOSPC, errno.EDQUOT)
 _GONE_ERRNOS = (errno.ENOENT, errno.ENODEV)
 
 
-@dataclasses.dataclass(frozen=True)
-class MdevDefinition:
-    """An mdevctl definition (``/etc/mdevctl.d/<parent>/<uuid>``)."""
-
-    uuid: str
-    parent: objects.PciAddress
-    type_id: str
-    start: str
-    attrs: typing.Tuple[typing.Tuple[str, str], ...] = ()
+# An mdevctl definition (``/etc/mdevctl.d/<parent>/<uuid>``).
+MdevDefinition = base.VgpuDefinition
 
 
 def _wait_for(predicate, timeout):
@@ -77,7 +68,7 @@ def _wait_for(predicate, timeout):
         delay = min(delay * 1.5, 0.05)
 
 
-class MdevBackend(base.DeviceBackend):
+class MdevBackend(base.VgpuKind):
     """Creates and removes mdevs; ``sysfs`` is the host's ``Sysfs``.
 
     :param host: a ``host.Host`` to create/remove through libvirt, or None
@@ -91,6 +82,14 @@ class MdevBackend(base.DeviceBackend):
     """
 
     kind = 'mdev'
+    name = 'mdev'
+
+    @classmethod
+    def from_environment(cls, env):
+        extra = ({} if env.remove_timeout is None
+                 else {'remove_timeout': env.remove_timeout})
+        return cls(env.sysfs, host=env.host, mdevctl_dir=env.mdevctl_dir,
+                   **extra)
 
     def __init__(self, sysfs, host=None, mdevctl_dir=MDEVCTL_DIR,
                  appear_timeout=5.0, remove_timeout=10.0,
@@ -138,6 +137,16 @@ class MdevBackend(base.DeviceBackend):
                                   'device')
         return base.VgpuDevice(uuid=uuid, parent=parent, type_id=type_id)
 
+    def owns(self, uuid):
+        return self.lookup(uuid) is not None
+
+    def existing(self, mdevs_by_parent=None):
+        if mdevs_by_parent is None:
+            mdevs_by_parent = self.sysfs.mdevs_by_parent()
+        return {m.uuid: (parent, m.type_id)
+                for parent, mdevs in mdevs_by_parent.items()
+                for m in mdevs}
+
     def exists(self, device):
         found = self.lookup(device.uuid)
         return (found is not None and found.parent == device.parent
@@ -175,6 +184,19 @@ class MdevBackend(base.DeviceBackend):
                                  description=description, device_api='',
                                  available_instances=0)
         return mtype.max_instance
+
+    def vgpu_type(self, parent, type_id):
+        """The type's ``available_instances`` as the parent lists it now
+        (the kernel's count already holds the driver's maximum, so the
+        description is not read: the allocator asks this for every GPU
+        of every claim), None when the parent does not list the type."""
+        available = self.sysfs.read_int(os.path.join(
+            self.sysfs.types_dir(parent), type_id, 'available_instances'),
+            optional=True)
+        if available is None:
+            return None
+        return objects.MdevType(id=type_id, name=None, description=None,
+                                device_api='', available_instances=available)
 
     # -- create -----------------------------------------------------------
 

@@ -345,7 +345,7 @@ def vf_hostdev(address):
             "</hostdev>\n" % (pci.domain, pci.bus, pci.slot, pci.function))
 
 
-class NvidiaVgpuBackend(base.DeviceBackend):
+class NvidiaVgpuBackend(base.VgpuKind):
     """vGPUs on VFs through NVIDIA's vendor interface.
 
     :param sysfs: the host's ``Sysfs``.
@@ -355,7 +355,15 @@ class NvidiaVgpuBackend(base.DeviceBackend):
     """
 
     kind = 'pci'
+    name = objects.VENDOR_INTERFACE
     interface = objects.VENDOR_INTERFACE
+    binds_parent = True
+
+    @classmethod
+    def from_environment(cls, env):
+        extra = ({} if env.remove_timeout is None
+                 else {'remove_timeout': env.remove_timeout})
+        return cls(env.sysfs, env.state_dir, **extra)
 
     def __init__(self, sysfs, state_dir, remove_timeout=10.0,
                  retry_stop=5.0):
@@ -421,6 +429,41 @@ class NvidiaVgpuBackend(base.DeviceBackend):
         if current != objects.vendor_type_number(entry.type_id):
             return None
         return entry.device()
+
+    def owns(self, uuid):
+        """Whether the state file records ``uuid`` (a cheap read of one
+        JSON file, absent on hosts that never used the interface)."""
+        return uuid in self.state.read()
+
+    def existing(self, mdevs_by_parent=None):
+        return {uuid: (entry.vf, entry.type_id)
+                for uuid, entry in self.state.read().items()
+                if self.lookup(uuid) is not None}
+
+    def reserved_parents(self):
+        return {entry.vf: entry.uuid for entry in self.state.read().values()}
+
+    def vgpu_type(self, parent, type_id):
+        """One instance when the VF is free and lists the type, with
+        NVIDIA's published maximum of the GPU model."""
+        number = objects.vendor_type_number(type_id)
+        return objects.MdevType(
+            id=type_id, name=known_name(self._product_id(parent), number),
+            description=None, device_api='vfio-pci',
+            available_instances=self.available(parent, type_id))
+
+    def definition(self, uuid):
+        """A persistent state entry as a definition (the fields that
+        matter: uuid, parent, type_id, start), else None."""
+        entry = self.state.read().get(uuid)
+        if entry is None or not entry.persistent:
+            return None
+        return base.VgpuDefinition(
+            uuid=entry.uuid, parent=entry.vf, type_id=entry.type_id,
+            start=entry.start)
+
+    def choose_parent(self, gpu, type_id):
+        return self.choose_vf(gpu, type_id)
 
     def exists(self, device):
         found = self.lookup(device.uuid)

@@ -1,122 +1,227 @@
-"""One vGPU backend for the callers: the device kind is a backend, not a
-special case in the allocator, the hook, the API or reconcile.
+"""The vGPU kinds of this project, and the one object callers talk to.
 
-``VgpuBackend`` has the interface of ``mdev.MdevBackend`` (``lookup``,
-``exists``, ``prepare``, ``release``, ``remove``, ``is_parent``,
-``check_type``, ``available``, ``hostdev_xml``, ``definition``, ``sysfs``)
-and hands each call to the backend of the PCI function it is about:
+``KINDS`` lists every vGPU kind (``base.VgpuKind``), as data: the module
+and class of each, in the order they are asked.  Adding a kind (say
+MIG-backed vGPUs) is one module with one ``VgpuKind`` subclass plus one
+line here::
+
+    KINDS = (
+        'libvirt_gpu.backends.nvidia_vgpu:NvidiaVgpuBackend',
+        'libvirt_gpu.backends.mdev:MdevBackend',
+    )
+
+``Vgpus`` holds one instance of each and hands every call to the kind it is
+about: by parent (the first kind whose ``is_parent`` answers yes), by UUID
+(the first kind that ``owns`` it).  The last kind is the fallback: a parent
+or UUID no kind claims is classic mdev's, whose answers then say what is
+wrong (ParentGone, not found).  Today:
 
 * a VF with NVIDIA's vGPU 17+ vendor interface (``<VF>/nvidia/``):
   ``nvidia_vgpu.NvidiaVgpuBackend`` (``<hostdev type='pci' managed='no'>``
-  of the VF);
+  of the VF); a vGPU is found by UUID in its state file first (a cheap read
+  of one JSON file, absent on hosts that never used it);
 * anything else (a T4, an Ampere VF that is an mdev parent):
   ``mdev.MdevBackend``.
-
-A vGPU is found by UUID in the vendor state first (a cheap read of one
-JSON file, absent on hosts that never used the vendor interface), then
-among the mdevs.
 
 SR-IOV GPUs are configured, reported and counted per physical GPU (the PF);
 their vGPUs live on VFs, one each.  ``parents_of(gpu)`` lists the functions
 vGPUs are made on; ``gpu_view`` reads one physical GPU with its VFs the way
-discovery does, so that the allocator counts its capacity with the same
-function Placement's inventory uses (``placement.model.vgpu_total``).
+discovery does, so that the allocator counts its capacity with the function
+Placement's inventory uses (``capacity.vgpu_total``).
 """
 
-import dataclasses
+import importlib
 
-from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.backends import base
+from libvirt_gpu import config_xml
+from libvirt_gpu import exception
 from libvirt_gpu import objects
 
+KINDS = (
+    'libvirt_gpu.backends.nvidia_vgpu:NvidiaVgpuBackend',
+    'libvirt_gpu.backends.mdev:MdevBackend',
+)
 
-class VgpuBackend(object):
-    """:param sysfs: the host's ``Sysfs``.
-    :param state_dir: ``[DEFAULT]/state_dir`` (vendor-interface state).
-    :param host: a ``host.Host`` for the mdev backend, or None (the hook).
-    :param mdevctl_dir: where mdevctl keeps definitions.
-    Other keyword arguments go to ``MdevBackend`` (timeouts).
+
+def load_kind(spec):
+    """``'module:Class'`` -> the VgpuKind subclass."""
+    module, _, name = spec.partition(':')
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, base.VgpuKind)):
+        raise exception.ConfigError(
+            reason='%s is not a vGPU kind (a backends.base.VgpuKind)' % spec)
+    return cls
+
+
+class Vgpus(object):
+    """Every vGPU kind of a host behind one object.
+
+    :param sysfs: the host's ``Sysfs``.
+    :param kinds: ``VgpuKind`` instances, in the order they are asked; the
+        last is the fallback (see the module doc).
     """
 
-    kind = 'vgpu'
-
-    def __init__(self, sysfs, state_dir, host=None,
-                 mdevctl_dir=mdev_backend.MDEVCTL_DIR, mdev=None, **kwargs):
+    def __init__(self, sysfs, kinds):
+        if not kinds:
+            raise exception.ConfigError(reason='no vGPU kind is registered')
         self.sysfs = sysfs
-        self.mdev = mdev or mdev_backend.MdevBackend(
-            sysfs, host=host, mdevctl_dir=mdevctl_dir, **kwargs)
-        self.vendor = nvidia_vgpu.NvidiaVgpuBackend(
-            sysfs, state_dir,
-            remove_timeout=kwargs.get('remove_timeout', 10.0),
-            retry_stop=kwargs.get('retry_stop', 5.0))
+        self.kinds = tuple(kinds)
 
-    # -- which backend -----------------------------------------------------
+    @classmethod
+    def from_environment(cls, env, kinds=KINDS):
+        return cls(env.sysfs, [load_kind(spec).from_environment(env)
+                               for spec in kinds])
 
-    def is_vendor(self, address):
-        """Whether ``address`` is a VF with the vendor interface."""
-        return self.vendor.is_parent(objects.PciAddress.parse(address))
+    def kind(self, name):
+        """The kind registered as ``name``; KeyError when none is."""
+        for kind in self.kinds:
+            if kind.name == name:
+                return kind
+        raise KeyError(name)
 
-    def backend_for(self, parent):
-        return self.vendor if self.is_vendor(parent) else self.mdev
+    # -- which kind -------------------------------------------------------
 
-    def _vendor_entry(self, uuid):
-        return self.vendor.vgpus().get(objects.validate_uuid(uuid))
+    def kind_of(self, parent):
+        """The kind whose vGPUs are made on ``parent``."""
+        for kind in self.kinds[:-1]:
+            if kind.is_parent(parent):
+                return kind
+        return self.kinds[-1]
 
-    # -- the DeviceBackend interface -----------------------------------------
+    def kind_owning(self, uuid):
+        """The kind vGPU ``uuid`` belongs to."""
+        for kind in self.kinds[:-1]:
+            if kind.owns(uuid):
+                return kind
+        return self.kinds[-1]
+
+    # -- the DeviceBackend interface, by parent or by UUID ----------------
 
     def hostdev_xml(self, device):
-        return self.backend_for(device.parent).hostdev_xml(device)
+        return self.kind_of(device.parent).hostdev_xml(device)
+
+    def hostdev_for(self, uuid, parent=None, type_id=None):
+        """The hostdev of vGPU ``uuid``: on ``parent`` when the kind there
+        names its parent in the guest XML, else the fallback kind's (an
+        mdev hostdev names only the UUID)."""
+        if parent is not None and self.kind_of(parent).binds_parent:
+            return self.kind_of(parent).hostdev_xml(base.VgpuDevice(
+                uuid=uuid, parent=parent, type_id=type_id))
+        return config_xml.mdev_hostdev(uuid)
 
     def exists(self, device):
-        return self.backend_for(device.parent).exists(device)
+        return self.kind_of(device.parent).exists(device)
 
     def prepare(self, device):
-        return self.backend_for(device.parent).prepare(device)
+        return self.kind_of(device.parent).prepare(device)
 
     def release(self, device):
         return self.remove(device.uuid)
 
     def lookup(self, uuid):
-        if self._vendor_entry(uuid) is not None:
-            return self.vendor.lookup(uuid)
-        return self.mdev.lookup(uuid)
+        return self.kind_owning(objects.validate_uuid(uuid)).lookup(uuid)
 
     def remove(self, uuid):
-        if self._vendor_entry(uuid) is not None:
-            return self.vendor.remove(uuid)
-        return self.mdev.remove(uuid)
+        return self.kind_owning(objects.validate_uuid(uuid)).remove(uuid)
 
     def is_parent(self, address):
-        return self.mdev.is_parent(address) or self.is_vendor(address)
+        return any(kind.is_parent(address) for kind in self.kinds)
 
     def check_type(self, parent, type_id):
-        return self.backend_for(parent).check_type(parent, type_id)
+        return self.kind_of(parent).check_type(parent, type_id)
 
     def available(self, parent, type_id):
-        return self.backend_for(parent).available(parent, type_id)
+        return self.kind_of(parent).available(parent, type_id)
+
+    def vgpu_type(self, parent, type_id):
+        return self.kind_of(parent).vgpu_type(parent, type_id)
 
     def definition(self, uuid):
-        """The mdevctl definition of ``uuid``, else our vendor-interface
-        definition (a persistent state entry, which has the same fields
-        that matter: uuid, parent, type_id, start), else None."""
-        found = self.mdev.definition(uuid)
-        if found is not None:
-            return found
-        entry = self._vendor_entry(uuid)
-        if entry is not None and entry.persistent:
-            return mdev_backend.MdevDefinition(
-                uuid=entry.uuid, parent=entry.vf, type_id=entry.type_id,
-                start=entry.start)
+        """The first definition of ``uuid`` any kind keeps (mdevctl's
+        first: an operator's definition wins), else None."""
+        for kind in reversed(self.kinds):
+            found = kind.definition(uuid)
+            if found is not None:
+                return found
         return None
 
-    def vendor_vgpus(self):
-        """``{uuid: (VF, type_id)}`` of our vendor-interface vGPUs that
-        exist now (what ``sysfs.mdevs_by_parent`` is for mdevs)."""
+    def existing(self, mdevs_by_parent=None):
+        """``{uuid: (parent, type_id)}`` of every vGPU of every kind."""
         found = {}
-        for uuid, entry in self.vendor.vgpus().items():
-            if self.vendor.lookup(uuid) is not None:
-                found[uuid] = (entry.vf, entry.type_id)
+        for kind in reversed(self.kinds):
+            found.update(kind.existing(mdevs_by_parent))
         return found
+
+    def reserved_parents(self):
+        """``{parent: uuid}`` recorded by every kind (see VgpuKind)."""
+        found = {}
+        for kind in self.kinds:
+            found.update(kind.reserved_parents())
+        return found
+
+    def in_devices(self, devices, uuid, parent=None):
+        """Whether a domain's devices hold the hostdev of vGPU ``uuid``."""
+        return any(kind.in_devices(devices, uuid, parent)
+                   for kind in self.kinds)
+
+    def hostdev_function(self, uuid, parent, devices):
+        """The PCI function a domain's devices hand over as vGPU ``uuid``
+        (a kind that ``binds_parent``), else None."""
+        if parent is None:
+            return None
+        kind = self.kind_of(parent)
+        if kind.binds_parent and kind.in_devices(devices, uuid, parent):
+            return parent
+        return None
+
+    # -- vGPUs of the persistent configuration ------------------------------
+
+    def binds_parent(self, parent):
+        return self.kind_of(parent).binds_parent
+
+    def keep_for_config(self, device):
+        """Record ``device`` for a guest's persistent XML when its kind
+        names the parent there; True when something was recorded."""
+        kind = self.kind_of(device.parent)
+        if not kind.binds_parent:
+            return False
+        kind.define(device, start='manual')
+        return True
+
+    def forget_for_config(self, uuid, parent):
+        """Undo ``keep_for_config``."""
+        kind = self.kind_of(parent)
+        if kind.binds_parent:
+            kind.undefine(uuid)
+
+    def bind_for_config(self, gpus, type_id, parent, uuid):
+        """The parent a ``config``-only vGPU goes to, recorded for it, when
+        the kind of the GPUs ``gpus`` (physical GPUs, in order) names the
+        parent in the guest XML; None otherwise (it is chosen at start).
+        ``parent``: the caller's choice, a physical GPU or one function."""
+        gpus = [g for g in gpus if self.kind_of(self.parents_of(g)[0])
+                .binds_parent]
+        if not gpus:
+            return None
+        if parent is not None and parent != gpus[0]:
+            chosen = parent                 # a function named by the caller
+        else:
+            chosen = None
+            problems = []
+            for gpu in gpus:
+                try:
+                    chosen = self.kind_of(self.parents_of(gpu)[0]
+                                          ).choose_parent(gpu, type_id)
+                    break
+                except exception.NoCapacity as e:
+                    problems.append(str(e))
+            if chosen is None:
+                raise exception.NoCapacity(uuid=uuid, type_id=type_id,
+                                           where='any GPU of this host',
+                                           reason='; '.join(problems))
+        self.keep_for_config(base.VgpuDevice(uuid=uuid, parent=chosen,
+                                             type_id=type_id))
+        return chosen
 
     # -- physical GPUs -------------------------------------------------------
 
@@ -135,25 +240,20 @@ class VgpuBackend(object):
         return gpu_view(self.sysfs, gpu, mdevs_by_parent)
 
 
+# The name callers used before every kind became a plugin.
+VgpuBackend = Vgpus
+
+
 def gpu_view(sysfs, gpu, mdevs_by_parent=None):
     """The ``objects.Gpu`` of the physical GPU ``gpu`` with its VFs
-    (``vf_gpus``, vendor state and completed types), as discovery builds
-    it, read from ``sysfs`` alone."""
+    (``vf_gpus``, vendor state and completed types), read from ``sysfs``
+    alone and grouped by discovery's own ``group_sriov``."""
+    from libvirt_gpu import discovery
     gpu = objects.PciAddress.parse(gpu)
     if mdevs_by_parent is None:
         mdevs_by_parent = sysfs.mdevs_by_parent()
-    pf = sysfs.read_gpu(gpu, mdevs_by_parent=mdevs_by_parent)
-    vfs = []
+    records = [sysfs.read_gpu(gpu, mdevs_by_parent=mdevs_by_parent)]
     for vf in sysfs.virtfns(gpu):
-        record = sysfs.read_gpu(vf, mdevs_by_parent=mdevs_by_parent)
-        if not record.mdev_types:
-            state = sysfs.read_vendor_vf(vf)
-            if state is not None:
-                record = dataclasses.replace(record, vendor_vf=state)
-        vfs.append(record)
-    supported = ()
-    if any(v.vendor_vf is not None for v in vfs):
-        vfs = nvidia_vgpu.complete_types(pf, vfs)
-        supported = nvidia_vgpu.supported_types(pf.product_id)
-    return dataclasses.replace(pf, vf_gpus=tuple(vfs),
-                               supported_types=supported)
+        records.append(discovery.with_vendor_vf(
+            sysfs.read_gpu(vf, mdevs_by_parent=mdevs_by_parent), sysfs))
+    return discovery.group_sriov(tuple(records))[0]

@@ -8,19 +8,16 @@ One provider per *physical* GPU, named after its address (the PF's, for a
 GPU with SR-IOV): never one per VF, and VFs are never offered whole.
 
 A GPU with an enabled type reports VGPU with total = what it can hold of
-that type (``vgpu_total``).  Any other GPU of a passthrough vendor
+that type (``capacity.vgpu_total``).  Any other GPU of a passthrough vendor
 (``[gpu]/pgpu_vendor_ids``) that is not an SR-IOV VF reports PGPU 1,
 reserved while it (or one of its VFs) holds vGPUs.  A GPU whose enabled
 type has no capacity at all is left out: Placement refuses an inventory of
 total 0.
 """
 
-import logging
-
+from libvirt_gpu import capacity
 from libvirt_gpu.placement import traits as traits_mod
 from libvirt_gpu.placement import tree
-
-LOG = logging.getLogger(__name__)
 
 PGPU = 'PGPU'
 DEFAULT_PGPU_VENDORS = ('10de',)
@@ -30,61 +27,9 @@ def gpu_provider_name(hostname, address):
     return '%s_%s' % (hostname, address.libvirt_name)
 
 
-def _limit(mtype, enabled):
-    """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the
-    description, or the published one) and ``[vgpu_<type>]/max_instances``;
-    None when neither is known.  The setting can lower the maximum, never
-    raise it above the driver's."""
-    limits = [v for v in (mtype.max_instance, enabled.max_instances)
-              if v is not None]
-    return min(limits) if limits else None
-
-
-def vgpu_total(gpu, enabled):
-    """Capacity of ``enabled`` (EnabledType) on the physical GPU ``gpu``.
-
-    A GPU without VFs (T4): ``available_instances`` of the type + its
-    existing vGPUs of the type.  A GPU whose vGPUs live on VFs (one each):
-    the vGPUs of the type on all its VFs + the free VFs that can take one
-    now.  Either way never above the limit (``_limit``), never below what
-    exists.  Without any limit a VF-based GPU reports what exists plus one:
-    summing free VFs would over-report (16 VFs of an A100 are not 16
-    vGPUs), and an under-report is the safe mistake.
-    """
-    type_id = enabled.type_id
-    if not gpu.vf_gpus:
-        mtype = gpu.mdev_type(type_id)
-        if mtype is None:
-            return 0
-        used = sum(1 for m in gpu.mdevs if m.type_id == type_id)
-        total = mtype.available_instances + used
-        limit = _limit(mtype, enabled)
-        if limit is not None:
-            total = min(total, max(limit, used))
-        return total
-    mtype = gpu.offered_type(type_id)
-    if mtype is None:
-        return 0
-    used = 0
-    offering = 0
-    for function in gpu.functions:
-        held = function.used_type_ids
-        used += sum(1 for t in held if t == type_id)
-        if function.is_vf and held:
-            continue                     # a VF holds one vGPU
-        for candidate in function.vgpu_types:
-            if candidate.id == type_id and candidate.available_instances > 0:
-                offering += (1 if function.is_vf
-                             else candidate.available_instances)
-                break
-    limit = _limit(mtype, enabled)
-    if limit is None:
-        LOG.warning('no maximum known for vGPU type %s on GPU %s (no '
-                    'max_instance in its description, no published one): '
-                    'reporting %d; set [vgpu_%s]/max_instances', type_id,
-                    gpu.address, used + min(offering, 1), type_id)
-        return used + min(offering, 1)
-    return min(used + offering, max(limit, used))
+# The capacity rules live in ``libvirt_gpu.capacity`` (the allocator uses
+# the same function): Placement's total is that function's answer.
+vgpu_total = capacity.vgpu_total
 
 
 def holds_vgpus(gpu):
@@ -96,7 +41,7 @@ def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True):
     """The child provider of one GPU, or None when it has no capacity."""
     name = gpu_provider_name(hostname, gpu.address)
     if enabled is not None:
-        total = vgpu_total(gpu, enabled)
+        total = capacity.vgpu_total(gpu, enabled)
         if total < 1:
             return None
         inventory = tree.Inventory(enabled.resource_class, total=total)

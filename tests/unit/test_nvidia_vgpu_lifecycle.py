@@ -14,7 +14,7 @@ import pytest
 
 from libvirt_gpu import allocator as allocator_mod
 from libvirt_gpu import api
-from libvirt_gpu.backends import registry
+from libvirt_gpu import environment
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu import hook
@@ -67,8 +67,9 @@ class World(object):
         self.mdevctl = os.path.join(tmp, 'mdevctl.d')
 
     def backend(self):
-        return registry.VgpuBackend(self.sysfs, self.state_dir,
-                                    mdevctl_dir=self.mdevctl)
+        return environment.Environment(
+            self.state_dir, sysfs=self.sysfs,
+            mdevctl_dir=self.mdevctl).vgpus
 
     def allocator(self):
         from libvirt_gpu.conf import vgpu as vgpu_conf
@@ -171,7 +172,7 @@ def test_hook_prepare_and_release_on_a_vf(l40s):
     assert l40s.hook('release', xml)[0] == 0
     assert l40s.sysfs.current_vgpu_type('0000:bd:00.6') == 0
     assert l40s.leases() == []
-    assert l40s.backend().vendor.vgpus() == {}
+    assert l40s.backend().kind('nvidia').vgpus() == {}
 
 
 def test_hook_refuses_a_vf_that_holds_someone_elses_vgpu(l40s):
@@ -342,7 +343,7 @@ def test_api_config_attach_records_the_vf_and_hook_creates_it(l40s):
                      config=True)
     vf = done.parent
     assert _hostdev_vfs(l40s, dom, inactive=True) == [str(vf)]
-    entry = l40s.backend().vendor.vgpus()[done.uuid]
+    entry = l40s.backend().kind('nvidia').vgpus()[done.uuid]
     assert (entry.vf, entry.start) == (vf, 'manual')
     # a second config attach gets another VF
     other = l40s.call(api.attach, 'vm1', vgpu_type='nvidia-1145',
@@ -354,9 +355,10 @@ def test_api_config_attach_records_the_vf_and_hook_creates_it(l40s):
     assert l40s.sysfs.current_vgpu_type(vf) == 1145
     assert l40s.hook('release', xml)[0] == 0
     assert l40s.sysfs.current_vgpu_type(vf) == 0
-    assert done.uuid in l40s.backend().vendor.vgpus()   # still recorded
+    # still recorded
+    assert done.uuid in l40s.backend().kind('nvidia').vgpus()
     l40s.call(api.detach, 'vm1', uuid=done.uuid, config=True)
-    assert done.uuid not in l40s.backend().vendor.vgpus()
+    assert done.uuid not in l40s.backend().kind('nvidia').vgpus()
     assert _hostdev_vfs(l40s, dom, inactive=True) == [str(other.parent)]
 
 

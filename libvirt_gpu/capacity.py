@@ -1,0 +1,92 @@
+"""How many vGPUs a GPU can hold: the rules, in one place, without I/O.
+
+Placement's inventory (``placement.model``) and the allocator's free count
+(``allocator.Allocator.free``) both come from here, so what Placement is
+told a GPU can hold and what the allocator lets it hold cannot drift apart.
+
+``vgpu_total(gpu, enabled)`` is the capacity of one physical GPU
+(``objects.Gpu``, read with its VFs) for its enabled type:
+
+* a GPU without VFs (T4): ``available_instances`` of the type plus the
+  vGPUs of the type it holds (``parent_total``);
+* a GPU whose vGPUs live on VFs, one each (Ampere mdev on VFs, NVIDIA's
+  vGPU 17+ vendor interface): the vGPUs of the type on all its functions
+  plus the free functions that can take one now.
+
+Either way never above the limit (``limit``), never below what exists.
+Without any limit a VF-based GPU reports what exists plus one: summing free
+VFs would over-report (16 VFs of an A100 are not 16 vGPUs), and an
+under-report is the safe mistake.
+
+``free(total, used, pending, other_types)`` is what the allocator can still
+give once it knows the GPU's leases.
+"""
+
+import logging
+
+LOG = logging.getLogger(__name__)
+
+
+def limit(mtype, enabled):
+    """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the
+    description, or the published one) and ``[vgpu_<type>]/max_instances``;
+    None when neither is known.  The setting can lower the maximum, never
+    raise it above the driver's."""
+    limits = [v for v in (mtype.max_instance, enabled.max_instances)
+              if v is not None]
+    return min(limits) if limits else None
+
+
+def parent_total(mtype, used, enabled):
+    """Capacity of one mdev parent without VFs for the type ``mtype``
+    (``objects.MdevType`` as the parent lists it, or None when it does not)
+    of which it holds ``used`` vGPUs."""
+    if mtype is None:
+        return 0
+    total = mtype.available_instances + used
+    cap = limit(mtype, enabled)
+    if cap is not None:
+        total = min(total, max(cap, used))
+    return total
+
+
+def vgpu_total(gpu, enabled):
+    """Capacity of ``enabled`` (``objects.EnabledType``) on the physical GPU
+    ``gpu`` (see the module doc)."""
+    type_id = enabled.type_id
+    if not gpu.vf_gpus:
+        used = sum(1 for m in gpu.mdevs if m.type_id == type_id)
+        return parent_total(gpu.mdev_type(type_id), used, enabled)
+    mtype = gpu.offered_type(type_id)
+    if mtype is None:
+        return 0
+    used = 0
+    offering = 0
+    for function in gpu.functions:
+        held = function.used_type_ids
+        used += sum(1 for t in held if t == type_id)
+        if function.is_vf and held:
+            continue                     # a VF holds one vGPU
+        for candidate in function.vgpu_types:
+            if candidate.id == type_id and candidate.available_instances > 0:
+                offering += (1 if function.is_vf
+                             else candidate.available_instances)
+                break
+    cap = limit(mtype, enabled)
+    if cap is None:
+        LOG.warning('no maximum known for vGPU type %s on GPU %s (no '
+                    'max_instance in its description, no published one): '
+                    'reporting %d; set [vgpu_%s]/max_instances', type_id,
+                    gpu.address, used + min(offering, 1), type_id)
+        return used + min(offering, 1)
+    return min(used + offering, max(cap, used))
+
+
+def free(total, used, pending=0, other_types=False):
+    """What a GPU of capacity ``total`` can still give: less the vGPUs it
+    holds (``used``) and the leases not created yet (``pending``); 0 while
+    it holds or has leased a vGPU of another type (NVIDIA's time-sliced
+    vGPUs share one type per GPU)."""
+    if other_types:
+        return 0
+    return max(0, total - used - pending)

@@ -1,0 +1,123 @@
+"""What a host is, built once: the composition root of every entry point.
+
+An ``Environment`` names the host's places (the sysfs root, the state
+directory, mdevctl's directory), its libvirt ``host.Host`` when there is
+one, and its configuration; the parts made from them are built on first
+use and kept:
+
+``sysfs``      ``sysfs.Sysfs`` of the sysfs root
+``vgpus``      every vGPU kind behind one object (``backends.registry``)
+``pci``        whole GPUs by PCI passthrough (``backends.pci``)
+``store``      the lease store (``state.LeaseStore``)
+``enabled``    ``{PciAddress: EnabledType}``: the enabled vGPU type of
+               each GPU, resolved against this host
+``allocator``  ``allocator.Allocator`` of the above
+
+The API, the hook, reconcile, restore, the agent and the CLI receive one and
+wire nothing themselves.  ``from_conf`` builds it from oslo.config (the CLI,
+the API, the agent); ``for_hook`` from the hook's settings snapshot, without
+importing oslo.config or libvirt (the hook runs on every guest start).
+"""
+
+from libvirt_gpu.backends import mdev as mdev_backend
+
+MDEVCTL_DIR = mdev_backend.MDEVCTL_DIR
+
+
+class Environment(object):
+    """:param sysfs: a ``sysfs.Sysfs`` (tests pass an emulated tree), or
+        None to read ``sysfs_root``.
+    :param state_dir: ``[DEFAULT]/state_dir``.
+    :param host: a ``host.Host``, or None (the hook: no libvirt).
+    :param conf: the oslo.config object, or None (the hook).
+    :param enabled: the resolved enabled types, or None to resolve them
+        from ``conf`` against this host on first use.
+    :param kinds: the vGPU kinds (``registry.KINDS`` form).
+    :param remove_timeout: seconds a vGPU removal may take (None: each
+        kind's default).
+    """
+
+    def __init__(self, state_dir, sysfs=None, sysfs_root='/sys',
+                 mdevctl_dir=MDEVCTL_DIR, host=None, conf=None,
+                 enabled=None, kinds=None, remove_timeout=None):
+        self.state_dir = state_dir
+        self.sysfs_root = sysfs.root if sysfs is not None else sysfs_root
+        self.mdevctl_dir = mdevctl_dir
+        self.host = host
+        self.conf = conf
+        self.remove_timeout = remove_timeout
+        self._kinds = kinds
+        self._sysfs = sysfs
+        self._enabled = None if enabled is None else dict(enabled)
+        self._vgpus = self._pci = self._store = None
+
+    @classmethod
+    def from_conf(cls, conf=None, conn=None, sysfs=None, sysfs_root=None,
+                  state_dir=None, mdevctl_dir=None, **kwargs):
+        """The host as configured: ``conf`` (default ``conf.load()``),
+        ``conn`` (a libvirt connection or ``host.Host``, optional), and the
+        overrides of the command line."""
+        if conf is None:
+            from libvirt_gpu import conf as conf_mod
+            conf = conf_mod.load()
+        host = None
+        if conn is not None:
+            from libvirt_gpu import host as host_mod
+            host = (conn if isinstance(conn, host_mod.Host)
+                    else host_mod.Host.from_connection(conn))
+        return cls(state_dir=state_dir or conf.state_dir, sysfs=sysfs,
+                   sysfs_root=sysfs_root or conf.sysfs_root,
+                   mdevctl_dir=mdevctl_dir or MDEVCTL_DIR, host=host,
+                   conf=conf, **kwargs)
+
+    @classmethod
+    def for_hook(cls, settings, sysfs, mdevctl_dir=MDEVCTL_DIR):
+        """The hook's host: its settings snapshot, no libvirt."""
+        return cls(state_dir=settings.state_dir, sysfs=sysfs,
+                   mdevctl_dir=mdevctl_dir, enabled=settings.enabled)
+
+    # -- the parts, built on first use ------------------------------------
+
+    @property
+    def sysfs(self):
+        if self._sysfs is None:
+            from libvirt_gpu import sysfs as sysfs_mod
+            self._sysfs = sysfs_mod.Sysfs(self.sysfs_root)
+        return self._sysfs
+
+    @property
+    def vgpus(self):
+        if self._vgpus is None:
+            from libvirt_gpu.backends import registry
+            self._vgpus = registry.Vgpus.from_environment(
+                self, kinds=self._kinds or registry.KINDS)
+        return self._vgpus
+
+    @property
+    def pci(self):
+        if self._pci is None:
+            from libvirt_gpu.backends import pci as pci_backend
+            self._pci = pci_backend.PciBackend(self.sysfs)
+        return self._pci
+
+    @property
+    def store(self):
+        if self._store is None:
+            from libvirt_gpu import state
+            self._store = state.LeaseStore(self.state_dir)
+        return self._store
+
+    @property
+    def enabled(self):
+        """``{PciAddress: EnabledType}`` resolved against this host."""
+        if self._enabled is None:
+            from libvirt_gpu.conf import vgpu as vgpu_conf
+            from libvirt_gpu import discovery
+            gpus = discovery.from_sysfs(self.sysfs).gpus
+            self._enabled = vgpu_conf.resolve(self.conf, gpus)
+        return self._enabled
+
+    @property
+    def allocator(self):
+        from libvirt_gpu import allocator as allocator_mod
+        return allocator_mod.Allocator(self.vgpus, self.store, self.enabled)
