@@ -144,15 +144,17 @@ class Allocator(object):
         if sriov is not None:
             return self._gpu_free(txn, sriov[0], type_id, mdevs_by_parent,
                                   vf=sriov[1])[0]
-        on_parent = mdevs_by_parent.get(parent, ())
-        same = sum(1 for m in on_parent if m.type_id == type_id)
+        on_parent = {u: t for u, (p, t) in
+                     self.backend.existing(mdevs_by_parent).items()
+                     if p == parent}
+        same = sum(1 for t in on_parent.values() if t == type_id)
         total = capacity.parent_total(
             self.backend.vgpu_type(parent, type_id), same,
             self._setting(parent, type_id))
         leases = txn.for_parent(parent)
-        used = {m.uuid for m in on_parent}
+        used = set(on_parent)
         pending = {lease.mdev_uuid for lease in leases} - used
-        other_types = ({m.type_id for m in on_parent}
+        other_types = (set(on_parent.values())
                        | {lease.type_id for lease in leases}) - {type_id}
         return capacity.free(total, len(used), len(pending),
                              other_types=bool(other_types))
@@ -322,8 +324,7 @@ class Allocator(object):
             if not self.backend.is_parent(address):
                 looked.append('%s (gone)' % address)
                 continue
-            if claim.type_id not in self.backend.sysfs.mdev_type_ids(
-                    address):
+            if self.backend.vgpu_type(address, claim.type_id) is None:
                 looked.append('%s (type not offered)' % address)
                 continue
             free = self.free(txn, address, claim.type_id, mdevs)

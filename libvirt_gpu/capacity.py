@@ -85,8 +85,11 @@ def vgpu_total(gpu, enabled):
 def free(total, used, pending=0, other_types=False):
     """What a GPU of capacity ``total`` can still give: less the vGPUs it
     holds (``used``) and the leases not created yet (``pending``); 0 while
-    it holds or has leased a vGPU of another type (NVIDIA's time-sliced
-    vGPUs share one type per GPU)."""
+    a vGPU of another type blocks it (``other_types``: NVIDIA's time-sliced
+    vGPUs share one type per GPU).  On a GPU without VFs any vGPU or lease
+    of another type blocks it; on a GPU whose vGPUs live on VFs only a
+    lease not created yet does, since each VF lists what the driver still
+    lets it make."""
     if other_types:
         return 0
     return max(0, total - used - pending)

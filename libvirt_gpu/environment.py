@@ -90,7 +90,7 @@ class Environment(object):
         if self._vgpus is None:
             from libvirt_gpu.backends import registry
             self._vgpus = registry.Vgpus.from_environment(
-                self, kinds=self._kinds or registry.KINDS)
+                self, kinds=self._kinds)
         return self._vgpus
 
     @property

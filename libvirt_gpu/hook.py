@@ -344,8 +344,7 @@ class Hook(object):
     """One hook call on the host ``env`` (``environment.Environment``
     built from the settings snapshot: no libvirt)."""
 
-    def __init__(self, settings, env, log):
-        self.settings = settings
+    def __init__(self, env, log):
         self.env = env
         self.log = log
         # Every vGPU kind (classic mdev, NVIDIA's vendor interface on VFs)
@@ -391,7 +390,7 @@ class Hook(object):
 
     def check_pgpus(self, req):
         for entry in req.meta.pgpus:
-            setting = self.settings.enabled.get(entry.address)
+            setting = self.env.enabled.get(entry.address)
             if setting is not None:
                 raise exception.GpuInUse(
                     address=entry.address,
@@ -513,7 +512,7 @@ def run(argv, data, config_file=DEFAULT_CONFIG_FILE, settings_file=None,
         env = environment.Environment.for_hook(
             settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
             mdevctl_dir=mdevctl_dir)
-        hook = Hook(settings, env, log)
+        hook = Hook(env, log)
         return getattr(hook, operation)(req)
     except exception.LibvirtGpuError as e:
         verb = {PREPARE: 'cannot start', RELEASE: 'cannot clean up after',

@@ -68,9 +68,10 @@ class Vgpus(object):
         self.kinds = tuple(kinds)
 
     @classmethod
-    def from_environment(cls, env, kinds=KINDS):
+    def from_environment(cls, env, kinds=None):
+        """Every kind of ``kinds`` (default: ``KINDS``) for ``env``."""
         return cls(env.sysfs, [load_kind(spec).from_environment(env)
-                               for spec in kinds])
+                               for spec in (kinds or KINDS)])
 
     def kind(self, name):
         """The kind registered as ``name``; KeyError when none is."""

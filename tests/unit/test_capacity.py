@@ -1,0 +1,106 @@
+"""One capacity rule: what Placement is told a GPU holds and what the
+allocator lets it hold both come from ``libvirt_gpu.capacity``, on every
+simulated profile (``libvirt-gpu simulate --list``)."""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from libvirt_gpu import capacity
+from libvirt_gpu import discovery
+from libvirt_gpu import environment
+from libvirt_gpu import objects
+from libvirt_gpu import simulator
+from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.placement import model
+from libvirt_gpu.simulator import profile as profile_mod
+
+HOSTNAME = 'cn1'
+
+
+@pytest.fixture(scope='module')
+def hosts():
+    """``{profile: (Environment, gpus)}`` of every bundled profile, written
+    to a plain directory (no leases, no vendor state)."""
+    base = '/dev/shm' if os.access('/dev/shm', os.W_OK) else None
+    tmp = tempfile.mkdtemp(prefix='lgpu-capacity-', dir=base)
+    found = {}
+    for name in profile_mod.list_profiles():
+        root = os.path.join(tmp, name, 'sys')
+        simulator.write_sysfs(simulator.load_profile(name), root)
+        sysfs = sysfs_mod.Sysfs(root)
+        env = environment.Environment(os.path.join(tmp, name, 'state'),
+                                      sysfs=sysfs, enabled={})
+        found[name] = (env, discovery.from_sysfs(sysfs).gpus)
+    yield found
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cases(gpus):
+    """(physical GPU, EnabledType) for every type each GPU offers."""
+    for gpu in gpus:
+        if gpu.is_vf:
+            continue
+        for mtype in gpu.offered_types():
+            yield gpu, objects.EnabledType(mtype.id)
+
+
+def _placement_total(gpu, enabled):
+    """VGPU total of the GPU's provider in the tree Placement is sent."""
+    built = model.build_tree(HOSTNAME, (gpu,), {gpu.address: enabled})
+    totals = [inv.total for child in built.children
+              for inv in child.inventories]
+    return totals[0] if totals else 0
+
+
+def _allocator_free(env, gpu, enabled):
+    env._enabled = {gpu.address: enabled}
+    allocator = env.allocator
+    with env.store.transaction() as txn:
+        return allocator.free(txn, gpu.address, enabled.type_id,
+                              env.sysfs.mdevs_by_parent())
+
+
+def _held(gpu, type_id):
+    """(vGPUs of the type, whether one of another type blocks it).  A GPU
+    whose vGPUs live on VFs is not blocked by what exists: each VF lists
+    what the driver still lets it make (``capacity.free``)."""
+    used = [t for f in gpu.functions for t in f.used_type_ids]
+    other = not gpu.vf_gpus and any(t != type_id for t in used)
+    return used.count(type_id), other
+
+
+@pytest.mark.parametrize('name', profile_mod.list_profiles())
+def test_placement_and_allocator_agree_on_every_profile(hosts, name):
+    env, gpus = hosts[name]
+    checked = 0
+    for gpu, enabled in _cases(gpus):
+        total = capacity.vgpu_total(gpu, enabled)
+        assert _placement_total(gpu, enabled) == total
+        used, other = _held(gpu, enabled.type_id)
+        assert _allocator_free(env, gpu, enabled) == capacity.free(
+            total, used, 0, other_types=other), (gpu.address, enabled)
+        checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize('name', profile_mod.list_profiles())
+def test_both_follow_the_one_rule(hosts, name, monkeypatch):
+    """Change the rule (a limit of one vGPU per GPU) and both answers
+    change with it: neither computes capacity on its own."""
+    env, gpus = hosts[name]
+    monkeypatch.setattr(capacity, 'limit', lambda mtype, enabled: 1)
+    checked = 0
+    for gpu, enabled in _cases(gpus):
+        used, other = _held(gpu, enabled.type_id)
+        expected_total = max(1, used) if capacity.vgpu_total(
+            gpu, enabled) else 0
+        assert _placement_total(gpu, enabled) == expected_total
+        free = _allocator_free(env, gpu, enabled)
+        assert free == capacity.free(expected_total, used, 0,
+                                     other_types=other)
+        assert free <= 1
+        checked += 1
+    assert checked > 0
