@@ -8,7 +8,9 @@ once for every operation but ``prepare``/``release``/``reconnect`` and for
 every guest whose XML holds neither our namespace nor an mdev, before it
 imports anything; only then does it call ``run`` here.
 
-What each operation does (DESIGN.md 3.1):
+What each operation does (libvirt's contract for a qemu hook, as
+libvirt 9 keeps it; proved against a real daemon by
+tests/functional/test_libvirtd_fixture.py):
 
 ``prepare begin``  create every vGPU the domain asks for: each
     ``<gpu:vgpu>`` of its metadata that has its ``<hostdev type='mdev'>``,

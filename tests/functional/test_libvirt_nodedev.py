@@ -1,4 +1,5 @@
-"""A real libvirtd on the live simulated host (DESIGN.md section 6).
+"""A real libvirtd on the live simulated host: node devices, mdevctl and
+udev messages end to end, with no GPU in the machine.
 
 One ``LiveHost`` for the module: the FUSE tree bound over the /sys parts
 libvirtd reads (``bus/pci/devices``, ``bus/mdev``, ``class/mdev_bus``,

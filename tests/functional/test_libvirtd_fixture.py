@@ -1,6 +1,7 @@
-"""The private libvirtd fixture, and the qemu hook contract (DESIGN 3.1)
-proved against the real daemon with a recording hook that never calls
-libvirt."""
+"""The private libvirtd fixture, and the qemu hook contract (which
+operations libvirt runs the hook for, in which order, and what a non-zero
+exit does: see libvirt_gpu/hook.py) proved against the real daemon with a
+recording hook that never calls libvirt."""
 
 import os
 import signal
@@ -101,7 +102,8 @@ def test_hook_failing_at_prepare_refuses_the_start(libvirtd_factory,
     assert message.startswith('Hook script execution failed: ')
     assert ('/etc/libvirt/hooks/qemu refused prepare begin -) unexpected '
             'exit status 3: no vGPU left for %s' % uuid) in message
-    # A refused start still runs stopped and release (DESIGN 3.1).
+    # A refused start still runs stopped and release: the hook cleans up
+    # after a refused prepare there.
     assert hook_calls(hook_log, 'refused', until=STOP[-1]) == \
         [['prepare', 'begin']] + STOP
     assert conn.listAllDomains() == []

@@ -1,4 +1,5 @@
-"""The qemu hook run by a real libvirtd (DESIGN.md section 6).
+"""The qemu hook run by a real libvirtd, on a simulated host, from install
+to a guest's start and stop.
 
 One private libvirtd (its own mount namespace, socket directory and hooks
 directory) for the module.  Our hook is installed into that hooks directory
