@@ -22,10 +22,6 @@ under-report is the safe mistake.
 give once it knows the GPU's leases.
 """
 
-import logging
-
-LOG = logging.getLogger(__name__)
-
 
 def limit(mtype, enabled):
     """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the
@@ -74,10 +70,12 @@ def vgpu_total(gpu, enabled):
                 break
     cap = limit(mtype, enabled)
     if cap is None:
-        LOG.warning('no maximum known for vGPU type %s on GPU %s (no '
-                    'max_instance in its description, no published one): '
-                    'reporting %d; set [vgpu_%s]/max_instances', type_id,
-                    gpu.address, used + min(offering, 1), type_id)
+        import logging      # not on the qemu hook's path otherwise
+        logging.getLogger(__name__).warning(
+            'no maximum known for vGPU type %s on GPU %s (no max_instance in '
+            'its description, no published one): reporting %d; set '
+            '[vgpu_%s]/max_instances', type_id, gpu.address,
+            used + min(offering, 1), type_id)
         return used + min(offering, 1)
     return min(used + offering, max(cap, used))
 

@@ -1,0 +1,244 @@
+"""The hook's operations: ``prepare``, ``release``, ``reconnect`` of one
+guest, and ``run``, the hook's edge (parse the input, then act on typed
+values)."""
+
+import dataclasses
+import os
+import sys
+
+from libvirt_gpu import allocator as allocator_mod
+from libvirt_gpu.backends import base
+from libvirt_gpu.backends import mdev as mdev_backend
+from libvirt_gpu import config_xml
+from libvirt_gpu import environment
+from libvirt_gpu import exception
+from libvirt_gpu.hook import log as log_mod
+from libvirt_gpu.hook import settings as settings_mod
+from libvirt_gpu import metadata
+from libvirt_gpu import state
+from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu import xmlutil
+
+PREPARE = 'prepare'
+RELEASE = 'release'
+RECONNECT = 'reconnect'
+HANDLED = (PREPARE, RELEASE, RECONNECT)
+
+# What hooks/qemu scans stdin for before importing anything (kept in step
+# with it by a test): our namespace, an mdev hostdev, and the start of a
+# DOCTYPE or entity declaration (refused here, never ignored).
+MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY')
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """The accepted input of one hook call."""
+
+    operation: str
+    domain: config_xml.DomainDevices
+    meta: metadata.GpuMetadata
+
+    @property
+    def label(self):
+        return '%r (%s)' % (self.domain.name[:80], self.domain.uuid)
+
+    @property
+    def ours(self):
+        return not self.meta.empty or bool(self.domain.mdev_uuids)
+
+
+def parse_request(operation, data):
+    """Validate stdin; InvalidInput (with the reason) when refused."""
+    root = xmlutil.parse(data, 'domain XML on stdin')
+    domain = config_xml.read_domain(root)
+    return Request(operation=operation, domain=domain,
+                   meta=metadata.parse(root))
+
+
+class Hook(object):
+    """One hook call on the host ``env`` (``environment.Environment``
+    built from the settings snapshot: no libvirt)."""
+
+    def __init__(self, env, log):
+        self.env = env
+        self.log = log
+        # Every vGPU kind (classic mdev, NVIDIA's vendor interface on VFs)
+        # behind one object: see backends.registry.
+        self.vgpus = env.vgpus
+        self.allocator = env.allocator
+
+    # prepare ------------------------------------------------------------
+
+    def claims(self, req):
+        """VgpuClaims of the domain: metadata first, then mdevctl."""
+        claims = []
+        listed = set()
+        for entry in req.meta.vgpus:
+            listed.add(entry.uuid)
+            if not self.vgpus.in_devices(req.domain, entry.uuid,
+                                         entry.parent):
+                self.log.warning(
+                    'metadata lists vGPU %s but <devices> has no <hostdev '
+                    "type='mdev'> with that UUID; it is not created"
+                    % entry.uuid)
+                continue
+            claims.append(allocator_mod.VgpuClaim(
+                uuid=entry.uuid, type_id=entry.type_id, parent=entry.parent))
+        for uuid in req.domain.mdev_uuids:
+            if uuid in listed:
+                continue
+            definition = self.vgpus.definition(uuid)
+            if definition is None:
+                self.log.info('mdev %s is neither in our metadata nor '
+                              'defined by mdevctl: left to libvirt' % uuid)
+                continue
+            if definition.attrs:
+                raise exception.MdevCreateFailed(
+                    uuid=uuid, type_id=definition.type_id,
+                    parent=definition.parent,
+                    reason='its mdevctl definition sets attributes; start it '
+                           'with `mdevctl start -u %s` instead' % uuid)
+            claims.append(allocator_mod.VgpuClaim(
+                uuid=uuid, type_id=definition.type_id,
+                parent=definition.parent, managed=False))
+        return claims
+
+    def check_pgpus(self, req):
+        for entry in req.meta.pgpus:
+            setting = self.env.enabled.get(entry.address)
+            if setting is not None:
+                raise exception.GpuInUse(
+                    address=entry.address,
+                    reason='it is configured to offer vGPU type %s ([gpu]/'
+                           'enabled_vgpu_types)' % setting.type_id)
+            if entry.address not in req.domain.pci_addresses:
+                self.log.warning(
+                    "metadata lists GPU %s but <devices> has no <hostdev "
+                    "type='pci'> with that address" % entry.address)
+            self.env.pci.prepare(base.PgpuDevice(entry.address))
+
+    def prepare(self, req):
+        self.check_pgpus(req)
+        claims = self.claims(req)
+        if not claims:
+            return 0
+        grants = self.allocator.reserve(req.domain.uuid, claims)
+        state.crash_point('prepare:reserved')
+        created = []
+        try:
+            for grant in grants:
+                if grant.existed:
+                    continue
+                self.vgpus.prepare(grant.device)
+                created.append(grant)
+                state.crash_point('prepare:created')
+            self.allocator.mark_created(
+                [g.device.uuid for g in grants
+                 if g.lease is not None and not g.existed])
+            state.crash_point('prepare:marked')
+        except BaseException:
+            self.rollback(grants, created)
+            raise
+        for grant in grants:
+            d = grant.device
+            self.log.info('%s vGPU %s (%s on %s)' % (
+                'kept existing' if grant.existed else 'created', d.uuid,
+                d.type_id, d.parent))
+        return 0
+
+    def rollback(self, grants, created):
+        """Remove what this call created and drop the leases it took (a
+        vGPU that cannot be removed keeps its lease, for reconcile)."""
+        stuck = set()
+        for grant in created:
+            try:
+                self.vgpus.remove(grant.device.uuid)
+                self.log.info('rolled back vGPU %s' % grant.device.uuid)
+            except exception.LibvirtGpuError as e:
+                stuck.add(grant.device.uuid)
+                self.log.error('rollback: %s' % e)
+        fresh = [g.device.uuid for g in grants
+                 if g.lease is not None and not g.existed
+                 and g.device.uuid not in stuck]
+        try:
+            self.allocator.forget(fresh)
+        except exception.LibvirtGpuError as e:
+            self.log.error('rollback: %s' % e)
+
+    # release / reconnect -------------------------------------------------
+
+    def release(self, req):
+        leases = self.allocator.begin_release(req.domain.uuid)
+        done = []
+        for lease in leases:
+            try:
+                removed = self.vgpus.remove(lease.mdev_uuid)
+            except exception.LibvirtGpuError as e:
+                self.log.error('vGPU %s of %s stays (its lease too, for '
+                               '`libvirt-gpu reconcile`): %s'
+                               % (lease.mdev_uuid, req.label, e))
+                continue
+            done.append(lease.mdev_uuid)
+            self.log.info('%s vGPU %s (%s on %s)' % (
+                'removed' if removed else 'already gone:', lease.mdev_uuid,
+                lease.type_id, lease.parent))
+        if done:
+            self.allocator.forget(done)
+        return 0
+
+    def reconnect(self, req):
+        in_use = list(req.domain.mdev_uuids) + [
+            e.uuid for e in req.meta.vgpus
+            if e.uuid not in req.domain.mdev_uuids
+            and self.vgpus.in_devices(req.domain, e.uuid, e.parent)]
+        missing = [uuid for uuid in in_use
+                   if self.vgpus.lookup(uuid) is None]
+        for uuid in missing:
+            self.log.warning('running domain %s uses vGPU %s, which does '
+                             'not exist' % (req.label, uuid))
+        self.log.info('reconnect: %d vGPU(s) in use, %d missing'
+                      % (len(in_use), len(missing)))
+        return 0
+
+
+def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
+        settings_file=None, sysfs=None, stderr=None,
+        mdevctl_dir=mdev_backend.MDEVCTL_DIR):
+    """One hook call; returns the exit status.  ``sysfs`` replaces the
+    configured ``Sysfs`` (tests)."""
+    stderr = stderr if stderr is not None else sys.stderr
+    log = log_mod.HookLog(argv, stderr)
+    operation = argv[2] if len(argv) > 2 else ''
+    if operation not in HANDLED:
+        return 0
+    failure_rc = 1 if operation == PREPARE else 0
+    try:
+        req = parse_request(operation, data)
+    except exception.InvalidInput as e:
+        log.error('%s of domain %r refused, nothing done: %s'
+                  % (operation, argv[1][:80] if len(argv) > 1 else '?', e))
+        return failure_rc
+    if not req.ours:
+        return 0
+    try:
+        settings, note = settings_mod.load_settings(config_file,
+                                                    settings_file)
+        log.path = os.path.join(settings.state_dir, log_mod.LOG_NAME)
+        if note:
+            log.info(note)
+        env = environment.Environment.for_hook(
+            settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
+            mdevctl_dir=mdevctl_dir)
+        hook = Hook(env, log)
+        return getattr(hook, operation)(req)
+    except exception.LibvirtGpuError as e:
+        verb = {PREPARE: 'cannot start', RELEASE: 'cannot clean up after',
+                RECONNECT: 'cannot check'}[operation]
+        log.error('%s domain %s: %s' % (verb, req.label, e))
+        return failure_rc
+    except Exception as e:  # noqa: BLE001 - the hook's edge: report, exit
+        log.error('internal error in %s of %s: %s: %s'
+                  % (operation, req.label, type(e).__name__, e))
+        return failure_rc
+    finally:
+        log.flush()

@@ -1,0 +1,199 @@
+"""The hook's settings: a JSON snapshot of what it needs from the
+configuration, rebuilt through oslo.config only when it is stale (see the
+package doc: oslo.config costs more to import than a whole ``prepare``)."""
+
+import dataclasses
+import json
+import os
+import typing
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu import sysfs as sysfs_mod
+
+DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
+SETTINGS_NAME = 'hook-settings.json'
+SETTINGS_VERSION = 2
+_MAX_SETTINGS_BYTES = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class HookSettings:
+    """What the hook needs from the configuration."""
+
+    sysfs_root: str
+    state_dir: str
+    enabled: typing.Dict[objects.PciAddress, objects.EnabledType]
+
+    def enabled_types(self):
+        return sorted({e.type_id for e in self.enabled.values()})
+
+
+def _config_key(config_file):
+    """``[mtime_ns, size, inode]`` of the config file (None: missing)."""
+    try:
+        st = os.stat(config_file)
+    except FileNotFoundError:
+        return None
+    return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def _mdev_parents(sysfs_root):
+    """Names under ``<root>/class/mdev_bus`` (the mdev parents now)."""
+    try:
+        return sorted(os.listdir(os.path.join(sysfs_root, 'class',
+                                              'mdev_bus')))
+    except FileNotFoundError:
+        return []
+
+
+def _vendor_vfs(sysfs_root):
+    """Names under ``<root>/bus/pci/devices`` that have an ``nvidia/``
+    entry (the VFs with NVIDIA's vGPU 17+ vendor interface now).
+
+    One readdir and one access() per PCI function, relative to the
+    directory (no exception per miss): ~6 us per function on sysfs, so
+    ~2 ms on a host with 8 GPUs of 32 VFs each.
+    """
+    try:
+        fd = os.open(os.path.join(sysfs_root, 'bus', 'pci', 'devices'),
+                     os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        access, exists = os.access, os.F_OK
+        return sorted(n for n in os.listdir(fd)
+                      if access(n + '/nvidia', exists, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def _sysfs_key(sysfs_root):
+    """What, when it changes, makes the snapshot stale: ``{'mdev_parents':
+    [...], 'vendor_vfs': [...]}``."""
+    return {'mdev_parents': _mdev_parents(sysfs_root),
+            'vendor_vfs': _vendor_vfs(sysfs_root)}
+
+
+def settings_from_conf(config_file):
+    """Build HookSettings through oslo.config and discovery (slow path)."""
+    return read_settings(config_file)[0]
+
+
+def read_settings(config_file):
+    """``(HookSettings, keys)``: ``keys`` are the snapshot's ``(config
+    key, sysfs key)`` taken before what they guard was read."""
+    config_key = _config_key(config_file)
+    from libvirt_gpu import conf as conf_mod
+    from libvirt_gpu.conf import vgpu as vgpu_conf
+    if config_file == DEFAULT_CONFIG_FILE and not os.path.exists(
+            config_file):
+        conf = conf_mod.load(None, environ={})
+    else:
+        conf = conf_mod.load(config_file)
+    sysfs_key = _sysfs_key(conf.sysfs_root)
+    # Every GPU, read from sysfs (no libvirt: the hook never imports it):
+    # a GPU whose vGPUs live on SR-IOV VFs is configured by its PF, which
+    # is no mdev parent.
+    from libvirt_gpu import discovery
+    sysfs = sysfs_mod.Sysfs(conf.sysfs_root)
+    gpus = discovery.from_sysfs(sysfs).gpus
+    return HookSettings(sysfs_root=conf.sysfs_root,
+                        state_dir=conf.state_dir,
+                        enabled=vgpu_conf.resolve(conf, gpus)), (
+                            config_key, sysfs_key)
+
+
+def _settings_to_json(settings, config_file, config_key, sysfs_key):
+    return {
+        'version': SETTINGS_VERSION,
+        'config_file': config_file,
+        'config_key': config_key,
+        'sysfs_key': sysfs_key,
+        'sysfs_root': settings.sysfs_root,
+        'state_dir': settings.state_dir,
+        'enabled': {str(a): {'type_id': e.type_id,
+                             'resource_class': e.resource_class,
+                             'max_instances': e.max_instances}
+                    for a, e in sorted(settings.enabled.items())},
+    }
+
+
+def _settings_from_json(data, config_file):
+    """HookSettings of a snapshot, or None when it is stale or unusable."""
+    if not isinstance(data, dict) or data.get('version') != \
+            SETTINGS_VERSION or data.get('config_file') != config_file:
+        return None
+    if data.get('config_key') != _config_key(config_file):
+        return None
+    root = data.get('sysfs_root')
+    if not isinstance(root, str) or not os.path.isabs(root):
+        return None
+    if data.get('sysfs_key') != _sysfs_key(root):
+        return None
+    state_dir = data.get('state_dir')
+    if not isinstance(state_dir, str) or not os.path.isabs(state_dir):
+        return None
+    enabled = {}
+    try:
+        for address, entry in (data.get('enabled') or {}).items():
+            max_instances = entry.get('max_instances')
+            if max_instances is not None and (
+                    not isinstance(max_instances, int) or max_instances < 1):
+                return None
+            enabled[objects.PciAddress.parse(address)] = objects.EnabledType(
+                type_id=objects.validate_type_id(entry['type_id']),
+                resource_class=str(entry.get('resource_class', 'VGPU')),
+                max_instances=max_instances)
+    except (exception.InvalidInput, KeyError, TypeError, AttributeError):
+        return None
+    return HookSettings(sysfs_root=root, state_dir=state_dir,
+                        enabled=enabled)
+
+
+def write_settings(settings, config_file, settings_file, keys=None):
+    """Write the snapshot atomically (mode 0600).
+
+    ``keys``: ``(config key, sysfs key)`` taken before ``settings`` were
+    read (``load_settings``); None: taken now.
+    """
+    if keys is None:
+        keys = (_config_key(config_file), _sysfs_key(settings.sysfs_root))
+    directory = os.path.dirname(settings_file)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = '%s.tmp.%d' % (settings_file, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, 'w') as f:
+        json.dump(_settings_to_json(settings, config_file, *keys), f,
+                  indent=1, sort_keys=True)
+    os.replace(tmp, settings_file)
+
+
+def load_settings(config_file, settings_file=None):
+    """HookSettings from the snapshot when it is current, else from the
+    configuration (and the snapshot rewritten).  Returns ``(settings,
+    note)``; ``note`` says why the snapshot was not used, or None."""
+    if settings_file:
+        try:
+            with open(settings_file, 'rb') as f:
+                raw = f.read(_MAX_SETTINGS_BYTES + 1)
+            data = json.loads(raw) if len(raw) <= _MAX_SETTINGS_BYTES \
+                else None
+        except FileNotFoundError:
+            data = None
+        except (OSError, ValueError, UnicodeDecodeError):
+            data = None
+        settings = _settings_from_json(data, config_file)
+        if settings is not None:
+            return settings, None
+    settings, keys = read_settings(config_file)
+    note = 'settings read from %s' % config_file
+    if settings_file:
+        try:
+            write_settings(settings, config_file, settings_file, keys)
+            note += ' (snapshot %s refreshed)' % settings_file
+        except OSError as e:
+            note += ' (cannot write snapshot %s: %s)' % (settings_file,
+                                                         e.strerror)
+    return settings, note
