@@ -45,12 +45,13 @@ import typing
 
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 
 LOG = logging.getLogger(__name__)
 
-MDEVCTL_DIR = '/etc/mdevctl.d'
+MDEVCTL_DIR = environment.MDEVCTL_DIR
 SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'
 NVIDIA_VENDOR = '10de'
 
@@ -173,16 +174,24 @@ class Restore(object):
         self.owner_running = owner_running or (lambda uuid: None)
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
-        self.vendor = nvidia_vgpu.NvidiaVgpuBackend(sysfs, state_dir)
+        # The host as the hook sees it (no libvirt: restore runs before
+        # libvirtd), its vGPU kinds built by the one composition root.
+        self.env = environment.Environment(state_dir, sysfs=sysfs,
+                                           mdevctl_dir=mdevctl_dir)
         self._mdev = mdev_backend
         self.actions = []
 
     @property
+    def vendor(self):
+        """The vendor interface's kind (its state file of persistent
+        vGPUs)."""
+        return self.env.vgpus.kind(nvidia_vgpu.NvidiaVgpuBackend.name)
+
+    @property
     def mdev(self):
+        """The classic mdev kind (mdevctl's definitions)."""
         if self._mdev is None:
-            from libvirt_gpu.backends import mdev as mdev_backend
-            self._mdev = mdev_backend.MdevBackend(
-                self.sysfs, host=None, mdevctl_dir=self.mdevctl_dir)
+            self._mdev = self.env.vgpus.kind('mdev')
         return self._mdev
 
     def _note(self, action, what, target, detail):

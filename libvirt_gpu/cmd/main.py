@@ -64,6 +64,15 @@ class Context(object):
     def hostname(self):
         return self.args.hostname or self.conf.host
 
+    def environment(self, host=None):
+        """The host as configured, with this command line's
+        ``--sysfs-root``/``--mdevctl-dir`` (``environment.Environment``);
+        ``host``: its libvirt ``Host``, when the command has one."""
+        from libvirt_gpu import environment
+        return environment.Environment.from_conf(
+            self.conf, conn=host, sysfs_root=self.args.sysfs_root,
+            mdevctl_dir=getattr(self.args, 'mdevctl_dir', None))
+
     def say_source(self):
         where = (self.args.connect or self.conf.libvirt.connection_uri
                  if self.result.source == 'libvirt' else
@@ -299,7 +308,7 @@ def cmd_attach(ctx):
                           vgpu_type=ctx.args.vgpu_type,
                           address=ctx.args.address, parent=ctx.args.parent,
                           uuid=ctx.args.uuid, live=live, config=config,
-                          conf=ctx.conf)
+                          env=ctx.environment(host))
     _say_attachment(ctx, 'attached', done)
     return 0
 
@@ -312,7 +321,7 @@ def cmd_detach(ctx):
         done = api.detach(host, ctx.args.domain, uuid=ctx.args.uuid,
                           address=ctx.args.address,
                           vgpu_type=ctx.args.vgpu_type, live=live,
-                          config=config, conf=ctx.conf)
+                          config=config, env=ctx.environment(host))
     _say_attachment(ctx, 'detached', done)
     return 0
 
@@ -322,7 +331,8 @@ def cmd_domgpus(ctx):
     from libvirt_gpu import host as host_mod
     with host_mod.Host(_uri(ctx)) as host:
         got = api.list_devices(host, ctx.args.domain,
-                               inactive=ctx.args.inactive, conf=ctx.conf)
+                               inactive=ctx.args.inactive,
+                               env=ctx.environment(host))
     if ctx.args.json:
         print(output.dumps({
             'domain_uuid': got.domain_uuid, 'domain': got.domain_name,
@@ -375,12 +385,10 @@ def cmd_hook_install(ctx):
 def cmd_reconcile(ctx):
     from libvirt_gpu import host as host_mod
     from libvirt_gpu import reconcile
-    from libvirt_gpu import state
-    from libvirt_gpu import sysfs as sysfs_mod
     with host_mod.Host(_uri(ctx)) as host:
-        report = reconcile.reconcile(
-            host, sysfs_mod.Sysfs(ctx.args.sysfs_root or ctx.conf.sysfs_root),
-            state.LeaseStore(ctx.conf.state_dir), dry_run=ctx.args.dry_run)
+        env = ctx.environment(host)
+        report = reconcile.reconcile(host, env.sysfs, env.store,
+                                     dry_run=ctx.args.dry_run)
     if ctx.args.json:
         print(output.dumps({'dry_run': report.dry_run, 'findings': [
             {'action': f.action, 'what': f.what, 'uuid': f.uuid,
@@ -399,10 +407,8 @@ def cmd_reconcile(ctx):
 
 def cmd_restore(ctx):
     from libvirt_gpu import restore
-    from libvirt_gpu import sysfs as sysfs_mod
-    root = ctx.args.sysfs_root or ctx.conf.sysfs_root
-    sysfs = sysfs_mod.Sysfs(root)
-    state_dir = ctx.conf.state_dir
+    env = ctx.environment()
+    root, sysfs, state_dir = env.sysfs_root, env.sysfs, env.state_dir
     owner = None
     if not ctx.args.no_libvirt:
         owner = restore.lease_owner_check(state_dir, _uri(ctx))
