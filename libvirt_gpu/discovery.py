@@ -26,11 +26,8 @@ from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logging.getLogger(__name__)
 
-GPU_CLASS_PREFIX = '0x03'
-
-
-def is_gpu_class(class_code):
-    return bool(class_code) and class_code.lower().startswith(GPU_CLASS_PREFIX)
+GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
+is_gpu_class = objects.is_gpu_class
 
 
 def from_sysfs(sysfs, share_type_text=True):

@@ -230,6 +230,18 @@ class Gpu:
         return None
 
 
+# PCI vendor id of NVIDIA, and the class of every display controller
+# (VGA, XGA, 3D controller, ...): what makes a PCI function a GPU here.
+NVIDIA_VENDOR_ID = '10de'
+GPU_CLASS_PREFIX = '0x03'
+
+
+def is_gpu_class(class_code):
+    """Whether a PCI ``class`` (``0x030200``) is a display controller's."""
+    return bool(class_code) and class_code.lower().startswith(
+        GPU_CLASS_PREFIX)
+
+
 MDEV_INTERFACE = 'mdev'
 VENDOR_INTERFACE = 'nvidia'
 # The vendor interface numbers types (``1145``); the mdev interface of the

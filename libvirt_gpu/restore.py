@@ -53,7 +53,7 @@ LOG = logging.getLogger(__name__)
 
 MDEVCTL_DIR = environment.MDEVCTL_DIR
 SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'
-NVIDIA_VENDOR = '10de'
+NVIDIA_VENDOR = objects.NVIDIA_VENDOR_ID
 
 # Actions (``Action.action``).
 ENABLED_VFS = 'enabled-vfs'
@@ -341,11 +341,14 @@ class Restore(object):
     def _vendor_vfs(self):
         """Every VF with the vendor interface, sorted."""
         found = []
-        for address in self.sysfs.pci_addresses():
-            if self.sysfs.physfn(address) is not None and \
-                    self.sysfs.has_vendor_interface(address):
+        for name in nvidia_vgpu.vendor_vf_names(self.sysfs.root):
+            try:
+                address = objects.PciAddress.parse(name)
+            except exception.InvalidPciAddress:
+                continue
+            if self.sysfs.physfn(address) is not None:
                 found.append(address)
-        return found
+        return sorted(found)
 
     def reset_stale(self):
         entries = self.vendor.vgpus()

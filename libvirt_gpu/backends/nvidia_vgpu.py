@@ -203,6 +203,30 @@ def complete_types(pf, vfs):
     return done
 
 
+# --- the VFs of the interface -----------------------------------------------
+
+def vendor_vf_names(sysfs_root):
+    """Names under ``<root>/bus/pci/devices`` that have an ``nvidia/``
+    entry (the VFs with NVIDIA's vGPU 17+ vendor interface now), sorted.
+    The qemu hook's settings snapshot and ``restore`` both ask this.
+
+    One readdir and one access() per PCI function, relative to the
+    directory (no exception per miss): ~6 us per function on sysfs, so
+    ~2 ms on a host with 8 GPUs of 32 VFs each.
+    """
+    try:
+        fd = os.open(os.path.join(sysfs_root, 'bus', 'pci', 'devices'),
+                     os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        access, exists = os.access, os.F_OK
+        return sorted(n for n in os.listdir(fd)
+                      if access(n + '/nvidia', exists, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
 # --- the state file ----------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)

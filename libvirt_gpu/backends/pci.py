@@ -14,7 +14,7 @@ from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 
-GPU_CLASS_PREFIX = '0x03'
+GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
 
 
 class PciBackend(base.DeviceBackend):
@@ -33,8 +33,7 @@ class PciBackend(base.DeviceBackend):
         address = objects.PciAddress.parse(device.address)
         class_code = self.sysfs.read(
             self.sysfs.pci_dir(address) + '/class', optional=True)
-        if class_code is None or not class_code.lower().startswith(
-                GPU_CLASS_PREFIX):
+        if not objects.is_gpu_class(class_code):
             raise exception.DeviceNotFound(address=address)
         mdevs = self.sysfs.mdevs_by_parent().get(address, ())
         if mdevs:

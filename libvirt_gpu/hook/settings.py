@@ -7,6 +7,7 @@ import json
 import os
 import typing
 
+from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
@@ -47,32 +48,11 @@ def _mdev_parents(sysfs_root):
         return []
 
 
-def _vendor_vfs(sysfs_root):
-    """Names under ``<root>/bus/pci/devices`` that have an ``nvidia/``
-    entry (the VFs with NVIDIA's vGPU 17+ vendor interface now).
-
-    One readdir and one access() per PCI function, relative to the
-    directory (no exception per miss): ~6 us per function on sysfs, so
-    ~2 ms on a host with 8 GPUs of 32 VFs each.
-    """
-    try:
-        fd = os.open(os.path.join(sysfs_root, 'bus', 'pci', 'devices'),
-                     os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    try:
-        access, exists = os.access, os.F_OK
-        return sorted(n for n in os.listdir(fd)
-                      if access(n + '/nvidia', exists, dir_fd=fd))
-    finally:
-        os.close(fd)
-
-
 def _sysfs_key(sysfs_root):
     """What, when it changes, makes the snapshot stale: ``{'mdev_parents':
     [...], 'vendor_vfs': [...]}``."""
     return {'mdev_parents': _mdev_parents(sysfs_root),
-            'vendor_vfs': _vendor_vfs(sysfs_root)}
+            'vendor_vfs': nvidia_vgpu.vendor_vf_names(sysfs_root)}
 
 
 def settings_from_conf(config_file):

@@ -16,11 +16,12 @@ total 0.
 """
 
 from libvirt_gpu import capacity
+from libvirt_gpu import objects
 from libvirt_gpu.placement import traits as traits_mod
 from libvirt_gpu.placement import tree
 
 PGPU = 'PGPU'
-DEFAULT_PGPU_VENDORS = ('10de',)
+DEFAULT_PGPU_VENDORS = (objects.NVIDIA_VENDOR_ID,)
 
 
 def gpu_provider_name(hostname, address):
