@@ -6,7 +6,8 @@ escaped as well, so a template can never be made to say more than it says.
 
 Templates (``templates/``, installed to ``share/libvirt-gpu/templates``):
 
-* ``hostdev-pci.xml``  a whole GPU::
+* ``hostdev-pci.xml``  a whole GPU (``managed='yes'``: libvirt binds it
+  to vfio-pci), or the VF of a vendor-interface vGPU (``managed='no'``)::
 
     <hostdev mode='subsystem' type='pci' managed='yes'>
       <source><address domain='0x0000' bus='0xaf' slot='0x00'
@@ -95,10 +96,13 @@ def _render(template_name, **values):
             % (template_name, e))
 
 
-def pci_hostdev(address):
-    """``<hostdev type='pci' managed='yes'>`` of a whole GPU."""
+def pci_hostdev(address, managed=True):
+    """``<hostdev type='pci'>`` of a PCI function: ``managed='yes'`` for a
+    whole GPU, ``'no'`` for a function libvirt must leave bound to its
+    driver (a VF that holds a vendor-interface vGPU)."""
     pci = objects.PciAddress.parse(address)
-    return _render(PCI_HOSTDEV, domain='0x%04x' % pci.domain,
+    return _render(PCI_HOSTDEV, managed='yes' if managed else 'no',
+                   domain='0x%04x' % pci.domain,
                    bus='0x%02x' % pci.bus, slot='0x%02x' % pci.slot,
                    function='0x%x' % pci.function)
 

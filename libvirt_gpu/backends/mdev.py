@@ -38,6 +38,7 @@ import time
 from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
+from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 
 MDEVCTL_DIR = '/etc/mdevctl.d'
@@ -448,15 +449,9 @@ class MdevBackend(base.VgpuKind):
                 parent=device.parent)
         path = self._definition_path(device.parent, device.uuid)
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        tmp = '%s.tmp.%d' % (path, os.getpid())
-        with open(tmp, 'w') as f:
-            json.dump({'mdev_type': device.type_id, 'start': start,
-                       'attrs': []}, f, indent=2)
-            f.write('\n')
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        fileutil.write_atomic(path, json.dumps(
+            {'mdev_type': device.type_id, 'start': start, 'attrs': []},
+            indent=2) + '\n', mode=0o644)
 
     def undefine(self, uuid):
         """Remove a persistent definition; False when there was none."""

@@ -58,7 +58,9 @@ import time
 import typing
 
 from libvirt_gpu.backends import base
+from libvirt_gpu import config_xml
 from libvirt_gpu import exception
+from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 
 
@@ -337,36 +339,16 @@ class VendorState(object):
     def _save(self, entries):
         data = {'version': STATE_VERSION,
                 'vgpus': {u: e.to_json() for u, e in sorted(entries.items())}}
-        tmp = '%s.tmp.%d' % (self.path, os.getpid())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                     0o600)
-        try:
-            with os.fdopen(fd, 'w') as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.write('\n')
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        fileutil.write_atomic(self.path, json.dumps(
+            data, indent=1, sort_keys=True) + '\n', mode=0o600)
 
 
 # --- the backend -------------------------------------------------------------
 
 def vf_hostdev(address):
-    """``<hostdev type='pci' managed='no'>`` of a VF (see the module doc).
-
-    Built from a validated PciAddress only: nothing else can reach it.
-    """
-    pci = objects.PciAddress.parse(address)
-    return ("<hostdev mode='subsystem' type='pci' managed='no'>\n"
-            "  <source>\n"
-            "    <address domain='0x%04x' bus='0x%02x' slot='0x%02x' "
-            "function='0x%x'/>\n"
-            "  </source>\n"
-            "</hostdev>\n" % (pci.domain, pci.bus, pci.slot, pci.function))
+    """``<hostdev type='pci' managed='no'>`` of a VF (see the module doc):
+    libvirt must not rebind it, NVIDIA's driver keeps it."""
+    return config_xml.pci_hostdev(address, managed=False)
 
 
 class NvidiaVgpuBackend(base.VgpuKind):

@@ -7,6 +7,7 @@ import os
 import sys
 
 from libvirt_gpu import exception
+from libvirt_gpu import fileutil
 from libvirt_gpu.hook import settings as settings_mod
 
 
@@ -154,22 +155,8 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
     target = os.path.join(drop_ins, INSTALL_NAME)
     # Written beside qemu.d, then renamed in: libvirt never sees a partly
     # written executable in qemu.d.
-    tmp = os.path.join(hooks_dir, '.%s.%d.tmp' % (INSTALL_NAME, os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                 0o600)
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.geteuid() == 0:
-            os.chown(tmp, 0, 0)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    fileutil.write_atomic(target, text, mode=0o755, tmp_dir=hooks_dir,
+                          root_owned=True)
     return Installed(path=target, python=python, config_file=config_file,
                      settings_file=settings_file,
                      restart_needed=restart_needed)

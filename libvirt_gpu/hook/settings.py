@@ -9,6 +9,7 @@ import typing
 
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import exception
+from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
 
@@ -141,13 +142,9 @@ def write_settings(settings, config_file, settings_file, keys=None):
         keys = (_config_key(config_file), _sysfs_key(settings.sysfs_root))
     directory = os.path.dirname(settings_file)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    tmp = '%s.tmp.%d' % (settings_file, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                 0o600)
-    with os.fdopen(fd, 'w') as f:
-        json.dump(_settings_to_json(settings, config_file, *keys), f,
-                  indent=1, sort_keys=True)
-    os.replace(tmp, settings_file)
+    fileutil.write_atomic(settings_file, json.dumps(
+        _settings_to_json(settings, config_file, *keys), indent=1,
+        sort_keys=True), mode=0o600)
 
 
 def load_settings(config_file, settings_file=None):
