@@ -39,7 +39,6 @@ import threading
 import time
 import typing
 
-from libvirt_gpu.backends import mdev as mdev_backend
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -148,7 +147,7 @@ def _remove_with_timeout(backend, uuid, timeout):
 
 
 def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
-              remove_timeout=15.0, mdevctl_dir=mdev_backend.MDEVCTL_DIR,
+              remove_timeout=15.0, mdevctl_dir=environment.MDEVCTL_DIR,
               use_libvirt=True):
     """Repair what can be repaired (nothing when ``dry_run``); a Report of
     every finding."""

@@ -8,7 +8,6 @@ import sys
 
 from libvirt_gpu import allocator as allocator_mod
 from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev as mdev_backend
 from libvirt_gpu import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
@@ -203,7 +202,7 @@ class Hook(object):
 
 def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
         settings_file=None, sysfs=None, stderr=None,
-        mdevctl_dir=mdev_backend.MDEVCTL_DIR):
+        mdevctl_dir=environment.MDEVCTL_DIR):
     """One hook call; returns the exit status.  ``sysfs`` replaces the
     configured ``Sysfs`` (tests)."""
     stderr = stderr if stderr is not None else sys.stderr
