@@ -241,10 +241,6 @@ class Vgpus(object):
         return gpu_view(self.sysfs, gpu, mdevs_by_parent)
 
 
-# The name callers used before every kind became a plugin.
-VgpuBackend = Vgpus
-
-
 def gpu_view(sysfs, gpu, mdevs_by_parent=None):
     """The ``objects.Gpu`` of the physical GPU ``gpu`` with its VFs
     (``vf_gpus``, vendor state and completed types), read from ``sysfs``
