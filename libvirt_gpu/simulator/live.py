@@ -355,7 +355,9 @@ class LiveTree(object):
                                   m.type_id, m.iommu_group)
             self._mdev_uevent('add', m)
         elif isinstance(event, kernel_mod.MdevRemoved):
-            self._remove_mdev_files(event.mdev)
+            m = event.mdev
+            sysfs_tree.remove_mdev(self.root, self.dirs[m.parent], m.uuid,
+                                   m.type_id, m.iommu_group)
             self._mdev_uevent('remove', event.mdev)
         elif isinstance(event, kernel_mod.ParentGoing):
             self._unlink(os.path.join('class', 'mdev_bus', event.parent))
@@ -369,18 +371,6 @@ class LiveTree(object):
             if self.sender is not None:
                 self.sender.send('bind', '/' + self.dirs[event.parent],
                                  'pci', _props(self.pci_uevent(event.parent)))
-
-    def _remove_mdev_files(self, m):
-        # the reverse of sysfs_tree.write_mdev
-        parent = self.dirs[m.parent]
-        self._unlink(os.path.join(parent, TYPES_DIR, m.type_id,
-                                  'devices', m.uuid))
-        self._unlink(os.path.join('bus', 'mdev', 'devices', m.uuid))
-        group = os.path.join('kernel', 'iommu_groups', str(m.iommu_group))
-        self._unlink(os.path.join(group, 'devices', m.uuid))
-        if not os.listdir(os.path.join(self.root, group, 'devices')):
-            shutil.rmtree(os.path.join(self.root, group))
-        shutil.rmtree(os.path.join(self.root, parent, m.uuid))
 
     def _unbind_files(self, address, driver):
         reldir = self.dirs[address]

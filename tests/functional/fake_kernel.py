@@ -384,7 +384,7 @@ def _worker(argv=None):
     from libvirt_gpu import api
     from libvirt_gpu import conf as conf_mod
     from libvirt_gpu import hook
-    from tests.functional import fake_libvirt
+    from tests.doubles import fake_libvirt
 
     p = argparse.ArgumentParser()
     p.add_argument('action', choices=('attach', 'prepare', 'release'))

@@ -1,8 +1,8 @@
 """Races, crashes and hostile input, with real processes.
 
-Each worker is ``python -m tests.functional.fake_kernel attach|prepare``: a
+Each worker is ``python -m tests.doubles.worker attach|prepare``: a
 separate process that shares with the others only what real callers share -
-the sysfs tree (its kernel emulated by ``FakeKernelSysfs``, serialised by
+the sysfs tree (its kernel emulated by ``KernelSysfs``, serialised by
 the tree's own lock as the kernel serialises), the lease file and, for
 attach, a file-backed libvirt stand-in (the real daemon cannot hot-plug
 here: no VFIO).
@@ -28,8 +28,9 @@ from libvirt_gpu import metadata
 from libvirt_gpu import reconcile
 from libvirt_gpu import state
 from libvirt_gpu import xmlutil
-from tests.functional import fake_kernel
-from tests.functional import fake_libvirt
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
+from tests.doubles import fake_libvirt
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -54,11 +55,11 @@ class World(object):
                     % (root, self.state_dir, TYPE))
         self.domains = str(tmp_path / 'domains')
         self.conn = fake_libvirt.FakeConnection(self.domains)
-        self.sysfs = fake_kernel.FakeKernelSysfs(root, profile)
+        self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
         self.store = state.LeaseStore(self.state_dir)
 
     def worker(self, action, domain, env=None, go=None):
-        argv = [sys.executable, '-m', 'tests.functional.fake_kernel', action,
+        argv = [sys.executable, '-m', 'tests.doubles.worker', action,
                 '--root', self.root, '--profile', self.profile, '--config',
                 self.config, '--domain', domain]
         if action == 'attach':
@@ -73,7 +74,7 @@ class World(object):
                                 stderr=subprocess.PIPE, text=True)
 
     def mdevs(self):
-        return self.sysfs.model.mdevs()
+        return self.sysfs.kernel.mdevs()
 
     def running_refs(self):
         """``{mdev uuid: [domain uuid]}`` from every running domain."""
@@ -136,7 +137,7 @@ class World(object):
 
 @pytest.fixture
 def world(tmp_path):
-    with fake_kernel.simulated_tree('t4', without_mdevs=True) as tree:
+    with trees.simulated_tree('t4', without_mdevs=True) as tree:
         yield World(tree[0], tree[1], tmp_path)
 
 

@@ -14,6 +14,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import uevent
+from tests.doubles import trees
 
 A = '0000:3b:00.0'          # empty T4
 B = '0000:af:00.0'          # T4 holding two nvidia-223
@@ -311,8 +312,7 @@ def test_encode_needs_the_keys_libudev_needs():
 
 @pytest.fixture
 def sriov(tmp_path):
-    from tests.functional import live_sysfs
-    return kernel_mod.SimKernel(live_sysfs.sriov_profile_file(tmp_path))
+    return kernel_mod.SimKernel(trees.sriov_profile_file(tmp_path))
 
 
 def test_vfs_of_one_gpu_share_its_capacity(sriov):
