@@ -1,0 +1,178 @@
+"""The tests' in-process kernel (tests/doubles/kernel_sysfs.py) answers as
+SimKernel, the one rule book, does.
+
+Each test pins a rule on which the emulations this one replaced
+(``fake_kernel.KernelModel`` and ``sysfs_tree.WriteThroughSysfs``)
+disagreed with each other or with the kernel.
+"""
+
+import errno
+import os
+
+import pytest
+
+from libvirt_gpu import exception
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
+
+A = '0000:3b:00.0'          # T4, empty
+B = '0000:af:00.0'          # T4, holds two nvidia-223
+EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+NEW = '5b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
+A100 = '0000:41:00.0'
+A100_OFF = '0000:c1:00.0'   # its 16 VFs are not enabled in the profile
+
+
+@pytest.fixture
+def t4():
+    with trees.simulated_tree('t4') as (root, profile):
+        yield kernel_sysfs.KernelSysfs(root, profile)
+
+
+@pytest.fixture
+def a100():
+    with trees.simulated_tree('a100') as (root, profile):
+        yield kernel_sysfs.KernelSysfs(root, profile)
+
+
+def create(sysfs, parent, data, type_id='nvidia-223'):
+    sysfs.write(os.path.join(sysfs.types_dir(parent), type_id, 'create'),
+                data)
+
+
+def remove(sysfs, uuid, data='1'):
+    sysfs.write(os.path.join(sysfs.mdev_dir(uuid), 'remove'), data)
+
+
+def numvfs(sysfs, pf, data):
+    sysfs.write(os.path.join(sysfs.pci_dir(pf), 'sriov_numvfs'), data)
+
+
+def refused(call, *args):
+    with pytest.raises(exception.SysfsWriteError) as info:
+        call(*args)
+    return info.value.kwargs['errno']
+
+
+def test_create_parses_the_uuid_as_guid_parse_does(t4):
+    # hex digits in either case: created, named in lowercase
+    # (KernelModel refused an uppercase UUID with EINVAL)
+    create(t4, A, NEW.upper())
+    assert NEW in t4.kernel.mdevs()
+    # a 37th byte is ignored whatever it is (KernelModel: only whitespace)
+    other = '6b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
+    create(t4, A, other + 'x')
+    assert other in t4.kernel.mdevs()
+    # more than 37 bytes is EINVAL, spaces or not (WriteThroughSysfs
+    # stripped any amount of whitespace first)
+    third = '7b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
+    assert refused(create, t4, A, '  ' + third + '\n') == errno.EINVAL
+    assert third not in t4.kernel.mdevs()
+
+
+def test_remove_parses_as_kstrtoul(t4):
+    # base 0: "01" (octal) and "0x1" remove (KernelModel refused "01",
+    # WriteThroughSysfs refused "0x1"); "0" does nothing; junk is EINVAL
+    create(t4, A, NEW)
+    remove(t4, NEW, '0')
+    assert NEW in t4.kernel.mdevs()
+    assert refused(remove, t4, NEW, 'yes') == errno.EINVAL
+    remove(t4, NEW, '01\n')
+    assert NEW not in t4.kernel.mdevs()
+    remove(t4, EXISTING, '0x1')
+    assert EXISTING not in t4.kernel.mdevs()
+
+
+def test_an_mdev_group_goes_with_its_last_device(t4):
+    # (WriteThroughSysfs left the empty group directory behind)
+    create(t4, A, NEW)
+    group = os.path.basename(os.readlink(os.path.join(t4.mdev_dir(NEW),
+                                                      'iommu_group')))
+    groups = os.path.join(t4.root, 'kernel', 'iommu_groups')
+    assert os.listdir(os.path.join(groups, group, 'devices')) == [NEW]
+    remove(t4, NEW)
+    assert group not in os.listdir(groups)
+
+
+def test_a_new_group_is_the_lowest_free_one(t4):
+    # The kernel's group ids come from an IDA (KernelModel and
+    # WriteThroughSysfs took the highest in use + 1, never reusing one).
+    def group(uuid):
+        return int(os.path.basename(os.readlink(
+            os.path.join(t4.mdev_dir(uuid), 'iommu_group'))))
+    first, second = NEW, '6b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
+    create(t4, A, first)
+    create(t4, A, second)
+    freed = group(first)
+    assert group(second) > freed
+    remove(t4, first)
+    create(t4, A, '7b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21')
+    assert group('7b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21') == freed
+
+
+def test_a_parent_being_unregistered_answers_enodev(t4):
+    # class/mdev_bus/<parent> goes first when its driver unbinds
+    os.unlink(os.path.join(t4.root, 'class', 'mdev_bus', A))
+    assert refused(create, t4, A, NEW) == errno.ENODEV
+    assert t4.writes[-1] == ('create', (A, 'nvidia-223'), errno.ENODEV)
+
+
+def test_a_refused_create_leaves_no_stale_count(t4):
+    path = os.path.join(t4.types_dir(B), 'nvidia-223', 'available_instances')
+    for i in range(6):
+        create(t4, B, '%08x-1c2e-4c3e-9c1f-3f1a7c0e6d21' % i)
+    with open(path, 'w') as f:
+        f.write('1\n')
+    assert refused(create, t4, B, NEW) == errno.EINVAL   # NVIDIA's answer
+    assert t4.read_int(path) == 0
+
+
+def test_vfs_share_their_gpu_in_every_file(a100):
+    # creating on one VF lowers what its sibling VFs' files show
+    # (KernelModel rewrote the parent's own files only, judged alone)
+    vfs = [str(vf) for vf in a100.virtfns(A100)]
+    free = [vf for vf in vfs if not os.path.exists(os.path.join(
+        a100.types_dir(vf), 'nvidia-472', 'devices')) or not os.listdir(
+        os.path.join(a100.types_dir(vf), 'nvidia-472', 'devices'))]
+
+    def avail(vf):
+        return a100.read_int(os.path.join(a100.types_dir(vf), 'nvidia-472',
+                                          'available_instances'))
+    assert avail(free[1]) == 1
+    create(a100, free[0], NEW, type_id='nvidia-472')
+    assert {avail(vf) for vf in vfs} == {0}       # A100-20C: 2 per GPU
+    remove(a100, NEW)
+    assert avail(free[1]) == 1
+
+
+def test_sriov_numvfs_parses_as_kstrtou16(a100):
+    # (WriteThroughSysfs took decimal digits only)
+    assert refused(numvfs, a100, A100_OFF, '0x11') == errno.ERANGE
+    assert refused(numvfs, a100, A100_OFF, '70000') == \
+        errno.ERANGE
+    assert refused(numvfs, a100, A100_OFF, 'two') == errno.EINVAL
+    numvfs(a100, A100_OFF, '0x2')
+    assert len(a100.virtfns(A100_OFF)) == 2
+    assert a100.writes[-1] == ('sriov_numvfs', (A100_OFF, '0x2'), 0)
+
+
+def test_enabled_vfs_are_parents_with_full_capacity(a100):
+    a100.set_sriov_numvfs(A100_OFF, 2)
+    vf = str(a100.virtfns(A100_OFF)[0])
+    create(a100, vf, NEW, type_id='nvidia-472')
+    assert a100.kernel.mdevs()[NEW][1] == 'nvidia-472'
+    assert refused(a100.set_sriov_numvfs, A100_OFF, 0) == errno.EBUSY
+    remove(a100, NEW)
+    a100.set_sriov_numvfs(A100_OFF, 0)
+    assert not os.path.exists(os.path.join(a100.root, 'class', 'mdev_bus',
+                                           vf))
+
+
+def test_two_processes_share_one_kernel(t4):
+    # Another KernelSysfs on the tree (another process) sees this one's
+    # mdevs: the state is the tree, the rules are SimKernel's.
+    other = kernel_sysfs.KernelSysfs(t4.root, t4.profile)
+    create(t4, A, NEW)
+    assert refused(create, other, A, NEW) == errno.EEXIST
+    remove(other, NEW)
+    assert NEW not in t4.kernel.mdevs()
