@@ -94,3 +94,26 @@ def sriov_profile_file(directory):
     with open(path, 'w') as f:
         json.dump(data, f)
     return path
+
+
+def snapshot(root, skip=('config',)):
+    """``{relative path: what it is}`` of a whole tree (links not
+    followed); write-only files are compared by mode only."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            if name in skip:
+                continue
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            st = os.lstat(path)
+            if os.path.islink(path):
+                found[rel] = ('link', os.readlink(path))
+            elif os.path.isdir(path):
+                found[rel] = ('dir',)
+            elif st.st_mode & 0o444:
+                with open(path, 'rb') as f:
+                    found[rel] = ('file', st.st_mode & 0o777, f.read())
+            else:
+                found[rel] = ('file', st.st_mode & 0o777)
+    return found

@@ -7,11 +7,14 @@ disagreed with each other or with the kernel.
 """
 
 import errno
+import json
 import os
 
 import pytest
 
 from libvirt_gpu import exception
+from libvirt_gpu import simulator
+from libvirt_gpu.simulator import profile as profile_mod
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 
@@ -176,3 +179,66 @@ def test_two_processes_share_one_kernel(t4):
     assert refused(create, other, A, NEW) == errno.EEXIST
     remove(other, NEW)
     assert NEW not in t4.kernel.mdevs()
+
+
+# --- the tree after writes is the static writer's tree of that state --------
+
+def _static(tmp_path, name, change):
+    """``write_sysfs``'s tree of bundled profile ``name`` after
+    ``change(data)``, as a snapshot."""
+    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+        data = json.load(f)
+    change(data)
+    root = str(tmp_path / name)
+    simulator.write_sysfs(profile_mod.profile_from_dict(data), root)
+    return trees.snapshot(root)
+
+
+def _entry(data, address):
+    (entry,) = [d for d in data['devices'] if d['address'] == address]
+    return entry
+
+
+def _snapshot(sysfs):
+    return trees.snapshot(sysfs.root, skip=('config', kernel_sysfs.LOCK_NAME))
+
+
+def test_a100_tree_after_writes_is_the_static_writers(tmp_path):
+    with trees.simulated_tree('a100') as (root, profile):
+        sysfs = kernel_sysfs.KernelSysfs(root, profile)
+        vf = str(sysfs.virtfns(A100)[5])
+        create(sysfs, vf, NEW, type_id='nvidia-472')
+        numvfs(sysfs, A100_OFF, '16')
+
+        def change(data):
+            _entry(data, vf)['mdevs'] = [{'uuid': NEW,
+                                          'type_id': 'nvidia-472'}]
+            _entry(data, A100_OFF)['sriov_numvfs'] = 16
+        assert _snapshot(sysfs) == _static(tmp_path, 'a100', change)
+
+
+def test_l40s_tree_after_writes_is_the_static_writers(tmp_path):
+    with trees.simulated_tree('l40s') as (root, profile):
+        sysfs = kernel_sysfs.KernelSysfs(root, profile)
+        vf = str(sysfs.virtfns('0000:bd:00.0')[2])
+        sysfs.set_current_vgpu_type(vf, 1155)
+
+        def change(data):
+            _entry(data, vf)['current_vgpu_type'] = 'nvidia-1155'
+        assert _snapshot(sysfs) == _static(tmp_path, 'l40s', change)
+
+
+def test_t4_tree_after_create_and_remove_is_the_static_writers(tmp_path):
+    # (the static writer numbers mdev groups in profile order, the kernel
+    # takes the lowest free one: this sequence keeps them the same)
+    other = '6b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
+    with trees.simulated_tree('t4') as (root, profile):
+        sysfs = kernel_sysfs.KernelSysfs(root, profile)
+        create(sysfs, B, NEW)
+        create(sysfs, A, other, type_id='nvidia-222')
+        remove(sysfs, other)
+
+        def change(data):
+            _entry(data, B)['mdevs'].append({'uuid': NEW,
+                                             'type_id': 'nvidia-223'})
+        assert _snapshot(sysfs) == _static(tmp_path, 't4', change)
