@@ -391,12 +391,18 @@ def remove_mdev(root, parent_reldir, uuid, type_id, iommu_group):
     _unlink(os.path.join(parentdir, 'mdev_supported_types', type_id,
                          'devices', uuid))
     _unlink(os.path.join(root, 'bus/mdev/devices', uuid))
-    groupdir = os.path.join(root, 'kernel/iommu_groups', str(iommu_group))
-    _unlink(os.path.join(groupdir, 'devices', uuid))
+    _leave_group(root, iommu_group, uuid)
+    shutil.rmtree(os.path.join(parentdir, uuid))
+
+
+def _leave_group(root, group, name):
+    """Device ``name`` leaves IOMMU group ``group``; the group goes with
+    its last device, as the kernel's does."""
+    groupdir = os.path.join(root, 'kernel/iommu_groups', str(group))
+    _unlink(os.path.join(groupdir, 'devices', name))
     if os.path.isdir(groupdir) and not os.listdir(
             os.path.join(groupdir, 'devices')):
         shutil.rmtree(groupdir)
-    shutil.rmtree(os.path.join(parentdir, uuid))
 
 
 def write_vfs(root, profile, pf, vfs):
@@ -435,6 +441,5 @@ def remove_vfs(root, profile, pf, vfs):
         if dev.driver:
             _unlink(os.path.join(root, 'bus/pci/drivers', dev.driver, vf))
         if dev.iommu_group is not None:
-            _unlink(os.path.join(root, 'kernel/iommu_groups',
-                                 str(dev.iommu_group), 'devices', vf))
+            _leave_group(root, dev.iommu_group, vf)
         shutil.rmtree(os.path.join(root, dirs[vf]))
