@@ -10,6 +10,9 @@
 * ``fake_libvirt``: a file-backed libvirt connection shared by processes.
 * ``domains``: tiny domain XML for that connection.
 * ``fakes``: hand-built records for tests that need no simulated host.
+* ``hostile``: hostile input for the qemu hook.
 
-Nothing here imports from ``tests.unit`` or ``tests.functional``.
+Nothing here imports from ``tests.unit`` or ``tests.functional``, and
+nothing in ``tests.unit`` imports from ``tests.functional``
+(``tests/unit/test_test_layout.py``).
 """

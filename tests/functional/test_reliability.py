@@ -31,12 +31,14 @@ from libvirt_gpu import xmlutil
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 from tests.doubles import fake_libvirt
+from tests.doubles import hostile
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 TYPE = 'nvidia-227'          # GRID T4-4A: 4 per T4, 8 on the two GPUs
 PER_GPU = 4
+HOSTILE_DOMAIN = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 
 
 class World(object):
@@ -290,12 +292,11 @@ def test_retried_prepare_after_a_crash_allocates_nothing_twice(world):
 # --- hostile input through the installed hook --------------------------------
 
 def test_hostile_input_through_the_installed_hook(world, tmp_path):
-    from tests.unit import test_hook
     installed = hook.install(str(tmp_path / 'hooks'), world.config)
     clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
-    before = test_hook.tree_snapshot(world.root)
+    before = hostile.tree_snapshot(world.root)
     outcomes, expected = {}, {}
-    for name, data in sorted(test_hook.HOSTILE.items()):
+    for name, data in sorted(hostile.inputs(HOSTILE_DOMAIN).items()):
         r = subprocess.run([installed.path, 'evil', 'prepare', 'begin', '-'],
                            input=data, capture_output=True, env=clean_env,
                            timeout=60)
@@ -306,6 +307,6 @@ def test_hostile_input_through_the_installed_hook(world, tmp_path):
         expected[name] = (1, True) if ours else (0, False)
     assert outcomes == expected
     assert list(expected.values()).count((1, True)) >= 15
-    assert test_hook.tree_snapshot(world.root) == before
+    assert hostile.tree_snapshot(world.root) == before
     assert not os.path.exists(os.path.join(world.state_dir, 'hook.log'))
     assert world.store.leases() == []

@@ -18,6 +18,7 @@ import pytest
 from libvirt_gpu import config_xml
 from libvirt_gpu import hook
 from libvirt_gpu import state
+from tests.doubles import hostile
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 
@@ -290,25 +291,7 @@ def test_release_survives_a_stuck_device(env, monkeypatch):
 
 # --- refusals ----------------------------------------------------------------
 
-HOSTILE_DIR = os.path.join(ROOT, 'tests', 'data', 'hostile')
-
-
-def _hostile():
-    """tests/data/hostile/*.xml (external entities, entity expansion,
-    DOCTYPE, '..' and newlines in UUIDs/types/addresses, malformed XML), and
-    an oversize document made here (5 MiB: more than the 4 MiB cap)."""
-    found = {}
-    for name in sorted(os.listdir(HOSTILE_DIR)):
-        with open(os.path.join(HOSTILE_DIR, name), 'rb') as f:
-            found[name[:-len('.xml')]] = f.read()
-    found['oversize'] = (
-        '<domain><uuid>%s</uuid><metadata><g:gpus xmlns:g="urn:libvirt-'
-        'gpu:1"/></metadata><description>%s</description></domain>'
-        % (DOM, 'x' * (5 * 1024 * 1024))).encode()
-    return found
-
-
-HOSTILE = _hostile()
+HOSTILE = hostile.inputs(DOM)
 
 
 def test_the_hostile_set_is_complete():
@@ -318,20 +301,10 @@ def test_the_hostile_set_is_complete():
         assert any(needle in data for data in HOSTILE.values()), needle
 
 
-def tree_snapshot(root):
-    found = []
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            found.append((path, st.st_mode, st.st_size, st.st_mtime_ns))
-    return sorted(found)
-
-
 @pytest.mark.parametrize('name', sorted(HOSTILE))
 def test_hostile_input_refused_nothing_written(env, name):
     data = HOSTILE[name]
-    before = tree_snapshot(env.root)
+    before = hostile.tree_snapshot(env.root)
     rc, err = env.run('prepare', data)
     assert rc == 1
     assert err.startswith('libvirt-gpu: prepare of domain')
@@ -339,7 +312,7 @@ def test_hostile_input_refused_nothing_written(env, name):
     assert len(err) < 2000                    # a message, not a dump
     rc, err = env.run('release', data)
     assert rc == 0 and 'refused' in err
-    assert tree_snapshot(env.root) == before
+    assert hostile.tree_snapshot(env.root) == before
     assert env.sysfs.writes == []
     assert not os.path.exists(env.state_dir)   # no leases, no log
 

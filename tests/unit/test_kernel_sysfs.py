@@ -1,9 +1,9 @@
 """The tests' in-process kernel (tests/doubles/kernel_sysfs.py) answers as
 SimKernel, the one rule book, does.
 
-Each test pins a rule on which the emulations this one replaced
-(``fake_kernel.KernelModel`` and ``sysfs_tree.WriteThroughSysfs``)
-disagreed with each other or with the kernel.
+Each test pins a rule of the kernel that a simpler emulation gets wrong
+(earlier ones here did), and that the tree it leaves is the one
+``write_sysfs`` writes for the same state.
 """
 
 import errno
@@ -59,23 +59,21 @@ def refused(call, *args):
 
 def test_create_parses_the_uuid_as_guid_parse_does(t4):
     # hex digits in either case: created, named in lowercase
-    # (KernelModel refused an uppercase UUID with EINVAL)
     create(t4, A, NEW.upper())
     assert NEW in t4.kernel.mdevs()
-    # a 37th byte is ignored whatever it is (KernelModel: only whitespace)
+    # a 37th byte is ignored whatever it is, not only a newline
     other = '6b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
     create(t4, A, other + 'x')
     assert other in t4.kernel.mdevs()
-    # more than 37 bytes is EINVAL, spaces or not (WriteThroughSysfs
-    # stripped any amount of whitespace first)
+    # more than 37 bytes is EINVAL, even when the rest is whitespace
     third = '7b2b1d6a-1c2e-4c3e-9c1f-3f1a7c0e6d21'
     assert refused(create, t4, A, '  ' + third + '\n') == errno.EINVAL
     assert third not in t4.kernel.mdevs()
 
 
 def test_remove_parses_as_kstrtoul(t4):
-    # base 0: "01" (octal) and "0x1" remove (KernelModel refused "01",
-    # WriteThroughSysfs refused "0x1"); "0" does nothing; junk is EINVAL
+    # kstrtoul(buf, 0): "01" (octal) and "0x1" remove; "0" does nothing;
+    # anything else is EINVAL
     create(t4, A, NEW)
     remove(t4, NEW, '0')
     assert NEW in t4.kernel.mdevs()
@@ -87,7 +85,7 @@ def test_remove_parses_as_kstrtoul(t4):
 
 
 def test_an_mdev_group_goes_with_its_last_device(t4):
-    # (WriteThroughSysfs left the empty group directory behind)
+    # an empty group does not stay behind
     create(t4, A, NEW)
     group = os.path.basename(os.readlink(os.path.join(t4.mdev_dir(NEW),
                                                       'iommu_group')))
@@ -98,8 +96,8 @@ def test_an_mdev_group_goes_with_its_last_device(t4):
 
 
 def test_a_new_group_is_the_lowest_free_one(t4):
-    # The kernel's group ids come from an IDA (KernelModel and
-    # WriteThroughSysfs took the highest in use + 1, never reusing one).
+    # The kernel's group ids come from an IDA: a freed id is used again
+    # (not the highest in use + 1).
     def group(uuid):
         return int(os.path.basename(os.readlink(
             os.path.join(t4.mdev_dir(uuid), 'iommu_group'))))
@@ -132,7 +130,7 @@ def test_a_refused_create_leaves_no_stale_count(t4):
 
 def test_vfs_share_their_gpu_in_every_file(a100):
     # creating on one VF lowers what its sibling VFs' files show
-    # (KernelModel rewrote the parent's own files only, judged alone)
+    # (not only the parent's own files, judged alone)
     vfs = [str(vf) for vf in a100.virtfns(A100)]
     free = [vf for vf in vfs if not os.path.exists(os.path.join(
         a100.types_dir(vf), 'nvidia-472', 'devices')) or not os.listdir(
@@ -149,7 +147,7 @@ def test_vfs_share_their_gpu_in_every_file(a100):
 
 
 def test_sriov_numvfs_parses_as_kstrtou16(a100):
-    # (WriteThroughSysfs took decimal digits only)
+    # base 0 as well, not decimal digits only; above u16 is ERANGE
     assert refused(numvfs, a100, A100_OFF, '0x11') == errno.ERANGE
     assert refused(numvfs, a100, A100_OFF, '70000') == \
         errno.ERANGE
