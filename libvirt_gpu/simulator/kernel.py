@@ -49,7 +49,8 @@ rule over every VF of the GPU) makes the vGPU; ``0`` destroys it (a no-op
 on a free VF).  EINVAL: not a number, or not creatable now; EBUSY: the VF
 holds a vGPU already.  Destroying one a guest uses (``mark_busy(vf)``)
 blocks or answers EBUSY as ``busy_remove`` says.  (NVIDIA documents none
-of these answers; they are the same assumptions as ``sysfs_tree``'s.)
+of these answers: they are assumptions, kept in this one place.)  A VF
+that is not enabled has no ``nvidia/`` directory: ENOENT.
 
 SR-IOV (``sriov_numvfs_store`` in ``drivers/pci/iov.c``)::
 
