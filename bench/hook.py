@@ -31,7 +31,8 @@ sys.path.insert(0, HERE)
 from libvirt_gpu import config_xml  # noqa: E402
 from libvirt_gpu import hook  # noqa: E402
 from libvirt_gpu import metadata  # noqa: E402
-from tests.functional import fake_kernel  # noqa: E402
+from tests.doubles import kernel_sysfs  # noqa: E402
+from tests.doubles import trees  # noqa: E402
 
 CLEAN_ENV = {'LC_ALL': 'C', 'PATH': '/usr/sbin:/usr/bin:/sbin:/bin',
              'HOME': '/root'}
@@ -101,7 +102,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix='bench-hook-')
     try:
-        with fake_kernel.simulated_tree('t4') as (root, profile):
+        with trees.simulated_tree('t4') as (root, profile):
             config = os.path.join(work, 'libvirt-gpu.conf')
             state_dir = os.path.join(work, 'state')
             with open(config, 'w') as f:
@@ -149,7 +150,7 @@ def main():
 
             runs, runs_cpu = [], []
             cold = None
-            with fake_kernel.KernelWatcher(root, profile):
+            with kernel_sysfs.KernelWatcher(root, profile):
                 os.unlink(installed.settings_file)      # force a cold run
                 for i in range(args.prepare_runs + 1):
                     xml = gpu_xml(4)

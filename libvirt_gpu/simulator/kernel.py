@@ -49,13 +49,31 @@ rule over every VF of the GPU) makes the vGPU; ``0`` destroys it (a no-op
 on a free VF).  EINVAL: not a number, or not creatable now; EBUSY: the VF
 holds a vGPU already.  Destroying one a guest uses (``mark_busy(vf)``)
 blocks or answers EBUSY as ``busy_remove`` says.  (NVIDIA documents none
-of these answers; they are the same assumptions as ``sysfs_tree``'s.)
+of these answers: they are assumptions, kept in this one place.)  A VF
+that is not enabled has no ``nvidia/`` directory: ENOENT.
+
+SR-IOV (``sriov_numvfs_store`` in ``drivers/pci/iov.c``)::
+
+    <PF>/sriov_numvfs  <- "<n>"   set_numvfs()
+
+``kstrtou16``: not a number is EINVAL, above 65535 or above
+``sriov_totalvfs`` is ERANGE; the current count is a no-op; 0 disables
+the VFs (EBUSY while one holds an mdev or a vGPU: our assumption of what
+NVIDIA's ``sriov_configure`` answers); another count while VFs are enabled
+is EBUSY; else the first ``n`` VFs the profile lists appear (ENOSPC: it
+lists fewer).  A VF that is not enabled is ``absent``: it has no files,
+so writes to it are ENOENT.
 
 Every change is reported, in order and under the kernel's lock, to the
 callables given to ``subscribe`` (the live tree applies it to its files and
 broadcasts the uevent).  One lock serialises everything, as the kernel's
 ``mdev_list_lock`` does, so two creators racing for the last instance get
 exactly one success.
+
+``restore(KernelState)`` replaces what the kernel holds (mdevs, vGPUs,
+enabled VFs, parents being unregistered) with what a sysfs tree shows:
+processes that share one tree and its lock rebuild the state from the
+tree before each write, so they agree as one kernel would.
 """
 
 import dataclasses
@@ -79,6 +97,8 @@ BUSY_MODES = profile_mod.BUSY_REMOVE_MODES
 BOUND = 'bound'
 GOING = 'going'
 UNBOUND = 'unbound'
+ABSENT = 'absent'          # a VF that is not enabled: no files at all
+U16_MAX = 0xffff
 
 # uuid_is_valid(): hex digits (either case) and dashes at 8, 13, 18, 23.
 _GUID_RE = re.compile(r'[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}')
@@ -142,6 +162,32 @@ class ParentBound:
     driver: str
 
 
+@dataclasses.dataclass(frozen=True)
+class VfsEnabled:
+    """``sriov_numvfs`` of ``pf`` went from 0 to ``len(vfs)``."""
+
+    pf: str
+    vfs: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class VfsDisabled:
+    """The VFs ``vfs`` of ``pf`` went away (``sriov_numvfs`` 0)."""
+
+    pf: str
+    vfs: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelState:
+    """What a sysfs tree shows of the kernel's state (``restore``)."""
+
+    mdevs: tuple = ()        # KMdev
+    vgpus: tuple = ()        # (VF address, type id) of VFs holding a vGPU
+    numvfs: tuple = ()       # (PF address, sriov_numvfs)
+    going: tuple = ()        # parents whose class/mdev_bus link is gone
+
+
 def parse_create(data):
     """The UUID a write of ``data`` to ``create`` names (lowercase), or
     ``OSError(EINVAL)`` as the kernel answers."""
@@ -155,9 +201,17 @@ def parse_create(data):
     return text.lower()
 
 
-def parse_ulong(data, what='remove'):
+def parse_ulong(data, what='remove', limit=None):
     """``kstrtoul(buf, 0)``: decimal, 0x hex or 0 octal, one optional
-    trailing newline; else ``OSError(EINVAL)``."""
+    trailing newline; else ``OSError(EINVAL)``.  Above ``limit``
+    (``kstrtou16``...): ``OSError(ERANGE)``."""
+    value = _parse_ulong(data, what)
+    if limit is not None and value > limit:
+        raise _error(errno.ERANGE, what)
+    return value
+
+
+def _parse_ulong(data, what):
     if isinstance(data, bytes):
         data = data.decode('ascii', 'replace')
     if data.endswith('\n'):
@@ -188,12 +242,14 @@ class SimKernel(object):
         self.no_capacity_errno = getattr(errno,
                                          self.profile.no_capacity_errno)
         self._cond = threading.Condition(threading.RLock())
-        # pci_devices(): what exists now (not the VFs of a PF that has not
-        # enabled them)
-        self._parents = {dev.address: dev
-                         for dev in self.profile.pci_devices()
+        # Every listed function that can be a parent, enabled or not; one
+        # whose PF has not enabled it is ABSENT.
+        self._parents = {dev.address: dev for dev in self.profile.devices
                          if dev.mdev_types}
-        self._state = {address: BOUND for address in self._parents}
+        self._pfs = {dev.address: dev for dev in self.profile.devices
+                     if dev.sriov_totalvfs is not None}
+        self._numvfs = {a: dev.numvfs for a, dev in self._pfs.items()}
+        self._state = {}
         # parent -> addresses of every function of its physical GPU, for
         # the VFs that share their GPU's capacity (capacity.py, rule 2)
         self._shared_gpu = {
@@ -202,7 +258,7 @@ class SimKernel(object):
             for address, dev in self._parents.items()
             if self.profile.gpu_mdevs(dev) is not None}
         self._pci_groups = {dev.iommu_group
-                            for dev in self.profile.pci_devices()
+                            for dev in self.profile.all_pci_devices()
                             if dev.iommu_group is not None}
         groups = self.profile.mdev_iommu_groups()
         self._mdevs = {}
@@ -211,11 +267,11 @@ class SimKernel(object):
                 self._mdevs[mdev.uuid] = KMdev(mdev.uuid, dev.address,
                                                mdev.type_id,
                                                groups[mdev.uuid])
-        self._vendor_vfs = {dev.address: dev
-                            for dev in self.profile.pci_devices()
-                            if getattr(dev, 'vgpu_types', ())}
+        self._vendor_vfs = {dev.address: dev for dev in self.profile.devices
+                            if dev.vgpu_types}
         self._current = {a: dev.current_vgpu_type
                          for a, dev in self._vendor_vfs.items()}
+        self._set_presence()
         self._busy = set()
         self._subscribers = []
         self._closed = False
@@ -234,12 +290,38 @@ class SimKernel(object):
 
     # -- what the kernel shows ----------------------------------------------
 
+    def _enabled(self, address):
+        """Whether the function ``address`` exists now (a VF: its PF has
+        enabled it)."""
+        dev = self.profile.device(address)
+        if dev.physfn is None or dev.physfn not in self._numvfs:
+            return True
+        pf = self._pfs[dev.physfn]
+        return address in pf.virtfns[:self._numvfs[dev.physfn]]
+
+    def _set_presence(self):
+        """Parents: BOUND when enabled, ABSENT when not (the others keep
+        their state); vGPUs of absent VFs are gone."""
+        for address in self._parents:
+            enabled = self._enabled(address)
+            if not enabled:
+                self._state[address] = ABSENT
+            elif self._state.get(address) in (None, ABSENT):
+                self._state[address] = BOUND
+        for address in self._vendor_vfs:
+            if not self._enabled(address):
+                self._current[address] = None
+
     def parents(self):
-        """Addresses of every GPU that can be an mdev parent."""
-        return sorted(self._parents)
+        """Addresses of every GPU that can be an mdev parent now (not the
+        VFs that are not enabled)."""
+        with self._cond:
+            return sorted(a for a, st in self._state.items()
+                          if st != ABSENT)
 
     def parent_state(self, address):
-        """``bound``, ``going`` or ``unbound`` (KeyError: not a parent)."""
+        """``bound``, ``going``, ``unbound`` or ``absent`` (KeyError: not a
+        parent)."""
         with self._cond:
             return self._state[str(address)]
 
@@ -302,7 +384,7 @@ class SimKernel(object):
             if uuid in self._mdevs:
                 raise _error(errno.EEXIST, 'create')
             state = self._state.get(parent)
-            if state is None or state == UNBOUND:
+            if state in (None, UNBOUND, ABSENT):
                 # no mdev_supported_types: there is no create file
                 raise _error(errno.ENOENT, 'create')
             if state == GOING:
@@ -409,7 +491,7 @@ class SimKernel(object):
         with self._cond:
             self._check_open()
             state = self._state.get(address)
-            if state is None:
+            if state in (None, ABSENT):
                 raise _error(errno.ENODEV, 'bind')
             if state != UNBOUND:
                 raise _error(errno.EBUSY, 'bind')
@@ -419,8 +501,9 @@ class SimKernel(object):
     # -- vGPU 17+ vendor interface ----------------------------------------
 
     def vendor_vfs(self):
-        """Addresses of the VFs with NVIDIA's vendor interface."""
-        return sorted(self._vendor_vfs)
+        """Addresses of the enabled VFs with NVIDIA's vendor interface."""
+        with self._cond:
+            return sorted(a for a in self._vendor_vfs if self._enabled(a))
 
     def current_vgpu_type(self, vf):
         """The type id of the vGPU ``vf`` holds, or None."""
@@ -450,7 +533,7 @@ class SimKernel(object):
         number = int(text)
         with self._cond:
             self._check_open()
-            if vf not in self._vendor_vfs:
+            if vf not in self._vendor_vfs or not self._enabled(vf):
                 raise _error(errno.ENOENT, 'current_vgpu_type')
             if number == 0:
                 if self._current[vf] is None:
@@ -476,6 +559,70 @@ class SimKernel(object):
             self._current[vf] = found[0].id
             self._emit(VgpuTypeSet(vf, found[0].id))
             return found[0].id
+
+    # -- SR-IOV -------------------------------------------------------------
+
+    def numvfs(self, pf):
+        """What ``<PF>/sriov_numvfs`` reads (KeyError: not an SR-IOV PF)."""
+        with self._cond:
+            return self._numvfs[str(pf)]
+
+    def set_numvfs(self, pf, data):
+        """A write of ``data`` to ``<PF>/sriov_numvfs`` (see the module
+        doc).  Returns the VFs that appeared or went, in order."""
+        pf = str(objects.PciAddress.parse(pf))
+        if pf not in self._pfs:
+            raise _error(errno.ENOENT, 'sriov_numvfs')
+        count = parse_ulong(data, 'sriov_numvfs', limit=U16_MAX)
+        dev = self._pfs[pf]
+        if count > (dev.sriov_totalvfs or 0):
+            raise _error(errno.ERANGE, 'sriov_numvfs')
+        with self._cond:
+            self._check_open()
+            now = self._numvfs[pf]
+            if count == now:
+                return ()
+            if count and now:
+                raise _error(errno.EBUSY, 'sriov_numvfs')
+            if count > len(dev.virtfns):
+                raise _error(errno.ENOSPC, 'sriov_numvfs')
+            if not count:
+                vfs = dev.virtfns[:now]
+                if any(m.parent in vfs for m in self._mdevs.values()) or \
+                        any(self._current.get(vf) for vf in vfs):
+                    raise _error(errno.EBUSY, 'sriov_numvfs')
+                self._numvfs[pf] = 0
+                self._set_presence()
+                self._emit(VfsDisabled(pf, tuple(vfs)))
+                return tuple(vfs)
+            vfs = dev.virtfns[:count]
+            self._numvfs[pf] = count
+            self._set_presence()
+            self._emit(VfsEnabled(pf, tuple(vfs)))
+            return tuple(vfs)
+
+    # -- state from a tree --------------------------------------------------
+
+    def restore(self, state):
+        """Hold what ``state`` (a ``KernelState``) says instead of what
+        this kernel held: its mdevs, vGPUs, enabled VFs and parents being
+        unregistered.  Unbound parents stay unbound; busy marks of mdevs
+        that are gone are dropped.  No event is sent."""
+        with self._cond:
+            self._numvfs.update(dict(state.numvfs))
+            self._mdevs = {m.uuid: m for m in state.mdevs}
+            vgpus = dict(state.vgpus)
+            self._current = {a: vgpus.get(a) for a in self._vendor_vfs}
+            for address, st in list(self._state.items()):
+                if st == GOING:
+                    self._state[address] = BOUND
+            self._set_presence()
+            for address in state.going:
+                if self._state.get(address) == BOUND:
+                    self._state[address] = GOING
+            self._busy = {k for k in self._busy
+                          if k in self._mdevs or self._current.get(k)}
+            self._cond.notify_all()
 
     # -- shutdown -----------------------------------------------------------
 

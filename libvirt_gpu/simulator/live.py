@@ -25,6 +25,9 @@ FUSE), but the files answer as the kernel does (``kernel.SimKernel``)::
     <VF>/nvidia/current_vgpu_type               vGPU 17+ vendor interface:
                                                 write a type number / 0;
     <VF>/nvidia/creatable_vgpu_types            what fits now, on every read
+    <PF>/sriov_numvfs                           write a count: the VFs
+                                                appear (``add`` uevents) or
+                                                go (``remove``)
 
 A new mdev appears under its parent (``<uuid>/{mdev_type@, iommu_group@,
 subsystem@, remove, uevent}``), in ``bus/mdev/devices``, in its type's
@@ -43,7 +46,7 @@ control channel), the kernel's own uevents (group 1: only udevd's
 re-broadcast is sent), the mdev ``bind`` uevent, uevents of refused creates
 (since 5.16 a vendor probe that refuses follows an ``add`` with a
 ``remove``), the vendor driver removing its own mdevs after a guest
-exits, ``sriov_numvfs`` writes (EOPNOTSUPP), PCI hot-unplug,
+exits, PCI hot-unplug,
 ``new_id``/``remove_id``/``driver_override`` taking effect, PCI Express
 capabilities in ``config``, and sysfs's ``SYSFS_MAGIC`` (libudev must be
 told ``SYSTEMD_DEVICE_VERIFY_SYSFS=0``).
@@ -194,7 +197,8 @@ class LiveTree(object):
         ``('create'|'available', address, type)``, ``('remove', uuid)``,
         ``('pci-uevent', address)``, ``('mdev-uevent', uuid)``,
         ``('driver_override', address)``, ``('bind'|'unbind', driver)``,
-        ``('current_vgpu_type'|'creatable_vgpu_types'|'vgpu_params', vf)``.
+        ``('current_vgpu_type'|'creatable_vgpu_types'|'vgpu_params', vf)``,
+        ``('sriov_numvfs', pf)``.
         """
         parts = path.strip('/').split('/')
         name = parts[-1]
@@ -210,6 +214,8 @@ class LiveTree(object):
                 return ('pci-uevent', self.by_dir[directory])
             if name == 'driver_override':
                 return ('driver_override', self.by_dir[directory])
+            if name == 'sriov_numvfs':
+                return ('sriov_numvfs', self.by_dir[directory])
         if len(parts) >= 2 and '/'.join(parts[:-2]) in self.by_dir and \
                 name in ('remove', 'uevent'):
             try:
@@ -261,6 +267,8 @@ class LiveTree(object):
             if what[0] == 'creatable_vgpu_types':
                 return sysfs_tree.creatable_text(
                     self.kernel.creatable_vgpu_types(what[1])).encode()
+            if what[0] == 'sriov_numvfs':
+                return b'%d\n' % self.kernel.numvfs(what[1])
         with open(self.backing(path), 'rb') as f:
             return f.read()
 
@@ -287,6 +295,8 @@ class LiveTree(object):
             self._synth_uevent(kind, what[1], data)
         elif kind == 'current_vgpu_type':
             self.kernel.set_vgpu_type(what[1], data)
+        elif kind == 'sriov_numvfs':
+            self.kernel.set_numvfs(what[1], data)
         elif kind == 'vgpu_params':
             self._write_file(self.backing(path)[len(self.root) + 1:], data,
                              0o644)
@@ -348,6 +358,11 @@ class LiveTree(object):
                                                  mdev.uuid), 'mdev',
                              [('MDEV_TYPE', mdev.type_id)])
 
+    def _pci_uevent(self, action, address):
+        if self.sender is not None:
+            self.sender.send(action, '/' + self.dirs[address], 'pci',
+                             _props(self.pci_uevent(address)))
+
     def _apply(self, event):
         if isinstance(event, kernel_mod.MdevAdded):
             m = event.mdev
@@ -355,7 +370,9 @@ class LiveTree(object):
                                   m.type_id, m.iommu_group)
             self._mdev_uevent('add', m)
         elif isinstance(event, kernel_mod.MdevRemoved):
-            self._remove_mdev_files(event.mdev)
+            m = event.mdev
+            sysfs_tree.remove_mdev(self.root, self.dirs[m.parent], m.uuid,
+                                   m.type_id, m.iommu_group)
             self._mdev_uevent('remove', event.mdev)
         elif isinstance(event, kernel_mod.ParentGoing):
             self._unlink(os.path.join('class', 'mdev_bus', event.parent))
@@ -364,23 +381,27 @@ class LiveTree(object):
             if self.sender is not None:
                 self.sender.send('unbind', '/' + self.dirs[event.parent],
                                  'pci', _props(self.pci_uevent(event.parent)))
+        elif isinstance(event, kernel_mod.VfsEnabled):
+            sysfs_tree.write_vfs(self.root, self.profile, event.pf,
+                                 event.vfs)
+            for vf in event.vfs:
+                dev = self.profile.device(vf)
+                self.devices[vf] = dev
+                self._write_file(os.path.join(self.dirs[vf], 'config'),
+                                 pci_config(dev), 0o644)
+                self._pci_uevent('add', vf)
+        elif isinstance(event, kernel_mod.VfsDisabled):
+            for vf in event.vfs:
+                self._pci_uevent('remove', vf)
+            sysfs_tree.remove_vfs(self.root, self.profile, event.pf,
+                                  event.vfs)
+            for vf in event.vfs:
+                del self.devices[vf]
         elif isinstance(event, kernel_mod.ParentBound):
             self._bind_files(event.parent, event.driver)
             if self.sender is not None:
                 self.sender.send('bind', '/' + self.dirs[event.parent],
                                  'pci', _props(self.pci_uevent(event.parent)))
-
-    def _remove_mdev_files(self, m):
-        # the reverse of sysfs_tree.write_mdev
-        parent = self.dirs[m.parent]
-        self._unlink(os.path.join(parent, TYPES_DIR, m.type_id,
-                                  'devices', m.uuid))
-        self._unlink(os.path.join('bus', 'mdev', 'devices', m.uuid))
-        group = os.path.join('kernel', 'iommu_groups', str(m.iommu_group))
-        self._unlink(os.path.join(group, 'devices', m.uuid))
-        if not os.listdir(os.path.join(self.root, group, 'devices')):
-            shutil.rmtree(os.path.join(self.root, group))
-        shutil.rmtree(os.path.join(self.root, parent, m.uuid))
 
     def _unbind_files(self, address, driver):
         reldir = self.dirs[address]

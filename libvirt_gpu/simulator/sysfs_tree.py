@@ -29,25 +29,20 @@ vgpu_params}`` instead of ``mdev_supported_types``.
 Every link is relative (``os.path.relpath``), as the kernel's are, so the
 tree can be moved or bind-mounted over ``/sys``.
 
-``WriteThroughSysfs`` is a ``Sysfs`` over such a tree whose writes act the
-way the kernel's do (create/remove an mdev, set ``current_vgpu_type``,
-enable VFs through ``sriov_numvfs``), for tests that need a host that
-changes without the FUSE tree (``simulator.live``).
+The ``write_*``/``remove_*`` functions below change a written tree the way
+the kernel changes ``/sys`` (an mdev appears, VFs go); what changes and
+when is ``kernel.SimKernel``'s business: the live FUSE tree
+(``simulator.live``) and the tests' in-process kernel apply its events
+with them.
 """
 
 import dataclasses
-import errno
 import json
 import os
-import re
 import shutil
-import threading
 
 from libvirt_gpu import exception
-from libvirt_gpu import objects
-from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.simulator import capacity
-from libvirt_gpu.simulator import profile as profile_mod
 
 # A file at the top of every tree we write; its presence lets us rewrite it.
 MARKER = '.libvirt-gpu-simulator'
@@ -362,254 +357,89 @@ def refresh_vendor_vf(root, reldir, dev, profile):
            creatable_text(types), READ_ONLY)
 
 
-def refresh_gpu(root, profile, dev):
-    """Rewrite what every enabled function of ``dev``'s GPU shows about
-    capacity (``available_instances``, ``creatable_vgpu_types``)."""
-    dirs = device_dirs(profile)
-    present = {d.address for d in profile.pci_devices()}
-    for function in profile.gpu_functions(dev):
-        if function.address not in present:
-            continue
-        reldir = dirs[function.address]
-        gpu_mdevs = profile.gpu_mdevs(function)
-        for mtype in function.mdev_types:
-            _write(os.path.join(root, reldir, 'mdev_supported_types',
-                                mtype.id, 'available_instances'),
-                   '%d\n' % capacity.available_instances(
-                       function, mtype.id, function.mdevs,
-                       gpu_mdevs=gpu_mdevs), READ_ONLY)
-        if function.vgpu_types:
-            refresh_vendor_vf(root, reldir, function, profile)
-
-
-# --- a tree whose writes act like the kernel's -------------------------------
-
-_ADDR = r'[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]'
-_UUID = r'[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}'
-_NUMVFS_RE = re.compile(r'.*/(%s)/sriov_numvfs' % _ADDR)
-_CURRENT_RE = re.compile(r'.*/(%s)/nvidia/current_vgpu_type' % _ADDR)
-_PARAMS_RE = re.compile(r'.*/(%s)/nvidia/vgpu_params' % _ADDR)
-_CREATE_RE = re.compile(r'.*/(%s)/mdev_supported_types/([^/]+)/create'
-                        % _ADDR)
-_REMOVE_RE = re.compile(r'.*/(%s)/(%s)/remove' % (_ADDR, _UUID))
-
-
-def _oserror(code, path):
-    return OSError(code, os.strerror(code), path)
-
-
-class WriteThroughSysfs(sysfs_mod.Sysfs):
-    """A ``Sysfs`` over a tree written from ``profile`` whose writes change
-    the simulated host the way the kernel and NVIDIA's driver would:
-
-    ``<PF>/sriov_numvfs`` <- N
-        The kernel's rules (``sriov_numvfs_store``): N above
-        ``sriov_totalvfs`` is ERANGE, N equal to the current count does
-        nothing, another N while VFs are enabled is EBUSY; 0 removes the
-        VFs (EBUSY while one holds a vGPU: our assumption of what the vGPU
-        manager does), N > 0 creates the first N listed VFs, empty.
-    ``<VF>/nvidia/current_vgpu_type`` <- n
-        A type the VF lists as creatable: the vGPU exists; 0: it is
-        destroyed (no-op on a free VF).  Not a number, or a type the VF does
-        not list now: EINVAL; a type on a VF that holds one: EBUSY (both
-        assumed: NVIDIA does not document its answers).  ``busy(vf, n)``
-        makes the next n writes answer EBUSY, as the driver does while it is
-        still tearing down a guest's vGPU.
-    ``<parent>/mdev_supported_types/<type>/create`` <- UUID
-        EEXIST for a UUID in use, the profile's ``no_capacity_errno`` when
-        ``available_instances`` is 0 (VFs of one GPU share it).
-    ``bus/mdev/devices/<uuid>/remove`` <- 1
-        The mdev goes away.
-
-    Anything else is written as a plain file.  One lock serialises the
-    writes.  ``profile`` (the current state, a ``Profile``) changes with
-    every accepted write.
+def write_available(root, parent_reldir, type_id, count):
+    """Rewrite ``<parent>/mdev_supported_types/<type>/available_instances``.
     """
+    _write(os.path.join(root, parent_reldir, 'mdev_supported_types',
+                        type_id, 'available_instances'),
+           '%d\n' % count, READ_ONLY)
 
-    def __init__(self, profile, root):
-        super().__init__(root)
-        self.profile = profile_mod.load_profile(profile)
-        self._lock = threading.RLock()
-        self._busy = {}
-        self.writes = []          # (path relative to the root, data)
 
-    def busy(self, vf, count=1):
-        """The next ``count`` writes to ``vf``'s ``current_vgpu_type``
-        answer EBUSY."""
-        self._busy[str(objects.PciAddress.parse(vf))] = count
+def write_creatable(root, vf_reldir, types):
+    """Rewrite ``<VF>/nvidia/creatable_vgpu_types`` listing ``types``."""
+    _write(os.path.join(root, vf_reldir, 'nvidia', 'creatable_vgpu_types'),
+           creatable_text(types), READ_ONLY)
 
-    def write(self, path, data):
-        real = self.resolved_under_root(path)
-        rel = os.path.relpath(real, self.root)
-        with self._lock:
-            self.writes.append((rel, data))
-            for regex, handler in ((_NUMVFS_RE, self._numvfs),
-                                   (_CURRENT_RE, self._current),
-                                   (_PARAMS_RE, self._params),
-                                   (_CREATE_RE, self._create),
-                                   (_REMOVE_RE, self._remove)):
-                m = regex.fullmatch(rel)
-                if m is not None:
-                    try:
-                        handler(data, *m.groups())
-                    except OSError as e:
-                        raise exception.SysfsWriteError(
-                            path=path, reason=e.strerror, errno=e.errno)
-                    return
-            super().write(path, data)
 
-    # -- state ----------------------------------------------------------------
+def write_current_vgpu_type(root, vf_reldir, number):
+    """Rewrite ``<VF>/nvidia/current_vgpu_type`` (0: no vGPU)."""
+    _write(os.path.join(root, vf_reldir, 'nvidia', 'current_vgpu_type'),
+           '%d\n' % number, READ_WRITE)
 
-    def _replace(self, *changed):
-        by_addr = {d.address: d for d in changed}
-        devices = tuple(by_addr.get(d.address, d)
-                        for d in self.profile.devices)
-        self.profile = dataclasses.replace(self.profile, devices=devices)
 
-    def _dir(self, address):
-        return os.path.join(self.root, device_dirs(self.profile)[address])
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
-    @staticmethod
-    def _number(data, path):
-        text = data.strip()
-        if not re.fullmatch(r'\d{1,9}', text):
-            raise _oserror(errno.EINVAL, path)
-        return int(text)
 
-    # -- SR-IOV -----------------------------------------------------------
+def remove_mdev(root, parent_reldir, uuid, type_id, iommu_group):
+    """The reverse of :func:`write_mdev`: the mdev's directory and links
+    go, and its IOMMU group once no device is left in it."""
+    parentdir = os.path.join(root, parent_reldir)
+    _unlink(os.path.join(parentdir, 'mdev_supported_types', type_id,
+                         'devices', uuid))
+    _unlink(os.path.join(root, 'bus/mdev/devices', uuid))
+    _leave_group(root, iommu_group, uuid)
+    shutil.rmtree(os.path.join(parentdir, uuid))
 
-    def _numvfs(self, data, pf):
-        dev = self.profile.device(pf)
-        path = self._dir(pf) + '/sriov_numvfs'
-        count = self._number(data, path)
-        total = dev.sriov_totalvfs or 0
-        if count > total:
-            raise _oserror(errno.ERANGE, path)
-        if count == dev.numvfs:
-            return
-        if dev.numvfs and count:
-            raise _oserror(errno.EBUSY, path)
-        if count > len(dev.virtfns):
-            raise _oserror(errno.ENOSPC, path)   # the profile lists fewer
-        old = dev.enabled_virtfns
-        if not count:
-            vfs = [self.profile.device(vf) for vf in old]
-            if any(v.mdevs or v.current_vgpu_type for v in vfs):
-                raise _oserror(errno.EBUSY, path)
-        self._replace(dataclasses.replace(dev, sriov_numvfs=count))
-        dev = self.profile.device(pf)
-        _write(path, '%d\n' % count, READ_WRITE)
-        if not count:
-            for i, vf in enumerate(old):
-                self._remove_function(vf)
-                os.unlink(os.path.join(self._dir(pf), 'virtfn%d' % i))
-            return
-        dirs = device_dirs(self.profile)
-        groups = self.profile.mdev_iommu_groups()
-        for i, vf in enumerate(dev.enabled_virtfns):
-            vdev = self.profile.device(vf)
-            _write_function(self.root, dirs, vdev, self.profile, groups)
-            _link(os.path.join(self._dir(pf), 'virtfn%d' % i),
-                  os.path.join(self.root, dirs[vf]))
 
-    def _remove_function(self, address):
-        dev = self.profile.device(address)
-        devdir = self._dir(address)
+def _leave_group(root, group, name):
+    """Device ``name`` leaves IOMMU group ``group``; the group goes with
+    its last device, as the kernel's does."""
+    groupdir = os.path.join(root, 'kernel/iommu_groups', str(group))
+    _unlink(os.path.join(groupdir, 'devices', name))
+    if os.path.isdir(groupdir) and not os.listdir(
+            os.path.join(groupdir, 'devices')):
+        shutil.rmtree(groupdir)
+
+
+def write_vfs(root, profile, pf, vfs):
+    """Enabled VFs ``vfs`` of ``pf``: ``sriov_numvfs``, the VFs' own
+    files (no vGPU yet) and the PF's ``virtfnN`` links."""
+    dirs = device_dirs(profile)
+    pfdir = os.path.join(root, dirs[pf])
+    _write(os.path.join(pfdir, 'sriov_numvfs'), '%d\n' % len(vfs),
+           READ_WRITE)
+    for i, vf in enumerate(vfs):
+        dev = dataclasses.replace(profile.device(vf), mdevs=(),
+                                  current_vgpu_type=None)
+        _write_pci_device(root, dirs, dev)
+        if dev.mdev_types:
+            _write_mdev_parent(root, dirs[vf], dev, {})
+        if dev.vgpu_types:
+            nvdir = os.path.join(root, dirs[vf], 'nvidia')
+            os.makedirs(nvdir, exist_ok=True)
+            write_current_vgpu_type(root, dirs[vf], 0)
+            _write(os.path.join(nvdir, 'vgpu_params'), '', READ_WRITE)
+            write_creatable(root, dirs[vf], ())
+        _link(os.path.join(pfdir, 'virtfn%d' % i),
+              os.path.join(root, dirs[vf]))
+
+
+def remove_vfs(root, profile, pf, vfs):
+    """The reverse of :func:`write_vfs` (``sriov_numvfs`` reads 0)."""
+    dirs = device_dirs(profile)
+    pfdir = os.path.join(root, dirs[pf])
+    _write(os.path.join(pfdir, 'sriov_numvfs'), '0\n', READ_WRITE)
+    for i, vf in enumerate(vfs):
+        dev = profile.device(vf)
+        _unlink(os.path.join(pfdir, 'virtfn%d' % i))
         for sub in ('bus/pci/devices', 'class/mdev_bus'):
-            link = os.path.join(self.root, sub, address)
-            if os.path.lexists(link):
-                os.unlink(link)
+            _unlink(os.path.join(root, sub, vf))
         if dev.driver:
-            link = os.path.join(self.root, 'bus/pci/drivers', dev.driver,
-                                address)
-            if os.path.lexists(link):
-                os.unlink(link)
+            _unlink(os.path.join(root, 'bus/pci/drivers', dev.driver, vf))
         if dev.iommu_group is not None:
-            link = os.path.join(self.root, 'kernel/iommu_groups',
-                                str(dev.iommu_group), 'devices', address)
-            if os.path.lexists(link):
-                os.unlink(link)
-        shutil.rmtree(devdir)
-
-    # -- vendor interface -----------------------------------------------------
-
-    def _current(self, data, vf):
-        dev = self.profile.device(vf)
-        path = self._dir(vf) + '/nvidia/current_vgpu_type'
-        number = self._number(data, path)
-        if self._busy.get(vf):
-            self._busy[vf] -= 1
-            raise _oserror(errno.EBUSY, path)
-        if number == 0:
-            if dev.current_vgpu_type is None:
-                return
-            self._replace(dataclasses.replace(dev, current_vgpu_type=None))
-        else:
-            if dev.current_vgpu_type is not None:
-                raise _oserror(errno.EBUSY, path)
-            creatable = capacity.creatable_vgpu_types(
-                dev, self.profile.gpu_current_types(dev))
-            found = [t for t in creatable if t.number == number]
-            if not found:
-                raise _oserror(errno.EINVAL, path)
-            self._replace(dataclasses.replace(
-                dev, current_vgpu_type=found[0].id))
-        _write(path, '%d\n' % number, READ_WRITE)
-        refresh_gpu(self.root, self.profile, self.profile.device(vf))
-
-    def _params(self, data, vf):
-        _write(self._dir(vf) + '/nvidia/vgpu_params', data, READ_WRITE)
-
-    # -- mdev -----------------------------------------------------------------
-
-    def _create(self, data, parent, type_id):
-        dev = self.profile.device(parent)
-        path = self._dir(parent) + '/mdev_supported_types/%s/create' % type_id
-        text = data.strip().lower()
-        if not re.fullmatch(_UUID, text):
-            raise _oserror(errno.EINVAL, path)
-        if any(m.uuid == text for d in self.profile.devices
-               for m in d.mdevs):
-            raise _oserror(errno.EEXIST, path)
-        if dev.mdev_type(type_id) is None:
-            raise _oserror(errno.ENOENT, path)
-        if capacity.available_instances(
-                dev, type_id, dev.mdevs,
-                gpu_mdevs=self.profile.gpu_mdevs(dev)) < 1:
-            raise _oserror(getattr(errno, self.profile.no_capacity_errno),
-                           path)
-        mdev = profile_mod.SimMdev(text, type_id)
-        self._replace(dataclasses.replace(dev, mdevs=dev.mdevs + (mdev,)))
-        write_mdev(self.root, device_dirs(self.profile)[parent], text,
-                   type_id, self._fresh_group())
-        refresh_gpu(self.root, self.profile, self.profile.device(parent))
-
-    def _fresh_group(self):
-        groups = os.path.join(self.root, 'kernel/iommu_groups')
-        used = {int(n) for n in os.listdir(groups) if n.isdigit()}
-        group = max(used) + 1 if used else 0
-        return group
-
-    def _remove(self, data, parent, uuid):
-        path = os.path.join(self._dir(parent), uuid, 'remove')
-        if not self._number(data, path):
-            return
-        dev = self.profile.device(parent)
-        mdev = [m for m in dev.mdevs if m.uuid == uuid]
-        if not mdev:
-            raise _oserror(errno.ENOENT, path)
-        self._replace(dataclasses.replace(
-            dev, mdevs=tuple(m for m in dev.mdevs if m.uuid != uuid)))
-        mdevdir = os.path.join(self._dir(parent), uuid)
-        typedir = os.path.join(self._dir(parent), 'mdev_supported_types',
-                               mdev[0].type_id)
-        group = os.path.basename(os.readlink(os.path.join(mdevdir,
-                                                          'iommu_group')))
-        for link in (os.path.join(typedir, 'devices', uuid),
-                     os.path.join(self.root, 'bus/mdev/devices', uuid),
-                     os.path.join(self.root, 'kernel/iommu_groups', group,
-                                  'devices', uuid)):
-            if os.path.lexists(link):
-                os.unlink(link)
-        shutil.rmtree(mdevdir)
-        refresh_gpu(self.root, self.profile, self.profile.device(parent))
+            _leave_group(root, dev.iommu_group, vf)
+        shutil.rmtree(os.path.join(root, dirs[vf]))

@@ -35,6 +35,7 @@ import time
 from libvirt_gpu import exception
 from libvirt_gpu.simulator import live as live_mod
 from libvirt_gpu import sysfs as sysfs_mod
+from tests.doubles import trees
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -425,50 +426,10 @@ def _close_all():
 
 # --- profiles ----------------------------------------------------------------
 
-A100_VFS = ('0000:3d:00.4', '0000:3d:00.5')
-L40S_VFS = ('0000:5e:00.4', '0000:5e:00.5', '0000:5e:00.6')
-
-
-def sriov_profile_file(directory):
-    """Write (in ``directory``) and return the path of a profile with an
-    A100 whose two VFs are mdev parents sharing the GPU, and an L40S whose
-    three VFs have NVIDIA's vGPU 17+ vendor interface."""
-    desc = ('num_heads=1, frl_config=60, framebuffer=%dM, '
-            'max_resolution=4096x2160, max_instance=%d')
-    gpu = {'vendor_id': '10de', 'class_code': '0x030200',
-           'driver': 'nvidia', 'numa_node': 0}
-    devices = [
-        dict(gpu, address='0000:3d:00.0', product_id='20f1', iommu_group=30,
-             parent_bridge='0000:3c:00.0', sriov_totalvfs=16,
-             virtfns=list(A100_VFS)),
-        dict(gpu, address='0000:5e:00.0', product_id='26b9', iommu_group=40,
-             parent_bridge='0000:5d:00.0', sriov_totalvfs=32,
-             virtfns=list(L40S_VFS))]
-    devices += [dict(gpu, address=vf, product_id='20f1', iommu_group=31 + i,
-                     parent_bridge='0000:3c:00.0', physfn='0000:3d:00.0',
-                     mdev_types='a100') for i, vf in enumerate(A100_VFS)]
-    devices += [dict(gpu, address=vf, product_id='26b9', iommu_group=41 + i,
-                     parent_bridge='0000:5d:00.0', physfn='0000:5e:00.0',
-                     vgpu_types='l40s') for i, vf in enumerate(L40S_VFS)]
-    data = {
-        'name': 'sriov', 'no_capacity_errno': 'EINVAL', 'devices': devices,
-        'type_catalogues': {
-            'a100': [
-                {'id': 'nvidia-692', 'name': 'GRID A100-20C',
-                 'description': desc % (20480, 2), 'max_instance': 2},
-                {'id': 'nvidia-693', 'name': 'GRID A100-40C',
-                 'description': desc % (40960, 1), 'max_instance': 1}],
-            'l40s': [
-                {'id': 'nvidia-1145', 'name': 'NVIDIA L40S-1B',
-                 'max_instance': 32, 'framebuffer_mb': 1024},
-                {'id': 'nvidia-1154', 'name': 'NVIDIA L40S-24A',
-                 'max_instance': 2, 'framebuffer_mb': 24576},
-                {'id': 'nvidia-1155', 'name': 'NVIDIA L40S-24Q',
-                 'max_instance': 2, 'framebuffer_mb': 24576}]}}
-    path = os.path.join(os.fspath(directory), 'sriov.json')
-    with open(path, 'w') as f:
-        json.dump(data, f)
-    return path
+# The small SR-IOV host is a shared double: unit tests use it too.
+A100_VFS = trees.A100_VFS
+L40S_VFS = trees.L40S_VFS
+sriov_profile_file = trees.sriov_profile_file
 
 
 def wait_for(predicate, timeout=10.0, interval=0.02):

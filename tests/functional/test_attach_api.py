@@ -15,7 +15,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import state
 from libvirt_gpu import xmlutil
 from tests.functional import fake_kernel
-from tests.functional import fake_libvirt
+from tests.doubles import fake_libvirt
 from tests.functional import libvirtd
 
 A = objects.PciAddress.parse('0000:3b:00.0')

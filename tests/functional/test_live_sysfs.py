@@ -834,3 +834,31 @@ def test_busy_remove_is_a_profile_setting(live_sysfs_factory, tmp_path,
         t.join(10)
         assert len(done) == 1
     assert EXISTING not in kernel_mdevs(live)
+
+
+def test_sriov_numvfs_on_the_live_tree(live_sysfs_factory, tmp_path):
+    """Enabling VFs through ``sriov_numvfs`` (SimKernel's rules) makes
+    the tree ``write_sysfs`` writes for that state, with an ``add``
+    uevent per VF; disabling takes them away again."""
+    live = live_sysfs_factory('a100')
+    off = '0000:c1:00.0'
+    before = snapshot(live.root)
+    assert write_errno(live, live.sysfs.pci_dir(off) + '/sriov_numvfs',
+                       '17') == errno.ERANGE
+    live.sysfs.set_sriov_numvfs(off, 16)
+    vfs = _vfs_of(live, off)
+    assert len(vfs) == 16 and live.sysfs.sriov_numvfs(off) == 16
+    data = _bundled('a100')
+    _device_entry(data, off)['sriov_numvfs'] = 16
+    assert snapshot(live.root) == _static(tmp_path, 'a100', data, 'vfs')
+    adds = [e['DEVPATH'].rsplit('/', 1)[1] for e in live.sent()
+            if e['ACTION'] == 'add' and e['SUBSYSTEM'] == 'pci']
+    assert adds[-16:] == vfs
+    u = new_uuid()
+    live.sysfs.write(live.type_path(vfs[3], 'nvidia-472', 'create'), u)
+    assert write_errno(live, live.sysfs.pci_dir(off) + '/sriov_numvfs',
+                       '0') == errno.EBUSY          # a VF holds a vGPU
+    live.sysfs.write(live.sysfs.mdev_dir(u) + '/remove', '1')
+    live.sysfs.set_sriov_numvfs(off, 0)
+    assert live.sysfs.virtfns(off) == ()
+    assert snapshot(live.root) == before

@@ -20,7 +20,7 @@ from libvirt_gpu.placement import model
 from libvirt_gpu.placement import sync
 from libvirt_gpu.placement import tree as tree_mod
 from tests.functional import placement_server
-from tests.unit import fakes
+from tests.doubles import fakes
 
 AF = objects.PciAddress.parse('0000:af:00.0')
 B3 = objects.PciAddress.parse('0000:3b:00.0')

@@ -1,8 +1,8 @@
 """Races, crashes and hostile input, with real processes.
 
-Each worker is ``python -m tests.functional.fake_kernel attach|prepare``: a
+Each worker is ``python -m tests.doubles.worker attach|prepare``: a
 separate process that shares with the others only what real callers share -
-the sysfs tree (its kernel emulated by ``FakeKernelSysfs``, serialised by
+the sysfs tree (its kernel emulated by ``KernelSysfs``, serialised by
 the tree's own lock as the kernel serialises), the lease file and, for
 attach, a file-backed libvirt stand-in (the real daemon cannot hot-plug
 here: no VFIO).
@@ -28,14 +28,17 @@ from libvirt_gpu import metadata
 from libvirt_gpu import reconcile
 from libvirt_gpu import state
 from libvirt_gpu import xmlutil
-from tests.functional import fake_kernel
-from tests.functional import fake_libvirt
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
+from tests.doubles import fake_libvirt
+from tests.doubles import hostile
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 TYPE = 'nvidia-227'          # GRID T4-4A: 4 per T4, 8 on the two GPUs
 PER_GPU = 4
+HOSTILE_DOMAIN = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 
 
 class World(object):
@@ -54,11 +57,11 @@ class World(object):
                     % (root, self.state_dir, TYPE))
         self.domains = str(tmp_path / 'domains')
         self.conn = fake_libvirt.FakeConnection(self.domains)
-        self.sysfs = fake_kernel.FakeKernelSysfs(root, profile)
+        self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
         self.store = state.LeaseStore(self.state_dir)
 
     def worker(self, action, domain, env=None, go=None):
-        argv = [sys.executable, '-m', 'tests.functional.fake_kernel', action,
+        argv = [sys.executable, '-m', 'tests.doubles.worker', action,
                 '--root', self.root, '--profile', self.profile, '--config',
                 self.config, '--domain', domain]
         if action == 'attach':
@@ -73,7 +76,7 @@ class World(object):
                                 stderr=subprocess.PIPE, text=True)
 
     def mdevs(self):
-        return self.sysfs.model.mdevs()
+        return self.sysfs.kernel.mdevs()
 
     def running_refs(self):
         """``{mdev uuid: [domain uuid]}`` from every running domain."""
@@ -136,7 +139,7 @@ class World(object):
 
 @pytest.fixture
 def world(tmp_path):
-    with fake_kernel.simulated_tree('t4', without_mdevs=True) as tree:
+    with trees.simulated_tree('t4', without_mdevs=True) as tree:
         yield World(tree[0], tree[1], tmp_path)
 
 
@@ -289,12 +292,11 @@ def test_retried_prepare_after_a_crash_allocates_nothing_twice(world):
 # --- hostile input through the installed hook --------------------------------
 
 def test_hostile_input_through_the_installed_hook(world, tmp_path):
-    from tests.unit import test_hook
     installed = hook.install(str(tmp_path / 'hooks'), world.config)
     clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
-    before = test_hook.tree_snapshot(world.root)
+    before = hostile.tree_snapshot(world.root)
     outcomes, expected = {}, {}
-    for name, data in sorted(test_hook.HOSTILE.items()):
+    for name, data in sorted(hostile.inputs(HOSTILE_DOMAIN).items()):
         r = subprocess.run([installed.path, 'evil', 'prepare', 'begin', '-'],
                            input=data, capture_output=True, env=clean_env,
                            timeout=60)
@@ -305,6 +307,6 @@ def test_hostile_input_through_the_installed_hook(world, tmp_path):
         expected[name] = (1, True) if ours else (0, False)
     assert outcomes == expected
     assert list(expected.values()).count((1, True)) >= 15
-    assert test_hook.tree_snapshot(world.root) == before
+    assert hostile.tree_snapshot(world.root) == before
     assert not os.path.exists(os.path.join(world.state_dir, 'hook.log'))
     assert world.store.leases() == []

@@ -13,8 +13,9 @@ from libvirt_gpu import host as host_mod
 from libvirt_gpu import metadata
 from libvirt_gpu import reconcile
 from libvirt_gpu import state
-from tests.functional import fake_kernel
-from tests.functional import fake_libvirt
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
+from tests.doubles import fake_libvirt
 from tests.functional import libvirtd
 
 A = '0000:3b:00.0'
@@ -25,7 +26,7 @@ PRE2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
 
 class World(object):
     def __init__(self, root, profile, tmp_path):
-        self.sysfs = fake_kernel.FakeKernelSysfs(root, profile)
+        self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
         self.store = state.LeaseStore(tmp_path / 'state')
         self.conn = fake_libvirt.FakeConnection(tmp_path / 'domains')
         self.mdevctl_dir = str(tmp_path / 'mdevctl.d')
@@ -45,7 +46,7 @@ class World(object):
 
     def create(self, parent=A):
         u = str(uuidlib.uuid4())
-        self.sysfs.model.create(parent, 'nvidia-223', u)
+        self.sysfs.kernel.create(parent, 'nvidia-223', u)
         return u
 
     def lease(self, uuid, domain, parent=A, st=state.CREATED, pid=None,
@@ -58,12 +59,12 @@ class World(object):
                 (pid if pid is not None else 2 ** 22 + 3, age + 1.0, uuid))
 
     def mdevs(self):
-        return set(self.sysfs.model.mdevs())
+        return set(self.sysfs.kernel.mdevs())
 
 
 @pytest.fixture
 def world(tmp_path):
-    with fake_kernel.simulated_tree('t4') as tree:
+    with trees.simulated_tree('t4') as tree:
         yield World(tree[0], tree[1], tmp_path)
 
 
@@ -166,7 +167,7 @@ def test_a_removal_that_blocks_is_reported_stuck(world):
     holder_gone = threading.Event()     # the guest never lets go meanwhile
     finished = []
 
-    class Held(fake_kernel.FakeKernelSysfs):
+    class Held(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             if path.endswith('/remove'):
                 holder_gone.wait(60)    # the kernel waits for the holder
@@ -174,7 +175,7 @@ def test_a_removal_that_blocks_is_reported_stuck(world):
                 raise exception.SysfsWriteError(path=path, reason='busy',
                                                 errno=errno.EINTR)
             return super().write(path, data)
-    world.sysfs = Held(world.sysfs.root, world.sysfs.model.profile)
+    world.sysfs = Held(world.sysfs.root, world.sysfs.profile)
     try:
         report = world.run(remove_timeout=0.3)
         # reconcile gave up on the blocked removals instead of waiting

@@ -9,7 +9,8 @@ from libvirt_gpu.backends import mdev
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import state
-from tests.functional import fake_kernel
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
 
 A = objects.PciAddress.parse('0000:3b:00.0')    # empty
 B = objects.PciAddress.parse('0000:af:00.0')    # holds two nvidia-223
@@ -24,8 +25,8 @@ def new_uuid():
 
 @pytest.fixture
 def backend():
-    with fake_kernel.simulated_tree('t4') as tree:
-        yield mdev.MdevBackend(fake_kernel.FakeKernelSysfs(*tree))
+    with trees.simulated_tree('t4') as tree:
+        yield mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """backends.mdev and backends.pci against a simulated T4 host whose kernel
-answers are emulated by tests/functional/fake_kernel.py."""
+answers come from the simulator's kernel (tests/doubles/kernel_sysfs.py)."""
 
 import errno
 import json
@@ -14,7 +14,8 @@ from libvirt_gpu.backends import pci
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
-from tests.functional import fake_kernel
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
 
 GPU_A = '0000:3b:00.0'     # empty
 GPU_B = '0000:af:00.0'     # holds two nvidia-223
@@ -23,13 +24,13 @@ EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 
 @pytest.fixture
 def tree():
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with trees.simulated_tree('t4') as (root, profile):
         yield root, profile
 
 
 @pytest.fixture
 def sysfs(tree):
-    return fake_kernel.FakeKernelSysfs(*tree)
+    return kernel_sysfs.KernelSysfs(*tree)
 
 
 @pytest.fixture
@@ -112,14 +113,14 @@ def test_kernel_answer_is_the_truth(backend, sysfs, tree):
 
 
 def test_parent_gone_between_check_and_write(backend, sysfs):
-    class Vanishing(fake_kernel.FakeKernelSysfs):
+    class Vanishing(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             if path.endswith('/create'):
                 os.unlink(self.path('class', 'mdev_bus', GPU_A))
                 raise exception.SysfsWriteError(path=path, reason='gone',
                                                 errno=errno.ENODEV)
             return super().write(path, data)
-    b = mdev.MdevBackend(Vanishing(sysfs.root, sysfs.model.profile))
+    b = mdev.MdevBackend(Vanishing(sysfs.root, sysfs.profile))
     with pytest.raises(exception.ParentGone, match='ENODEV'):
         b.prepare(vgpu())
 
@@ -127,14 +128,14 @@ def test_parent_gone_between_check_and_write(backend, sysfs):
 def test_eexist_race_with_same_device_is_success(backend, sysfs):
     dev = vgpu()
 
-    class Racer(fake_kernel.FakeKernelSysfs):
+    class Racer(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             if path.endswith('/create'):
                 super().write(path, data)         # someone else was faster
                 raise exception.SysfsWriteError(path=path, reason='exists',
                                                 errno=errno.EEXIST)
             return super().write(path, data)
-    b = mdev.MdevBackend(Racer(sysfs.root, sysfs.model.profile))
+    b = mdev.MdevBackend(Racer(sysfs.root, sysfs.profile))
     assert b.prepare(dev) is False
     assert b.lookup(dev.uuid) == dev
 
@@ -142,13 +143,13 @@ def test_eexist_race_with_same_device_is_success(backend, sysfs):
 def test_transient_errors_are_retried_then_succeed(sysfs):
     answers = [errno.EBUSY, errno.EAGAIN]
 
-    class Busy(fake_kernel.FakeKernelSysfs):
+    class Busy(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             if path.endswith('/create') and answers:
                 raise exception.SysfsWriteError(path=path, reason='busy',
                                                 errno=answers.pop(0))
             return super().write(path, data)
-    b = mdev.MdevBackend(Busy(sysfs.root, sysfs.model.profile),
+    b = mdev.MdevBackend(Busy(sysfs.root, sysfs.profile),
                          retry_stop=2)
     dev = vgpu()
     assert b.prepare(dev) is True
@@ -158,12 +159,12 @@ def test_transient_errors_are_retried_then_succeed(sysfs):
 def test_transient_retry_stops(sysfs):
     calls = []
 
-    class AlwaysBusy(fake_kernel.FakeKernelSysfs):
+    class AlwaysBusy(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             calls.append(path)
             raise exception.SysfsWriteError(path=path, reason='busy',
                                             errno=errno.EBUSY)
-    b = mdev.MdevBackend(AlwaysBusy(sysfs.root, sysfs.model.profile),
+    b = mdev.MdevBackend(AlwaysBusy(sysfs.root, sysfs.profile),
                          retry_stop=0.3)
     with pytest.raises(exception.MdevCreateFailed, match='EBUSY'):
         b.prepare(vgpu())
@@ -173,12 +174,12 @@ def test_transient_retry_stops(sysfs):
 def test_other_errors_are_not_retried(sysfs):
     calls = []
 
-    class Denied(fake_kernel.FakeKernelSysfs):
+    class Denied(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             calls.append(path)
             raise exception.SysfsWriteError(path=path, reason='denied',
                                             errno=errno.EACCES)
-    b = mdev.MdevBackend(Denied(sysfs.root, sysfs.model.profile))
+    b = mdev.MdevBackend(Denied(sysfs.root, sysfs.profile))
     with pytest.raises(exception.MdevCreateFailed, match='EACCES'):
         b.prepare(vgpu())
     assert len(calls) == 1
@@ -224,14 +225,14 @@ def test_remove(backend):
 
 
 def test_remove_while_vendor_driver_removes_it(sysfs):
-    class VendorCleanup(fake_kernel.FakeKernelSysfs):
+    class VendorCleanup(kernel_sysfs.KernelSysfs):
         def write(self, path, data):
             if path.endswith('/remove'):
                 super().write(path, data)      # the driver's own cleanup
                 raise exception.SysfsWriteError(path=path, reason='gone',
                                                 errno=errno.ENODEV)
             return super().write(path, data)
-    b = mdev.MdevBackend(VendorCleanup(sysfs.root, sysfs.model.profile))
+    b = mdev.MdevBackend(VendorCleanup(sysfs.root, sysfs.profile))
     assert b.remove(EXISTING) is True
     assert b.lookup(EXISTING) is None
 
@@ -268,7 +269,7 @@ class FakeHost(object):
         from lxml import etree
         root = etree.fromstring(xml)
         parent = objects.PciAddress.from_libvirt_name(root.findtext('parent'))
-        self.sysfs.model.create(parent, root.find('capability/type').get(
+        self.sysfs.kernel.create(parent, root.find('capability/type').get(
             'id'), root.findtext('capability/uuid'))
         return 'mdev_x'
 
@@ -276,7 +277,7 @@ class FakeHost(object):
         self.destroyed.append(uuid)
         if self.answer is not None:
             raise self.answer
-        self.sysfs.model.remove(uuid)
+        self.sysfs.kernel.remove(uuid)
         return True
 
 

@@ -6,7 +6,7 @@ from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.conf import vgpu
-from tests.unit import fakes
+from tests.doubles import fakes
 
 GPUS = [fakes.gpu('0000:3b:00.0'), fakes.gpu('0000:af:00.0'),
         fakes.gpu('0000:d8:00.0', types=())]

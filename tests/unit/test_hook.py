@@ -1,7 +1,7 @@
 """The qemu hook: fast exit, prepare/release/reconnect, refusals, install.
 
-hook.run is called in-process with a FakeKernelSysfs (the kernel's answers
-emulated); hooks/qemu itself runs as a process where the import-free fast
+hook.run is called in-process with a KernelSysfs (the simulator's kernel
+answers); hooks/qemu itself runs as a process where the import-free fast
 path and the installed copy are tested.
 """
 
@@ -18,7 +18,9 @@ import pytest
 from libvirt_gpu import config_xml
 from libvirt_gpu import hook
 from libvirt_gpu import state
-from tests.functional import fake_kernel
+from tests.doubles import hostile
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -69,7 +71,7 @@ class Env(object):
 
     def __init__(self, root, profile, tmp_path, types='nvidia-223'):
         self.root = root
-        self.sysfs = fake_kernel.FakeKernelSysfs(root, profile)
+        self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
         self.state_dir = str(tmp_path / 'state')
         self.mdevctl_dir = str(tmp_path / 'mdevctl.d')
         self.config = str(tmp_path / 'libvirt-gpu.conf')
@@ -90,7 +92,7 @@ class Env(object):
         return rc, err.getvalue()
 
     def mdevs(self):
-        return sorted(self.sysfs.model.mdevs())
+        return sorted(self.sysfs.kernel.mdevs())
 
     def leases(self):
         return state.LeaseStore(self.state_dir).leases()
@@ -105,7 +107,7 @@ class Env(object):
 
 @pytest.fixture
 def env(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with trees.simulated_tree('t4') as (root, profile):
         yield Env(root, profile, tmp_path)
 
 
@@ -117,7 +119,7 @@ def test_prepare_creates_and_release_removes(env):
     before = env.mdevs()
     rc, err = env.run('prepare', xml)
     assert (rc, err) == (0, '')
-    found = env.sysfs.model.mdevs()
+    found = env.sysfs.kernel.mdevs()
     assert found[u2] == (config_xml.objects.PciAddress.parse(B),
                          'nvidia-223')
     assert str(found[u1][0]) == A               # the GPU with most room
@@ -128,7 +130,7 @@ def test_prepare_creates_and_release_removes(env):
     assert 'created vGPU %s' % u1 in env.log()
     # a second prepare (libvirt retrying a start) changes nothing
     assert env.run('prepare', xml) == (0, '')
-    assert len(env.sysfs.model.mdevs()) == len(before) + 2
+    assert len(env.sysfs.kernel.mdevs()) == len(before) + 2
     rc, err = env.run('release', xml)
     assert (rc, err) == (0, '')
     assert env.mdevs() == before
@@ -143,11 +145,11 @@ def test_failed_prepare_rolls_back(env):
     rc, err = env.run('prepare', xml)
     assert rc == 1
     assert 'cannot start domain' in err and 'nvidia-222' in err
-    assert good not in env.sysfs.model.mdevs()
+    assert good not in env.sysfs.kernel.mdevs()
     assert env.leases() == []
 
 
-class StaleCountSysfs(fake_kernel.FakeKernelSysfs):
+class StaleCountSysfs(kernel_sysfs.KernelSysfs):
     """available_instances always reads 9: only the kernel knows."""
 
     def read_int(self, path, optional=False, base=10):
@@ -160,7 +162,7 @@ def test_rollback_after_a_kernel_refusal(env):
     uuids = [new_uuid() for _ in range(7)]
     # B has room for 6 nvidia-223: the 7th create is refused by the kernel
     xml = domain_xml([(u, 'nvidia-223', B) for u in uuids])
-    env.sysfs = StaleCountSysfs(env.root, env.sysfs.model.profile)
+    env.sysfs = StaleCountSysfs(env.root, env.sysfs.profile)
     before = env.mdevs()
     rc, err = env.run('prepare', xml)
     assert rc == 1 and 'the kernel answered EINVAL' in err
@@ -196,18 +198,18 @@ def test_vgpu_without_hostdev_is_not_created(env):
     rc, err = env.run('prepare', domain_xml([(u, 'nvidia-223', None)],
                                             hostdevs=[]))
     assert rc == 0 and 'no <hostdev' in err
-    assert u not in env.sysfs.model.mdevs()
+    assert u not in env.sysfs.kernel.mdevs()
 
 
 def test_foreign_mdev_hostdev_is_left_to_libvirt(env):
     u = new_uuid()
     rc, err = env.run('prepare', domain_xml(hostdevs=[u]))
     assert (rc, err) == (0, '')
-    assert u not in env.sysfs.model.mdevs()
+    assert u not in env.sysfs.kernel.mdevs()
     # an existing mdev used by the domain without our lease is never removed
     rc, _ = env.run('release', domain_xml(
         [(EXISTING, 'nvidia-223', None)]))
-    assert EXISTING in env.sysfs.model.mdevs()
+    assert EXISTING in env.sysfs.kernel.mdevs()
 
 
 def test_mdevctl_defined_hostdev_is_created_and_removed(env):
@@ -218,10 +220,10 @@ def test_mdevctl_defined_hostdev_is_created_and_removed(env):
                 '"attrs": []}')
     xml = domain_xml(hostdevs=[u])
     assert env.run('prepare', xml) == (0, '')
-    assert env.sysfs.model.mdevs()[u][1] == 'nvidia-222'  # not enabled:
+    assert env.sysfs.kernel.mdevs()[u][1] == 'nvidia-222'  # not enabled:
     # the operator's own definition names its type
     assert env.run('release', xml) == (0, '')
-    assert u not in env.sysfs.model.mdevs()
+    assert u not in env.sysfs.kernel.mdevs()
 
 
 def test_mdevctl_definition_with_attrs_refused(env):
@@ -234,7 +236,7 @@ def test_mdevctl_definition_with_attrs_refused(env):
 
 
 def test_pgpu_checks(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with trees.simulated_tree('t4') as (root, profile):
         env = Env(root, profile, tmp_path,
                   types='nvidia-223\n[vgpu_nvidia-223]\n'
                         'device_addresses = %s' % A)
@@ -250,7 +252,7 @@ def _pgpu_checks(env):
 
 
 def test_pgpu_of_a_gpu_not_enabled_for_vgpu(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with trees.simulated_tree('t4') as (root, profile):
         env = Env(root, profile, tmp_path, types='')
         assert env.run('prepare', domain_xml(pgpus=[A])) == (0, '')
 
@@ -289,25 +291,7 @@ def test_release_survives_a_stuck_device(env, monkeypatch):
 
 # --- refusals ----------------------------------------------------------------
 
-HOSTILE_DIR = os.path.join(ROOT, 'tests', 'data', 'hostile')
-
-
-def _hostile():
-    """tests/data/hostile/*.xml (external entities, entity expansion,
-    DOCTYPE, '..' and newlines in UUIDs/types/addresses, malformed XML), and
-    an oversize document made here (5 MiB: more than the 4 MiB cap)."""
-    found = {}
-    for name in sorted(os.listdir(HOSTILE_DIR)):
-        with open(os.path.join(HOSTILE_DIR, name), 'rb') as f:
-            found[name[:-len('.xml')]] = f.read()
-    found['oversize'] = (
-        '<domain><uuid>%s</uuid><metadata><g:gpus xmlns:g="urn:libvirt-'
-        'gpu:1"/></metadata><description>%s</description></domain>'
-        % (DOM, 'x' * (5 * 1024 * 1024))).encode()
-    return found
-
-
-HOSTILE = _hostile()
+HOSTILE = hostile.inputs(DOM)
 
 
 def test_the_hostile_set_is_complete():
@@ -317,20 +301,10 @@ def test_the_hostile_set_is_complete():
         assert any(needle in data for data in HOSTILE.values()), needle
 
 
-def tree_snapshot(root):
-    found = []
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            found.append((path, st.st_mode, st.st_size, st.st_mtime_ns))
-    return sorted(found)
-
-
 @pytest.mark.parametrize('name', sorted(HOSTILE))
 def test_hostile_input_refused_nothing_written(env, name):
     data = HOSTILE[name]
-    before = tree_snapshot(env.root)
+    before = hostile.tree_snapshot(env.root)
     rc, err = env.run('prepare', data)
     assert rc == 1
     assert err.startswith('libvirt-gpu: prepare of domain')
@@ -338,7 +312,7 @@ def test_hostile_input_refused_nothing_written(env, name):
     assert len(err) < 2000                    # a message, not a dump
     rc, err = env.run('release', data)
     assert rc == 0 and 'refused' in err
-    assert tree_snapshot(env.root) == before
+    assert hostile.tree_snapshot(env.root) == before
     assert env.sysfs.writes == []
     assert not os.path.exists(env.state_dir)   # no leases, no log
 
@@ -469,17 +443,17 @@ def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
     u = new_uuid()
     xml = domain_xml([(u, 'nvidia-223', None)])
     clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
-    with fake_kernel.KernelWatcher(env.root, env.sysfs.model.profile) as w:
+    with kernel_sysfs.KernelWatcher(env.root, env.sysfs.profile) as w:
         r = subprocess.run([done.path, 'vm1', 'prepare', 'begin', '-'],
                            input=xml, capture_output=True, env=clean_env,
                            timeout=60)
         assert r.returncode == 0, r.stderr
-        assert u in env.sysfs.model.mdevs()
+        assert u in env.sysfs.kernel.mdevs()
         r = subprocess.run([done.path, 'vm1', 'release', 'end', '-'],
                            input=xml, capture_output=True, env=clean_env,
                            timeout=60)
         assert r.returncode == 0, r.stderr
-        assert u not in env.sysfs.model.mdevs()
+        assert u not in env.sysfs.kernel.mdevs()
         assert [e[0] for e in w.events] == ['create', 'remove']
     assert env.leases() == []
 

@@ -1,6 +1,6 @@
 """NVIDIA vGPU 17+ vendor interface: the creatable_vgpu_types parser, the
 Sysfs reader, and backends.nvidia_vgpu against the simulated L40S host
-(sysfs_tree.WriteThroughSysfs answers writes as the driver would)."""
+(kernel_sysfs.KernelSysfs answers writes as the driver would)."""
 
 import json
 import os
@@ -16,7 +16,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu.simulator import sysfs_tree
+from tests.doubles import kernel_sysfs
 
 GPU1 = '0000:3d:00.0'          # holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
 GPU2 = '0000:bd:00.0'          # empty
@@ -42,7 +42,7 @@ def fast_tmp(tmp_path):
 def host(fast_tmp):
     root = os.path.join(fast_tmp, 'sys')
     simulator.write_sysfs(simulator.load_profile('l40s'), root)
-    return sysfs_tree.WriteThroughSysfs('l40s', root)
+    return kernel_sysfs.KernelSysfs(root, 'l40s')
 
 
 @pytest.fixture
@@ -155,8 +155,8 @@ def test_create_writes_type_and_shares_capacity(backend, host):
     assert backend.available('0000:bd:00.5', 'nvidia-1156') == 0
     # the other GPU is not affected
     assert backend.available(VF_FREE, 'nvidia-1145') == 1
-    assert [w[1] for w in host.writes
-            if w[0].endswith('current_vgpu_type')] == ['1156']
+    assert [w.detail[1] for w in host.writes
+            if w.kind == kernel_sysfs.CURRENT_VGPU_TYPE] == ['1156']
     with pytest.raises(exception.NoCapacity, match='none of its'):
         backend.choose_vf(GPU2, 'nvidia-1156')
 
@@ -202,8 +202,8 @@ def test_destroy_writes_zero_and_retries_while_busy(backend, host):
     host.busy(VF_FREE, count=3)              # the driver is still tearing down
     assert backend.release(dev) is True
     assert host.current_vgpu_type(VF_FREE) == 0
-    zeros = [w for w in host.writes if w[0].endswith('current_vgpu_type')
-             and w[1] == '0']
+    zeros = [w for w in host.writes if w.kind == kernel_sysfs.CURRENT_VGPU_TYPE
+             and w.detail == (VF_FREE, '0')]
     assert len(zeros) == 4                   # 3 EBUSY answers, then success
     assert backend.lookup(dev.uuid) is None
     assert backend.vgpus() == {}             # transient: forgotten

@@ -1,7 +1,7 @@
 """The vendor interface (and mdev on VFs) through the same allocator, hook,
 API and reconcile as classic mdevs, on simulated L40S and A100 hosts whose
-writes act like the driver (sysfs_tree.WriteThroughSysfs), with libvirt
-stood in for by tests/functional/fake_libvirt."""
+writes act like the driver (kernel_sysfs.KernelSysfs), with libvirt
+stood in for by tests/doubles/fake_libvirt."""
 
 import io
 import json
@@ -23,9 +23,9 @@ from libvirt_gpu import reconcile
 from libvirt_gpu import simulator
 from libvirt_gpu import state
 from libvirt_gpu import xmlutil
-from libvirt_gpu.simulator import sysfs_tree
-from tests.functional import fake_libvirt
-from tests.functional import libvirtd
+from tests.doubles import fake_libvirt
+from tests.doubles import domains
+from tests.doubles import kernel_sysfs
 
 DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 L1 = objects.PciAddress.parse('0000:3d:00.0')     # 2 x L40S-1B not ours
@@ -53,7 +53,7 @@ class World(object):
     def __init__(self, name, tmp, types, addresses):
         self.root = os.path.join(tmp, 'sys')
         simulator.write_sysfs(simulator.load_profile(name), self.root)
-        self.sysfs = sysfs_tree.WriteThroughSysfs(name, self.root)
+        self.sysfs = kernel_sysfs.KernelSysfs(self.root, name)
         self.state_dir = os.path.join(tmp, 'state')
         self.config = os.path.join(tmp, 'libvirt-gpu.conf')
         with open(self.config, 'w') as f:
@@ -224,7 +224,7 @@ def _l40s_vfs_off(tmp):
     world = World('l40s', tmp, 'nvidia-1145', '%s, %s' % (L1, L2))
     shutil.rmtree(world.root)
     simulator.write_sysfs(profile, world.root)
-    world.sysfs = sysfs_tree.WriteThroughSysfs(profile, world.root)
+    world.sysfs = kernel_sysfs.KernelSysfs(world.root, profile)
     world.settings_file = os.path.join(world.state_dir,
                                        hook.SETTINGS_NAME)
     with open(world.config, 'w') as f:
@@ -322,7 +322,7 @@ def _hostdev_vfs(world, dom, inactive=False):
 
 
 def test_api_live_attach_and_detach(l40s):
-    dom = l40s.conn.define(libvirtd.tiny_domain_xml('vm1'), active=True)
+    dom = l40s.conn.define(domains.tiny_domain_xml('vm1'), active=True)
     done = l40s.call(api.attach, 'vm1', vgpu_type='nvidia-1145', live=True)
     assert str(done.parent) == '0000:bd:00.4'
     assert l40s.sysfs.current_vgpu_type('0000:bd:00.4') == 1145
@@ -338,7 +338,7 @@ def test_api_live_attach_and_detach(l40s):
 
 
 def test_api_config_attach_records_the_vf_and_hook_creates_it(l40s):
-    dom = l40s.conn.define(libvirtd.tiny_domain_xml('vm1'), active=False)
+    dom = l40s.conn.define(domains.tiny_domain_xml('vm1'), active=False)
     done = l40s.call(api.attach, 'vm1', vgpu_type='nvidia-1145',
                      config=True)
     vf = done.parent

@@ -5,7 +5,7 @@ from libvirt_gpu.placement import cyborg
 from libvirt_gpu.placement import model
 from libvirt_gpu.placement import traits
 from libvirt_gpu.placement import tree
-from tests.unit import fakes
+from tests.doubles import fakes
 
 AF = objects.PciAddress.parse('0000:af:00.0')
 B3 = objects.PciAddress.parse('0000:3b:00.0')

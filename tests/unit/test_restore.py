@@ -13,11 +13,12 @@ import pytest
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import conf as conf_mod
+from libvirt_gpu import objects
 from libvirt_gpu import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import profile as profile_mod
-from libvirt_gpu.simulator import sysfs_tree
+from tests.doubles import kernel_sysfs
 
 U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
 U2 = 'c73f1fa6-489e-4834-9476-d70dabd98c40'
@@ -51,7 +52,7 @@ def rebooted(name):
 def host(profile, fast_tmp):
     root = os.path.join(fast_tmp, 'sys')
     simulator.write_sysfs(profile, root)
-    return sysfs_tree.WriteThroughSysfs(profile, root)
+    return kernel_sysfs.KernelSysfs(root, profile)
 
 
 def conf(fast_tmp, text):
@@ -97,7 +98,7 @@ def test_a100_after_reboot_and_idempotence(fast_tmp):
     assert 'No capacity' in [a for a in first.failed][0].detail
     assert len(sysfs.virtfns('0000:41:00.0')) == 16
     parents = sysfs.mdevs_by_parent()
-    assert [m.uuid for m in parents[sysfs_tree.objects.PciAddress.parse(
+    assert [m.uuid for m in parents[objects.PciAddress.parse(
         '0000:41:00.4')]] == [U1]
     writes = len(sysfs.writes)
     second = run()
@@ -123,8 +124,8 @@ def test_l40s_after_reboot_from_our_state(fast_tmp):
                 (U3, '0000:bd:00.4', '0000:bd:00.0', 'nvidia-1156', 'auto',
                  None)):
             entries[uuid] = nvidia_vgpu.VendorVgpu(
-                uuid=uuid, vf=sysfs_tree.objects.PciAddress.parse(vf),
-                gpu=sysfs_tree.objects.PciAddress.parse(gpu),
+                uuid=uuid, vf=objects.PciAddress.parse(vf),
+                gpu=objects.PciAddress.parse(gpu),
                 type_id=type_id, start=start, params=params)
     # the GPU of U3 is not configured but our state names it
     targets = restore.vf_targets(cfg, sysfs, cfg.state_dir)

@@ -14,6 +14,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import uevent
+from tests.doubles import trees
 
 A = '0000:3b:00.0'          # empty T4
 B = '0000:af:00.0'          # T4 holding two nvidia-223
@@ -311,8 +312,7 @@ def test_encode_needs_the_keys_libudev_needs():
 
 @pytest.fixture
 def sriov(tmp_path):
-    from tests.functional import live_sysfs
-    return kernel_mod.SimKernel(live_sysfs.sriov_profile_file(tmp_path))
+    return kernel_mod.SimKernel(trees.sriov_profile_file(tmp_path))
 
 
 def test_vfs_of_one_gpu_share_its_capacity(sriov):
@@ -607,3 +607,78 @@ def test_busy_remove_applies_to_vendor_vgpus_too():
     assert k.current_vgpu_type(vf) == 'nvidia-1145'
     k.mark_idle(vf)
     assert k.set_vgpu_type(vf, b'0') is None
+
+
+# --- SR-IOV: sriov_numvfs --------------------------------------------------
+
+def test_enabling_vfs_makes_them_parents_and_disabling_takes_them_away():
+    k = kernel_mod.SimKernel('a100')
+    seen = []
+    k.subscribe(seen.append)
+    assert k.numvfs(A100_OFF) == 0
+    assert k.set_numvfs(A100_OFF, b'2\n') == \
+        k.profile.device(A100_OFF).virtfns[:2]
+    vf = k.profile.device(A100_OFF).virtfns[0]
+    assert k.set_numvfs(A100_OFF, '2') == ()     # the same count: no-op
+    assert seen == [kernel_mod.VfsEnabled(
+        A100_OFF, k.profile.device(A100_OFF).virtfns[:2])]
+    assert vf in k.parents() and k.parent_state(vf) == kernel_mod.BOUND
+    assert k.available_instances(vf, 'nvidia-472') == 1
+    uuid = new_uuid()
+    k.create_mdev(vf, 'nvidia-472', uuid)
+    assert errno_of(k.set_numvfs, A100_OFF, '0') == errno.EBUSY
+    assert errno_of(k.set_numvfs, A100_OFF, '4') == errno.EBUSY
+    k.remove_mdev(uuid)
+    assert k.set_numvfs(A100_OFF, '0') == (vf, k.profile.device(
+        A100_OFF).virtfns[1])
+    assert isinstance(seen[-1], kernel_mod.VfsDisabled)
+    assert vf not in k.parents()
+    assert k.parent_state(vf) == kernel_mod.ABSENT
+    assert errno_of(k.create_mdev, vf, 'nvidia-472',
+                    new_uuid()) == errno.ENOENT
+
+
+@pytest.mark.parametrize('data, code', [
+    ('17', errno.ERANGE),            # above sriov_totalvfs (16)
+    ('65536', errno.ERANGE),         # kstrtou16
+    ('-1', errno.EINVAL), ('2 VFs', errno.EINVAL), ('', errno.EINVAL)])
+def test_sriov_numvfs_refusals(data, code):
+    k = kernel_mod.SimKernel('a100')
+    assert errno_of(k.set_numvfs, A100_OFF, data) == code
+    assert k.numvfs(A100_OFF) == 0
+
+
+def test_sriov_numvfs_of_a_device_without_sr_iov_is_enoent():
+    k = kernel_mod.SimKernel('t4')
+    assert errno_of(k.set_numvfs, '0000:af:00.0', '1') == errno.ENOENT
+
+
+def test_vendor_vfs_come_and_go_with_sriov_numvfs():
+    k = kernel_mod.SimKernel('l40s')
+    pf = k.profile.physical(k.profile.device(k.vendor_vfs()[0])).address
+    free = [vf for vf in k.vendor_vfs() if vf in k.profile.device(pf).virtfns
+            and k.current_vgpu_type(vf) is None]
+    held = [vf for vf in k.vendor_vfs() if vf in k.profile.device(pf).virtfns
+            and k.current_vgpu_type(vf)]
+    if held:
+        assert errno_of(k.set_numvfs, pf, '0') == errno.EBUSY
+        for vf in held:
+            k.set_vgpu_type(vf, '0')
+    k.set_numvfs(pf, '0')
+    assert not set(free) & set(k.vendor_vfs())
+    assert errno_of(k.set_vgpu_type, free[0], '0') == errno.ENOENT
+
+
+# --- restore: the state a tree shows ---------------------------------------
+
+def test_restore_replaces_what_the_kernel_holds():
+    k = kernel_mod.SimKernel('t4')
+    mine = kernel_mod.KMdev(new_uuid(), A, 'nvidia-222', 300)
+    k.restore(kernel_mod.KernelState(mdevs=(mine,), going=(B,)))
+    assert k.mdevs() == [mine]
+    assert k.available_instances(A, 'nvidia-222') == 15
+    assert k.parent_state(B) == kernel_mod.GOING
+    assert errno_of(k.create_mdev, B, 'nvidia-223',
+                    new_uuid()) == errno.ENODEV
+    k.restore(kernel_mod.KernelState())
+    assert k.mdevs() == [] and k.parent_state(B) == kernel_mod.BOUND

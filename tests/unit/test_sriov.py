@@ -19,7 +19,7 @@ from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.placement import cyborg
 from libvirt_gpu.placement import model
-from libvirt_gpu.simulator import sysfs_tree
+from tests.doubles import kernel_sysfs
 
 A = objects.PciAddress.parse('0000:41:00.0')       # A100, 16 VFs, 1 vGPU
 B = objects.PciAddress.parse('0000:c1:00.0')       # A100, VFs not enabled
@@ -184,7 +184,7 @@ def test_cyborg_sees_one_device_per_gpu(a100, l40s):
 def test_simulated_vfs_share_the_gpu(fast_dir):
     root = os.path.join(fast_dir, 'share')
     simulator.write_sysfs(simulator.load_profile('a100'), root)
-    sysfs = sysfs_tree.WriteThroughSysfs('a100', root)
+    sysfs = kernel_sysfs.KernelSysfs(root, 'a100')
 
     def avail(vf, type_id='nvidia-472'):
         return sysfs.read_int(os.path.join(sysfs.types_dir(vf), type_id,
@@ -212,7 +212,7 @@ def test_simulated_vfs_share_the_gpu(fast_dir):
 def test_sriov_numvfs_follows_the_kernel(fast_dir):
     root = os.path.join(fast_dir, 'numvfs')
     simulator.write_sysfs(simulator.load_profile('a100'), root)
-    sysfs = sysfs_tree.WriteThroughSysfs('a100', root)
+    sysfs = kernel_sysfs.KernelSysfs(root, 'a100')
     assert sysfs.sriov_numvfs(B) == 0 and sysfs.virtfns(B) == ()
     with pytest.raises(exception.SysfsWriteError) as info:
         sysfs.set_sriov_numvfs(B, 17)
