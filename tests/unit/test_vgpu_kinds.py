@@ -23,8 +23,8 @@ from libvirt_gpu import reconcile
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu import sysfs as sysfs_mod
-from tests.functional import fake_libvirt
-from tests.functional import libvirtd
+from tests.doubles import domains
+from tests.doubles import fake_libvirt
 
 TYPE = 'dummy-1'
 CAPACITY = 2
@@ -142,7 +142,7 @@ def world(tmp_path, monkeypatch):
     # The one registration line of a new kind:
     monkeypatch.setattr(registry, 'KINDS', (SPEC,) + registry.KINDS)
     conn = fake_libvirt.FakeConnection(str(tmp_path / 'doms'))
-    conn.define(libvirtd.tiny_domain_xml('vm1'), active=True)
+    conn.define(domains.tiny_domain_xml('vm1'), active=True)
     env = environment.Environment(
         str(tmp_path / 'state'), sysfs=sysfs,
         host=host_mod.Host.from_connection(conn),
