@@ -9,14 +9,26 @@ host: 8 x A100 PCIe 40GB with all 16 VFs of each enabled (128 mdev parents
 with the A100's 6 time-sliced types, from the bundled ``a100`` profile),
 where the VFs are grouped under their GPUs and capacity is shared.
 
+Last, the whole process: ``libvirt-gpu --sysfs-root T list --json`` on the
+largest simulated host against ``mdevctl types --dumpjson`` reading the same
+tree, run alternately (medians of ``--cli-runs`` each), with the types each
+one printed counted to prove they read the same thing.  mdevctl reads only
+``/sys``, so this part runs in a private mount namespace with the tree
+bind-mounted over ``/sys`` (root and ``unshare`` needed; skipped with a
+note otherwise).  ``--before DIR`` adds a column for the package in DIR (an
+older checkout) run the same way, for a before/after in one run.
+
     .venv/bin/python bench/discovery.py [--parents 1,8,64,256] [--runs 7]
-                                        [--a100-gpus 8]
+                                        [--a100-gpus 8] [--cli-runs 15]
+                                        [--before DIR]
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -124,6 +136,90 @@ def bench_a100(gpus, runs):
           % (len(providers), ', '.join(str(t) for t in totals)))
 
 
+def _cli_argv(root, tree):
+    """``libvirt-gpu --sysfs-root tree list --json`` from the package in
+    ``root`` (``-m`` with ``root`` as the working directory, so an older
+    checkout is timed the same way as this one)."""
+    return dict(args=[sys.executable, '-m', 'libvirt_gpu.cmd.main',
+                      '--sysfs-root', tree, 'list', '--json'], cwd=root)
+
+
+def _run_ms(spec):
+    """Wall time of one whole process, and what it printed."""
+    start = time.perf_counter()
+    done = subprocess.run(stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          check=True, **spec)
+    return (time.perf_counter() - start) * 1000.0, done.stdout
+
+
+def _types_listed(name, out):
+    """How many (parent, type) pairs a command printed."""
+    data = json.loads(out)
+    if name == 'mdevctl':
+        # [{parent: [{type id: {...}}, ...], ...}]
+        return sum(len(types) for parents in data
+                   for types in parents.values())
+    return sum(len(g['mdev_types']) for g in data)
+
+
+def in_namespace(tree, runs, before):
+    """Inside a private mount namespace: show ``tree`` as /sys, then run the
+    commands alternately.  Prints a JSON document of the medians."""
+    subprocess.run(['mount', '--bind', tree, '/sys'], check=True)
+    specs = {'mdevctl': dict(args=['mdevctl', 'types', '--dumpjson'])}
+    specs['libvirt-gpu'] = _cli_argv(os.path.dirname(HERE), tree)
+    if before:
+        specs['before'] = _cli_argv(before, tree)
+    times = {name: [] for name in specs}
+    counts = {}
+    for _ in range(runs):
+        for name, spec in specs.items():
+            elapsed, out = _run_ms(spec)
+            times[name].append(elapsed)
+            counts.setdefault(name, _types_listed(name, out))
+    json.dump({'median_ms': {n: statistics.median(t)
+                             for n, t in times.items()},
+               'types': counts}, sys.stdout)
+    return 0
+
+
+def bench_whole_process(parents, types, runs, before):
+    """Whole-process ``list --json`` against mdevctl on the same tree."""
+    print()
+    why = None
+    if os.geteuid() != 0:
+        why = 'needs root (a private mount namespace)'
+    elif not shutil.which('unshare') or not shutil.which('mdevctl'):
+        why = 'needs unshare (util-linux) and mdevctl'
+    if why:
+        print('whole process vs mdevctl: skipped, %s' % why)
+        return
+    profile = simulator.synthetic_profile(parents, types=types)
+    with tempfile.TemporaryDirectory() as tmp:
+        simulator.write_host(profile, tmp)
+        argv = ['unshare', '--mount', '--propagation', 'private', '--',
+                sys.executable, os.path.abspath(__file__),
+                '--in-namespace', tmp, '--cli-runs', str(runs)]
+        if before:
+            argv += ['--before', os.path.abspath(before)]
+        got = json.loads(subprocess.run(argv, stdout=subprocess.PIPE,
+                                        check=True).stdout)
+    med, counts = got['median_ms'], got['types']
+    print('whole process on %d parents x %d types, alternating, median of '
+          '%d runs (ms)' % (parents, types, runs))
+    print('%-52s %10s %8s %8s' % ('command', 'ms', 'x mdevctl', 'types'))
+    rows = [('mdevctl types --dumpjson (tree on /sys)', 'mdevctl'),
+            ('libvirt-gpu --sysfs-root T list --json', 'libvirt-gpu')]
+    if before:
+        rows.append(('  the same, package in %s' % before, 'before'))
+    for label, name in rows:
+        print('%-52s %10.1f %8.2f %8d' % (label, med[name],
+                                          med[name] / med['mdevctl'],
+                                          counts[name]))
+    if len(set(counts.values())) != 1:
+        print('WARNING: the commands did not list the same number of types')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--parents', default='1,8,64,256')
@@ -131,7 +227,15 @@ def main(argv=None):
     parser.add_argument('--runs', type=int, default=7)
     parser.add_argument('--a100-gpus', type=int, default=8,
                         help='GPUs of the A100 host (0: skip it)')
+    parser.add_argument('--cli-runs', type=int, default=15,
+                        help='runs of each whole process (0: skip them)')
+    parser.add_argument('--before', metavar='DIR',
+                        help='also time the libvirt_gpu package in DIR')
+    parser.add_argument('--in-namespace', metavar='TREE',
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.in_namespace:
+        return in_namespace(args.in_namespace, args.cli_runs, args.before)
     libvirt.registerErrorHandler(_quiet, None)
     rows = []
     for parents in [int(p) for p in args.parents.split(',')]:
@@ -161,6 +265,9 @@ def main(argv=None):
         print('%8d %8d %7d %10.1f %14.1f %12.1f' % row)
     if args.a100_gpus:
         bench_a100(args.a100_gpus, args.runs)
+    if args.cli_runs:
+        largest = max(int(p) for p in args.parents.split(','))
+        bench_whole_process(largest, args.types, args.cli_runs, args.before)
     return 0
 
 

@@ -9,9 +9,13 @@
    simulated T4 host (the kernel's create/remove emulated by an inotify
    watcher in this process), each followed by an untimed ``release``.
    Target: under 100 ms.  The first (cold) run, which rebuilds the hook's
-   settings snapshot through oslo.config, is reported apart.
+   settings snapshot through oslo.config, is reported apart.  With
+   ``--before DIR``, the hook of the package in DIR (an older checkout),
+   installed with its own state directory on the same host, runs in turn
+   with this one, for a before/after in one run.
 
     .venv/bin/python bench/hook.py [--runs 200] [--prepare-runs 30]
+                                   [--before DIR]
 """
 
 import argparse
@@ -90,6 +94,18 @@ def gpu_xml(n):
     return xml.replace('</devices>', devices + '</devices>').encode()
 
 
+def install_from(package_dir, hooks_dir, config):
+    """Install the hook of the libvirt_gpu package in ``package_dir``;
+    returns its path."""
+    code = ('import sys; sys.path.insert(0, %r); '
+            'from libvirt_gpu import hook; '
+            'print(hook.install(%r, %r).path)'
+            % (package_dir, hooks_dir, config))
+    return subprocess.run([sys.executable, '-c', code], check=True,
+                          stdout=subprocess.PIPE, text=True,
+                          cwd=package_dir).stdout.strip()
+
+
 def ms(seconds):
     return '%.1f ms' % (seconds * 1000)
 
@@ -98,6 +114,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--runs', type=int, default=200)
     p.add_argument('--prepare-runs', type=int, default=30)
+    p.add_argument('--before', metavar='DIR',
+                   help='also time the hook of the package in DIR')
     args = p.parse_args()
 
     work = tempfile.mkdtemp(prefix='bench-hook-')
@@ -111,6 +129,18 @@ def main():
                         % (root, state_dir))
             installed = hook.install(os.path.join(work, 'hooks'), config)
             python = installed.python
+            before_hook = None
+            if args.before:
+                before_config = os.path.join(work, 'before.conf')
+                with open(before_config, 'w') as f:
+                    f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                            '[gpu]\nenabled_vgpu_types = nvidia-223\n'
+                            % (root, os.path.join(work, 'before-state')))
+                before_hook = install_from(
+                    os.path.abspath(args.before),
+                    os.path.join(work, 'before-hooks'), before_config)
+                print('before:      %s (package in %s)'
+                      % (before_hook, args.before))
             print('hook:        %s (interpreter %s -IS)'
                   % (installed.path, python))
             print('host:        simulated T4 (2 GPUs) at %s; state %s'
@@ -149,6 +179,7 @@ def main():
                      ms(statistics.median(ours_cpu))))
 
             runs, runs_cpu = [], []
+            old, old_cpu = [], []
             cold = None
             with kernel_sysfs.KernelWatcher(root, profile):
                 os.unlink(installed.settings_file)      # force a cold run
@@ -164,6 +195,12 @@ def main():
                         cold = elapsed
                     else:
                         runs.append(elapsed)
+                    if before_hook and i:
+                        old.append(timed([before_hook, 'gpu', 'prepare',
+                                          'begin', '-'], xml, CLEAN_ENV))
+                        old_cpu.append(CPU[-1])
+                        timed([before_hook, 'gpu', 'release', 'end', '-'],
+                              xml, CLEAN_ENV)
             print('\n2. prepare of a guest with 4 vGPUs (created, then '
                   'released untimed), whole process:')
             print('   cold (settings snapshot rebuilt):  %s' % ms(cold))
@@ -173,6 +210,11 @@ def main():
                   % (ms(min(runs)), ms(max(runs))))
             print('   CPU time of the hook, median:      %s'
                   % ms(statistics.median(runs_cpu)))
+            if old:
+                print('   before (%s), in turn with it:' % args.before)
+                print('   median of %d:                      %s, CPU %s'
+                      % (len(old), ms(statistics.median(old)),
+                         ms(statistics.median(old_cpu))))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -20,7 +20,6 @@ import logging
 import os
 
 from libvirt_gpu import exception
-from libvirt_gpu import nodedev
 from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
 
@@ -60,8 +59,6 @@ def with_vendor_vf(gpu, sysfs):
 def group_sriov(gpus):
     """``gpus`` (a tuple, order kept) with each PF's ``vf_gpus`` set and the
     vendor-interface types of its VFs completed."""
-    from libvirt_gpu.backends import nvidia_vgpu
-
     by_address = {g.address: g for g in gpus}
     for pf in gpus:
         if not pf.virtfns or pf.is_vf:
@@ -69,6 +66,8 @@ def group_sriov(gpus):
         vfs = [by_address[a] for a in pf.virtfns if a in by_address]
         supported = ()
         if any(vf.vendor_vf is not None for vf in vfs):
+            # Imported here: only hosts with the vendor interface need it.
+            from libvirt_gpu.backends import nvidia_vgpu
             vfs = nvidia_vgpu.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
@@ -108,6 +107,8 @@ def from_libvirt(host, sysfs=None):
 
     ``sysfs``, when given, supplies what libvirt lacks (``_supplement``).
     """
+    # Imported here: the XML parser (lxml) is needed with libvirt only.
+    from libvirt_gpu import nodedev
     mdevs = {}
     for node in host.mdev_nodes():
         mdevs.setdefault(node.parent, []).append(node.mdev)
@@ -135,11 +136,11 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
     at ``default_sysfs_root`` when libvirt cannot be reached; the result's
     ``source`` and the log say which was used.
     """
+    if sysfs_root is not None and uri is None:
+        return from_sysfs(sysfs_mod.Sysfs(sysfs_root))
     # Imported here: reading sysfs needs no libvirt (the qemu hook reads
     # GPUs with from_sysfs and must never import libvirt).
     from libvirt_gpu import host as host_mod
-    if sysfs_root is not None and uri is None:
-        return from_sysfs(sysfs_mod.Sysfs(sysfs_root))
     if uri is not None:
         sysfs = sysfs_mod.Sysfs(sysfs_root or default_sysfs_root)
         with host_mod.Host(uri, read_only=True) as h:

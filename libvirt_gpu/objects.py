@@ -10,15 +10,18 @@ import typing
 
 from libvirt_gpu import exception
 
-_PCI_RE = re.compile(r'([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])')
-_UUID_RE = re.compile(r'[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}')
-_TYPE_RE = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
-_HEX_ID_RE = re.compile(r'(?:0x)?([0-9a-fA-F]{4})')
+# Patterns, not compiled objects: ``re`` compiles one when it is first used
+# (and keeps it), so a process such as the qemu hook pays only for those it
+# uses, not for every pattern of every module it imports.
+_PCI_RE = r'([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])'
+_UUID_RE = r'[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}'
+_TYPE_RE = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
+_HEX_ID_RE = r'(?:0x)?([0-9a-fA-F]{4})'
 
 # ``key=value`` pairs of an NVIDIA type description, e.g.
 # "num_heads=4, frl_config=60, framebuffer=2048M, max_resolution=5120x2880,
 #  max_instance=8"
-_DESC_PAIR_RE = re.compile(r'([a-z_]+)=([^,\s]+)')
+_DESC_PAIR_RE = r'([a-z_]+)=([^,\s]+)'
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -37,7 +40,7 @@ class PciAddress:
             return value
         if not isinstance(value, str) or len(value) > 16:
             raise exception.InvalidPciAddress(value=value)
-        m = _PCI_RE.fullmatch(value.lower())
+        m = re.fullmatch(_PCI_RE, value.lower())
         if m is None:
             raise exception.InvalidPciAddress(value=value)
         return cls(*(int(g, 16) for g in m.groups()))
@@ -65,21 +68,22 @@ def validate_uuid(value):
     if not isinstance(value, str) or len(value) != 36:
         raise exception.InvalidUuid(value=value)
     lowered = value.lower()
-    if _UUID_RE.fullmatch(lowered) is None:
+    if re.fullmatch(_UUID_RE, lowered) is None:
         raise exception.InvalidUuid(value=value)
     return lowered
 
 
 def validate_type_id(value):
     """Return ``value`` if it can be a vGPU type id (``nvidia-223``)."""
-    if not isinstance(value, str) or _TYPE_RE.fullmatch(value) is None:
+    if not isinstance(value, str) or re.fullmatch(_TYPE_RE, value) is None:
         raise exception.InvalidTypeId(value=value)
     return value
 
 
 def normalize_hex_id(value):
     """``0x10DE`` / ``10de`` -> ``10de``."""
-    m = _HEX_ID_RE.fullmatch(value.strip()) if isinstance(value, str) else None
+    m = (re.fullmatch(_HEX_ID_RE, value.strip()) if isinstance(value, str)
+         else None)
     if m is None:
         raise exception.InvalidInput(
             reason='%r is not a 4-digit hex PCI id' % (value,))
@@ -90,7 +94,7 @@ def parse_description(description):
     """NVIDIA type description -> ``{key: value}`` (empty when absent)."""
     if not description:
         return {}
-    return dict(_DESC_PAIR_RE.findall(description))
+    return dict(re.findall(_DESC_PAIR_RE, description))
 
 
 @dataclasses.dataclass(frozen=True)

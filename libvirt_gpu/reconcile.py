@@ -66,8 +66,13 @@ class Finding:
 
 @dataclasses.dataclass(frozen=True)
 class Report:
+    """What ``reconcile`` found; the report shape of the CLI (``summary``,
+    ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
+
     dry_run: bool
     findings: typing.Tuple[Finding, ...]
+
+    COLUMNS = ('ACTION', 'WHAT', 'UUID', 'GPU', 'TYPE', 'REASON')
 
     def of(self, *actions):
         return [f for f in self.findings if f.action in actions]
@@ -75,6 +80,30 @@ class Report:
     @property
     def stuck(self):
         return self.of(STUCK, CONFLICT)
+
+    def summary(self):
+        if not self.findings:
+            return 'nothing to do: every vGPU and lease is accounted for'
+        counts = {}
+        for f in self.findings:
+            counts[f.action] = counts.get(f.action, 0) + 1
+        return '%s%s' % (', '.join('%d %s' % (n, a)
+                                   for a, n in sorted(counts.items())),
+                         ' [dry run]' if self.dry_run else '')
+
+    def rows(self):
+        return [(f.action, f.what, f.uuid, f.parent, f.type_id, f.reason)
+                for f in self.findings]
+
+    def details(self):
+        return ()
+
+    def to_json(self):
+        return {'dry_run': self.dry_run, 'findings': [
+            {'action': f.action, 'what': f.what, 'uuid': f.uuid,
+             'parent': str(f.parent) if f.parent else None,
+             'type': f.type_id, 'domain_uuid': f.domain_uuid,
+             'reason': f.reason} for f in self.findings]}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -87,7 +87,12 @@ class Action:
 
 @dataclasses.dataclass(frozen=True)
 class RestoreReport:
+    """What ``restore`` did; the report shape of the CLI (``summary``,
+    ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
+
     actions: typing.Tuple[Action, ...]
+
+    COLUMNS = ('ACTION', 'WHAT', 'TARGET', 'DETAIL')
 
     @property
     def changed(self):
@@ -96,6 +101,16 @@ class RestoreReport:
     @property
     def failed(self):
         return tuple(a for a in self.actions if a.action == FAILED)
+
+    def summary(self):
+        return '%d change(s), %d failure(s)' % (
+            len(self.changed), len(self.failed))
+
+    def rows(self):
+        return [(a.action, a.what, a.target, a.detail) for a in self.actions]
+
+    def details(self):
+        return ()
 
     def to_json(self):
         return {'changed': len(self.changed), 'failed': len(self.failed),

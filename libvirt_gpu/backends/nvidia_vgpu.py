@@ -113,7 +113,8 @@ KNOWN_GPUS = {'26b9': L40S}
 
 # "NVIDIA L40S-12Q" -> 12 (GB of framebuffer), time-sliced series only;
 # MIG-backed names ("NVIDIA H100-1-10C") have their own maximums.
-_TIME_SLICED_RE = re.compile(r'-(\d+)([ABCQ])$')
+# (A pattern: ``re`` compiles it when first used; see objects.py.)
+_TIME_SLICED_RE = r'-(\d+)([ABCQ])$'
 
 
 def type_framebuffer_gb(name):
@@ -123,7 +124,7 @@ def type_framebuffer_gb(name):
     last = name.split()[-1]
     if re.search(r'-\d+-\d+[A-Z]+$', last):
         return None                    # MIG-backed
-    m = _TIME_SLICED_RE.search(last)
+    m = re.search(_TIME_SLICED_RE, last)
     if m is None or int(m.group(1)) < 1:
         return None
     return int(m.group(1))

@@ -4,21 +4,22 @@ Every command that reads the host takes the global source options:
 ``-c/--connect URI`` (libvirt only), ``--sysfs-root DIR`` (sysfs only), or
 neither (libvirt at [libvirt]/connection_uri, falling back to sysfs at
 [DEFAULT]/sysfs_root).  ``--json`` prints a document for scripts; otherwise a
-table for people.  Errors go to stderr, exit status 1 (2 for usage).
+table for people.  Errors go to stderr, exit status 1 (2 for usage).  What
+is printed is built and written by ``cmd.output``.
+
+A command imports what it needs when it runs: ``list`` on a large host is
+over in a fraction of the time of importing everything (see
+``bench/discovery.py``).
 """
 
 import argparse
-import dataclasses
 import logging
 import sys
 
 from libvirt_gpu import conf as conf_mod
-from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu.cmd import output
-from libvirt_gpu.conf import vgpu as vgpu_conf
-from libvirt_gpu.placement import cyborg
-from libvirt_gpu.placement import model
+from libvirt_gpu.cmd import simulate_live
 
 PROG = 'libvirt-gpu'
 
@@ -50,6 +51,7 @@ class Context(object):
     @property
     def result(self):
         if self._result is None:
+            from libvirt_gpu import discovery
             self._result = discovery.discover(
                 uri=self.args.connect, sysfs_root=self.args.sysfs_root,
                 default_uri=self.conf.libvirt.connection_uri,
@@ -58,6 +60,7 @@ class Context(object):
 
     @property
     def enabled(self):
+        from libvirt_gpu.conf import vgpu as vgpu_conf
         return vgpu_conf.resolve(self.conf, self.result.gpus)
 
     @property
@@ -77,8 +80,8 @@ class Context(object):
         where = (self.args.connect or self.conf.libvirt.connection_uri
                  if self.result.source == 'libvirt' else
                  self.args.sysfs_root or self.conf.sysfs_root)
-        print('source: %s (%s)' % (self.result.source, where),
-              file=sys.stderr if self.args.json else sys.stdout)
+        output.emit_note('source: %s (%s)' % (self.result.source, where),
+                         as_json=self.args.json)
 
 
 def cmd_list(ctx):
@@ -88,9 +91,10 @@ def cmd_list(ctx):
     if ctx.args.json:
         # A VF shows the setting of its physical GPU (it is used as a part
         # of it); its ``physfn`` names that GPU.
-        print(output.dumps([output.gpu_to_json(
-            g, enabled.get(g.physfn or g.address)) for g in gpus]))
+        output.emit_json([output.gpu_to_json(
+            g, enabled.get(g.physfn or g.address)) for g in gpus])
         return 0
+    from libvirt_gpu.placement import model
     rows = []
     for gpu in gpus:
         if gpu.is_vf:
@@ -111,11 +115,11 @@ def cmd_list(ctx):
                      setting.type_id if setting is not None else None,
                      capacity, len(gpu.offered_types()),
                      sum(len(f.used_type_ids) for f in functions), vfs])
-    print(output.table(['ADDRESS', 'ID', 'PRODUCT', 'DRIVER', 'NUMA',
-                        'IOMMU', 'MODE', 'ENABLED TYPE', 'CAPACITY', 'TYPES',
-                        'VGPUS', 'VFS'], rows))
+    output.emit_text(output.table(
+        ['ADDRESS', 'ID', 'PRODUCT', 'DRIVER', 'NUMA', 'IOMMU', 'MODE',
+         'ENABLED TYPE', 'CAPACITY', 'TYPES', 'VGPUS', 'VFS'], rows))
     if not gpus:
-        print('no GPU (PCI class 0x03xxxx) found')
+        output.emit_text('no GPU (PCI class 0x03xxxx) found')
     return 0
 
 
@@ -125,7 +129,10 @@ def _gpu_types(gpu):
     GPU can still take (not one VF's 0 or 1)."""
     if gpu.is_vf or not gpu.vf_gpus:
         return gpu.vgpu_types if gpu.is_vf else gpu.offered_types()
+    import dataclasses
+
     from libvirt_gpu import objects
+    from libvirt_gpu.placement import model
     shown = []
     for mtype in gpu.offered_types():
         used = sum(f.used_type_ids.count(mtype.id) for f in gpu.functions)
@@ -143,24 +150,26 @@ def cmd_types(ctx):
                 if not g.is_vf and g.offered_types()]
     ctx.say_source()
     if ctx.args.json:
-        print(output.dumps({str(g.address): [output.type_to_json(t)
-                                             for t in _gpu_types(g)]
-                            for g in gpus}))
+        output.emit_json({str(g.address): [output.type_to_json(t)
+                                           for t in _gpu_types(g)]
+                          for g in gpus})
         return 0
     rows = []
     for gpu in gpus:
         for t in _gpu_types(gpu):
             rows.append([str(gpu.address), t.id, t.name, t.device_api,
                          t.available_instances, t.description])
-    print(output.table(['GPU', 'TYPE', 'NAME', 'API', 'AVAILABLE',
-                        'DESCRIPTION'], rows))
+    output.emit_text(output.table(['GPU', 'TYPE', 'NAME', 'API', 'AVAILABLE',
+                                   'DESCRIPTION'], rows))
     if not rows:
-        print('no vGPU types offered (is the GPU bound to a vGPU-capable '
-              'driver such as nvidia? are its SR-IOV VFs enabled?)')
+        output.emit_text('no vGPU types offered (is the GPU bound to a '
+                         'vGPU-capable driver such as nvidia? are its SR-IOV '
+                         'VFs enabled?)')
     return 0
 
 
 def _tree(ctx):
+    from libvirt_gpu.placement import model
     return model.build_tree(ctx.hostname, ctx.result.gpus, ctx.enabled,
                             ctx.conf.gpu.report_gpu_traits,
                             ctx.conf.gpu.pgpu_vendor_ids)
@@ -170,9 +179,9 @@ def cmd_placement_show(ctx):
     provider_tree = _tree(ctx)
     ctx.say_source()
     if ctx.args.json:
-        print(output.dumps(provider_tree.to_dict()))
+        output.emit_json(provider_tree.to_dict())
     else:
-        print(output.provider_tree_text(provider_tree))
+        output.emit_text(output.provider_tree_text(provider_tree))
     return 0
 
 
@@ -180,10 +189,7 @@ def cmd_placement_sync(ctx):
     from libvirt_gpu import agent
     report = agent.sync_once(ctx.conf, url=ctx.args.url,
                              dry_run=ctx.args.dry_run, tree=_tree(ctx))
-    if ctx.args.json:
-        print(output.dumps(output.sync_report_to_json(report)))
-    else:
-        print(report.text())
+    output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
 
 
@@ -201,6 +207,7 @@ def cmd_agent(ctx):
 
 
 def cmd_discover(ctx):
+    from libvirt_gpu.placement import cyborg
     gpus, enabled = ctx.result.gpus, ctx.enabled
     devices = cyborg.driver_devices(ctx.hostname, gpus, enabled,
                                     ctx.conf.gpu.report_gpu_traits,
@@ -211,7 +218,7 @@ def cmd_discover(ctx):
         'driver_devices': [cyborg.to_dict(d) for d in devices],
     }
     if ctx.args.json:
-        print(output.dumps(document))
+        output.emit_json(document)
         return 0
     rows = []
     for device in devices:
@@ -221,23 +228,20 @@ def cmd_discover(ctx):
                          dep.num_accelerators,
                          ','.join(sorted({h.attach_type
                                           for h in dep.attach_handles}))])
-    print(output.table(['DEPLOYABLE', 'VENDOR', 'MODEL', 'RC', 'COUNT',
-                        'ATTACH'], rows))
+    output.emit_text(output.table(['DEPLOYABLE', 'VENDOR', 'MODEL', 'RC',
+                                   'COUNT', 'ATTACH'], rows))
     return 0
 
 
 def cmd_simulate(ctx):
     from libvirt_gpu import simulator
     if ctx.args.list_profiles:
-        for name in simulator.list_profiles():
-            print(name)
+        output.emit_text('\n'.join(simulator.list_profiles()))
         return 0
     if not ctx.args.profile or not ctx.args.dir:
         raise exception.InvalidInput(
             reason='simulate needs PROFILE and DIR (or --list)')
     if ctx.args.live:
-        # Imported here: the FUSE binding is needed by this command only.
-        from libvirt_gpu.cmd import simulate_live
         return simulate_live.run_live(
             ctx.args.profile, ctx.args.dir,
             busy_remove=ctx.args.busy_remove,
@@ -247,14 +251,15 @@ def cmd_simulate(ctx):
     profile = simulator.load_profile(ctx.args.profile)
     node_xml = simulator.write_host(profile, ctx.args.dir)
     if ctx.args.json:
-        print(output.dumps({'profile': profile.name,
-                            'sysfs_root': ctx.args.dir,
-                            'node_xml': node_xml,
-                            'test_uri': 'test://%s' % node_xml}))
+        output.emit_json({'profile': profile.name,
+                          'sysfs_root': ctx.args.dir, 'node_xml': node_xml,
+                          'test_uri': 'test://%s' % node_xml})
     else:
-        print('wrote simulated host %r to %s' % (profile.name, ctx.args.dir))
-        print('  sysfs:  libvirt-gpu --sysfs-root %s list' % ctx.args.dir)
-        print('  libvirt: libvirt-gpu -c test://%s list' % node_xml)
+        output.emit_text(
+            'wrote simulated host %r to %s\n'
+            '  sysfs:  libvirt-gpu --sysfs-root %s list\n'
+            '  libvirt: libvirt-gpu -c test://%s list'
+            % (profile.name, ctx.args.dir, ctx.args.dir, node_xml))
     return 0
 
 
@@ -272,31 +277,11 @@ def _uri(ctx):
     return ctx.args.connect or ctx.conf.libvirt.connection_uri
 
 
-def _attachment_json(done):
-    return {'domain_uuid': done.domain_uuid, 'domain': done.domain_name,
-            'kind': done.kind, 'live': done.live, 'config': done.config,
-            'uuid': done.uuid, 'type': done.type_id,
-            'parent': str(done.parent) if done.parent else None,
-            'address': str(done.address) if done.address else None,
-            'note': done.note}
-
-
 def _say_attachment(ctx, verb, done):
     if ctx.args.json:
-        print(output.dumps(_attachment_json(done)))
-        return
-    where = ', '.join(w for w, on in (('live', done.live),
-                                      ('config', done.config)) if on)
-    if done.kind == 'vgpu':
-        gpu = (str(done.parent) if done.parent else
-               'GPU chosen at the next start')
-        what = 'vGPU %s (%s on %s)' % (done.uuid, done.type_id or '?', gpu)
+        output.emit_json(output.attachment_to_json(done))
     else:
-        what = 'GPU %s' % done.address
-    print('%s %s %s %s (%s)' % (verb, what, 'to' if verb == 'attached'
-                                else 'from', done.domain_name, where))
-    if done.note:
-        print('note: %s' % done.note)
+        output.emit_text(output.attachment_text(verb, done))
 
 
 def cmd_attach(ctx):
@@ -334,27 +319,9 @@ def cmd_domgpus(ctx):
                                inactive=ctx.args.inactive,
                                env=ctx.environment(host))
     if ctx.args.json:
-        print(output.dumps({
-            'domain_uuid': got.domain_uuid, 'domain': got.domain_name,
-            'active': got.active, 'inactive_xml': got.inactive_xml,
-            'vgpus': [{'uuid': v.uuid, 'type': v.type_id,
-                       'parent': str(v.parent) if v.parent else None,
-                       'in_metadata': v.in_metadata,
-                       'in_devices': v.in_devices, 'exists': v.exists,
-                       'lease': v.leased} for v in got.vgpus],
-            'pgpus': [str(a) for a in got.pgpus]}))
-        return 0
-    print('domain %s (%s), %s; %s XML' % (
-        got.domain_name, got.domain_uuid,
-        'running' if got.active else 'shut off',
-        'persistent' if got.inactive_xml else 'live'))
-    rows = [['vgpu', v.uuid, v.type_id, v.parent,
-             'yes' if v.exists else 'no', v.leased,
-             'metadata' if v.in_metadata else 'hostdev only']
-            for v in got.vgpus]
-    rows += [['pgpu', None, None, a, None, None, None] for a in got.pgpus]
-    print(output.table(['KIND', 'UUID', 'TYPE', 'GPU', 'EXISTS', 'LEASE',
-                        'SOURCE'], rows))
+        output.emit_json(output.domain_devices_to_json(got))
+    else:
+        output.emit_text(output.domain_devices_text(got))
     return 0
 
 
@@ -363,22 +330,9 @@ def cmd_hook_install(ctx):
     path, _ = conf_mod.config_path(ctx.args.config_file)
     done = hook.install(ctx.args.dir, path, python=ctx.args.python)
     if ctx.args.json:
-        print(output.dumps({'path': done.path, 'python': done.python,
-                            'config_file': done.config_file,
-                            'settings_file': done.settings_file,
-                            'restart_needed': done.restart_needed}))
-        return 0
-    print('installed %s (root-owned, mode 0755)' % done.path)
-    print('  python:   %s -IS' % done.python)
-    print('  config:   %s' % done.config_file)
-    print('  settings: %s (rebuilt when the config or the GPUs change)'
-          % done.settings_file)
-    if done.restart_needed:
-        print('libvirtd had no qemu hook when it started and only looks for '
-              'hooks then: restart libvirtd (or send it SIGHUP) before '
-              'starting guests with vGPUs')
+        output.emit_json(output.installed_to_json(done))
     else:
-        print('libvirtd already runs qemu hooks: nothing to restart')
+        output.emit_text(output.installed_text(done))
     return 0
 
 
@@ -389,19 +343,7 @@ def cmd_reconcile(ctx):
         env = ctx.environment(host)
         report = reconcile.reconcile(host, env.sysfs, env.store,
                                      dry_run=ctx.args.dry_run)
-    if ctx.args.json:
-        print(output.dumps({'dry_run': report.dry_run, 'findings': [
-            {'action': f.action, 'what': f.what, 'uuid': f.uuid,
-             'parent': str(f.parent) if f.parent else None,
-             'type': f.type_id, 'domain_uuid': f.domain_uuid,
-             'reason': f.reason} for f in report.findings]}))
-    else:
-        print(output.table(['ACTION', 'WHAT', 'UUID', 'GPU', 'TYPE',
-                            'REASON'],
-                           [[f.action, f.what, f.uuid, f.parent, f.type_id,
-                             f.reason] for f in report.findings]))
-        if not report.findings:
-            print('nothing to do: every vGPU and lease is accounted for')
+    output.emit_report(report, as_json=ctx.args.json)
     return 3 if report.stuck else 0
 
 
@@ -418,14 +360,7 @@ def cmd_restore(ctx):
         mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
         sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout)
-    if ctx.args.json:
-        print(output.dumps(report.to_json()))
-    else:
-        print(output.table(['ACTION', 'WHAT', 'TARGET', 'DETAIL'],
-                           [[a.action, a.what, a.target, a.detail]
-                            for a in report.actions]))
-        print('%d change(s), %d failure(s)' % (len(report.changed),
-                                               len(report.failed)))
+    output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
 
 
@@ -512,38 +447,6 @@ def _add_lifecycle_commands(sub, add):
                    help='only report what would be done')
 
 
-# Defaults of the live tree, kept equal to simulator.kernel.BUSY_MODES and
-# simulator.live.PROBE_DELAY by a test (importing the simulator here would
-# cost every command ~60 ms).
-LIVE_BUSY_MODES = ('block', 'ebusy')
-LIVE_PROBE_DELAY = 0.1
-
-
-def add_live_arguments(group):
-    """Options of ``simulate --live`` (also ``cmd.simulate_live``)."""
-    group.add_argument('--busy-remove', choices=LIVE_BUSY_MODES,
-                       default=None,
-                       help='removing an mdev a guest uses: block until it '
-                            'is released (kernel >= 5.16) or answer EBUSY '
-                            '(older kernels); default: the profile\'s '
-                            'busy_remove, else block')
-    group.add_argument('--no-uevents', action='store_true',
-                       help='do not broadcast udev events (libvirtd then '
-                            'never learns of new or removed mdevs)')
-    group.add_argument('--control-stdio', action='store_true',
-                       help='read control commands on stdin (busy UUID, '
-                            'idle UUID, state, sent, uevents on|off, quit) '
-                            'and stop when it closes')
-    group.add_argument('--probe-delay', type=float, default=LIVE_PROBE_DELAY,
-                       metavar='SECONDS',
-                       help='how long a successful create takes after its '
-                            'add uevent (the vendor driver probing the new '
-                            'vGPU; default %(default)s)')
-    group.add_argument('--workdir', default=None,
-                       help='where the private backing tree is made '
-                            '(default: /dev/shm)')
-
-
 def build_parser():
     parser = argparse.ArgumentParser(
         prog=PROG, description='Hand NVIDIA GPUs and vGPUs to libvirt/KVM '
@@ -622,7 +525,7 @@ def build_parser():
                    help='directory that stands in for /sys')
     p.add_argument('--list', dest='list_profiles', action='store_true',
                    help='list the bundled profiles')
-    add_live_arguments(p.add_argument_group(
+    simulate_live.add_live_arguments(p.add_argument_group(
         'live tree', 'With --live, DIR is a mount point: a FUSE filesystem '
         'answers writes the way the kernel does (create/remove of mdevs '
         'with its error numbers, udev events) until SIGINT/SIGTERM. Needs '
@@ -644,7 +547,7 @@ def main(argv=None):
         ctx = Context(args)
         return args.func(ctx)
     except exception.LibvirtGpuError as e:
-        print('%s: error: %s' % (PROG, e), file=sys.stderr)
+        output.emit_error(PROG, e)
         if args.debug:
             raise
         return 1

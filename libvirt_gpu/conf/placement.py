@@ -18,9 +18,15 @@ nova-compute, e.g.::
 A Placement running with ``[api] auth_strategy = noauth2`` (tests, labs) needs
 no auth plugin: pass ``--url`` (or set ``endpoint_override``) and the agent
 sends ``X-Auth-Token: <noauth_token>``.
+
+Importing keystoneauth1 costs about 100 ms, so ``conf.load`` (which every
+command runs) registers only this module's own options
+(``register_opts(conf, auth=False)``); the keystoneauth ones are registered
+by ``register_auth_opts``, which ``PlacementClient.from_conf`` calls before it
+reads them.  oslo.config accepts options registered after the files are
+parsed.
 """
 
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
 GROUP = 'placement'
@@ -56,13 +62,16 @@ placement_opts = [
 
 
 def _adapter_opts():
+    from keystoneauth1 import loading as ks_loading
     opts = ks_loading.get_adapter_conf_options(include_deprecated=False)
     cfg.set_defaults(opts, service_type=DEFAULT_SERVICE_TYPE,
                      valid_interfaces=DEFAULT_VALID_INTERFACES)
     return opts
 
 
-def register_opts(conf):
+def register_opts(conf, auth=True):
+    """Register [placement]: its own options, and with ``auth`` the
+    keystoneauth ones (``register_auth_opts``)."""
     # A fresh OptGroup per ConfigOpts: register_group copies it shallowly,
     # so a shared one would leak options (e.g. the ones a keystoneauth plugin
     # registers when loaded) from one ConfigOpts into every other.
@@ -70,6 +79,14 @@ def register_opts(conf):
                                      title=placement_group.title,
                                      help=placement_group.help))
     conf.register_opts(placement_opts, group=GROUP)
+    if auth:
+        register_auth_opts(conf)
+
+
+def register_auth_opts(conf):
+    """Register the keystoneauth session, auth and adapter options of
+    [placement]; calling it again changes nothing."""
+    from keystoneauth1 import loading as ks_loading
     ks_loading.register_session_conf_options(conf, GROUP)
     ks_loading.register_auth_conf_options(conf, GROUP)
     ks_loading.register_adapter_conf_options(conf, GROUP,
@@ -82,6 +99,7 @@ def register_opts(conf):
 def list_opts():
     # As nova.conf.placement.list_opts: the options of the common auth
     # plugin ('password') are listed so the sample shows them.
+    from keystoneauth1 import loading as ks_loading
     return {
         placement_group.name: (
             placement_opts

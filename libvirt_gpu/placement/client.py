@@ -34,6 +34,7 @@ from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 import tenacity
 
+from libvirt_gpu.conf import placement as placement_conf
 from libvirt_gpu import exception
 from libvirt_gpu.placement import tree
 
@@ -308,6 +309,7 @@ class PlacementClient:
         overrides the endpoint). Without it, ``url`` or ``endpoint_override``
         must name a noauth2 Placement.
         """
+        placement_conf.register_auth_opts(conf)
         group = conf.placement
         kwargs.setdefault('conflict_retries', group.conflict_retries)
         if group.auth_type:

@@ -124,6 +124,9 @@ class SyncPlan:
 
 @dataclasses.dataclass
 class SyncReport:
+    """What a sync did; the report shape of the CLI (``summary``,
+    ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
+
     host: str
     root_uuid: str
     parent_uuid: str
@@ -161,26 +164,38 @@ class SyncReport:
             self.host, ', '.join(parts) or 'no providers', sent,
             self.duration_s)
 
-    def text(self):
-        """What the CLI prints: providers, then the writes (the plan)::
+    COLUMNS = ('OUTCOME', 'PROVIDER', 'UUID', 'DETAIL')
 
-            h: 3 created; 3 reads, 9 writes planned [dry run] in 0.05 s
-              created    h                      2f1c...
-              created    h_pci_0000_af_00_0     9a0e...
+    def rows(self):
+        return [(r.outcome, r.name, r.uuid, r.detail or None)
+                for r in self.results]
+
+    def details(self):
+        """The writes (the plan of a dry run)::
+
             plan:
               POST /resource_providers {"name": "h", "uuid": "2f1c..."}
               PUT /resource_providers/9a0e.../inventories {...}
         """
-        lines = [self.summary()]
-        for r in self.results:
-            lines.append('  %-9s  %-30s %s%s' % (
-                r.outcome, r.name, r.uuid, ('  ' + r.detail) if r.detail
-                else ''))
-        lines.append('plan:' if self.dry_run else 'sent:')
+        lines = ['plan:' if self.dry_run else 'sent:']
         lines.extend('  %s' % req for req in self.requests)
         if not self.requests:
             lines.append('  nothing to write')
-        return '\n'.join(lines)
+        return lines
+
+    def to_json(self):
+        return {
+            'host': self.host,
+            'dry_run': self.dry_run,
+            'changed': self.changed,
+            'nested': self.nested,
+            'root_uuid': self.root_uuid,
+            'results': [dataclasses.asdict(r) for r in self.results],
+            'requests': [dataclasses.asdict(r) for r in self.requests],
+            'requests_sent': self.stats.total,
+            'writes_sent': self.stats.writes,
+            'duration_s': round(self.duration_s, 3),
+        }
 
 
 @dataclasses.dataclass

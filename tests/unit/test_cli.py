@@ -9,6 +9,7 @@ import pytest
 
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
+from libvirt_gpu.cmd import simulate_live
 
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
                       'golden')
@@ -145,8 +146,8 @@ def test_console_script_help():
 def test_live_option_defaults_match_the_simulator():
     from libvirt_gpu.simulator import kernel
     from libvirt_gpu.simulator import live
-    assert cli.LIVE_BUSY_MODES == kernel.BUSY_MODES
-    assert cli.LIVE_PROBE_DELAY == live.PROBE_DELAY
+    assert simulate_live.LIVE_BUSY_MODES == kernel.BUSY_MODES
+    assert simulate_live.LIVE_PROBE_DELAY == live.PROBE_DELAY
 
 
 def test_simulate_live_help():

@@ -21,6 +21,7 @@ import pytest
 
 from libvirt_gpu import agent
 from libvirt_gpu import exception
+from libvirt_gpu.cmd import output
 from libvirt_gpu.conf import agent as agent_conf
 from libvirt_gpu.conf import placement as placement_conf
 from libvirt_gpu.placement import client as pc
@@ -592,21 +593,24 @@ class TestSync:
         assert len(fake.providers) == 3
 
     def test_summary_and_text(self):
+        # The text is what the CLI prints: the report shape drawn by
+        # cmd.output (summary, a table of providers, then the writes).
         fake = FakePlacement()
         plan = sync.sync(fake, gpu_tree('h', TWO), dry_run=True)
-        text = plan.text().splitlines()
+        text = output.report_text(plan).splitlines()
         assert text[0].startswith('h: 3 created; ')
         assert '[dry run]' in text[0]
-        assert text[1].split()[:2] == ['created', 'h']
-        assert text[4] == 'plan:'
-        assert text[5] == '  PUT /traits/CUSTOM_T4'
-        assert len(text) == 5 + len(plan.requests)
+        assert text[1].split() == ['OUTCOME', 'PROVIDER', 'UUID', 'DETAIL']
+        assert text[3].split()[:2] == ['created', 'h']
+        assert text[6] == 'plan:'
+        assert text[7] == '  PUT /traits/CUSTOM_T4'
+        assert len(text) == 7 + len(plan.requests)
         report = sync.sync(fake, gpu_tree('h', TWO))
         assert report.changed
         again = sync.sync(fake, gpu_tree('h', TWO))
         assert not again.changed
-        assert again.text().splitlines()[-2:] == ['sent:',
-                                                  '  nothing to write']
+        assert output.report_text(again).splitlines()[-2:] == [
+            'sent:', '  nothing to write']
 
 
 # --------------------------------------------------------------------------

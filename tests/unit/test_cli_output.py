@@ -1,0 +1,105 @@
+"""What the CLI imports and how it writes: the cold-start rules.
+
+``list --json`` on a large host must not pay for what it does not use
+(keystoneauth1 costs ~100 ms to import, lxml and libvirt are for libvirt
+sources, the simulator for ``simulate``); its JSON is one compact document
+for scripts and an indented one on a terminal.
+"""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from libvirt_gpu import simulator
+from libvirt_gpu.cmd import output
+
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
+                      'golden')
+NOT_FOR_LIST = ('keystoneauth1', 'libvirt', 'lxml', 'libvirt_gpu.simulator',
+                'libvirt_gpu.placement.cyborg', 'libvirt_gpu.host')
+
+# Runs the CLI in a fresh interpreter, then names on stderr which of the
+# modules above it imported.
+PROBE = '''
+import json, sys
+from libvirt_gpu.cmd import main
+code = main.main(sys.argv[2:])
+sys.stdout.flush()
+sys.stderr.write('\\nIMPORTED %s\\n' % json.dumps(
+    sorted(m for m in json.loads(sys.argv[1]) if m in sys.modules)))
+sys.exit(code)
+'''
+
+
+@pytest.fixture(scope='module')
+def t4(tmp_path_factory):
+    root = tmp_path_factory.mktemp('t4')
+    node_xml = simulator.write_host(simulator.load_profile('t4'), root)
+    return str(root), 'test://' + node_xml
+
+
+def _probe(*argv):
+    done = subprocess.run(
+        [sys.executable, '-c', PROBE, json.dumps(NOT_FOR_LIST)] + list(argv),
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported = json.loads(done.stderr.rsplit('IMPORTED ', 1)[1])
+    return done.stdout, imported
+
+
+def test_list_json_imports_only_what_it_uses(t4):
+    t4_root, _ = t4
+    # With a configuration that enables a type, as on a real host.
+    out, imported = _probe('--config-file', os.path.join(GOLDEN, 't4.conf'),
+                           '--sysfs-root', t4_root, 'list', '--json')
+    assert imported == []
+    gpus = json.loads(out)
+    assert {g['address']: g['mode'] for g in gpus} == {
+        '0000:af:00.0': 'vgpu', '0000:3b:00.0': 'pgpu'}
+
+
+def test_probe_sees_imports(t4):
+    t4_root, t4_uri = t4
+    # The probe itself can fail: a libvirt source does import libvirt.
+    _, imported = _probe('--config-file', os.path.join(GOLDEN, 't4.conf'),
+                         '-c', t4_uri, '--sysfs-root', t4_root, 'list',
+                         '--json')
+    assert 'libvirt' in imported
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize('stream,lines', [(io.StringIO(), 1),
+                                          (_Terminal(), 10)])
+def test_json_compact_for_scripts_indented_on_a_terminal(stream, lines):
+    document = {'b': [1, {'y': None, 'x': 'é'}], 'a': True}
+    output.emit_json(document, stream)
+    text = stream.getvalue()
+    assert text.endswith('\n')
+    assert len(text.splitlines()) == lines
+    assert json.loads(text) == document
+    assert text.index('"a"') < text.index('"b"')       # sorted keys
+
+
+def test_report_text_has_one_shape():
+    class Report:
+        COLUMNS = ('ACTION', 'WHAT')
+
+        def summary(self):
+            return '1 change(s)'
+
+        def rows(self):
+            return [('created', None)]
+
+        def details(self):
+            return ['more']
+
+    assert output.report_text(Report()).splitlines() == [
+        '1 change(s)', 'ACTION   WHAT', '-------  ----', 'created  -', 'more']
