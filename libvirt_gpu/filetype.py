@@ -28,13 +28,22 @@ def not_regular(mode):
     return 'it is %s, not a regular file' % kind(mode)
 
 
+def kind_behind(error, path):
+    """The kind of ``path`` when an ``os.open`` failed because it is no
+    regular file (opening a socket, or a FIFO for writing, without blocking
+    fails with ENXIO), else None."""
+    if error.errno != errno.ENXIO:
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else kind(mode)
+
+
 def open_error(error, path):
-    """The reason an ``os.open`` of ``path`` failed, in words: opening a
-    socket (or a FIFO for writing) without blocking fails with ENXIO,
-    which says what the file is better as a kind."""
-    if error.errno == errno.ENXIO:
-        try:
-            return not_regular(os.stat(path).st_mode) or error.strerror
-        except OSError:
-            pass
+    """Why an ``os.open`` of ``path`` failed, in words."""
+    found = kind_behind(error, path)
+    if found:
+        return 'it is %s, not a regular file' % found
     return error.strerror

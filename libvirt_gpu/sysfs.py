@@ -24,6 +24,7 @@ container's) may hold anything, so the reader trusts nothing in it:
 import errno
 import os
 import re
+import stat
 
 from libvirt_gpu import exception
 from libvirt_gpu import filetype
@@ -59,42 +60,44 @@ def _check_part(part):
     return part
 
 
-def _check_regular(fd, path, error=exception.SysfsReadError, **kwargs):
-    """Raise ``error`` naming ``path`` unless ``fd`` is a regular file."""
-    reason = filetype.not_regular(os.fstat(fd).st_mode)
-    if reason:
-        raise error(path=path, reason=reason, **kwargs)
+def _open_refused(error, path, real):
+    """The SysfsReadError for an ``os.open`` of ``real`` that failed."""
+    kind = filetype.kind_behind(error, real)
+    if kind:
+        return exception.SysfsNotRegularFile(path=path, kind=kind)
+    return exception.SysfsReadError(path=path, reason=error.strerror)
 
 
 def _read_fd(fd, path):
-    """Read and close ``fd``: at most MAX_ATTRIBUTE_BYTES, as text."""
+    """Read and close ``fd``: a regular file of at most
+    MAX_ATTRIBUTE_BYTES, as text."""
     try:
-        _check_regular(fd, path)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise exception.SysfsNotRegularFile(
+                path=path, kind=filetype.kind(mode))
         data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
     except OSError as e:
         raise exception.SysfsReadError(path=path, reason=e.strerror)
     finally:
         os.close(fd)
     if len(data) > MAX_ATTRIBUTE_BYTES:
-        raise exception.SysfsReadError(
-            path=path, reason='larger than %d bytes, which no sysfs '
-                              'attribute is' % MAX_ATTRIBUTE_BYTES)
+        raise exception.SysfsFileTooLarge(path=path,
+                                          limit=MAX_ATTRIBUTE_BYTES)
     return data.decode('utf-8', 'replace').strip()
 
 
 def parse_number(text, path, minimum=0, base=10):
-    """``text`` (an attribute's content) as an int >= ``minimum``, else a
-    SysfsReadError naming ``path`` and what was read."""
+    """``text`` (an attribute's content) as an int >= ``minimum`` (None:
+    any), else a SysfsBadNumber naming ``path`` and what was read."""
     pattern = _HEX_NUMBER if base == 16 else _NUMBER
-    if not pattern.match(text):
-        raise exception.SysfsReadError(
-            path=path, reason='expected a number, read %r' % text[:40])
-    value = int(text, base)
-    if minimum is not None and value < minimum:
-        raise exception.SysfsReadError(
-            path=path, reason='expected a number of at least %d, read %d'
-            % (minimum, value))
-    return value
+    expected = ('a number' if minimum is None
+                else 'a number of at least %d' % minimum)
+    if not pattern.match(text) or (minimum is not None
+                                   and int(text, base) < minimum):
+        raise exception.SysfsBadNumber(path=path, expected=expected,
+                                       text=text[:40])
+    return int(text, base)
 
 
 class Sysfs(object):
@@ -133,6 +136,15 @@ class Sysfs(object):
             raise exception.UnsafePath(path=path, root=self.root)
         return real
 
+    def _readable(self, path):
+        """``resolved_under_root`` for reading: SysfsOutsideRoot (a
+        SysfsReadError) when ``path`` leaves the root."""
+        real = os.path.realpath(path)
+        if not is_inside(self.root, real):
+            raise exception.SysfsOutsideRoot(path=path, real=real,
+                                             root=self.root)
+        return real
+
     # -- primitives --------------------------------------------------------
 
     def read(self, path, optional=False):
@@ -143,7 +155,7 @@ class Sysfs(object):
         device, a file over MAX_ATTRIBUTE_BYTES) is a SysfsError naming the
         path.
         """
-        real = self.resolved_under_root(path)
+        real = self._readable(path)
         try:
             fd = os.open(real, _READ_FLAGS)
         except FileNotFoundError:
@@ -151,8 +163,7 @@ class Sysfs(object):
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
-            raise exception.SysfsReadError(
-                path=path, reason=filetype.open_error(e, real))
+            raise _open_refused(e, path, real)
         return _read_fd(fd, path)
 
     def read_int(self, path, optional=False, base=10, minimum=0):
@@ -169,9 +180,8 @@ class Sysfs(object):
         try:
             return objects.normalize_hex_id(text)
         except exception.InvalidInput:
-            raise exception.SysfsReadError(
-                path=path, reason='expected a 4-digit hex PCI id, read %r'
-                % text[:40])
+            raise exception.SysfsBadNumber(
+                path=path, expected='a 4-digit hex PCI id', text=text[:40])
 
     def link_address(self, path):
         """The PCI address a link (``physfn``, ``virtfn0``) points at."""
@@ -196,7 +206,7 @@ class Sysfs(object):
 
     def listdir(self, path, optional=False):
         """Names in a directory that resolves under the root."""
-        real = self.resolved_under_root(path)
+        real = self._readable(path)
         try:
             return os.listdir(real)
         except FileNotFoundError:
@@ -223,7 +233,10 @@ class Sysfs(object):
                 path=path, reason=filetype.open_error(e, real),
                 errno=e.errno)
         try:
-            _check_regular(fd, path, exception.SysfsWriteError, errno=None)
+            refused = filetype.not_regular(os.fstat(fd).st_mode)
+            if refused:
+                raise exception.SysfsWriteError(path=path, reason=refused,
+                                                errno=None)
             os.write(fd, data.encode('ascii'))
         except OSError as e:
             raise exception.SysfsWriteError(path=path, reason=e.strerror,
@@ -324,7 +337,7 @@ class Sysfs(object):
             # O_NOFOLLOW met a link: ELOOP, or ENOTDIR with O_DIRECTORY
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-        real = self.resolved_under_root(os.path.join(dir_real, name))
+        real = self._readable(os.path.join(dir_real, name))
         return os.open(real, flags), real
 
     def _read_in(self, dir_fd, dir_real, dir_path, name, optional=False):
@@ -337,9 +350,7 @@ class Sysfs(object):
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
-            raise exception.SysfsReadError(
-                path=path,
-                reason=filetype.open_error(e, os.path.join(dir_real, name)))
+            raise _open_refused(e, path, os.path.join(dir_real, name))
         return _read_fd(fd, path)
 
     def mdev_types(self, address, static_cache=None, model=None,
@@ -363,7 +374,7 @@ class Sysfs(object):
         others; without it, the error is raised.
         """
         base = self.types_dir(address)
-        real = self.resolved_under_root(base)
+        real = self._readable(base)
         try:
             dfd = os.open(real, _DIR_FLAGS)
         except FileNotFoundError:
@@ -451,7 +462,7 @@ class Sysfs(object):
             target = os.readlink(link)
         except OSError as e:
             raise exception.SysfsReadError(path=link, reason=e.strerror)
-        self.resolved_under_root(link)
+        self._readable(link)
         parent_name = os.path.basename(os.path.dirname(target))
         try:
             parent = objects.PciAddress.parse(parent_name)
@@ -531,12 +542,8 @@ class Sysfs(object):
 
     def current_vgpu_type(self, address):
         """The type number of the vGPU on a VF, 0 when it holds none."""
-        path = os.path.join(self.nvidia_dir(address), CURRENT_TYPE)
-        value = self.read_int(path)
-        if value < 0:
-            raise exception.SysfsReadError(
-                path=path, reason='expected a type number, read %d' % value)
-        return value
+        return self.read_int(os.path.join(self.nvidia_dir(address),
+                                          CURRENT_TYPE))
 
     def set_current_vgpu_type(self, address, number):
         """Write a type number (create a vGPU) or 0 (destroy it) to

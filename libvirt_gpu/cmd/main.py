@@ -16,6 +16,7 @@ from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu.cmd import output
+from libvirt_gpu.cmd import term
 from libvirt_gpu.conf import vgpu as vgpu_conf
 from libvirt_gpu.placement import cyborg
 from libvirt_gpu.placement import model
@@ -629,6 +630,7 @@ def build_parser():
     return parser
 
 
+@term.escaped_output()
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)

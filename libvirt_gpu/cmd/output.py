@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+from libvirt_gpu.cmd import term
+
 
 def gpu_to_json(gpu, enabled=None):
     """One entry of ``libvirt-gpu list --json``."""
@@ -41,7 +43,8 @@ def dumps(document):
 
 def table(headers, rows):
     """Left-aligned columns, a rule under the header; '-' for None."""
-    rows = [['-' if c is None else str(c) for c in row] for row in rows]
+    rows = [['-' if c is None else term.escape(str(c), newline=True)
+             for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row)]
