@@ -143,6 +143,10 @@ class Sysfs(object):
         if not is_inside(self.root, real):
             raise exception.SysfsOutsideRoot(path=path, real=real,
                                              root=self.root)
+        if os.path.islink(real):
+            # realpath leaves a link loop as it is
+            raise exception.SysfsReadError(path=path,
+                                           reason=os.strerror(errno.ELOOP))
         return real
 
     # -- primitives --------------------------------------------------------
