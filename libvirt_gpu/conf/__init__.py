@@ -86,20 +86,26 @@ def check_config_file(path, required):
                 reason='config file %s does not exist' % path)
         return False
     except OSError as e:
-        raise exception.ConfigError(
-            reason='cannot read config file %s: %s'
-            % (path, filetype.open_error(e, path)))
+        kind = filetype.kind_behind(e, path)     # a socket
+        if kind is None:
+            raise exception.ConfigError(
+                reason='cannot read config file %s: %s' % (path, e.strerror))
+        raise _not_regular(path, kind)
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise exception.ConfigError(
-            reason='config file %s: %s; name the configuration file itself'
-            % (path, filetype.not_regular(st.st_mode)))
+        raise _not_regular(path, filetype.kind(st.st_mode))
     if st.st_size > MAX_CONFIG_BYTES:
         raise exception.ConfigError(
-            reason='config file %s is %d bytes, more than the %d a '
+            reason='config file %s: it is %d bytes, more than the %d a '
                    'configuration file can be; is it the right file?'
                    % (path, st.st_size, MAX_CONFIG_BYTES))
     return True
+
+
+def _not_regular(path, kind):
+    return exception.ConfigError(
+        reason='config file %s: it is %s, not a regular file; name the '
+               'configuration file itself' % (path, kind))
