@@ -18,6 +18,7 @@ blocks a reader forever, ``/dev/zero`` never ends); it is no speed claim.
 import dataclasses
 import os
 import shutil
+import signal
 import site
 import socket
 import stat
@@ -204,6 +205,28 @@ CASES = [
          'other-type', ('nvidia-\\x1b[2J',)),
 ]
 IDS = [c.name for c in CASES]
+
+
+class Hung(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def hang_detector():
+    """In-process reads get a hang detector too: SIGALRM interrupts a
+    blocked read (a FIFO) and fails the test instead of stopping the
+    suite.  Generous: a test runs up to ten processes."""
+    limit = HANG * 5
+
+    def hung(signum, frame):
+        raise Hung('still running after %d s: hung' % limit)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
