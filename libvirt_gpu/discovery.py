@@ -34,16 +34,32 @@ def from_sysfs(sysfs, share_type_text=True):
 
     ``share_type_text``: read a type's name, description and device_api
     once per driver and device model (see ``Sysfs.mdev_types``).
+
+    One bad entry does not hide the rest of the host: a PCI device, a vGPU
+    type or an mdev whose files cannot be read (a FIFO, a link out of the
+    root, a malformed number) is skipped with a warning naming the file.
+    Only a tree without a readable ``bus/pci/devices`` is an error.
     """
-    mdevs = sysfs.mdevs_by_parent()
+    skipped = []
+    mdevs = sysfs.mdevs_by_parent(skipped=skipped)
     static_cache = {} if share_type_text else None
     gpus = []
     for address in sysfs.pci_addresses():
-        if is_gpu_class(sysfs.pci_class(address)):
+        try:
+            if not is_gpu_class(sysfs.pci_class(address)):
+                continue
             gpu = sysfs.read_gpu(address, mdevs_by_parent=mdevs,
-                                 static_cache=static_cache)
+                                 static_cache=static_cache, skipped=skipped)
             gpus.append(with_vendor_vf(gpu, sysfs))
+        except exception.SysfsError as e:
+            _warn_skipped('PCI device %s' % address, e)
+    for error in skipped:
+        _warn_skipped('sysfs entry', error)
     return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
+
+
+def _warn_skipped(what, error):
+    LOG.warning('%s skipped: %s', what, error)
 
 
 def with_vendor_vf(gpu, sysfs):
@@ -94,8 +110,12 @@ def _supplement(gpu, sysfs):
         changes['driver'] = sysfs.link_name(
             os.path.join(sysfs.pci_dir(gpu.address), 'driver'))
     if gpu.mdev_types and os.path.isdir(sysfs.types_dir(gpu.address)):
+        skipped = []
         descriptions = {t.id: t.description
-                        for t in sysfs.mdev_types(gpu.address)}
+                        for t in sysfs.mdev_types(gpu.address,
+                                                  skipped=skipped)}
+        for error in skipped:
+            _warn_skipped('type description', error)
         changes['mdev_types'] = tuple(
             dataclasses.replace(t, description=descriptions.get(t.id))
             if t.description is None else t for t in gpu.mdev_types)
@@ -116,7 +136,12 @@ def from_libvirt(host, sysfs=None):
     for xml in host.pci_devices():
         if not is_gpu_class(nodedev.pci_class(xml)):
             continue
-        gpu = _supplement(nodedev.parse_pci(xml), sysfs)
+        gpu = nodedev.parse_pci(xml)
+        try:
+            gpu = _supplement(gpu, sysfs)
+        except exception.SysfsError as e:
+            _warn_skipped('PCI device %s' % gpu.address, e)
+            continue
         gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
     gpus.sort(key=lambda g: g.address)
     return objects.DiscoveryResult(source='libvirt',

@@ -64,6 +64,27 @@ class SysfsReadError(SysfsError):
     msg_fmt = "cannot read %(path)s: %(reason)s"
 
 
+# Refusals of the sysfs reader: sysfs is input, a tree may hold anything.
+
+class SysfsOutsideRoot(SysfsReadError):
+    msg_fmt = ("refusing to read %(path)s: it resolves to %(real)s, outside "
+               "the sysfs root %(root)s")
+
+
+class SysfsNotRegularFile(SysfsReadError):
+    msg_fmt = ("refusing to read %(path)s: it is %(kind)s, not a regular "
+               "file as every sysfs attribute is")
+
+
+class SysfsFileTooLarge(SysfsReadError):
+    msg_fmt = ("refusing to read %(path)s: it holds more than %(limit)d "
+               "bytes, which no sysfs attribute does")
+
+
+class SysfsBadNumber(SysfsReadError):
+    msg_fmt = "cannot read %(path)s: expected %(expected)s, read %(text)r"
+
+
 class SysfsWriteError(SysfsError):
     msg_fmt = "cannot write %(path)s: %(reason)s"
 

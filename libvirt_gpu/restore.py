@@ -147,10 +147,14 @@ def vf_targets(conf, sysfs, state_dir=None):
     if everywhere:
         for address in sysfs.pci_addresses():
             base_dir = sysfs.pci_dir(address)
-            vendor = sysfs.read(os.path.join(base_dir, 'vendor'),
-                                optional=True)
-            if not vendor or objects.normalize_hex_id(vendor) != \
-                    NVIDIA_VENDOR:
+            try:
+                vendor = sysfs.read(os.path.join(base_dir, 'vendor'),
+                                    optional=True)
+                if not vendor or objects.normalize_hex_id(vendor) != \
+                        NVIDIA_VENDOR:
+                    continue
+            except (exception.SysfsReadError, exception.InvalidInput) as e:
+                LOG.warning('PCI device %s skipped: %s', address, e)
                 continue
             driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
             if driver == 'nvidia' and _is_sriov_pf(sysfs, address):

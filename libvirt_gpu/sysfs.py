@@ -3,22 +3,54 @@
 ``Sysfs(root)`` stands for ``/sys`` (or a simulated tree).  Every path is
 built from validated parts (a PCI address, a UUID, a type id that was listed
 by the kernel) joined under the root; nothing absolute or relative-upward is
-ever joined.  Writes additionally check that the resolved path stays under
-the root.  Reading is tuned for discovery of hundreds of mdev parents: one
+ever joined.  Reading is tuned for discovery of hundreds of mdev parents: one
 ``listdir`` per device tells which optional files exist, so a missing file
 costs no exception.
+
+Sysfs is input, and a tree (a simulated one, a root given by mistake, a
+container's) may hold anything, so the reader trusts nothing in it:
+
+* a path is resolved (links inside sysfs are normal: ``bus/pci/devices/*``,
+  ``driver``, ``physfn``) and must stay under the root, compared path
+  component by path component (``/sys2`` is not under ``/sys``);
+* a file is opened ``O_NONBLOCK | O_NOFOLLOW`` and read only when ``fstat``
+  says it is a regular file, so a FIFO, socket or device is refused at once
+  instead of hanging or streaming;
+* at most ``MAX_ATTRIBUTE_BYTES`` are read, numbers must be plain decimal
+  within their range;
+* every refusal is a ``SysfsError`` naming the path.
 """
 
 import errno
 import os
+import re
+import stat
 
 from libvirt_gpu import exception
+from libvirt_gpu import filetype
 from libvirt_gpu import objects
 
 PCI_DEVICES = ('bus', 'pci', 'devices')
 MDEV_DEVICES = ('bus', 'mdev', 'devices')
 MDEV_BUS = ('class', 'mdev_bus')
 TYPES_DIR = 'mdev_supported_types'
+
+
+# Real sysfs attributes are one page (4 KiB); a bigger file is no attribute.
+MAX_ATTRIBUTE_BYTES = 65536
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A count or an id: decimal digits (a leading '-' where the caller allows
+# negative values), at most 19 of them (fits a 64-bit kernel value).
+_NUMBER = re.compile(r'-?[0-9]{1,19}\Z')
+_HEX_NUMBER = re.compile(r'(0[xX])?[0-9a-fA-F]{1,16}\Z')
+
+
+def is_inside(root, path):
+    """Whether the absolute, resolved ``path`` is ``root`` or lies beneath
+    it, compared by path components: ``/sys2/x`` is not inside ``/sys``."""
+    return os.path.commonpath((root, path)) == root
 
 
 def _check_part(part):
@@ -28,26 +60,44 @@ def _check_part(part):
     return part
 
 
-def _read_at(dir_fd, dir_path, name, optional=False):
-    """Read attribute ``name`` of the directory open as ``dir_fd``."""
+def _open_refused(error, path, real):
+    """The SysfsReadError for an ``os.open`` of ``real`` that failed."""
+    kind = filetype.kind_behind(error, real)
+    if kind:
+        return exception.SysfsNotRegularFile(path=path, kind=kind)
+    return exception.SysfsReadError(path=path, reason=error.strerror)
+
+
+def _read_fd(fd, path):
+    """Read and close ``fd``: a regular file of at most
+    MAX_ATTRIBUTE_BYTES, as text."""
     try:
-        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
-    except FileNotFoundError:
-        if optional:
-            return None
-        raise exception.SysfsReadError(path=os.path.join(dir_path, name),
-                                       reason='no such file')
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise exception.SysfsNotRegularFile(
+                path=path, kind=filetype.kind(mode))
+        data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
     except OSError as e:
-        raise exception.SysfsReadError(path=os.path.join(dir_path, name),
-                                       reason=e.strerror)
-    try:
-        data = os.read(fd, 65536)
-    except OSError as e:
-        raise exception.SysfsReadError(path=os.path.join(dir_path, name),
-                                       reason=e.strerror)
+        raise exception.SysfsReadError(path=path, reason=e.strerror)
     finally:
         os.close(fd)
+    if len(data) > MAX_ATTRIBUTE_BYTES:
+        raise exception.SysfsFileTooLarge(path=path,
+                                          limit=MAX_ATTRIBUTE_BYTES)
     return data.decode('utf-8', 'replace').strip()
+
+
+def parse_number(text, path, minimum=0, base=10):
+    """``text`` (an attribute's content) as an int >= ``minimum`` (None:
+    any), else a SysfsBadNumber naming ``path`` and what was read."""
+    pattern = _HEX_NUMBER if base == 16 else _NUMBER
+    expected = ('a number' if minimum is None
+                else 'a number of at least %d' % minimum)
+    if not pattern.match(text) or (minimum is not None
+                                   and int(text, base) < minimum):
+        raise exception.SysfsBadNumber(path=path, expected=expected,
+                                       text=text[:40])
+    return int(text, base)
 
 
 class Sysfs(object):
@@ -78,10 +128,25 @@ class Sysfs(object):
                             objects.validate_uuid(uuid))
 
     def resolved_under_root(self, path):
-        """Return the real path of ``path`` or raise if it leaves the root."""
+        """Return the real path of ``path`` or raise UnsafePath if it
+        leaves the root.  Links are followed (a link loop is left as it is
+        and fails when opened)."""
         real = os.path.realpath(path)
-        if real != self.root and not real.startswith(self.root + os.sep):
+        if not is_inside(self.root, real):
             raise exception.UnsafePath(path=path, root=self.root)
+        return real
+
+    def _readable(self, path):
+        """``resolved_under_root`` for reading: SysfsOutsideRoot (a
+        SysfsReadError) when ``path`` leaves the root."""
+        real = os.path.realpath(path)
+        if not is_inside(self.root, real):
+            raise exception.SysfsOutsideRoot(path=path, real=real,
+                                             root=self.root)
+        if os.path.islink(real):
+            # realpath leaves a link loop as it is
+            raise exception.SysfsReadError(path=path,
+                                           reason=os.strerror(errno.ELOOP))
         return real
 
     # -- primitives --------------------------------------------------------
@@ -90,33 +155,47 @@ class Sysfs(object):
         """Return the stripped text of a sysfs attribute.
 
         A missing file returns None when ``optional``; anything else that
-        stops the read is a SysfsReadError naming the path.
+        stops the read (a path resolving outside the root, a FIFO, socket or
+        device, a file over MAX_ATTRIBUTE_BYTES) is a SysfsError naming the
+        path.
         """
+        real = self._readable(path)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(real, _READ_FLAGS)
         except FileNotFoundError:
             if optional:
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
-            raise exception.SysfsReadError(path=path, reason=e.strerror)
-        try:
-            data = os.read(fd, 65536)
-        except OSError as e:
-            raise exception.SysfsReadError(path=path, reason=e.strerror)
-        finally:
-            os.close(fd)
-        return data.decode('utf-8', 'replace').strip()
+            raise _open_refused(e, path, real)
+        return _read_fd(fd, path)
 
-    def read_int(self, path, optional=False, base=10):
+    def read_int(self, path, optional=False, base=10, minimum=0):
+        """An attribute as a number >= ``minimum`` (None: any sign)."""
         text = self.read(path, optional=optional)
         if text is None:
             return None
+        return parse_number(text, path, minimum=minimum, base=base)
+
+    def read_hex_id(self, path):
+        """A 4-digit PCI id attribute (``vendor``, ``device``), normalized
+        (``10de``)."""
+        text = self.read(path)
         try:
-            return int(text, base)
-        except ValueError:
+            return objects.normalize_hex_id(text)
+        except exception.InvalidInput:
+            raise exception.SysfsBadNumber(
+                path=path, expected='a 4-digit hex PCI id', text=text[:40])
+
+    def link_address(self, path):
+        """The PCI address a link (``physfn``, ``virtfn0``) points at."""
+        name = self.link_name(path)
+        try:
+            return objects.PciAddress.parse(name)
+        except exception.InvalidPciAddress:
             raise exception.SysfsReadError(
-                path=path, reason='expected a number, read %r' % text[:40])
+                path=path, reason='expected a link to a PCI device, found '
+                '%r' % (name[:80] if name else name))
 
     def link_name(self, path):
         """Basename of a symlink's target (``driver`` -> ``nvidia``)."""
@@ -130,8 +209,10 @@ class Sysfs(object):
             raise exception.SysfsReadError(path=path, reason=e.strerror)
 
     def listdir(self, path, optional=False):
+        """Names in a directory that resolves under the root."""
+        real = self._readable(path)
         try:
-            return os.listdir(path)
+            return os.listdir(real)
         except FileNotFoundError:
             if optional:
                 return []
@@ -150,11 +231,16 @@ class Sysfs(object):
         """
         real = self.resolved_under_root(path)
         try:
-            fd = os.open(real, os.O_WRONLY)
+            fd = os.open(real, _WRITE_FLAGS)
         except OSError as e:
-            raise exception.SysfsWriteError(path=path, reason=e.strerror,
-                                            errno=e.errno)
+            raise exception.SysfsWriteError(
+                path=path, reason=filetype.open_error(e, real),
+                errno=e.errno)
         try:
+            refused = filetype.not_regular(os.fstat(fd).st_mode)
+            if refused:
+                raise exception.SysfsWriteError(path=path, reason=refused,
+                                                errno=None)
             os.write(fd, data.encode('ascii'))
         except OSError as e:
             raise exception.SysfsWriteError(path=path, reason=e.strerror,
@@ -178,41 +264,46 @@ class Sysfs(object):
         """``class`` of a device, e.g. ``0x030200``."""
         return self.read(os.path.join(self.pci_dir(address), 'class'))
 
-    def read_gpu(self, address, mdevs_by_parent=None, static_cache=None):
+    def read_gpu(self, address, mdevs_by_parent=None, static_cache=None,
+                 skipped=None):
         """Build a Gpu from ``bus/pci/devices/<address>/``.
 
         Reads (all optional but vendor, device and class):
         ``vendor device class driver@ numa_node iommu_group@ physfn@
         virtfnN@ mdev_supported_types/<type>/{name,description,device_api,
         available_instances}`` (@ = symlink, only its target's name is used).
+        Anything malformed is a SysfsError naming the file; ``skipped``: see
+        ``mdev_types``.
         """
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
         entries = set(self.listdir(base))
         j = os.path.join
-        numa = self.read_int(j(base, 'numa_node'), optional=True)
+        # -1: no NUMA affinity
+        numa = self.read_int(j(base, 'numa_node'), optional=True,
+                             minimum=-1)
         group = None
         if 'iommu_group' in entries:
             name = self.link_name(j(base, 'iommu_group'))
             group = int(name) if name and name.isdigit() else None
         physfn = None
         if 'physfn' in entries:
-            physfn = objects.PciAddress.parse(
-                self.link_name(j(base, 'physfn')))
+            physfn = self.link_address(j(base, 'physfn'))
         virtfns = []
         for entry in entries:
             if entry.startswith('virtfn') and entry[6:].isdigit():
-                virtfns.append((int(entry[6:]), objects.PciAddress.parse(
-                    self.link_name(j(base, entry)))))
-        vendor_id = objects.normalize_hex_id(self.read(j(base, 'vendor')))
-        product_id = objects.normalize_hex_id(self.read(j(base, 'device')))
+                virtfns.append((int(entry[6:]),
+                                self.link_address(j(base, entry))))
+        vendor_id = self.read_hex_id(j(base, 'vendor'))
+        product_id = self.read_hex_id(j(base, 'device'))
         driver = (self.link_name(j(base, 'driver'))
                   if 'driver' in entries else None)
         mdev_types = ()
         if TYPES_DIR in entries:
             mdev_types = self.mdev_types(
                 address, static_cache,
-                model=(driver, vendor_id, product_id, physfn is not None))
+                model=(driver, vendor_id, product_id, physfn is not None),
+                skipped=skipped)
         if mdevs_by_parent is None:
             mdevs_by_parent = self.mdevs_by_parent()
         return objects.Gpu(
@@ -238,13 +329,41 @@ class Sysfs(object):
         """Type ids the kernel lists for a parent (sorted)."""
         return sorted(self.listdir(self.types_dir(address), optional=True))
 
-    def mdev_types(self, address, static_cache=None, model=None):
+    def _open_in(self, dir_fd, dir_real, name, flags):
+        """``(fd, real path)`` of entry ``name`` of the open directory
+        ``dir_fd`` (real path ``dir_real``).  The common case is one
+        ``openat`` that follows no link; an entry that is a link is resolved
+        and must stay under the root."""
+        try:
+            return (os.open(name, flags, dir_fd=dir_fd),
+                    os.path.join(dir_real, name))
+        except OSError as e:
+            # O_NOFOLLOW met a link: ELOOP, or ENOTDIR with O_DIRECTORY
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        real = self._readable(os.path.join(dir_real, name))
+        return os.open(real, flags), real
+
+    def _read_in(self, dir_fd, dir_real, dir_path, name, optional=False):
+        """Read attribute ``name`` of the open directory ``dir_fd``."""
+        path = os.path.join(dir_path, name)
+        try:
+            fd, _ = self._open_in(dir_fd, dir_real, name, _READ_FLAGS)
+        except FileNotFoundError:
+            if optional:
+                return None
+            raise exception.SysfsReadError(path=path, reason='no such file')
+        except OSError as e:
+            raise _open_refused(e, path, os.path.join(dir_real, name))
+        return _read_fd(fd, path)
+
+    def mdev_types(self, address, static_cache=None, model=None,
+                   skipped=None):
         """Every ``mdev_supported_types/<type>`` of a parent as MdevType.
 
-        Files are read relative to the open types directory (``dir_fd``,
-        ``<type>/<attribute>``): the parent's path, which crosses the
-        ``bus/pci/devices`` link, is resolved once per parent instead of
-        once per file.
+        Files are read relative to the open type directory (``dir_fd``):
+        the parent's path, which crosses the ``bus/pci/devices`` link, is
+        resolved once per parent instead of once per file.
 
         ``static_cache`` (a dict) with ``model`` (a hashable naming the
         driver and device model) lets a discovery pass read a type's
@@ -252,10 +371,16 @@ class Sysfs(object):
         vendor driver fills them from its table of types for that model,
         so every parent of one model shows the same text.
         ``available_instances`` is per parent and always read.
+
+        ``skipped`` (a list): a type that cannot be read (a bad file, a
+        malformed number, a name that is no type id) is left out and its
+        SysfsError appended, so that one bad type does not hide the
+        others; without it, the error is raised.
         """
         base = self.types_dir(address)
+        real = self._readable(base)
         try:
-            dfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+            dfd = os.open(real, _DIR_FLAGS)
         except FileNotFoundError:
             return ()
         except OSError as e:
@@ -263,40 +388,58 @@ class Sysfs(object):
         result = []
         try:
             for type_id in sorted(os.listdir(dfd)):
-                _check_part(type_id)
-                available = _read_at(dfd, base,
-                                     type_id + '/available_instances')
                 try:
-                    available = int(available)
-                except ValueError:
-                    raise exception.SysfsReadError(
-                        path=os.path.join(base, type_id,
-                                          'available_instances'),
-                        reason='expected a number, read %r' % available[:40])
-                key = (model, type_id)
-                static = (static_cache.get(key)
-                          if static_cache is not None else None)
-                if static is None:
-                    static = (
-                        _read_at(dfd, base, type_id + '/name', optional=True),
-                        _read_at(dfd, base, type_id + '/description',
-                                 optional=True),
-                        _read_at(dfd, base, type_id + '/device_api'))
-                    if static_cache is not None and model is not None:
-                        static_cache[key] = static
-                result.append(objects.MdevType(
-                    id=type_id, name=static[0], description=static[1],
-                    device_api=static[2], available_instances=available))
+                    result.append(self._mdev_type(
+                        dfd, real, base, type_id, static_cache, model))
+                except exception.SysfsError as e:
+                    if skipped is None:
+                        raise
+                    skipped.append(e)
         finally:
             os.close(dfd)
         return tuple(result)
 
-    def mdevs_by_parent(self):
+    def _mdev_type(self, types_fd, types_real, types_path, type_id,
+                   static_cache, model):
+        path = os.path.join(types_path, type_id)
+        try:
+            objects.validate_type_id(type_id)
+        except exception.InvalidTypeId as e:
+            raise exception.SysfsReadError(path=path, reason=e)
+        try:
+            tfd, real = self._open_in(types_fd, types_real, type_id,
+                                      _DIR_FLAGS)
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+        try:
+            available = parse_number(
+                self._read_in(tfd, real, path, 'available_instances'),
+                os.path.join(path, 'available_instances'))
+            key = (model, type_id)
+            static = (static_cache.get(key)
+                      if static_cache is not None else None)
+            if static is None:
+                static = (
+                    self._read_in(tfd, real, path, 'name', optional=True),
+                    self._read_in(tfd, real, path, 'description',
+                                  optional=True),
+                    self._read_in(tfd, real, path, 'device_api'))
+                if static_cache is not None and model is not None:
+                    static_cache[key] = static
+        finally:
+            os.close(tfd)
+        return objects.MdevType(
+            id=type_id, name=static[0], description=static[1],
+            device_api=static[2], available_instances=available)
+
+    def mdevs_by_parent(self, skipped=None):
         """``{parent PciAddress: [Mdev]}`` from ``bus/mdev/devices``.
 
         Each entry is a link into the parent's tree
         (``../../../devices/pci0000:ae/0000:ae:00.0/0000:af:00.0/<uuid>``)
-        with ``mdev_type`` linking to the type directory.
+        with ``mdev_type`` linking to the type directory.  ``skipped`` (a
+        list): an entry that cannot be read is left out and its SysfsError
+        appended; without it, the error is raised.
         """
         base = os.path.join(self.root, *MDEV_DEVICES)
         result = {}
@@ -305,24 +448,36 @@ class Sysfs(object):
                 uuid = objects.validate_uuid(name)
             except exception.InvalidUuid:
                 continue
-            link = os.path.join(base, name)
             try:
-                target = os.readlink(link)
-            except OSError as e:
-                raise exception.SysfsReadError(path=link, reason=e.strerror)
-            parent_name = os.path.basename(os.path.dirname(target))
-            try:
-                parent = objects.PciAddress.parse(parent_name)
-            except exception.InvalidPciAddress:
-                continue   # an mdev whose parent is not a PCI device
-            type_id = self.link_name(os.path.join(link, 'mdev_type'))
-            if type_id is None:
-                raise exception.SysfsReadError(
-                    path=os.path.join(link, 'mdev_type'),
-                    reason='mdev without a type link')
-            result.setdefault(parent, []).append(
-                objects.Mdev(uuid=uuid, type_id=type_id))
+                found = self._mdev_entry(os.path.join(base, name), uuid)
+            except exception.SysfsError as e:
+                if skipped is None:
+                    raise
+                skipped.append(e)
+                continue
+            if found is not None:
+                result.setdefault(found[0], []).append(found[1])
         return result
+
+    def _mdev_entry(self, link, uuid):
+        """``(parent, Mdev)`` of ``bus/mdev/devices/<uuid>``, or None for
+        an mdev whose parent is not a PCI device."""
+        try:
+            target = os.readlink(link)
+        except OSError as e:
+            raise exception.SysfsReadError(path=link, reason=e.strerror)
+        self._readable(link)
+        parent_name = os.path.basename(os.path.dirname(target))
+        try:
+            parent = objects.PciAddress.parse(parent_name)
+        except exception.InvalidPciAddress:
+            return None
+        type_id = self.link_name(os.path.join(link, 'mdev_type'))
+        if type_id is None:
+            raise exception.SysfsReadError(
+                path=os.path.join(link, 'mdev_type'),
+                reason='mdev without a type link')
+        return parent, objects.Mdev(uuid=uuid, type_id=type_id)
 
     # -- SR-IOV --------------------------------------------------------------
     #
@@ -391,12 +546,8 @@ class Sysfs(object):
 
     def current_vgpu_type(self, address):
         """The type number of the vGPU on a VF, 0 when it holds none."""
-        path = os.path.join(self.nvidia_dir(address), CURRENT_TYPE)
-        value = self.read_int(path)
-        if value < 0:
-            raise exception.SysfsReadError(
-                path=path, reason='expected a type number, read %d' % value)
-        return value
+        return self.read_int(os.path.join(self.nvidia_dir(address),
+                                          CURRENT_TYPE))
 
     def set_current_vgpu_type(self, address, number):
         """Write a type number (create a vGPU) or 0 (destroy it) to

@@ -20,6 +20,7 @@ from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu.cmd import output
 from libvirt_gpu.cmd import simulate_live
+from libvirt_gpu.cmd import term
 
 PROG = 'libvirt-gpu'
 
@@ -538,6 +539,7 @@ def build_parser():
     return parser
 
 
+@term.escaped_output()
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)

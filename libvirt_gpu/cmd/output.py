@@ -20,6 +20,8 @@ Reports (``restore``, ``reconcile``, ``placement sync``) share one shape:
 import json
 import sys
 
+from libvirt_gpu.cmd import term
+
 
 # --- writers -----------------------------------------------------------------
 
@@ -61,7 +63,8 @@ def emit_report(report, as_json=False):
 
 def table(headers, rows):
     """Left-aligned columns, a rule under the header; '-' for None."""
-    rows = [['-' if c is None else str(c) for c in row] for row in rows]
+    rows = [['-' if c is None else term.escape(str(c), newline=True)
+             for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row)]

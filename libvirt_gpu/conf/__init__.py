@@ -7,10 +7,12 @@ read the same file.  No module-level ConfigOpts: callers pass ``conf`` on.
 """
 
 import os
+import stat
 
 from oslo_config import cfg
 
 from libvirt_gpu import exception
+from libvirt_gpu import filetype
 from libvirt_gpu.conf import agent
 from libvirt_gpu.conf import default
 from libvirt_gpu.conf import gpu
@@ -22,6 +24,10 @@ DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
 CONFIG_ENV = 'LIBVIRT_GPU_CONFIG'
 
 MODULES = [default, libvirt, gpu, vgpu, placement, agent]
+
+# A configuration file is a few KiB; anything bigger is a mistake (a log,
+# /dev/zero) that must not be read into memory.
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def config_path(config_file=None, environ=None):
@@ -52,11 +58,8 @@ def load(config_file=None, environ=None):
     """Return a parsed ConfigOpts with every group registered."""
     path, required = config_path(config_file, environ)
     files = []
-    if os.path.exists(path):
+    if check_config_file(path, required):
         files = [path]
-    elif required:
-        raise exception.ConfigError(
-            reason='config file %s does not exist' % path)
     conf = new_conf()
     try:
         conf(args=[], project='libvirt-gpu', default_config_files=files,
@@ -73,3 +76,42 @@ def load(config_file=None, environ=None):
     except (cfg.Error, ValueError) as e:
         raise exception.ConfigError(reason='%s: %s' % (path, e))
     return conf
+
+
+def check_config_file(path, required):
+    """Whether ``path`` is a config file to read: a regular file of at most
+    MAX_CONFIG_BYTES (a FIFO would hang the reader, ``/dev/zero`` fill the
+    memory).  Missing: False, or a ConfigError when ``required``.  It is
+    opened without blocking and judged by ``fstat``, so nothing here waits.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if required:
+            raise exception.ConfigError(
+                reason='config file %s does not exist' % path)
+        return False
+    except OSError as e:
+        kind = filetype.kind_behind(e, path)     # a socket
+        if kind is None:
+            raise exception.ConfigError(
+                reason='cannot read config file %s: %s' % (path, e.strerror))
+        raise _not_regular(path, kind)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, filetype.kind(st.st_mode))
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise exception.ConfigError(
+            reason='config file %s: it is %d bytes, more than the %d a '
+                   'configuration file can be; is it the right file?'
+                   % (path, st.st_size, MAX_CONFIG_BYTES))
+    return True
+
+
+def _not_regular(path, kind):
+    return exception.ConfigError(
+        reason='config file %s: it is %s, not a regular file; name the '
+               'configuration file itself' % (path, kind))

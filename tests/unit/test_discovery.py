@@ -120,7 +120,7 @@ def test_any_sysfs_shaped_tree(tmp_path):
             mtype.available_instances) == ('nvidia-63', 'GRID P4-1Q', None, 8)
 
 
-def test_unreadable_file_is_typed_error_naming_path(tmp_path):
+def test_unreadable_file_is_typed_error_naming_path(tmp_path, caplog):
     _hand_made_tree(str(tmp_path))
     avail = os.path.join(str(tmp_path), 'devices', 'pci0000:00',
                          '0000:00:02.0', '0000:01:00.0',
@@ -128,19 +128,29 @@ def test_unreadable_file_is_typed_error_naming_path(tmp_path):
                          'available_instances')
     os.remove(avail)
     os.mkdir(avail)   # reading a directory fails with EISDIR
+    tree = sysfs_mod.Sysfs(tmp_path)
     with pytest.raises(exception.SysfsReadError,
                        match='available_instances'):
-        discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
+        tree.mdev_types('0000:01:00.0')
+    # discovery skips the type (one bad type must not hide the host) and
+    # warns with the same error
+    (gpu,) = discovery.from_sysfs(tree).gpus
+    assert gpu.mdev_types == ()
+    assert 'nvidia-63/available_instances' in caplog.text
 
 
-def test_garbage_number_is_typed_error(tmp_path):
+def test_garbage_number_is_typed_error(tmp_path, caplog):
     _hand_made_tree(str(tmp_path))
     numa = os.path.join(str(tmp_path), 'devices', 'pci0000:00',
                         '0000:00:02.0', '0000:01:00.0', 'numa_node')
     with open(numa, 'w') as f:
         f.write('lots\n')
+    tree = sysfs_mod.Sysfs(tmp_path)
     with pytest.raises(exception.SysfsReadError, match='numa_node'):
-        discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
+        tree.read_gpu('0000:01:00.0')
+    # discovery skips the device and warns with the same error
+    assert discovery.from_sysfs(tree).gpus == ()
+    assert 'numa_node' in caplog.text and "'lots'" in caplog.text
 
 
 def test_discover_falls_back_to_sysfs(tmp_path):

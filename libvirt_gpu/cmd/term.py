@@ -1,0 +1,59 @@
+"""Text for people: control characters escaped.
+
+GPU, type and driver names come from sysfs and libvirt, and errors quote
+paths and values from there too: a name holding a terminal escape sequence
+(``ESC ] 0 ;`` retitles the window, ``ESC [ 2 J`` clears it) must reach the
+terminal as text, not as a command.  C0 controls except the newline, C1
+controls and the Unicode bidirectional overrides are written as ``\\xNN`` /
+``\\uNNNN``.  JSON output passes unchanged (``json.dumps`` already escapes
+every one of them).
+"""
+
+import contextlib
+import re
+import sys
+
+_CONTROL = re.compile('[\x00-\x09\x0b-\x1f\x80-\x9f'
+                      '\u202a-\u202e\u2066-\u2069]')
+
+
+def _escape_char(match):
+    code = ord(match.group())
+    return '\\x%02x' % code if code < 0x100 else '\\u%04x' % code
+
+
+def escape(text, newline=False):
+    """``text`` with every control character written as an escape; with
+    ``newline``, the newline too (one table cell, one line)."""
+    text = _CONTROL.sub(_escape_char, text)
+    return text.replace('\n', '\\n') if newline else text
+
+
+class EscapingStream(object):
+    """A text stream that escapes what is written to it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(escape(text))
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def escaped_output():
+    """Within: ``sys.stdout`` and ``sys.stderr`` escape control characters.
+    Usable as a decorator."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingStream(saved[0]), EscapingStream(
+        saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
