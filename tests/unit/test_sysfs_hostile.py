@@ -32,7 +32,8 @@ from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import hook
 from libvirt_gpu import sysfs as sysfs_mod
-from tests.functional import fake_kernel
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -232,7 +233,7 @@ def hang_detector():
 @pytest.fixture
 def tree():
     # made under /dev/shm where there is one (see simulated_tree)
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with trees.simulated_tree('t4') as (root, profile):
         yield Tree(root, profile)
 
 
@@ -457,7 +458,7 @@ def test_hook(tree, case):
     env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
     u = str(uuidlib.uuid4())
     xml = _domain_xml(u)
-    watcher = fake_kernel.KernelWatcher(tree.root, tree.profile).start()
+    watcher = kernel_sysfs.KernelWatcher(tree.root, tree.profile).start()
     try:
         case.apply(tree)   # after the watcher set up its inotify watches
 
@@ -477,8 +478,8 @@ def test_hook(tree, case):
                 assert fragment in err.replace('\x1b', '\\x1b'), (op, err)
             if op == 'reconnect':
                 assert 'vGPU %s, which does not exist' % u in err
-        assert u in watcher.model.mdevs()
+        assert u in watcher.kernel.mdevs()
         assert run('release')[0] == 0
-        assert u not in watcher.model.mdevs()
+        assert u not in watcher.kernel.mdevs()
     finally:
         watcher.stop()
