@@ -255,6 +255,12 @@ class LeaseStore(object):
         return 'LeaseStore(%r)' % self.state_dir
 
     def _open_dir(self):
+        if os.path.exists(self.state_dir) and \
+                not os.path.isdir(self.state_dir):
+            raise exception.StateError(
+                path=self.state_dir,
+                reason='not a directory; set [DEFAULT]/state_dir to a '
+                       'directory')
         try:
             os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         except OSError as e:

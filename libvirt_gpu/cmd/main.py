@@ -8,6 +8,7 @@ table for people.  Errors go to stderr, exit status 1 (2 for usage).
 """
 
 import argparse
+import errno
 import dataclasses
 import logging
 import sys
@@ -167,8 +168,23 @@ def cmd_placement_show(ctx):
     return 0
 
 
+def _check_url(url):
+    """``--url`` must be an http(s) URL with a host (anything else would
+    fail later as "cannot reach Placement", which sends people looking
+    for a network problem)."""
+    if url is None:
+        return
+    from urllib import parse
+    parts = parse.urlsplit(url)
+    if parts.scheme not in ('http', 'https') or not parts.netloc:
+        raise exception.InvalidInput(
+            reason='--url %s: the URL must be http(s)://HOST[:PORT][/PATH], '
+                   'e.g. http://placement:8778' % url)
+
+
 def cmd_placement_sync(ctx):
     from libvirt_gpu import agent
+    _check_url(ctx.args.url)
     report = agent.sync_once(ctx.conf, url=ctx.args.url,
                              dry_run=ctx.args.dry_run, tree=_tree(ctx))
     if ctx.args.json:
@@ -180,6 +196,7 @@ def cmd_placement_sync(ctx):
 
 def cmd_agent(ctx):
     from libvirt_gpu import agent
+    _check_url(ctx.args.url)
 
     def discover_tree():
         ctx.reset()
@@ -236,7 +253,13 @@ def cmd_simulate(ctx):
             control_stdio=ctx.args.control_stdio, workdir=ctx.args.workdir,
             probe_delay=ctx.args.probe_delay)
     profile = simulator.load_profile(ctx.args.profile)
-    node_xml = simulator.write_host(profile, ctx.args.dir)
+    try:
+        node_xml = simulator.write_host(profile, ctx.args.dir)
+    except OSError as e:
+        raise exception.SimulatorError(
+            reason='cannot write the simulated host to %s: %s; name a '
+                   'directory you may write to' % (ctx.args.dir,
+                                                   e.strerror or e))
     if ctx.args.json:
         print(output.dumps({'profile': profile.name,
                             'sysfs_root': ctx.args.dir,
@@ -403,6 +426,7 @@ def cmd_restore(ctx):
     root = ctx.args.sysfs_root or ctx.conf.sysfs_root
     sysfs = sysfs_mod.Sysfs(root)
     state_dir = ctx.conf.state_dir
+    _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     owner = None
     if not ctx.args.no_libvirt:
         owner = restore.lease_owner_check(state_dir, _uri(ctx))
@@ -411,15 +435,16 @@ def cmd_restore(ctx):
         vf_pfs=restore.vf_targets(ctx.conf, sysfs, state_dir),
         mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
         sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
-        settle_timeout=ctx.args.settle_timeout)
+        settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
     if ctx.args.json:
         print(output.dumps(report.to_json()))
     else:
         print(output.table(['ACTION', 'WHAT', 'TARGET', 'DETAIL'],
                            [[a.action, a.what, a.target, a.detail]
                             for a in report.actions]))
-        print('%d change(s), %d failure(s)' % (len(report.changed),
-                                               len(report.failed)))
+        print('%d change(s), %d failure(s)%s' % (
+            len(report.changed), len(report.failed),
+            ' (dry run: nothing written)' if ctx.args.dry_run else ''))
     return 1 if report.failed else 0
 
 
@@ -443,6 +468,19 @@ def _add_restore_command(add):
     p.add_argument('--no-libvirt', action='store_true',
                    help='do not ask libvirt which guests run (then no stale '
                         'vGPU is reset)')
+    p.add_argument('--dry-run', action='store_true',
+                   help='show what would be written (VFs enabled, vGPUs '
+                        'created or reset); write nothing')
+
+
+def _check_dir_option(option, path):
+    """An option naming a directory that exists as something else: say so
+    in one line instead of failing deep inside the command."""
+    import os
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise exception.InvalidInput(
+            reason='%s %s is not a directory; name a directory'
+            % (option, path))
 
 
 def _add_lifecycle_commands(sub, add):
@@ -501,9 +539,12 @@ def _add_lifecycle_commands(sub, add):
     p.set_defaults(func=cmd_hook_install)
     p = add('reconcile', cmd_reconcile, 'find and remove vGPUs and leases '
             'that no domain uses after crashes; report stuck ones (exit '
-            'status 3)')
+            'status 3). It removes devices: run with --dry-run first. Only '
+            'vGPUs we leased, or on GPUs the configuration enables, are '
+            'touched; it needs a libvirt that knows the host\'s domains '
+            '(not test:///)')
     p.add_argument('--dry-run', action='store_true',
-                   help='only report what would be done')
+                   help='only report what would be done (run this first)')
 
 
 # Defaults of the live tree, kept equal to simulator.kernel.BUSY_MODES and
@@ -648,6 +689,28 @@ def main(argv=None):
         # `libvirt-gpu list | head`: the reader left; not an error.
         sys.stderr.close()
         return 0
+    except OSError as e:
+        # A path the operator named that cannot be used (a file where a
+        # directory belongs, no permission): one line, not a traceback.
+        print('%s: error: %s' % (PROG, _os_error_text(e)), file=sys.stderr)
+        if args.debug:
+            raise
+        return 1
+    except Exception as e:  # noqa: BLE001 - the CLI's edge: one line
+        print('%s: internal error: %s: %s (run with --debug for the '
+              'traceback)' % (PROG, type(e).__name__, e), file=sys.stderr)
+        if args.debug:
+            raise
+        return 1
+
+
+def _os_error_text(e):
+    where = ' -> '.join(str(f) for f in (e.filename, e.filename2)
+                        if f is not None)
+    text = e.strerror or str(e)
+    if e.errno in (errno.EACCES, errno.EPERM):
+        text += ' (run as a user allowed to write there, e.g. root)'
+    return '%s: %s' % (where, text) if where else text
 
 
 if __name__ == '__main__':
