@@ -209,6 +209,7 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
                             'mdev+lease' if exists else 'lease'))
             if not dry_run:
                 txn.update(lease.mdev_uuid, state=state.REMOVING)
+        findings.extend(_return_borrowed(txn, refs, started, dry_run))
         for uuid, (parent, type_id) in sorted(mdevs_before.items()):
             if uuid in leased or uuid not in mdevs:
                 continue
@@ -284,4 +285,20 @@ def _judge_used(txn, lease, users, mdevs, dry_run, where):
                              'lease', lease.mdev_uuid,
                              'in use by its running domain: %s -> created'
                              % lease.state, **where))
+    return found
+
+
+def _return_borrowed(txn, refs, started, dry_run):
+    """Forget that a domain uses an mdev someone else made once that domain
+    no longer runs (its release never came: a crash)."""
+    found = []
+    for uuid, (domain, since) in sorted(txn.borrowed().items()):
+        if since >= started or domain in refs.running.get(uuid, ()):
+            continue
+        if not dry_run:
+            txn.give_back(domain, [uuid])
+        found.append(Finding(REPAIRED if not dry_run else WOULD_REPAIR,
+                             'borrowed', uuid, 'domain %s no longer runs: it '
+                             'no longer holds this existing vGPU' % domain,
+                             domain_uuid=domain))
     return found
