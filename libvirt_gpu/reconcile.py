@@ -164,11 +164,33 @@ def _remove_with_timeout(backend, uuid, timeout):
     return outcome.get('error')
 
 
+def check_connection(host):
+    """Refuse a libvirt connection that cannot know this host's domains:
+    libvirt's test driver (``test:///...``) has its own made-up ones, so
+    every mdev of the host would look unused."""
+    uri = host.connect().getURI() or ''
+    if uri.split(':', 1)[0] == 'test':
+        raise exception.InvalidInput(
+            reason='reconcile needs the libvirt that runs this host\'s '
+                   'guests; %s is libvirt\'s test driver, which knows none '
+                   'of them (every vGPU would look unused): connect to '
+                   'qemu:///system with -c' % uri)
+
+
 def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
               remove_timeout=15.0, mdevctl_dir=mdev_backend.MDEVCTL_DIR,
-              use_libvirt=True):
+              use_libvirt=True, covered=(), on_plan=None):
     """Repair what can be repaired (nothing when ``dry_run``); a Report of
-    every finding."""
+    every finding.
+
+    ``covered``: the physical GPUs (``PciAddress``) the configuration
+    enables; an mdev nobody leased is judged only on those (or when it is
+    one of our recorded vendor-interface vGPUs): reconcile never removes
+    what someone else made on a GPU we do not manage.  ``on_plan(findings)``
+    is called with what will be removed before anything is.
+    """
+    check_connection(host)
+    covered = frozenset(objects.PciAddress.parse(a) for a in covered)
     backend = registry.VgpuBackend(
         sysfs, store.state_dir, host=host if use_libvirt else None,
         mdevctl_dir=mdevctl_dir, remove_timeout=remove_timeout)
@@ -215,6 +237,13 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
                 continue
             users = refs.running.get(uuid, frozenset()) | refs.defined.get(
                 uuid, frozenset())
+            if not users and not _managed(sysfs, backend, uuid, parent,
+                                          covered):
+                findings.append(Finding(
+                    KEPT, 'mdev', uuid, 'unreferenced, but on a GPU the '
+                    'configuration does not enable and not made by us',
+                    parent=parent, type_id=type_id))
+                continue
             if len(refs.running.get(uuid, ())) > 1:
                 findings.append(Finding(
                     CONFLICT, 'mdev', uuid, 'used by %d running domains: %s'
@@ -240,6 +269,10 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
                             'mdev'))
             if not dry_run:
                 txn.add(uuid, None, parent, type_id, state.REMOVING)
+    if on_plan is not None and planned and not dry_run:
+        on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
+                         type_id=type_id, domain_uuid=domain)
+                 for uuid, parent, type_id, domain, reason, what in planned])
     removed = []
     for uuid, parent, type_id, domain, reason, what in planned:
         where = dict(parent=parent, type_id=type_id, domain_uuid=domain)
@@ -302,3 +335,13 @@ def _return_borrowed(txn, refs, started, dry_run):
                              'no longer holds this existing vGPU' % domain,
                              domain_uuid=domain))
     return found
+
+
+def _managed(sysfs, backend, uuid, parent, covered):
+    """Whether an unleased mdev is ours to judge: on a GPU the
+    configuration enables (a VF counts as its physical GPU), or one of our
+    recorded vendor-interface vGPUs."""
+    if hasattr(backend, 'vendor_vgpus') and uuid in backend.vendor_vgpus():
+        return True
+    gpu = sysfs.physfn(parent) or parent
+    return gpu in covered or parent in covered

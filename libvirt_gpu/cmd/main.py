@@ -400,10 +400,13 @@ def cmd_reconcile(ctx):
     from libvirt_gpu import reconcile
     from libvirt_gpu import state
     from libvirt_gpu import sysfs as sysfs_mod
+    sysfs = sysfs_mod.Sysfs(ctx.args.sysfs_root or ctx.conf.sysfs_root)
     with host_mod.Host(_uri(ctx)) as host:
+        reconcile.check_connection(host)
         report = reconcile.reconcile(
-            host, sysfs_mod.Sysfs(ctx.args.sysfs_root or ctx.conf.sysfs_root),
-            state.LeaseStore(ctx.conf.state_dir), dry_run=ctx.args.dry_run)
+            host, sysfs, state.LeaseStore(ctx.conf.state_dir),
+            dry_run=ctx.args.dry_run, covered=_covered_gpus(ctx, sysfs),
+            on_plan=lambda plan: _say_plan(ctx, plan))
     if ctx.args.json:
         print(output.dumps({'dry_run': report.dry_run, 'findings': [
             {'action': f.action, 'what': f.what, 'uuid': f.uuid,
@@ -418,6 +421,23 @@ def cmd_reconcile(ctx):
         if not report.findings:
             print('nothing to do: every vGPU and lease is accounted for')
     return 3 if report.stuck else 0
+
+
+def _covered_gpus(ctx, sysfs):
+    """The physical GPUs the configuration enables (reconcile judges
+    unleased mdevs only there)."""
+    return set(vgpu_conf.resolve(ctx.conf,
+                                 discovery.from_sysfs(sysfs).gpus))
+
+
+def _say_plan(ctx, plan):
+    """reconcile says what it is about to remove before it does."""
+    out = sys.stderr if ctx.args.json else sys.stdout
+    for f in plan:
+        print('will remove %s %s%s: %s' % (
+            f.what, f.uuid, ' on %s' % f.parent if f.parent else '',
+            f.reason), file=out)
+    out.flush()
 
 
 def cmd_restore(ctx):

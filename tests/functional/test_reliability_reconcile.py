@@ -31,6 +31,8 @@ class World(object):
         self.mdevctl_dir = str(tmp_path / 'mdevctl.d')
 
     def run(self, **kwargs):
+        # Both T4s are GPUs the configuration would enable.
+        kwargs.setdefault('covered', (A, B))
         return reconcile.reconcile(host_mod.Host.from_connection(self.conn),
                                    self.sysfs, self.store,
                                    mdevctl_dir=self.mdevctl_dir, **kwargs)
