@@ -51,7 +51,7 @@ def write_conf(path, text):
     return str(path)
 
 
-# --- every command, three broken setups ---------------------------------------
+# --- every command, three broken setups --------------------------------------
 
 def _commands(tmp):
     return [

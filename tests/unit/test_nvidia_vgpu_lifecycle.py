@@ -417,4 +417,3 @@ def test_a_vf_holding_a_vgpu_is_never_chosen_even_if_it_lists_the_type(a100):
     (grant,) = a100.allocator().reserve(DOM, [allocator_mod.VgpuClaim(
         new_uuid(), 'nvidia-472', parent=A)])
     assert str(grant.device.parent) == '0000:41:00.5'
-
