@@ -384,3 +384,18 @@ def test_hook_with_stdin_closed(tmp_path):
                            sys.executable, hook_script, 'vm1', 'started',
                            'begin', '-'], capture_output=True, text=True)
     assert (proc.returncode, proc.stderr) == (0, '')
+
+
+def test_every_command_that_prints_a_result_takes_json():
+    # README: every command that prints a result takes --json (agent, a
+    # service that logs, does not)
+    from libvirt_gpu.cmd import main as cli_main
+    parser = cli_main.build_parser()
+    for argv in (['list'], ['types'], ['discover'], ['placement', 'show'],
+                 ['placement', 'sync'], ['simulate', '--list'],
+                 ['attach', 'vm', '--address', '0000:3b:00.0'],
+                 ['detach', 'vm', '--address', '0000:3b:00.0'],
+                 ['domgpus', 'vm'], ['hook', 'install'], ['reconcile'],
+                 ['restore']):
+        assert parser.parse_args(argv + ['--json']).json is True, argv
+    assert parser.parse_args(['agent']).json is False
