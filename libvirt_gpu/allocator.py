@@ -354,6 +354,12 @@ class Allocator(object):
             for uuid in uuids:
                 txn.delete(uuid)
 
+    def give_back(self, domain_uuid, uuids):
+        """A domain no longer uses these existing, unleased mdevs (its
+        start failed)."""
+        with self.store.transaction() as txn:
+            txn.give_back(domain_uuid, uuids)
+
     def begin_release(self, domain_uuid, uuids=None):
         """Mark a domain's leases ``removing`` (held by this process) and
         return them; ``uuids`` limits them to those vGPUs."""

@@ -467,6 +467,7 @@ class Hook(object):
             state.crash_point('prepare:marked')
         except BaseException:
             self.rollback(grants, created)
+            self._give_back(req, grants)
             raise
         for grant in grants:
             d = grant.device
@@ -491,6 +492,16 @@ class Hook(object):
                  and g.device.uuid not in stuck]
         try:
             self.allocator.forget(fresh)
+        except exception.LibvirtGpuError as e:
+            self.log.error('rollback: %s' % e)
+
+    def _give_back(self, req, grants):
+        """A refused start no longer uses the existing mdevs it borrowed."""
+        borrowed = [g.device.uuid for g in grants if g.lease is None]
+        if not borrowed:
+            return
+        try:
+            self.allocator.give_back(req.domain.uuid, borrowed)
         except exception.LibvirtGpuError as e:
             self.log.error('rollback: %s' % e)
 

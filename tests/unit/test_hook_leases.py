@@ -139,3 +139,24 @@ def test_reconnect_of_10000_missing_vgpus_logs_a_summary(env):
     assert 'uses %d more vGPUs that do not exist'  \
         % (10000 - hook.RECONNECT_LISTED) in text
     assert 'reconnect: 10000 vGPU(s) in use, 10000 missing' in lines[-1]
+
+
+def test_a_refused_start_gives_the_existing_mdev_back(env):
+    # vm1 names the existing mdev and a new vGPU on A whose creation the
+    # kernel refuses: the start is refused, and vm2 may then use the mdev
+    real_create = env.sysfs.model.create
+
+    def refuse_on_a(parent, type_id, data):
+        if str(parent) == A:
+            raise OSError(28, 'No space left on device')
+        return real_create(parent, type_id, data)
+    env.sysfs.model.create = refuse_on_a
+    first = th.domain_xml([(EXISTING, 'nvidia-223', B),
+                           (th.new_uuid(), 'nvidia-223', A)])
+    rc, err = env.run('prepare', first)
+    assert rc == 1 and 'cannot start' in err
+    env.sysfs.model.create = real_create
+    second = th.domain_xml([(EXISTING, 'nvidia-223', B)],
+                           uuid=OTHER_DOM, name='vm2')
+    assert env.run('prepare', second) == (0, '')
+    assert env.leases() == []
