@@ -93,6 +93,12 @@ class LibvirtUnavailable(LibvirtError):
     msg_fmt = ("cannot connect to libvirt at %(uri)s: %(reason)s; is "
                "libvirtd running? %(hint)s")
 
+    def __init__(self, message=None, **kwargs):
+        # ``hint``: what to do instead (``host.Host`` knows whether sysfs
+        # would do); none given, none said.
+        kwargs.setdefault('hint', '')
+        super().__init__(message, **kwargs)
+
 
 class SimulatorError(LibvirtGpuError):
     msg_fmt = "Simulator: %(reason)s"
