@@ -91,7 +91,7 @@ class LibvirtError(LibvirtGpuError):
 
 class LibvirtUnavailable(LibvirtError):
     msg_fmt = ("cannot connect to libvirt at %(uri)s: %(reason)s; is "
-               "libvirtd running? %(hint)s")
+               "libvirtd running?%(hint)s")
 
     def __init__(self, message=None, **kwargs):
         # ``hint``: what to do instead (``host.Host`` knows whether sysfs

@@ -44,8 +44,8 @@ class Host(object):
         """What to do when libvirt cannot be reached: read-only callers
         (discovery) can read sysfs instead; the others need libvirt."""
         if self.read_only:
-            return 'Use --sysfs-root to read sysfs instead'
-        return 'This command needs libvirt: -c URI picks the connection'
+            return ' Use --sysfs-root to read sysfs instead'
+        return ' This command needs libvirt: -c URI picks the connection'
 
     @classmethod
     def from_connection(cls, conn):
