@@ -193,16 +193,17 @@ class Allocator(object):
                     grants.append(self._grant(txn, domain_uuid, claim,
                                               mdevs))
                 except exception.NoCapacity as e:
-                    if not grants:
-                        raise
-                    same = sum(1 for c in claims
-                               if c.type_id == claim.type_id)
-                    raise exception.NoCapacity(
-                        uuid=claim.uuid, type_id=claim.type_id,
-                        where=e.kwargs['where'],
-                        reason='the domain asks for %d vGPUs of this type '
-                               'and %d of its vGPUs fit before this one; %s'
-                               % (same, len(grants), e.kwargs['reason']))
+                    if grants:
+                        same = sum(1 for c in claims
+                                   if c.type_id == claim.type_id)
+                        e = exception.NoCapacity(
+                            uuid=claim.uuid, type_id=claim.type_id,
+                            where=e.kwargs['where'],
+                            reason='the domain asks for %d vGPUs of this '
+                                   'type and %d of its vGPUs fit before this '
+                                   'one; %s' % (same, len(grants),
+                                                e.kwargs['reason']))
+                    raise _naming_stale_leases(txn, e)
         return grants
 
     def _grant(self, txn, domain_uuid, claim, mdevs):
@@ -214,6 +215,7 @@ class Allocator(object):
         existing = self.backend.lookup(uuid)
         if existing is not None:
             self._check_fits(claim, existing)
+            _borrow(txn, existing, domain_uuid)
             return Grant(device=existing, existed=True, lease=None)
         parent = (self._check_parent(txn, claim, mdevs)
                   if claim.parent is not None
@@ -352,6 +354,12 @@ class Allocator(object):
             for uuid in uuids:
                 txn.delete(uuid)
 
+    def give_back(self, domain_uuid, uuids):
+        """A domain no longer uses these existing, unleased mdevs (its
+        start failed)."""
+        with self.store.transaction() as txn:
+            txn.give_back(domain_uuid, uuids)
+
     def begin_release(self, domain_uuid, uuids=None):
         """Mark a domain's leases ``removing`` (held by this process) and
         return them; ``uuids`` limits them to those vGPUs."""
@@ -373,4 +381,42 @@ class Allocator(object):
                         % (lease.pid, lease.state))
                 taken.append(txn.update(lease.mdev_uuid,
                                         state=state.REMOVING))
+            txn.give_back(domain_uuid, wanted)
         return taken
+
+
+def _borrow(txn, existing, domain_uuid):
+    """An mdev without a lease (someone else made it) is used, never
+    removed; but only by one domain at a time."""
+    holder = txn.borrower(existing.uuid)
+    if holder is not None and holder != domain_uuid:
+        raise exception.LeaseConflict(
+            uuid=existing.uuid,
+            holder='domain %s, which already uses this existing vGPU (it is '
+                   'given back when that domain stops)' % holder)
+    txn.borrow(existing.uuid, domain_uuid)
+
+
+STALE_LISTED = 5
+
+
+def _naming_stale_leases(txn, error):
+    """``error`` (NoCapacity), naming the leases whose holder process died
+    before it finished (a killed prepare or release): they still count
+    against capacity until ``reconcile`` settles them."""
+    stale = [lease for lease in txn.all()
+             if lease.state != state.CREATED and not lease.holder_alive()]
+    if not stale:
+        return error
+    named = ', '.join('%s (%s for domain %s by process %d, gone)'
+                      % (lease.mdev_uuid, lease.state,
+                         lease.domain_uuid or '-', lease.pid)
+                      for lease in stale[:STALE_LISTED])
+    if len(stale) > STALE_LISTED:
+        named += ' and %d more' % (len(stale) - STALE_LISTED)
+    kwargs = dict(error.kwargs)
+    kwargs['reason'] = ('%s; %d lease(s) left by processes that died may be '
+                        'stale: %s; `libvirt-gpu reconcile --dry-run` shows '
+                        'what `libvirt-gpu reconcile` would free'
+                        % (kwargs['reason'], len(stale), named))
+    return exception.NoCapacity(**kwargs)

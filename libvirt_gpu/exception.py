@@ -30,7 +30,7 @@ class InvalidInput(LibvirtGpuError):
 
 class InvalidPciAddress(InvalidInput):
     msg_fmt = ("%(value)r is not a PCI address; expected the form "
-               "DDDD:BB:SS.F in lowercase hex, e.g. 0000:af:00.0")
+               "DDDD:BB:SS.F in hex digits, e.g. 0000:af:00.0")
 
 
 class InvalidUuid(InvalidInput):
@@ -39,8 +39,9 @@ class InvalidUuid(InvalidInput):
 
 
 class InvalidTypeId(InvalidInput):
-    msg_fmt = ("%(value)r is not a valid vGPU type id (letters, digits, "
-               "'-' and '_' only, e.g. nvidia-223)")
+    msg_fmt = ("%(value)r is not a valid vGPU type id (1 to 64 letters, "
+               "digits, '-', '_' or '.', starting with a letter or digit, "
+               "e.g. nvidia-223)")
 
 
 class InvalidXml(InvalidInput):
@@ -49,6 +50,11 @@ class InvalidXml(InvalidInput):
 
 class ConfigError(LibvirtGpuError):
     msg_fmt = "Configuration error: %(reason)s"
+
+
+class ConfigFileUnreadable(LibvirtGpuError):
+    msg_fmt = ("cannot read the configuration file %(path)s: %(reason)s "
+               "(name a readable file with --config-file)")
 
 
 class SysfsError(LibvirtGpuError):
@@ -106,7 +112,13 @@ class LibvirtError(LibvirtGpuError):
 
 class LibvirtUnavailable(LibvirtError):
     msg_fmt = ("cannot connect to libvirt at %(uri)s: %(reason)s; is "
-               "libvirtd running? Use --sysfs-root to read sysfs instead")
+               "libvirtd running?%(hint)s")
+
+    def __init__(self, message=None, **kwargs):
+        # ``hint``: what to do instead (``host.Host`` knows whether sysfs
+        # would do); none given, none said.
+        kwargs.setdefault('hint', '')
+        super().__init__(message, **kwargs)
 
 
 class SimulatorError(LibvirtGpuError):

@@ -36,8 +36,16 @@ class Host(object):
                     self._conn = libvirt.open(self.uri)
             except libvirt.libvirtError as e:
                 raise exception.LibvirtUnavailable(
-                    uri=self.uri, reason=e.get_error_message())
+                    uri=self.uri, reason=e.get_error_message(),
+                    hint=self._unavailable_hint())
         return self._conn
+
+    def _unavailable_hint(self):
+        """What to do when libvirt cannot be reached: read-only callers
+        (discovery) can read sysfs instead; the others need libvirt."""
+        if self.read_only:
+            return ' Use --sysfs-root to read sysfs instead'
+        return ' This command needs libvirt: -c URI picks the connection'
 
     @classmethod
     def from_connection(cls, conn):

@@ -175,11 +175,33 @@ def _remove_with_timeout(backend, uuid, timeout):
     return outcome.get('error')
 
 
+def check_connection(host):
+    """Refuse a libvirt connection that cannot know this host's domains:
+    libvirt's test driver (``test:///...``) has its own made-up ones, so
+    every mdev of the host would look unused."""
+    uri = host.connect().getURI() or ''
+    if uri.split(':', 1)[0] == 'test':
+        raise exception.InvalidInput(
+            reason='reconcile needs the libvirt that runs this host\'s '
+                   'guests; %s is libvirt\'s test driver, which knows none '
+                   'of them (every vGPU would look unused): connect to '
+                   'qemu:///system with -c' % uri)
+
+
 def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
               remove_timeout=15.0, mdevctl_dir=environment.MDEVCTL_DIR,
-              use_libvirt=True):
+              use_libvirt=True, covered=(), on_plan=None):
     """Repair what can be repaired (nothing when ``dry_run``); a Report of
-    every finding."""
+    every finding.
+
+    ``covered``: the physical GPUs (``PciAddress``) the configuration
+    enables; an mdev nobody leased is judged only on those (or when it is
+    one of our recorded vendor-interface vGPUs): reconcile never removes
+    what someone else made on a GPU we do not manage.  ``on_plan(findings)``
+    is called with what will be removed before anything is.
+    """
+    check_connection(host)
+    covered = frozenset(objects.PciAddress.parse(a) for a in covered)
     env = environment.Environment(
         store.state_dir, sysfs=sysfs, host=host if use_libvirt else None,
         mdevctl_dir=mdevctl_dir, remove_timeout=remove_timeout)
@@ -221,11 +243,19 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
                             'mdev+lease' if exists else 'lease'))
             if not dry_run:
                 txn.update(lease.mdev_uuid, state=state.REMOVING)
+        findings.extend(_return_borrowed(txn, refs, started, dry_run))
         for uuid, (parent, type_id) in sorted(mdevs_before.items()):
             if uuid in leased or uuid not in mdevs:
                 continue
             users = refs.running.get(uuid, frozenset()) | refs.defined.get(
                 uuid, frozenset())
+            if not users and not _managed(sysfs, backend, uuid, parent,
+                                          covered):
+                findings.append(Finding(
+                    KEPT, 'mdev', uuid, 'unreferenced, but on a GPU the '
+                    'configuration does not enable and not made by us',
+                    parent=parent, type_id=type_id))
+                continue
             if len(refs.running.get(uuid, ())) > 1:
                 findings.append(Finding(
                     CONFLICT, 'mdev', uuid, 'used by %d running domains: %s'
@@ -251,6 +281,10 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
                             'mdev'))
             if not dry_run:
                 txn.add(uuid, None, parent, type_id, state.REMOVING)
+    if on_plan is not None and planned and not dry_run:
+        on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
+                         type_id=type_id, domain_uuid=domain)
+                 for uuid, parent, type_id, domain, reason, what in planned])
     removed = []
     for uuid, parent, type_id, domain, reason, what in planned:
         where = dict(parent=parent, type_id=type_id, domain_uuid=domain)
@@ -297,3 +331,30 @@ def _judge_used(txn, lease, users, mdevs, dry_run, where):
                              'in use by its running domain: %s -> created'
                              % lease.state, **where))
     return found
+
+
+def _return_borrowed(txn, refs, started, dry_run):
+    """Forget that a domain uses an mdev someone else made once that domain
+    no longer runs (its release never came: a crash)."""
+    found = []
+    for uuid, (domain, since) in sorted(txn.borrowed().items()):
+        if since >= started or domain in refs.running.get(uuid, ()):
+            continue
+        if not dry_run:
+            txn.give_back(domain, [uuid])
+        found.append(Finding(REPAIRED if not dry_run else WOULD_REPAIR,
+                             'borrowed', uuid, 'domain %s no longer runs: it '
+                             'no longer holds this existing vGPU' % domain,
+                             domain_uuid=domain))
+    return found
+
+
+def _managed(sysfs, backend, uuid, parent, covered):
+    """Whether an unleased mdev is ours to judge: on a GPU the
+    configuration enables (a VF counts as its physical GPU), or one of our
+    recorded vGPUs (a kind that keeps its own records, such as the vendor
+    interface's)."""
+    if backend.recorded(uuid):
+        return True
+    gpu = sysfs.physfn(parent) or parent
+    return gpu in covered or parent in covered

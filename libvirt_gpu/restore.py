@@ -59,6 +59,7 @@ NVIDIA_VENDOR = objects.NVIDIA_VENDOR_ID
 ENABLED_VFS = 'enabled-vfs'
 CREATED = 'created'
 RESET = 'reset'
+WOULD = 'would'          # --dry-run: what a real run would change
 FORGOT = 'forgot'
 OK = 'ok'
 SKIPPED = 'skipped'
@@ -186,7 +187,8 @@ class Restore(object):
 
     def __init__(self, sysfs, state_dir, mdevctl_dir=MDEVCTL_DIR,
                  owner_running=None, sriov_manage=None, settle_timeout=30.0,
-                 mdev_backend=None):
+                 mdev_backend=None, dry_run=False):
+        self.dry_run = dry_run
         self.sysfs = sysfs
         self.state_dir = state_dir
         self.mdevctl_dir = mdevctl_dir
@@ -240,6 +242,11 @@ class Restore(object):
         if current:
             self._note(SKIPPED, 'vfs', pf, '%d of %d VFs enabled by someone '
                        'else: left as they are' % (current, total))
+            return
+        if self.dry_run:
+            self._note(WOULD, 'vfs', pf, 'would enable %d VFs (%s)' % (
+                total, self.sriov_manage + ' -e' if self.sriov_manage
+                else 'write %d to sriov_numvfs' % total))
             return
         try:
             how = self._enable(pf, total)
@@ -332,6 +339,9 @@ class Restore(object):
                 continue
             device = base.VgpuDevice(uuid=uuid, parent=parent,
                                      type_id=definition.type_id)
+            if self.dry_run:
+                self._dry_create(self.mdev, device, 'mdev', where)
+                continue
             try:
                 created = self.mdev.prepare(device)
             except exception.LibvirtGpuError as e:
@@ -340,6 +350,13 @@ class Restore(object):
             self._note(CREATED if created else OK, 'mdev', uuid,
                        ('created ' if created else 'exists: ') + where)
 
+    def _dry_create(self, backend, device, what, where):
+        """``--dry-run``: what creating ``device`` would do."""
+        if backend.lookup(device.uuid) is not None:
+            self._note(OK, what, device.uuid, 'exists: ' + where)
+        else:
+            self._note(WOULD, what, device.uuid, 'would create ' + where)
+
     # 3. vendor-interface vGPUs --------------------------------------------
 
     def restore_vendor_vgpus(self):
@@ -347,6 +364,9 @@ class Restore(object):
             if entry.start != 'auto':
                 continue
             where = '%s on VF %s' % (entry.type_id, entry.vf)
+            if self.dry_run:
+                self._dry_create(self.vendor, entry.device(), 'vgpu', where)
+                continue
             try:
                 created = self.vendor.prepare(entry.device())
             except exception.LibvirtGpuError as e:
@@ -399,6 +419,11 @@ class Restore(object):
                 self._note(OK, 'vgpu', entry.uuid, '%s on VF %s is in use by '
                            'a running guest' % (held, vf))
                 continue
+            if self.dry_run:
+                self._note(WOULD, 'vgpu', entry.uuid, 'would reset VF %s '
+                           '(write 0 to current_vgpu_type: it holds %s for a '
+                           'guest that is not running)' % (vf, held))
+                continue
             try:
                 self.vendor.remove(entry.uuid)
             except exception.LibvirtGpuError as e:
@@ -417,7 +442,10 @@ class Restore(object):
                     gone = not self.sysfs.current_vgpu_type(entry.vf)
                 except exception.SysfsReadError:
                     gone = False
-            if gone:
+            if gone and self.dry_run:
+                self._note(WOULD, 'vgpu', uuid, 'would forget it: its VF %s '
+                           'holds no vGPU any more' % entry.vf)
+            elif gone:
                 with self.vendor.state.locked() as live:
                     if uuid in live and not live[uuid].persistent:
                         del live[uuid]

@@ -72,6 +72,11 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 CREATE INDEX IF NOT EXISTS leases_domain ON leases (domain_uuid);
 CREATE INDEX IF NOT EXISTS leases_parent ON leases (parent);
+CREATE TABLE IF NOT EXISTS borrowed (
+    mdev_uuid   TEXT PRIMARY KEY NOT NULL,
+    domain_uuid TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
 """
 _COLUMNS = ('mdev_uuid', 'domain_uuid', 'parent', 'type_id', 'state', 'pid',
             'pid_start', 'created_at', 'updated_at')
@@ -230,6 +235,42 @@ class Transaction(object):
                                        reason='no lease for %s' % mdev_uuid)
         return self.get(mdev_uuid)
 
+    # An mdev someone else made (no lease) that a domain uses: recorded so
+    # that a second domain naming it is refused.  Never removed by us.
+
+    def borrower(self, mdev_uuid):
+        """The domain UUID that uses the unleased mdev, or None."""
+        row = self._db.execute(
+            'SELECT domain_uuid FROM borrowed WHERE mdev_uuid = ?',
+            (objects.validate_uuid(mdev_uuid),)).fetchone()
+        return row[0] if row else None
+
+    def borrow(self, mdev_uuid, domain_uuid):
+        self._db.execute(
+            'INSERT OR REPLACE INTO borrowed (mdev_uuid, domain_uuid, '
+            'created_at) VALUES (?, ?, ?)',
+            (objects.validate_uuid(mdev_uuid),
+             objects.validate_uuid(domain_uuid), self.now))
+
+    def give_back(self, domain_uuid, mdev_uuids=None):
+        """Forget what ``domain_uuid`` borrowed (only ``mdev_uuids`` when
+        given)."""
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        if mdev_uuids is None:
+            self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ?',
+                             (domain_uuid,))
+            return
+        for uuid in mdev_uuids:
+            self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ? '
+                             'AND mdev_uuid = ?',
+                             (domain_uuid, objects.validate_uuid(uuid)))
+
+    def borrowed(self):
+        """``{mdev_uuid: (domain_uuid, created_at)}`` of every borrowed
+        mdev."""
+        return {u: (d, t) for u, d, t in self._db.execute(
+            'SELECT mdev_uuid, domain_uuid, created_at FROM borrowed')}
+
     def delete(self, mdev_uuid):
         """Drop a lease; True when there was one."""
         cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
@@ -255,6 +296,12 @@ class LeaseStore(object):
         return 'LeaseStore(%r)' % self.state_dir
 
     def _open_dir(self):
+        if os.path.exists(self.state_dir) and \
+                not os.path.isdir(self.state_dir):
+            raise exception.StateError(
+                path=self.state_dir,
+                reason='not a directory; set [DEFAULT]/state_dir to a '
+                       'directory')
         try:
             os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         except OSError as e:

@@ -196,6 +196,13 @@ class VgpuKind(DeviceBackend):
                     and self.is_parent(parent))
         return uuid in devices.mdev_uuids
 
+    def recorded(self, uuid):
+        """Whether this kind keeps its own record of ``uuid`` as a vGPU
+        libvirt-gpu made (so that it is ours to judge even on a GPU the
+        configuration no longer covers).  Kinds whose vGPUs only the kernel
+        and mdevctl record keep none."""
+        return False
+
     def reserved_parents(self):
         """``{parent: uuid}`` of parents recorded for a vGPU of this kind
         that may not exist yet (no other vGPU may take them)."""

@@ -442,6 +442,9 @@ class NvidiaVgpuBackend(base.VgpuKind):
         JSON file, absent on hosts that never used the interface)."""
         return uuid in self.state.read()
 
+    def recorded(self, uuid):
+        return self.owns(uuid)
+
     def existing(self, mdevs_by_parent=None):
         return {uuid: (entry.vf, entry.type_id)
                 for uuid, entry in self.state.read().items()

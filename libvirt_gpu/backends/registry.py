@@ -153,6 +153,10 @@ class Vgpus(object):
             found.update(kind.existing(mdevs_by_parent))
         return found
 
+    def recorded(self, uuid):
+        """Whether any kind records ``uuid`` as ours (see VgpuKind)."""
+        return any(kind.recorded(uuid) for kind in self.kinds)
+
     def reserved_parents(self):
         """``{parent: uuid}`` recorded by every kind (see VgpuKind)."""
         found = {}

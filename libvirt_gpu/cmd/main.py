@@ -13,6 +13,7 @@ over in a fraction of the time of importing everything (see
 """
 
 import argparse
+import errno
 import logging
 import sys
 
@@ -186,8 +187,23 @@ def cmd_placement_show(ctx):
     return 0
 
 
+def _check_url(url):
+    """``--url`` must be an http(s) URL with a host (anything else would
+    fail later as "cannot reach Placement", which sends people looking
+    for a network problem)."""
+    if url is None:
+        return
+    from urllib import parse
+    parts = parse.urlsplit(url)
+    if parts.scheme not in ('http', 'https') or not parts.netloc:
+        raise exception.InvalidInput(
+            reason='--url %s: the URL must be http(s)://HOST[:PORT][/PATH], '
+                   'e.g. http://placement:8778' % url)
+
+
 def cmd_placement_sync(ctx):
     from libvirt_gpu import agent
+    _check_url(ctx.args.url)
     report = agent.sync_once(ctx.conf, url=ctx.args.url,
                              dry_run=ctx.args.dry_run, tree=_tree(ctx))
     output.emit_report(report, as_json=ctx.args.json)
@@ -196,6 +212,7 @@ def cmd_placement_sync(ctx):
 
 def cmd_agent(ctx):
     from libvirt_gpu import agent
+    _check_url(ctx.args.url)
 
     def discover_tree():
         ctx.reset()
@@ -250,7 +267,13 @@ def cmd_simulate(ctx):
             control_stdio=ctx.args.control_stdio, workdir=ctx.args.workdir,
             probe_delay=ctx.args.probe_delay)
     profile = simulator.load_profile(ctx.args.profile)
-    node_xml = simulator.write_host(profile, ctx.args.dir)
+    try:
+        node_xml = simulator.write_host(profile, ctx.args.dir)
+    except OSError as e:
+        raise exception.SimulatorError(
+            reason='cannot write the simulated host to %s: %s; name a '
+                   'directory you may write to' % (ctx.args.dir,
+                                                   e.strerror or e))
     if ctx.args.json:
         output.emit_json({'profile': profile.name,
                           'sysfs_root': ctx.args.dir, 'node_xml': node_xml,
@@ -342,14 +365,26 @@ def cmd_reconcile(ctx):
     from libvirt_gpu import reconcile
     with host_mod.Host(_uri(ctx)) as host:
         env = ctx.environment(host)
-        report = reconcile.reconcile(host, env.sysfs, env.store,
-                                     dry_run=ctx.args.dry_run)
+        report = reconcile.reconcile(
+            host, env.sysfs, env.store, dry_run=ctx.args.dry_run,
+            covered=set(env.enabled),
+            on_plan=lambda plan: _say_plan(ctx, plan))
     output.emit_report(report, as_json=ctx.args.json)
     return 3 if report.stuck else 0
 
 
+def _say_plan(ctx, plan):
+    """reconcile says what it is about to remove before it does."""
+    for f in plan:
+        output.emit_note('will remove %s %s%s: %s' % (
+            f.what, f.uuid, ' on %s' % f.parent if f.parent else '',
+            f.reason), as_json=ctx.args.json)
+    (sys.stderr if ctx.args.json else sys.stdout).flush()
+
+
 def cmd_restore(ctx):
     from libvirt_gpu import restore
+    _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
     root, sysfs, state_dir = env.sysfs_root, env.sysfs, env.state_dir
     owner = None
@@ -360,7 +395,7 @@ def cmd_restore(ctx):
         vf_pfs=restore.vf_targets(ctx.conf, sysfs, state_dir),
         mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
         sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
-        settle_timeout=ctx.args.settle_timeout)
+        settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
 
@@ -385,6 +420,19 @@ def _add_restore_command(add):
     p.add_argument('--no-libvirt', action='store_true',
                    help='do not ask libvirt which guests run (then no stale '
                         'vGPU is reset)')
+    p.add_argument('--dry-run', action='store_true',
+                   help='show what would be written (VFs enabled, vGPUs '
+                        'created or reset); write nothing')
+
+
+def _check_dir_option(option, path):
+    """An option naming a directory that exists as something else: say so
+    in one line instead of failing deep inside the command."""
+    import os
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise exception.InvalidInput(
+            reason='%s %s is not a directory; name a directory'
+            % (option, path))
 
 
 def _add_lifecycle_commands(sub, add):
@@ -443,9 +491,12 @@ def _add_lifecycle_commands(sub, add):
     p.set_defaults(func=cmd_hook_install)
     p = add('reconcile', cmd_reconcile, 'find and remove vGPUs and leases '
             'that no domain uses after crashes; report stuck ones (exit '
-            'status 3)')
+            'status 3). It removes devices: run with --dry-run first. Only '
+            'vGPUs we leased, or on GPUs the configuration enables, are '
+            'touched; it needs a libvirt that knows the host\'s domains '
+            '(not test:///)')
     p.add_argument('--dry-run', action='store_true',
-                   help='only report what would be done')
+                   help='only report what would be done (run this first)')
 
 
 def build_parser():
@@ -559,6 +610,28 @@ def main(argv=None):
         # `libvirt-gpu list | head`: the reader left; not an error.
         sys.stderr.close()
         return 0
+    except OSError as e:
+        # A path the operator named that cannot be used (a file where a
+        # directory belongs, no permission): one line, not a traceback.
+        print('%s: error: %s' % (PROG, _os_error_text(e)), file=sys.stderr)
+        if args.debug:
+            raise
+        return 1
+    except Exception as e:  # noqa: BLE001 - the CLI's edge: one line
+        print('%s: internal error: %s: %s (run with --debug for the '
+              'traceback)' % (PROG, type(e).__name__, e), file=sys.stderr)
+        if args.debug:
+            raise
+        return 1
+
+
+def _os_error_text(e):
+    where = ' -> '.join(str(f) for f in (e.filename, e.filename2)
+                        if f is not None)
+    text = e.strerror or str(e)
+    if e.errno in (errno.EACCES, errno.EPERM):
+        text += ' (run as a user allowed to write there, e.g. root)'
+    return '%s: %s' % (where, text) if where else text
 
 
 if __name__ == '__main__':

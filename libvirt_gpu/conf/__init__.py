@@ -7,6 +7,7 @@ read the same file.  No module-level ConfigOpts: callers pass ``conf`` on.
 """
 
 import os
+import re
 import stat
 
 from oslo_config import cfg
@@ -55,7 +56,9 @@ def new_conf():
 
 
 def load(config_file=None, environ=None):
-    """Return a parsed ConfigOpts with every group registered."""
+    """Return a parsed ConfigOpts with every group registered; every option
+    has been read once, so a bad value is one ConfigError here whatever
+    the command."""
     path, required = config_path(config_file, environ)
     files = []
     if check_config_file(path, required):
@@ -64,17 +67,16 @@ def load(config_file=None, environ=None):
     try:
         conf(args=[], project='libvirt-gpu', default_config_files=files,
              default_config_dirs=[], use_env=False)
+    except cfg.ConfigFilesPermissionDeniedError:
+        raise exception.ConfigFileUnreadable(path=path,
+                                             reason='permission denied')
+    except OSError as e:
+        raise exception.ConfigFileUnreadable(path=path, reason=e.strerror)
     except (cfg.Error, ValueError) as e:
-        raise exception.ConfigError(reason='%s: %s' % (path, e))
+        raise exception.ConfigError(reason='%s: %s' % (path, _clean(e)))
     vgpu.register_dynamic_opts(conf)
-    try:
-        # Reading every value now turns a bad value into one clear error
-        # instead of a traceback somewhere later.
-        for type_id in conf.gpu.enabled_vgpu_types:
-            dict(conf[vgpu.group_name(type_id)].items())
-        conf.gpu.report_gpu_traits
-    except (cfg.Error, ValueError) as e:
-        raise exception.ConfigError(reason='%s: %s' % (path, e))
+    _read_every_option(conf, path)
+    _check_state_dir(conf, path)
     return conf
 
 
@@ -94,8 +96,8 @@ def check_config_file(path, required):
     except OSError as e:
         kind = filetype.kind_behind(e, path)     # a socket
         if kind is None:
-            raise exception.ConfigError(
-                reason='cannot read config file %s: %s' % (path, e.strerror))
+            raise exception.ConfigFileUnreadable(path=path,
+                                                 reason=e.strerror)
         raise _not_regular(path, kind)
     try:
         st = os.fstat(fd)
@@ -115,3 +117,44 @@ def _not_regular(path, kind):
     return exception.ConfigError(
         reason='config file %s: it is %s, not a regular file; name the '
                'configuration file itself' % (path, kind))
+
+
+def _check_state_dir(conf, path):
+    """[DEFAULT]/state_dir may be missing (it is made on first use) but
+    not something other than a directory."""
+    state_dir = conf.state_dir
+    if os.path.exists(state_dir) and not os.path.isdir(state_dir):
+        raise exception.ConfigError(
+            reason='%s: [DEFAULT]/state_dir = %s is not a directory; name '
+                   'a directory (it is created when missing)'
+                   % (path, state_dir))
+
+
+# oslo.config names where a bad value came from as the repr of a
+# LocationInfo; the file is named once, in front, instead.
+_LOCATION = re.compile(r' from LocationInfo\(.*?\)(?= is not valid)')
+
+
+def _clean(error):
+    return _LOCATION.sub('', str(error))
+
+
+def _read_every_option(conf, path):
+    """Read every registered option now: a bad value (``[agent]
+    sync_interval = -1``) becomes one clear error for every command instead
+    of a traceback in the one command that happens to use it."""
+    for name in sorted(conf):
+        _read_option(conf, 'DEFAULT', name, path)
+    for group_name in sorted(conf):
+        group = conf[group_name]
+        if isinstance(group, cfg.ConfigOpts.GroupAttr):
+            for name in sorted(group):
+                _read_option(group, group_name, name, path)
+
+
+def _read_option(holder, group_name, name, path):
+    try:
+        holder[name]
+    except (cfg.Error, ValueError) as e:
+        raise exception.ConfigError(reason='%s: [%s]/%s: %s'
+                                    % (path, group_name, name, _clean(e)))

@@ -6,6 +6,7 @@ The sample-config generator sees the same options through ``list_opts``,
 under the example section ``[vgpu_nvidia-223]``.
 """
 
+import logging
 import re
 
 import os_resource_classes
@@ -14,6 +15,7 @@ from oslo_config import cfg
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 
+LOG = logging.getLogger(__name__)
 EXAMPLE_TYPE = 'nvidia-223'
 _CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]+')
 
@@ -71,6 +73,15 @@ def _resource_class(type_id, value):
                                                     value))
 
 
+def _warn_not_offered(type_id, gpus):
+    """A single enabled type, without addresses, that no GPU offers: every
+    GPU stays whole (PGPU), which is rarely what was meant."""
+    offered = sorted({t.id for gpu in gpus for t in gpu.offered_types()})
+    LOG.warning('[gpu]/enabled_vgpu_types names %s, but no GPU of this host '
+                'offers it, so every GPU is offered whole (PGPU); the GPUs '
+                'offer: %s', type_id, ', '.join(offered) or 'no vGPU type')
+
+
 def resolve(conf, gpus):
     """Map each GPU address to what configuration enables on it.
 
@@ -108,6 +119,8 @@ def resolve(conf, gpus):
             for gpu in gpus:
                 if not gpu.is_vf and gpu.offered_type(type_id) is not None:
                     enabled[gpu.address] = setting
+            if not enabled:
+                _warn_not_offered(type_id, gpus)
             continue
         for raw in section.device_addresses:
             try:

@@ -104,6 +104,10 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
     import the package the way the hook will.
     """
     import subprocess
+    if os.path.exists(hooks_dir) and not os.path.isdir(hooks_dir):
+        raise exception.InvalidInput(
+            reason='hooks directory %s is not a directory; name libvirt\'s '
+                   'hooks directory with --dir' % hooks_dir)
     python = python or sys.executable
     if not os.path.isabs(python):
         raise exception.InvalidInput(

@@ -5,6 +5,11 @@ import time
 
 LOG_NAME = 'hook.log'
 LOG_MAX_BYTES = 1024 * 1024
+# One call logs at most this many lines, each cut to LOG_LINE_MAX
+# characters; what is left over is counted in one last line.  A guest
+# with 10,000 vGPU entries must not push hook.log past its cap.
+LOG_MAX_LINES = 100
+LOG_LINE_MAX = 2000
 
 
 class HookLog(object):
@@ -16,20 +21,36 @@ class HookLog(object):
         self.stderr = stderr
         self.head = ' '.join(a.replace('\n', ' ')[:80] for a in argv[1:4])
         self.lines = []
+        self.dropped = 0
         self.path = None
 
+    def _keep(self, line, printed=None):
+        """Keep ``line`` (and print ``printed`` to stderr) unless this call
+        has logged LOG_MAX_LINES already; then only count it."""
+        if len(self.lines) >= LOG_MAX_LINES:
+            self.dropped += 1
+            return
+        self.lines.append(line[:LOG_LINE_MAX])
+        if printed is not None:
+            print(printed[:LOG_LINE_MAX], file=self.stderr)
+
     def info(self, message):
-        self.lines.append(message)
+        self._keep(message)
 
     def error(self, message):
-        self.lines.append('ERROR: ' + message)
-        print('libvirt-gpu: %s' % message, file=self.stderr)
+        self._keep('ERROR: ' + message, 'libvirt-gpu: %s' % message)
 
     def warning(self, message):
-        self.lines.append('WARNING: ' + message)
-        print('libvirt-gpu: warning: %s' % message, file=self.stderr)
+        self._keep('WARNING: ' + message,
+                   'libvirt-gpu: warning: %s' % message)
 
     def flush(self):
+        if self.dropped:
+            self.lines.append('... and %d more line(s) not logged'
+                              % self.dropped)
+            print('libvirt-gpu: ... and %d more line(s) not shown'
+                  % self.dropped, file=self.stderr)
+            self.dropped = 0
         if self.path is None or not self.lines:
             return
         now = time.time()
@@ -40,16 +61,17 @@ class HookLog(object):
                        % (stamp, os.getpid(), self.head, line)
                        for line in self.lines)
         self.lines = []
+        data = text.encode('utf-8', 'replace')
         try:
             try:
-                if os.path.getsize(self.path) > LOG_MAX_BYTES:
+                if os.path.getsize(self.path) + len(data) > LOG_MAX_BYTES:
                     os.replace(self.path, self.path + '.1')
             except FileNotFoundError:
                 pass
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
                          | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, text.encode('utf-8', 'replace'))
+                os.write(fd, data)
             finally:
                 os.close(fd)
         except OSError as e:

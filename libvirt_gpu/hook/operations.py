@@ -22,6 +22,8 @@ PREPARE = 'prepare'
 RELEASE = 'release'
 RECONNECT = 'reconnect'
 HANDLED = (PREPARE, RELEASE, RECONNECT)
+# reconnect names at most this many missing vGPUs, then counts the rest.
+RECONNECT_LISTED = 10
 
 # What hooks/qemu scans stdin for before importing anything (kept in step
 # with it by a test): our namespace, an mdev hostdev, and the start of a
@@ -137,6 +139,7 @@ class Hook(object):
             state.crash_point('prepare:marked')
         except BaseException:
             self.rollback(grants, created)
+            self._give_back(req, grants)
             raise
         for grant in grants:
             d = grant.device
@@ -161,6 +164,16 @@ class Hook(object):
                  and g.device.uuid not in stuck]
         try:
             self.allocator.forget(fresh)
+        except exception.LibvirtGpuError as e:
+            self.log.error('rollback: %s' % e)
+
+    def _give_back(self, req, grants):
+        """A refused start no longer uses the existing mdevs it borrowed."""
+        borrowed = [g.device.uuid for g in grants if g.lease is None]
+        if not borrowed:
+            return
+        try:
+            self.allocator.give_back(req.domain.uuid, borrowed)
         except exception.LibvirtGpuError as e:
             self.log.error('rollback: %s' % e)
 
@@ -192,9 +205,13 @@ class Hook(object):
             and self.vgpus.in_devices(req.domain, e.uuid, e.parent)]
         missing = [uuid for uuid in in_use
                    if self.vgpus.lookup(uuid) is None]
-        for uuid in missing:
+        for uuid in missing[:RECONNECT_LISTED]:
             self.log.warning('running domain %s uses vGPU %s, which does '
                              'not exist' % (req.label, uuid))
+        if len(missing) > RECONNECT_LISTED:
+            self.log.warning('running domain %s uses %d more vGPUs that do '
+                             'not exist' % (req.label,
+                                            len(missing) - RECONNECT_LISTED))
         self.log.info('reconnect: %d vGPU(s) in use, %d missing'
                       % (len(in_use), len(missing)))
         return 0

@@ -111,6 +111,8 @@ class World(object):
 
     def reconcile(self, **kwargs):
         from libvirt_gpu import host as host_mod
+        # The configuration enables TYPE on both GPUs.
+        kwargs.setdefault('covered', ('0000:3b:00.0', '0000:af:00.0'))
         return reconcile.reconcile(host_mod.Host.from_connection(self.conn),
                                    self.sysfs, self.store,
                                    mdevctl_dir=str(self.tmp / 'mdevctl.d'),

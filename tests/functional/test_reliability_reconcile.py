@@ -32,6 +32,8 @@ class World(object):
         self.mdevctl_dir = str(tmp_path / 'mdevctl.d')
 
     def run(self, **kwargs):
+        # Both T4s are GPUs the configuration would enable.
+        kwargs.setdefault('covered', (A, B))
         return reconcile.reconcile(host_mod.Host.from_connection(self.conn),
                                    self.sysfs, self.store,
                                    mdevctl_dir=self.mdevctl_dir, **kwargs)
@@ -187,3 +189,118 @@ def test_a_removal_that_blocks_is_reported_stuck(world):
     # the claim stays (removing, holder gone): the next run retries
     assert {lease.state for lease in world.store.leases()} == {
         state.REMOVING}
+
+
+# --- scope, announcements, races (issue: reconcile hardening) ---------------
+
+class _StartsAGuestWhileListed(object):
+    """A libvirt connection on which a guest starts right after reconcile
+    has listed the domains: its hook creates a vGPU and takes a lease
+    (and has exited by the time reconcile takes the lock)."""
+
+    def __init__(self, conn, during):
+        self._conn, self._during = conn, during
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def listAllDomains(self, flags=0):
+        listed = self._conn.listAllDomains(flags)
+        self._during()
+        return listed
+
+
+def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
+    taken = {}
+
+    def guest_starts():
+        u = world.create()
+        dom = str(uuidlib.uuid4())
+        with world.store.transaction() as txn:
+            txn.add(u, dom, A, 'nvidia-223', state.CREATED)
+            # its hook process has exited (pid of no process), but the
+            # lease is newer than reconcile's list of domains
+            txn._db.execute('UPDATE leases SET pid = ?, pid_start = NULL '
+                            'WHERE mdev_uuid = ?', (2 ** 22 + 3, u))
+        taken['uuid'], taken['domain'] = u, dom
+
+    conn = _StartsAGuestWhileListed(world.conn, guest_starts)
+    report = reconcile.reconcile(host_mod.Host.from_connection(conn),
+                                 world.sysfs, world.store,
+                                 mdevctl_dir=world.mdevctl_dir,
+                                 covered=(A, B))
+    u = taken['uuid']
+    assert u not in by_uuid(report)
+    assert u in world.mdevs()
+    assert [(lease.mdev_uuid, lease.domain_uuid, lease.state)
+            for lease in world.store.leases()] == [
+        (u, taken['domain'], state.CREATED)]
+    # the profile's own unused mdevs were judged as usual
+    assert {f.uuid for f in report.of(reconcile.REMOVED)} == {PRE1, PRE2}
+
+
+def test_unleased_mdevs_on_gpus_not_configured_are_kept(world):
+    # The configuration enables only GPU A; PRE1 and PRE2 (on B) were made
+    # by someone else on a GPU we do not manage.
+    extra = world.create(parent=A)
+    report = world.run(covered=(A,))
+    assert world.mdevs() == {PRE1, PRE2}
+    assert [f.uuid for f in report.of(reconcile.REMOVED)] == [extra]
+    kept = by_uuid(report)
+    assert kept[PRE1].action == kept[PRE2].action == reconcile.KEPT
+    assert 'does not enable' in kept[PRE1].reason
+    # nothing configured: nothing unleased is touched at all
+    assert world.run(covered=()).of(reconcile.REMOVED) == []
+    assert world.mdevs() == {PRE1, PRE2}
+
+
+def test_removals_are_announced_before_they_happen(world):
+    seen = []
+
+    def on_plan(plan):
+        seen.append(({f.uuid for f in plan}, set(world.mdevs())))
+
+    report = world.run(on_plan=on_plan)
+    assert seen == [({PRE1, PRE2}, {PRE1, PRE2})]
+    assert {f.uuid for f in report.of(reconcile.REMOVED)} == {PRE1, PRE2}
+    seen.clear()
+    world.run(on_plan=on_plan, dry_run=True)      # nothing to announce
+    assert seen == []
+
+
+def test_refuses_libvirts_test_driver(world):
+    with host_mod.Host('test:///default') as h:
+        with pytest.raises(exception.InvalidInput) as e:
+            reconcile.reconcile(h, world.sysfs, world.store,
+                                mdevctl_dir=world.mdevctl_dir,
+                                covered=(A, B))
+    assert 'test driver' in str(e.value)
+    assert world.mdevs() == {PRE1, PRE2}
+    assert world.store.leases() == []
+
+
+def test_borrowed_mdev_of_a_stopped_domain_is_given_back(world):
+    dom = str(uuidlib.uuid4())
+    with world.store.transaction() as txn:
+        txn.borrow(PRE1, dom)
+    report = world.run(dry_run=True)
+    (found,) = [f for f in report.findings if f.what == 'borrowed']
+    assert (found.uuid, found.action, found.domain_uuid) == (
+        PRE1, reconcile.WOULD_REPAIR, dom)
+    with world.store.transaction() as txn:
+        assert txn.borrowed()[PRE1][0] == dom     # dry run: kept
+    running = world.domain('running', [PRE1])
+    with world.store.transaction() as txn:
+        txn.give_back(dom)
+        txn.borrow(PRE1, running.uuid)
+    report = world.run()
+    assert PRE1 in world.mdevs()               # referenced: kept
+    assert [f for f in report.findings if f.what == 'borrowed'] == []
+    with world.store.transaction() as txn:
+        assert txn.borrowed()[PRE1][0] == running.uuid
+    running.set_active(False)
+    report = world.run(dry_run=False)
+    assert [(f.uuid, f.action) for f in report.findings
+            if f.what == 'borrowed'] == [(PRE1, reconcile.REPAIRED)]
+    with world.store.transaction() as txn:
+        assert PRE1 not in txn.borrowed()

@@ -79,3 +79,19 @@ def test_other_errors_still_raise():
 def test_mdev_without_pci_parent():
     node = nodedev.parse_mdev(_xml(parent='computer'))
     assert node.parent is None and node.mdev.uuid == UUID
+
+
+def test_mdev_name_of_libvirt_before_7_7_gives_the_uuid():
+    # libvirt < 7.7 has no <uuid> in an mdev's capability: the UUID is only
+    # in the name, mdev_<uuid with _ for ->[_<parent address>].
+    for name in ('mdev_%s' % UUID.replace('-', '_'),
+                 'mdev_%s_0000_af_00_0' % UUID.replace('-', '_')):
+        xml = ("<device><name>%s</name><parent>pci_0000_af_00_0</parent>"
+               "<capability type='mdev'><type id='nvidia-223'/>"
+               "<iommuGroup number='120'/></capability></device>" % name)
+        node = nodedev.parse_mdev(xml)
+        assert node.mdev.uuid == UUID
+        assert node.mdev.type_id == 'nvidia-223'
+        assert str(node.parent) == '0000:af:00.0'
+    h = _host([_Dev(xml)])
+    assert [n.mdev.uuid for n in h.mdev_nodes()] == [UUID]

@@ -405,3 +405,17 @@ def test_hook_mdev_on_vfs_counts_the_whole_gpu(a100):
     assert a100.hook('release', mdev_domain_xml(first))[0] == 0
     assert '0000:41:00.5' not in {
         str(p) for p in a100.sysfs.mdevs_by_parent()}
+
+
+def test_a_vf_holding_a_vgpu_is_never_chosen_even_if_it_lists_the_type(a100):
+    # 0000:41:00.4, the GPU's first VF, holds an A100-20C.  A driver (or a
+    # race with its removal) may still list the type as available there;
+    # the allocator must go by what the VF holds, not by that number.
+    held = os.path.join(a100.root, 'bus', 'pci', 'devices', '0000:41:00.4',
+                        'mdev_supported_types', 'nvidia-472',
+                        'available_instances')
+    with open(held, 'w') as f:
+        f.write('1\n')
+    (grant,) = a100.allocator().reserve(DOM, [allocator_mod.VgpuClaim(
+        new_uuid(), 'nvidia-472', parent=A)])
+    assert str(grant.device.parent) == '0000:41:00.5'

@@ -151,8 +151,20 @@ class TestClient:
         assert len(adapter.sent) == 2
 
     def test_delete_of_missing_provider_is_fine(self):
-        client, _ = scripted(err(404, 'placement.resource_provider.not_found'))
-        client.delete_provider('u')
+        client, adapter = scripted(
+            err(404, 'placement.resource_provider.not_found'))
+        assert client.delete_provider('u') is None
+        # the DELETE was sent (a 404 means someone removed it first) ...
+        assert adapter.sent[-1][:2] == ('DELETE', '/resource_providers/u')
+        assert adapter.answers == []
+        # ... and only a 404 is taken as "already gone"
+        client, _ = scripted(err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'))
+        with pytest.raises(pc.PlacementError):
+            client.delete_provider('u')
 
     def test_delete_in_use(self):
         client, _ = scripted(err(409, pc.CODE_PROVIDER_INUSE))
