@@ -52,7 +52,7 @@ class ConfigError(LibvirtGpuError):
     msg_fmt = "Configuration error: %(reason)s"
 
 
-class ConfigFileUnreadable(LibvirtGpuError):
+class ConfigFileUnreadable(ConfigError):
     msg_fmt = ("cannot read the configuration file %(path)s: %(reason)s "
                "(name a readable file with --config-file)")
 

@@ -106,17 +106,16 @@ def check_config_file(path, required):
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(path, filetype.kind(st.st_mode))
     if st.st_size > MAX_CONFIG_BYTES:
-        raise exception.ConfigError(
-            reason='config file %s: it is %d bytes, more than the %d a '
-                   'configuration file can be; is it the right file?'
-                   % (path, st.st_size, MAX_CONFIG_BYTES))
+        raise exception.ConfigFileUnreadable(
+            path=path, reason='it is %d bytes, more than the %d a '
+                              'configuration file can be; is it the right '
+                              'file?' % (st.st_size, MAX_CONFIG_BYTES))
     return True
 
 
 def _not_regular(path, kind):
-    return exception.ConfigError(
-        reason='config file %s: it is %s, not a regular file; name the '
-               'configuration file itself' % (path, kind))
+    return exception.ConfigFileUnreadable(
+        path=path, reason='it is %s, not a regular file' % kind)
 
 
 def _check_state_dir(conf, path):

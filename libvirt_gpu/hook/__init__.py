@@ -50,7 +50,9 @@ it is read makes the next call read it again.  Every line it logs also goes to
 from libvirt_gpu.backends import mdev as mdev_backend  # noqa: F401
 from libvirt_gpu import exception  # noqa: F401
 from libvirt_gpu.hook.log import HookLog  # noqa: F401
+from libvirt_gpu.hook.log import LOG_LINE_MAX  # noqa: F401
 from libvirt_gpu.hook.log import LOG_MAX_BYTES  # noqa: F401
+from libvirt_gpu.hook.log import LOG_MAX_LINES  # noqa: F401
 from libvirt_gpu.hook.log import LOG_NAME  # noqa: F401
 from libvirt_gpu.hook.operations import HANDLED  # noqa: F401
 from libvirt_gpu.hook.operations import Hook  # noqa: F401
@@ -58,6 +60,7 @@ from libvirt_gpu.hook.operations import MARKERS  # noqa: F401
 from libvirt_gpu.hook.operations import parse_request  # noqa: F401
 from libvirt_gpu.hook.operations import PREPARE  # noqa: F401
 from libvirt_gpu.hook.operations import RECONNECT  # noqa: F401
+from libvirt_gpu.hook.operations import RECONNECT_LISTED  # noqa: F401
 from libvirt_gpu.hook.operations import RELEASE  # noqa: F401
 from libvirt_gpu.hook.operations import Request  # noqa: F401
 from libvirt_gpu.hook.operations import run  # noqa: F401

@@ -72,7 +72,7 @@ def test_load_refuses(bad_config):
     with pytest.raises(exception.ConfigError) as info:
         conf_mod.load(path)
     message = str(info.value)
-    assert message.startswith('Configuration error: config file %s: '
+    assert message.startswith('cannot read the configuration file %s: '
                               % path), message
     assert reason in message and '\n' not in message
 
@@ -97,8 +97,8 @@ def test_cli_one_line_error(bad_config, tmp_path, how):
     err = r.stderr.decode()
     assert r.returncode == 1 and r.stdout == b''
     assert err.count('\n') == 1, err
-    assert err.startswith('libvirt-gpu: error: Configuration error: config '
-                          'file %s: ' % path), err
+    assert err.startswith('libvirt-gpu: error: cannot read the '
+                          'configuration file %s: ' % path), err
     assert reason in err
 
 

@@ -8,7 +8,7 @@ import pytest
 from libvirt_gpu import allocator
 from libvirt_gpu import hook
 from libvirt_gpu import state
-from tests.functional import fake_kernel
+from tests.doubles import trees
 from tests.unit import test_hook as th
 
 A, B, EXISTING = th.A, th.B, th.EXISTING
@@ -18,7 +18,7 @@ GONE_PID = 2 ** 22 + 7          # above pid_max's default: no such process
 
 @pytest.fixture
 def env(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with trees.simulated_tree('t4') as (root, profile):
         yield th.Env(root, profile, tmp_path)
 
 
@@ -148,18 +148,18 @@ def test_reconnect_of_10000_missing_vgpus_logs_a_summary(env):
 def test_a_refused_start_gives_the_existing_mdev_back(env):
     # vm1 names the existing mdev and a new vGPU on A whose creation the
     # kernel refuses: the start is refused, and vm2 may then use the mdev
-    real_create = env.sysfs.model.create
+    real_create = env.sysfs.kernel.create
 
     def refuse_on_a(parent, type_id, data):
         if str(parent) == A:
             raise OSError(28, 'No space left on device')
         return real_create(parent, type_id, data)
-    env.sysfs.model.create = refuse_on_a
+    env.sysfs.kernel.create = refuse_on_a
     first = th.domain_xml([(EXISTING, 'nvidia-223', B),
                            (th.new_uuid(), 'nvidia-223', A)])
     rc, err = env.run('prepare', first)
     assert rc == 1 and 'cannot start' in err
-    env.sysfs.model.create = real_create
+    env.sysfs.kernel.create = real_create
     second = th.domain_xml([(EXISTING, 'nvidia-223', B)],
                            uuid=OTHER_DOM, name='vm2')
     assert env.run('prepare', second) == (0, '')
