@@ -59,6 +59,7 @@ genconfig: deps
 bench: deps placement-venv
 	$(VPY) bench/discovery.py
 	$(VPY) bench/hook.py
+	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 
 clean: placement-clean
