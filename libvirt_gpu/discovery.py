@@ -236,10 +236,10 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
 
 
 def _named(result, pci_ids):
-    if pci_ids is None:
-        return result
-    return dataclasses.replace(result, gpus=group_sriov(tuple(
-        with_pci_names(g, pci_ids) for g in result.gpus)))
+    named = tuple(with_pci_names(g, pci_ids) for g in result.gpus)
+    if all(a is b for a, b in zip(named, result.gpus)):
+        return result          # libvirt named them all (the usual case)
+    return dataclasses.replace(result, gpus=group_sriov(named))
 
 
 def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids):

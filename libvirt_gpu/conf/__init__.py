@@ -64,6 +64,7 @@ def load(config_file=None, environ=None):
         for type_id in conf.gpu.enabled_vgpu_types:
             dict(conf[vgpu.group_name(type_id)].items())
         conf.gpu.report_gpu_traits
+        conf.gpu.nvml
     except (cfg.Error, ValueError) as e:
         raise exception.ConfigError(reason='%s: %s' % (path, e))
     return conf

@@ -138,3 +138,15 @@ def test_setting():
     assert isinstance(nvml.source('auto'), nvml.Nvml)
     with pytest.raises(exception.ConfigError, match=r'\[gpu\]/nvml'):
         nvml.source('on')
+
+
+def test_bad_setting_is_a_config_error(tmp_path, capsys, h100_sysfs):
+    from libvirt_gpu.cmd import main as cli
+    conf = tmp_path / 'bad.conf'
+    conf.write_text('[gpu]\nnvml = yes\n')
+    code = cli.main(['--config-file', str(conf), '--sysfs-root', h100_sysfs,
+                     'list'])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ''
+    assert err.startswith('libvirt-gpu: error: Configuration error:')
+    assert 'nvml' in err
