@@ -8,7 +8,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev \
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
-	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux
+	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux \
+	pci.ids
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
@@ -18,7 +19,9 @@ include Makefile.placement
 
 deps: $(STAMP_PIP)
 
-$(STAMP_APT):
+# Depends on this Makefile: a package added to APT_PACKAGES is installed
+# on machines set up before it was added.
+$(STAMP_APT): Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -56,6 +59,7 @@ genconfig: deps
 bench: deps placement-venv
 	$(VPY) bench/discovery.py
 	$(VPY) bench/hook.py
+	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 
 clean: placement-clean

@@ -28,6 +28,8 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['libvirt_gpu', 'libvirt_gpu.*']),
     package_data={'libvirt_gpu.simulator': ['profiles/*.json']},
     install_requires=_requirements('requirements.txt'),
+    # NVML through NVIDIA's binding, where the driver provides the library.
+    extras_require={'nvml': ['nvidia-ml-py>=12.535']},
     data_files=[
         ('share/libvirt-gpu/hooks', _data('hooks')),
         ('share/libvirt-gpu/templates', _data('templates')),

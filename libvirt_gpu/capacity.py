@@ -22,6 +22,20 @@ under-report is the safe mistake.
 give once it knows the GPU's leases.
 """
 
+NO_IOMMU_GROUP = (
+    'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
+    '(VT-d / AMD-Vi in the firmware, intel_iommu=on on Intel hosts) and '
+    'reboot')
+
+
+def pgpu_refusal(gpu):
+    """Why ``gpu`` cannot be given whole to a guest (its whole-GPU capacity
+    is then 0), or None.  vGPUs need no group of their parent: each mdev
+    or VF gets its own."""
+    if gpu.iommu_group is None:
+        return NO_IOMMU_GROUP
+    return None
+
 
 def limit(mtype, enabled):
     """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the

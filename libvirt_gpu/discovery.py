@@ -13,6 +13,15 @@ whole and never take a VF for a GPU of its own.  A VF with NVIDIA's vGPU
 (``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its types
 named and given NVIDIA's published maximum by the vendor backend's table
 (``backends.nvidia_vgpu.complete_types``).
+
+IOMMU groups: each GPU carries every function of its group
+(``Gpu.iommu_members``), each judged a companion of the GPU (another
+function of its own PCI device, e.g. its HDMI audio) or a device the host
+uses (``pci_classes``).  A GPU without a group cannot be passed through.
+
+Names: libvirt names devices from the PCI ID database; reading sysfs we
+look the same database up (``pciids``) when the caller gives one.  NVML
+(``nvml``), when asked for and present, adds what only the driver knows.
 """
 
 import dataclasses
@@ -21,6 +30,7 @@ import os
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import pci_classes
 from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logging.getLogger(__name__)
@@ -29,7 +39,7 @@ GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
 is_gpu_class = objects.is_gpu_class
 
 
-def from_sysfs(sysfs, share_type_text=True):
+def from_sysfs(sysfs, share_type_text=True, pci_ids=None):
     """Discover GPUs by reading a sysfs tree (``Sysfs``).
 
     ``share_type_text``: read a type's name, description and device_api
@@ -39,10 +49,14 @@ def from_sysfs(sysfs, share_type_text=True):
     type or an mdev whose files cannot be read (a FIFO, a link out of the
     root, a malformed number) is skipped with a warning naming the file.
     Only a tree without a readable ``bus/pci/devices`` is an error.
+
+    ``pci_ids``: a ``pciids.PciIds`` to name the GPUs from (None: numbers
+    only, as sysfs has them).
     """
     skipped = []
     mdevs = sysfs.mdevs_by_parent(skipped=skipped)
     static_cache = {} if share_type_text else None
+    groups = {}
     gpus = []
     for address in sysfs.pci_addresses():
         try:
@@ -50,6 +64,13 @@ def from_sysfs(sysfs, share_type_text=True):
                 continue
             gpu = sysfs.read_gpu(address, mdevs_by_parent=mdevs,
                                  static_cache=static_cache, skipped=skipped)
+            if gpu.iommu_group is not None:
+                if gpu.iommu_group not in groups:
+                    groups[gpu.iommu_group] = [
+                        sysfs.pci_function(a) for a in
+                        sysfs.iommu_group_addresses(gpu.iommu_group)]
+                gpu = with_iommu_members(gpu, groups[gpu.iommu_group])
+            gpu = with_pci_names(gpu, pci_ids)
             gpus.append(with_vendor_vf(gpu, sysfs))
         except exception.SysfsError as e:
             _warn_skipped('PCI device %s' % address, e)
@@ -60,6 +81,36 @@ def from_sysfs(sysfs, share_type_text=True):
 
 def _warn_skipped(what, error):
     LOG.warning('%s skipped: %s', what, error)
+
+
+def with_pci_names(gpu, pci_ids):
+    """``gpu`` named from the PCI ID database where it has no names."""
+    if pci_ids is None or (gpu.vendor_name and gpu.product_name):
+        return gpu
+    return dataclasses.replace(
+        gpu, vendor_name=gpu.vendor_name or pci_ids.vendor(gpu.vendor_id),
+        product_name=gpu.product_name or pci_ids.device(gpu.vendor_id,
+                                                        gpu.product_id))
+
+
+def with_iommu_members(gpu, functions):
+    """``gpu`` with the functions of its IOMMU group (IommuMember records
+    as read) judged: a companion is another function of the GPU's own
+    PCI device of a companion class; a device the host uses is one of a
+    host-device class with a host driver bound (``pci_classes``)."""
+    members = []
+    for function in functions:
+        own = function.address
+        companion = (own != gpu.address
+                     and (own.domain, own.bus, own.slot)
+                     == (gpu.address.domain, gpu.address.bus,
+                         gpu.address.slot)
+                     and pci_classes.is_companion_class(function.class_code))
+        members.append(dataclasses.replace(
+            function, companion=companion,
+            host_uses=pci_classes.host_uses(function.class_code,
+                                            function.driver, companion)))
+    return dataclasses.replace(gpu, iommu_members=tuple(sorted(members)))
 
 
 def with_vendor_vf(gpu, sysfs):
@@ -109,6 +160,10 @@ def _supplement(gpu, sysfs):
     if gpu.driver is None:
         changes['driver'] = sysfs.link_name(
             os.path.join(sysfs.pci_dir(gpu.address), 'driver'))
+    if gpu.local_cpulist is None:
+        changes['local_cpulist'] = sysfs.read(
+            os.path.join(sysfs.pci_dir(gpu.address), 'local_cpulist'),
+            optional=True)
     if gpu.mdev_types and os.path.isdir(sysfs.types_dir(gpu.address)):
         skipped = []
         descriptions = {t.id: t.description
@@ -133,8 +188,11 @@ def from_libvirt(host, sysfs=None):
     for node in host.mdev_nodes():
         mdevs.setdefault(node.parent, []).append(node.mdev)
     gpus = []
+    functions = {}
     for xml in host.pci_devices():
-        if not is_gpu_class(nodedev.pci_class(xml)):
+        function = nodedev.parse_function(xml)
+        functions[function.address] = function
+        if not is_gpu_class(function.class_code):
             continue
         gpu = nodedev.parse_pci(xml)
         try:
@@ -143,37 +201,87 @@ def from_libvirt(host, sysfs=None):
             _warn_skipped('PCI device %s' % gpu.address, e)
             continue
         gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
+    gpus = [_with_libvirt_group(gpu, functions, sysfs) for gpu in gpus]
     gpus.sort(key=lambda g: g.address)
     return objects.DiscoveryResult(source='libvirt',
                                    gpus=group_sriov(tuple(gpus)))
+
+
+def _with_libvirt_group(gpu, functions, sysfs):
+    """The group members libvirt lists (``<iommuGroup><address/>``), each
+    described by its own node device; a driver libvirt does not report
+    (its test driver keeps none) is read from sysfs when given."""
+    members = []
+    for address in (m.address for m in gpu.iommu_members):
+        function = functions.get(address) or objects.IommuMember(
+            address=address, vendor_id=None, product_id=None,
+            class_code=None, driver=None)
+        if function.driver is None and sysfs is not None \
+                and os.path.isdir(sysfs.pci_dir(address)):
+            function = dataclasses.replace(function, driver=sysfs.link_name(
+                os.path.join(sysfs.pci_dir(address), 'driver')))
+        members.append(function)
+    return with_iommu_members(gpu, members) if members else gpu
 
 
 def _with_mdevs(gpu, mdevs):
     return dataclasses.replace(gpu, mdevs=tuple(sorted(mdevs)))
 
 
+def with_nvml(result, nvml):
+    """``result`` with what NVML (``nvml.Nvml``) says about each GPU it
+    sees (``Gpu.nvml``), and NVML's name for a GPU the PCI ID database
+    did not name.  NVML absent: ``result`` unchanged."""
+    found = nvml.query() if nvml is not None else {}
+    if not found:
+        return result
+    gpus = []
+    for gpu in result.gpus:
+        info = found.get(gpu.address)
+        if info is not None:
+            gpu = dataclasses.replace(
+                gpu, nvml=info, product_name=gpu.product_name or info.name)
+        gpus.append(gpu)
+    return dataclasses.replace(result, gpus=group_sriov(tuple(gpus)))
+
+
 def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
-             default_sysfs_root='/sys'):
+             default_sysfs_root='/sys', pci_ids=None, nvml=None):
     """Discover with the source the operator chose.
 
     ``uri`` given: libvirt only (errors are errors).  ``sysfs_root`` given:
     sysfs only.  Neither: libvirt at ``default_uri``, falling back to sysfs
     at ``default_sysfs_root`` when libvirt cannot be reached; the result's
-    ``source`` and the log say which was used.
+    ``source`` and the log say which was used.  ``pci_ids`` names what
+    the source left unnamed; ``nvml`` (``nvml.Nvml``) adds NVML's view.
     """
+    return with_nvml(_discover(uri, sysfs_root, default_uri,
+                               default_sysfs_root, pci_ids), nvml)
+
+
+def _named(result, pci_ids):
+    named = tuple(with_pci_names(g, pci_ids) for g in result.gpus)
+    if all(a is b for a, b in zip(named, result.gpus)):
+        return result          # libvirt named them all (the usual case)
+    return dataclasses.replace(result, gpus=group_sriov(named))
+
+
+def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids):
     if sysfs_root is not None and uri is None:
-        return from_sysfs(sysfs_mod.Sysfs(sysfs_root))
+        return from_sysfs(sysfs_mod.Sysfs(sysfs_root), pci_ids=pci_ids)
     # Imported here: reading sysfs needs no libvirt (the qemu hook reads
     # GPUs with from_sysfs and must never import libvirt).
     from libvirt_gpu import host as host_mod
     if uri is not None:
         sysfs = sysfs_mod.Sysfs(sysfs_root or default_sysfs_root)
         with host_mod.Host(uri, read_only=True) as h:
-            return from_libvirt(h, sysfs)
+            return _named(from_libvirt(h, sysfs), pci_ids)
     try:
         with host_mod.Host(default_uri, read_only=True) as h:
-            return from_libvirt(h, sysfs_mod.Sysfs(default_sysfs_root))
+            return _named(from_libvirt(h, sysfs_mod.Sysfs(
+                default_sysfs_root)), pci_ids)
     except exception.LibvirtUnavailable as e:
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
                     e, default_sysfs_root)
-        return from_sysfs(sysfs_mod.Sysfs(default_sysfs_root))
+        return from_sysfs(sysfs_mod.Sysfs(default_sysfs_root),
+                          pci_ids=pci_ids)

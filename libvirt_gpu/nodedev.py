@@ -75,6 +75,32 @@ def pci_class(xml):
     return _text(root, "capability[@type='pci']/class")
 
 
+def _pci_address(cap):
+    return objects.PciAddress(int(_text(cap, 'domain')),
+                              int(_text(cap, 'bus')),
+                              int(_text(cap, 'slot')),
+                              int(_text(cap, 'function')))
+
+
+def parse_function(xml):
+    """Any PCI node device as an IommuMember: address, ids, class and
+    driver (None where libvirt reports none)."""
+    root = xmlutil.parse(xml, 'node-device XML')
+    cap = root.find("capability[@type='pci']")
+    if cap is None:
+        raise ValueError('%s is not a PCI device' % _text(root, 'name'))
+    vendor = cap.find('vendor')
+    product = cap.find('product')
+    return objects.IommuMember(
+        address=_pci_address(cap),
+        vendor_id=(objects.normalize_hex_id(vendor.get('id'))
+                   if vendor is not None else None),
+        product_id=(objects.normalize_hex_id(product.get('id'))
+                    if product is not None else None),
+        class_code=_text(cap, 'class'),
+        driver=_text(root, 'driver/name'))
+
+
 def parse_pci(xml, descriptions=None):
     """Build a Gpu from a PCI node device's XML.
 
@@ -85,10 +111,7 @@ def parse_pci(xml, descriptions=None):
     cap = root.find("capability[@type='pci']")
     if cap is None:
         raise ValueError('%s is not a PCI device' % _text(root, 'name'))
-    address = objects.PciAddress(int(_text(cap, 'domain')),
-                                 int(_text(cap, 'bus')),
-                                 int(_text(cap, 'slot')),
-                                 int(_text(cap, 'function')))
+    address = _pci_address(cap)
     vendor = cap.find('vendor')
     product = cap.find('product')
     numa = cap.find('numa')
@@ -105,13 +128,18 @@ def parse_pci(xml, descriptions=None):
             device_api=_text(t, 'deviceAPI'),
             available_instances=int(_text(t, 'availableInstances') or 0),
         ))
+    node = int(numa.get('node')) if numa is not None else -1
+    members = () if group is None else tuple(sorted(
+        objects.IommuMember(address=_address(a), vendor_id=None,
+                            product_id=None, class_code=None, driver=None)
+        for a in group.iterfind('address')))
     return objects.Gpu(
         address=address,
         vendor_id=objects.normalize_hex_id(vendor.get('id')),
         product_id=objects.normalize_hex_id(product.get('id')),
         class_code=_text(cap, 'class'),
         driver=_text(root, 'driver/name'),
-        numa_node=int(numa.get('node')) if numa is not None else None,
+        numa_node=node if node >= 0 else None,     # -1: unknown
         iommu_group=int(group.get('number')) if group is not None else None,
         vendor_name=(vendor.text or '').strip() or None,
         product_name=(product.text or '').strip() or None,
@@ -119,6 +147,7 @@ def parse_pci(xml, descriptions=None):
         virtfns=tuple(sorted(_address(a) for a in cap.iterfind(
             "capability[@type='virt_functions']/address"))),
         mdev_types=tuple(sorted(types, key=lambda m: m.id)),
+        iommu_members=members,
     )
 
 

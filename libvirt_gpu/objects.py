@@ -130,6 +130,48 @@ class Mdev:
     type_id: str
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class IommuMember:
+    """One PCI function of a GPU's IOMMU group (the GPU itself included).
+
+    ``companion``: another function of the GPU's own PCI device (its HDMI
+    audio ``.1``), which goes to a guest with it.  ``host_uses``: a device
+    the host works with (a NIC, a disk controller with its driver bound),
+    which a passthrough of this group would take away from the host (see
+    ``pci_classes``).
+    """
+
+    address: PciAddress
+    vendor_id: typing.Optional[str]
+    product_id: typing.Optional[str]
+    class_code: typing.Optional[str]
+    driver: typing.Optional[str]
+    companion: bool = False
+    host_uses: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class NvmlVgpuType:
+    """A vGPU type as NVML names it on a vGPU host."""
+
+    id: int                        # nvmlVgpuTypeId_t
+    name: str                      # 'NVIDIA L40S-1B'
+    framebuffer_mib: int
+    max_instances: int
+    creatable: bool                # in nvmlDeviceGetCreatableVgpus now
+
+
+@dataclasses.dataclass(frozen=True)
+class NvmlGpu:
+    """What NVML says about one GPU (None: NVML did not answer that)."""
+
+    name: typing.Optional[str]                  # 'NVIDIA H100 80GB HBM3'
+    memory_total_mib: typing.Optional[int]
+    virtualization_mode: typing.Optional[str]   # 'passthrough', 'vgpu_host'
+    mig_enabled: typing.Optional[bool]
+    vgpu_types: typing.Tuple[NvmlVgpuType, ...] = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Gpu:
     """A PCI display controller (class 0x03xxxx) as discovery saw it."""
@@ -164,6 +206,15 @@ class Gpu:
     # once the GPU is full).  available_instances 0; not compared.
     supported_types: typing.Tuple['MdevType', ...] = dataclasses.field(
         default=(), compare=False, repr=False)
+    # Every function of the GPU's IOMMU group (empty without a group).
+    iommu_members: typing.Tuple[IommuMember, ...] = ()
+    # ``local_cpulist`` of the GPU (``0-15``): the CPUs of its NUMA node.
+    # sysfs only (libvirt does not report it); not compared.
+    local_cpulist: typing.Optional[str] = dataclasses.field(
+        default=None, compare=False)
+    # What NVML adds where the driver provides it (``nvml``); not compared.
+    nvml: typing.Optional[NvmlGpu] = dataclasses.field(
+        default=None, compare=False, repr=False)
 
     def mdev_type(self, type_id):
         for mtype in self.mdev_types:

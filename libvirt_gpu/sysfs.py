@@ -269,9 +269,12 @@ class Sysfs(object):
         """Build a Gpu from ``bus/pci/devices/<address>/``.
 
         Reads (all optional but vendor, device and class):
-        ``vendor device class driver@ numa_node iommu_group@ physfn@
-        virtfnN@ mdev_supported_types/<type>/{name,description,device_api,
-        available_instances}`` (@ = symlink, only its target's name is used).
+        ``vendor device class driver@ numa_node local_cpulist iommu_group@
+        physfn@ virtfnN@ mdev_supported_types/<type>/{name,description,
+        device_api,available_instances}`` (@ = symlink, only its target's
+        name is used).  ``numa_node`` -1 (the kernel's "no node") becomes
+        None, as does a missing file.  The group's members are left to
+        discovery (``iommu_group_addresses``, ``pci_function``).
         Anything malformed is a SysfsError naming the file; ``skipped``: see
         ``mdev_types``.
         """
@@ -318,7 +321,52 @@ class Sysfs(object):
             virtfns=tuple(a for _, a in sorted(virtfns)),
             mdev_types=mdev_types,
             mdevs=tuple(sorted(mdevs_by_parent.get(address, ()))),
+            local_cpulist=(self.read(j(base, 'local_cpulist'))
+                           if 'local_cpulist' in entries else None),
         )
+
+    # -- IOMMU groups ------------------------------------------------------
+    #
+    #   kernel/iommu_groups/<n>/devices/<address> -> ../../../../devices/..
+    #   bus/pci/devices/<address>/iommu_group
+    #       -> ../../../kernel/iommu_groups/<n>
+
+    def iommu_group_addresses(self, group):
+        """The PCI addresses in IOMMU group ``group`` (sorted); an entry
+        that is not a PCI address (none on real hosts) is skipped."""
+        if isinstance(group, bool) or not isinstance(group, int) \
+                or group < 0:
+            raise exception.InvalidInput(
+                reason='an IOMMU group is a number, not %r' % (group,))
+        base = os.path.join(self.root, 'kernel', 'iommu_groups', str(group),
+                            'devices')
+        found = []
+        for name in self.listdir(base):
+            try:
+                found.append(objects.PciAddress.parse(name))
+            except exception.InvalidPciAddress:
+                continue
+        return sorted(found)
+
+    def pci_function(self, address):
+        """An IommuMember of any PCI function: ids, class and driver (each
+        None when its file is missing); companion/host_uses left False
+        for discovery to judge."""
+        address = objects.PciAddress.parse(address)
+        base = self.pci_dir(address)
+        entries = set(self.listdir(base))
+        j = os.path.join
+
+        def hex_id(name):
+            text = (self.read(j(base, name)) if name in entries else None)
+            return objects.normalize_hex_id(text) if text else None
+        return objects.IommuMember(
+            address=address, vendor_id=hex_id('vendor'),
+            product_id=hex_id('device'),
+            class_code=(self.read(j(base, 'class'))
+                        if 'class' in entries else None),
+            driver=(self.link_name(j(base, 'driver'))
+                    if 'driver' in entries else None))
 
     # -- mdev --------------------------------------------------------------
 

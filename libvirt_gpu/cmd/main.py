@@ -17,8 +17,12 @@ import errno
 import logging
 import sys
 
+from libvirt_gpu import capacity as capacity_mod
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
+from libvirt_gpu import nvml
+from libvirt_gpu import pci_classes
+from libvirt_gpu import pciids
 from libvirt_gpu.cmd import output
 from libvirt_gpu.cmd import simulate_live
 from libvirt_gpu.cmd import term
@@ -57,7 +61,9 @@ class Context(object):
             self._result = discovery.discover(
                 uri=self.args.connect, sysfs_root=self.args.sysfs_root,
                 default_uri=self.conf.libvirt.connection_uri,
-                default_sysfs_root=self.conf.sysfs_root)
+                default_sysfs_root=self.conf.sysfs_root,
+                pci_ids=pciids.PciIds(self.conf.pci_ids_file),
+                nvml=nvml.source(self.conf.gpu.nvml))
         return self._result
 
     @property
@@ -93,17 +99,37 @@ def cmd_list(ctx):
     if ctx.args.json:
         # A VF shows the setting of its physical GPU (it is used as a part
         # of it); its ``physfn`` names that GPU.
-        output.emit_json([output.gpu_to_json(
-            g, enabled.get(g.physfn or g.address)) for g in gpus])
+        documents = []
+        for gpu in gpus:
+            setting = enabled.get(gpu.physfn or gpu.address)
+            document = output.gpu_to_json(gpu, setting)
+            document['not_assignable'] = (
+                capacity_mod.pgpu_refusal(gpu)
+                if setting is None and not gpu.is_vf else None)
+            documents.append(document)
+        output.emit_json(documents)
         return 0
     from libvirt_gpu.placement import model
     rows = []
+    notes = []
     for gpu in gpus:
         if gpu.is_vf:
             continue          # counted on its physical GPU's row (VFS)
         setting = enabled.get(gpu.address)
+        refusal = capacity_mod.pgpu_refusal(gpu) if setting is None else None
+        if refusal:
+            notes.append('%s: not offered whole: %s' % (gpu.address,
+                                                        refusal))
+        for member in gpu.iommu_members:
+            if member.host_uses:
+                notes.append(
+                    '%s: IOMMU group %d also holds %s (%s, driver %s), '
+                    'which the host uses' % (
+                        gpu.address, gpu.iommu_group, member.address,
+                        pci_classes.host_class_name(member.class_code),
+                        member.driver))
         capacity = ('%d' % model.vgpu_total(gpu, setting)
-                    if setting is not None else '1')
+                    if setting is not None else '0' if refusal else '1')
         vfs = None
         if gpu.virtfns:
             busy = sum(1 for vf in gpu.vf_gpus if vf.used_type_ids)
@@ -112,14 +138,19 @@ def cmd_list(ctx):
         rows.append([str(gpu.address), '%s:%s' % (gpu.vendor_id,
                                                   gpu.product_id),
                      gpu.product_name, gpu.driver, gpu.numa_node,
-                     gpu.iommu_group,
+                     gpu.local_cpulist, gpu.iommu_group,
+                     ','.join(str(m.address) for m in gpu.iommu_members
+                              if m.address != gpu.address) or None,
                      'vgpu' if setting is not None else 'pgpu',
                      setting.type_id if setting is not None else None,
                      capacity, len(gpu.offered_types()),
                      sum(len(f.used_type_ids) for f in functions), vfs])
     output.emit_text(output.table(
-        ['ADDRESS', 'ID', 'PRODUCT', 'DRIVER', 'NUMA', 'IOMMU', 'MODE',
-         'ENABLED TYPE', 'CAPACITY', 'TYPES', 'VGPUS', 'VFS'], rows))
+        ['ADDRESS', 'ID', 'PRODUCT', 'DRIVER', 'NUMA', 'CPUS', 'IOMMU',
+         'GROUP MEMBERS', 'MODE', 'ENABLED TYPE', 'CAPACITY', 'TYPES',
+         'VGPUS', 'VFS'], rows))
+    for note in notes:
+        output.emit_text(note)
     if not gpus:
         output.emit_text('no GPU (PCI class 0x03xxxx) found')
     return 0

@@ -17,6 +17,7 @@ Reports (``restore``, ``reconcile``, ``placement sync``) share one shape:
 (more lines) and ``to_json()``; ``emit_report`` prints any of them.
 """
 
+import dataclasses
 import json
 import sys
 
@@ -163,14 +164,44 @@ def gpu_to_json(gpu, enabled=None):
         'product_name': gpu.product_name,
         'class': gpu.class_code,
         'driver': gpu.driver,
-        'numa_node': gpu.numa_node,
+        'numa_node': gpu.numa_node,          # None: unknown (sysfs -1)
+        'local_cpulist': gpu.local_cpulist,
         'iommu_group': gpu.iommu_group,
+        'iommu_members': [member_to_json(m) for m in gpu.iommu_members],
+        'nvml': nvml_to_json(gpu.nvml),
         'mode': 'vgpu' if enabled is not None else 'pgpu',
         'enabled_type': enabled.type_id if enabled is not None else None,
         'physfn': str(gpu.physfn) if gpu.physfn else None,
         'virtfns': [str(a) for a in gpu.virtfns],
         'mdev_types': [type_to_json(t) for t in gpu.mdev_types],
         'mdevs': [{'uuid': m.uuid, 'type': m.type_id} for m in gpu.mdevs],
+    }
+
+
+def member_to_json(member):
+    """One function of a GPU's IOMMU group."""
+    return {
+        'address': str(member.address),
+        'vendor_id': member.vendor_id,
+        'product_id': member.product_id,
+        'class': member.class_code,
+        'driver': member.driver,
+        'companion': member.companion,
+        'host_uses': member.host_uses,
+    }
+
+
+def nvml_to_json(info):
+    """What NVML said about a GPU, or None when it was not asked or had
+    nothing to say."""
+    if info is None:
+        return None
+    return {
+        'name': info.name,
+        'memory_total_mib': info.memory_total_mib,
+        'virtualization_mode': info.virtualization_mode,
+        'mig_enabled': info.mig_enabled,
+        'vgpu_types': [dataclasses.asdict(t) for t in info.vgpu_types],
     }
 
 

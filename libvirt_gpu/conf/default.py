@@ -10,6 +10,10 @@ default_opts = [
     cfg.StrOpt('sysfs_root', default='/sys',
                help='Root of the sysfs tree to read and write. Only tests '
                     'and the simulator change it.'),
+    cfg.StrOpt('pci_ids_file', default='/usr/share/misc/pci.ids',
+               help='The PCI ID database (Debian package pci.ids) that '
+                    'names GPUs read from sysfs, as libvirt names them. '
+                    'Missing: GPUs are shown by their numeric ids.'),
     cfg.StrOpt('state_dir', default='/var/lib/libvirt-gpu',
                help='Directory of the state file that holds vGPU leases.'),
 ]

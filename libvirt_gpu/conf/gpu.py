@@ -22,6 +22,13 @@ gpu_opts = [
                      'when no vGPU type is enabled on them. Other display '
                      'devices, such as a server\'s BMC console (ASPEED '
                      '1a03), are listed but never offered.'),
+    cfg.StrOpt('nvml', default='auto', choices=('auto', 'off'),
+               help='Read NVIDIA\'s management library (NVML, through the '
+                    'nvidia-ml-py package) for GPU names, memory, '
+                    'virtualization and MIG mode, and the vGPU types a vGPU '
+                    'host driver lists. auto: where the package, the '
+                    'library and a GPU are there, else sysfs/libvirt alone '
+                    'without a word; off: never.'),
 ]
 
 

@@ -73,7 +73,9 @@ def agent_report(gpus, enabled):
             'devices': str(gpu.address),
             'driver': gpu.driver,
             'numa_node': gpu.numa_node,
-            'assignable': not gpu.is_vf,
+            'iommu_group': gpu.iommu_group,
+            'assignable': (not gpu.is_vf
+                           and model.pgpu_refusal(gpu) is None),
         }
         if gpu.is_vf:
             entry['physfn'] = str(gpu.physfn)

@@ -9,8 +9,10 @@ GPU with SR-IOV): never one per VF, and VFs are never offered whole.
 
 A GPU with an enabled type reports VGPU with total = what it can hold of
 that type (``capacity.vgpu_total``).  Any other GPU of a passthrough vendor
-(``[gpu]/pgpu_vendor_ids``) that is not an SR-IOV VF reports PGPU 1,
-reserved while it (or one of its VFs) holds vGPUs.  A GPU whose enabled
+(``[gpu]/pgpu_vendor_ids``) that is not an SR-IOV VF and can be passed
+through (``pgpu_refusal``: it has an IOMMU group) reports PGPU 1,
+reserved while it (or one of its VFs) holds vGPUs.  vGPUs need no group
+of the parent: each mdev or VF gets its own.  A GPU whose enabled
 type has no capacity at all is left out: Placement refuses an inventory of
 total 0.
 """
@@ -58,14 +60,19 @@ def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True):
         traits=traits)
 
 
+NO_IOMMU_GROUP = capacity.NO_IOMMU_GROUP
+pgpu_refusal = capacity.pgpu_refusal
+
+
 def offered(gpu, enabled, pgpu_vendors=DEFAULT_PGPU_VENDORS):
     """Whether ``gpu`` gets a provider at all (before capacity): never a
-    VF (its physical GPU has the provider)."""
+    VF (its physical GPU has the provider), never a whole GPU that cannot
+    be passed through (``pgpu_refusal``)."""
     if gpu.is_vf:
         return False
     if enabled is not None:
         return True
-    return gpu.vendor_id in pgpu_vendors
+    return gpu.vendor_id in pgpu_vendors and pgpu_refusal(gpu) is None
 
 
 def build_tree(hostname, gpus, enabled, gpu_traits=True,

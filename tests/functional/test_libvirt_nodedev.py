@@ -24,6 +24,7 @@ from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import host as host_mod
 from libvirt_gpu import objects
+from libvirt_gpu import pciids
 from tests.functional import live_sysfs as ls
 
 A = '0000:3b:00.0'
@@ -114,7 +115,8 @@ def libvirt_view(host):
 
 
 def sysfs_view(host):
-    return discovery.from_sysfs(host.live.sysfs)
+    # Named from the PCI ID database libvirtd names devices from.
+    return discovery.from_sysfs(host.live.sysfs, pci_ids=pciids.PciIds())
 
 
 def libvirt_mdevs(host, active_only=True):

@@ -19,6 +19,11 @@ def _without(gpus, *fields):
     result = []
     for gpu in gpus:
         gpu = dataclasses.replace(gpu, **blank)
+        if 'driver' in fields:
+            # A group member's driver too, and what is judged from it.
+            gpu = dataclasses.replace(gpu, iommu_members=tuple(
+                dataclasses.replace(m, driver=None, host_uses=False)
+                for m in gpu.iommu_members))
         if 'description' in fields:
             gpu = dataclasses.replace(gpu, mdev_types=tuple(
                 dataclasses.replace(t, description=None)

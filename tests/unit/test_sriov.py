@@ -20,6 +20,7 @@ from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.placement import cyborg
 from libvirt_gpu.placement import model
 from tests.doubles import kernel_sysfs
+from tests import tables
 
 A = objects.PciAddress.parse('0000:41:00.0')       # A100, 16 VFs, 1 vGPU
 B = objects.PciAddress.parse('0000:c1:00.0')       # A100, VFs not enabled
@@ -249,10 +250,11 @@ def test_list_groups_vfs(a100, tmp_path, capsys):
     assert cli.main(['--config-file', path, '--sysfs-root', root, 'list']) \
         == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith('0000:')]
-    assert [r.split()[0] for r in rows] == ['0000:41:00.0', '0000:c1:00.0']
-    assert rows[0].split()[6:] == ['vgpu', 'nvidia-472', '2', '6', '1', '16',
-                                   '(1', 'used)']
+    rows = tables.rows(out)
+    assert [r['ADDRESS'] for r in rows] == ['0000:41:00.0', '0000:c1:00.0']
+    assert [rows[0][c] for c in ('MODE', 'ENABLED TYPE', 'CAPACITY', 'TYPES',
+                                 'VGPUS', 'VFS')] == [
+        'vgpu', 'nvidia-472', '2', '6', '1', '16 (1 used)']
     assert cli.main(['--config-file', path, '--sysfs-root', root, 'list',
                      '--json']) == 0
     doc = {g['address']: g for g in json.loads(capsys.readouterr().out)}

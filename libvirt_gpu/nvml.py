@@ -1,0 +1,158 @@
+"""NVML, NVIDIA's management library, as an optional source.
+
+Read through NVIDIA's own binding, ``nvidia-ml-py`` (module ``pynvml``),
+where the driver provides ``libnvidia-ml.so``.  It adds what sysfs does
+not say: the GPU's marketing name and memory, its virtualization mode
+(passthrough, vGPU host), MIG mode, and on a vGPU host the vGPU types the
+GPU supports and those it can create now, with names, framebuffer and
+maximum instances.
+
+NVML functions used (all through ``pynvml``): ``nvmlInit``,
+``nvmlShutdown``, ``nvmlDeviceGetCount``, ``nvmlDeviceGetHandleByIndex``,
+``nvmlDeviceGetPciInfo`` (``busId``), ``nvmlDeviceGetName``,
+``nvmlDeviceGetMemoryInfo`` (``total``), ``nvmlDeviceGetVirtualizationMode``,
+``nvmlDeviceGetMigMode``, ``nvmlDeviceGetSupportedVgpus``,
+``nvmlDeviceGetCreatableVgpus``, ``nvmlVgpuTypeGetName``,
+``nvmlVgpuTypeGetFramebufferSize``, ``nvmlVgpuTypeGetMaxInstances``.
+
+No binding, no library, no driver, no GPU: ``query`` returns ``{}`` and
+callers go on with sysfs, silently (a debug log line).  A query a GPU
+answers with "Not Supported" (the vGPU queries on a GPU that is not on a
+vGPU host driver) leaves that field None or empty.
+"""
+
+import logging
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+LOG = logging.getLogger(__name__)
+
+AUTO = 'auto'
+OFF = 'off'
+CHOICES = (AUTO, OFF)
+
+# nvmlGpuVirtualizationMode_t
+VIRTUALIZATION_MODES = {
+    0: 'none',            # NVML_GPU_VIRTUALIZATION_MODE_NONE (bare metal)
+    1: 'passthrough',     # NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH
+    2: 'vgpu',            # NVML_GPU_VIRTUALIZATION_MODE_VGPU (a guest's)
+    3: 'vgpu_host',       # NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
+    4: 'vsga_host',       # NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA
+}
+NVML_DEVICE_MIG_ENABLE = 1
+_MIB = 1024 * 1024
+# Answers that mean "this GPU or driver cannot tell", not "broken".
+_UNANSWERED = ('NVML_ERROR_NOT_SUPPORTED', 'NVML_ERROR_FUNCTION_NOT_FOUND',
+               'NVML_ERROR_NO_PERMISSION')
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        value = value.decode('utf-8', 'replace')
+    return value.strip() if isinstance(value, str) and value.strip() \
+        else None
+
+
+class Nvml(object):
+    """Queries NVML once per ``query``.  ``module``: a ``pynvml``-like
+    module (tests pass a fake); None imports ``pynvml`` when first used."""
+
+    def __init__(self, module=None):
+        self._module = module
+
+    def _binding(self):
+        if self._module is None:
+            try:
+                import pynvml
+            except ImportError:
+                LOG.debug('NVML not used: nvidia-ml-py is not installed')
+                return None
+            self._module = pynvml
+        return self._module
+
+    def _unanswered(self, lib, error):
+        codes = {getattr(lib, name, None) for name in _UNANSWERED}
+        return getattr(error, 'value', None) in codes
+
+    def _ask(self, lib, function, *args):
+        """``function(*args)``, or None where the GPU cannot answer."""
+        try:
+            return function(*args)
+        except lib.NVMLError as e:
+            if self._unanswered(lib, e):
+                return None
+            raise
+
+    def query(self):
+        """``{PciAddress: NvmlGpu}`` for every GPU NVML sees; ``{}`` when
+        NVML is not there."""
+        lib = self._binding()
+        if lib is None:
+            return {}
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as e:
+            LOG.debug('NVML not used: %s', e)
+            return {}
+        found = {}
+        try:
+            for index in range(lib.nvmlDeviceGetCount()):
+                try:
+                    handle = lib.nvmlDeviceGetHandleByIndex(index)
+                    address = objects.PciAddress.parse(
+                        _text(lib.nvmlDeviceGetPciInfo(handle).busId))
+                    found[address] = self._gpu(lib, handle)
+                except (lib.NVMLError, exception.InvalidPciAddress) as e:
+                    LOG.warning('NVML: GPU %d skipped: %s', index, e)
+        except lib.NVMLError as e:
+            LOG.warning('NVML: cannot list GPUs: %s', e)
+        finally:
+            try:
+                lib.nvmlShutdown()
+            except lib.NVMLError as e:
+                LOG.debug('NVML shutdown: %s', e)
+        return found
+
+    def _gpu(self, lib, handle):
+        memory = self._ask(lib, lib.nvmlDeviceGetMemoryInfo, handle)
+        mode = self._ask(lib, lib.nvmlDeviceGetVirtualizationMode, handle)
+        mig = self._ask(lib, lib.nvmlDeviceGetMigMode, handle)
+        return objects.NvmlGpu(
+            name=_text(self._ask(lib, lib.nvmlDeviceGetName, handle)),
+            memory_total_mib=(memory.total // _MIB
+                              if memory is not None else None),
+            virtualization_mode=(VIRTUALIZATION_MODES.get(mode, str(mode))
+                                 if mode is not None else None),
+            mig_enabled=(mig[0] == NVML_DEVICE_MIG_ENABLE
+                         if mig is not None else None),
+            vgpu_types=self._vgpu_types(lib, handle))
+
+    def _vgpu_types(self, lib, handle):
+        supported = self._ask(lib, lib.nvmlDeviceGetSupportedVgpus,
+                              handle) or []
+        creatable = set(self._ask(lib, lib.nvmlDeviceGetCreatableVgpus,
+                                  handle) or [])
+        types = []
+        for type_id in list(supported) + sorted(creatable - set(supported)):
+            framebuffer = lib.nvmlVgpuTypeGetFramebufferSize(type_id)
+            types.append(objects.NvmlVgpuType(
+                id=int(type_id),
+                name=_text(lib.nvmlVgpuTypeGetName(type_id)),
+                framebuffer_mib=framebuffer // _MIB,
+                max_instances=lib.nvmlVgpuTypeGetMaxInstances(handle,
+                                                              type_id),
+                creatable=type_id in creatable))
+        return tuple(types)
+
+
+def source(setting, module=None):
+    """The NVML source for ``[gpu]/nvml`` (``auto``: use it where it is
+    there; ``off``: never), or None."""
+    if setting == OFF:
+        return None
+    if setting != AUTO:
+        raise exception.ConfigError(
+            reason='[gpu]/nvml must be one of %s, not %r'
+            % (', '.join(CHOICES), setting))
+    return Nvml(module)
