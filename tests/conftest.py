@@ -1,9 +1,9 @@
 """Fixtures shared by unit and functional tests: the real H100 capture
-(see tests/h100.py)."""
+(see tests/doubles/h100.py)."""
 
 import pytest
 
-from tests import h100
+from tests.doubles import h100
 
 # Captured sysfs trees hold the kernel's link cycles (a device's
 # ``driver`` links to the driver, whose entry links back to the device):

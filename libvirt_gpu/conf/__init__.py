@@ -103,6 +103,8 @@ def check_config_file(path, required):
         st = os.fstat(fd)
     finally:
         os.close(fd)
+    if stat.S_ISCHR(st.st_mode) and _is_devnull(st):
+        return False         # ``--config-file /dev/null``: no settings
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(path, filetype.kind(st.st_mode))
     if st.st_size > MAX_CONFIG_BYTES:
@@ -111,6 +113,14 @@ def check_config_file(path, required):
                               'configuration file can be; is it the right '
                               'file?' % (st.st_size, MAX_CONFIG_BYTES))
     return True
+
+
+def _is_devnull(st):
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(null.st_mode) and st.st_rdev == null.st_rdev
 
 
 def _not_regular(path, kind):

@@ -10,7 +10,7 @@ import pytest
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.cmd import simulate_live
-from tests import tables
+from tests.doubles import tables
 
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
                       'golden')

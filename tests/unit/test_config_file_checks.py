@@ -141,3 +141,10 @@ def test_hook_with_a_hostile_config(bad_config, tmp_path):
         err = r.stderr.decode()
         assert r.returncode == expected, (op, err)
         assert reason in err and 'Traceback' not in err, (op, err)
+
+
+def test_dev_null_is_an_empty_configuration():
+    """``--config-file /dev/null`` is the usual way to say "no settings":
+    it reads as empty, while every other device is refused."""
+    conf = conf_mod.load(os.devnull)
+    assert conf.gpu.enabled_vgpu_types == []

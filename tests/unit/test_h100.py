@@ -14,9 +14,9 @@ from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.placement import cyborg
 from libvirt_gpu.placement import model
-from tests import h100
-from tests import tables
-from tests.unit import fakes
+from tests.doubles import h100
+from tests.doubles import tables
+from tests.doubles import fakes
 
 NAME = re.compile(r'GH100 ?\[H100 SXM5 80GB\]')   # see test_pciids
 

@@ -10,8 +10,8 @@ from libvirt_gpu import nvml
 from libvirt_gpu import objects
 from libvirt_gpu import pciids
 from libvirt_gpu import sysfs as sysfs_mod
-from tests import h100
-from tests import nvml_fake
+from tests.doubles import h100
+from tests.doubles import nvml_fake
 
 GPU = objects.PciAddress.parse(h100.GPU)
 

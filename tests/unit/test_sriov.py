@@ -20,7 +20,7 @@ from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.placement import cyborg
 from libvirt_gpu.placement import model
 from tests.doubles import kernel_sysfs
-from tests import tables
+from tests.doubles import tables
 
 A = objects.PciAddress.parse('0000:41:00.0')       # A100, 16 VFs, 1 vGPU
 B = objects.PciAddress.parse('0000:c1:00.0')       # A100, VFs not enabled

@@ -16,7 +16,8 @@ IOMMU groups added, as the kernel makes them with the IOMMU on
 import os
 import shutil
 
-CAPTURE = os.path.join(os.path.dirname(__file__), 'data', 'h100-passthrough')
+CAPTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
+                       'h100-passthrough')
 SYSFS = os.path.join(CAPTURE, 'sysfs')
 NVML_JSON = os.path.join(CAPTURE, 'nvml.json')
 
