@@ -6,6 +6,7 @@ processes; their timeout detects a hang, it is no speed claim.
 
 import os
 import resource
+import signal
 import site
 import socket
 import subprocess
@@ -70,6 +71,27 @@ IN_PROCESS = sorted(c for c in CASES if 'dev-zero' not in c)
 
 def _memory_limit():
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+class Hung(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def hang_detector():
+    """A read of a FIFO in this process would block for ever: SIGALRM
+    fails the test instead of stopping the suite."""
+    limit = HANG * 5
+
+    def hung(signum, frame):
+        raise Hung('still running after %d s: hung' % limit)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(params=sorted(CASES))
