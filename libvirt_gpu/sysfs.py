@@ -49,8 +49,11 @@ _HEX_NUMBER = re.compile(r'(0[xX])?[0-9a-fA-F]{1,16}\Z')
 
 def is_inside(root, path):
     """Whether the absolute, resolved ``path`` is ``root`` or lies beneath
-    it, compared by path components: ``/sys2/x`` is not inside ``/sys``."""
-    return os.path.commonpath((root, path)) == root
+    it, compared by path components: ``/sys2/x`` is not inside ``/sys``
+    (the prefix must end at a separator)."""
+    if path == root:
+        return True
+    return path.startswith(root if root.endswith(os.sep) else root + os.sep)
 
 
 def _check_part(part):
@@ -100,6 +103,16 @@ def parse_number(text, path, minimum=0, base=10):
     return int(text, base)
 
 
+def _hex_id(text, path):
+    """A 4-digit PCI id attribute (``vendor``, ``device``), normalized
+    (``10de``)."""
+    try:
+        return objects.normalize_hex_id(text)
+    except exception.InvalidInput:
+        raise exception.SysfsBadNumber(
+            path=path, expected='a 4-digit hex PCI id', text=text[:40])
+
+
 class Sysfs(object):
     """Reads and writes a sysfs tree rooted at ``root``."""
 
@@ -136,17 +149,47 @@ class Sysfs(object):
             raise exception.UnsafePath(path=path, root=self.root)
         return real
 
+    def _open_checked(self, path, flags):
+        """``(fd, real path)``: ``path`` opened with ``flags`` after the
+        kernel resolved it to a real path under the root, and to a regular
+        file (a directory with O_DIRECTORY).
+
+        The path is first opened ``O_PATH``, which follows links but opens
+        nothing (no FIFO waits, no device is touched); its real path is read
+        back from ``/proc/self/fd`` and checked (SysfsOutsideRoot), its kind
+        judged by ``fstat`` (SysfsNotRegularFile); only then is that very
+        inode opened for reading.  OSError (missing file, a link loop) is
+        left to the caller.
+        """
+        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            handle = '/proc/self/fd/%d' % pfd
+            try:
+                real = os.readlink(handle)
+            except OSError:          # no /proc: resolve in Python
+                real = handle = os.path.realpath(path)
+            if not is_inside(self.root, real):
+                raise exception.SysfsOutsideRoot(path=path, real=real,
+                                                 root=self.root)
+            mode = os.fstat(pfd).st_mode
+            if flags & os.O_DIRECTORY:
+                if not stat.S_ISDIR(mode):
+                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+            elif not stat.S_ISREG(mode):
+                raise exception.SysfsNotRegularFile(
+                    path=path, kind=filetype.kind(mode))
+            return os.open(handle, flags & ~os.O_NOFOLLOW), real
+        finally:
+            os.close(pfd)
+
     def _readable(self, path):
-        """``resolved_under_root`` for reading: SysfsOutsideRoot (a
-        SysfsReadError) when ``path`` leaves the root."""
-        real = os.path.realpath(path)
-        if not is_inside(self.root, real):
-            raise exception.SysfsOutsideRoot(path=path, real=real,
-                                             root=self.root)
-        if os.path.islink(real):
-            # realpath leaves a link loop as it is
-            raise exception.SysfsReadError(path=path,
-                                           reason=os.strerror(errno.ELOOP))
+        """The real path of ``path``, which must lie under the root
+        (SysfsOutsideRoot, a SysfsReadError)."""
+        try:
+            fd, real = self._open_checked(path, _DIR_FLAGS)
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+        os.close(fd)
         return real
 
     # -- primitives --------------------------------------------------------
@@ -159,15 +202,14 @@ class Sysfs(object):
         device, a file over MAX_ATTRIBUTE_BYTES) is a SysfsError naming the
         path.
         """
-        real = self._readable(path)
         try:
-            fd = os.open(real, _READ_FLAGS)
+            fd, _ = self._open_checked(path, _READ_FLAGS)
         except FileNotFoundError:
             if optional:
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
-            raise _open_refused(e, path, real)
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
         return _read_fd(fd, path)
 
     def read_int(self, path, optional=False, base=10, minimum=0):
@@ -176,16 +218,6 @@ class Sysfs(object):
         if text is None:
             return None
         return parse_number(text, path, minimum=minimum, base=base)
-
-    def read_hex_id(self, path):
-        """A 4-digit PCI id attribute (``vendor``, ``device``), normalized
-        (``10de``)."""
-        text = self.read(path)
-        try:
-            return objects.normalize_hex_id(text)
-        except exception.InvalidInput:
-            raise exception.SysfsBadNumber(
-                path=path, expected='a 4-digit hex PCI id', text=text[:40])
 
     def link_address(self, path):
         """The PCI address a link (``physfn``, ``virtfn0``) points at."""
@@ -210,9 +242,12 @@ class Sysfs(object):
 
     def listdir(self, path, optional=False):
         """Names in a directory that resolves under the root."""
-        real = self._readable(path)
         try:
-            return os.listdir(real)
+            fd, _ = self._open_checked(path, _DIR_FLAGS)
+            try:
+                return os.listdir(fd)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             if optional:
                 return []
@@ -280,11 +315,22 @@ class Sysfs(object):
         """
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
-        entries = set(self.listdir(base))
+        try:
+            dfd, real = self._open_checked(base, _DIR_FLAGS)
+        except OSError as e:
+            raise exception.SysfsReadError(path=base, reason=e.strerror)
+        try:
+            entries = set(os.listdir(dfd))
+            # read relative to the directory: resolved once, not per file
+            attrs = {name: self._read_in(dfd, real, base, name,
+                                         optional=name == 'numa_node')
+                     for name in ('numa_node', 'vendor', 'device', 'class')}
+        finally:
+            os.close(dfd)
         j = os.path.join
         # -1: no NUMA affinity
-        numa = self.read_int(j(base, 'numa_node'), optional=True,
-                             minimum=-1)
+        numa = (None if attrs['numa_node'] is None else parse_number(
+            attrs['numa_node'], j(base, 'numa_node'), minimum=-1))
         group = None
         if 'iommu_group' in entries:
             name = self.link_name(j(base, 'iommu_group'))
@@ -297,8 +343,8 @@ class Sysfs(object):
             if entry.startswith('virtfn') and entry[6:].isdigit():
                 virtfns.append((int(entry[6:]),
                                 self.link_address(j(base, entry))))
-        vendor_id = self.read_hex_id(j(base, 'vendor'))
-        product_id = self.read_hex_id(j(base, 'device'))
+        vendor_id = _hex_id(attrs['vendor'], j(base, 'vendor'))
+        product_id = _hex_id(attrs['device'], j(base, 'device'))
         driver = (self.link_name(j(base, 'driver'))
                   if 'driver' in entries else None)
         mdev_types = ()
@@ -313,7 +359,7 @@ class Sysfs(object):
             address=address,
             vendor_id=vendor_id,
             product_id=product_id,
-            class_code=self.read(j(base, 'class')),
+            class_code=attrs['class'],
             driver=driver,
             numa_node=None if numa is None or numa < 0 else numa,
             iommu_group=group,
@@ -382,28 +428,29 @@ class Sysfs(object):
         ``dir_fd`` (real path ``dir_real``).  The common case is one
         ``openat`` that follows no link; an entry that is a link is resolved
         and must stay under the root."""
+        # paths joined with '/' (names hold none): os.path.join costs more
+        # than the open on a host with thousands of types
         try:
-            return (os.open(name, flags, dir_fd=dir_fd),
-                    os.path.join(dir_real, name))
+            return os.open(name, flags, dir_fd=dir_fd), dir_real + '/' + name
         except OSError as e:
             # O_NOFOLLOW met a link: ELOOP, or ENOTDIR with O_DIRECTORY
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-        real = self._readable(os.path.join(dir_real, name))
-        return os.open(real, flags), real
+        return self._open_checked(dir_real + '/' + name, flags)
 
     def _read_in(self, dir_fd, dir_real, dir_path, name, optional=False):
         """Read attribute ``name`` of the open directory ``dir_fd``."""
-        path = os.path.join(dir_path, name)
         try:
             fd, _ = self._open_in(dir_fd, dir_real, name, _READ_FLAGS)
         except FileNotFoundError:
             if optional:
                 return None
-            raise exception.SysfsReadError(path=path, reason='no such file')
+            raise exception.SysfsReadError(path=dir_path + '/' + name,
+                                           reason='no such file')
         except OSError as e:
-            raise _open_refused(e, path, os.path.join(dir_real, name))
-        return _read_fd(fd, path)
+            raise _open_refused(e, dir_path + '/' + name,
+                                dir_real + '/' + name)
+        return _read_fd(fd, dir_path + '/' + name)
 
     def mdev_types(self, address, static_cache=None, model=None,
                    skipped=None):
@@ -426,9 +473,8 @@ class Sysfs(object):
         others; without it, the error is raised.
         """
         base = self.types_dir(address)
-        real = self._readable(base)
         try:
-            dfd = os.open(real, _DIR_FLAGS)
+            dfd, real = self._open_checked(base, _DIR_FLAGS)
         except FileNotFoundError:
             return ()
         except OSError as e:
@@ -449,7 +495,7 @@ class Sysfs(object):
 
     def _mdev_type(self, types_fd, types_real, types_path, type_id,
                    static_cache, model):
-        path = os.path.join(types_path, type_id)
+        path = types_path + '/' + type_id
         try:
             objects.validate_type_id(type_id)
         except exception.InvalidTypeId as e:
@@ -462,7 +508,7 @@ class Sysfs(object):
         try:
             available = parse_number(
                 self._read_in(tfd, real, path, 'available_instances'),
-                os.path.join(path, 'available_instances'))
+                path + '/available_instances')
             key = (model, type_id)
             static = (static_cache.get(key)
                       if static_cache is not None else None)

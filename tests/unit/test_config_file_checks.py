@@ -5,6 +5,8 @@ processes; their timeout detects a hang, it is no speed claim.
 """
 
 import os
+import resource
+import signal
 import site
 import socket
 import subprocess
@@ -61,14 +63,50 @@ CASES = {'fifo': _fifo, 'socket': _socket, 'dev-zero': _dev_zero,
          'oversize': _oversize}
 
 
+# Read in this process only when a regression cannot eat its memory: a
+# reader of /dev/zero grows without bound (the processes below run under
+# a memory limit).
+IN_PROCESS = sorted(c for c in CASES if 'dev-zero' not in c)
+
+
+def _memory_limit():
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+class Hung(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def hang_detector():
+    """A read of a FIFO in this process would block for ever: SIGALRM
+    fails the test instead of stopping the suite."""
+    limit = HANG * 5
+
+    def hung(signum, frame):
+        raise Hung('still running after %d s: hung' % limit)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.fixture(params=sorted(CASES))
 def bad_config(request, tmp_path):
     # short name: AF_UNIX paths are limited to ~108 bytes
     return CASES[request.param](str(tmp_path / 'c'))
 
 
-def test_load_refuses(bad_config):
-    path, reason = bad_config
+@pytest.fixture(params=IN_PROCESS)
+def bad_config_in_process(request, tmp_path):
+    return CASES[request.param](str(tmp_path / 'c'))
+
+
+def test_load_refuses(bad_config_in_process):
+    path, reason = bad_config_in_process
     with pytest.raises(exception.ConfigError) as info:
         conf_mod.load(path)
     message = str(info.value)
@@ -77,8 +115,8 @@ def test_load_refuses(bad_config):
     assert reason in message and '\n' not in message
 
 
-def test_load_refuses_through_the_environment(bad_config):
-    path, reason = bad_config
+def test_load_refuses_through_the_environment(bad_config_in_process):
+    path, reason = bad_config_in_process
     with pytest.raises(exception.ConfigError, match=reason):
         conf_mod.load(None, environ={conf_mod.CONFIG_ENV: path})
 
@@ -93,7 +131,8 @@ def test_cli_one_line_error(bad_config, tmp_path, how):
     else:
         env[conf_mod.CONFIG_ENV] = path
     r = subprocess.run(argv + ['--sysfs-root', str(tmp_path), 'list'],
-                       capture_output=True, env=env, timeout=HANG)
+                       capture_output=True, env=env, timeout=HANG,
+                       preexec_fn=_memory_limit)
     err = r.stderr.decode()
     assert r.returncode == 1 and r.stdout == b''
     assert err.count('\n') == 1, err
@@ -137,7 +176,8 @@ def test_hook_with_a_hostile_config(bad_config, tmp_path):
     env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
     for op, expected in (('prepare', 1), ('reconnect', 0), ('release', 0)):
         r = subprocess.run([script, 'vm1', op, 'begin', '-'], input=xml,
-                           capture_output=True, env=env, timeout=HANG)
+                           capture_output=True, env=env, timeout=HANG,
+                           preexec_fn=_memory_limit)
         err = r.stderr.decode()
         assert r.returncode == expected, (op, err)
         assert reason in err and 'Traceback' not in err, (op, err)
