@@ -41,6 +41,7 @@ import time
 import typing
 
 from libvirt_gpu import exception
+from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 
 DB_NAME = 'leases.sqlite3'
@@ -371,12 +372,7 @@ class LeaseStore(object):
                     if os.path.exists(self.db_path + suffix):
                         os.replace(self.db_path + suffix, self.db_path
                                    + '.previous-boot' + suffix)
-            tmp = marker + '.tmp'
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                         | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, 'w') as f:
-                f.write(current + '\n')
-            os.replace(tmp, marker)
+            fileutil.write_atomic(marker, current + '\n')
         except OSError as e:
             raise exception.StateError(path=self.state_dir,
                                        reason=e.strerror)
