@@ -1,4 +1,5 @@
-"""Leases: which vGPU (by UUID, of any kind) is held for which domain, and by whom.
+"""Leases: which vGPU (by UUID, any kind) is held for which domain, and by
+whom.
 
 One SQLite file per host, ``<state_dir>/leases.sqlite3``, next to a lock
 file ``<state_dir>/leases.lock`` and ``<state_dir>/boot_id`` (leases are
