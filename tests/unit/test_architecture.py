@@ -55,6 +55,22 @@ ONLY = {
     'xmlutil': ('exception',),
 }
 
+# The rooms from the floor up, as docs/architecture.md's table lists them
+# (rooms on one row share a rank): a room imports only rooms of its rank or
+# below, but for the door in LEVEL_EXCEPTIONS.
+LEVELS = (
+    ('exception',), ('objects',), ('capacity',), ('fileutil', 'filetype'),
+    ('xmlutil',), ('pci_classes', 'pciids'), ('sysfs',), ('nodedev',),
+    ('config_xml',), ('metadata',), ('host', 'guest'), ('nvml',),
+    ('discovery',), ('conf',), ('backends',), ('state',), ('allocator',),
+    ('placement',), ('environment',), ('api',), ('hook',), ('reconcile',),
+    ('restore',), ('agent',), ('simulator',), ('cmd',),
+)
+# discovery completes the types of VFs with NVIDIA's vendor interface from
+# that kind's table of types per GPU model (inside a function).
+LEVEL_EXCEPTIONS = {('discovery', 'backends'),
+                    ('discovery', 'backends.nvidia_vgpu')}
+
 # What the hook may not load when Python imports it (every guest start pays
 # for what it imports).
 HOOK_MUST_NOT_LOAD = ('oslo_config', 'libvirt', 'keystoneauth1', 'tenacity')
@@ -205,3 +221,19 @@ def test_importing_the_hook_loads_no_oslo_config_or_libvirt():
          '"oslo_config" in sys.modules)'], env=env, capture_output=True,
         text=True, timeout=120)
     assert seen.stdout.strip() == 'True'
+
+
+def _rank(name):
+    room = _room_of(name)
+    for rank, rooms in enumerate(LEVELS):
+        if room in rooms:
+            return rank
+    raise AssertionError('room %s is not in LEVELS (docs/architecture.md '
+                         'lists every room): add it' % room)
+
+
+def test_rooms_import_only_rooms_below_them():
+    graph = door_graph()
+    upward = {(m, target) for m, targets in graph.items()
+              for target in targets if _rank(target) > _rank(m)}
+    assert upward == LEVEL_EXCEPTIONS
