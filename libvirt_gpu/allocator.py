@@ -113,7 +113,7 @@ class Allocator(object):
                     if a in vfs}
         leases = [lease for a in sorted(vfs) for lease in txn.for_parent(a)]
         pending = [lease for lease in leases
-                   if lease.mdev_uuid not in existing]
+                   if lease.vgpu_uuid not in existing]
         used = sum(f.used_type_ids.count(type_id) for f in view.functions)
         free = capacity.free(total, used, len(pending), other_types=any(
             lease.type_id != type_id for lease in pending))
@@ -153,7 +153,7 @@ class Allocator(object):
             self._setting(parent, type_id))
         leases = txn.for_parent(parent)
         used = set(on_parent)
-        pending = {lease.mdev_uuid for lease in leases} - used
+        pending = {lease.vgpu_uuid for lease in leases} - used
         other_types = (set(on_parent.values())
                        | {lease.type_id for lease in leases}) - {type_id}
         return capacity.free(total, len(used), len(pending),
@@ -241,25 +241,25 @@ class Allocator(object):
         orphaned = lease.domain_uuid is None and lease.state == state.REMOVING
         if lease.holder_alive() and lease.pid != txn.pid:
             raise exception.LeaseConflict(
-                uuid=lease.mdev_uuid,
+                uuid=lease.vgpu_uuid,
                 holder='process %d (%s for domain %s), still running'
                 % (lease.pid, lease.state, lease.domain_uuid or '-'))
         if not (mine or orphaned):
             raise exception.LeaseConflict(
-                uuid=lease.mdev_uuid, holder='domain %s' % lease.domain_uuid)
-        existing = self.backend.lookup(lease.mdev_uuid)
+                uuid=lease.vgpu_uuid, holder='domain %s' % lease.domain_uuid)
+        existing = self.backend.lookup(lease.vgpu_uuid)
         if existing is not None:
             self._check_fits(claim, existing)
-            lease = txn.update(lease.mdev_uuid, domain_uuid=domain_uuid,
+            lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
                                parent=existing.parent, state=state.CREATED)
             return Grant(device=existing, existed=True, lease=lease)
         self._check_fits(claim, base.VgpuDevice(
-            uuid=lease.mdev_uuid, parent=lease.parent, type_id=lease.type_id))
+            uuid=lease.vgpu_uuid, parent=lease.parent, type_id=lease.type_id))
         # The lease already counts against its GPU: no new capacity needed.
         self.backend.check_type(lease.parent, lease.type_id)
-        lease = txn.update(lease.mdev_uuid, domain_uuid=domain_uuid,
+        lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
                            state=state.RESERVED)
-        return Grant(device=base.VgpuDevice(uuid=lease.mdev_uuid,
+        return Grant(device=base.VgpuDevice(uuid=lease.vgpu_uuid,
                                             parent=lease.parent,
                                             type_id=lease.type_id),
                      existed=False, lease=lease)
@@ -369,17 +369,17 @@ class Allocator(object):
         taken = []
         with self.store.transaction() as txn:
             for lease in txn.for_domain(domain_uuid):
-                if wanted is not None and lease.mdev_uuid not in wanted:
+                if wanted is not None and lease.vgpu_uuid not in wanted:
                     continue
                 if lease.holder_alive() and lease.pid != txn.pid \
                         and lease.state != state.CREATED:
                     # Another process is creating it right now (a start
                     # racing a stop cannot happen in libvirt; be safe).
                     raise exception.LeaseConflict(
-                        uuid=lease.mdev_uuid,
+                        uuid=lease.vgpu_uuid,
                         holder='process %d (%s), still running'
                         % (lease.pid, lease.state))
-                taken.append(txn.update(lease.mdev_uuid,
+                taken.append(txn.update(lease.vgpu_uuid,
                                         state=state.REMOVING))
             txn.give_back(domain_uuid, wanted)
         return taken
@@ -409,7 +409,7 @@ def _naming_stale_leases(txn, error):
     if not stale:
         return error
     named = ', '.join('%s (%s for domain %s by process %d, gone)'
-                      % (lease.mdev_uuid, lease.state,
+                      % (lease.vgpu_uuid, lease.state,
                          lease.domain_uuid or '-', lease.pid)
                       for lease in stale[:STALE_LISTED])
     if len(stale) > STALE_LISTED:

@@ -423,7 +423,7 @@ def list_devices(conn, domain, inactive=False, conf=None, sysfs=None,
     guest = _guest(env, domain)
     active = guest.is_active()
     devices, meta = guest.devices(inactive=inactive or not active)
-    leases = {lease.mdev_uuid: lease.state
+    leases = {lease.vgpu_uuid: lease.state
               for lease in env.store.leases()
               if lease.domain_uuid == guest.uuid}
     vgpus = []

@@ -216,33 +216,33 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
         mdevs = _all_mdevs(backend)
         leased = set()
         for lease in txn.all():
-            leased.add(lease.mdev_uuid)
+            leased.add(lease.vgpu_uuid)
             where = dict(parent=lease.parent, type_id=lease.type_id,
                          domain_uuid=lease.domain_uuid)
             if lease.holder_alive() and lease.pid != me:
                 if started - lease.updated_at > stuck_after:
                     findings.append(Finding(
-                        STUCK, 'lease', lease.mdev_uuid,
+                        STUCK, 'lease', lease.vgpu_uuid,
                         'process %d has held it (%s) for %.0f s'
                         % (lease.pid, lease.state,
                            started - lease.updated_at), **where))
                 continue
             if lease.updated_at >= started:
                 continue          # changed after the domains were read
-            users = refs.running.get(lease.mdev_uuid, frozenset())
+            users = refs.running.get(lease.vgpu_uuid, frozenset())
             if users:
                 findings.extend(_judge_used(txn, lease, users, mdevs,
                                             dry_run, where))
                 continue
-            exists = lease.mdev_uuid in mdevs
+            exists = lease.vgpu_uuid in mdevs
             reason = ('no running domain uses it (lease %s for domain %s, '
                       'its process gone)' % (lease.state,
                                              lease.domain_uuid or '-'))
-            planned.append((lease.mdev_uuid, lease.parent, lease.type_id,
+            planned.append((lease.vgpu_uuid, lease.parent, lease.type_id,
                             lease.domain_uuid, reason,
                             'mdev+lease' if exists else 'lease'))
             if not dry_run:
-                txn.update(lease.mdev_uuid, state=state.REMOVING)
+                txn.update(lease.vgpu_uuid, state=state.REMOVING)
         findings.extend(_return_borrowed(txn, refs, started, dry_run))
         for uuid, (parent, type_id) in sorted(mdevs_before.items()):
             if uuid in leased or uuid not in mdevs:
@@ -312,22 +312,22 @@ def _judge_used(txn, lease, users, mdevs, dry_run, where):
     found = []
     if lease.domain_uuid not in users:
         found.append(Finding(
-            CONFLICT, 'lease', lease.mdev_uuid,
+            CONFLICT, 'lease', lease.vgpu_uuid,
             'leased to domain %s but used by running domain(s) %s'
             % (lease.domain_uuid, ', '.join(sorted(users))), **where))
     if len(users) > 1:
-        found.append(Finding(CONFLICT, 'mdev', lease.mdev_uuid,
+        found.append(Finding(CONFLICT, 'mdev', lease.vgpu_uuid,
                              'used by %d running domains' % len(users),
                              **where))
-    if lease.mdev_uuid not in mdevs:
-        found.append(Finding(STUCK, 'mdev', lease.mdev_uuid,
+    if lease.vgpu_uuid not in mdevs:
+        found.append(Finding(STUCK, 'mdev', lease.vgpu_uuid,
                              'a running domain uses it but it does not '
                              'exist', **where))
     elif lease.state != state.CREATED:
         if not dry_run:
-            txn.update(lease.mdev_uuid, state=state.CREATED)
+            txn.update(lease.vgpu_uuid, state=state.CREATED)
         found.append(Finding(REPAIRED if not dry_run else WOULD_REPAIR,
-                             'lease', lease.mdev_uuid,
+                             'lease', lease.vgpu_uuid,
                              'in use by its running domain: %s -> created'
                              % lease.state, **where))
     return found

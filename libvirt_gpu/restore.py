@@ -481,7 +481,7 @@ def lease_owner_check(state_dir, uri):
 
     def check(uuid):
         try:
-            leases = {lease.mdev_uuid: lease for lease in
+            leases = {lease.vgpu_uuid: lease for lease in
                       state.LeaseStore(state_dir).leases()}
         except exception.LibvirtGpuError as e:
             LOG.warning('cannot read leases: %s', e)

@@ -1,4 +1,5 @@
-"""Leases: which vGPU (mdev UUID) is held for which domain, and by whom.
+"""Leases: which vGPU (by UUID, any kind) is held for which domain, and by
+whom.
 
 One SQLite file per host, ``<state_dir>/leases.sqlite3``, next to a lock
 file ``<state_dir>/leases.lock`` and ``<state_dir>/boot_id`` (leases are
@@ -11,7 +12,8 @@ transaction).
 
 A lease row::
 
-    mdev_uuid   4b20d080-1b54-4048-85b3-a6a62d165c01   (primary key)
+    mdev_uuid   4b20d080-1b54-4048-85b3-a6a62d165c01   (primary key; the
+                vGPU's UUID, of any kind: ``Lease.vgpu_uuid``)
     domain_uuid c7a5fdbd-cdaf-9455-926a-d65c16db1809   (NULL: reconcile's)
     parent      0000:af:00.0
     type_id     nvidia-223
@@ -41,6 +43,7 @@ import time
 import typing
 
 from libvirt_gpu import exception
+from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 
 DB_NAME = 'leases.sqlite3'
@@ -80,6 +83,9 @@ CREATE TABLE IF NOT EXISTS borrowed (
 """
 _COLUMNS = ('mdev_uuid', 'domain_uuid', 'parent', 'type_id', 'state', 'pid',
             'pid_start', 'created_at', 'updated_at')
+# The Lease fields of those columns: a vGPU of any kind is keyed by its
+# UUID; the column keeps its first name so existing lease files still open.
+_FIELDS = ('vgpu_uuid',) + _COLUMNS[1:]
 
 
 def crash_point(step):
@@ -128,7 +134,7 @@ def _my_start():
 
 @dataclasses.dataclass(frozen=True)
 class Lease:
-    mdev_uuid: str
+    vgpu_uuid: str
     domain_uuid: typing.Optional[str]
     parent: objects.PciAddress
     type_id: str
@@ -149,7 +155,7 @@ class Lease:
 
 
 def _row_to_lease(row):
-    values = dict(zip(_COLUMNS, row))
+    values = dict(zip(_FIELDS, row))
     values['parent'] = objects.PciAddress.parse(values['parent'])
     return Lease(**values)
 
@@ -172,9 +178,9 @@ class Transaction(object):
     def all(self):
         return self._select()
 
-    def get(self, mdev_uuid):
+    def get(self, vgpu_uuid):
         found = self._select('WHERE mdev_uuid = ?',
-                             (objects.validate_uuid(mdev_uuid),))
+                             (objects.validate_uuid(vgpu_uuid),))
         return found[0] if found else None
 
     def for_domain(self, domain_uuid):
@@ -185,13 +191,13 @@ class Transaction(object):
         return self._select('WHERE parent = ?',
                             (str(objects.PciAddress.parse(parent)),))
 
-    def add(self, mdev_uuid, domain_uuid, parent, type_id, state=RESERVED):
+    def add(self, vgpu_uuid, domain_uuid, parent, type_id, state=RESERVED):
         """Insert a lease held by this process; a UUID already leased is a
         LeaseConflict."""
         if state not in STATES:
             raise ValueError(state)
         lease = Lease(
-            mdev_uuid=objects.validate_uuid(mdev_uuid),
+            vgpu_uuid=objects.validate_uuid(vgpu_uuid),
             domain_uuid=(objects.validate_uuid(domain_uuid)
                          if domain_uuid is not None else None),
             parent=objects.PciAddress.parse(parent),
@@ -202,17 +208,17 @@ class Transaction(object):
             self._db.execute(
                 'INSERT INTO leases (%s) VALUES (%s)'
                 % (', '.join(_COLUMNS), ', '.join('?' * len(_COLUMNS))),
-                (lease.mdev_uuid, lease.domain_uuid, str(lease.parent),
+                (lease.vgpu_uuid, lease.domain_uuid, str(lease.parent),
                  lease.type_id, lease.state, lease.pid, lease.pid_start,
                  lease.created_at, lease.updated_at))
         except sqlite3.IntegrityError:
-            other = self.get(lease.mdev_uuid)
+            other = self.get(lease.vgpu_uuid)
             raise exception.LeaseConflict(
-                uuid=lease.mdev_uuid,
+                uuid=lease.vgpu_uuid,
                 holder='domain %s' % (other.domain_uuid if other else '?'))
         return lease
 
-    def update(self, mdev_uuid, **changes):
+    def update(self, vgpu_uuid, **changes):
         """Change fields of a lease and take it over (pid = this process).
         Returns the new lease; a missing lease is a StateError."""
         allowed = {'domain_uuid', 'parent', 'type_id', 'state'}
@@ -229,52 +235,52 @@ class Transaction(object):
         cur = self._db.execute(
             'UPDATE leases SET %s WHERE mdev_uuid = ?'
             % ', '.join('%s = ?' % n for n in names),
-            [changes[n] for n in names] + [objects.validate_uuid(mdev_uuid)])
+            [changes[n] for n in names] + [objects.validate_uuid(vgpu_uuid)])
         if cur.rowcount != 1:
             raise exception.StateError(path='leases',
-                                       reason='no lease for %s' % mdev_uuid)
-        return self.get(mdev_uuid)
+                                       reason='no lease for %s' % vgpu_uuid)
+        return self.get(vgpu_uuid)
 
     # An mdev someone else made (no lease) that a domain uses: recorded so
     # that a second domain naming it is refused.  Never removed by us.
 
-    def borrower(self, mdev_uuid):
+    def borrower(self, vgpu_uuid):
         """The domain UUID that uses the unleased mdev, or None."""
         row = self._db.execute(
             'SELECT domain_uuid FROM borrowed WHERE mdev_uuid = ?',
-            (objects.validate_uuid(mdev_uuid),)).fetchone()
+            (objects.validate_uuid(vgpu_uuid),)).fetchone()
         return row[0] if row else None
 
-    def borrow(self, mdev_uuid, domain_uuid):
+    def borrow(self, vgpu_uuid, domain_uuid):
         self._db.execute(
             'INSERT OR REPLACE INTO borrowed (mdev_uuid, domain_uuid, '
             'created_at) VALUES (?, ?, ?)',
-            (objects.validate_uuid(mdev_uuid),
+            (objects.validate_uuid(vgpu_uuid),
              objects.validate_uuid(domain_uuid), self.now))
 
-    def give_back(self, domain_uuid, mdev_uuids=None):
-        """Forget what ``domain_uuid`` borrowed (only ``mdev_uuids`` when
+    def give_back(self, domain_uuid, vgpu_uuids=None):
+        """Forget what ``domain_uuid`` borrowed (only ``vgpu_uuids`` when
         given)."""
         domain_uuid = objects.validate_uuid(domain_uuid)
-        if mdev_uuids is None:
+        if vgpu_uuids is None:
             self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ?',
                              (domain_uuid,))
             return
-        for uuid in mdev_uuids:
+        for uuid in vgpu_uuids:
             self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ? '
                              'AND mdev_uuid = ?',
                              (domain_uuid, objects.validate_uuid(uuid)))
 
     def borrowed(self):
-        """``{mdev_uuid: (domain_uuid, created_at)}`` of every borrowed
+        """``{vgpu_uuid: (domain_uuid, created_at)}`` of every borrowed
         mdev."""
         return {u: (d, t) for u, d, t in self._db.execute(
             'SELECT mdev_uuid, domain_uuid, created_at FROM borrowed')}
 
-    def delete(self, mdev_uuid):
+    def delete(self, vgpu_uuid):
         """Drop a lease; True when there was one."""
         cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
-                               (objects.validate_uuid(mdev_uuid),))
+                               (objects.validate_uuid(vgpu_uuid),))
         return cur.rowcount == 1
 
 
@@ -371,12 +377,7 @@ class LeaseStore(object):
                     if os.path.exists(self.db_path + suffix):
                         os.replace(self.db_path + suffix, self.db_path
                                    + '.previous-boot' + suffix)
-            tmp = marker + '.tmp'
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                         | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, 'w') as f:
-                f.write(current + '\n')
-            os.replace(tmp, marker)
+            fileutil.write_atomic(marker, current + '\n')
         except OSError as e:
             raise exception.StateError(path=self.state_dir,
                                        reason=e.strerror)

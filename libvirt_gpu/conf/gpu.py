@@ -1,5 +1,7 @@
 from oslo_config import cfg
 
+from libvirt_gpu import objects
+
 gpu_group = cfg.OptGroup('gpu', title='GPU and vGPU selection', help=(
     'Which vGPU types this host offers. A GPU that offers none of the enabled'
     ' types is reported as a whole GPU (resource class PGPU).'))
@@ -17,7 +19,7 @@ gpu_opts = [
                 help='Add the standard os-traits GPU traits '
                      '(HW_GPU_MAX_DISPLAY_HEADS_*, HW_GPU_RESOLUTION_*) '
                      'that a vGPU type description supports.'),
-    cfg.ListOpt('pgpu_vendor_ids', default=['10de'],
+    cfg.ListOpt('pgpu_vendor_ids', default=[objects.NVIDIA_VENDOR_ID],
                 help='PCI vendor ids whose GPUs are offered whole (PGPU) '
                      'when no vGPU type is enabled on them. Other display '
                      'devices, such as a server\'s BMC console (ASPEED '

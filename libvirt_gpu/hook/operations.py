@@ -184,15 +184,15 @@ class Hook(object):
         done = []
         for lease in leases:
             try:
-                removed = self.vgpus.remove(lease.mdev_uuid)
+                removed = self.vgpus.remove(lease.vgpu_uuid)
             except exception.LibvirtGpuError as e:
                 self.log.error('vGPU %s of %s stays (its lease too, for '
                                '`libvirt-gpu reconcile`): %s'
-                               % (lease.mdev_uuid, req.label, e))
+                               % (lease.vgpu_uuid, req.label, e))
                 continue
-            done.append(lease.mdev_uuid)
+            done.append(lease.vgpu_uuid)
             self.log.info('%s vGPU %s (%s on %s)' % (
-                'removed' if removed else 'already gone:', lease.mdev_uuid,
+                'removed' if removed else 'already gone:', lease.vgpu_uuid,
                 lease.type_id, lease.parent))
         if done:
             self.allocator.forget(done)

@@ -14,7 +14,7 @@ from libvirt_gpu import objects
 OWNER = os_traits.OWNER_CYBORG
 
 VENDOR_NAMES = {
-    '10de': 'NVIDIA',
+    objects.NVIDIA_VENDOR_ID: 'NVIDIA',
     '1002': 'AMD',
     '8086': 'INTEL',
 }

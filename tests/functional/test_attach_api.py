@@ -74,7 +74,7 @@ def test_live_attach_creates_and_hotplugs(world):
         done.uuid, 'nvidia-223', A),)
     assert world.mdev_hostdevs(dom, inactive=True) == []   # live only
     (lease,) = world.leases()
-    assert (lease.mdev_uuid, lease.domain_uuid, lease.state) == (
+    assert (lease.vgpu_uuid, lease.domain_uuid, lease.state) == (
         done.uuid, dom.uuid, state.CREATED)
 
 

@@ -122,7 +122,7 @@ class World(object):
         """No orphan, no double allocation, nothing over capacity."""
         mdevs = self.mdevs()
         refs = self.running_refs()
-        leases = {lease.mdev_uuid: lease for lease in self.store.leases()}
+        leases = {lease.vgpu_uuid: lease for lease in self.store.leases()}
         # every vGPU is used by exactly one running domain, and leased to it
         for uuid in mdevs:
             assert len(refs.get(uuid, [])) == 1, (uuid, refs)
@@ -209,12 +209,12 @@ def test_crash_in_attach_then_reconcile(world, step):
     plugged = step in ('attach:attached', 'attach:done')
     if plugged:
         # the guest has the vGPU: it is kept, its lease settled
-        assert crashed[0].mdev_uuid in world.running_refs()
+        assert crashed[0].vgpu_uuid in world.running_refs()
         assert report.of(reconcile.REMOVED) == []
     else:
-        assert crashed[0].mdev_uuid not in world.mdevs()
+        assert crashed[0].vgpu_uuid not in world.mdevs()
         (gone,) = report.of(reconcile.REMOVED)
-        assert gone.uuid == crashed[0].mdev_uuid
+        assert gone.uuid == crashed[0].vgpu_uuid
         assert gone.what == ('lease' if step == 'attach:reserved'
                              else 'mdev+lease')
     assert report.stuck == []
@@ -259,7 +259,7 @@ def test_crash_in_prepare_then_reconcile(world, step):
     # the guest never started: nothing of it may stay
     assert world.mdevs() == {} and world.store.leases() == []
     assert {f.uuid for f in report.of(reconcile.REMOVED)} == {
-        lease.mdev_uuid for lease in left}
+        lease.vgpu_uuid for lease in left}
     world.assert_consistent()
     # and it starts normally afterwards
     assert world.hook('prepare', xml_path) == 0
@@ -278,7 +278,7 @@ def test_retried_prepare_after_a_crash_allocates_nothing_twice(world):
     assert world.hook('prepare', xml_path) == 0
     assert sorted(world.mdevs()) == sorted(uuids)
     leases = world.store.leases()
-    assert sorted(lease.mdev_uuid for lease in leases) == sorted(uuids)
+    assert sorted(lease.vgpu_uuid for lease in leases) == sorted(uuids)
     assert {lease.state for lease in leases} == {state.CREATED}
     # the capacity left is exactly 8 - 3
     from libvirt_gpu import allocator

@@ -111,7 +111,7 @@ def test_lease_of_a_used_vgpu_is_repaired_unused_one_removed(world):
     assert found[unused].what == 'mdev+lease'
     assert found[missing].action == reconcile.REMOVED
     assert found[missing].what == 'lease'
-    leases = {lease.mdev_uuid: lease.state
+    leases = {lease.vgpu_uuid: lease.state
               for lease in world.store.leases()}
     assert leases == {used: state.CREATED}
     assert used in world.mdevs() and unused not in world.mdevs()
@@ -232,7 +232,7 @@ def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
     u = taken['uuid']
     assert u not in by_uuid(report)
     assert u in world.mdevs()
-    assert [(lease.mdev_uuid, lease.domain_uuid, lease.state)
+    assert [(lease.vgpu_uuid, lease.domain_uuid, lease.state)
             for lease in world.store.leases()] == [
         (u, taken['domain'], state.CREATED)]
     # the profile's own unused mdevs were judged as usual

@@ -173,7 +173,7 @@ def test_release_bookkeeping(backend, store):
     alloc.mark_created(uuids)
     assert {lease.state for lease in store.leases()} == {state.CREATED}
     taken = alloc.begin_release(DOM, uuids[:1])
-    assert [lease.mdev_uuid for lease in taken] == uuids[:1]
+    assert [lease.vgpu_uuid for lease in taken] == uuids[:1]
     assert taken[0].state == state.REMOVING
     alloc.forget(uuids)
     assert store.leases() == []

@@ -123,7 +123,7 @@ def test_prepare_creates_and_release_removes(env):
     assert found[u2] == (config_xml.objects.PciAddress.parse(B),
                          'nvidia-223')
     assert str(found[u1][0]) == A               # the GPU with most room
-    leases = {lease.mdev_uuid: lease for lease in env.leases()}
+    leases = {lease.vgpu_uuid: lease for lease in env.leases()}
     assert set(leases) == {u1, u2}
     assert {lease.state for lease in leases.values()} == {state.CREATED}
     assert {lease.domain_uuid for lease in leases.values()} == {DOM}
@@ -286,7 +286,7 @@ def test_release_survives_a_stuck_device(env, monkeypatch):
     rc, err = env.run('release', xml)
     assert rc == 0 and 'stays' in err
     (lease,) = env.leases()
-    assert lease.state == state.REMOVING and lease.mdev_uuid == u
+    assert lease.state == state.REMOVING and lease.vgpu_uuid == u
 
 
 # --- refusals ----------------------------------------------------------------

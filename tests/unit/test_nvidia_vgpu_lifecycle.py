@@ -162,7 +162,7 @@ def test_hook_prepare_and_release_on_a_vf(l40s):
     assert (rc, err) == (0, '')
     assert l40s.sysfs.current_vgpu_type('0000:bd:00.6') == 1145
     (lease,) = l40s.leases()
-    assert (lease.mdev_uuid, str(lease.parent), lease.state) == (
+    assert (lease.vgpu_uuid, str(lease.parent), lease.state) == (
         uuid, '0000:bd:00.6', state.CREATED)
     # equal-size mode: the GPU now offers only 1 GB types
     assert [n for n, _ in l40s.sysfs.creatable_vgpu_types(

@@ -122,7 +122,7 @@ def test_sigkill_after_commit_leaves_a_lease_with_a_dead_holder(store):
     ''' % (store.state_dir, U1, DOM))
     assert r.returncode == -signal.SIGKILL, r.stderr
     (lease,) = store.leases()
-    assert lease.mdev_uuid == U1 and not lease.holder_alive()
+    assert lease.vgpu_uuid == U1 and not lease.holder_alive()
 
 
 def test_lock_excludes_other_processes(store):
@@ -198,7 +198,7 @@ def test_leases_of_an_earlier_boot_are_set_aside(tmp_path):
     with first.transaction() as txn:
         txn.add(U1, DOM, '0000:af:00.0', 'nvidia-223')
     again = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
-    assert [lease.mdev_uuid for lease in again.leases()] == [U1]
+    assert [lease.vgpu_uuid for lease in again.leases()] == [U1]
     boot.write_text('2222\n')              # the host rebooted
     after = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
     assert after.leases() == []
@@ -216,3 +216,42 @@ def test_a_garbled_file_of_an_earlier_boot_does_not_matter(tmp_path):
     boot.write_text('2222\n')
     assert state.LeaseStore(tmp_path / 'state',
                             boot_id_path=str(boot)).leases() == []
+
+
+def test_a_lease_file_written_before_the_vgpu_rename_still_opens(tmp_path):
+    """Leases name a vGPU of any kind ``vgpu_uuid``; the column on disk
+    kept its first name, ``mdev_uuid``, so a file an earlier release wrote
+    (this exact schema) is read, updated and freed as it is."""
+    boot = tmp_path / 'boot_id'
+    boot.write_text('1111\n')
+    state_dir = tmp_path / 'state'
+    state_dir.mkdir(mode=0o700)
+    (state_dir / 'boot_id').write_text('1111\n')
+    db = sqlite3.connect(str(state_dir / state.DB_NAME))
+    db.executescript("""
+        CREATE TABLE leases (
+            mdev_uuid TEXT PRIMARY KEY NOT NULL, domain_uuid TEXT,
+            parent TEXT NOT NULL, type_id TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('reserved', 'created',
+                                                 'removing')),
+            pid INTEGER NOT NULL, pid_start INTEGER,
+            created_at REAL NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE borrowed (mdev_uuid TEXT PRIMARY KEY NOT NULL,
+            domain_uuid TEXT NOT NULL, created_at REAL NOT NULL);
+    """)
+    db.execute("INSERT INTO leases VALUES (?, ?, '0000:af:00.0', "
+               "'nvidia-223', 'created', 1, NULL, 1.0, 1.0)", (U1, DOM))
+    db.execute('INSERT INTO borrowed VALUES (?, ?, 1.0)', (U2, DOM))
+    db.commit()
+    db.close()
+    store = state.LeaseStore(state_dir, boot_id_path=str(boot))
+    [lease] = store.leases()
+    assert (lease.vgpu_uuid, lease.domain_uuid, str(lease.parent)) == (
+        U1, DOM, '0000:af:00.0')
+    with store.transaction() as txn:
+        assert txn.borrowed() == {U2: (DOM, 1.0)}
+        txn.give_back(DOM, [U2])
+        assert txn.borrowed() == {}
+        assert txn.update(U1, state=state.REMOVING).state == state.REMOVING
+        txn.delete(U1)
+    assert store.leases() == [] and not hasattr(lease, 'mdev_uuid')

@@ -167,7 +167,7 @@ def test_api_attaches_lists_and_detaches_a_dummy_vgpu(world):
     assert done.parent == parent
     assert dummy(env).lookup(done.uuid) == base.VgpuDevice(
         uuid=done.uuid, parent=parent, type_id=TYPE)
-    assert [(lease.mdev_uuid, lease.parent) for lease in
+    assert [(lease.vgpu_uuid, lease.parent) for lease in
             env.store.leases()] == [(done.uuid, parent)]
     got = api.list_devices(conn, 'vm1', env=env)
     assert [(v.uuid, v.exists, v.in_devices, v.parent)

@@ -1,0 +1,239 @@
+"""The one-way doors between the rooms of libvirt_gpu (docs/architecture.md).
+
+A walk over every module's imports (``import`` statements at any depth,
+so an import inside a function counts too) checks that no room imports
+one it must not: vGPU kinds know nothing of their callers, the pure rules
+(``capacity``, ``objects``, ``exception``) import nothing above them, the
+entry points are imported only by the CLI, the product never imports the
+simulator, and the hook's start-up path stays free of oslo.config and
+libvirt.  A failure names the importing module and the module it reached.
+"""
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+import libvirt_gpu
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(libvirt_gpu.__file__))
+ROOT = os.path.dirname(PACKAGE_DIR)
+PACKAGE = 'libvirt_gpu'
+
+# The entry points: they receive an environment.Environment and drive the
+# rooms below; only the CLI (cmd) reaches them.
+ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'cmd')
+
+# room -> the rooms of ours it must never import (prefixes, package-relative)
+FORBIDDEN = {
+    'backends': ENTRY + ('allocator', 'state', 'environment', 'placement',
+                         'host', 'guest', 'simulator'),
+    'placement': ENTRY + ('backends', 'allocator', 'state', 'environment',
+                          'host', 'guest', 'discovery', 'simulator'),
+    'simulator': ENTRY + ('backends', 'allocator', 'state', 'environment',
+                          'placement', 'host', 'guest', 'discovery',
+                          'sysfs', 'conf'),
+    'allocator': ENTRY + ('environment', 'host', 'guest', 'placement'),
+    'state': ENTRY + ('backends', 'allocator', 'environment', 'host',
+                      'guest', 'placement'),
+    'environment': ENTRY,
+    'discovery': ENTRY + ('allocator', 'state', 'environment', 'placement'),
+    'conf': ENTRY + ('backends', 'allocator', 'state', 'environment',
+                     'placement', 'host', 'guest', 'discovery'),
+}
+
+# rooms at the floor -> the only rooms of ours they may import
+ONLY = {
+    'exception': (),
+    'capacity': (),
+    'fileutil': (),
+    'filetype': (),
+    'pciids': (),
+    'objects': ('exception',),
+    'xmlutil': ('exception',),
+}
+
+# The rooms from the floor up, as docs/architecture.md's table lists them
+# (rooms on one row share a rank): a room imports only rooms of its rank or
+# below, but for the door in LEVEL_EXCEPTIONS.
+LEVELS = (
+    ('exception',), ('objects',), ('capacity',), ('fileutil', 'filetype'),
+    ('xmlutil',), ('pci_classes', 'pciids'), ('sysfs',), ('nodedev',),
+    ('config_xml',), ('metadata',), ('host', 'guest'), ('nvml',),
+    ('discovery',), ('conf',), ('backends',), ('state',), ('allocator',),
+    ('placement',), ('environment',), ('api',), ('hook',), ('reconcile',),
+    ('restore',), ('agent',), ('simulator',), ('cmd',),
+)
+# discovery completes the types of VFs with NVIDIA's vendor interface from
+# that kind's table of types per GPU model (inside a function).
+LEVEL_EXCEPTIONS = {('discovery', 'backends'),
+                    ('discovery', 'backends.nvidia_vgpu')}
+
+# What the hook may not load when Python imports it (every guest start pays
+# for what it imports).
+HOOK_MUST_NOT_LOAD = ('oslo_config', 'libvirt', 'keystoneauth1', 'tenacity')
+
+
+def _module_name(path):
+    rel = os.path.relpath(path, ROOT)[:-len('.py')].split(os.sep)
+    if rel[-1] == '__init__':
+        rel = rel[:-1]
+    return '.'.join(rel)
+
+
+def _our_modules():
+    found = {}
+    for directory, _, files in os.walk(PACKAGE_DIR):
+        for name in files:
+            if name.endswith('.py'):
+                path = os.path.join(directory, name)
+                found[_module_name(path)] = path
+    return found
+
+
+def imports_of(path, package):
+    """Every module name ``path`` imports, at any depth: ``from a import
+    b`` gives ``a`` and ``a.b`` (b may be a module); relative imports are
+    resolved against ``package``."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                parts = package.split('.')
+                parts = parts[:len(parts) - node.level + 1]
+                base = '.'.join(parts + ([base] if base else []))
+            names.add(base)
+            names.update('%s.%s' % (base, alias.name) for alias in node.names)
+    return names
+
+
+def door_graph():
+    """``{module: {our modules it imports}}`` over libvirt_gpu, names
+    relative to the package (``backends.mdev``)."""
+    modules = _our_modules()
+    graph = {}
+    for name, path in modules.items():
+        package = (name if path.endswith('__init__.py')
+                   else name.rpartition('.')[0])
+        # ``from libvirt_gpu import x`` names the package itself too: the
+        # package's __init__ holds nothing, so it is no room.
+        graph[_short(name)] = {_short(m) for m in imports_of(path, package)
+                               if m in modules and m not in (name, PACKAGE)}
+    graph.pop(_short(PACKAGE))
+    return graph
+
+
+def _short(name):
+    return name[len(PACKAGE) + 1:]
+
+
+def _in(name, room):
+    return name == room or name.startswith(room + '.')
+
+
+def _room_of(name):
+    return name.split('.')[0]
+
+
+def test_the_walk_sees_the_package():
+    graph = door_graph()
+    assert len(graph) > 40
+    # edges known to exist, at module level and inside functions
+    assert 'allocator' in graph['api']
+    assert 'backends.mdev' in graph['environment']
+    assert 'backends.registry' in graph['environment']   # in a property
+    assert 'hook.operations' in graph['hook.__main__']
+
+
+def test_the_walk_resolves_relative_and_nested_imports(tmp_path):
+    probe = tmp_path / 'probe.py'
+    probe.write_text('from . import capacity\n'
+                     'def f():\n'
+                     '    from .backends import mdev\n'
+                     '    import libvirt_gpu.api\n')
+    names = imports_of(str(probe), 'libvirt_gpu')
+    assert {'libvirt_gpu.capacity', 'libvirt_gpu.backends.mdev',
+            'libvirt_gpu.api'} <= names
+
+
+@pytest.mark.parametrize('room', sorted(FORBIDDEN))
+def test_no_room_opens_a_forbidden_door(room):
+    graph = door_graph()
+    members = [m for m in graph if _in(m, room)]
+    assert members, 'no module in room %s' % room
+    wrong = sorted('%s imports %s' % (m, target)
+                   for m in members for target in graph[m]
+                   if any(_in(target, f) for f in FORBIDDEN[room])
+                   and not _in(target, room))
+    assert wrong == []
+
+
+@pytest.mark.parametrize('room', sorted(ONLY))
+def test_the_floor_imports_nothing_above_it(room):
+    graph = door_graph()
+    wrong = sorted('%s imports %s' % (room, target)
+                   for target in graph[room]
+                   if not any(_in(target, a) for a in ONLY[room]))
+    assert wrong == []
+
+
+def test_entry_points_are_reached_only_from_the_cli():
+    graph = door_graph()
+    wrong = sorted('%s imports %s' % (m, target)
+                   for m, targets in graph.items() for target in targets
+                   if _room_of(target) in ENTRY
+                   and _room_of(m) not in ('cmd', _room_of(target)))
+    assert wrong == []
+
+
+def test_the_product_never_imports_the_simulator():
+    graph = door_graph()
+    wrong = sorted('%s imports %s' % (m, target)
+                   for m, targets in graph.items() for target in targets
+                   if _in(target, 'simulator')
+                   and _room_of(m) not in ('cmd', 'simulator'))
+    assert wrong == []
+
+
+def test_importing_the_hook_loads_no_oslo_config_or_libvirt():
+    # A fresh interpreter: this test process has loaded all of them.
+    code = ('import sys\n'
+            'import libvirt_gpu.hook, libvirt_gpu.hook.__main__\n'
+            'import libvirt_gpu.hook.operations, libvirt_gpu.hook.settings\n'
+            'import libvirt_gpu.hook.log, libvirt_gpu.hook.installer\n'
+            'print(" ".join(sorted(m for m in %r if m in sys.modules)))\n'
+            % (HOOK_MUST_NOT_LOAD,))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
+    # and the check can see such a module when one is loaded
+    seen = subprocess.run(
+        [sys.executable, '-c', 'import sys, oslo_config.cfg; print('
+         '"oslo_config" in sys.modules)'], env=env, capture_output=True,
+        text=True, timeout=120)
+    assert seen.stdout.strip() == 'True'
+
+
+def _rank(name):
+    room = _room_of(name)
+    for rank, rooms in enumerate(LEVELS):
+        if room in rooms:
+            return rank
+    raise AssertionError('room %s is not in LEVELS (docs/architecture.md '
+                         'lists every room): add it' % room)
+
+
+def test_rooms_import_only_rooms_below_them():
+    graph = door_graph()
+    upward = {(m, target) for m, targets in graph.items()
+              for target in targets if _rank(target) > _rank(m)}
+    assert upward == LEVEL_EXCEPTIONS
