@@ -1,4 +1,4 @@
-"""Text for people: control characters escaped.
+"""The CLI's streams: control characters escaped (``textutil.escape``).
 
 GPU, type and driver names come from sysfs and libvirt, and errors quote
 paths and values from there too: a name holding a terminal escape sequence
@@ -10,23 +10,11 @@ every one of them).
 """
 
 import contextlib
-import re
 import sys
 
-_CONTROL = re.compile('[\x00-\x09\x0b-\x1f\x80-\x9f'
-                      '\u202a-\u202e\u2066-\u2069]')
+from libvirt_gpu import textutil
 
-
-def _escape_char(match):
-    code = ord(match.group())
-    return '\\x%02x' % code if code < 0x100 else '\\u%04x' % code
-
-
-def escape(text, newline=False):
-    """``text`` with every control character written as an escape; with
-    ``newline``, the newline too (one table cell, one line)."""
-    text = _CONTROL.sub(_escape_char, text)
-    return text.replace('\n', '\\n') if newline else text
+escape = textutil.escape
 
 
 class EscapingStream(object):

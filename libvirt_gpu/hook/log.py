@@ -3,6 +3,8 @@
 import os
 import time
 
+from libvirt_gpu import textutil
+
 LOG_NAME = 'hook.log'
 LOG_MAX_BYTES = 1024 * 1024
 # One call logs at most this many lines, each cut to LOG_LINE_MAX
@@ -30,9 +32,11 @@ class HookLog(object):
         if len(self.lines) >= LOG_MAX_LINES:
             self.dropped += 1
             return
-        self.lines.append(line[:LOG_LINE_MAX])
+        # names from sysfs or the domain XML may hold escape sequences:
+        # the log and libvirt's error message show them as text
+        self.lines.append(textutil.escape(line[:LOG_LINE_MAX], newline=True))
         if printed is not None:
-            print(printed[:LOG_LINE_MAX], file=self.stderr)
+            print(textutil.escape(printed[:LOG_LINE_MAX]), file=self.stderr)
 
     def info(self, message):
         self._keep(message)

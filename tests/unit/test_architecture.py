@@ -50,6 +50,7 @@ ONLY = {
     'capacity': (),
     'fileutil': (),
     'filetype': (),
+    'textutil': (),
     'pciids': (),
     'objects': ('exception',),
     'xmlutil': ('exception',),
@@ -59,7 +60,8 @@ ONLY = {
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
-    ('exception',), ('objects',), ('capacity',), ('fileutil', 'filetype'),
+    ('exception',), ('objects',), ('capacity',),
+    ('fileutil', 'filetype', 'textutil'),
     ('xmlutil',), ('pci_classes', 'pciids'), ('sysfs',), ('nodedev',),
     ('config_xml',), ('metadata',), ('host', 'guest'), ('nvml',),
     ('discovery',), ('conf',), ('backends',), ('state',), ('allocator',),

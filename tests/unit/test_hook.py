@@ -469,3 +469,19 @@ def test_install_refuses_unusable_paths(env, tmp_path):
         hook.install(str(tmp_path / 'hooks'), env.config,
                      python='/usr/bin/python3')   # without our packages
     assert not os.path.exists(tmp_path / 'hooks' / 'qemu.d' / 'libvirt-gpu')
+
+
+def test_log_shows_control_characters_as_text(tmp_path):
+    """A name from sysfs or the domain XML with a terminal escape sequence
+    reaches libvirt's error message and hook.log as text."""
+    import io
+    stderr = io.StringIO()
+    log = hook.HookLog(['qemu', 'vm1', 'prepare', 'begin'], stderr)
+    log.path = str(tmp_path / 'hook.log')
+    log.error('type GRID\x1b]0;pwned\x07 on\nGPU')
+    log.flush()
+    text = open(log.path).read()
+    assert '\x1b' not in text and '\x07' not in text
+    assert 'GRID\\x1b]0;pwned\\x07 on\\nGPU' in text
+    assert '\x1b' not in stderr.getvalue()
+    assert 'GRID\\x1b]0;pwned\\x07' in stderr.getvalue()
