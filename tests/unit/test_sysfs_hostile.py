@@ -383,16 +383,16 @@ def _provider(address):
 @pytest.mark.parametrize('case', PROCESS_CASES, ids=PROCESS_IDS)
 def test_cli_commands(tree, case):
     """``list``, ``types``, ``placement show``, ``discover`` and
-    ``restore`` (which, with no device_addresses configured, reads the
-    vendor of every PCI device; its state dir is the tree's, ``restore
-    --dry-run`` is added elsewhere)."""
+    ``restore --dry-run`` (which, with no device_addresses configured,
+    reads the vendor of every PCI device; its state dir is the tree's)."""
     config = _config(tree, os.path.join(tree.top, 'conf'))
     case.apply(tree)
     gone = case.scope == 'device'
     shows = {'list': lambda a: a, 'types': lambda a: a,
              'placement': _provider, 'discover': _provider}
     commands = [['list'], ['types'], ['placement', 'show'], ['discover'],
-                ['restore', '--no-libvirt', '--sriov-manage', 'none',
+                ['restore', '--dry-run', '--no-libvirt', '--sriov-manage',
+                 'none',
                  '--mdevctl-dir', os.path.join(tree.top, 'mdevctl.d')]]
     results = dict(zip([argv[0] for argv in commands],
                        cli_runs(config, tree.root, commands)))
