@@ -8,7 +8,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev \
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
-	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux
+	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux \
+	kmod e2fsprogs make
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
