@@ -116,8 +116,11 @@ def persistent_disk(conf):
         return
     for path in conf['persistent_paths']:
         keep = os.path.join('/persist', path.strip('/').replace('/', '_'))
-        os.makedirs(keep, exist_ok=True)
         os.makedirs(path, exist_ok=True)
+        if not os.path.isdir(keep):
+            # first boot: start from what the packages put there
+            # (mdevctl needs its scripts.d/callouts)
+            sh('cp', '-a', path, keep)
         sh('mount', '--bind', keep, path)
 
 
