@@ -51,8 +51,8 @@ def _run(argv, what, **kwargs):
                          % (what, argv[0]))
     except subprocess.CalledProcessError as e:
         tail = (e.stderr or e.stdout or '').strip().splitlines()[-3:]
-        raise AssetError('%s failed (%s): %s' % (what, ' '.join(argv[:3]),
-                                                  ' | '.join(tail)))
+        raise AssetError('%s failed (%s): %s'
+                         % (what, ' '.join(argv[:3]), ' | '.join(tail)))
 
 
 def _newest_abi():
@@ -172,7 +172,8 @@ class Assets(object):
                       'include %s/usr/src/' % self.root, text, flags=re.M)
         with open(makefile, 'w') as f:
             f.write(text)
-        _run(['depmod', '-b', self.root, self.kver], 'depmod of the test kernel')
+        _run(['depmod', '-b', self.root, self.kver],
+             'depmod of the test kernel')
         for path in (self.kernel, self.busybox, makefile):
             if not os.path.exists(path):
                 raise AssetError('%s is missing after unpacking; remove %s '

@@ -37,7 +37,9 @@ def vm_files():
     from tests.kernel import product
     return {'/etc/libvirt/qemu.conf': QEMU_CONF,
             '/etc/libvirt/libvirtd.conf': LIBVIRTD_CONF,
-            product.CONFIG: product.config()}
+            product.CONFIG: product.config(),
+            # restore, not mdevctl's udev rule, brings mdevs back at boot
+            '/etc/udev/rules.d/60-mdevctl.rules': '# masked by tests\n'}
 
 
 def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,

@@ -18,6 +18,8 @@ PYTHON = os.path.join(VENV_BIN, 'python')
 CONFIG = '/etc/libvirt-gpu/libvirt-gpu.conf'
 STATE_DIR = '/var/lib/libvirt-gpu'
 URI = 'qemu:///system'
+# the product's test-only crash points (libvirt_gpu.state.crash_point)
+CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
 
 
 def config(enabled_types=('nvidia-223',)):
@@ -39,14 +41,14 @@ def cli_json(vm, *args):
     return json.loads(r.stdout)
 
 
-def python(vm, program, timeout=180, **params):
+def python(vm, program, timeout=180, env=None, **params):
     """Run ``program`` with the venv's Python in the VM; it finds its
     arguments in ``P`` and prints its answer with ``out(obj)`` (JSON)."""
     prelude = ('import json, sys\nP = json.loads(sys.stdin.read())\n'
                'def out(o):\n    print(json.dumps(o, default=str))\n')
     return vm.run([PYTHON, '-c', prelude + program],
                   input=json.dumps(params), timeout=timeout,
-                  env={'LIBVIRT_GPU_CONFIG': CONFIG})
+                  env=dict(env or {}, LIBVIRT_GPU_CONFIG=CONFIG))
 
 
 def _answer(r, what):

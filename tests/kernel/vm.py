@@ -279,4 +279,3 @@ class TestVm(object):
     def write_file(self, path, text):
         self.run(['sh', '-c', 'mkdir -p "$(dirname "$1")" && cat > "$1"',
                   'sh', path], input=text).check('writing ' + path)
-

@@ -48,8 +48,8 @@ def sh(*argv, check=True):
     except OSError as e:
         r = subprocess.CompletedProcess(argv, 127, '', str(e))
     if check and r.returncode:
-        log('%s failed rc=%d: %s' % (' '.join(argv), r.returncode,
-                                      r.stderr.strip()))
+        log('%s failed rc=%d: %s'
+            % (' '.join(argv), r.returncode, r.stderr.strip()))
     return r
 
 

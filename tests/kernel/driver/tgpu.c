@@ -280,8 +280,15 @@ static long tgpu_ioctl(struct vfio_device *vdev, unsigned int cmd,
 	return -ENOTTY;
 }
 
+/* 6.1 calls ops->release unconditionally: it must free the device. */
+static void tgpu_release(struct vfio_device *vdev)
+{
+	vfio_free_device(vdev);
+}
+
 static const struct vfio_device_ops tgpu_vfio_ops = {
 	.name = "nvidia-tgpu",
+	.release = tgpu_release,
 	.read = tgpu_read,
 	.write = tgpu_write,
 	.ioctl = tgpu_ioctl,
