@@ -163,7 +163,8 @@ class Lab(object):
         return r.rc == 0 and r.stdout.strip() == '1'
 
     def qemu_pid(self, name):
-        r = self.vm.run(['cat', '/run/libvirt/qemu/%s.pid' % name])
+        r = self.vm.run(['pgrep', '-f', '-o', '^/usr/bin/qemu-system-x86_64'
+                         ' -name guest=%s,' % name])
         return int(r.stdout) if r.rc == 0 and r.stdout.strip() else None
 
     def qemu_cmdline(self, name):

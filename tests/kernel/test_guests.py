@@ -7,6 +7,7 @@ firmware), which is all a start, a destroy and a crash need.
 """
 
 import json
+import re
 import time
 import uuid as uuidlib
 
@@ -23,8 +24,11 @@ def new_uuid():
 
 
 def sysfsdevs(cmdline):
-    return sorted(a.split('sysfsdev=')[1].split(',')[0]
-                  for a in cmdline if 'sysfsdev=' in a)
+    """The sysfsdev of each -device: libvirt 9 writes them as JSON
+    (``{"driver":"vfio-pci","sysfsdev":"/sys/bus/mdev/devices/<uuid>"}``),
+    older libvirt as ``vfio-pci,sysfsdev=...``."""
+    return sorted(m.group(1) for a in cmdline
+                  for m in re.finditer(r'sysfsdev(?:=|":")([^",]+)', a))
 
 
 @pytest.fixture
