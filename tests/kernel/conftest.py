@@ -30,6 +30,8 @@ OS_GUEST_SERIAL = '/tmp/osguest-serial.log'
 
 # phase -> seconds, printed by pytest_terminal_summary
 PHASES = {}
+# what the real kernel answered where the product has to guess, printed too
+OBSERVED = {}
 
 
 def record(phase, seconds):
@@ -51,6 +53,8 @@ def pytest_terminal_summary(terminalreporter):
     tr.section('kernel VM phases (seconds)')
     for phase, seconds in PHASES.items():
         tr.write_line('%-28s %7.1f' % (phase, seconds))
+    for what, answer in OBSERVED.items():
+        tr.write_line('%s: %s' % (what, answer))
 
 
 @pytest.fixture(scope='session')

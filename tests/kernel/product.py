@@ -118,8 +118,21 @@ def mdev(vm, op, uuid, parent=None, type_id=None, libvirt=True,
                    'mdev backend %s' % op)
 
 
-def hook_install(vm):
-    return cli_json(vm, 'hook', 'install')
+def hook_install(vm, python=None):
+    """``libvirt-gpu hook install`` (``--python PATH`` when given)."""
+    args = ('hook', 'install') + (('--python', python) if python else ())
+    return cli_json(vm, *args)
+
+
+def hook_crashing_at(vm, step):
+    """Install the hook with an interpreter that SIGKILLs it at ``step``
+    (libvirt runs hooks with an almost empty environment, so the crash
+    point is set by a wrapper around the venv's Python)."""
+    wrapper = '/usr/local/bin/python-crash-at'
+    vm.write_file(wrapper, '#!/bin/sh\n%s=%s exec %s "$@"\n'
+                  % (CRASH_ENV, step, PYTHON))
+    vm.run(['chmod', '755', wrapper]).check('chmod')
+    return hook_install(vm, python=wrapper)
 
 
 if __name__ == '__main__':

@@ -106,7 +106,8 @@ def test_full_gpu_is_refused_by_the_kernel(lab):
         r = lab.vm.sh('echo %s > /sys/class/mdev_bus/%s/mdev_supported_types'
                       '/nvidia-223/create' % (u, B))
         assert r.rc != 0
-        lab.kernel_create_error = r.stderr.strip()
+        from tests.kernel import conftest
+        conftest.OBSERVED['create on a full GPU'] = r.stderr.strip()
         assert u not in lab.mdevs()
     finally:
         for u in made:
