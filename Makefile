@@ -9,11 +9,11 @@ VPY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev \
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
 	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux \
-	pci.ids
+	pci.ids kmod e2fsprogs make
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
-.PHONY: demo test unit functional lint genconfig bench clean deps
+.PHONY: demo test unit functional kernel-test lint genconfig bench clean deps
 
 include Makefile.placement
 
@@ -50,6 +50,11 @@ unit: deps
 functional: deps placement-venv
 	$(VPY) -m pytest -q tests/functional
 
+# Only the tests on a real kernel in a VM (tests/kernel); the kernel, its
+# headers and busybox are downloaded once into .cache/ by the tests.
+kernel-test: deps
+	$(VPY) -m pytest -q tests/kernel
+
 lint: deps
 	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
 
@@ -63,4 +68,4 @@ bench: deps placement-venv
 	$(VPY) bench/fleet.py --hosts 10,100
 
 clean: placement-clean
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .cache

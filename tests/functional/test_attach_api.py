@@ -1,7 +1,14 @@
-"""libvirt_gpu.api against a file-backed libvirt stand-in (live paths the
-real daemon cannot run here: no VFIO) and a simulated T4 host whose kernel
-is emulated.  test_attach.py runs the config paths on a real libvirtd."""
+"""libvirt_gpu.api against a file-backed libvirt stand-in and a simulated
+T4 host whose sysfs writes act like the kernel's.
 
+What stays here is what a real libvirtd and kernel cannot be made to do on
+cue: libvirt refusing a hot-plug, metadata that cannot be written, the
+--current rules checked fast for every domain state.  The live attach and
+detach themselves run on a real kernel and libvirtd in tests/kernel
+(test_hotplug.py); test_attach.py runs the config paths on a real libvirtd.
+"""
+
+import contextlib
 import uuid as uuidlib
 
 import pytest
@@ -9,13 +16,15 @@ from lxml import etree
 
 from libvirt_gpu import api
 from libvirt_gpu import conf as conf_mod
+from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import metadata
 from libvirt_gpu import objects
+from libvirt_gpu import simulator
 from libvirt_gpu import state
 from libvirt_gpu import xmlutil
-from tests.functional import fake_kernel
 from tests.doubles import fake_libvirt
+from tests.doubles import kernel_sysfs
 from tests.functional import libvirtd
 
 A = objects.PciAddress.parse('0000:3b:00.0')
@@ -23,8 +32,12 @@ B = objects.PciAddress.parse('0000:af:00.0')
 
 
 class World(object):
+    """fake_libvirt's connection over a simulated T4 host whose sysfs
+    writes the kernel's rule book answers (tests/doubles/kernel_sysfs).
+    The same paths run on a real kernel and libvirtd in tests/kernel."""
+
     def __init__(self, root, profile, tmp_path, extra=''):
-        self.sysfs = fake_kernel.FakeKernelSysfs(root, profile)
+        self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
         self.state_dir = str(tmp_path / 'state')
         path = tmp_path / 'libvirt-gpu.conf'
         path.write_text('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
@@ -53,13 +66,27 @@ class World(object):
         return [a.get('uuid') for a in self.xml(dom, inactive).iterfind(
             "devices/hostdev[@type='mdev']/source/address")]
 
+    def mdevs(self):
+        """{uuid: (parent, type)} as the simulated kernel holds them."""
+        return {m.uuid: (g.address, m.type_id)
+                for g in discovery.from_sysfs(self.sysfs).gpus
+                for m in g.mdevs}
+
     def leases(self):
         return state.LeaseStore(self.state_dir).leases()
 
 
+@contextlib.contextmanager
+def simulated_tree(tmp_path, name='t4'):
+    profile = simulator.load_profile(name)
+    root = str(tmp_path / 'sys')
+    simulator.write_sysfs(profile, root)
+    yield root, profile
+
+
 @pytest.fixture
 def world(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with simulated_tree(tmp_path) as (root, profile):
         yield World(root, profile, tmp_path)
 
 
@@ -68,7 +95,7 @@ def test_live_attach_creates_and_hotplugs(world):
     done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
     assert done.kind == 'vgpu' and done.live and not done.config
     assert done.parent == A                     # the GPU with most room
-    assert world.sysfs.model.mdevs()[done.uuid] == (A, 'nvidia-223')
+    assert world.mdevs()[done.uuid] == (A, 'nvidia-223')
     assert world.mdev_hostdevs(dom) == [done.uuid]
     assert world.meta(dom).vgpus == (metadata.VgpuEntry(
         done.uuid, 'nvidia-223', A),)
@@ -98,7 +125,7 @@ def test_current_means_config_when_stopped(world):
     dom = world.domain('vm1', active=False)
     done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223')
     assert (done.live, done.config, done.parent) == (False, True, None)
-    assert done.uuid not in world.sysfs.model.mdevs()      # at next start
+    assert done.uuid not in world.mdevs()      # at next start
     assert world.leases() == []
     assert world.mdev_hostdevs(dom, inactive=True) == [done.uuid]
     assert world.meta(dom, inactive=True).vgpu(done.uuid).parent is None
@@ -108,7 +135,7 @@ def test_current_means_live_when_running(world):
     dom = world.domain('vm1')
     done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223')
     assert (done.live, done.config) == (True, False)
-    assert done.uuid in world.sysfs.model.mdevs()
+    assert done.uuid in world.mdevs()
     assert world.mdev_hostdevs(dom) == [done.uuid]
 
 
@@ -153,7 +180,7 @@ def test_no_capacity_changes_nothing(world):
                    live=True)
     assert world.mdev_hostdevs(doms[14]) == []
     assert len(world.leases()) == 14
-    assert len(world.sysfs.model.mdevs()) == 16    # 14 + 2 pre-existing
+    assert len(world.mdevs()) == 16    # 14 + 2 pre-existing
 
 
 def test_failed_hotplug_is_rolled_back(world, monkeypatch):
@@ -165,10 +192,10 @@ def test_failed_hotplug_is_rolled_back(world, monkeypatch):
                 'assignment requires VFIO support')
     monkeypatch.setattr(fake_libvirt.FakeDomain, 'attachDeviceFlags',
                         refuse)
-    before = sorted(world.sysfs.model.mdevs())
+    before = sorted(world.mdevs())
     with pytest.raises(exception.LibvirtError, match='VFIO'):
         world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
-    assert sorted(world.sysfs.model.mdevs()) == before
+    assert sorted(world.mdevs()) == before
     assert world.leases() == []
     assert world.meta(dom).empty
 
@@ -179,11 +206,11 @@ def test_failed_metadata_unplugs_again(world, monkeypatch):
     def refuse(self, *args):
         raise fake_libvirt.libvirt_error(1, 'internal error: boom')
     monkeypatch.setattr(fake_libvirt.FakeDomain, 'setMetadata', refuse)
-    before = sorted(world.sysfs.model.mdevs())
+    before = sorted(world.mdevs())
     with pytest.raises(exception.LibvirtError, match='boom'):
         world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
     assert world.mdev_hostdevs(dom) == []
-    assert sorted(world.sysfs.model.mdevs()) == before
+    assert sorted(world.mdevs()) == before
     assert world.leases() == []
 
 
@@ -194,7 +221,7 @@ def test_detach_live_removes_the_vgpu(world):
     out = world.call(api.detach, 'vm1', uuid=done.uuid, live=True)
     assert out.note is None
     assert world.mdev_hostdevs(dom) == [] and world.meta(dom).empty
-    assert done.uuid not in world.sysfs.model.mdevs()
+    assert done.uuid not in world.mdevs()
     assert world.leases() == []
     # still in the persistent config until detached there too
     assert world.mdev_hostdevs(dom, inactive=True) == [done.uuid]
@@ -218,7 +245,7 @@ def test_detach_errors(world):
 
 
 def test_whole_gpu(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with simulated_tree(tmp_path) as (root, profile):
         # only 0000:af:00.0 offers vGPUs: 0000:3b:00.0 may be passed through
         world = World(root, profile, tmp_path,
                       '[vgpu_nvidia-223]\ndevice_addresses = %s\n' % B)
@@ -239,7 +266,7 @@ def test_whole_gpu(tmp_path):
 
 
 def test_gpu_holding_vgpus_is_not_passed_through(tmp_path):
-    with fake_kernel.simulated_tree('t4') as (root, profile):
+    with simulated_tree(tmp_path) as (root, profile):
         world = World(root, profile, tmp_path,
                       '[vgpu_nvidia-223]\ndevice_addresses = %s\n' % A)
         world.domain('vm1', active=False)

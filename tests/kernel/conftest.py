@@ -1,0 +1,123 @@
+"""The kernel tests' fixtures: one test VM for the whole session.
+
+``lab`` (session): assets prepared (download once, driver built), the VM
+booted, libvirtd ready, the product's hook installed with ``libvirt-gpu
+hook install`` and libvirtd restarted to find it.  ``os_guest`` (session):
+a small guest OS booted inside the VM for the hot-plug tests; it is started
+as soon as libvirtd is ready, because it takes minutes to boot under
+nested emulation.  The reboot test runs last (it powers the VM off).
+
+A machine that cannot run the VM fails these tests, saying why; they are
+never skipped.  The time of each phase is printed at the end of the run.
+"""
+
+import os
+import shutil
+import time
+
+import pytest
+
+from tests.kernel import assets as assets_mod
+from tests.kernel import lab as lab_mod
+from tests.kernel import product
+from tests.kernel import vm as vm_mod
+
+REPO = product.REPO
+CACHE = os.environ.get('KERNEL_TEST_CACHE',
+                       os.path.join(REPO, '.cache', 'kernel-vm'))
+OS_GUEST = 'osguest'
+OS_GUEST_SERIAL = '/tmp/osguest-serial.log'
+
+# phase -> seconds, printed by pytest_terminal_summary
+PHASES = {}
+# what the real kernel answered where the product has to guess, printed too
+OBSERVED = {}
+
+
+def record(phase, seconds):
+    PHASES[phase] = PHASES.get(phase, 0.0) + seconds
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # The reboot test powers the VM off: everything else first.
+    last = [i for i in items if i.module.__name__.endswith('test_reboot')]
+    for item in last:
+        items.remove(item)
+    items.extend(last)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not PHASES:
+        return
+    tr = terminalreporter
+    tr.section('kernel VM phases (seconds)')
+    for phase, seconds in PHASES.items():
+        tr.write_line('%-28s %7.1f' % (phase, seconds))
+    for what, answer in OBSERVED.items():
+        tr.write_line('%s: %s' % (what, answer))
+
+
+@pytest.fixture(scope='session')
+def vm_assets():
+    missing = vm_mod.missing_requirements()
+    if missing:
+        pytest.fail('the kernel tests cannot run here: ' + '; '.join(missing))
+    try:
+        assets = assets_mod.Assets(CACHE).prepare()
+    except assets_mod.AssetError as e:
+        pytest.fail(str(e))
+    for phase, seconds in assets.times.items():
+        record(phase, seconds)
+    return assets
+
+
+@pytest.fixture(scope='session')
+def lab(vm_assets):
+    workdir = os.path.join(CACHE, 'session')
+    shutil.rmtree(workdir, ignore_errors=True)
+    vm = vm_mod.TestVm(vm_assets, workdir, files=lab_mod.vm_files())
+    vm.new_disk()
+    try:
+        record('boot', vm.boot())
+        lab = lab_mod.Lab(vm)
+        record('libvirtd ready', lab.start_libvirtd())
+        _start_os_guest(lab, vm_assets)
+        hook = product.hook_install(vm)
+        assert hook, 'hook install printed nothing'
+        record('libvirtd restart (hook)', lab.restart_libvirtd())
+        yield lab
+    finally:
+        vm.close()
+
+
+def _start_os_guest(lab, assets):
+    t0 = time.monotonic()
+    lab.define(lab_mod.guest_xml(OS_GUEST, kernel=assets.kernel,
+                                 initrd=assets.guest_initramfs,
+                                 serial=OS_GUEST_SERIAL, memory_mb=160))
+    lab.start(OS_GUEST).check('starting the guest OS')
+    lab.os_guest_started = t0
+
+
+@pytest.fixture(scope='session')
+def os_guest(lab):
+    """Name of the running guest OS, once its init has listed its PCI
+    devices."""
+    def booted():
+        r = lab.vm.run(['grep', '-c', 'GUEST PCI', OS_GUEST_SERIAL])
+        return r.rc == 0
+    if not lab.wait(booted, timeout=900, interval=5):
+        pytest.fail('the guest OS did not boot within 15 min; see %s in '
+                    'the VM' % OS_GUEST_SERIAL)
+    record('guest OS boot', time.monotonic() - lab.os_guest_started)
+    return OS_GUEST
+
+
+def guest_pci(lab):
+    """The guest OS's PCI devices ({slot: 'vendor:device'}) from the last
+    line its init printed."""
+    r = lab.vm.run(['grep', 'GUEST PCI', OS_GUEST_SERIAL])
+    lines = r.stdout.strip().splitlines()
+    if not lines:
+        return {}
+    return dict(item.split('=', 1) for item in lines[-1].split()[2:])

@@ -1,0 +1,219 @@
+"""The test VM as the tests see it: a host with two GPUs, libvirtd, guests.
+
+``Lab`` wraps a booted ``vm.TestVm`` with what the tests observe and set
+up: libvirtd (started and restarted here), the kernel's view of mdevs
+(sysfs read with ``cat``/``ls``), guests defined from XML, qemu's command
+line.  Nothing here does the product's work: that is product.py.
+"""
+
+import json
+import time
+
+from tests.kernel import vm as vm_mod
+
+GPUS = vm_mod.GPU_ADDRESSES
+URI = 'qemu:///system'
+NS = 'urn:libvirt-gpu:1'
+
+QEMU_CONF = '''\
+# written by tests/kernel: qemu as root, no cgroups or namespaces in the VM
+user = "root"
+group = "root"
+dynamic_ownership = 1
+remember_owner = 0
+security_driver = "none"
+cgroup_controllers = [ ]
+namespaces = [ ]
+stdio_handler = "file"
+'''
+
+LIBVIRTD_CONF = '''\
+log_outputs = "2:file:/var/log/libvirt/libvirtd.log"
+'''
+
+
+def vm_files():
+    """Files vm_init writes into the VM before anything starts."""
+    from tests.kernel import product
+    return {'/etc/libvirt/qemu.conf': QEMU_CONF,
+            '/etc/libvirt/libvirtd.conf': LIBVIRTD_CONF,
+            product.CONFIG: product.config(),
+            # restore, not mdevctl's udev rule, brings mdevs back at boot
+            '/etc/udev/rules.d/60-mdevctl.rules': '# masked by tests\n'}
+
+
+def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
+              memory_mb=96):
+    """A ``type='qemu'`` guest: with ``kernel`` it boots that (the guest OS
+    of the hot-plug tests), without it qemu sits in the firmware.  ``vgpus``:
+    (uuid, type, parent) named in our metadata, each with its hostdev."""
+    meta = ''.join(
+        '<gpu:vgpu uuid="%s" type="%s"%s/>'
+        % (u, t, ' parent="%s"' % p if p else '') for u, t, p in vgpus)
+    hostdevs = ''.join(
+        "<hostdev mode='subsystem' type='mdev' managed='no' "
+        "model='vfio-pci'><source><address uuid='%s'/></source></hostdev>"
+        % u for u, _, _ in vgpus)
+    boot = ''
+    if kernel:
+        boot = ('<kernel>%s</kernel><initrd>%s</initrd>'
+                '<cmdline>console=ttyS0 quiet mitigations=off</cmdline>'
+                % (kernel, initrd))
+    console = ("<serial type='file'><source path='%s'/><target port='0'/>"
+               "</serial>" % serial) if serial else ''
+    return '''<domain type='qemu'>
+  <name>%s</name>
+  <memory unit='MiB'>%d</memory>
+  <vcpu>1</vcpu>
+  <metadata><gpu:gpus xmlns:gpu="%s">%s</gpu:gpus></metadata>
+  <os><type arch='x86_64' machine='pc'>hvm</type>%s</os>
+  <features><acpi/></features>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    %s%s
+    <video><model type='none'/></video>
+    <memballoon model='none'/>
+  </devices>
+</domain>''' % (name, memory_mb, NS, meta, boot, hostdevs, console)
+
+
+_DOMAIN = '''
+import json, sys, libvirt
+P = json.loads(sys.stdin.read())
+conn = libvirt.open(%r)
+op = P['op']
+try:
+    if op == 'define':
+        conn.defineXML(P['xml'])
+    elif op == 'start':
+        conn.lookupByName(P['name']).create()
+    elif op == 'destroy':
+        conn.lookupByName(P['name']).destroy()
+    elif op == 'undefine':
+        conn.lookupByName(P['name']).undefine()
+    elif op == 'xml':
+        print(conn.lookupByName(P['name']).XMLDesc(P.get('flags', 0)))
+    elif op == 'state':
+        print(conn.lookupByName(P['name']).state()[0])
+except libvirt.libvirtError as e:
+    sys.exit('libvirt: %%s' %% e)
+''' % URI
+
+
+class Lab(object):
+
+    def __init__(self, vm):
+        self.vm = vm
+        self.times = {}
+
+    # -- libvirtd ----------------------------------------------------------
+    def start_libvirtd(self, timeout=180):
+        """Start libvirtd and wait until it answers; returns seconds."""
+        t0 = time.monotonic()
+        self.vm.run(['mkdir', '-p', '/run/libvirt', '/var/log/libvirt',
+                     '/var/lib/libvirt', '/var/cache/libvirt']).check()
+        self.vm.run(['libvirtd', '-d']).check('libvirtd -d')
+        while time.monotonic() - t0 < timeout:
+            r = self.vm.run(['virsh', '-c', URI, 'version'], timeout=60)
+            if r.rc == 0:
+                return time.monotonic() - t0
+            time.sleep(1)
+        raise vm_mod.VmError('libvirtd did not answer within %d s: %s'
+                             % (timeout, r.stderr.strip()))
+
+    def stop_libvirtd(self):
+        self.vm.sh('pid=$(cat /run/libvirtd.pid 2>/dev/null) && '
+                   'kill $pid && while kill -0 $pid 2>/dev/null; '
+                   'do sleep 0.2; done', timeout=60)
+
+    def restart_libvirtd(self):
+        self.stop_libvirtd()
+        return self.start_libvirtd()
+
+    def virsh(self, *args, timeout=120):
+        """virsh, to observe only."""
+        return self.vm.run(['virsh', '-c', URI] + list(args),
+                           timeout=timeout)
+
+    # -- guests --------------------------------------------------------------
+    def domain(self, op, name=None, **kw):
+        from tests.kernel import product
+        return self.vm.run([product.PYTHON, '-c', _DOMAIN],
+                           input=json.dumps(dict(op=op, name=name, **kw)),
+                           timeout=240)
+
+    def define(self, xml):
+        self.domain('define', xml=xml).check('defining a guest')
+
+    def start(self, name):
+        return self.domain('start', name)
+
+    def destroy(self, name):
+        return self.domain('destroy', name)
+
+    def undefine(self, name):
+        return self.domain('undefine', name)
+
+    def domain_xml(self, name, inactive=False):
+        return self.domain('xml', name, flags=2 if inactive else 0).check(
+            'dumpxml %s' % name).stdout
+
+    def is_running(self, name):
+        r = self.domain('state', name)
+        return r.rc == 0 and r.stdout.strip() == '1'
+
+    def qemu_pid(self, name):
+        r = self.vm.run(['pgrep', '-f', '-o', '^/usr/bin/qemu-system-x86_64'
+                         ' -name guest=%s,' % name])
+        return int(r.stdout) if r.rc == 0 and r.stdout.strip() else None
+
+    def qemu_cmdline(self, name):
+        pid = self.qemu_pid(name)
+        if pid is None:
+            return []
+        r = self.vm.run(['cat', '/proc/%d/cmdline' % pid])
+        return [a for a in r.stdout.split('\0') if a]
+
+    # -- the kernel's view ---------------------------------------------------
+    def mdevs(self):
+        """{uuid: (parent, type)} from /sys/bus/mdev/devices."""
+        r = self.vm.sh(
+            'for d in /sys/bus/mdev/devices/*; do [ -e "$d" ] || continue; '
+            'p=$(readlink -f "$d"); echo "${d##*/} '
+            '$(basename $(dirname $p)) '
+            '$(basename $(readlink -f $d/mdev_type))"; done').check('ls')
+        out = {}
+        for line in r.stdout.split('\n'):
+            if line.strip():
+                uuid, parent, type_id = line.split()
+                out[uuid] = (parent, type_id)
+        return out
+
+    def available(self, parent, type_id):
+        return int(self.vm.read(
+            '/sys/class/mdev_bus/%s/mdev_supported_types/%s/'
+            'available_instances' % (parent, type_id)))
+
+    def kernel_types(self, parent):
+        """{type id: {name, description, available_instances, device_api}}
+        as the kernel shows them."""
+        base = '/sys/class/mdev_bus/%s/mdev_supported_types' % parent
+        r = self.vm.sh('for t in %s/*; do for f in name description '
+                       'available_instances device_api; do '
+                       'echo "${t##*/}|$f|$(cat $t/$f)"; done; done' % base)
+        out = {}
+        for line in r.check().stdout.splitlines():
+            t, f, v = line.split('|', 2)
+            out.setdefault(t, {})[f] = v
+        return out
+
+    def wait(self, predicate, timeout=60, interval=0.5):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value or time.monotonic() > deadline:
+                return value
+            time.sleep(interval)
+
+    def exists(self, path):
+        return self.vm.run(['test', '-e', path]).rc == 0

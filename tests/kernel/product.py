@@ -1,0 +1,139 @@
+"""Every call the kernel tests make to the product, in one place.
+
+Each runs *inside* the test VM, against its real kernel and libvirtd: the
+CLI (``.venv/bin/libvirt-gpu``) or a short Python program calling the
+public API (``libvirt_gpu.api``) or the mdev backend.  Results come back as
+JSON.  When the product's names change, this is the file to fix.
+"""
+
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+VENV_BIN = os.path.join(REPO, '.venv', 'bin')
+CLI = os.path.join(VENV_BIN, 'libvirt-gpu')
+PYTHON = os.path.join(VENV_BIN, 'python')
+CONFIG = '/etc/libvirt-gpu/libvirt-gpu.conf'
+STATE_DIR = '/var/lib/libvirt-gpu'
+URI = 'qemu:///system'
+# the product's test-only crash points (libvirt_gpu.state.crash_point)
+CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
+
+
+def config(enabled_types=('nvidia-223',)):
+    """The product's configuration file in the VM."""
+    return ('[DEFAULT]\nstate_dir = %s\nsysfs_root = /sys\n'
+            '[libvirt]\nconnection_uri = %s\n'
+            '[gpu]\nenabled_vgpu_types = %s\n'
+            % (STATE_DIR, URI, ', '.join(enabled_types)))
+
+
+def cli(vm, *args, timeout=180):
+    """``libvirt-gpu ARGS`` in the VM; vm.Result."""
+    return vm.run([CLI, '--config-file', CONFIG] + list(args),
+                  timeout=timeout)
+
+
+def cli_json(vm, *args):
+    r = cli(vm, *(args + ('--json',))).check('libvirt-gpu ' + ' '.join(args))
+    return json.loads(r.stdout)
+
+
+def python(vm, program, timeout=180, env=None, **params):
+    """Run ``program`` with the venv's Python in the VM; it finds its
+    arguments in ``P`` and prints its answer with ``out(obj)`` (JSON)."""
+    prelude = ('import json, sys\nP = json.loads(sys.stdin.read())\n'
+               'def out(o):\n    print(json.dumps(o, default=str))\n')
+    return vm.run([PYTHON, '-c', prelude + program],
+                  input=json.dumps(params), timeout=timeout,
+                  env=dict(env or {}, LIBVIRT_GPU_CONFIG=CONFIG))
+
+
+def _answer(r, what):
+    r.check(what)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+_API = '''
+import dataclasses, libvirt
+from libvirt_gpu import api, exception
+conn = libvirt.open(%r)
+try:
+    done = getattr(api, P.pop('call'))(conn, P.pop('domain'), **P)
+except exception.LibvirtGpuError as e:
+    out({'error': type(e).__name__, 'message': str(e)})
+else:
+    out(dataclasses.asdict(done) if dataclasses.is_dataclass(done)
+        else repr(done))
+''' % URI
+
+
+def api(vm, call, domain, **kwargs):
+    """``libvirt_gpu.api.<call>(conn, domain, **kwargs)``: its result as a
+    dict, or ``{'error': class name, 'message': ...}``."""
+    return _answer(python(vm, _API, call=call, domain=domain, **kwargs),
+                   'api.%s' % call)
+
+
+_BACKEND = '''
+import libvirt
+from libvirt_gpu import exception, objects
+from libvirt_gpu import host as host_mod
+from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.backends import base
+from libvirt_gpu.backends import mdev
+host = None
+if P['libvirt']:
+    host = host_mod.Host.from_connection(libvirt.open(%r))
+backend = mdev.MdevBackend(sysfs_mod.Sysfs('/sys'), host=host)
+device = base.VgpuDevice(P['uuid'], objects.PciAddress.parse(P['parent']),
+                         P['type'])
+try:
+    if P['op'] == 'create':
+        res = backend.prepare(device)
+    elif P['op'] == 'remove':
+        res = backend.remove(P['uuid'])
+    elif P['op'] == 'define':
+        backend.define(device, start=P['start'])
+        res = True
+    elif P['op'] == 'undefine':
+        res = backend.undefine(P['uuid'])
+except exception.LibvirtGpuError as e:
+    out({'error': type(e).__name__, 'message': str(e)})
+else:
+    out({'result': res})
+''' % URI
+
+
+def mdev(vm, op, uuid, parent=None, type_id=None, libvirt=True,
+         start='manual'):
+    """The mdev backend's ``op`` (create/remove/define/undefine), through
+    libvirt's node-device API (``libvirt=True``) or sysfs only."""
+    return _answer(python(vm, _BACKEND, op=op, uuid=uuid,
+                          parent=parent or '0000:00:05.0',
+                          type=type_id or 'nvidia-223', libvirt=libvirt,
+                          start=start),
+                   'mdev backend %s' % op)
+
+
+def hook_install(vm, python=None):
+    """``libvirt-gpu hook install`` (``--python PATH`` when given)."""
+    args = ('hook', 'install') + (('--python', python) if python else ())
+    return cli_json(vm, *args)
+
+
+def hook_crashing_at(vm, step):
+    """Install the hook with an interpreter that SIGKILLs it at ``step``
+    (libvirt runs hooks with an almost empty environment, so the crash
+    point is set by a wrapper around the venv's Python)."""
+    wrapper = '/usr/local/bin/python-crash-at'
+    vm.write_file(wrapper, '#!/bin/sh\n%s=%s exec %s "$@"\n'
+                  % (CRASH_ENV, step, PYTHON))
+    vm.run(['chmod', '755', wrapper]).check('chmod')
+    return hook_install(vm, python=wrapper)
+
+
+if __name__ == '__main__':
+    sys.exit('a helper module of the kernel tests')

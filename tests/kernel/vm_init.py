@@ -1,0 +1,254 @@
+"""PID 1 of the test VM (started by initramfs-init, run by the machine's own
+python3 with ``-I``; standard library only).
+
+It reads its settings from the JSON file named by ``tk.conf=`` on the kernel
+command line (written by vm.py under .cache/, visible through the read-only
+host root), then:
+
+* mounts what a booted system has (/run, /dev/pts, /dev/shm, /dev/fd ...),
+  the test kernel's modules over /lib/modules, and the persistent disk
+  (/dev/vda, ext4) whose directories are bind-mounted over the paths that
+  must survive a reboot (mdevctl's definitions, libvirt's domain configs,
+  the product's state_dir);
+* loads vfio, mdev and the test driver *before* udev (so the in-tree
+  ``bochs`` driver never gets the emulated display devices), then starts
+  systemd-udevd and replays the coldplug events;
+* forks the agent (agent_loop) and reaps every orphan, as an init must;
+* powers the VM off after ``watchdog_s`` whatever happens (SIGALRM), so a
+  VM never outlives its test run even if the host side vanished.
+
+The agent speaks one JSON object per line over the virtio-serial port named
+``tk.agent``: it first writes ``{"hello": ...}``; each request
+``{"id", "argv", "input", "timeout", "env"}`` is run in its own thread and
+answered ``{"id", "rc", "stdout", "stderr"}`` (rc 124 on timeout, 127 when
+the program does not exist).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+PORT_NAME = 'tk.agent'
+
+
+def log(msg):
+    sys.stderr.write('vm-init[%.1f]: %s\n' % (time.monotonic(), msg))
+    sys.stderr.flush()
+
+
+def sh(*argv, check=True):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True)
+    except OSError as e:
+        r = subprocess.CompletedProcess(argv, 127, '', str(e))
+    if check and r.returncode:
+        log('%s failed rc=%d: %s'
+            % (' '.join(argv), r.returncode, r.stderr.strip()))
+    return r
+
+
+def poweroff(*_):
+    log('powering off')
+    try:
+        os.sync()
+        with open('/proc/sysrq-trigger', 'w') as f:
+            f.write('o')
+    finally:
+        time.sleep(30)
+        os._exit(1)
+
+
+def read_conf():
+    with open('/proc/cmdline') as f:
+        args = f.read().split()
+    path = [a.split('=', 1)[1] for a in args if a.startswith('tk.conf=')]
+    with open(path[0]) as f:
+        return json.load(f)
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+        f.write(text)
+
+
+def base_mounts(conf):
+    sh('mount', '-t', 'tmpfs', '-o', 'mode=755', 'tmpfs', '/run')
+    for d in ('/run/lock', '/dev/pts', '/dev/shm'):
+        os.makedirs(d, exist_ok=True)
+    sh('mount', '-t', 'devpts', 'devpts', '/dev/pts')
+    sh('mount', '-t', 'tmpfs', 'tmpfs', '/dev/shm')
+    sh('mount', '-t', 'tmpfs', 'tmpfs', '/tmp')
+    # devtmpfs lacks these links (udev/systemd make them); mdevctl reads
+    # /dev/stdin.
+    for name, target in (('fd', '/proc/self/fd'),
+                         ('stdin', '/proc/self/fd/0'),
+                         ('stdout', '/proc/self/fd/1'),
+                         ('stderr', '/proc/self/fd/2')):
+        if not os.path.lexists('/dev/' + name):
+            os.symlink(target, '/dev/' + name)
+    sh('hostname', 'tkvm')
+    sh('ip', 'link', 'set', 'lo', 'up')
+
+
+def kernel_modules(conf):
+    os.makedirs('/lib/modules', exist_ok=True)
+    sh('mount', '--bind', os.path.dirname(conf['modules_dir']),
+       '/lib/modules')
+    # Keep the emulated display devices away from their in-tree driver.
+    write('/etc/modprobe.d/tk-test-vm.conf',
+          'install bochs /bin/true\ninstall bochs_drm /bin/true\n')
+    for mod in ('virtio_console', 'virtio_blk', 'ext4', 'vfio',
+                'vfio_iommu_type1', 'mdev', 'vfio-pci'):
+        sh('modprobe', mod)
+    sh('insmod', conf['driver'])
+
+
+def persistent_disk(conf):
+    os.makedirs('/persist', exist_ok=True)
+    if sh('mount', '-t', 'ext4', '/dev/vda', '/persist').returncode:
+        return
+    for path in conf['persistent_paths']:
+        keep = os.path.join('/persist', path.strip('/').replace('/', '_'))
+        os.makedirs(path, exist_ok=True)
+        if not os.path.isdir(keep):
+            # first boot: start from what the packages put there
+            # (mdevctl needs its scripts.d/callouts)
+            sh('cp', '-a', path, keep)
+        sh('mount', '--bind', keep, path)
+
+
+def files(conf):
+    for path, text in conf.get('files', {}).items():
+        write(path, text)
+
+
+def udev(conf):
+    sh('/lib/systemd/systemd-udevd', '--daemon')
+    sh('udevadm', 'trigger', '--action=add')
+    sh('udevadm', 'settle', '-t', '60')
+
+
+def find_port():
+    base = '/sys/class/virtio-ports'
+    for _ in range(100):
+        for port in sorted(os.listdir(base)) if os.path.isdir(base) else ():
+            try:
+                with open(os.path.join(base, port, 'name')) as f:
+                    if f.read().strip() == PORT_NAME:
+                        return '/dev/' + port
+            except OSError:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError('no virtio port named %s' % PORT_NAME)
+
+
+class Agent(object):
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDWR)
+        self.lock = threading.Lock()
+
+    def send(self, obj):
+        data = (json.dumps(obj) + '\n').encode()
+        with self.lock:
+            while data:
+                try:
+                    data = data[os.write(self.fd, data):]
+                except OSError:
+                    time.sleep(0.2)    # host not connected (yet)
+
+    def handle(self, req):
+        env = dict(os.environ)
+        env.update(req.get('env') or {})
+        try:
+            r = subprocess.run(req['argv'], input=req.get('input'),
+                               capture_output=True, text=True, env=env,
+                               timeout=req.get('timeout') or None,
+                               cwd=req.get('cwd') or '/')
+            out = dict(rc=r.returncode, stdout=r.stdout, stderr=r.stderr)
+        except subprocess.TimeoutExpired as e:
+            out = dict(rc=124, stdout=_text(e.stdout),
+                       stderr=_text(e.stderr) + '\n(timed out)')
+        except OSError as e:
+            out = dict(rc=127, stdout='', stderr=str(e))
+        out['id'] = req.get('id')
+        self.send(out)
+
+    def serve(self):
+        self.send({'hello': os.uname().release})
+        buf = b''
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            if not chunk:
+                time.sleep(0.1)     # host side closed; it may come back
+                continue
+            buf += chunk
+            while b'\n' in buf:
+                line, buf = buf.split(b'\n', 1)
+                try:
+                    req = json.loads(line)
+                except ValueError:
+                    continue
+                threading.Thread(target=self.handle, args=(req,),
+                                 daemon=True).start()
+
+
+def _text(b):
+    if b is None:
+        return ''
+    return b if isinstance(b, str) else b.decode(errors='replace')
+
+
+def agent_loop():
+    os.setsid()
+    Agent(find_port()).serve()
+
+
+def main():
+    os.environ.update(PATH=PATH, HOME='/root', LC_ALL='C.UTF-8')
+    conf = read_conf()
+    signal.signal(signal.SIGALRM, poweroff)
+    signal.alarm(int(conf['watchdog_s']))
+    for step in (base_mounts, kernel_modules, persistent_disk, files, udev):
+        try:
+            step(conf)
+        except Exception:   # keep going: the tests see what is missing
+            log('setup step %s failed' % step.__name__)
+            traceback.print_exc()
+    log('setup done')
+    agent = None
+    while True:
+        if agent is None:
+            agent = os.fork()
+            if agent == 0:
+                try:
+                    agent_loop()
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(1)
+        try:
+            pid, _ = os.wait()
+        except ChildProcessError:
+            time.sleep(0.5)
+            continue
+        except InterruptedError:
+            continue
+        if pid == agent:
+            log('agent exited; restarting it')
+            agent = None
+
+
+if __name__ == '__main__':
+    main()
