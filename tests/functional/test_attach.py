@@ -20,7 +20,7 @@ from libvirt_gpu import hook
 from libvirt_gpu import metadata
 from libvirt_gpu import objects
 from libvirt_gpu import xmlutil
-from tests.functional import fake_kernel
+from tests.doubles import hosts
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
 @pytest.fixture(scope='module')
 def gpu_host(tmp_path_factory):
     # vGPUs on 0000:af:00.0 only: 0000:3b:00.0 can be passed through whole
-    with fake_kernel.SimulatedHost(
+    with hosts.SimulatedHost(
             tmp_path_factory.mktemp('gpu-host'),
             extra_conf='[vgpu_nvidia-223]\ndevice_addresses = %s\n' % B) \
             as h:

@@ -6,7 +6,7 @@ directory) for the module.  Our hook is installed into that hooks directory
 by ``libvirt-gpu hook install`` after the daemon started, so the daemon must
 be restarted to find it (proved below).  The hook's configuration points at
 a simulated T4 host whose kernel is emulated by an inotify watcher in this
-process (tests/functional/fake_kernel.py): the hook runs inside the
+process (tests/doubles/hosts.py): the hook runs inside the
 daemon's namespace and writes ``create``/``remove`` there; the watcher makes
 the mdevs appear and go.  The kernel here has no VFIO, so a guest with a
 vGPU runs ``prepare``, fails to start ("Mediated host device assignment
@@ -24,7 +24,7 @@ import pytest
 
 from libvirt_gpu import config_xml
 from libvirt_gpu import metadata
-from tests.functional import fake_kernel
+from tests.doubles import hosts
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -59,7 +59,7 @@ class Observed(object):
 
 @pytest.fixture(scope='module')
 def gpu_host(tmp_path_factory):
-    with fake_kernel.SimulatedHost(tmp_path_factory.mktemp('gpu-host')) as h:
+    with hosts.SimulatedHost(tmp_path_factory.mktemp('gpu-host')) as h:
         yield h
 
 

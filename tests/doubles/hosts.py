@@ -1,31 +1,16 @@
-"""The simulated host of the tests that run the hook under a real libvirtd.
+"""A simulated host for the tests that run the hook under a real libvirtd.
 
-The kernel's rules are ``SimKernel``'s, through the shared doubles in
-``tests/doubles`` (``kernel_sysfs``, ``trees``); this module keeps the
-names those tests use:
-
-* ``FakeKernelSysfs(root, profile)``: ``kernel_sysfs.KernelSysfs`` whose
-  tree-backed kernel is also reachable as ``model``;
-* ``simulated_tree``: ``trees.simulated_tree``;
-* ``SimulatedHost``: a tree whose kernel is a ``KernelWatcher`` (the hook
-  runs in libvirtd's process), a configuration file and a state dir.
+The tree is a simulated one (``trees.simulated_tree``); its kernel is
+``SimKernel``, applied by a ``kernel_sysfs.KernelWatcher`` to the writes the
+hook makes from libvirtd's process.  The same hook paths run on a real
+kernel in ``tests/kernel``; these stay because they are fast and cover GPU
+models a VM cannot emulate.
 """
 
 import os
 
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-
-simulated_tree = trees.simulated_tree
-
-
-class FakeKernelSysfs(kernel_sysfs.KernelSysfs):
-    """``KernelSysfs``; ``model`` is its ``TreeKernel`` (``mdevs()``,
-    ``create``, ``remove``)."""
-
-    @property
-    def model(self):
-        return self.kernel
 
 
 class SimulatedHost(object):
