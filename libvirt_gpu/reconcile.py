@@ -210,81 +210,111 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
     mdevs_before = _all_mdevs(backend)
     refs = domain_refs(host)
     findings = list(refs.unreadable)
-    planned = []              # (uuid, parent, type_id, domain, reason)
-    me = os.getpid()
+    planned = []              # (uuid, parent, type_id, domain, reason, what)
     with store.transaction() as txn:
         mdevs = _all_mdevs(backend)
-        leased = set()
-        for lease in txn.all():
-            leased.add(lease.vgpu_uuid)
-            where = dict(parent=lease.parent, type_id=lease.type_id,
-                         domain_uuid=lease.domain_uuid)
-            if lease.holder_alive() and lease.pid != me:
-                if started - lease.updated_at > stuck_after:
-                    findings.append(Finding(
-                        STUCK, 'lease', lease.vgpu_uuid,
-                        'process %d has held it (%s) for %.0f s'
-                        % (lease.pid, lease.state,
-                           started - lease.updated_at), **where))
-                continue
-            if lease.updated_at >= started:
-                continue          # changed after the domains were read
-            users = refs.running.get(lease.vgpu_uuid, frozenset())
-            if users:
-                findings.extend(_judge_used(txn, lease, users, mdevs,
-                                            dry_run, where))
-                continue
-            exists = lease.vgpu_uuid in mdevs
-            reason = ('no running domain uses it (lease %s for domain %s, '
-                      'its process gone)' % (lease.state,
-                                             lease.domain_uuid or '-'))
-            planned.append((lease.vgpu_uuid, lease.parent, lease.type_id,
-                            lease.domain_uuid, reason,
-                            'mdev+lease' if exists else 'lease'))
-            if not dry_run:
-                txn.update(lease.vgpu_uuid, state=state.REMOVING)
+        leased = _judge_leases(txn, refs, mdevs, started, stuck_after,
+                               dry_run, findings, planned)
         findings.extend(_return_borrowed(txn, refs, started, dry_run))
-        for uuid, (parent, type_id) in sorted(mdevs_before.items()):
-            if uuid in leased or uuid not in mdevs:
-                continue
-            users = refs.running.get(uuid, frozenset()) | refs.defined.get(
-                uuid, frozenset())
-            if not users and not _managed(sysfs, backend, uuid, parent,
-                                          covered):
-                findings.append(Finding(
-                    KEPT, 'mdev', uuid, 'unreferenced, but on a GPU the '
-                    'configuration does not enable and not made by us',
-                    parent=parent, type_id=type_id))
-                continue
-            if len(refs.running.get(uuid, ())) > 1:
-                findings.append(Finding(
-                    CONFLICT, 'mdev', uuid, 'used by %d running domains: %s'
-                    % (len(refs.running[uuid]),
-                       ', '.join(sorted(refs.running[uuid]))),
-                    parent=parent, type_id=type_id))
-            if users:
-                continue          # someone's: not ours to judge
-            if refs.unreadable:
-                findings.append(Finding(
-                    KEPT, 'mdev', uuid, 'no readable domain references it, '
-                    'but some domain XML could not be read', parent=parent,
-                    type_id=type_id))
-                continue
-            if backend.definition(uuid) is not None:
-                findings.append(Finding(
-                    KEPT, 'mdev', uuid, 'unreferenced, but defined by '
-                    'mdevctl (%s)' % mdevctl_dir, parent=parent,
-                    type_id=type_id))
-                continue
-            planned.append((uuid, parent, type_id, None,
-                            'no domain references it and it has no lease',
-                            'mdev'))
-            if not dry_run:
-                txn.add(uuid, None, parent, type_id, state.REMOVING)
+        unleased = {uuid: where for uuid, where in mdevs_before.items()
+                    if uuid not in leased and uuid in mdevs}
+        _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
+                        dry_run, findings, planned)
     if on_plan is not None and planned and not dry_run:
         on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
                          type_id=type_id, domain_uuid=domain)
                  for uuid, parent, type_id, domain, reason, what in planned])
+    findings.extend(_carry_out(store, backend, planned, dry_run,
+                               remove_timeout))
+    return Report(dry_run=dry_run, findings=tuple(findings))
+
+
+def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
+                  planned):
+    """Every lease: stuck (a live holder for too long), used (judged by
+    ``_judge_used``), or planned for removal (nobody runs it, its holder
+    is gone).  A lease changed after the domains were listed is left
+    alone.  Returns the leased UUIDs."""
+    me = os.getpid()
+    leased = set()
+    for lease in txn.all():
+        leased.add(lease.vgpu_uuid)
+        where = dict(parent=lease.parent, type_id=lease.type_id,
+                     domain_uuid=lease.domain_uuid)
+        if lease.holder_alive() and lease.pid != me:
+            if started - lease.updated_at > stuck_after:
+                findings.append(Finding(
+                    STUCK, 'lease', lease.vgpu_uuid,
+                    'process %d has held it (%s) for %.0f s'
+                    % (lease.pid, lease.state,
+                       started - lease.updated_at), **where))
+            continue
+        if lease.updated_at >= started:
+            continue          # changed after the domains were read
+        users = refs.running.get(lease.vgpu_uuid, frozenset())
+        if users:
+            findings.extend(_judge_used(txn, lease, users, mdevs,
+                                        dry_run, where))
+            continue
+        exists = lease.vgpu_uuid in mdevs
+        reason = ('no running domain uses it (lease %s for domain %s, '
+                  'its process gone)' % (lease.state,
+                                         lease.domain_uuid or '-'))
+        planned.append((lease.vgpu_uuid, lease.parent, lease.type_id,
+                        lease.domain_uuid, reason,
+                        'mdev+lease' if exists else 'lease'))
+        if not dry_run:
+            txn.update(lease.vgpu_uuid, state=state.REMOVING)
+    return leased
+
+
+def _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
+                    dry_run, findings, planned):
+    """Every vGPU without a lease (``{uuid: (parent, type_id)}``): kept
+    when it is not ours to judge, used, possibly used, or defined; else
+    planned for removal."""
+    for uuid, (parent, type_id) in sorted(unleased.items()):
+        users = refs.running.get(uuid, frozenset()) | refs.defined.get(
+            uuid, frozenset())
+        if not users and not _managed(backend.sysfs, backend, uuid, parent,
+                                      covered):
+            findings.append(Finding(
+                KEPT, 'mdev', uuid, 'unreferenced, but on a GPU the '
+                'configuration does not enable and not made by us',
+                parent=parent, type_id=type_id))
+            continue
+        if len(refs.running.get(uuid, ())) > 1:
+            findings.append(Finding(
+                CONFLICT, 'mdev', uuid, 'used by %d running domains: %s'
+                % (len(refs.running[uuid]),
+                   ', '.join(sorted(refs.running[uuid]))),
+                parent=parent, type_id=type_id))
+        if users:
+            continue          # someone's: not ours to judge
+        if refs.unreadable:
+            findings.append(Finding(
+                KEPT, 'mdev', uuid, 'no readable domain references it, '
+                'but some domain XML could not be read', parent=parent,
+                type_id=type_id))
+            continue
+        if backend.definition(uuid) is not None:
+            findings.append(Finding(
+                KEPT, 'mdev', uuid, 'unreferenced, but defined by '
+                'mdevctl (%s)' % mdevctl_dir, parent=parent,
+                type_id=type_id))
+            continue
+        planned.append((uuid, parent, type_id, None,
+                        'no domain references it and it has no lease',
+                        'mdev'))
+        if not dry_run:
+            txn.add(uuid, None, parent, type_id, state.REMOVING)
+
+
+def _carry_out(store, backend, planned, dry_run, remove_timeout):
+    """Remove what was planned (or say what would be), then drop the
+    leases this process marked for removal.  Returns the findings."""
+    me = os.getpid()
+    findings = []
     removed = []
     for uuid, parent, type_id, domain, reason, what in planned:
         where = dict(parent=parent, type_id=type_id, domain_uuid=domain)
@@ -304,7 +334,7 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
                 lease = txn.get(uuid)
                 if lease is not None and lease.pid == me:
                     txn.delete(uuid)
-    return Report(dry_run=dry_run, findings=tuple(findings))
+    return findings
 
 
 def _judge_used(txn, lease, users, mdevs, dry_run, where):
