@@ -203,6 +203,19 @@ def test_detach_live_removes_the_vgpu(world):
     assert world.meta(dom, inactive=True).empty
 
 
+def test_detach_live_after_the_driver_removed_the_vgpu(world):
+    # Some NVIDIA drivers remove a guest's mdev themselves: "already gone"
+    # is done, and the lease is freed.
+    dom = world.domain('vm1')
+    done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
+    world.sysfs.model.remove(done.uuid)
+    assert done.uuid not in world.sysfs.model.mdevs()
+    out = world.call(api.detach, 'vm1', uuid=done.uuid, live=True)
+    assert out.note is None
+    assert world.mdev_hostdevs(dom) == [] and world.meta(dom).empty
+    assert world.leases() == []
+
+
 def test_detach_errors(world):
     world.domain('vm1', active=False)
     with pytest.raises(exception.DeviceNotAttached, match='nvidia-223'):
