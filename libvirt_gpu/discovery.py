@@ -131,16 +131,13 @@ def group_sriov(gpus):
         if not pf.virtfns or pf.is_vf:
             continue
         vfs = [by_address[a] for a in pf.virtfns if a in by_address]
-        supported = ()
         if any(vf.vendor_vf is not None for vf in vfs):
             # Imported here: only hosts with the vendor interface need it.
             from libvirt_gpu.backends import nvidia_vgpu
             vfs = nvidia_vgpu.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
-            supported = nvidia_vgpu.supported_types(pf.product_id)
-        by_address[pf.address] = dataclasses.replace(
-            pf, vf_gpus=tuple(vfs), supported_types=supported)
+        by_address[pf.address] = dataclasses.replace(pf, vf_gpus=tuple(vfs))
     return tuple(by_address[g.address] for g in gpus)
 
 

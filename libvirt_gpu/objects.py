@@ -201,11 +201,6 @@ class Gpu:
     # as a whole.  Derived from ``virtfns``; not compared.
     vf_gpus: typing.Tuple['Gpu', ...] = dataclasses.field(
         default=(), compare=False, repr=False)
-    # On a PF with the vendor interface: every type NVIDIA documents for
-    # this GPU model (the VFs list only what is creatable now, nothing
-    # once the GPU is full).  available_instances 0; not compared.
-    supported_types: typing.Tuple['MdevType', ...] = dataclasses.field(
-        default=(), compare=False, repr=False)
     # Every function of the GPU's IOMMU group (empty without a group).
     iommu_members: typing.Tuple[IommuMember, ...] = ()
     # ``local_cpulist`` of the GPU (``0-15``): the CPUs of its NUMA node.
@@ -273,8 +268,6 @@ class Gpu:
                 best = found.get(mtype.id)
                 if best is None or _richer(mtype, best):
                     found[mtype.id] = mtype
-        for mtype in self.supported_types:
-            found.setdefault(mtype.id, mtype)
         return tuple(found.values())
 
     def offered_type(self, type_id):
