@@ -220,10 +220,11 @@ def _attach_vgpu_live(env, guest, type_id, parent, uuid, config):
         _, config_meta = guest.devices(inactive=True)
         config_meta = config_meta.with_vgpu(metadata.VgpuEntry(
             uuid, type_id, parent))
-    _, live_meta = guest.devices()
+    live_devices, live_meta = guest.devices()
     allocator = env.allocator
     (grant,) = allocator.reserve(guest.uuid, [allocator_mod.VgpuClaim(
-        uuid=uuid, type_id=type_id, parent=parent)])
+        uuid=uuid, type_id=type_id, parent=parent)],
+        pinning=live_devices.pinning)
     state.crash_point('attach:reserved')
     device = grant.device
     created = attached = False

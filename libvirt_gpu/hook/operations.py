@@ -137,7 +137,8 @@ class Hook(object):
         claims = self.claims(req)
         if not claims:
             return 0
-        grants = self.allocator.reserve(req.domain.uuid, claims)
+        grants = self.allocator.reserve(req.domain.uuid, claims,
+                                        pinning=req.domain.pinning)
         state.crash_point('prepare:reserved')
         created = []
         try:

@@ -78,6 +78,21 @@ def test_live_attach_creates_and_hotplugs(world):
         done.uuid, dom.uuid, state.CREATED)
 
 
+def test_live_attach_prefers_the_guests_numa_node(world):
+    # B (node 1) holds two vGPUs, A (node 0) none: a guest pinned to node 1
+    # gets B all the same; an unpinned one gets A (the most room)
+    xml = libvirtd.tiny_domain_xml('vm1').replace(
+        '<devices>', "<numatune><memory mode='strict' nodeset='1'/>"
+                     "</numatune><devices>", 1)
+    assert '<numatune>' in xml
+    world.conn.define(xml, active=True, persistent=True)
+    done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
+    assert done.parent == B
+    world.domain('vm2')
+    done = world.call(api.attach, 'vm2', vgpu_type='nvidia-223', live=True)
+    assert done.parent == A
+
+
 def test_live_and_config(world):
     dom = world.domain('vm1')
     done = world.call(api.attach, dom.uuid, vgpu_type='nvidia-223',
