@@ -153,10 +153,12 @@ def published_max(name, visible_names=()):
 
 def complete_types(pf, vfs):
     """The VF Gpu records of one physical GPU with their vendor types
-    completed: every type named (from any VF's list: a VF's current type
-    is a number only) and given its published maximum by name.  Only the
-    types the VFs list; VFs without the vendor interface are returned
-    unchanged."""
+    completed: every type named (from any VF's list - a VF's current type
+    is a number only - else NVML's name of that id) and given its maximum
+    (NVML's ``nvmlVgpuTypeGetMaxInstances`` where NVML answered for the
+    GPU, ``pf.nvml``; else NVIDIA's published one, by name).  Only the
+    types the VFs list, never one NVML or a table adds; VFs without the
+    vendor interface are returned unchanged."""
     names = {}
     for vf in vfs:
         if vf.vendor_vf is not None:
@@ -164,10 +166,18 @@ def complete_types(pf, vfs):
                 names.setdefault(mtype.id, mtype.name)
     visible = tuple(n for n in names.values() if n)
 
+    by_nvml = {objects.vendor_type_id(t.id): t
+               for t in (pf.nvml.vgpu_types if pf.nvml is not None else ())}
+
     def complete(mtype):
-        name = mtype.name or names.get(mtype.id)
+        nvml = by_nvml.get(mtype.id)
+        name = mtype.name or names.get(mtype.id) or (
+            nvml.name if nvml is not None else None)
         return dataclasses.replace(
-            mtype, name=name, published_max=published_max(name, visible))
+            mtype, name=name,
+            published_max=(nvml.max_instances if nvml is not None
+                           and nvml.max_instances > 0
+                           else published_max(name, visible)))
 
     done = []
     for vf in vfs:
