@@ -10,9 +10,9 @@ GPU (with ``physfn``); each PF record also carries the records of its
 enabled VFs (``Gpu.vf_gpus``), so that callers judge one physical GPU as a
 whole and never take a VF for a GPU of its own.  A VF with NVIDIA's vGPU
 17+ vendor interface carries what its ``nvidia/`` directory says
-(``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its types
-named and given NVIDIA's published maximum by the vendor backend's table
-(``backends.nvidia_vgpu.complete_types``).
+(``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its listed
+types - only those - named and given their maximum from NVML or, by type
+name, the vendor backend's table (``backends.nvidia_vgpu.complete_types``).
 
 IOMMU groups: each GPU carries every function of its group
 (``Gpu.iommu_members``), each judged a companion of the GPU (another

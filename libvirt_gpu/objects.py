@@ -108,8 +108,8 @@ class MdevType:
     available_instances: int
     # NVIDIA's published per-GPU maximum of this type, for types whose
     # interface has no description to carry ``max_instance`` (the vGPU 17+
-    # vendor interface); filled by discovery from the vendor backend's
-    # table.  None: unknown.
+    # vendor interface); filled by discovery from NVML or, by the type's
+    # name, the vendor backend's table.  None: unknown.
     published_max: typing.Optional[int] = None
 
     @property
