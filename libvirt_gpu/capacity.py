@@ -22,8 +22,6 @@ under-report is the safe mistake.
 give once it knows the GPU's leases.
 """
 
-from libvirt_gpu import pci_classes
-
 NO_IOMMU_GROUP = (
     'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
     '(VT-d / AMD-Vi in the firmware, intel_iommu=on on Intel hosts) and '
@@ -44,8 +42,8 @@ def pgpu_refusal(gpu):
                 'hands a guest the whole group: put the GPU in a slot with a '
                 'group of its own' % (gpu.iommu_group, ', '.join(
                     '%s (%s, driver %s)' % (
-                        m.address, pci_classes.host_class_name(m.class_code),
-                        m.driver) for m in used)))
+                        m.address, m.host_class or m.class_code, m.driver)
+                    for m in used)))
     return None
 
 

@@ -106,10 +106,12 @@ def with_iommu_members(gpu, functions):
                      == (gpu.address.domain, gpu.address.bus,
                          gpu.address.slot)
                      and pci_classes.is_companion_class(function.class_code))
+        uses = pci_classes.host_uses(function.class_code, function.driver,
+                                     companion)
         members.append(dataclasses.replace(
-            function, companion=companion,
-            host_uses=pci_classes.host_uses(function.class_code,
-                                            function.driver, companion)))
+            function, companion=companion, host_uses=uses,
+            host_class=(pci_classes.host_class_name(function.class_code)
+                        if uses else None)))
     return dataclasses.replace(gpu, iommu_members=tuple(sorted(members)))
 
 

@@ -148,6 +148,9 @@ class IommuMember:
     driver: typing.Optional[str]
     companion: bool = False
     host_uses: bool = False
+    # What kind of host device it is ('network controller'), set with
+    # ``host_uses`` for messages.
+    host_class: typing.Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
