@@ -20,7 +20,12 @@ and then creating is still a race with anyone outside our leases, so the
 kernel's answer to the create stays the final word (``backends.mdev``).
 
 A vGPU without a parent goes to the enabled GPU with the most free
-instances (lowest address on a tie).  Nothing here creates a device.
+instances (lowest address on a tie).  A guest pinned to host NUMA nodes
+(``objects.NumaPinning``: its ``<numatune>`` nodeset, its ``<vcpu>``
+cpuset) gets a GPU on those nodes first (one whose ``numa_node`` is in the
+nodeset or whose ``local_cpulist`` holds a pinned CPU), then the most room;
+a GPU elsewhere only when none near has room.  Nothing here creates a
+device.
 
 A GPU whose vGPUs live on SR-IOV VFs (Ampere mdev on VFs, the vGPU 17+
 vendor interface) is enabled, and counted, as one physical GPU (its PF
@@ -180,8 +185,9 @@ class Allocator(object):
 
     # -- reserve --------------------------------------------------------
 
-    def reserve(self, domain_uuid, claims):
-        """Grant every claim or none (one transaction).  Raises the first
+    def reserve(self, domain_uuid, claims, pinning=objects.UNPINNED):
+        """Grant every claim or none (one transaction); ``pinning``: where
+        the domain is pinned (see the module doc).  Raises the first
         claim's error: NoCapacity, TypeNotEnabled, UnknownType, ParentGone,
         MdevConflict, LeaseConflict."""
         domain_uuid = objects.validate_uuid(domain_uuid)
@@ -191,7 +197,7 @@ class Allocator(object):
             for claim in claims:
                 try:
                     grants.append(self._grant(txn, domain_uuid, claim,
-                                              mdevs))
+                                              mdevs, pinning))
                 except exception.NoCapacity as e:
                     if grants:
                         same = sum(1 for c in claims
@@ -206,7 +212,8 @@ class Allocator(object):
                     raise _naming_stale_leases(txn, e)
         return grants
 
-    def _grant(self, txn, domain_uuid, claim, mdevs):
+    def _grant(self, txn, domain_uuid, claim, mdevs,
+               pinning=objects.UNPINNED):
         uuid = objects.validate_uuid(claim.uuid)
         objects.validate_type_id(claim.type_id)
         lease = txn.get(uuid)
@@ -219,7 +226,7 @@ class Allocator(object):
             return Grant(device=existing, existed=True, lease=None)
         parent = (self._check_parent(txn, claim, mdevs)
                   if claim.parent is not None
-                  else self._choose_parent(txn, claim, mdevs))
+                  else self._choose_parent(txn, claim, mdevs, pinning))
         device = base.VgpuDevice(uuid=uuid, parent=parent,
                                  type_id=claim.type_id)
         lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
@@ -306,22 +313,33 @@ class Allocator(object):
                     ' or VF %s is taken' % vf if vf is not None else ''))
         return chosen
 
-    def _choose_parent(self, txn, claim, mdevs):
+    def _near(self, address, pinning):
+        """Whether the GPU at ``address`` is on the nodes of ``pinning``
+        (always False for an unpinned guest: every GPU ranks the same)."""
+        if not pinning.pinned:
+            return False
+        try:
+            return pinning.is_near(*self.backend.sysfs.locality(address))
+        except exception.SysfsError:
+            return False              # unknown: not preferred
+
+    def _choose_parent(self, txn, claim, mdevs, pinning=objects.UNPINNED):
         candidates = sorted(a for a, s in self.enabled.items()
                             if s.type_id == claim.type_id)
         if not candidates:
             raise exception.TypeNotEnabled(
                 type_id=claim.type_id, where='this host',
                 enabled=self._enabled_types())
-        best = None
+        best = None           # ((near, free), parent)
         looked = []
         for address in candidates:
+            near = self._near(address, pinning)
             if self._sriov_gpu(address) is not None:
                 free, chosen = self._gpu_free(txn, address, claim.type_id,
                                               mdevs, uuid=claim.uuid)
                 looked.append('%s (%d free)' % (address, free))
-                if free > 0 and (best is None or free > best[0]):
-                    best = (free, chosen)
+                if free > 0 and (best is None or (near, free) > best[0]):
+                    best = ((near, free), chosen)
                 continue
             if not self.backend.is_parent(address):
                 looked.append('%s (gone)' % address)
@@ -331,8 +349,8 @@ class Allocator(object):
                 continue
             free = self.free(txn, address, claim.type_id, mdevs)
             looked.append('%s (%d free)' % (address, free))
-            if free > 0 and (best is None or free > best[0]):
-                best = (free, address)
+            if free > 0 and (best is None or (near, free) > best[0]):
+                best = ((near, free), address)
         if best is None:
             raise exception.NoCapacity(
                 uuid=claim.uuid, type_id=claim.type_id,

@@ -220,10 +220,11 @@ def _attach_vgpu_live(env, guest, type_id, parent, uuid, config):
         _, config_meta = guest.devices(inactive=True)
         config_meta = config_meta.with_vgpu(metadata.VgpuEntry(
             uuid, type_id, parent))
-    _, live_meta = guest.devices()
+    live_devices, live_meta = guest.devices()
     allocator = env.allocator
     (grant,) = allocator.reserve(guest.uuid, [allocator_mod.VgpuClaim(
-        uuid=uuid, type_id=type_id, parent=parent)])
+        uuid=uuid, type_id=type_id, parent=parent)],
+        pinning=live_devices.pinning)
     state.crash_point('attach:reserved')
     device = grant.device
     created = attached = False
@@ -280,6 +281,9 @@ def _undo_live_attach(env, guest, device, grant, created, attached, config):
 
 
 def _attach_pgpu(env, guest, address, live, config):
+    """The GPU and its companions (``backends.pci``), each a
+    ``<hostdev type='pci' managed='yes'>``, recorded together in the
+    metadata; on a failure nothing of it is left behind."""
     setting = env.enabled.get(address)
     if setting is not None:
         raise exception.GpuInUse(
@@ -287,21 +291,27 @@ def _attach_pgpu(env, guest, address, live, config):
                                     '%s ([gpu]/enabled_vgpu_types)'
                                     % setting.type_id)
     device = base.PgpuDevice(address)
+    companions = env.pci.companions(device)
     env.pci.prepare(device)
-    hostdev = env.pci.hostdev_xml(device)
+    hostdevs = [env.pci.hostdev_xml(base.PgpuDevice(a))
+                for a in (address,) + companions]
     metas = []
     if live:
         metas.append((True, False, guest.devices()[1]))
     if config:
         metas.append((False, True, guest.devices(inactive=True)[1]))
-    entry = metadata.PgpuEntry(address)
+    entry = metadata.PgpuEntry(address, companions)
     new = [(lv, cf, meta.with_pgpu(entry)) for lv, cf, meta in metas]
-    guest.attach_device(hostdev, live=live, config=config)
+    attached = []
     try:
+        for hostdev in hostdevs:
+            guest.attach_device(hostdev, live=live, config=config)
+            attached.append(hostdev)
         for lv, cf, meta in new:
             guest.set_gpu_metadata(meta, live=lv, config=cf)
     except exception.LibvirtGpuError:
-        guest.detach_device(hostdev, live=live, config=config)
+        for hostdev in reversed(attached):
+            guest.detach_device(hostdev, live=live, config=config)
         raise
     return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
                       kind=PGPU, live=live, config=config, address=address)
@@ -359,11 +369,16 @@ def detach(conn, domain, uuid=None, address=None, vgpu_type=None,
                 raise exception.DeviceNotAttached(
                     domain=label, what='GPU %s in its %s XML'
                     % (address, 'live' if lv else 'persistent'))
-        hostdev = env.pci.hostdev_xml(base.PgpuDevice(address))
         for lv, cf in targets:
-            meta = guest.devices(inactive=cf)[1]
-            guest.detach_device(hostdev, live=lv, config=cf)
-            if meta.pgpu(address) is not None:
+            devices, meta = guest.devices(inactive=cf)
+            entry = meta.pgpu(address)
+            # The companions recorded with it go too (those still there).
+            for function in (address,) + (
+                    entry.companions if entry is not None else ()):
+                if function in devices.pci_addresses:
+                    guest.detach_device(env.pci.hostdev_xml(
+                        base.PgpuDevice(function)), live=lv, config=cf)
+            if entry is not None:
                 guest.set_gpu_metadata(meta.without_pgpu(address), live=lv,
                                        config=cf)
         return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
@@ -428,7 +443,7 @@ def list_devices(conn, domain, inactive=False, conf=None, sysfs=None,
               if lease.domain_uuid == guest.uuid}
     vgpus = []
     listed = set()
-    functions = set()          # PCI functions handed over as vGPUs
+    functions = set()          # PCI functions not listed as GPUs
     for entry in meta.vgpus:
         listed.add(entry.uuid)
         found = env.vgpus.lookup(entry.uuid)
@@ -452,6 +467,8 @@ def list_devices(conn, domain, inactive=False, conf=None, sysfs=None,
             parent=found.parent if found else None, in_metadata=False,
             in_devices=True, exists=found is not None,
             leased=leases.get(uuid)))
+    for entry in meta.pgpus:
+        functions.update(entry.companions)  # they go with their GPU
     pgpus = tuple(sorted((set(devices.pci_addresses) - functions)
                          | {e.address for e in meta.pgpus}))
     return DomainGpus(domain_uuid=guest.uuid, domain_name=guest.name,

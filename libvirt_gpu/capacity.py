@@ -30,11 +30,28 @@ NO_IOMMU_GROUP = (
 
 def pgpu_refusal(gpu):
     """Why ``gpu`` cannot be given whole to a guest (its whole-GPU capacity
-    is then 0), or None.  vGPUs need no group of their parent: each mdev
-    or VF gets its own."""
+    is then 0), or None: it has no IOMMU group, or its group also holds a
+    device the host uses (VFIO hands a guest the whole group, so that
+    device would be taken from the host).  vGPUs need no group of their
+    parent: each mdev or VF gets its own."""
     if gpu.iommu_group is None:
         return NO_IOMMU_GROUP
+    used = [m for m in gpu.iommu_members if m.host_uses]
+    if used:
+        return ('its IOMMU group %d also holds %s, which the host uses; VFIO '
+                'hands a guest the whole group: put the GPU in a slot with a '
+                'group of its own' % (gpu.iommu_group, ', '.join(
+                    '%s (%s, driver %s)' % (
+                        m.address, m.host_class or m.class_code, m.driver)
+                    for m in used)))
     return None
+
+
+def pgpu_companions(gpu):
+    """The functions of ``gpu``'s IOMMU group that go to a guest with it
+    (its HDMI audio function), sorted."""
+    return tuple(sorted(m.address for m in gpu.iommu_members
+                        if m.companion))
 
 
 def limit(mtype, enabled):

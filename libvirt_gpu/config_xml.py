@@ -153,6 +153,8 @@ class DomainDevices:
     name: str
     mdev_uuids: typing.Tuple[str, ...] = ()
     pci_addresses: typing.Tuple[objects.PciAddress, ...] = ()
+    # <numatune><memory nodeset='1'/></numatune>, <vcpu cpuset='16-31'>
+    pinning: objects.NumaPinning = objects.UNPINNED
 
 
 def _hex_attr(elem, name):
@@ -206,4 +208,22 @@ def read_domain(root):
         elif kind == 'pci' and address is not None:
             pcis.append(_pci_source(address))
     return DomainDevices(uuid=uuid, name=(root.findtext('name') or ''),
-                         mdev_uuids=tuple(mdevs), pci_addresses=tuple(pcis))
+                         mdev_uuids=tuple(mdevs), pci_addresses=tuple(pcis),
+                         pinning=read_pinning(root))
+
+
+def read_pinning(root):
+    """``objects.NumaPinning`` of a parsed ``<domain>``: the nodeset of
+    ``<numatune><memory>`` and the cpuset of ``<vcpu>``."""
+    memory = root.find('numatune/memory')
+    vcpu = root.find('vcpu')
+    nodeset = memory.get('nodeset') if memory is not None else None
+    cpuset = vcpu.get('cpuset') if vcpu is not None else None
+    if not nodeset and not cpuset:
+        return objects.UNPINNED
+    try:
+        return objects.NumaPinning(
+            nodes=objects.parse_cpulist(nodeset, '<numatune> nodeset'),
+            cpus=objects.parse_cpulist(cpuset, '<vcpu> cpuset'))
+    except exception.InvalidInput as e:
+        raise exception.InvalidXml(reason=e.kwargs['reason'])

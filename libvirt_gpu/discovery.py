@@ -10,9 +10,9 @@ GPU (with ``physfn``); each PF record also carries the records of its
 enabled VFs (``Gpu.vf_gpus``), so that callers judge one physical GPU as a
 whole and never take a VF for a GPU of its own.  A VF with NVIDIA's vGPU
 17+ vendor interface carries what its ``nvidia/`` directory says
-(``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its types
-named and given NVIDIA's published maximum by the vendor backend's table
-(``backends.nvidia_vgpu.complete_types``).
+(``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its listed
+types - only those - named and given their maximum from NVML or, by type
+name, the vendor backend's table (``backends.nvidia_vgpu.complete_types``).
 
 IOMMU groups: each GPU carries every function of its group
 (``Gpu.iommu_members``), each judged a companion of the GPU (another
@@ -106,10 +106,12 @@ def with_iommu_members(gpu, functions):
                      == (gpu.address.domain, gpu.address.bus,
                          gpu.address.slot)
                      and pci_classes.is_companion_class(function.class_code))
+        uses = pci_classes.host_uses(function.class_code, function.driver,
+                                     companion)
         members.append(dataclasses.replace(
-            function, companion=companion,
-            host_uses=pci_classes.host_uses(function.class_code,
-                                            function.driver, companion)))
+            function, companion=companion, host_uses=uses,
+            host_class=(pci_classes.host_class_name(function.class_code)
+                        if uses else None)))
     return dataclasses.replace(gpu, iommu_members=tuple(sorted(members)))
 
 
@@ -131,16 +133,13 @@ def group_sriov(gpus):
         if not pf.virtfns or pf.is_vf:
             continue
         vfs = [by_address[a] for a in pf.virtfns if a in by_address]
-        supported = ()
         if any(vf.vendor_vf is not None for vf in vfs):
             # Imported here: only hosts with the vendor interface need it.
             from libvirt_gpu.backends import nvidia_vgpu
             vfs = nvidia_vgpu.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
-            supported = nvidia_vgpu.supported_types(pf.product_id)
-        by_address[pf.address] = dataclasses.replace(
-            pf, vf_gpus=tuple(vfs), supported_types=supported)
+        by_address[pf.address] = dataclasses.replace(pf, vf_gpus=tuple(vfs))
     return tuple(by_address[g.address] for g in gpus)
 
 

@@ -31,7 +31,7 @@ PREFIX = 'gpu'
 ROOT = 'gpus'
 _NS = '{%s}' % NAMESPACE
 _VGPU_ATTRS = {'uuid', 'type', 'parent'}
-_PGPU_ATTRS = {'address'}
+_PGPU_ATTRS = {'address', 'companions'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +45,12 @@ class VgpuEntry:
 
 @dataclasses.dataclass(frozen=True)
 class PgpuEntry:
-    """``<gpu:pgpu address=.../>``"""
+    """``<gpu:pgpu address=... companions=.../>``: a whole GPU and the
+    functions of its IOMMU group handed over with it (its HDMI audio),
+    comma-separated, so that a detach takes them all back."""
 
     address: objects.PciAddress
+    companions: typing.Tuple[objects.PciAddress, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +160,10 @@ def parse_element(gpus):
             _check_attrs(child, _PGPU_ATTRS, 'pgpu')
             entry = _entry('pgpu', lambda: PgpuEntry(
                 address=objects.PciAddress.parse(
-                    _required(child, 'address', 'pgpu'))))
+                    _required(child, 'address', 'pgpu')),
+                companions=tuple(
+                    objects.PciAddress.parse(a) for a in
+                    (child.get('companions') or '').split(',') if a)))
             _once(seen_addresses, entry.address, 'GPU')
             pgpus.append(entry)
         else:
@@ -198,7 +204,11 @@ def render(meta):
             _attr(objects.validate_uuid(entry.uuid)),
             _attr(objects.validate_type_id(entry.type_id)), parent))
     for entry in meta.pgpus:
-        parts.append('<pgpu address=%s/>' % _attr(entry.address))
+        companions = (' companions=%s' % _attr(','.join(
+            str(objects.PciAddress.parse(a)) for a in entry.companions))
+            if entry.companions else '')
+        parts.append('<pgpu address=%s%s/>' % (_attr(entry.address),
+                                               companions))
     parts.append('</%s>' % ROOT)
     return ''.join(parts)
 

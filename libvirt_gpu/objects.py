@@ -108,8 +108,8 @@ class MdevType:
     available_instances: int
     # NVIDIA's published per-GPU maximum of this type, for types whose
     # interface has no description to carry ``max_instance`` (the vGPU 17+
-    # vendor interface); filled by discovery from the vendor backend's
-    # table.  None: unknown.
+    # vendor interface); filled by discovery from NVML or, by the type's
+    # name, the vendor backend's table.  None: unknown.
     published_max: typing.Optional[int] = None
 
     @property
@@ -148,6 +148,9 @@ class IommuMember:
     driver: typing.Optional[str]
     companion: bool = False
     host_uses: bool = False
+    # What kind of host device it is ('network controller'), set with
+    # ``host_uses`` for messages.
+    host_class: typing.Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,11 +203,6 @@ class Gpu:
     # discovery lists on their own), so that one physical GPU can be judged
     # as a whole.  Derived from ``virtfns``; not compared.
     vf_gpus: typing.Tuple['Gpu', ...] = dataclasses.field(
-        default=(), compare=False, repr=False)
-    # On a PF with the vendor interface: every type NVIDIA documents for
-    # this GPU model (the VFs list only what is creatable now, nothing
-    # once the GPU is full).  available_instances 0; not compared.
-    supported_types: typing.Tuple['MdevType', ...] = dataclasses.field(
         default=(), compare=False, repr=False)
     # Every function of the GPU's IOMMU group (empty without a group).
     iommu_members: typing.Tuple[IommuMember, ...] = ()
@@ -273,8 +271,6 @@ class Gpu:
                 best = found.get(mtype.id)
                 if best is None or _richer(mtype, best):
                     found[mtype.id] = mtype
-        for mtype in self.supported_types:
-            found.setdefault(mtype.id, mtype)
         return tuple(found.values())
 
     def offered_type(self, type_id):
@@ -375,3 +371,56 @@ class EnabledType:
     type_id: str
     resource_class: str = 'VGPU'
     max_instances: typing.Optional[int] = None
+
+
+# --- NUMA ---------------------------------------------------------------
+
+MAX_CPU = 1 << 16          # a cpulist naming more is not a real host's
+
+
+def parse_cpulist(text, what='cpulist'):
+    """The numbers of a kernel or libvirt list (``0-15,32-47``; libvirt's
+    ``^n`` excludes n) as a frozenset; InvalidInput naming ``what`` when it
+    is not one."""
+    chosen, excluded = set(), set()
+    for part in (text or '').replace(' ', '').split(','):
+        if not part:
+            continue
+        into = chosen
+        if part.startswith('^'):
+            into, part = excluded, part[1:]
+        first, _, last = part.partition('-')
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            low, high = -1, -1
+        if not 0 <= low <= high < MAX_CPU:
+            raise exception.InvalidInput(
+                reason='%s %r is not a list of numbers and ranges (0-15,32)'
+                       % (what, (text or '')[:40]))
+        into.update(range(low, high + 1))
+    return frozenset(chosen - excluded)
+
+
+@dataclasses.dataclass(frozen=True)
+class NumaPinning:
+    """Where a guest is pinned on the host: the NUMA nodes of its memory
+    (``<numatune><memory nodeset=.../>``) and the CPUs of its vCPUs
+    (``<vcpu cpuset=...>``); both empty for a guest pinned nowhere."""
+
+    nodes: typing.FrozenSet[int] = frozenset()
+    cpus: typing.FrozenSet[int] = frozenset()
+
+    @property
+    def pinned(self):
+        return bool(self.nodes or self.cpus)
+
+    def is_near(self, numa_node, local_cpus):
+        """Whether a GPU on ``numa_node`` (None: unknown) whose local CPUs
+        are ``local_cpus`` (a frozenset, empty: unknown) is on the guest's
+        nodes: its node is one of them, or one of its CPUs runs a vCPU."""
+        return ((numa_node is not None and numa_node in self.nodes)
+                or bool(self.cpus & local_cpus))
+
+
+UNPINNED = NumaPinning()

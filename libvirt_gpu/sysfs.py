@@ -371,6 +371,20 @@ class Sysfs(object):
                            if 'local_cpulist' in entries else None),
         )
 
+    def locality(self, address):
+        """``(numa_node, local CPUs)`` of a PCI function: its node (None:
+        unknown, -1 or missing) and ``local_cpulist`` as a frozenset (empty
+        when missing or unreadable as a list)."""
+        base = self.pci_dir(address)
+        numa = self.read_int(os.path.join(base, 'numa_node'), optional=True,
+                             minimum=-1)
+        text = self.read(os.path.join(base, 'local_cpulist'), optional=True)
+        try:
+            cpus = objects.parse_cpulist(text, 'local_cpulist')
+        except exception.InvalidInput:
+            cpus = frozenset()
+        return (None if numa is None or numa < 0 else numa), cpus
+
     # -- IOMMU groups ------------------------------------------------------
     #
     #   kernel/iommu_groups/<n>/devices/<address> -> ../../../../devices/..

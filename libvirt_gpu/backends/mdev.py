@@ -315,7 +315,9 @@ class MdevBackend(base.VgpuKind):
         return self.remove(device.uuid)
 
     def remove(self, uuid):
-        """Remove mdev ``uuid``; False when it did not exist.
+        """Remove mdev ``uuid``; False when it did not exist (or was gone
+        before we removed it: some NVIDIA drivers remove a guest's mdev
+        themselves when qemu exits).
 
         Waits up to ``remove_timeout`` for it to go (a vendor driver may be
         removing it itself at the same time; either way it is gone).
@@ -332,6 +334,10 @@ class MdevBackend(base.VgpuKind):
             except exception.NotSupported:
                 removed = False
             except exception.LibvirtError as e:
+                if not self._exists_path(self.sysfs.mdev_dir(uuid)):
+                    # The vendor driver removed it itself when qemu exited
+                    # (libvirt then fails to stop what is gone): done.
+                    return False
                 raise exception.MdevRemoveFailed(uuid=uuid, reason=str(e))
         if not removed:
             self._remove_sysfs(uuid)

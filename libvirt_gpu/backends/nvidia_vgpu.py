@@ -74,42 +74,33 @@ _GONE_ERRNOS = (errno.ENODEV, errno.ENOENT)
 
 
 # --- what NVIDIA publishes about its GPUs ----------------------------------
+#
+# Only what a type the host lists lacks is filled in from here, by the type's
+# NAME (type numbers change between driver releases, and
+# ``creatable_vgpu_types`` lists only what is creatable now): a type the host
+# does not list is never added.
 
 @dataclasses.dataclass(frozen=True)
 class GpuModel:
     """A GPU model of the vendor interface, as NVIDIA documents it.
 
-    ``framebuffer_gb``: memory of the GPU; ``max_vgpus``: the most vGPUs one
-    GPU holds (its smallest types are capped there); ``types``: type number
-    -> name as the driver lists it in ``creatable_vgpu_types``.
+    ``name``: the model as its type names begin (``NVIDIA L40S`` of
+    ``NVIDIA L40S-4Q``); ``framebuffer_gb``: memory of the GPU;
+    ``max_vgpus``: the most vGPUs one GPU holds (its smallest types are
+    capped there).
     """
 
     name: str
     framebuffer_gb: int
     max_vgpus: int
-    types: typing.Dict[int, str]
 
 
-# NVIDIA L40S (10de:26b9, Ada, 48 GB).  Type numbers and names: a real
-# ``creatable_vgpu_types`` of an L40S VF (harvester/pcidevices,
-# pkg/util/gpuhelper, and OpenNebula's monitoring probe list the same
-# 1145..1166 and 2164).  NVIDIA's per-GPU maximums in equal-size mode are
-# 48 GB / the type's framebuffer, at most 32 (the L40S-1B description of
-# vGPU 16 reads ``max_instance=32``).  The C-series types are not in that
-# listing and are left out here.
-L40S = GpuModel('NVIDIA L40S', 48, 32, {
-    1145: 'NVIDIA L40S-1B', 1146: 'NVIDIA L40S-2B', 2164: 'NVIDIA L40S-3B',
-    1147: 'NVIDIA L40S-1Q', 1148: 'NVIDIA L40S-2Q', 1149: 'NVIDIA L40S-3Q',
-    1150: 'NVIDIA L40S-4Q', 1151: 'NVIDIA L40S-6Q', 1152: 'NVIDIA L40S-8Q',
-    1153: 'NVIDIA L40S-12Q', 1154: 'NVIDIA L40S-16Q',
-    1155: 'NVIDIA L40S-24Q', 1156: 'NVIDIA L40S-48Q',
-    1157: 'NVIDIA L40S-1A', 1158: 'NVIDIA L40S-2A', 1159: 'NVIDIA L40S-3A',
-    1160: 'NVIDIA L40S-4A', 1161: 'NVIDIA L40S-6A', 1162: 'NVIDIA L40S-8A',
-    1163: 'NVIDIA L40S-12A', 1164: 'NVIDIA L40S-16A',
-    1165: 'NVIDIA L40S-24A', 1166: 'NVIDIA L40S-48A',
-})
+# NVIDIA L40S (10de:26b9, Ada, 48 GB).  NVIDIA's per-GPU maximums in
+# equal-size mode are 48 GB / the type's framebuffer, at most 32 (the
+# L40S-1B description of vGPU 16 reads ``max_instance=32``).
+L40S = GpuModel('NVIDIA L40S', 48, 32)
 
-KNOWN_GPUS = {'26b9': L40S}
+KNOWN_GPUS = {model.name: model for model in (L40S,)}
 
 # "NVIDIA L40S-12Q" -> 12 (GB of framebuffer), time-sliced series only;
 # MIG-backed names ("NVIDIA H100-1-10C") have their own maximums.
@@ -130,9 +121,17 @@ def type_framebuffer_gb(name):
     return int(m.group(1))
 
 
-def published_max(product_id, name, visible_names=()):
-    """NVIDIA's per-GPU maximum of the type ``name`` on a GPU of
-    ``product_id``, in equal-size mode.
+def model_of(name):
+    """The GpuModel a type name belongs to (``NVIDIA L40S-4Q`` -> L40S), or
+    None."""
+    if not name or '-' not in name:
+        return None
+    return KNOWN_GPUS.get(name.rsplit('-', 1)[0])
+
+
+def published_max(name, visible_names=()):
+    """NVIDIA's per-GPU maximum of the type named ``name``, in equal-size
+    mode.
 
     A known model: ``min(max_vgpus, framebuffer / type framebuffer)``.  An
     unknown one: the same division by the largest framebuffer among
@@ -143,7 +142,7 @@ def published_max(product_id, name, visible_names=()):
     size = type_framebuffer_gb(name)
     if size is None:
         return None
-    model = KNOWN_GPUS.get(product_id)
+    model = model_of(name)
     if model is not None:
         return max(1, min(model.max_vgpus, model.framebuffer_gb // size))
     sizes = [s for s in (type_framebuffer_gb(n) for n in visible_names) if s]
@@ -152,34 +151,14 @@ def published_max(product_id, name, visible_names=()):
     return max(1, max(sizes) // size)
 
 
-def known_name(product_id, number):
-    model = KNOWN_GPUS.get(product_id)
-    return model.types.get(number) if model is not None else None
-
-
-def supported_numbers(product_id):
-    model = KNOWN_GPUS.get(product_id)
-    return frozenset(model.types) if model is not None else frozenset()
-
-
-def supported_types(product_id):
-    """NVIDIA's table of types for a GPU model as MdevType records
-    (available_instances 0), or () for a model we have no table of."""
-    model = KNOWN_GPUS.get(product_id)
-    if model is None:
-        return ()
-    return tuple(objects.MdevType(
-        id=objects.vendor_type_id(number), name=name, description=None,
-        device_api='vfio-pci', available_instances=0,
-        published_max=published_max(product_id, name))
-        for number, name in sorted(model.types.items()))
-
-
 def complete_types(pf, vfs):
     """The VF Gpu records of one physical GPU with their vendor types
-    completed: every type named (from any VF's list, else the table) and
-    given its published maximum.  VFs without the vendor interface are
-    returned unchanged."""
+    completed: every type named (from any VF's list - a VF's current type
+    is a number only - else NVML's name of that id) and given its maximum
+    (NVML's ``nvmlVgpuTypeGetMaxInstances`` where NVML answered for the
+    GPU, ``pf.nvml``; else NVIDIA's published one, by name).  Only the
+    types the VFs list, never one NVML or a table adds; VFs without the
+    vendor interface are returned unchanged."""
     names = {}
     for vf in vfs:
         if vf.vendor_vf is not None:
@@ -187,12 +166,18 @@ def complete_types(pf, vfs):
                 names.setdefault(mtype.id, mtype.name)
     visible = tuple(n for n in names.values() if n)
 
+    by_nvml = {objects.vendor_type_id(t.id): t
+               for t in (pf.nvml.vgpu_types if pf.nvml is not None else ())}
+
     def complete(mtype):
-        name = mtype.name or names.get(mtype.id) or known_name(
-            pf.product_id, objects.vendor_type_number(mtype.id))
+        nvml = by_nvml.get(mtype.id)
+        name = mtype.name or names.get(mtype.id) or (
+            nvml.name if nvml is not None else None)
         return dataclasses.replace(
             mtype, name=name,
-            published_max=published_max(pf.product_id, name, visible))
+            published_max=(nvml.max_instances if nvml is not None
+                           and nvml.max_instances > 0
+                           else published_max(name, visible)))
 
     done = []
     for vf in vfs:
@@ -389,16 +374,14 @@ class NvidiaVgpuBackend(base.VgpuKind):
         return self.sysfs.has_vendor_interface(
             objects.PciAddress.parse(address))
 
-    def _product_id(self, vf):
-        pf = self.sysfs.physfn(vf)
-        text = self.sysfs.read(os.path.join(self.sysfs.pci_dir(pf or vf),
-                                            'device'), optional=True)
-        return objects.normalize_hex_id(text) if text else None
-
     def check_type(self, parent, type_id):
         """ParentGone unless ``parent`` is a VF with the vendor interface;
-        UnknownType unless the GPU lists ``type_id`` (on this VF now, as the
-        VF's current type, or in NVIDIA's table of this GPU model)."""
+        UnknownType unless the VF lists ``type_id`` (as creatable now, or as
+        its current type) or its GPU holds vGPUs: a GPU in equal-size mode
+        lists only the types that fit beside them, so the kernel's answer
+        to the create then says whether the type is unknown or does not
+        fit (no table of type numbers here: they change between driver
+        releases)."""
         parent = objects.PciAddress.parse(parent)
         try:
             number = objects.vendor_type_number(type_id)
@@ -411,9 +394,14 @@ class NvidiaVgpuBackend(base.VgpuKind):
                        'the vGPU manager loaded?)' % parent)
         listed = {n for n, _ in self.sysfs.creatable_vgpu_types(parent)}
         listed.add(self.sysfs.current_vgpu_type(parent))
-        if number not in listed and number not in supported_numbers(
-                self._product_id(parent)):
+        if number not in listed and not self._gpu_holds_vgpus(parent):
             raise exception.UnknownType(type_id=type_id, address=parent)
+
+    def _gpu_holds_vgpus(self, vf):
+        pf = self.sysfs.physfn(vf)
+        return any(self.is_parent(other)
+                   and self.sysfs.current_vgpu_type(other)
+                   for other in (self.sysfs.virtfns(pf) if pf else (vf,)))
 
     def available(self, parent, type_id):
         """1 when the VF is free and lists ``type_id`` as creatable, else
@@ -454,11 +442,12 @@ class NvidiaVgpuBackend(base.VgpuKind):
         return {entry.vf: entry.uuid for entry in self.state.read().values()}
 
     def vgpu_type(self, parent, type_id):
-        """One instance when the VF is free and lists the type, with
-        NVIDIA's published maximum of the GPU model."""
+        """One instance when the VF is free and lists the type, named as
+        the VF lists it."""
         number = objects.vendor_type_number(type_id)
+        names = dict(self.sysfs.creatable_vgpu_types(parent))
         return objects.MdevType(
-            id=type_id, name=known_name(self._product_id(parent), number),
+            id=type_id, name=names.get(number),
             description=None, device_api='vfio-pci',
             available_instances=self.available(parent, type_id))
 

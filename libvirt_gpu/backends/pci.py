@@ -7,9 +7,16 @@ adds is the check libvirt cannot make: the device is a GPU of this host
 (PCI class 0x03xxxx, read from ``bus/pci/devices/<address>/class``) and
 holds no vGPUs (``bus/mdev/devices/*`` whose parent it is) - passing
 through a GPU that slices vGPUs for other guests would take theirs away.
+
+VFIO hands a guest a whole IOMMU group or nothing, so the GPU must have a
+group, and no other member of it may be a device the host uses (a NIC, a
+disk controller): ``capacity.pgpu_refusal`` says why not.  The other
+functions of the GPU's own device in that group (its HDMI audio ``.1``)
+are its companions: they go to the guest with it (``companions``).
 """
 
 from libvirt_gpu.backends import base
+from libvirt_gpu import capacity
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -29,7 +36,8 @@ class PciBackend(base.DeviceBackend):
 
     def check(self, device):
         """Raise DeviceNotFound or GpuInUse unless ``device`` can be passed
-        through whole."""
+        through whole; return the GPU (``objects.Gpu``) with its IOMMU
+        group's members judged."""
         address = objects.PciAddress.parse(device.address)
         class_code = self.sysfs.read(
             self.sysfs.pci_dir(address) + '/class', optional=True)
@@ -42,6 +50,25 @@ class PciBackend(base.DeviceBackend):
                 reason='it holds %d vGPU(s) (%s); a GPU that is sliced into '
                        'vGPUs cannot also be passed through whole'
                        % (len(mdevs), ', '.join(m.uuid for m in mdevs)))
+        gpu = self._read_gpu(address)
+        refusal = capacity.pgpu_refusal(gpu)
+        if refusal is not None:
+            raise exception.GpuInUse(address=address, reason=refusal)
+        return gpu
+
+    def _read_gpu(self, address):
+        from libvirt_gpu import discovery    # not on the vGPU hook path
+        gpu = self.sysfs.read_gpu(address)
+        if gpu.iommu_group is None:
+            return gpu
+        return discovery.with_iommu_members(gpu, [
+            self.sysfs.pci_function(a)
+            for a in self.sysfs.iommu_group_addresses(gpu.iommu_group)])
+
+    def companions(self, device):
+        """The functions that go to the guest with the GPU ``device`` (see
+        the module doc); raises what ``check`` raises."""
+        return capacity.pgpu_companions(self.check(device))
 
     def exists(self, device):
         try:

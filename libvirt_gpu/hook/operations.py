@@ -116,6 +116,20 @@ class Hook(object):
                 self.log.warning(
                     "metadata lists GPU %s but <devices> has no <hostdev "
                     "type='pci'> with that address" % entry.address)
+            # The same rule as the attach: a group of its own (but for its
+            # companions), and every companion handed over with it, else
+            # qemu fails on a group VFIO calls "not viable".
+            companions = self.env.pci.companions(
+                base.PgpuDevice(entry.address))
+            missing = [str(a) for a in companions
+                       if a not in req.domain.pci_addresses]
+            if missing:
+                raise exception.GpuInUse(
+                    address=entry.address,
+                    reason="its IOMMU group also holds %s, which must go to "
+                           "the guest with it; add a <hostdev type='pci' "
+                           "managed='yes'> for each (`libvirt-gpu attach "
+                           "--address` does)" % ', '.join(missing))
             self.env.pci.prepare(base.PgpuDevice(entry.address))
 
     def prepare(self, req):
@@ -123,7 +137,8 @@ class Hook(object):
         claims = self.claims(req)
         if not claims:
             return 0
-        grants = self.allocator.reserve(req.domain.uuid, claims)
+        grants = self.allocator.reserve(req.domain.uuid, claims,
+                                        pinning=req.domain.pinning)
         state.crash_point('prepare:reserved')
         created = []
         try:

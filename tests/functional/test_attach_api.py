@@ -105,6 +105,21 @@ def test_live_attach_creates_and_hotplugs(world):
         done.uuid, dom.uuid, state.CREATED)
 
 
+def test_live_attach_prefers_the_guests_numa_node(world):
+    # B (node 1) holds two vGPUs, A (node 0) none: a guest pinned to node 1
+    # gets B all the same; an unpinned one gets A (the most room)
+    xml = libvirtd.tiny_domain_xml('vm1').replace(
+        '<devices>', "<numatune><memory mode='strict' nodeset='1'/>"
+                     "</numatune><devices>", 1)
+    assert '<numatune>' in xml
+    world.conn.define(xml, active=True, persistent=True)
+    done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
+    assert done.parent == B
+    world.domain('vm2')
+    done = world.call(api.attach, 'vm2', vgpu_type='nvidia-223', live=True)
+    assert done.parent == A
+
+
 def test_live_and_config(world):
     dom = world.domain('vm1')
     done = world.call(api.attach, dom.uuid, vgpu_type='nvidia-223',
@@ -228,6 +243,19 @@ def test_detach_live_removes_the_vgpu(world):
     world.call(api.detach, 'vm1', vgpu_type='nvidia-223', config=True)
     assert world.mdev_hostdevs(dom, inactive=True) == []
     assert world.meta(dom, inactive=True).empty
+
+
+def test_detach_live_after_the_driver_removed_the_vgpu(world):
+    # Some NVIDIA drivers remove a guest's mdev themselves: "already gone"
+    # is done, and the lease is freed.
+    dom = world.domain('vm1')
+    done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
+    world.sysfs.model.remove(done.uuid)
+    assert done.uuid not in world.sysfs.model.mdevs()
+    out = world.call(api.detach, 'vm1', uuid=done.uuid, live=True)
+    assert out.note is None
+    assert world.mdev_hostdevs(dom) == [] and world.meta(dom).empty
+    assert world.leases() == []
 
 
 def test_detach_errors(world):

@@ -108,3 +108,16 @@ def test_two_gpus_elements_refused():
     one = '<g:gpus xmlns:g="urn:libvirt-gpu:1"/>'
     with pytest.raises(exception.MetadataError, match='2 <gpus>'):
         parse('<domain><metadata>%s%s</metadata></domain>' % (one, one))
+
+
+def test_pgpu_companions_round_trip():
+    gpu = objects.PciAddress.parse('0000:65:00.0')
+    audio = objects.PciAddress.parse('0000:65:00.1')
+    meta = metadata.GpuMetadata(pgpus=(metadata.PgpuEntry(gpu, (audio,)),))
+    body = metadata.render(meta)
+    assert 'companions="0000:65:00.1"' in body
+    doc = ('<domain><metadata>%s</metadata></domain>'
+           % metadata.render_document(meta))
+    assert metadata.parse(xmlutil.parse(doc)) == meta
+    assert metadata.parse(xmlutil.parse(doc)).pgpu(gpu).companions == (
+        audio,)

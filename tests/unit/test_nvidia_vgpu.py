@@ -177,8 +177,13 @@ def test_no_capacity_other_size_is_typed(backend):
 
 
 def test_unknown_type_and_non_vendor_parent(backend):
-    with pytest.raises(exception.UnknownType):
-        backend.prepare(vgpu(type_id='nvidia-223'))       # a T4 type
+    with pytest.raises(exception.UnknownType):            # a T4 type on an
+        backend.prepare(vgpu(vf=VF2, type_id='nvidia-223'))  # empty GPU
+    # a GPU that holds vGPUs lists only what fits beside them: a type it
+    # does not list is then the kernel's to refuse
+    with pytest.raises(exception.NoCapacity, match='no longer lists'):
+        backend.prepare(vgpu(type_id='nvidia-223'))
+    assert backend.vgpus() == {}
     with pytest.raises(exception.UnknownType):
         backend.check_type(VF_FREE, 'not-nvidia')
     with pytest.raises(exception.ParentGone):
@@ -289,12 +294,12 @@ def test_published_maximums_follow_nvidia_rule():
                 '4Q': 12, '6Q': 8, '8Q': 6, '12Q': 4, '16Q': 3, '24Q': 2,
                 '48Q': 1, '48A': 1, '8A': 6}
     for suffix, count in expected.items():
-        assert nvidia_vgpu.published_max('26b9', 'NVIDIA L40S-' + suffix) \
+        assert nvidia_vgpu.published_max('NVIDIA L40S-' + suffix) \
             == count, suffix
     # an unknown model: estimated from the largest type it lists, never
     # above it; MIG-backed names give no estimate
     assert nvidia_vgpu.published_max(
-        'ffff', 'NVIDIA X-8Q', ['NVIDIA X-8Q', 'NVIDIA X-24Q']) == 3
-    assert nvidia_vgpu.published_max('ffff', 'NVIDIA X-8Q', []) is None
+        'NVIDIA X-8Q', ['NVIDIA X-8Q', 'NVIDIA X-24Q']) == 3
+    assert nvidia_vgpu.published_max('NVIDIA X-8Q', []) is None
     assert nvidia_vgpu.published_max(
-        'ffff', 'NVIDIA H100-1-10C', ['NVIDIA H100-80C']) is None
+        'NVIDIA H100-1-10C', ['NVIDIA H100-80C']) is None

@@ -84,10 +84,13 @@ def test_vendor_interface_read_and_completed(l40s):
     # named and given NVIDIA's maximum although their VFs list nothing
     assert [(t.id, t.name, t.max_instance) for t in held] == [
         ('nvidia-1145', 'NVIDIA L40S-1B', 32)] * 2
-    # every documented type is known (for configuration), not only the
-    # ones creatable now
-    assert pf.offered_type('nvidia-1156').name == 'NVIDIA L40S-48Q'
-    assert len(pf.offered_types()) == 23
+    # only the types the host lists (its VFs' creatable types, the types
+    # they hold): a 48 GB type does not fit beside 1 GB vGPUs, so it is not
+    # listed and not invented from a table
+    assert pf.offered_type('nvidia-1156') is None
+    listed = {t.id for vf in pf.vf_gpus for t in vf.vendor_vf.creatable}
+    assert listed and {t.id for t in pf.offered_types()} == listed | {
+        'nvidia-1145'}
 
 
 def test_vendor_state_parity_libvirt_with_sysfs(l40s):
