@@ -280,11 +280,52 @@ class Sysfs(object):
         """
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
-        entries = set(self.listdir(base))
+        # The device's directory is resolved (and checked to lie under the
+        # root) once; its attributes are read relative to it, each opened
+        # without following a link (``_read_in``).
+        dfd, real = self._open_dir(base)
+        try:
+            return self._read_gpu_in(dfd, real, base, address,
+                                     mdevs_by_parent, static_cache, skipped)
+        finally:
+            os.close(dfd)
+
+    def _open_dir(self, path):
+        """``(fd, real path)`` of a directory that resolves under the root;
+        errors as ``listdir``'s."""
+        real = self._readable(path)
+        try:
+            return os.open(real, _DIR_FLAGS), real
+        except FileNotFoundError:
+            raise exception.SysfsReadError(path=path, reason='no such '
+                                           'directory')
+        except NotADirectoryError:
+            raise exception.SysfsReadError(path=path, reason='not a '
+                                           'directory')
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+
+    def _read_gpu_in(self, dfd, real, base, address, mdevs_by_parent,
+                     static_cache, skipped):
+        entries = set(os.listdir(dfd))
         j = os.path.join
+
+        def read(name, optional=False):
+            return self._read_in(dfd, real, base, name, optional=optional)
+
+        def hex_id(name):
+            text = read(name)
+            try:
+                return objects.normalize_hex_id(text)
+            except exception.InvalidInput:
+                raise exception.SysfsBadNumber(
+                    path=j(base, name), expected='a 4-digit hex PCI id',
+                    text=text[:40])
+
         # -1: no NUMA affinity
-        numa = self.read_int(j(base, 'numa_node'), optional=True,
-                             minimum=-1)
+        numa = read('numa_node', optional=True)
+        if numa is not None:
+            numa = parse_number(numa, j(base, 'numa_node'), minimum=-1)
         group = None
         if 'iommu_group' in entries:
             name = self.link_name(j(base, 'iommu_group'))
@@ -297,8 +338,8 @@ class Sysfs(object):
             if entry.startswith('virtfn') and entry[6:].isdigit():
                 virtfns.append((int(entry[6:]),
                                 self.link_address(j(base, entry))))
-        vendor_id = self.read_hex_id(j(base, 'vendor'))
-        product_id = self.read_hex_id(j(base, 'device'))
+        vendor_id = hex_id('vendor')
+        product_id = hex_id('device')
         driver = (self.link_name(j(base, 'driver'))
                   if 'driver' in entries else None)
         mdev_types = ()
@@ -313,7 +354,7 @@ class Sysfs(object):
             address=address,
             vendor_id=vendor_id,
             product_id=product_id,
-            class_code=self.read(j(base, 'class')),
+            class_code=read('class'),
             driver=driver,
             numa_node=None if numa is None or numa < 0 else numa,
             iommu_group=group,
@@ -321,7 +362,7 @@ class Sysfs(object):
             virtfns=tuple(a for _, a in sorted(virtfns)),
             mdev_types=mdev_types,
             mdevs=tuple(sorted(mdevs_by_parent.get(address, ()))),
-            local_cpulist=(self.read(j(base, 'local_cpulist'))
+            local_cpulist=(read('local_cpulist')
                            if 'local_cpulist' in entries else None),
         )
 
