@@ -395,19 +395,24 @@ class Sysfs(object):
         for discovery to judge."""
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
-        entries = set(self.listdir(base))
-        j = os.path.join
+        dfd, real = self._open_dir(base)     # resolved once, as read_gpu
+        try:
+            entries = set(os.listdir(dfd))
 
-        def hex_id(name):
-            text = (self.read(j(base, name)) if name in entries else None)
-            return objects.normalize_hex_id(text) if text else None
-        return objects.IommuMember(
-            address=address, vendor_id=hex_id('vendor'),
-            product_id=hex_id('device'),
-            class_code=(self.read(j(base, 'class'))
-                        if 'class' in entries else None),
-            driver=(self.link_name(j(base, 'driver'))
-                    if 'driver' in entries else None))
+            def read(name):
+                return (self._read_in(dfd, real, base, name)
+                        if name in entries else None)
+
+            def hex_id(name):
+                text = read(name)
+                return objects.normalize_hex_id(text) if text else None
+            return objects.IommuMember(
+                address=address, vendor_id=hex_id('vendor'),
+                product_id=hex_id('device'), class_code=read('class'),
+                driver=(self.link_name(os.path.join(base, 'driver'))
+                        if 'driver' in entries else None))
+        finally:
+            os.close(dfd)
 
     # -- mdev --------------------------------------------------------------
 
