@@ -41,6 +41,7 @@ MAX_ATTRIBUTE_BYTES = 65536
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FOLLOW_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # A count or an id: decimal digits (a leading '-' where the caller allows
 # negative values), at most 19 of them (fits a 64-bit kernel value).
 _NUMBER = re.compile(r'-?[0-9]{1,19}\Z')
@@ -210,19 +211,15 @@ class Sysfs(object):
 
     def listdir(self, path, optional=False):
         """Names in a directory that resolves under the root."""
-        real = self._readable(path)
+        fd, _ = self._open_dir(path, optional=optional)
+        if fd is None:
+            return []
         try:
-            return os.listdir(real)
-        except FileNotFoundError:
-            if optional:
-                return []
-            raise exception.SysfsReadError(path=path, reason='no such '
-                                           'directory')
-        except NotADirectoryError:
-            raise exception.SysfsReadError(path=path, reason='not a '
-                                           'directory')
+            return os.listdir(fd)
         except OSError as e:
             raise exception.SysfsReadError(path=path, reason=e.strerror)
+        finally:
+            os.close(fd)
 
     def write(self, path, data):
         """Write ``data`` to an attribute that must resolve under the root.
@@ -262,7 +259,12 @@ class Sysfs(object):
 
     def pci_class(self, address):
         """``class`` of a device, e.g. ``0x030200``."""
-        return self.read(os.path.join(self.pci_dir(address), 'class'))
+        base = self.pci_dir(address)
+        dfd, real = self._open_dir(base)
+        try:
+            return self._read_in(dfd, real, base, 'class')
+        finally:
+            os.close(dfd)
 
     def read_gpu(self, address, mdevs_by_parent=None, static_cache=None,
                  skipped=None):
@@ -290,13 +292,40 @@ class Sysfs(object):
         finally:
             os.close(dfd)
 
-    def _open_dir(self, path):
-        """``(fd, real path)`` of a directory that resolves under the root;
-        errors as ``listdir``'s."""
+    def _open_dir(self, path, optional=False):
+        """``(fd, real path)`` of a directory that resolves under the root
+        (``(None, None)`` when it is missing and ``optional``); errors as
+        ``listdir``'s.
+
+        Fast path: open it (links followed; ``O_DIRECTORY`` refuses
+        anything else before it is opened) and ask the kernel what was
+        opened (``/proc/self/fd``), then check that lies under the root.
+        That is one ``open`` and one ``readlink`` instead of ``realpath``'s
+        ``lstat`` of every component, and it checks the directory actually
+        opened.  Anything unusual (no /proc, a failed open) takes the
+        ``realpath`` way, with its errors."""
+        try:
+            fd = os.open(path, _DIR_FOLLOW_FLAGS)
+        except OSError:
+            fd = None
+        if fd is not None:
+            try:
+                real = os.readlink('/proc/self/fd/%d' % fd)
+            except OSError:
+                real = None
+            if real is not None and os.path.isabs(real):
+                if is_inside(self.root, real):
+                    return fd, real
+                os.close(fd)
+                raise exception.SysfsOutsideRoot(path=path, real=real,
+                                                 root=self.root)
+            os.close(fd)
         real = self._readable(path)
         try:
             return os.open(real, _DIR_FLAGS), real
         except FileNotFoundError:
+            if optional:
+                return None, None
             raise exception.SysfsReadError(path=path, reason='no such '
                                            'directory')
         except NotADirectoryError:
@@ -472,13 +501,9 @@ class Sysfs(object):
         others; without it, the error is raised.
         """
         base = self.types_dir(address)
-        real = self._readable(base)
-        try:
-            dfd = os.open(real, _DIR_FLAGS)
-        except FileNotFoundError:
+        dfd, real = self._open_dir(base, optional=True)
+        if dfd is None:
             return ()
-        except OSError as e:
-            raise exception.SysfsReadError(path=base, reason=e.strerror)
         result = []
         try:
             for type_id in sorted(os.listdir(dfd)):
