@@ -14,7 +14,8 @@ the same inputs:
   too); a missing file (or ``/dev/null``) is its own key;
 - the options registered: size and mtime of the modules that declare them
   (``libvirt_gpu/conf/*.py``), so an upgrade that adds one is seen;
-- the host name (the default of ``[DEFAULT]/host``).
+- the host name (the default of ``[DEFAULT]/host``; ``uname``'s node
+  name, which is what ``socket.gethostname`` returns on Linux).
 
 oslo.config reads no environment variables here (``use_env=False``), so
 none are part of the key.  A file that fails validation never gets a
@@ -33,7 +34,6 @@ snapshot, never an error.
 import hashlib
 import json
 import os
-import socket
 import stat
 import zlib
 
@@ -120,7 +120,7 @@ def key(path, present):
     file is read, ``conffile.check_config_file``)."""
     return {'version': SNAPSHOT_VERSION, 'config_file': path,
             'file': _file_key(path, present), 'options': _options_key(),
-            'hostname': socket.gethostname()}
+            'hostname': os.uname().nodename}
 
 
 def _plain(value):

@@ -188,3 +188,17 @@ def test_simulated_tree_never_imports_pynvml(tmp_path, sim):
         universal_newlines=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().endswith('imported: False')
+
+
+def test_host_name_change_is_seen(tmp_path, monkeypatch):
+    """[DEFAULT]/host defaults to the host name: a renamed host must not
+    be served the old name from the snapshot."""
+    import types
+    conf = tmp_path / 'a.conf'
+    conf.write_text('')
+    confcache.load(str(conf))
+    assert isinstance(confcache.load(str(conf)), confcache.Values)
+    monkeypatch.setattr(os, 'uname', lambda: types.SimpleNamespace(
+        nodename='renamed-host'))
+    assert not isinstance(confcache.load(str(conf)), confcache.Values)
+    assert isinstance(confcache.load(str(conf)), confcache.Values)
