@@ -160,6 +160,9 @@ class Sysfs(object):
         device, a file over MAX_ATTRIBUTE_BYTES) is a SysfsError naming the
         path.
         """
+        fd = self._open_file_fast(path)
+        if fd is not None:
+            return _read_fd(fd, path)
         real = self._readable(path)
         try:
             fd = os.open(real, _READ_FLAGS)
@@ -170,6 +173,30 @@ class Sysfs(object):
         except OSError as e:
             raise _open_refused(e, path, real)
         return _read_fd(fd, path)
+
+    def _open_file_fast(self, path):
+        """The common case of ``read`` without ``realpath``: the parent
+        directory opened and judged as in ``_open_dir`` (the kernel says
+        what was opened), then the file opened in it without following a
+        link.  None for anything else (a link, a missing file, no /proc),
+        which ``read`` then handles the ``realpath`` way, with its errors.
+        """
+        directory, name = os.path.split(path)
+        if name in ('', '.', '..'):
+            return None
+        try:
+            dfd = os.open(directory, _DIR_FOLLOW_FLAGS)
+        except OSError:
+            return None
+        try:
+            real = os.readlink('/proc/self/fd/%d' % dfd)
+            if not os.path.isabs(real) or not is_inside(self.root, real):
+                return None
+            return os.open(name, _READ_FLAGS, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
 
     def read_int(self, path, optional=False, base=10, minimum=0):
         """An attribute as a number >= ``minimum`` (None: any sign)."""
