@@ -22,6 +22,7 @@ vGPU host driver) leaves that field None or empty.
 """
 
 import logging
+import os
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -146,13 +147,22 @@ class Nvml(object):
         return tuple(types)
 
 
-def source(setting, module=None):
+HOST_SYSFS = '/sys'
+
+
+def source(setting, module=None, sysfs_root=HOST_SYSFS):
     """The NVML source for ``[gpu]/nvml`` (``auto``: use it where it is
-    there; ``off``: never), or None."""
+    there; ``off``: never), or None.  NVML describes this host's GPUs, so
+    with ``auto`` it is asked only when the GPUs are read from this host's
+    sysfs: a ``sysfs_root`` other than ``/sys`` (a simulated or captured
+    tree) gets None, and no ``pynvml`` import or ``nvmlInit`` is paid."""
     if setting == OFF:
         return None
     if setting != AUTO:
         raise exception.ConfigError(
             reason='[gpu]/nvml must be one of %s, not %r'
             % (', '.join(CHOICES), setting))
+    if module is None and sysfs_root is not None and \
+            os.path.realpath(sysfs_root) != HOST_SYSFS:
+        return None
     return Nvml(module)

@@ -41,6 +41,7 @@ MAX_ATTRIBUTE_BYTES = 65536
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FOLLOW_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # A count or an id: decimal digits (a leading '-' where the caller allows
 # negative values), at most 19 of them (fits a 64-bit kernel value).
 _NUMBER = re.compile(r'-?[0-9]{1,19}\Z')
@@ -49,11 +50,8 @@ _HEX_NUMBER = re.compile(r'(0[xX])?[0-9a-fA-F]{1,16}\Z')
 
 def is_inside(root, path):
     """Whether the absolute, resolved ``path`` is ``root`` or lies beneath
-    it, compared by path components: ``/sys2/x`` is not inside ``/sys``
-    (the prefix must end at a separator)."""
-    if path == root:
-        return True
-    return path.startswith(root if root.endswith(os.sep) else root + os.sep)
+    it, compared by path components: ``/sys2/x`` is not inside ``/sys``."""
+    return os.path.commonpath((root, path)) == root
 
 
 def _check_part(part):
@@ -103,16 +101,6 @@ def parse_number(text, path, minimum=0, base=10):
     return int(text, base)
 
 
-def _hex_id(text, path):
-    """A 4-digit PCI id attribute (``vendor``, ``device``), normalized
-    (``10de``)."""
-    try:
-        return objects.normalize_hex_id(text)
-    except exception.InvalidInput:
-        raise exception.SysfsBadNumber(
-            path=path, expected='a 4-digit hex PCI id', text=text[:40])
-
-
 class Sysfs(object):
     """Reads and writes a sysfs tree rooted at ``root``."""
 
@@ -149,47 +137,17 @@ class Sysfs(object):
             raise exception.UnsafePath(path=path, root=self.root)
         return real
 
-    def _open_checked(self, path, flags):
-        """``(fd, real path)``: ``path`` opened with ``flags`` after the
-        kernel resolved it to a real path under the root, and to a regular
-        file (a directory with O_DIRECTORY).
-
-        The path is first opened ``O_PATH``, which follows links but opens
-        nothing (no FIFO waits, no device is touched); its real path is read
-        back from ``/proc/self/fd`` and checked (SysfsOutsideRoot), its kind
-        judged by ``fstat`` (SysfsNotRegularFile); only then is that very
-        inode opened for reading.  OSError (missing file, a link loop) is
-        left to the caller.
-        """
-        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        try:
-            handle = '/proc/self/fd/%d' % pfd
-            try:
-                real = os.readlink(handle)
-            except OSError:          # no /proc: resolve in Python
-                real = handle = os.path.realpath(path)
-            if not is_inside(self.root, real):
-                raise exception.SysfsOutsideRoot(path=path, real=real,
-                                                 root=self.root)
-            mode = os.fstat(pfd).st_mode
-            if flags & os.O_DIRECTORY:
-                if not stat.S_ISDIR(mode):
-                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-            elif not stat.S_ISREG(mode):
-                raise exception.SysfsNotRegularFile(
-                    path=path, kind=filetype.kind(mode))
-            return os.open(handle, flags & ~os.O_NOFOLLOW), real
-        finally:
-            os.close(pfd)
-
     def _readable(self, path):
-        """The real path of ``path``, which must lie under the root
-        (SysfsOutsideRoot, a SysfsReadError)."""
-        try:
-            fd, real = self._open_checked(path, _DIR_FLAGS)
-        except OSError as e:
-            raise exception.SysfsReadError(path=path, reason=e.strerror)
-        os.close(fd)
+        """``resolved_under_root`` for reading: SysfsOutsideRoot (a
+        SysfsReadError) when ``path`` leaves the root."""
+        real = os.path.realpath(path)
+        if not is_inside(self.root, real):
+            raise exception.SysfsOutsideRoot(path=path, real=real,
+                                             root=self.root)
+        if os.path.islink(real):
+            # realpath leaves a link loop as it is
+            raise exception.SysfsReadError(path=path,
+                                           reason=os.strerror(errno.ELOOP))
         return real
 
     # -- primitives --------------------------------------------------------
@@ -202,15 +160,43 @@ class Sysfs(object):
         device, a file over MAX_ATTRIBUTE_BYTES) is a SysfsError naming the
         path.
         """
+        fd = self._open_file_fast(path)
+        if fd is not None:
+            return _read_fd(fd, path)
+        real = self._readable(path)
         try:
-            fd, _ = self._open_checked(path, _READ_FLAGS)
+            fd = os.open(real, _READ_FLAGS)
         except FileNotFoundError:
             if optional:
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
-            raise exception.SysfsReadError(path=path, reason=e.strerror)
+            raise _open_refused(e, path, real)
         return _read_fd(fd, path)
+
+    def _open_file_fast(self, path):
+        """The common case of ``read`` without ``realpath``: the parent
+        directory opened and judged as in ``_open_dir`` (the kernel says
+        what was opened), then the file opened in it without following a
+        link.  None for anything else (a link, a missing file, no /proc),
+        which ``read`` then handles the ``realpath`` way, with its errors.
+        """
+        directory, name = os.path.split(path)
+        if name in ('', '.', '..'):
+            return None
+        try:
+            dfd = os.open(directory, _DIR_FOLLOW_FLAGS)
+        except OSError:
+            return None
+        try:
+            real = os.readlink('/proc/self/fd/%d' % dfd)
+            if not os.path.isabs(real) or not is_inside(self.root, real):
+                return None
+            return os.open(name, _READ_FLAGS, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
 
     def read_int(self, path, optional=False, base=10, minimum=0):
         """An attribute as a number >= ``minimum`` (None: any sign)."""
@@ -218,6 +204,16 @@ class Sysfs(object):
         if text is None:
             return None
         return parse_number(text, path, minimum=minimum, base=base)
+
+    def read_hex_id(self, path):
+        """A 4-digit PCI id attribute (``vendor``, ``device``), normalized
+        (``10de``)."""
+        text = self.read(path)
+        try:
+            return objects.normalize_hex_id(text)
+        except exception.InvalidInput:
+            raise exception.SysfsBadNumber(
+                path=path, expected='a 4-digit hex PCI id', text=text[:40])
 
     def link_address(self, path):
         """The PCI address a link (``physfn``, ``virtfn0``) points at."""
@@ -242,22 +238,15 @@ class Sysfs(object):
 
     def listdir(self, path, optional=False):
         """Names in a directory that resolves under the root."""
+        fd, _ = self._open_dir(path, optional=optional)
+        if fd is None:
+            return []
         try:
-            fd, _ = self._open_checked(path, _DIR_FLAGS)
-            try:
-                return os.listdir(fd)
-            finally:
-                os.close(fd)
-        except FileNotFoundError:
-            if optional:
-                return []
-            raise exception.SysfsReadError(path=path, reason='no such '
-                                           'directory')
-        except NotADirectoryError:
-            raise exception.SysfsReadError(path=path, reason='not a '
-                                           'directory')
+            return os.listdir(fd)
         except OSError as e:
             raise exception.SysfsReadError(path=path, reason=e.strerror)
+        finally:
+            os.close(fd)
 
     def write(self, path, data):
         """Write ``data`` to an attribute that must resolve under the root.
@@ -297,7 +286,12 @@ class Sysfs(object):
 
     def pci_class(self, address):
         """``class`` of a device, e.g. ``0x030200``."""
-        return self.read(os.path.join(self.pci_dir(address), 'class'))
+        base = self.pci_dir(address)
+        dfd, real = self._open_dir(base)
+        try:
+            return self._read_in(dfd, real, base, 'class')
+        finally:
+            os.close(dfd)
 
     def read_gpu(self, address, mdevs_by_parent=None, static_cache=None,
                  skipped=None):
@@ -315,22 +309,79 @@ class Sysfs(object):
         """
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
+        # The device's directory is resolved (and checked to lie under the
+        # root) once; its attributes are read relative to it, each opened
+        # without following a link (``_read_in``).
+        dfd, real = self._open_dir(base)
         try:
-            dfd, real = self._open_checked(base, _DIR_FLAGS)
-        except OSError as e:
-            raise exception.SysfsReadError(path=base, reason=e.strerror)
-        try:
-            entries = set(os.listdir(dfd))
-            # read relative to the directory: resolved once, not per file
-            attrs = {name: self._read_in(dfd, real, base, name,
-                                         optional=name == 'numa_node')
-                     for name in ('numa_node', 'vendor', 'device', 'class')}
+            return self._read_gpu_in(dfd, real, base, address,
+                                     mdevs_by_parent, static_cache, skipped)
         finally:
             os.close(dfd)
+
+    def _open_dir(self, path, optional=False):
+        """``(fd, real path)`` of a directory that resolves under the root
+        (``(None, None)`` when it is missing and ``optional``); errors as
+        ``listdir``'s.
+
+        Fast path: open it (links followed; ``O_DIRECTORY`` refuses
+        anything else before it is opened) and ask the kernel what was
+        opened (``/proc/self/fd``), then check that lies under the root.
+        That is one ``open`` and one ``readlink`` instead of ``realpath``'s
+        ``lstat`` of every component, and it checks the directory actually
+        opened.  Anything unusual (no /proc, a failed open) takes the
+        ``realpath`` way, with its errors."""
+        try:
+            fd = os.open(path, _DIR_FOLLOW_FLAGS)
+        except OSError:
+            fd = None
+        if fd is not None:
+            try:
+                real = os.readlink('/proc/self/fd/%d' % fd)
+            except OSError:
+                real = None
+            if real is not None and os.path.isabs(real):
+                if is_inside(self.root, real):
+                    return fd, real
+                os.close(fd)
+                raise exception.SysfsOutsideRoot(path=path, real=real,
+                                                 root=self.root)
+            os.close(fd)
+        real = self._readable(path)
+        try:
+            return os.open(real, _DIR_FLAGS), real
+        except FileNotFoundError:
+            if optional:
+                return None, None
+            raise exception.SysfsReadError(path=path, reason='no such '
+                                           'directory')
+        except NotADirectoryError:
+            raise exception.SysfsReadError(path=path, reason='not a '
+                                           'directory')
+        except OSError as e:
+            raise exception.SysfsReadError(path=path, reason=e.strerror)
+
+    def _read_gpu_in(self, dfd, real, base, address, mdevs_by_parent,
+                     static_cache, skipped):
+        entries = set(os.listdir(dfd))
         j = os.path.join
+
+        def read(name, optional=False):
+            return self._read_in(dfd, real, base, name, optional=optional)
+
+        def hex_id(name):
+            text = read(name)
+            try:
+                return objects.normalize_hex_id(text)
+            except exception.InvalidInput:
+                raise exception.SysfsBadNumber(
+                    path=j(base, name), expected='a 4-digit hex PCI id',
+                    text=text[:40])
+
         # -1: no NUMA affinity
-        numa = (None if attrs['numa_node'] is None else parse_number(
-            attrs['numa_node'], j(base, 'numa_node'), minimum=-1))
+        numa = read('numa_node', optional=True)
+        if numa is not None:
+            numa = parse_number(numa, j(base, 'numa_node'), minimum=-1)
         group = None
         if 'iommu_group' in entries:
             name = self.link_name(j(base, 'iommu_group'))
@@ -343,8 +394,8 @@ class Sysfs(object):
             if entry.startswith('virtfn') and entry[6:].isdigit():
                 virtfns.append((int(entry[6:]),
                                 self.link_address(j(base, entry))))
-        vendor_id = _hex_id(attrs['vendor'], j(base, 'vendor'))
-        product_id = _hex_id(attrs['device'], j(base, 'device'))
+        vendor_id = hex_id('vendor')
+        product_id = hex_id('device')
         driver = (self.link_name(j(base, 'driver'))
                   if 'driver' in entries else None)
         mdev_types = ()
@@ -359,7 +410,7 @@ class Sysfs(object):
             address=address,
             vendor_id=vendor_id,
             product_id=product_id,
-            class_code=attrs['class'],
+            class_code=read('class'),
             driver=driver,
             numa_node=None if numa is None or numa < 0 else numa,
             iommu_group=group,
@@ -367,7 +418,7 @@ class Sysfs(object):
             virtfns=tuple(a for _, a in sorted(virtfns)),
             mdev_types=mdev_types,
             mdevs=tuple(sorted(mdevs_by_parent.get(address, ()))),
-            local_cpulist=(self.read(j(base, 'local_cpulist'))
+            local_cpulist=(read('local_cpulist')
                            if 'local_cpulist' in entries else None),
         )
 
@@ -414,19 +465,24 @@ class Sysfs(object):
         for discovery to judge."""
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
-        entries = set(self.listdir(base))
-        j = os.path.join
+        dfd, real = self._open_dir(base)     # resolved once, as read_gpu
+        try:
+            entries = set(os.listdir(dfd))
 
-        def hex_id(name):
-            text = (self.read(j(base, name)) if name in entries else None)
-            return objects.normalize_hex_id(text) if text else None
-        return objects.IommuMember(
-            address=address, vendor_id=hex_id('vendor'),
-            product_id=hex_id('device'),
-            class_code=(self.read(j(base, 'class'))
-                        if 'class' in entries else None),
-            driver=(self.link_name(j(base, 'driver'))
-                    if 'driver' in entries else None))
+            def read(name):
+                return (self._read_in(dfd, real, base, name)
+                        if name in entries else None)
+
+            def hex_id(name):
+                text = read(name)
+                return objects.normalize_hex_id(text) if text else None
+            return objects.IommuMember(
+                address=address, vendor_id=hex_id('vendor'),
+                product_id=hex_id('device'), class_code=read('class'),
+                driver=(self.link_name(os.path.join(base, 'driver'))
+                        if 'driver' in entries else None))
+        finally:
+            os.close(dfd)
 
     # -- mdev --------------------------------------------------------------
 
@@ -442,29 +498,28 @@ class Sysfs(object):
         ``dir_fd`` (real path ``dir_real``).  The common case is one
         ``openat`` that follows no link; an entry that is a link is resolved
         and must stay under the root."""
-        # paths joined with '/' (names hold none): os.path.join costs more
-        # than the open on a host with thousands of types
         try:
-            return os.open(name, flags, dir_fd=dir_fd), dir_real + '/' + name
+            return (os.open(name, flags, dir_fd=dir_fd),
+                    os.path.join(dir_real, name))
         except OSError as e:
             # O_NOFOLLOW met a link: ELOOP, or ENOTDIR with O_DIRECTORY
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-        return self._open_checked(dir_real + '/' + name, flags)
+        real = self._readable(os.path.join(dir_real, name))
+        return os.open(real, flags), real
 
     def _read_in(self, dir_fd, dir_real, dir_path, name, optional=False):
         """Read attribute ``name`` of the open directory ``dir_fd``."""
+        path = os.path.join(dir_path, name)
         try:
             fd, _ = self._open_in(dir_fd, dir_real, name, _READ_FLAGS)
         except FileNotFoundError:
             if optional:
                 return None
-            raise exception.SysfsReadError(path=dir_path + '/' + name,
-                                           reason='no such file')
+            raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
-            raise _open_refused(e, dir_path + '/' + name,
-                                dir_real + '/' + name)
-        return _read_fd(fd, dir_path + '/' + name)
+            raise _open_refused(e, path, os.path.join(dir_real, name))
+        return _read_fd(fd, path)
 
     def mdev_types(self, address, static_cache=None, model=None,
                    skipped=None):
@@ -487,12 +542,9 @@ class Sysfs(object):
         others; without it, the error is raised.
         """
         base = self.types_dir(address)
-        try:
-            dfd, real = self._open_checked(base, _DIR_FLAGS)
-        except FileNotFoundError:
+        dfd, real = self._open_dir(base, optional=True)
+        if dfd is None:
             return ()
-        except OSError as e:
-            raise exception.SysfsReadError(path=base, reason=e.strerror)
         result = []
         try:
             for type_id in sorted(os.listdir(dfd)):
@@ -509,7 +561,7 @@ class Sysfs(object):
 
     def _mdev_type(self, types_fd, types_real, types_path, type_id,
                    static_cache, model):
-        path = types_path + '/' + type_id
+        path = os.path.join(types_path, type_id)
         try:
             objects.validate_type_id(type_id)
         except exception.InvalidTypeId as e:
@@ -522,7 +574,7 @@ class Sysfs(object):
         try:
             available = parse_number(
                 self._read_in(tfd, real, path, 'available_instances'),
-                path + '/available_instances')
+                os.path.join(path, 'available_instances'))
             key = (model, type_id)
             static = (static_cache.get(key)
                       if static_cache is not None else None)

@@ -11,6 +11,15 @@ from tests.doubles import h100
 collect_ignore = ['data']
 
 
+@pytest.fixture(autouse=True)
+def settings_snapshot_dir(tmp_path, monkeypatch):
+    """The CLI's settings snapshots (``confcache``) of each test in its own
+    directory, never in the machine's /var/cache."""
+    path = tmp_path / 'snapshot-cache'
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', str(path))
+    return path
+
+
 @pytest.fixture
 def h100_sysfs(tmp_path):
     """The H100 capture as captured: no IOMMU group."""

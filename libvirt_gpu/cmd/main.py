@@ -18,7 +18,8 @@ import logging
 import sys
 
 from libvirt_gpu import capacity as capacity_mod
-from libvirt_gpu import conf as conf_mod
+from libvirt_gpu import confcache
+from libvirt_gpu import conffile
 from libvirt_gpu import exception
 from libvirt_gpu import nvml
 from libvirt_gpu import pci_classes
@@ -43,11 +44,20 @@ $LIBVIRT_GPU_CONFIG, or --config-file.
 
 
 class Context(object):
-    """What a command needs: parsed config and, on demand, discovery."""
+    """What a command needs: parsed config and, on demand, discovery.
+
+    A command that only reads option values (``snapshot=True`` in its
+    parser defaults) gets them from the settings snapshot when it is
+    current (``confcache``: no oslo.config import); the others get the
+    ConfigOpts of ``conf.load``."""
 
     def __init__(self, args):
         self.args = args
-        self.conf = conf_mod.load(args.config_file)
+        if getattr(args, 'snapshot', False):
+            self.conf = confcache.load(args.config_file)
+        else:
+            from libvirt_gpu import conf as conf_mod
+            self.conf = conf_mod.load(args.config_file)
         self._result = None
 
     def reset(self):
@@ -63,13 +73,21 @@ class Context(object):
                 default_uri=self.conf.libvirt.connection_uri,
                 default_sysfs_root=self.conf.sysfs_root,
                 pci_ids=pciids.PciIds(self.conf.pci_ids_file),
-                nvml=nvml.source(self.conf.gpu.nvml))
+                nvml=nvml.source(self.conf.gpu.nvml,
+                                 sysfs_root=self._nvml_sysfs_root()))
         return self._result
+
+    def _nvml_sysfs_root(self):
+        """The sysfs the GPUs are read from (None: through libvirt, which
+        describes this host)."""
+        if self.args.connect:
+            return None
+        return self.args.sysfs_root or self.conf.sysfs_root
 
     @property
     def enabled(self):
-        from libvirt_gpu.conf import vgpu as vgpu_conf
-        return vgpu_conf.resolve(self.conf, self.result.gpus)
+        from libvirt_gpu import enablement
+        return enablement.resolve(self.conf, self.result.gpus)
 
     @property
     def hostname(self):
@@ -382,7 +400,7 @@ def cmd_domgpus(ctx):
 
 def cmd_hook_install(ctx):
     from libvirt_gpu import hook
-    path, _ = conf_mod.config_path(ctx.args.config_file)
+    path, _ = conffile.config_path(ctx.args.config_file)
     done = hook.install(ctx.args.dir, path, python=ctx.args.python)
     if ctx.args.json:
         output.emit_json(output.installed_to_json(done))
@@ -545,7 +563,7 @@ def build_parser():
     parser.add_argument('--config-file', metavar='FILE',
                         help='configuration file (default: '
                              '$LIBVIRT_GPU_CONFIG or %s)'
-                             % conf_mod.DEFAULT_CONFIG_FILE)
+                             % conffile.DEFAULT_CONFIG_FILE)
     parser.add_argument('--hostname', help='host name used in Placement '
                         '(default: [DEFAULT]/host)')
     parser.add_argument('--debug', action='store_true',
@@ -561,13 +579,16 @@ def build_parser():
         p.set_defaults(func=func)
         return p
 
+    # The commands that only read option values take them from the
+    # settings snapshot when it is current (``Context``).
     add('list', cmd_list, 'list GPUs: address, ids, driver, NUMA node, '
-        'IOMMU group, pGPU/vGPU mode, capacity')
+        'IOMMU group, pGPU/vGPU mode, capacity').set_defaults(snapshot=True)
     p = add('types', cmd_types, 'list the vGPU (mdev) types GPUs offer')
+    p.set_defaults(snapshot=True)
     p.add_argument('address', nargs='?', metavar='ADDRESS',
                    help='only this GPU (PCI address, e.g. 0000:af:00.0)')
     add('discover', cmd_discover, 'the Cyborg view: agent-driver report and '
-        'driver objects')
+        'driver objects').set_defaults(snapshot=True)
     placement = sub.add_parser('placement', help='the Placement provider '
                                'tree', description='The Placement provider '
                                'tree of this host.')
@@ -577,7 +598,7 @@ def build_parser():
     show = psub.add_parser('show', help='print the provider tree '
                            '(inventories and traits)')
     show.add_argument('--json', action='store_true', help='print JSON')
-    show.set_defaults(func=cmd_placement_show)
+    show.set_defaults(func=cmd_placement_show, snapshot=True)
     sync = psub.add_parser(
         'sync', help='make Placement match this host once',
         description='Create or update this host\'s providers in Placement '

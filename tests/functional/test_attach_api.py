@@ -250,8 +250,8 @@ def test_detach_live_after_the_driver_removed_the_vgpu(world):
     # is done, and the lease is freed.
     dom = world.domain('vm1')
     done = world.call(api.attach, 'vm1', vgpu_type='nvidia-223', live=True)
-    world.sysfs.model.remove(done.uuid)
-    assert done.uuid not in world.sysfs.model.mdevs()
+    world.sysfs.kernel.remove(done.uuid)
+    assert done.uuid not in world.sysfs.kernel.mdevs()
     out = world.call(api.detach, 'vm1', uuid=done.uuid, live=True)
     assert out.note is None
     assert world.mdev_hostdevs(dom) == [] and world.meta(dom).empty

@@ -1,0 +1,226 @@
+"""The CLI's settings snapshot: the configuration's values without
+importing oslo.config.
+
+Importing oslo.config costs a read-only command more than the command
+itself (``libvirt-gpu list`` on a large host).  So once oslo.config has
+read and validated a configuration file (``libvirt_gpu.conf.load``: every
+option read once), the values of every option are written to a snapshot;
+a later command that only reads values (``list``, ``types``, ``discover``,
+``placement show``) takes them from it when the snapshot still describes
+the same inputs:
+
+- the file: its path, ``(dev, inode, size, mtime_ns, ctime_ns)`` and the
+  SHA-256 of its bytes (so a change within one timestamp tick is seen
+  too); a missing file (or ``/dev/null``) is its own key;
+- the options registered: size and mtime of the modules that declare them
+  (``libvirt_gpu/conf/*.py``), so an upgrade that adds one is seen;
+- the host name (the default of ``[DEFAULT]/host``; ``uname``'s node
+  name, which is what ``socket.gethostname`` returns on Linux).
+
+oslo.config reads no environment variables here (``use_env=False``), so
+none are part of the key.  A file that fails validation never gets a
+snapshot; a snapshot that does not match is ignored and rewritten by the
+next command that reads the file through oslo.config (which pays the
+import once).
+
+The snapshot lives in ``$LIBVIRT_GPU_CACHE_DIR`` when set (empty: no
+snapshot), else ``/var/cache/libvirt-gpu`` for root and
+``$XDG_CACHE_HOME/libvirt-gpu`` (``~/.cache/libvirt-gpu``) for other
+users.  It is used only when it is a regular file owned by this user and
+writable by no one else; a directory that cannot be written means no
+snapshot, never an error.
+"""
+
+import hashlib
+import json
+import os
+import stat
+import zlib
+
+from libvirt_gpu import conffile
+from libvirt_gpu import fileutil
+
+CACHE_ENV = 'LIBVIRT_GPU_CACHE_DIR'
+ROOT_CACHE_DIR = '/var/cache/libvirt-gpu'
+SNAPSHOT_VERSION = 1
+_MAX_SNAPSHOT_BYTES = 1024 * 1024
+_CONF_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             'conf')
+
+
+class Values(object):
+    """Option values read like a ConfigOpts: ``values.sysfs_root``,
+    ``values.gpu.nvml``, ``values['vgpu_nvidia-223'].max_instances``."""
+
+    def __init__(self, options, groups=None):
+        self._options = options
+        self._groups = {name: Values(opts)
+                        for name, opts in (groups or {}).items()}
+
+    def __getitem__(self, name):
+        if name in self._groups:
+            return self._groups[name]
+        return self._options[name]
+
+    def __getattr__(self, name):
+        if name.startswith('_'):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError('no option or group %r' % name)
+
+
+def cache_dir(environ=None):
+    """Where snapshots live (None: nowhere)."""
+    environ = os.environ if environ is None else environ
+    if CACHE_ENV in environ:
+        return environ[CACHE_ENV] or None
+    if os.geteuid() == 0:
+        return ROOT_CACHE_DIR
+    base = environ.get('XDG_CACHE_HOME') or os.path.join(
+        os.path.expanduser('~'), '.cache')
+    return os.path.join(base, 'libvirt-gpu')
+
+
+def snapshot_path(directory, path):
+    """One snapshot per configuration path (the path is in the key too)."""
+    return os.path.join(directory, 'conf-%08x.json'
+                        % zlib.crc32(os.fsencode(path)))
+
+
+def _file_key(path, present):
+    if not present:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with os.fdopen(os.dup(fd), 'rb') as f:
+            data = f.read(conffile.MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+            st.st_ctime_ns, hashlib.sha256(data).hexdigest()]
+
+
+def _options_key():
+    """The modules that declare the options: an upgrade changes them."""
+    key = {}
+    for name in sorted(os.listdir(_CONF_PACKAGE)):
+        if name.endswith('.py'):
+            st = os.stat(os.path.join(_CONF_PACKAGE, name))
+            key[name] = [st.st_size, st.st_mtime_ns]
+    return key
+
+
+def key(path, present):
+    """What the snapshot of ``path`` must match (``present``: whether the
+    file is read, ``conffile.check_config_file``)."""
+    return {'version': SNAPSHOT_VERSION, 'config_file': path,
+            'file': _file_key(path, present), 'options': _options_key(),
+            'hostname': os.uname().nodename}
+
+
+def _plain(value):
+    """Whether ``value`` survives JSON unchanged (str, int, bool, None,
+    float, lists and dicts of them)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v)
+                   for k, v in value.items())
+    return False
+
+
+def values_of(conf):
+    """``(options, groups)`` of a loaded ConfigOpts, or None when a value
+    would not survive JSON (then no snapshot is written)."""
+    from oslo_config import cfg
+    options, groups = {}, {}
+    for name in conf:
+        item = conf[name]
+        if isinstance(item, cfg.ConfigOpts.GroupAttr):
+            groups[name] = {opt: item[opt] for opt in item}
+        else:
+            options[name] = item
+    if not _plain(options) or not _plain(groups):
+        return None
+    return options, groups
+
+
+def read(path, present, environ=None):
+    """The snapshot's Values for ``path``, or None when there is none that
+    matches."""
+    directory = cache_dir(environ)
+    if directory is None:
+        return None
+    try:
+        fd = os.open(snapshot_path(directory, path),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or
+                st.st_mode & 0o022 or st.st_size > _MAX_SNAPSHOT_BYTES):
+            return None
+        with os.fdopen(os.dup(fd), 'rb') as f:
+            data = json.loads(f.read(_MAX_SNAPSHOT_BYTES + 1))
+        expected = key(path, present)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or data.get('key') != expected:
+        return None
+    options, groups = data.get('options'), data.get('groups')
+    if not isinstance(options, dict) or not isinstance(groups, dict) or \
+            not all(isinstance(g, dict) for g in groups.values()):
+        return None
+    return Values(options, groups)
+
+
+def write(path, snapshot_key, conf, environ=None):
+    """Write the snapshot of ``conf`` (read from ``path``) under
+    ``snapshot_key``, taken before the file was read.  Quietly nothing
+    when the cache directory cannot be written."""
+    directory = cache_dir(environ)
+    values = values_of(conf)
+    if directory is None or values is None:
+        return False
+    document = {'key': snapshot_key, 'options': values[0],
+                'groups': values[1]}
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fileutil.write_atomic(snapshot_path(directory, path),
+                              json.dumps(document, sort_keys=True),
+                              mode=0o600)
+    except OSError:
+        return False
+    return True
+
+
+def load(config_file=None, environ=None):
+    """The configuration's values: from the snapshot when it matches,
+    else through ``libvirt_gpu.conf.load`` (a ConfigOpts, which is then
+    snapshotted).  The file checks of ``conffile`` apply either way."""
+    path, required = conffile.config_path(config_file, environ)
+    present = conffile.check_config_file(path, required)
+    values = read(path, present)
+    if values is not None:
+        conffile.check_state_dir(values.state_dir, path)
+        return values
+    try:
+        snapshot_key = key(path, present)
+    except OSError:
+        snapshot_key = None
+    from libvirt_gpu import conf as conf_mod
+    conf = conf_mod.load(config_file, environ)
+    if snapshot_key is not None:
+        write(path, snapshot_key, conf)
+    return conf
