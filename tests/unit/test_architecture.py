@@ -62,9 +62,9 @@ ONLY = {
 LEVELS = (
     ('exception',), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil'),
-    ('xmlutil',), ('pci_classes', 'pciids'), ('sysfs',), ('nodedev',),
+    ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'), ('sysfs',), ('nodedev',),
     ('config_xml',), ('metadata',), ('host', 'guest'), ('nvml',),
-    ('discovery',), ('conf',), ('backends',), ('state',), ('allocator',),
+    ('discovery',), ('conf', 'confcache'), ('backends',), ('state',), ('allocator',),
     ('placement',), ('environment',), ('api',), ('hook',), ('reconcile',),
     ('restore',), ('agent',), ('simulator',), ('cmd',),
 )
