@@ -62,11 +62,12 @@ ONLY = {
 LEVELS = (
     ('exception',), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil'),
-    ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'), ('sysfs',), ('nodedev',),
-    ('config_xml',), ('metadata',), ('host', 'guest'), ('nvml',),
-    ('discovery',), ('conf', 'confcache'), ('backends',), ('state',), ('allocator',),
-    ('placement',), ('environment',), ('api',), ('hook',), ('reconcile',),
-    ('restore',), ('agent',), ('simulator',), ('cmd',),
+    ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
+    ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
+    ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
+    ('backends',), ('state',), ('allocator',), ('placement',),
+    ('environment',), ('api',), ('hook',), ('reconcile',), ('restore',),
+    ('agent',), ('simulator',), ('cmd',),
 )
 # discovery completes the types of VFs with NVIDIA's vendor interface from
 # that kind's table of types per GPU model (inside a function).
