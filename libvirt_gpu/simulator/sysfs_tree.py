@@ -155,6 +155,15 @@ def _write(path, text, mode=READ_WRITE):
         os.close(fd)
 
 
+def _replace(path, text, mode=READ_ONLY):
+    """Rewrite the attribute ``path`` as one step (a temp file renamed over
+    it), so that a reader never sees it empty or half written: a kernel
+    attribute is computed whole on each read."""
+    tmp = '%s.%d.tmp' % (path, os.getpid())
+    _write(tmp, text, mode)
+    os.replace(tmp, path)
+
+
 def _umask():
     mask = os.umask(0o022)
     os.umask(mask)
@@ -353,22 +362,22 @@ def refresh_vendor_vf(root, reldir, dev, profile):
     """Rewrite a VF's ``creatable_vgpu_types`` from the GPU's state."""
     types = capacity.creatable_vgpu_types(
         dev, profile.gpu_current_types(dev))
-    _write(os.path.join(root, reldir, 'nvidia', 'creatable_vgpu_types'),
-           creatable_text(types), READ_ONLY)
+    _replace(os.path.join(root, reldir, 'nvidia', 'creatable_vgpu_types'),
+             creatable_text(types), READ_ONLY)
 
 
 def write_available(root, parent_reldir, type_id, count):
     """Rewrite ``<parent>/mdev_supported_types/<type>/available_instances``.
     """
-    _write(os.path.join(root, parent_reldir, 'mdev_supported_types',
-                        type_id, 'available_instances'),
-           '%d\n' % count, READ_ONLY)
+    _replace(os.path.join(root, parent_reldir, 'mdev_supported_types',
+                          type_id, 'available_instances'),
+             '%d\n' % count, READ_ONLY)
 
 
 def write_creatable(root, vf_reldir, types):
     """Rewrite ``<VF>/nvidia/creatable_vgpu_types`` listing ``types``."""
-    _write(os.path.join(root, vf_reldir, 'nvidia', 'creatable_vgpu_types'),
-           creatable_text(types), READ_ONLY)
+    _replace(os.path.join(root, vf_reldir, 'nvidia', 'creatable_vgpu_types'),
+             creatable_text(types), READ_ONLY)
 
 
 def write_current_vgpu_type(root, vf_reldir, number):
