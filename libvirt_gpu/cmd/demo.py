@@ -51,7 +51,7 @@ def main():
             code = cli.main(base + argv)
             if code:
                 return code
-        print('\nScripts: add --json to any command. '
+        print('\nScripts: add --json to any command that prints a result. '
               'Try: libvirt-gpu simulate --list')
     return 0
 
