@@ -84,7 +84,8 @@ def base_mounts(conf):
         os.makedirs(d, exist_ok=True)
     sh('mount', '-t', 'devpts', 'devpts', '/dev/pts')
     sh('mount', '-t', 'tmpfs', 'tmpfs', '/dev/shm')
-    sh('mount', '-t', 'tmpfs', 'tmpfs', '/tmp')
+    # No tmpfs on /tmp: the root is already a writable overlay, and the
+    # checkout (with .cache/) may itself live under /tmp (a CI clone).
     # devtmpfs lacks these links (udev/systemd make them); mdevctl reads
     # /dev/stdin.
     for name, target in (('fd', '/proc/self/fd'),
