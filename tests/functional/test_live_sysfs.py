@@ -28,6 +28,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import uevent
+from tests.doubles import trees
 from tests.functional import live_sysfs as ls
 
 
@@ -101,27 +102,7 @@ def write_errno(live, path, data):
 
 # --- layout ------------------------------------------------------------------
 
-def snapshot(root, skip=('config',)):
-    """``{relative path: what it is}`` of a whole tree (links not
-    followed); write-only files are compared by mode only."""
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            if name in skip:
-                continue
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                found[rel] = ('link', os.readlink(path))
-            elif os.path.isdir(path):
-                found[rel] = ('dir',)
-            elif st.st_mode & 0o444:
-                with open(path, 'rb') as f:
-                    found[rel] = ('file', st.st_mode & 0o777, f.read())
-            else:
-                found[rel] = ('file', st.st_mode & 0o777)
-    return found
+snapshot = trees.snapshot
 
 
 def static_tree(tmp_path, extra_mdevs=()):
