@@ -6,7 +6,6 @@ processes; their timeout detects a hang, it is no speed claim.
 
 import os
 import resource
-import signal
 import site
 import socket
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu import hook
+from tests.doubles import hang
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -73,25 +73,12 @@ def _memory_limit():
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
 
-class Hung(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
 def hang_detector():
     """A read of a FIFO in this process would block for ever: SIGALRM
     fails the test instead of stopping the suite."""
-    limit = HANG * 5
-
-    def hung(signum, frame):
-        raise Hung('still running after %d s: hung' % limit)
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(limit)
-    try:
+    with hang.alarm(HANG * 5):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(params=sorted(CASES))
@@ -188,3 +175,12 @@ def test_dev_null_is_an_empty_configuration():
     it reads as empty, while every other device is refused."""
     conf = conf_mod.load(os.devnull)
     assert conf.gpu.enabled_vgpu_types == []
+
+
+def test_the_hang_detector_fires(tmp_path):
+    """The detector these tests rely on turns a blocked read into Hung."""
+    fifo = str(tmp_path / 'fifo')
+    os.mkfifo(fifo)
+    with pytest.raises(hang.Hung):
+        with hang.alarm(1):
+            open(fifo).read()     # no writer: blocks until the alarm

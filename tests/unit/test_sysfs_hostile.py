@@ -18,7 +18,6 @@ blocks a reader forever, ``/dev/zero`` never ends); it is no speed claim.
 import dataclasses
 import os
 import shutil
-import signal
 import site
 import socket
 import stat
@@ -32,6 +31,7 @@ from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import hook
 from libvirt_gpu import sysfs as sysfs_mod
+from tests.doubles import hang
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 
@@ -208,26 +208,13 @@ CASES = [
 IDS = [c.name for c in CASES]
 
 
-class Hung(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
 def hang_detector():
     """In-process reads get a hang detector too: SIGALRM interrupts a
     blocked read (a FIFO) and fails the test instead of stopping the
     suite.  Generous: a test runs up to ten processes."""
-    limit = HANG * 5
-
-    def hung(signum, frame):
-        raise Hung('still running after %d s: hung' % limit)
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(limit)
-    try:
+    with hang.alarm(HANG * 5):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
