@@ -1,7 +1,6 @@
-"""Domain XML for the file-backed ``fake_libvirt``: the same tiny guest
-``tests/functional/libvirtd.py`` starts under a real daemon (that file
-runs as a script of its own as well, so it keeps its own copy, with the
-domain type chosen for the host)."""
+"""The tiny guest's domain XML: for the file-backed ``fake_libvirt``, and
+(through ``tests/functional/libvirtd.tiny_domain_xml``, which chooses the
+domain type for the host) for a real daemon."""
 
 import uuid as uuidlib
 

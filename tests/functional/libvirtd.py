@@ -61,7 +61,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid as uuidlib
 
 LIBVIRTD = '/usr/sbin/libvirtd'
 QEMU = '/usr/bin/qemu-system-x86_64'
@@ -108,43 +107,19 @@ class LibvirtDaemonError(Exception):
 
 def tiny_domain_xml(name, uuid=None, extra_devices='', metadata='',
                     memory_mib=64, domain_type=None, serial_log=None):
-    """XML of a tiny guest that starts in well under a second.
-
-    64 MiB, one vCPU, no disk, no network, no graphics, no video, no
-    balloon. ``extra_devices`` goes inside ``<devices>``; ``metadata`` inside
-    ``<metadata>``. ``domain_type`` defaults to ``kvm`` where ``/dev/kvm`` is
-    usable and ``qemu`` (TCG) otherwise. ``serial_log``: a file path for a
-    serial port (none by default).
-    """
-    if uuid is None:
-        uuid = str(uuidlib.uuid4())
+    """XML of a tiny guest that starts in well under a second
+    (``tests/doubles/domains.py`` holds the one template).  ``domain_type``
+    defaults to ``kvm`` where ``/dev/kvm`` is usable and ``qemu`` (TCG)
+    otherwise."""
+    # Imported here: this file also runs as a script (--holder), where the
+    # tests package is not importable and no domain XML is made.
+    from tests.doubles import domains
     if domain_type is None:
         domain_type = 'kvm' if kvm_usable() else 'qemu'
-    serial = ''
-    if serial_log:
-        serial = ("<serial type='file'><source path='%s'/>"
-                  "<target port='0'/></serial>" % serial_log)
-    meta = '<metadata>%s</metadata>' % metadata if metadata else ''
-    return f'''<domain type='{domain_type}'>
-  <name>{name}</name>
-  <uuid>{uuid}</uuid>
-  {meta}
-  <memory unit='MiB'>{memory_mib}</memory>
-  <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type></os>
-  <on_poweroff>destroy</on_poweroff>
-  <on_reboot>restart</on_reboot>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <emulator>{QEMU}</emulator>
-    <controller type='usb' model='none'/>
-    <video><model type='none'/></video>
-    <memballoon model='none'/>
-    {serial}
-    {extra_devices}
-  </devices>
-</domain>
-'''
+    return domains.tiny_domain_xml(
+        name, uuid=uuid, extra_devices=extra_devices, metadata=metadata,
+        memory_mib=memory_mib, domain_type=domain_type,
+        serial_log=serial_log, emulator=QEMU)
 
 
 def mdev_hostdev_xml(mdev_uuid):
