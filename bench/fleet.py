@@ -26,7 +26,6 @@ tree per host name (every GPU offers its first vGPU type).
 
 import argparse
 import concurrent.futures
-import dataclasses
 import os
 import statistics
 import sys
@@ -40,6 +39,7 @@ from libvirt_gpu import discovery  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
 from libvirt_gpu import simulator  # noqa: E402
 from libvirt_gpu import sysfs as sysfs_mod  # noqa: E402
+from libvirt_gpu import records  # noqa: E402
 from libvirt_gpu.placement import model  # noqa: E402
 from libvirt_gpu.placement import sync  # noqa: E402
 from tests.functional import placement_server  # noqa: E402
@@ -47,7 +47,7 @@ from tests.functional import placement_server  # noqa: E402
 GPUS_PER_HOST = 8
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Phase:
     name: str
     hosts: int

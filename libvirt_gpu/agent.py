@@ -11,6 +11,8 @@ for that. A bad configuration (no Placement endpoint or auth) is fatal at
 start. SIGTERM or SIGINT stops it between two cycles (or during a wait).
 """
 
+from __future__ import annotations
+
 import logging
 import random
 import signal

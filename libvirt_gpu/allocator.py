@@ -38,18 +38,19 @@ another vGPU (``reserved_parents``) and can take the type now: the
 lease's ``parent`` is that VF (one vGPU per VF).
 """
 
-import dataclasses
-import typing
+
+from __future__ import annotations
 
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import registry
 from libvirt_gpu import capacity
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 from libvirt_gpu import state
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VgpuClaim:
     """One vGPU a domain asks for.
 
@@ -60,11 +61,11 @@ class VgpuClaim:
 
     uuid: str
     type_id: str
-    parent: typing.Optional[objects.PciAddress] = None
+    parent: objects.PciAddress | None = None
     managed: bool = True
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Grant:
     """A claim with its GPU chosen.
 
@@ -75,7 +76,7 @@ class Grant:
 
     device: base.VgpuDevice
     existed: bool
-    lease: typing.Optional[state.Lease]
+    lease: state.Lease | None
 
 
 class Allocator(object):

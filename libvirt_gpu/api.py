@@ -35,9 +35,9 @@ Configuration (``conf``) defaults to ``conf.load()``: the file named by
 ``$LIBVIRT_GPU_CONFIG`` or ``/etc/libvirt-gpu/libvirt-gpu.conf``.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import time
-import typing
 import uuid as uuidlib
 
 from libvirt_gpu import allocator as allocator_mod
@@ -47,6 +47,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import guest as guest_mod
 from libvirt_gpu import metadata
 from libvirt_gpu import objects
+from libvirt_gpu import records
 from libvirt_gpu import state
 
 VGPU = 'vgpu'
@@ -56,7 +57,7 @@ PGPU = 'pgpu'
 DETACH_WAIT = 10.0
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Attachment:
     """What attach/detach did."""
 
@@ -65,27 +66,27 @@ class Attachment:
     kind: str                                  # 'vgpu' or 'pgpu'
     live: bool
     config: bool
-    uuid: typing.Optional[str] = None          # vGPU
-    type_id: typing.Optional[str] = None       # vGPU
-    parent: typing.Optional[objects.PciAddress] = None   # vGPU, when known
-    address: typing.Optional[objects.PciAddress] = None  # pGPU
-    note: typing.Optional[str] = None          # e.g. removal left to hook
+    uuid: str | None = None          # vGPU
+    type_id: str | None = None       # vGPU
+    parent: objects.PciAddress | None = None   # vGPU, when known
+    address: objects.PciAddress | None = None  # pGPU
+    note: str | None = None          # e.g. removal left to hook
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VgpuState:
     """One vGPU of a domain as found now."""
 
     uuid: str
-    type_id: typing.Optional[str]       # None: an mdev hostdev not ours
-    parent: typing.Optional[objects.PciAddress]
+    type_id: str | None       # None: an mdev hostdev not ours
+    parent: objects.PciAddress | None
     in_metadata: bool
     in_devices: bool
     exists: bool
-    leased: typing.Optional[str]        # lease state, None: no lease
+    leased: str | None        # lease state, None: no lease
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class DomainGpus:
     """What a domain holds (``list_devices``)."""
 
@@ -93,8 +94,8 @@ class DomainGpus:
     domain_name: str
     active: bool
     inactive_xml: bool                  # read from the persistent config
-    vgpus: typing.Tuple[VgpuState, ...]
-    pgpus: typing.Tuple[objects.PciAddress, ...]
+    vgpus: tuple[VgpuState, ...]
+    pgpus: tuple[objects.PciAddress, ...]
 
 
 def _environment(conn, conf, sysfs, env):

@@ -30,14 +30,15 @@ Templates (``templates/``, installed to ``share/libvirt-gpu/templates``):
     </device>
 """
 
-import dataclasses
+from __future__ import annotations
+
 import os
 import string
 import sys
-import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 PCI_HOSTDEV = 'hostdev-pci.xml'
 MDEV_HOSTDEV = 'hostdev-mdev.xml'
@@ -134,7 +135,7 @@ def mdev_nodedev(parent, type_id, uuid):
 
 # --- reading domain XML ----------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class DomainDevices:
     """Who a domain is and which host devices it names.
 
@@ -151,8 +152,8 @@ class DomainDevices:
 
     uuid: str
     name: str
-    mdev_uuids: typing.Tuple[str, ...] = ()
-    pci_addresses: typing.Tuple[objects.PciAddress, ...] = ()
+    mdev_uuids: tuple[str, ...] = ()
+    pci_addresses: tuple[objects.PciAddress, ...] = ()
     # <numatune><memory nodeset='1'/></numatune>, <vcpu cpuset='16-31'>
     pinning: objects.NumaPinning = objects.UNPINNED
 
@@ -184,7 +185,8 @@ def _pci_source(address):
 
 
 def read_domain(root):
-    """``DomainDevices`` of a parsed ``<domain>`` (lxml element)."""
+    """``DomainDevices`` of a parsed ``<domain>`` (an ElementTree element,
+    ``xmlutil.parse``)."""
     if root.tag != 'domain':
         raise exception.InvalidXml(reason='root element is <%s>, not '
                                           '<domain>' % str(root.tag)[:40])

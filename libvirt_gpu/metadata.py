@@ -18,12 +18,13 @@ value that is not a UUID / type id / PCI address is refused with the reason,
 because the hook acts on this and must never act on a guess.
 """
 
-import dataclasses
-import typing
+
+from __future__ import annotations
 
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 NAMESPACE = 'urn:libvirt-gpu:1'
 # The prefix libvirt writes when we call setMetadata(key=PREFIX).
@@ -34,31 +35,31 @@ _VGPU_ATTRS = {'uuid', 'type', 'parent'}
 _PGPU_ATTRS = {'address', 'companions'}
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VgpuEntry:
     """``<gpu:vgpu uuid=... type=... [parent=...]/>``"""
 
     uuid: str
     type_id: str
-    parent: typing.Optional[objects.PciAddress] = None
+    parent: objects.PciAddress | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class PgpuEntry:
     """``<gpu:pgpu address=... companions=.../>``: a whole GPU and the
     functions of its IOMMU group handed over with it (its HDMI audio),
     comma-separated, so that a detach takes them all back."""
 
     address: objects.PciAddress
-    companions: typing.Tuple[objects.PciAddress, ...] = ()
+    companions: tuple[objects.PciAddress, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class GpuMetadata:
     """Everything in one domain's ``<gpu:gpus>`` element."""
 
-    vgpus: typing.Tuple[VgpuEntry, ...] = ()
-    pgpus: typing.Tuple[PgpuEntry, ...] = ()
+    vgpus: tuple[VgpuEntry, ...] = ()
+    pgpus: tuple[PgpuEntry, ...] = ()
 
     @property
     def empty(self):
@@ -82,22 +83,22 @@ class GpuMetadata:
         if self.vgpu(entry.uuid) is not None:
             raise exception.MetadataError(
                 reason='vGPU %s is listed already' % entry.uuid)
-        return dataclasses.replace(self, vgpus=self.vgpus + (entry,))
+        return records.replace(self, vgpus=self.vgpus + (entry,))
 
     def without_vgpu(self, uuid):
         uuid = objects.validate_uuid(uuid)
-        return dataclasses.replace(
+        return records.replace(
             self, vgpus=tuple(e for e in self.vgpus if e.uuid != uuid))
 
     def with_pgpu(self, entry):
         if self.pgpu(entry.address) is not None:
             raise exception.MetadataError(
                 reason='GPU %s is listed already' % entry.address)
-        return dataclasses.replace(self, pgpus=self.pgpus + (entry,))
+        return records.replace(self, pgpus=self.pgpus + (entry,))
 
     def without_pgpu(self, address):
         address = objects.PciAddress.parse(address)
-        return dataclasses.replace(
+        return records.replace(
             self, pgpus=tuple(e for e in self.pgpus if e.address != address))
 
 
@@ -136,7 +137,8 @@ def _once(seen, key, what):
 
 
 def parse_element(gpus):
-    """``GpuMetadata`` of one ``<gpu:gpus>`` element (lxml)."""
+    """``GpuMetadata`` of one ``<gpu:gpus>`` element (ElementTree,
+    ``xmlutil.parse``)."""
     vgpus = []
     pgpus = []
     seen_uuids = set()

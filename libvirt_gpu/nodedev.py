@@ -33,15 +33,16 @@ An mdev node device::
     </device>
 """
 
-import dataclasses
-import typing
+
+from __future__ import annotations
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 from libvirt_gpu import xmlutil
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class MdevNode:
     """An mdev node device as libvirt describes it.
 
@@ -50,7 +51,7 @@ class MdevNode:
     """
 
     name: str
-    parent: typing.Optional[objects.PciAddress]
+    parent: objects.PciAddress | None
     mdev: objects.Mdev
 
 

@@ -1,14 +1,16 @@
 """Plain records passed between the layers.
 
-Frozen dataclasses, no I/O and no policy: ``sysfs`` and ``nodedev`` build
-them, ``discovery`` returns them, ``placement`` and the CLI read them.
+Frozen records (``records.record``), no I/O and no policy: ``sysfs`` and
+``nodedev`` build them, ``discovery`` returns them, ``placement`` and the
+CLI read them.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import re
-import typing
 
 from libvirt_gpu import exception
+from libvirt_gpu import records
 
 # Patterns, not compiled objects: ``re`` compiles one when it is first used
 # (and keeps it), so a process such as the qemu hook pays only for those it
@@ -24,7 +26,7 @@ _HEX_ID_RE = r'(?:0x)?([0-9a-fA-F]{4})'
 _DESC_PAIR_RE = r'([a-z_]+)=([^,\s]+)'
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@records.record(order=True)
 class PciAddress:
     """A PCI address, e.g. ``0000:af:00.0``."""
 
@@ -97,20 +99,20 @@ def parse_description(description):
     return dict(re.findall(_DESC_PAIR_RE, description))
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class MdevType:
     """One entry of a parent's ``mdev_supported_types``."""
 
     id: str
-    name: typing.Optional[str]
-    description: typing.Optional[str]
+    name: str | None
+    description: str | None
     device_api: str
     available_instances: int
     # NVIDIA's published per-GPU maximum of this type, for types whose
     # interface has no description to carry ``max_instance`` (the vGPU 17+
     # vendor interface); filled by discovery from NVML or, by the type's
     # name, the vendor backend's table.  None: unknown.
-    published_max: typing.Optional[int] = None
+    published_max: int | None = None
 
     @property
     def max_instance(self):
@@ -122,7 +124,7 @@ class MdevType:
         return self.published_max
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@records.record(order=True)
 class Mdev:
     """An existing mediated device."""
 
@@ -130,7 +132,7 @@ class Mdev:
     type_id: str
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@records.record(order=True)
 class IommuMember:
     """One PCI function of a GPU's IOMMU group (the GPU itself included).
 
@@ -142,18 +144,18 @@ class IommuMember:
     """
 
     address: PciAddress
-    vendor_id: typing.Optional[str]
-    product_id: typing.Optional[str]
-    class_code: typing.Optional[str]
-    driver: typing.Optional[str]
+    vendor_id: str | None
+    product_id: str | None
+    class_code: str | None
+    driver: str | None
     companion: bool = False
     host_uses: bool = False
     # What kind of host device it is ('network controller'), set with
     # ``host_uses`` for messages.
-    host_class: typing.Optional[str] = None
+    host_class: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class NvmlVgpuType:
     """A vGPU type as NVML names it on a vGPU host."""
 
@@ -164,18 +166,18 @@ class NvmlVgpuType:
     creatable: bool                # in nvmlDeviceGetCreatableVgpus now
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class NvmlGpu:
     """What NVML says about one GPU (None: NVML did not answer that)."""
 
-    name: typing.Optional[str]                  # 'NVIDIA H100 80GB HBM3'
-    memory_total_mib: typing.Optional[int]
-    virtualization_mode: typing.Optional[str]   # 'passthrough', 'vgpu_host'
-    mig_enabled: typing.Optional[bool]
-    vgpu_types: typing.Tuple[NvmlVgpuType, ...] = ()
+    name: str | None                  # 'NVIDIA H100 80GB HBM3'
+    memory_total_mib: int | None
+    virtualization_mode: str | None   # 'passthrough', 'vgpu_host'
+    mig_enabled: bool | None
+    vgpu_types: tuple[NvmlVgpuType, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Gpu:
     """A PCI display controller (class 0x03xxxx) as discovery saw it."""
 
@@ -183,35 +185,35 @@ class Gpu:
     vendor_id: str                 # '10de'
     product_id: str                # '1eb8'
     class_code: str                # '0x030200'
-    driver: typing.Optional[str]   # 'nvidia', 'vfio-pci', None
-    numa_node: typing.Optional[int]
-    iommu_group: typing.Optional[int]
-    vendor_name: typing.Optional[str] = None    # libvirt only
-    product_name: typing.Optional[str] = None   # libvirt only
-    physfn: typing.Optional[PciAddress] = None  # set on an SR-IOV VF
-    virtfns: typing.Tuple[PciAddress, ...] = ()  # set on an SR-IOV PF
-    mdev_types: typing.Tuple[MdevType, ...] = ()
-    mdevs: typing.Tuple[Mdev, ...] = ()
+    driver: str | None   # 'nvidia', 'vfio-pci', None
+    numa_node: int | None
+    iommu_group: int | None
+    vendor_name: str | None = None    # libvirt only
+    product_name: str | None = None   # libvirt only
+    physfn: PciAddress | None = None  # set on an SR-IOV VF
+    virtfns: tuple[PciAddress, ...] = ()  # set on an SR-IOV PF
+    mdev_types: tuple[MdevType, ...] = ()
+    mdevs: tuple[Mdev, ...] = ()
     # NVIDIA vGPU 17+ vendor interface of an SR-IOV VF (``<VF>/nvidia/``),
     # None when the function has none.  sysfs-only knowledge (libvirt's
     # node devices do not show it), so, like a type's description, it is
     # left out of equality: a libvirt-only view compares equal to a sysfs
     # view.  tests/unit/test_sriov.py compares it explicitly.
-    vendor_vf: typing.Optional['VendorVf'] = dataclasses.field(
+    vendor_vf: VendorVf | None = records.field(
         default=None, compare=False)
     # On an SR-IOV PF: the Gpu records of its enabled VFs (the same records
     # discovery lists on their own), so that one physical GPU can be judged
     # as a whole.  Derived from ``virtfns``; not compared.
-    vf_gpus: typing.Tuple['Gpu', ...] = dataclasses.field(
+    vf_gpus: tuple[Gpu, ...] = records.field(
         default=(), compare=False, repr=False)
     # Every function of the GPU's IOMMU group (empty without a group).
-    iommu_members: typing.Tuple[IommuMember, ...] = ()
+    iommu_members: tuple[IommuMember, ...] = ()
     # ``local_cpulist`` of the GPU (``0-15``): the CPUs of its NUMA node.
     # sysfs only (libvirt does not report it); not compared.
-    local_cpulist: typing.Optional[str] = dataclasses.field(
+    local_cpulist: str | None = records.field(
         default=None, compare=False)
     # What NVML adds where the driver provides it (``nvml``); not compared.
-    nvml: typing.Optional[NvmlGpu] = dataclasses.field(
+    nvml: NvmlGpu | None = records.field(
         default=None, compare=False, repr=False)
 
     def mdev_type(self, type_id):
@@ -325,7 +327,7 @@ def _richer(candidate, best):
     return score > (best.name is not None, best.max_instance is not None)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VendorVf:
     """NVIDIA's vGPU 17+ vendor interface of one SR-IOV VF::
 
@@ -338,8 +340,8 @@ class VendorVf:
     ``current``: the type of the vGPU the VF holds, or None.
     """
 
-    creatable: typing.Tuple[MdevType, ...] = ()
-    current: typing.Optional[MdevType] = None
+    creatable: tuple[MdevType, ...] = ()
+    current: MdevType | None = None
 
     @property
     def types(self):
@@ -349,12 +351,12 @@ class VendorVf:
         return self.creatable + (self.current,)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class DiscoveryResult:
     """GPUs found and the source that found them (``libvirt`` / ``sysfs``)."""
 
     source: str
-    gpus: typing.Tuple[Gpu, ...]
+    gpus: tuple[Gpu, ...]
 
     def gpu(self, address):
         address = PciAddress.parse(address)
@@ -364,13 +366,13 @@ class DiscoveryResult:
         raise exception.DeviceNotFound(address=address)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class EnabledType:
     """What configuration enables on one GPU (``[vgpu_<type>]`` resolved)."""
 
     type_id: str
     resource_class: str = 'VGPU'
-    max_instances: typing.Optional[int] = None
+    max_instances: int | None = None
 
 
 # --- NUMA ---------------------------------------------------------------
@@ -402,14 +404,14 @@ def parse_cpulist(text, what='cpulist'):
     return frozenset(chosen - excluded)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class NumaPinning:
     """Where a guest is pinned on the host: the NUMA nodes of its memory
     (``<numatune><memory nodeset=.../>``) and the CPUs of its vCPUs
     (``<vcpu cpuset=...>``); both empty for a guest pinned nowhere."""
 
-    nodes: typing.FrozenSet[int] = frozenset()
-    cpus: typing.FrozenSet[int] = frozenset()
+    nodes: frozenset[int] = frozenset()
+    cpus: frozenset[int] = frozenset()
 
     @property
     def pinned(self):

@@ -33,15 +33,16 @@ it meanwhile).  Removal happens outside the lock; the leases of what was
 removed are dropped at the end.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import os
 import threading
 import time
-import typing
 
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 from libvirt_gpu import state
 
 REMOVED = 'removed'
@@ -53,24 +54,24 @@ STUCK = 'stuck'
 CONFLICT = 'conflict'
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Finding:
     action: str          # one of the constants above
     what: str            # 'mdev', 'lease', 'mdev+lease', 'domain'
     uuid: str
     reason: str
-    parent: typing.Optional[objects.PciAddress] = None
-    type_id: typing.Optional[str] = None
-    domain_uuid: typing.Optional[str] = None
+    parent: objects.PciAddress | None = None
+    type_id: str | None = None
+    domain_uuid: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Report:
     """What ``reconcile`` found; the report shape of the CLI (``summary``,
     ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
 
     dry_run: bool
-    findings: typing.Tuple[Finding, ...]
+    findings: tuple[Finding, ...]
 
     COLUMNS = ('ACTION', 'WHAT', 'UUID', 'GPU', 'TYPE', 'REASON')
 
@@ -106,13 +107,13 @@ class Report:
              'reason': f.reason} for f in self.findings]}
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class DomainRefs:
     """Which mdev UUIDs the domains reference (hostdevs and metadata)."""
 
-    running: typing.Dict[str, typing.FrozenSet[str]]   # uuid -> domains
-    defined: typing.Dict[str, typing.FrozenSet[str]]   # uuid -> domains
-    unreadable: typing.Tuple[Finding, ...]
+    running: dict[str, frozenset[str]]   # uuid -> domains
+    defined: dict[str, frozenset[str]]   # uuid -> domains
+    unreadable: tuple[Finding, ...]
 
 
 def _uuids_of(guest, inactive):

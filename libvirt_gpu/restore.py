@@ -36,18 +36,19 @@ Every step is reported (``RestoreReport``): what changed, what was already
 right, what failed and why.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import logging
 import os
 import subprocess
 import time
-import typing
 
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 LOG = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ FAILED = 'failed'
 CHANGES = (ENABLED_VFS, CREATED, RESET, FORGOT)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Action:
     """One thing restore looked at."""
 
@@ -86,12 +87,12 @@ class Action:
                 'changed': self.changed}
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class RestoreReport:
     """What ``restore`` did; the report shape of the CLI (``summary``,
     ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
 
-    actions: typing.Tuple[Action, ...]
+    actions: tuple[Action, ...]
 
     COLUMNS = ('ACTION', 'WHAT', 'TARGET', 'DETAIL')
 

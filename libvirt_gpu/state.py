@@ -33,18 +33,19 @@ names that step (``attach:created``, or ``attach:created@2`` for its second
 occurrence).  Unset, it costs one dictionary lookup.
 """
 
+from __future__ import annotations
+
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import os
 import sqlite3
 import time
-import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 DB_NAME = 'leases.sqlite3'
 LOCK_NAME = 'leases.lock'
@@ -132,15 +133,15 @@ def _my_start():
     return _my_start_cache[pid]
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Lease:
     vgpu_uuid: str
-    domain_uuid: typing.Optional[str]
+    domain_uuid: str | None
     parent: objects.PciAddress
     type_id: str
     state: str
     pid: int
-    pid_start: typing.Optional[int]
+    pid_start: int | None
     created_at: float
     updated_at: float
 

@@ -8,13 +8,14 @@ hands it to the guest.  Backends hold no libvirt domain logic and no
 allocation policy (``allocator`` chooses, ``guest`` attaches).
 """
 
+from __future__ import annotations
+
 import abc
-import dataclasses
 import errno
-import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 # Answers that mean "not now" (the driver or libvirt is busy), never "no".
 TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
@@ -51,7 +52,7 @@ def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
     return retrying(func)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VgpuDevice:
     """A vGPU with every choice made: which UUID, on which GPU, which type."""
 
@@ -66,7 +67,7 @@ class VgpuDevice:
         objects.validate_type_id(self.type_id)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class PgpuDevice:
     """A whole GPU handed to one guest."""
 
@@ -77,7 +78,7 @@ class PgpuDevice:
                            objects.PciAddress.parse(self.address))
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VgpuDefinition:
     """A persistent vGPU: created at boot (``start='auto'``) or on demand
     (``'manual'``); an mdevctl definition, or a vendor-interface entry."""
@@ -86,7 +87,7 @@ class VgpuDefinition:
     parent: objects.PciAddress
     type_id: str
     start: str
-    attrs: typing.Tuple[typing.Tuple[str, str], ...] = ()
+    attrs: tuple[tuple[str, str], ...] = ()
 
 
 class DeviceBackend(abc.ABC):

@@ -47,21 +47,22 @@ tenacity is imported only then (the qemu hook pays for nothing it does not
 use).
 """
 
+from __future__ import annotations
+
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import json
 import os
 import re
 import time
-import typing
 
 from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 
 STATE_NAME = 'nvidia-vgpu.json'
@@ -80,7 +81,7 @@ _GONE_ERRNOS = (errno.ENODEV, errno.ENOENT)
 # ``creatable_vgpu_types`` lists only what is creatable now): a type the host
 # does not list is never added.
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class GpuModel:
     """A GPU model of the vendor interface, as NVIDIA documents it.
 
@@ -173,7 +174,7 @@ def complete_types(pf, vfs):
         nvml = by_nvml.get(mtype.id)
         name = mtype.name or names.get(mtype.id) or (
             nvml.name if nvml is not None else None)
-        return dataclasses.replace(
+        return records.replace(
             mtype, name=name,
             published_max=(nvml.max_instances if nvml is not None
                            and nvml.max_instances > 0
@@ -186,7 +187,7 @@ def complete_types(pf, vfs):
             state = objects.VendorVf(
                 creatable=tuple(complete(t) for t in state.creatable),
                 current=complete(state.current) if state.current else None)
-            vf = dataclasses.replace(vf, vendor_vf=state)
+            vf = records.replace(vf, vendor_vf=state)
         done.append(vf)
     return done
 
@@ -217,16 +218,16 @@ def vendor_vf_names(sysfs_root):
 
 # --- the state file ----------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VendorVgpu:
     """One of our vGPUs on the vendor interface (a state file entry)."""
 
     uuid: str
     vf: objects.PciAddress
-    gpu: typing.Optional[objects.PciAddress]
+    gpu: objects.PciAddress | None
     type_id: str
-    start: typing.Optional[str] = None       # None: transient
-    params: typing.Optional[str] = None      # vgpu_params to write
+    start: str | None = None       # None: transient
+    params: str | None = None      # vgpu_params to write
 
     @property
     def persistent(self):
@@ -661,7 +662,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
             entry = entries.get(uuid)
             if entry is None or not entry.persistent:
                 return False
-            entries[uuid] = dataclasses.replace(entry, start=None)
+            entries[uuid] = records.replace(entry, start=None)
         if self.lookup(uuid) is None:
             with self.state.locked() as entries:
                 entries.pop(uuid, None)

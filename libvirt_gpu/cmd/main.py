@@ -24,6 +24,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import nvml
 from libvirt_gpu import pci_classes
 from libvirt_gpu import pciids
+from libvirt_gpu import records
 from libvirt_gpu.cmd import output
 from libvirt_gpu.cmd import simulate_live
 from libvirt_gpu.cmd import term
@@ -180,7 +181,6 @@ def _gpu_types(gpu):
     GPU can still take (not one VF's 0 or 1)."""
     if gpu.is_vf or not gpu.vf_gpus:
         return gpu.vgpu_types if gpu.is_vf else gpu.offered_types()
-    import dataclasses
 
     from libvirt_gpu import objects
     from libvirt_gpu.placement import model
@@ -188,7 +188,7 @@ def _gpu_types(gpu):
     for mtype in gpu.offered_types():
         used = sum(f.used_type_ids.count(mtype.id) for f in gpu.functions)
         total = model.vgpu_total(gpu, objects.EnabledType(mtype.id))
-        shown.append(dataclasses.replace(
+        shown.append(records.replace(
             mtype, available_instances=max(0, total - used)))
     return tuple(shown)
 

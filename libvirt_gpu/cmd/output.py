@@ -17,11 +17,11 @@ Reports (``restore``, ``reconcile``, ``placement sync``) share one shape:
 (more lines) and ``to_json()``; ``emit_report`` prints any of them.
 """
 
-import dataclasses
 import json
 import sys
 
 from libvirt_gpu.cmd import term
+from libvirt_gpu import records
 
 
 # --- writers -----------------------------------------------------------------
@@ -201,7 +201,7 @@ def nvml_to_json(info):
         'memory_total_mib': info.memory_total_mib,
         'virtualization_mode': info.virtualization_mode,
         'mig_enabled': info.mig_enabled,
-        'vgpu_types': [dataclasses.asdict(t) for t in info.vgpu_types],
+        'vgpu_types': [records.asdict(t) for t in info.vgpu_types],
     }
 
 

@@ -2,7 +2,6 @@
 guest, and ``run``, the hook's edge (parse the input, then act on typed
 values)."""
 
-import dataclasses
 import os
 import sys
 
@@ -14,6 +13,7 @@ from libvirt_gpu import exception
 from libvirt_gpu.hook import log as log_mod
 from libvirt_gpu.hook import settings as settings_mod
 from libvirt_gpu import metadata
+from libvirt_gpu import records
 from libvirt_gpu import state
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu import xmlutil
@@ -31,7 +31,7 @@ RECONNECT_LISTED = 10
 MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY')
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Request:
     """The accepted input of one hook call."""
 

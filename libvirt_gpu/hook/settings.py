@@ -2,15 +2,16 @@
 configuration, rebuilt through oslo.config only when it is stale (see the
 package doc: oslo.config costs more to import than a whole ``prepare``)."""
 
-import dataclasses
+from __future__ import annotations
+
 import json
 import os
-import typing
 
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
+from libvirt_gpu import records
 from libvirt_gpu import sysfs as sysfs_mod
 
 DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
@@ -19,13 +20,13 @@ SETTINGS_VERSION = 2
 _MAX_SETTINGS_BYTES = 1024 * 1024
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class HookSettings:
     """What the hook needs from the configuration."""
 
     sysfs_root: str
     state_dir: str
-    enabled: typing.Dict[objects.PciAddress, objects.EnabledType]
+    enabled: dict[objects.PciAddress, objects.EnabledType]
 
     def enabled_types(self):
         return sorted({e.type_id for e in self.enabled.values()})

@@ -1,7 +1,7 @@
 """A small client of the OpenStack Placement API (over keystoneauth1).
 
 Only what the sync needs: providers, inventories, traits, allocations.
-Every call returns records (dataclasses) or raises a narrow error below.
+Every call returns records (``records.record``) or raises a narrow error below.
 
 Microversion: the first request asks ``GET /`` for the server's range and
 then every request carries ``OpenStack-API-Version: placement <v>`` with
@@ -19,8 +19,9 @@ Error bodies look like (microversion >= 1.23)::
                  "title": "Conflict", "detail": "..."}]}
 """
 
+from __future__ import annotations
+
 import collections
-import dataclasses
 import json
 import logging
 import re
@@ -37,6 +38,7 @@ import tenacity
 from libvirt_gpu.conf import placement as placement_conf
 from libvirt_gpu import exception
 from libvirt_gpu.placement import tree
+from libvirt_gpu import records
 
 LOG = logging.getLogger(__name__)
 
@@ -141,14 +143,14 @@ class InvalidTrait(PlacementError):
 # --------------------------------------------------------------------------
 # Records
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Provider:
     """One entry of ``GET /resource_providers``."""
 
     uuid: str
     name: str
     generation: int
-    parent_provider_uuid: typing.Optional[str]
+    parent_provider_uuid: str | None
     root_provider_uuid: str
 
     @classmethod
@@ -160,44 +162,44 @@ class Provider:
                                                body['uuid']))
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ProviderInventories:
     generation: int
-    inventories: typing.Tuple[tree.Inventory, ...]
+    inventories: tuple[tree.Inventory, ...]
 
     def to_api(self):
         return {inv.resource_class: inv.to_api() for inv in self.inventories}
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ProviderTraits:
     generation: int
-    traits: typing.FrozenSet[str]
+    traits: frozenset[str]
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ConsumerAllocation:
     consumer_uuid: str
-    resources: typing.Tuple[typing.Tuple[str, int], ...]   # (class, amount)
+    resources: tuple[tuple[str, int], ...]   # (class, amount)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ProviderAllocations:
     generation: int
-    consumers: typing.Tuple[ConsumerAllocation, ...]
+    consumers: tuple[ConsumerAllocation, ...]
 
     @property
     def in_use(self):
         return bool(self.consumers)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class PlannedRequest:
     """One request as it goes on the wire (body is the JSON payload)."""
 
     method: str
     url: str
-    body: typing.Optional[typing.Any] = None
+    body: object | None = None
 
     def __str__(self):
         if self.body is None:
@@ -206,11 +208,11 @@ class PlannedRequest:
                              json.dumps(self.body, sort_keys=True))
 
 
-@dataclasses.dataclass
+@records.record(frozen=False)
 class RequestStats:
     """Requests sent, by HTTP method (failed ones included)."""
 
-    by_method: typing.Counter = dataclasses.field(
+    by_method: typing.Counter = records.field(
         default_factory=collections.Counter)
 
     @property

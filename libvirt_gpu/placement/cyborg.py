@@ -11,49 +11,50 @@ as a VF, so its attach handles are ``PCI`` handles naming free VFs, while a
 classic mdev (on the GPU or on a VF) is an ``MDEV`` handle.
 """
 
-import dataclasses
-import typing
+
+from __future__ import annotations
 
 from libvirt_gpu import objects
 from libvirt_gpu.placement import model
 from libvirt_gpu.placement import traits as traits_mod
+from libvirt_gpu import records
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ControlPathID:
     cpid_type: str
-    cpid_info: typing.Dict[str, str]
+    cpid_info: dict[str, str]
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class AttachHandle:
     attach_type: str            # 'PCI' for a pGPU, 'MDEV' for a vGPU
-    attach_info: typing.Dict[str, str]
+    attach_info: dict[str, str]
     in_use: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Attribute:
     key: str
     value: str
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Deployable:
     name: str
     num_accelerators: int
-    attributes: typing.Tuple[Attribute, ...]
-    attach_handles: typing.Tuple[AttachHandle, ...]
+    attributes: tuple[Attribute, ...]
+    attach_handles: tuple[AttachHandle, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Device:
     vendor: str
     model: str
     type: str
-    std_board_info: typing.Dict[str, str]
+    std_board_info: dict[str, str]
     controlpath_id: ControlPathID
-    deployables: typing.Tuple[Deployable, ...]
+    deployables: tuple[Deployable, ...]
 
 
 def _pci_info(address):
@@ -152,4 +153,4 @@ def driver_devices(hostname, gpus, enabled, gpu_traits=True,
 
 
 def to_dict(device):
-    return dataclasses.asdict(device)
+    return records.asdict(device)

@@ -29,13 +29,14 @@ Rules:
 * ``dry_run`` computes the same plan and returns the writes it would send.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import logging
 import time
-import typing
 
 from libvirt_gpu.placement import client as placement_client
 from libvirt_gpu.placement import tree as tree_mod
+from libvirt_gpu import records
 
 LOG = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ FAILED = 'failed'
 # --------------------------------------------------------------------------
 # Records
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Action:
     """One write of the plan.
 
@@ -69,12 +70,12 @@ class Action:
     """
 
     kind: str
-    uuid: typing.Optional[str]       # provider (None for create-trait)
+    uuid: str | None       # provider (None for create-trait)
     name: str                        # provider or trait name
-    generation: typing.Optional[int] = None
-    parent_uuid: typing.Optional[str] = None
-    inventories: typing.Tuple[tree_mod.Inventory, ...] = ()
-    traits: typing.FrozenSet[str] = frozenset()
+    generation: int | None = None
+    parent_uuid: str | None = None
+    inventories: tuple[tree_mod.Inventory, ...] = ()
+    traits: frozenset[str] = frozenset()
     reason: str = ''
 
     def request(self, generation=None):
@@ -98,7 +99,7 @@ class Action:
         raise ValueError('unknown action kind %r' % self.kind)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ProviderResult:
     name: str
     uuid: str
@@ -106,23 +107,23 @@ class ProviderResult:
     detail: str = ''
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class SyncPlan:
     root_uuid: str                 # root of the tree in Placement
     parent_uuid: str               # where the GPU providers hang
     nested: bool                   # parent is a provider we did not create
-    actions: typing.Tuple[Action, ...]
-    results: typing.Tuple[ProviderResult, ...]   # as planned
+    actions: tuple[Action, ...]
+    results: tuple[ProviderResult, ...]   # as planned
     # (uuid, generation, desired record or KEPT) verified by the reads,
     # remembered in SyncState when nothing needs writing.
-    verified: typing.Tuple[typing.Tuple[str, int, typing.Any], ...]
+    verified: tuple[tuple[str, int, object], ...]
 
     @property
     def requests(self):
         return [a.request() for a in self.actions]
 
 
-@dataclasses.dataclass
+@records.record(frozen=False)
 class SyncReport:
     """What a sync did; the report shape of the CLI (``summary``,
     ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
@@ -132,8 +133,8 @@ class SyncReport:
     parent_uuid: str
     nested: bool
     dry_run: bool
-    results: typing.List[ProviderResult]
-    requests: typing.List[placement_client.PlannedRequest]  # writes
+    results: list[ProviderResult]
+    requests: list[placement_client.PlannedRequest]  # writes
     stats: placement_client.RequestStats   # everything sent, reads too
     duration_s: float
 
@@ -190,15 +191,15 @@ class SyncReport:
             'changed': self.changed,
             'nested': self.nested,
             'root_uuid': self.root_uuid,
-            'results': [dataclasses.asdict(r) for r in self.results],
-            'requests': [dataclasses.asdict(r) for r in self.requests],
+            'results': [records.asdict(r) for r in self.results],
+            'requests': [records.asdict(r) for r in self.requests],
             'requests_sent': self.stats.total,
             'writes_sent': self.stats.writes,
             'duration_s': round(self.duration_s, 3),
         }
 
 
-@dataclasses.dataclass
+@records.record(frozen=False)
 class SyncState:
     """What earlier syncs verified; lets a steady-state sync skip reads.
 
@@ -207,9 +208,9 @@ class SyncState:
     seen to match at that generation.
     """
 
-    root_uuid: typing.Optional[str] = None
-    verified: typing.Dict[str, typing.Tuple[int, typing.Any]] = (
-        dataclasses.field(default_factory=dict))
+    root_uuid: str | None = None
+    verified: dict[str, tuple[int, object]] = (
+        records.field(default_factory=dict))
 
     def forget(self):
         self.root_uuid = None
@@ -350,7 +351,7 @@ class _Planner:
                                                KEPT, detail))
             return
         inventories = self.client.get_inventories(current.uuid)
-        reserved = tuple(dataclasses.replace(inv, reserved=inv.total)
+        reserved = tuple(records.replace(inv, reserved=inv.total)
                          for inv in inventories.inventories)
         if reserved != inventories.inventories:
             self.actions.append(Action(
@@ -382,8 +383,8 @@ class _Planner:
             root_uuid = root.root_provider_uuid
         wanted = set()
         for child in tree.children:
-            desired = dataclasses.replace(child,
-                                          parent_provider_uuid=parent_uuid)
+            desired = records.replace(child,
+                                      parent_provider_uuid=parent_uuid)
             wanted.add(desired.uuid)
             current = by_uuid.get(desired.uuid)
             if current is None:
@@ -519,7 +520,7 @@ class _Applier:
 
     def _keep_instead(self, action):
         inventories = self.client.get_inventories(action.uuid)
-        reserved = tuple(dataclasses.replace(inv, reserved=inv.total)
+        reserved = tuple(records.replace(inv, reserved=inv.total)
                          for inv in inventories.inventories)
         keep = Action(kind=INVENTORIES, uuid=action.uuid, name=action.name,
                       generation=inventories.generation, inventories=reserved,
@@ -564,7 +565,7 @@ class _Applier:
 def _desired_providers(plan_, tree):
     """The tree's providers as written (children under plan.parent_uuid)."""
     out = [] if plan_.nested else [tree.root]
-    out.extend(dataclasses.replace(c, parent_provider_uuid=plan_.parent_uuid)
+    out.extend(records.replace(c, parent_provider_uuid=plan_.parent_uuid)
                for c in tree.children)
     return out
 

@@ -6,9 +6,11 @@ Shapes follow the Placement API: ``Inventory.to_api()`` is the body of one
 resource class in ``PUT /resource_providers/{uuid}/inventories``.
 """
 
-import dataclasses
-import typing
+from __future__ import annotations
+
 import uuid
+
+from libvirt_gpu import records
 
 # Namespace of provider UUIDs: uuid5(NAMESPACE, provider name) is stable for
 # a name, so every sync of the same host finds the same providers.
@@ -19,13 +21,13 @@ def provider_uuid(name):
     return str(uuid.uuid5(NAMESPACE, name))
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Inventory:
     resource_class: str
     total: int
     reserved: int = 0
     min_unit: int = 1
-    max_unit: typing.Optional[int] = None   # None: same as total
+    max_unit: int | None = None   # None: same as total
     step_size: int = 1
     allocation_ratio: float = 1.0
 
@@ -48,13 +50,13 @@ class Inventory:
         }
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ResourceProvider:
     name: str
     uuid: str
-    parent_provider_uuid: typing.Optional[str]
-    inventories: typing.Tuple[Inventory, ...] = ()
-    traits: typing.FrozenSet[str] = frozenset()
+    parent_provider_uuid: str | None
+    inventories: tuple[Inventory, ...] = ()
+    traits: frozenset[str] = frozenset()
 
     def inventories_api(self):
         return {inv.resource_class: inv.to_api() for inv in self.inventories}
@@ -69,12 +71,12 @@ class ResourceProvider:
         }
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ProviderTree:
     """A compute-node root and one child provider per GPU."""
 
     root: ResourceProvider
-    children: typing.Tuple[ResourceProvider, ...] = ()
+    children: tuple[ResourceProvider, ...] = ()
 
     @property
     def providers(self):

@@ -76,7 +76,6 @@ processes that share one tree and its lock rebuild the state from the
 tree before each write, so they agree as one kernel would.
 """
 
-import dataclasses
 import errno
 import re
 import threading
@@ -85,6 +84,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import capacity
 from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu import records
 
 UUID_STRING_LEN = 36
 
@@ -108,7 +108,7 @@ def _error(code, what):
     return OSError(code, '%s: %s' % (what, errno.errorcode.get(code, code)))
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class KMdev:
     """An mdev the kernel holds."""
 
@@ -120,17 +120,17 @@ class KMdev:
 
 # -- events (what subscribers are told) ---------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class MdevAdded:
     mdev: KMdev
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class MdevRemoved:
     mdev: KMdev
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VgpuTypeSet:
     """A vendor-interface VF's vGPU was made (``type_id``) or destroyed
     (``type_id`` None)."""
@@ -139,14 +139,14 @@ class VgpuTypeSet:
     type_id: object
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ParentGoing:
     """Unbinding started: ``class/mdev_bus/<parent>`` is gone."""
 
     parent: str
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ParentUnbound:
     """The parent's driver let go: no types, no ``driver`` link."""
 
@@ -154,7 +154,7 @@ class ParentUnbound:
     driver: str
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class ParentBound:
     """The parent's driver is back: types and ``class/mdev_bus`` link."""
 
@@ -162,7 +162,7 @@ class ParentBound:
     driver: str
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VfsEnabled:
     """``sriov_numvfs`` of ``pf`` went from 0 to ``len(vfs)``."""
 
@@ -170,7 +170,7 @@ class VfsEnabled:
     vfs: tuple
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class VfsDisabled:
     """The VFs ``vfs`` of ``pf`` went away (``sriov_numvfs`` 0)."""
 
@@ -178,7 +178,7 @@ class VfsDisabled:
     vfs: tuple
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class KernelState:
     """What a sysfs tree shows of the kernel's state (``restore``)."""
 

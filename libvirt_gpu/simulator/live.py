@@ -58,7 +58,6 @@ UUID|VF`` (a guest holds / lets go of an mdev or a VF's vGPU), ``state``,
 test process that dies leaves no mount behind.
 """
 
-import dataclasses
 import errno
 import json
 import logging
@@ -78,6 +77,7 @@ from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import sysfs_tree
 from libvirt_gpu.simulator import uevent as uevent_mod
+from libvirt_gpu import records
 
 LOG = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class LiveTree(object):
         dev = self.devices[address]
         driver = self.current_driver(address)
         if driver != dev.driver:
-            dev = dataclasses.replace(dev, driver=driver)
+            dev = records.replace(dev, driver=driver)
         return sysfs_tree.uevent(dev)
 
     def content(self, path):

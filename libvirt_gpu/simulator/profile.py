@@ -43,8 +43,9 @@ type of the vGPU it holds, if any, in ``current_vgpu_type``::
 How VFs share their GPU's capacity is ``capacity``'s business.
 """
 
+from __future__ import annotations
+
 import collections
-import dataclasses
 import math
 import errno
 import functools
@@ -55,6 +56,7 @@ import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu import records
 
 PROFILE_DIR_NAME = 'profiles'
 _HEX4_RE = re.compile(r'[0-9a-f]{4}')
@@ -81,16 +83,16 @@ VF_PER_VF = 'per-vf'
 VF_CAPACITIES = (VF_SHARED, VF_PER_VF)
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class SimType:
     """One ``mdev_supported_types/<id>`` entry of a parent."""
 
     id: str
-    name: typing.Optional[str]
-    description: typing.Optional[str]
+    name: str | None
+    description: str | None
     device_api: str
     max_instance: int
-    framebuffer_mb: typing.Optional[int] = None   # vendor-interface types
+    framebuffer_mb: int | None = None   # vendor-interface types
 
     @property
     def framebuffer(self):
@@ -116,7 +118,7 @@ class SimMdev(typing.NamedTuple):
     type_id: str
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class SimDevice:
     """One PCI function of the simulated host."""
 
@@ -126,24 +128,24 @@ class SimDevice:
     class_code: str                 # '0x030200'
     subsystem_vendor_id: str        # '10de'
     subsystem_device_id: str        # '12a2'
-    vendor_name: typing.Optional[str]
-    product_name: typing.Optional[str]
-    driver: typing.Optional[str]    # 'nvidia', 'vfio-pci', None
+    vendor_name: str | None
+    product_name: str | None
+    driver: str | None    # 'nvidia', 'vfio-pci', None
     numa_node: int                  # -1: none
-    iommu_group: typing.Optional[int]
-    parent_bridge: typing.Optional[str]   # upstream port; None: root bus
-    mdev_types: typing.Tuple[SimType, ...] = ()
-    mdevs: typing.Tuple[SimMdev, ...] = ()
-    sriov_totalvfs: typing.Optional[int] = None   # set on an SR-IOV PF
-    virtfns: typing.Tuple[str, ...] = ()          # VF addresses, in order
-    physfn: typing.Optional[str] = None           # set on a VF
-    sriov_numvfs: typing.Optional[int] = None     # None: every listed VF
+    iommu_group: int | None
+    parent_bridge: str | None   # upstream port; None: root bus
+    mdev_types: tuple[SimType, ...] = ()
+    mdevs: tuple[SimMdev, ...] = ()
+    sriov_totalvfs: int | None = None   # set on an SR-IOV PF
+    virtfns: tuple[str, ...] = ()          # VF addresses, in order
+    physfn: str | None = None           # set on a VF
+    sriov_numvfs: int | None = None     # None: every listed VF
     # On a PF: how its VFs' vGPUs share the GPU.  'shared' (the driver's
     # way): max_instance counts every vGPU on every VF of the GPU.
     # 'per-vf': each VF on its own (the synthetic benchmark host only).
     vf_capacity: str = 'shared'
-    vgpu_types: typing.Tuple[SimType, ...] = ()   # vendor interface (a VF)
-    current_vgpu_type: typing.Optional[str] = None
+    vgpu_types: tuple[SimType, ...] = ()   # vendor interface (a VF)
+    current_vgpu_type: str | None = None
 
     @property
     def numvfs(self):
@@ -182,7 +184,7 @@ class SimDevice:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Profile:
     """A simulated host: its PCI devices, types and existing mdevs."""
 
@@ -190,7 +192,7 @@ class Profile:
     description: str
     hostname: str
     no_capacity_errno: str          # 'EINVAL' (NVIDIA), 'EUSERS', ...
-    devices: typing.Tuple[SimDevice, ...]
+    devices: tuple[SimDevice, ...]
     # removing a vGPU a guest uses: 'block' (kernel >= 5.16) or 'ebusy'
     busy_remove: str = BUSY_BLOCK
 
@@ -229,7 +231,7 @@ class Profile:
                 numa_node=dev.numa_node, iommu_group=None,
                 parent_bridge=None)
         groups = self._fresh_groups(len(found))
-        return tuple(dataclasses.replace(bridge, iommu_group=group)
+        return tuple(records.replace(bridge, iommu_group=group)
                      for bridge, group in zip(found.values(), groups))
 
     def pci_devices(self):

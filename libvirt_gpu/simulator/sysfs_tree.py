@@ -36,13 +36,13 @@ when is ``kernel.SimKernel``'s business: the live FUSE tree
 with them.
 """
 
-import dataclasses
 import json
 import os
 import shutil
 
 from libvirt_gpu import exception
 from libvirt_gpu.simulator import capacity
+from libvirt_gpu import records
 
 # A file at the top of every tree we write; its presence lets us rewrite it.
 MARKER = '.libvirt-gpu-simulator'
@@ -422,8 +422,8 @@ def write_vfs(root, profile, pf, vfs):
     _write(os.path.join(pfdir, 'sriov_numvfs'), '%d\n' % len(vfs),
            READ_WRITE)
     for i, vf in enumerate(vfs):
-        dev = dataclasses.replace(profile.device(vf), mdevs=(),
-                                  current_vgpu_type=None)
+        dev = records.replace(profile.device(vf), mdevs=(),
+                              current_vgpu_type=None)
         _write_pci_device(root, dirs, dev)
         if dev.mdev_types:
             _write_mdev_parent(root, dirs[vf], dev, {})

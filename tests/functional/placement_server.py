@@ -15,7 +15,6 @@ temporary directory that is removed on exit, whatever happens.
 """
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import signal
@@ -29,6 +28,7 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 
+from libvirt_gpu import records
 from libvirt_gpu.placement import client as placement_client
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -58,14 +58,14 @@ class PlacementServerError(RuntimeError):
     """The test Placement could not be installed or started."""
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Timings:
     install_s: float   # 0.0 when the venv was already there
     db_sync_s: float
     start_s: float     # process start until GET / answers
 
 
-@dataclasses.dataclass
+@records.record(frozen=False)
 class PlacementServer:
     url: str
     workdir: str

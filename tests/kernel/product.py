@@ -57,15 +57,15 @@ def _answer(r, what):
 
 
 _API = '''
-import dataclasses, libvirt
-from libvirt_gpu import api, exception
+import libvirt
+from libvirt_gpu import api, exception, records
 conn = libvirt.open(%r)
 try:
     done = getattr(api, P.pop('call'))(conn, P.pop('domain'), **P)
 except exception.LibvirtGpuError as e:
     out({'error': type(e).__name__, 'message': str(e)})
 else:
-    out(dataclasses.asdict(done) if dataclasses.is_dataclass(done)
+    out(records.asdict(done) if records.is_record(done)
         else repr(done))
 ''' % URI
 

@@ -47,12 +47,13 @@ FORBIDDEN = {
 # rooms at the floor -> the only rooms of ours they may import
 ONLY = {
     'exception': (),
+    'records': (),
     'capacity': (),
     'fileutil': (),
     'filetype': (),
     'textutil': (),
     'pciids': (),
-    'objects': ('exception',),
+    'objects': ('exception', 'records'),
     'xmlutil': ('exception',),
 }
 
@@ -60,7 +61,7 @@ ONLY = {
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
-    ('exception',), ('objects',), ('capacity',),
+    ('exception', 'records'), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil'),
     ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),

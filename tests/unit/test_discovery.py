@@ -1,6 +1,5 @@
 """Discovery: sysfs and libvirt (test driver) agree on every profile."""
 
-import dataclasses
 import os
 
 import pytest
@@ -10,6 +9,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import host
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu import records
 
 PROFILES = simulator.list_profiles()
 
@@ -18,15 +18,15 @@ def _without(gpus, *fields):
     blank = {f: None for f in fields if f != 'description'}
     result = []
     for gpu in gpus:
-        gpu = dataclasses.replace(gpu, **blank)
+        gpu = records.replace(gpu, **blank)
         if 'driver' in fields:
             # A group member's driver too, and what is judged from it.
-            gpu = dataclasses.replace(gpu, iommu_members=tuple(
-                dataclasses.replace(m, driver=None, host_uses=False)
+            gpu = records.replace(gpu, iommu_members=tuple(
+                records.replace(m, driver=None, host_uses=False)
                 for m in gpu.iommu_members))
         if 'description' in fields:
-            gpu = dataclasses.replace(gpu, mdev_types=tuple(
-                dataclasses.replace(t, description=None)
+            gpu = records.replace(gpu, mdev_types=tuple(
+                records.replace(t, description=None)
                 for t in gpu.mdev_types))
         result.append(gpu)
     return result

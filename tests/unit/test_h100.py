@@ -1,7 +1,6 @@
 """The real H100 host (tests/data/h100-passthrough) and copies of it with
 IOMMU groups added (tests/h100.py): IOMMU groups, NUMA, names."""
 
-import dataclasses
 import json
 import re
 
@@ -17,6 +16,7 @@ from libvirt_gpu.placement import model
 from tests.doubles import h100
 from tests.doubles import tables
 from tests.doubles import fakes
+from libvirt_gpu import records
 
 NAME = re.compile(r'GH100 ?\[H100 SXM5 80GB\]')   # see test_pciids
 
@@ -63,7 +63,7 @@ def test_no_iommu_group_is_not_offered(h100_sysfs):
 def test_vgpu_parent_needs_no_group():
     """mdevs and VFs get IOMMU groups of their own: a vGPU parent is
     offered without one."""
-    gpu = dataclasses.replace(fakes.gpu(), iommu_group=None)
+    gpu = records.replace(fakes.gpu(), iommu_group=None)
     enabled = objects.EnabledType('nvidia-223')
     assert model.offered(gpu, enabled)
     tree = model.build_tree('h', [gpu], {gpu.address: enabled})

@@ -1,6 +1,5 @@
 """Leases in SQLite under an flock: atomicity, crash safety, exclusion."""
 
-import dataclasses
 import fcntl
 import os
 import signal
@@ -13,6 +12,7 @@ import pytest
 
 from libvirt_gpu import exception
 from libvirt_gpu import state
+from libvirt_gpu import records
 
 U1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 U2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
@@ -47,8 +47,8 @@ def test_add_get_update_delete(store):
         assert txn.for_parent('0000:3b:00.0') == []
         changed = txn.update(U1, state=state.CREATED)
     assert changed.state == state.CREATED
-    assert dataclasses.replace(changed, state=state.RESERVED,
-                               updated_at=lease.updated_at) == lease
+    assert records.replace(changed, state=state.RESERVED,
+                           updated_at=lease.updated_at) == lease
     with store.transaction() as txn:
         assert txn.delete(U1) is True
         assert txn.delete(U1) is False
@@ -150,9 +150,9 @@ def test_holder_alive_guards_against_pid_reuse(store):
     with store.transaction() as txn:
         lease = txn.add(U1, DOM, '0000:af:00.0', 'nvidia-223')
     assert lease.holder_alive() and lease.held_by_me()
-    reused = dataclasses.replace(lease, pid_start=lease.pid_start + 1)
+    reused = records.replace(lease, pid_start=lease.pid_start + 1)
     assert not reused.holder_alive()
-    gone = dataclasses.replace(lease, pid=2 ** 22 + 7)
+    gone = records.replace(lease, pid=2 ** 22 + 7)
     assert not gone.holder_alive()
 
 

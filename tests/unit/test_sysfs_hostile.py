@@ -15,7 +15,6 @@ The CLI (``list``, ``types``, ``placement show``, ``discover``,
 blocks a reader forever, ``/dev/zero`` never ends); it is no speed claim.
 """
 
-import dataclasses
 import os
 import shutil
 import site
@@ -34,6 +33,7 @@ from libvirt_gpu import sysfs as sysfs_mod
 from tests.doubles import hang
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
+from libvirt_gpu import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -112,7 +112,7 @@ def _mknod_zero(path):
     os.mknod(path, stat.S_IFCHR | 0o444, os.makedev(1, 5))  # like /dev/zero
 
 
-@dataclasses.dataclass
+@records.record(frozen=False)
 class Case:
     name: str
     apply: object      # f(tree)
