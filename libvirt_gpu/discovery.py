@@ -24,13 +24,13 @@ look the same database up (``pciids``) when the caller gives one.  NVML
 (``nvml``), when asked for and present, adds what only the driver knows.
 """
 
-import dataclasses
 import logging
 import os
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import pci_classes
+from libvirt_gpu import records
 from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def with_pci_names(gpu, pci_ids):
     """``gpu`` named from the PCI ID database where it has no names."""
     if pci_ids is None or (gpu.vendor_name and gpu.product_name):
         return gpu
-    return dataclasses.replace(
+    return records.replace(
         gpu, vendor_name=gpu.vendor_name or pci_ids.vendor(gpu.vendor_id),
         product_name=gpu.product_name or pci_ids.device(gpu.vendor_id,
                                                         gpu.product_id))
@@ -108,11 +108,11 @@ def with_iommu_members(gpu, functions):
                      and pci_classes.is_companion_class(function.class_code))
         uses = pci_classes.host_uses(function.class_code, function.driver,
                                      companion)
-        members.append(dataclasses.replace(
+        members.append(records.replace(
             function, companion=companion, host_uses=uses,
             host_class=(pci_classes.host_class_name(function.class_code)
                         if uses else None)))
-    return dataclasses.replace(gpu, iommu_members=tuple(sorted(members)))
+    return records.replace(gpu, iommu_members=tuple(sorted(members)))
 
 
 def with_vendor_vf(gpu, sysfs):
@@ -122,7 +122,7 @@ def with_vendor_vf(gpu, sysfs):
     if gpu.physfn is None or gpu.mdev_types or gpu.vendor_vf is not None:
         return gpu
     state = sysfs.read_vendor_vf(gpu.address)
-    return gpu if state is None else dataclasses.replace(gpu, vendor_vf=state)
+    return gpu if state is None else records.replace(gpu, vendor_vf=state)
 
 
 def group_sriov(gpus):
@@ -139,7 +139,7 @@ def group_sriov(gpus):
             vfs = nvidia_vgpu.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
-        by_address[pf.address] = dataclasses.replace(pf, vf_gpus=tuple(vfs))
+        by_address[pf.address] = records.replace(pf, vf_gpus=tuple(vfs))
     return tuple(by_address[g.address] for g in gpus)
 
 
@@ -171,9 +171,9 @@ def _supplement(gpu, sysfs):
         for error in skipped:
             _warn_skipped('type description', error)
         changes['mdev_types'] = tuple(
-            dataclasses.replace(t, description=descriptions.get(t.id))
+            records.replace(t, description=descriptions.get(t.id))
             if t.description is None else t for t in gpu.mdev_types)
-    return dataclasses.replace(gpu, **changes)
+    return records.replace(gpu, **changes)
 
 
 def from_libvirt(host, sysfs=None):
@@ -181,7 +181,7 @@ def from_libvirt(host, sysfs=None):
 
     ``sysfs``, when given, supplies what libvirt lacks (``_supplement``).
     """
-    # Imported here: the XML parser (lxml) is needed with libvirt only.
+    # Imported here: node-device XML is read with libvirt only.
     from libvirt_gpu import nodedev
     mdevs = {}
     for node in host.mdev_nodes():
@@ -217,14 +217,14 @@ def _with_libvirt_group(gpu, functions, sysfs):
             class_code=None, driver=None)
         if function.driver is None and sysfs is not None \
                 and os.path.isdir(sysfs.pci_dir(address)):
-            function = dataclasses.replace(function, driver=sysfs.link_name(
+            function = records.replace(function, driver=sysfs.link_name(
                 os.path.join(sysfs.pci_dir(address), 'driver')))
         members.append(function)
     return with_iommu_members(gpu, members) if members else gpu
 
 
 def _with_mdevs(gpu, mdevs):
-    return dataclasses.replace(gpu, mdevs=tuple(sorted(mdevs)))
+    return records.replace(gpu, mdevs=tuple(sorted(mdevs)))
 
 
 def with_nvml(result, nvml):
@@ -238,10 +238,10 @@ def with_nvml(result, nvml):
     for gpu in result.gpus:
         info = found.get(gpu.address)
         if info is not None:
-            gpu = dataclasses.replace(
+            gpu = records.replace(
                 gpu, nvml=info, product_name=gpu.product_name or info.name)
         gpus.append(gpu)
-    return dataclasses.replace(result, gpus=group_sriov(tuple(gpus)))
+    return records.replace(result, gpus=group_sriov(tuple(gpus)))
 
 
 def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
@@ -262,7 +262,7 @@ def _named(result, pci_ids):
     named = tuple(with_pci_names(g, pci_ids) for g in result.gpus)
     if all(a is b for a, b in zip(named, result.gpus)):
         return result          # libvirt named them all (the usual case)
-    return dataclasses.replace(result, gpus=group_sriov(named))
+    return records.replace(result, gpus=group_sriov(named))
 
 
 def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids):

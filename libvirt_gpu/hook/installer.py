@@ -1,7 +1,6 @@
 """``libvirt-gpu hook install``: put ``hooks/qemu`` where libvirtd runs it,
 with this interpreter, configuration and import path baked in."""
 
-import dataclasses
 import json
 import os
 import sys
@@ -9,13 +8,14 @@ import sys
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu.hook import settings as settings_mod
+from libvirt_gpu import records
 
 
 DEFAULT_HOOKS_DIR = '/etc/libvirt/hooks'
 INSTALL_NAME = 'libvirt-gpu'
 
 
-@dataclasses.dataclass(frozen=True)
+@records.record
 class Installed:
     """What ``install`` did."""
 
@@ -145,7 +145,9 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
     if check:
         probe = subprocess.run(
             [python, '-IS', '-c', 'import sys; sys.path.extend(%r); '
-             'import libvirt_gpu.hook' % import_path],
+             # the hook, and what it loads to rebuild its settings
+             'import libvirt_gpu.hook, libvirt_gpu.conf, '
+             'libvirt_gpu.discovery' % import_path],
             capture_output=True, text=True, timeout=60)
         if probe.returncode != 0:
             raise exception.ConfigError(
