@@ -45,6 +45,7 @@ class PciIds(object):
         self.path = path
         self._map = None
         self._blocks = {}
+        self._devices = {}    # (vendor, device) -> name: one search each
 
     def __repr__(self):
         return 'PciIds(%r)' % self.path
@@ -64,6 +65,7 @@ class PciIds(object):
             self._map.close()
         self._map = None
         self._blocks = {}
+        self._devices = {}
 
     @property
     def available(self):
@@ -113,8 +115,12 @@ class PciIds(object):
 
     def device(self, vendor_id, device_id):
         """``('10de', '2330')`` -> ``'GH100 [H100 SXM5 80GB]'`` (the
-        database's exact text), or None."""
-        return self._device_line(vendor_id, device_id)[0]
+        database's exact text), or None.  A host's GPUs are mostly of one
+        model, so each pair is searched for once."""
+        key = (vendor_id, device_id)
+        if key not in self._devices:
+            self._devices[key] = self._device_line(vendor_id, device_id)[0]
+        return self._devices[key]
 
     def subsystem(self, vendor_id, device_id, subvendor_id, subdevice_id):
         """The name of a subsystem of a device, or None."""
