@@ -136,12 +136,18 @@ def bench_a100(gpus, runs):
           % (len(providers), ', '.join(str(t) for t in totals)))
 
 
+# What the ``libvirt-gpu`` console script runs.
+_CONSOLE_SCRIPT = ('import sys; from libvirt_gpu.cmd.main import main; '
+                   'sys.exit(main())')
+
+
 def _cli_argv(root, tree):
     """``libvirt-gpu --sysfs-root tree list --json`` from the package in
-    ``root`` (``-m`` with ``root`` as the working directory, so an older
-    checkout is timed the same way as this one)."""
-    return dict(args=[sys.executable, '-m', 'libvirt_gpu.cmd.main',
-                      '--sysfs-root', tree, 'list', '--json'], cwd=root)
+    ``root``: the console script's code, run with ``root`` as the working
+    directory (first on ``sys.path``), so an older checkout is timed the
+    same way as this one."""
+    return dict(args=[sys.executable, '-c', _CONSOLE_SCRIPT, '--sysfs-root',
+                      tree, 'list', '--json'], cwd=root)
 
 
 def _run_ms(spec):

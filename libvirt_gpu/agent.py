@@ -13,7 +13,6 @@ start. SIGTERM or SIGINT stops it between two cycles (or during a wait).
 
 from __future__ import annotations
 
-import logging
 import random
 import signal
 import threading
@@ -21,11 +20,12 @@ import time
 import typing
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu.placement import client as placement_client
 from libvirt_gpu.placement import sync as sync_mod
 from libvirt_gpu.placement import tree as tree_mod
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 # discover_fn() -> ProviderTree: discovery + configuration + build_tree, e.g.
 #   lambda: model.build_tree(conf.host, discovery.discover(...).gpus,

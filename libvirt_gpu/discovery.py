@@ -24,16 +24,16 @@ look the same database up (``pciids``) when the caller gives one.  NVML
 (``nvml``), when asked for and present, adds what only the driver knows.
 """
 
-import logging
 import os
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import pci_classes
 from libvirt_gpu import records
 from libvirt_gpu import sysfs as sysfs_mod
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
 is_gpu_class = objects.is_gpu_class

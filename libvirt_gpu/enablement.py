@@ -8,15 +8,15 @@ anything that reads like a ConfigOpts (``conf.gpu.enabled_vgpu_types``,
 ``libvirt_gpu.conf.vgpu``.
 """
 
-import logging
 import re
 
 import os_resource_classes
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 _CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]+')
 
 

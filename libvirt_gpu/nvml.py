@@ -21,13 +21,13 @@ answers with "Not Supported" (the vGPU queries on a GPU that is not on a
 vGPU host driver) leaves that field None or empty.
 """
 
-import logging
 import os
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 AUTO = 'auto'
 OFF = 'off'

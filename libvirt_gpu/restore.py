@@ -38,7 +38,6 @@ right, what failed and why.
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import time
@@ -47,10 +46,11 @@ from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import environment
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import records
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 MDEVCTL_DIR = environment.MDEVCTL_DIR
 SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'

@@ -14,13 +14,13 @@ over in a fraction of the time of importing everything (see
 
 import argparse
 import errno
-import logging
 import sys
 
 from libvirt_gpu import capacity as capacity_mod
 from libvirt_gpu import confcache
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import nvml
 from libvirt_gpu import pci_classes
 from libvirt_gpu import pciids
@@ -548,7 +548,65 @@ def _add_lifecycle_commands(sub, add):
                    help='only report what would be done (run this first)')
 
 
-def build_parser():
+# The options before COMMAND that take a value (``_command_word``).
+_GLOBAL_VALUE_OPTIONS = ('-c', '--connect', '--sysfs-root', '--config-file',
+                         '--hostname')
+
+
+class _Unbuilt(object):
+    """Stands for the parser of a command this call does not run: argparse
+    builds every parser eagerly (gettext look-ups, a help formatter per
+    option), ~8 ms for all of ours, so ``build_parser(only=...)`` builds
+    just one; whatever is asked of the others is skipped."""
+
+    def __getattr__(self, name):
+        return self._skip
+
+    def _skip(self, *args, **kwargs):
+        return self
+
+
+class _Commands(object):
+    """The subparsers action, adding only the command ``only`` (every
+    command when None)."""
+
+    def __init__(self, action, only):
+        self.action = action
+        self.only = only
+        self.names = []
+
+    def add_parser(self, name, **kwargs):
+        self.names.append(name)
+        if self.only is not None and name != self.only:
+            return _Unbuilt()
+        return self.action.add_parser(name, **kwargs)
+
+
+def _command_word(argv):
+    """The COMMAND of ``argv`` when it is plain to see (only the global
+    options, spelled out, before it), else None."""
+    words = iter(argv)
+    for word in words:
+        if word in _GLOBAL_VALUE_OPTIONS:
+            next(words, None)
+        elif word == '--debug' or (word.startswith('--') and word.split(
+                '=', 1)[0] in _GLOBAL_VALUE_OPTIONS):
+            continue
+        else:
+            return None if word.startswith('-') else word
+    return None
+
+
+def build_parser(only=None):
+    """The whole parser, or (``only``: a command name) one holding only
+    that command; with an unknown name, the whole parser."""
+    parser = _build_parser(only)
+    if only is not None and only not in parser.command_names:
+        parser = _build_parser(None)
+    return parser
+
+
+def _build_parser(only):
     parser = argparse.ArgumentParser(
         prog=PROG, description='Hand NVIDIA GPUs and vGPUs to libvirt/KVM '
         'guests and report them the way OpenStack Placement expects.',
@@ -568,8 +626,10 @@ def build_parser():
                         '(default: [DEFAULT]/host)')
     parser.add_argument('--debug', action='store_true',
                         help='log debug messages and show tracebacks')
-    sub = parser.add_subparsers(dest='command', metavar='COMMAND')
-    sub.required = True
+    action = parser.add_subparsers(dest='command', metavar='COMMAND')
+    action.required = True
+    sub = _Commands(action, only)
+    parser.command_names = sub.names
 
     def add(name, func, help_text, **kwargs):
         p = sub.add_parser(name, help=help_text, description=help_text,
@@ -644,10 +704,15 @@ def build_parser():
 
 @term.escaped_output()
 def main(argv=None):
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=_command_word(argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else
-                        logging.WARNING, format='%(levelname)s: %(message)s')
+    # logging is loaded when something logs (a plain ``list`` need not
+    # pay its import), with --debug at once
+    logs.configure(level='DEBUG' if args.debug else 'WARNING',
+                   format='%(levelname)s: %(message)s')
+    if args.debug:
+        logs.load()
     try:
         ctx = Context(args)
         return args.func(ctx)

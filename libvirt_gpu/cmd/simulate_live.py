@@ -15,10 +15,10 @@ simulator (and the FUSE binding) is imported only when a tree is served.
 """
 
 import argparse
-import logging
 import sys
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu.cmd import output
 
 # Defaults of the live tree, kept equal to simulator.kernel.BUSY_MODES and
@@ -77,8 +77,8 @@ def main(argv=None):
     parser.add_argument('mountpoint', help='an empty directory')
     add_live_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format='%(asctime)s %(levelname)s %(message)s')
+    logs.configure(level='INFO', stream=sys.stderr,
+                   format='%(asctime)s %(levelname)s %(message)s')
     return run_live(args.profile, args.mountpoint,
                     busy_remove=args.busy_remove,
                     uevents=not args.no_uevents,

@@ -12,6 +12,7 @@ from oslo_config import cfg
 
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu.conf import agent
 from libvirt_gpu.conf import default
 from libvirt_gpu.conf import gpu
@@ -47,6 +48,7 @@ def load(config_file=None, environ=None):
     """Return a parsed ConfigOpts with every group registered; every option
     has been read once, so a bad value is one ConfigError here whatever
     the command."""
+    logs.load()     # oslo.config logs through logging: configured first
     path, required = config_path(config_file, environ)
     files = []
     if check_config_file(path, required):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import json
-import logging
 import re
 import typing
 import urllib.parse
@@ -38,9 +37,10 @@ import tenacity
 from libvirt_gpu.conf import placement as placement_conf
 from libvirt_gpu import exception
 from libvirt_gpu.placement import tree
+from libvirt_gpu import logs
 from libvirt_gpu import records
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 # 1.26: an inventory may have reserved == total (how we keep a provider
 # whose GPU vanished while guests still hold allocations on it). 1.14 (in

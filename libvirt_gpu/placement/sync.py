@@ -31,14 +31,14 @@ Rules:
 
 from __future__ import annotations
 
-import logging
 import time
 
 from libvirt_gpu.placement import client as placement_client
 from libvirt_gpu.placement import tree as tree_mod
+from libvirt_gpu import logs
 from libvirt_gpu import records
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 # Action kinds, also the verbs of the report.
 CREATE = 'create'

@@ -60,7 +60,6 @@ test process that dies leaves no mount behind.
 
 import errno
 import json
-import logging
 import os
 import shutil
 import signal
@@ -72,6 +71,7 @@ import threading
 import time
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
@@ -79,7 +79,7 @@ from libvirt_gpu.simulator import sysfs_tree
 from libvirt_gpu.simulator import uevent as uevent_mod
 from libvirt_gpu import records
 
-LOG = logging.getLogger(__name__)
+LOG = logs.getLogger(__name__)
 
 ATTR_SIZE = 4096               # what sysfs reports for every attribute
 CONFIG_SIZE = 256

@@ -48,6 +48,7 @@ FORBIDDEN = {
 ONLY = {
     'exception': (),
     'records': (),
+    'logs': (),
     'capacity': (),
     'fileutil': (),
     'filetype': (),
@@ -61,7 +62,7 @@ ONLY = {
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
-    ('exception', 'records'), ('objects',), ('capacity',),
+    ('exception', 'records', 'logs'), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil'),
     ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),

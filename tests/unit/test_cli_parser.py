@@ -1,0 +1,58 @@
+"""The CLI builds only the parser of the command it runs (argparse builds
+every parser eagerly, a cost on each call); what it accepts and prints must
+be exactly what the whole parser would."""
+
+import subprocess
+import sys
+
+import pytest
+
+from libvirt_gpu.cmd import main as cli_main
+
+
+def _commands(parser):
+    return parser._subparsers._group_actions[0].choices
+
+
+FULL = cli_main.build_parser()
+NAMES = sorted(_commands(FULL))
+
+
+def test_every_command_is_known_to_the_full_parser():
+    assert FULL.command_names == list(_commands(FULL))
+    assert {'list', 'types', 'placement', 'hook', 'restore'} <= set(NAMES)
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_one_command_parser_equals_the_full_ones(name):
+    lazy = cli_main.build_parser(only=name)
+    assert list(_commands(lazy)) == [name]
+    assert lazy.command_names == FULL.command_names
+    assert (_commands(lazy)[name].format_help()
+            == _commands(FULL)[name].format_help())
+
+
+@pytest.mark.parametrize('argv, word', [
+    (['list'], 'list'),
+    (['--sysfs-root', '/x', '--debug', 'list', '--json'], 'list'),
+    (['--config-file=/x', '-c', 'test:///default', 'types'], 'types'),
+    (['--hostname', 'list', 'types'], 'types'),   # a value, not COMMAND
+    # anything unusual before COMMAND: let the whole parser judge it
+    (['--host', 'list', 'types'], None),          # an abbreviation
+    (['-ctest:///default', 'list'], None),
+    (['-h'], None),
+    ([], None),
+])
+def test_command_word(argv, word):
+    assert cli_main._command_word(argv) == word
+
+
+def test_unknown_command_gets_the_whole_parsers_answer():
+    assert cli_main.build_parser(only='lits').command_names == \
+        FULL.command_names
+    assert len(_commands(cli_main.build_parser(only='lits'))) == len(NAMES)
+    done = subprocess.run([sys.executable, '-m', 'libvirt_gpu.cmd.main',
+                           'lits'], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "invalid choice: 'lits'" in done.stderr
+    assert 'placement' in done.stderr      # every command offered
