@@ -50,8 +50,18 @@ _HEX_NUMBER = re.compile(r'(0[xX])?[0-9a-fA-F]{1,16}\Z')
 
 def is_inside(root, path):
     """Whether the absolute, resolved ``path`` is ``root`` or lies beneath
-    it, compared by path components: ``/sys2/x`` is not inside ``/sys``."""
-    return os.path.commonpath((root, path)) == root
+    it, compared by path components: ``/sys2/x`` is not inside ``/sys``.
+
+    Both must be normalized absolute paths (``realpath`` and the kernel's
+    ``/proc/self/fd`` links give nothing else): then "``root`` itself, or
+    ``root`` followed by ``/``" is exactly the component comparison,
+    without splitting either path."""
+    return path == root or path.startswith(_dir_prefix(root))
+
+
+def _dir_prefix(root):
+    """``root`` with one trailing ``/`` (``/`` stays ``/``)."""
+    return root if root.endswith('/') else root + '/'
 
 
 def _check_part(part):
@@ -69,23 +79,29 @@ def _open_refused(error, path, real):
     return exception.SysfsReadError(path=path, reason=error.strerror)
 
 
-def _read_fd(fd, path):
+def _read_fd(fd, path, name=None):
     """Read and close ``fd``: a regular file of at most
-    MAX_ATTRIBUTE_BYTES, as text."""
+    MAX_ATTRIBUTE_BYTES, as text.  Errors name ``path`` (with ``name``:
+    that entry of directory ``path``, joined only for an error)."""
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise exception.SysfsNotRegularFile(
-                path=path, kind=filetype.kind(mode))
+                path=_joined(path, name), kind=filetype.kind(mode))
         data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
     except OSError as e:
-        raise exception.SysfsReadError(path=path, reason=e.strerror)
+        raise exception.SysfsReadError(path=_joined(path, name),
+                                       reason=e.strerror)
     finally:
         os.close(fd)
     if len(data) > MAX_ATTRIBUTE_BYTES:
-        raise exception.SysfsFileTooLarge(path=path,
+        raise exception.SysfsFileTooLarge(path=_joined(path, name),
                                           limit=MAX_ATTRIBUTE_BYTES)
     return data.decode('utf-8', 'replace').strip()
+
+
+def _joined(path, name):
+    return path if name is None else os.path.join(path, name)
 
 
 def parse_number(text, path, minimum=0, base=10):
@@ -107,8 +123,21 @@ class Sysfs(object):
     def __init__(self, root='/sys'):
         self.root = os.path.realpath(os.fspath(root))
 
+    @property
+    def root(self):
+        return self._root
+
+    @root.setter
+    def root(self, value):
+        self._root = value
+        self._root_prefix = _dir_prefix(value)   # see _inside
+
     def __repr__(self):
         return 'Sysfs(%r)' % self.root
+
+    def _inside(self, real):
+        """``is_inside(root, real)`` with the root's prefix made once."""
+        return real == self._root or real.startswith(self._root_prefix)
 
     # -- paths -------------------------------------------------------------
 
@@ -133,7 +162,7 @@ class Sysfs(object):
         leaves the root.  Links are followed (a link loop is left as it is
         and fails when opened)."""
         real = os.path.realpath(path)
-        if not is_inside(self.root, real):
+        if not self._inside(real):
             raise exception.UnsafePath(path=path, root=self.root)
         return real
 
@@ -141,7 +170,7 @@ class Sysfs(object):
         """``resolved_under_root`` for reading: SysfsOutsideRoot (a
         SysfsReadError) when ``path`` leaves the root."""
         real = os.path.realpath(path)
-        if not is_inside(self.root, real):
+        if not self._inside(real):
             raise exception.SysfsOutsideRoot(path=path, real=real,
                                              root=self.root)
         if os.path.islink(real):
@@ -190,7 +219,7 @@ class Sysfs(object):
             return None
         try:
             real = os.readlink('/proc/self/fd/%d' % dfd)
-            if not os.path.isabs(real) or not is_inside(self.root, real):
+            if not os.path.isabs(real) or not self._inside(real):
                 return None
             return os.open(name, _READ_FLAGS, dir_fd=dfd)
         except OSError:
@@ -341,7 +370,7 @@ class Sysfs(object):
             except OSError:
                 real = None
             if real is not None and os.path.isabs(real):
-                if is_inside(self.root, real):
+                if self._inside(real):
                     return fd, real
                 os.close(fd)
                 raise exception.SysfsOutsideRoot(path=path, real=real,
@@ -505,21 +534,44 @@ class Sysfs(object):
             # O_NOFOLLOW met a link: ELOOP, or ENOTDIR with O_DIRECTORY
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
+        return self._open_link_in(dir_real, name, flags)
+
+    def _open_link_in(self, dir_real, name, flags):
+        """``_open_in`` of an entry that is a link: resolved, it must stay
+        under the root."""
         real = self._readable(os.path.join(dir_real, name))
         return os.open(real, flags), real
 
     def _read_in(self, dir_fd, dir_real, dir_path, name, optional=False):
-        """Read attribute ``name`` of the open directory ``dir_fd``."""
+        """Read attribute ``name`` of the open directory ``dir_fd``
+        (``dir_path`` as the caller named it, ``dir_real`` resolved).  The
+        common case is one ``openat`` that follows no link, and builds no
+        path: they are joined only for a link or an error."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError as e:
+            fd = self._open_failed_in(e, dir_real, dir_path, name, optional)
+            if fd is None:
+                return None
+        return _read_fd(fd, dir_path, name)
+
+    def _open_failed_in(self, error, dir_real, dir_path, name, optional):
+        """``_read_in`` after its ``openat`` failed with ``error``: an
+        entry that is a link is resolved and opened (under the root); a
+        missing file is None when ``optional``; anything else a SysfsError
+        naming the path."""
         path = os.path.join(dir_path, name)
         try:
-            fd, _ = self._open_in(dir_fd, dir_real, name, _READ_FLAGS)
+            # O_NOFOLLOW met a link: ELOOP (ENOTDIR: as _open_in)
+            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise error
+            return self._open_link_in(dir_real, name, _READ_FLAGS)[0]
         except FileNotFoundError:
             if optional:
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
             raise _open_refused(e, path, os.path.join(dir_real, name))
-        return _read_fd(fd, path)
 
     def mdev_types(self, address, static_cache=None, model=None,
                    skipped=None):
