@@ -104,6 +104,48 @@ def _joined(path, name):
     return path if name is None else os.path.join(path, name)
 
 
+# Type ids that passed objects.validate_type_id (the kernel lists the same
+# few dozen under every parent of a model); bounded, as a long-lived
+# process may meet many.
+_KNOWN_TYPE_IDS = set()
+_MAX_KNOWN_TYPE_IDS = 4096
+_MAX_DIGITS = 19     # as _NUMBER
+
+
+def _count_in(dir_fd, type_id):
+    """``available_instances`` of the type directory ``type_id`` of the
+    open directory ``dir_fd``, in the common case only: the directory and
+    the file each opened without following a link, the file regular, at
+    most MAX_ATTRIBUTE_BYTES of plain decimal digits.  None for anything
+    else (the caller then reads it the thorough way, which names what is
+    wrong)."""
+    try:
+        tfd = os.open(type_id, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        fd = os.open('available_instances', _READ_FLAGS, dir_fd=tfd)
+    except OSError:
+        return None
+    finally:
+        os.close(tfd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_ATTRIBUTE_BYTES:
+        return None
+    data = data.strip()
+    # bytes.isdigit: ASCII 0-9 only; at least one digit, as parse_number
+    if not data.isdigit() or len(data) > _MAX_DIGITS:
+        return None
+    return int(data)
+
+
 def parse_number(text, path, minimum=0, base=10):
     """``text`` (an attribute's content) as an int >= ``minimum`` (None:
     any), else a SysfsBadNumber naming ``path`` and what was read."""
@@ -254,6 +296,33 @@ class Sysfs(object):
                 path=path, reason='expected a link to a PCI device, found '
                 '%r' % (name[:80] if name else name))
 
+    def _link_address_in(self, dir_fd, dir_path, name):
+        """``link_address`` of entry ``name`` of the open directory
+        ``dir_fd`` (named ``dir_path``)."""
+        target = self._link_name_in(dir_fd, dir_path, name)
+        try:
+            return objects.PciAddress.parse(target)
+        except exception.InvalidPciAddress:
+            raise exception.SysfsReadError(
+                path=os.path.join(dir_path, name),
+                reason='expected a link to a PCI device, found %r'
+                % (target[:80] if target else target))
+
+    def _link_name_in(self, dir_fd, dir_path, name):
+        """``link_name`` of entry ``name`` of the open directory ``dir_fd``
+        (named ``dir_path``, joined only for an error): the link is read
+        in the directory already resolved and checked, not by walking its
+        path again."""
+        try:
+            return os.path.basename(os.readlink(name, dir_fd=dir_fd))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.EINVAL:   # not a link
+                return None
+            raise exception.SysfsReadError(path=os.path.join(dir_path, name),
+                                           reason=e.strerror)
+
     def link_name(self, path):
         """Basename of a symlink's target (``driver`` -> ``nvidia``)."""
         try:
@@ -398,6 +467,12 @@ class Sysfs(object):
         def read(name, optional=False):
             return self._read_in(dfd, real, base, name, optional=optional)
 
+        def link(name):
+            return self._link_name_in(dfd, base, name)
+
+        def address_of(name):
+            return self._link_address_in(dfd, base, name)
+
         def hex_id(name):
             text = read(name)
             try:
@@ -413,26 +488,24 @@ class Sysfs(object):
             numa = parse_number(numa, j(base, 'numa_node'), minimum=-1)
         group = None
         if 'iommu_group' in entries:
-            name = self.link_name(j(base, 'iommu_group'))
+            name = link('iommu_group')
             group = int(name) if name and name.isdigit() else None
         physfn = None
         if 'physfn' in entries:
-            physfn = self.link_address(j(base, 'physfn'))
+            physfn = address_of('physfn')
         virtfns = []
         for entry in entries:
             if entry.startswith('virtfn') and entry[6:].isdigit():
-                virtfns.append((int(entry[6:]),
-                                self.link_address(j(base, entry))))
+                virtfns.append((int(entry[6:]), address_of(entry)))
         vendor_id = hex_id('vendor')
         product_id = hex_id('device')
-        driver = (self.link_name(j(base, 'driver'))
-                  if 'driver' in entries else None)
+        driver = link('driver') if 'driver' in entries else None
         mdev_types = ()
         if TYPES_DIR in entries:
-            mdev_types = self.mdev_types(
-                address, static_cache,
-                model=(driver, vendor_id, product_id, physfn is not None),
-                skipped=skipped)
+            mdev_types = self._mdev_types_of(
+                dfd, real, base, address, static_cache,
+                (driver, vendor_id, product_id, physfn is not None),
+                skipped)
         if mdevs_by_parent is None:
             mdevs_by_parent = self.mdevs_by_parent()
         return objects.Gpu(
@@ -508,7 +581,7 @@ class Sysfs(object):
             return objects.IommuMember(
                 address=address, vendor_id=hex_id('vendor'),
                 product_id=hex_id('device'), class_code=read('class'),
-                driver=(self.link_name(os.path.join(base, 'driver'))
+                driver=(self._link_name_in(dfd, base, 'driver')
                         if 'driver' in entries else None))
         finally:
             os.close(dfd)
@@ -597,18 +670,57 @@ class Sysfs(object):
         dfd, real = self._open_dir(base, optional=True)
         if dfd is None:
             return ()
-        result = []
         try:
-            for type_id in sorted(os.listdir(dfd)):
-                try:
-                    result.append(self._mdev_type(
-                        dfd, real, base, type_id, static_cache, model))
-                except exception.SysfsError as e:
-                    if skipped is None:
-                        raise
-                    skipped.append(e)
+            return self._mdev_types_in(dfd, real, base, static_cache, model,
+                                       skipped)
         finally:
             os.close(dfd)
+
+    def _mdev_types_of(self, dev_fd, dev_real, dev_path, address,
+                       static_cache, model, skipped):
+        """``mdev_types`` of the device whose directory is open as
+        ``dev_fd`` (resolved and checked as ``dev_real``): a types
+        directory that is a plain directory in it is opened there, without
+        resolving its path again; anything else (a link) the way of
+        ``mdev_types``, which checks where it leads."""
+        try:
+            dfd = os.open(TYPES_DIR, _DIR_FLAGS, dir_fd=dev_fd)
+        except OSError:
+            return self.mdev_types(address, static_cache, model=model,
+                                   skipped=skipped)
+        try:
+            return self._mdev_types_in(
+                dfd, os.path.join(dev_real, TYPES_DIR),
+                os.path.join(dev_path, TYPES_DIR), static_cache, model,
+                skipped)
+        finally:
+            os.close(dfd)
+
+    def _mdev_types_in(self, dfd, real, base, static_cache, model, skipped):
+        """``mdev_types`` of the types directory open as ``dfd``."""
+        result = []
+        known = _KNOWN_TYPE_IDS
+        for type_id in sorted(os.listdir(dfd)):
+            # The common case (a type id seen before, its text known
+            # for this model, a plain count) costs no Python frame
+            # beyond _count_in and builds no path; anything else is
+            # read again the thorough way, which names what is wrong.
+            static = (static_cache.get((model, type_id))
+                      if static_cache is not None else None)
+            if static is not None and type_id in known:
+                available = _count_in(dfd, type_id)
+                if available is not None:
+                    result.append(objects.MdevType(
+                        type_id, static[0], static[1], static[2],
+                        available))
+                    continue
+            try:
+                result.append(self._mdev_type(
+                    dfd, real, base, type_id, static_cache, model))
+            except exception.SysfsError as e:
+                if skipped is None:
+                    raise
+                skipped.append(e)
         return tuple(result)
 
     def _mdev_type(self, types_fd, types_real, types_path, type_id,
@@ -618,6 +730,8 @@ class Sysfs(object):
             objects.validate_type_id(type_id)
         except exception.InvalidTypeId as e:
             raise exception.SysfsReadError(path=path, reason=e)
+        if len(_KNOWN_TYPE_IDS) < _MAX_KNOWN_TYPE_IDS:
+            _KNOWN_TYPE_IDS.add(type_id)
         try:
             tfd, real = self._open_in(types_fd, types_real, type_id,
                                       _DIR_FLAGS)
