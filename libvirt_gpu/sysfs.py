@@ -700,13 +700,14 @@ class Sysfs(object):
         """``mdev_types`` of the types directory open as ``dfd``."""
         result = []
         known = _KNOWN_TYPE_IDS
+        texts = (static_cache.get(model)
+                 if static_cache is not None and model is not None else None)
         for type_id in sorted(os.listdir(dfd)):
             # The common case (a type id seen before, its text known
             # for this model, a plain count) costs no Python frame
             # beyond _count_in and builds no path; anything else is
             # read again the thorough way, which names what is wrong.
-            static = (static_cache.get((model, type_id))
-                      if static_cache is not None else None)
+            static = texts.get(type_id) if texts is not None else None
             if static is not None and type_id in known:
                 available = _count_in(dfd, type_id)
                 if available is not None:
@@ -741,17 +742,17 @@ class Sysfs(object):
             available = parse_number(
                 self._read_in(tfd, real, path, 'available_instances'),
                 os.path.join(path, 'available_instances'))
-            key = (model, type_id)
-            static = (static_cache.get(key)
-                      if static_cache is not None else None)
+            # static_cache: {model: {type id: (name, description, api)}}
+            texts = (static_cache.setdefault(model, {})
+                     if static_cache is not None and model is not None
+                     else {})
+            static = texts.get(type_id)
             if static is None:
-                static = (
+                static = texts[type_id] = (
                     self._read_in(tfd, real, path, 'name', optional=True),
                     self._read_in(tfd, real, path, 'description',
                                   optional=True),
                     self._read_in(tfd, real, path, 'device_api'))
-                if static_cache is not None and model is not None:
-                    static_cache[key] = static
         finally:
             os.close(tfd)
         return objects.MdevType(
