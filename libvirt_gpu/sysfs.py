@@ -392,7 +392,7 @@ class Sysfs(object):
             os.close(dfd)
 
     def read_gpu(self, address, mdevs_by_parent=None, static_cache=None,
-                 skipped=None):
+                 skipped=None, class_filter=None):
         """Build a Gpu from ``bus/pci/devices/<address>/``.
 
         Reads (all optional but vendor, device and class):
@@ -404,6 +404,11 @@ class Sysfs(object):
         discovery (``iommu_group_addresses``, ``pci_function``).
         Anything malformed is a SysfsError naming the file; ``skipped``: see
         ``mdev_types``.
+
+        ``class_filter``: a test of the ``class`` text (``is_gpu_class``);
+        a device that fails it is None, read no further.  Discovery then
+        opens each device's directory once, not once for ``pci_class`` and
+        again here.
         """
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
@@ -412,8 +417,14 @@ class Sysfs(object):
         # without following a link (``_read_in``).
         dfd, real = self._open_dir(base)
         try:
+            class_code = None
+            if class_filter is not None:
+                class_code = self._read_in(dfd, real, base, 'class')
+                if not class_filter(class_code):
+                    return None
             return self._read_gpu_in(dfd, real, base, address,
-                                     mdevs_by_parent, static_cache, skipped)
+                                     mdevs_by_parent, static_cache, skipped,
+                                     class_code)
         finally:
             os.close(dfd)
 
@@ -460,7 +471,7 @@ class Sysfs(object):
             raise exception.SysfsReadError(path=path, reason=e.strerror)
 
     def _read_gpu_in(self, dfd, real, base, address, mdevs_by_parent,
-                     static_cache, skipped):
+                     static_cache, skipped, class_code):
         entries = set(os.listdir(dfd))
         j = os.path.join
 
@@ -512,7 +523,7 @@ class Sysfs(object):
             address=address,
             vendor_id=vendor_id,
             product_id=product_id,
-            class_code=read('class'),
+            class_code=read('class') if class_code is None else class_code,
             driver=driver,
             numa_node=None if numa is None or numa < 0 else numa,
             iommu_group=group,
