@@ -428,6 +428,27 @@ class Sysfs(object):
         finally:
             os.close(dfd)
 
+    def _open_dir_fast(self, path):
+        """The fast path of ``_open_dir``: ``(fd, real path)``, or
+        ``(None, None)`` for the ``realpath`` way; SysfsOutsideRoot when
+        the directory opened lies outside the root."""
+        try:
+            fd = os.open(path, _DIR_FOLLOW_FLAGS)
+        except OSError:
+            return None, None
+        try:
+            real = os.readlink('/proc/self/fd/%d' % fd)
+        except OSError:
+            real = None
+        if real is not None and os.path.isabs(real):
+            if self._inside(real):
+                return fd, real
+            os.close(fd)
+            raise exception.SysfsOutsideRoot(path=path, real=real,
+                                             root=self.root)
+        os.close(fd)
+        return None, None
+
     def _open_dir(self, path, optional=False):
         """``(fd, real path)`` of a directory that resolves under the root
         (``(None, None)`` when it is missing and ``optional``); errors as
@@ -440,22 +461,9 @@ class Sysfs(object):
         ``lstat`` of every component, and it checks the directory actually
         opened.  Anything unusual (no /proc, a failed open) takes the
         ``realpath`` way, with its errors."""
-        try:
-            fd = os.open(path, _DIR_FOLLOW_FLAGS)
-        except OSError:
-            fd = None
+        fd, real = self._open_dir_fast(path)
         if fd is not None:
-            try:
-                real = os.readlink('/proc/self/fd/%d' % fd)
-            except OSError:
-                real = None
-            if real is not None and os.path.isabs(real):
-                if self._inside(real):
-                    return fd, real
-                os.close(fd)
-                raise exception.SysfsOutsideRoot(path=path, real=real,
-                                                 root=self.root)
-            os.close(fd)
+            return fd, real
         real = self._readable(path)
         try:
             return os.open(real, _DIR_FLAGS), real
@@ -804,13 +812,24 @@ class Sysfs(object):
             target = os.readlink(link)
         except OSError as e:
             raise exception.SysfsReadError(path=link, reason=e.strerror)
-        self._readable(link)
-        parent_name = os.path.basename(os.path.dirname(target))
+        # where the link leads must lie under the root: checked on the
+        # directory opened (as _open_dir), else the realpath way, which
+        # also takes a link that leads to no directory
+        dfd, _ = self._open_dir_fast(link)
+        if dfd is None:
+            self._readable(link)
         try:
-            parent = objects.PciAddress.parse(parent_name)
-        except exception.InvalidPciAddress:
-            return None
-        type_id = self.link_name(os.path.join(link, 'mdev_type'))
+            parent_name = os.path.basename(os.path.dirname(target))
+            try:
+                parent = objects.PciAddress.parse(parent_name)
+            except exception.InvalidPciAddress:
+                return None
+            type_id = (self.link_name(os.path.join(link, 'mdev_type'))
+                       if dfd is None else
+                       self._link_name_in(dfd, link, 'mdev_type'))
+        finally:
+            if dfd is not None:
+                os.close(dfd)
         if type_id is None:
             raise exception.SysfsReadError(
                 path=os.path.join(link, 'mdev_type'),

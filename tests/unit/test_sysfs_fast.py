@@ -207,3 +207,30 @@ def test_a_driver_that_is_no_link_is_no_driver(tree):
     assert stat.S_ISREG(os.lstat(tree.attr('driver')).st_mode)
     gpu = sysfs_mod.Sysfs(tree.root).read_gpu(A, mdevs_by_parent={})
     assert gpu.driver is None
+
+
+# --- bus/mdev/devices --------------------------------------------------------
+
+UUID = '6b5d5a36-3f0e-4a33-a39b-6f6a2a1c0c01'
+
+
+@pytest.mark.parametrize('target,says', [
+    (lambda t: os.path.join(t.sibling, 'types'), 'outside the sysfs root'),
+    (lambda t: os.path.join(t.elsewhere, 'types'), 'outside the sysfs root'),
+    (lambda t: UUID, 'symbolic links'),                 # a loop
+    (lambda t: t.attr('vendor'), 'Not a directory'),    # a file
+    (lambda t: t.types_dir(), 'mdev without a type link'),
+    (lambda t: os.path.join(t.gpu_dir(), 'gone'), 'mdev without a type link'),
+], ids=['sibling', 'elsewhere', 'loop', 'file', 'no-type-link', 'dangling'])
+def test_a_bad_mdev_entry_is_skipped_and_named(tree, target, says):
+    devices = os.path.join(tree.root, 'bus', 'mdev', 'devices')
+    good = sorted(os.listdir(devices))
+    os.symlink(target(tree), os.path.join(devices, UUID))
+    reader = sysfs_mod.Sysfs(tree.root)
+    skipped = []
+    found = reader.mdevs_by_parent(skipped=skipped)
+    assert sorted(str(m.uuid) for ms in found.values() for m in ms) == good
+    assert len(skipped) == 1 and UUID in str(skipped[0])
+    assert says in str(skipped[0])
+    with pytest.raises(exception.SysfsReadError, match=says):
+        reader.mdevs_by_parent()
