@@ -121,7 +121,7 @@ def _type(top, text, name='nvidia-1'):
 
 @pytest.mark.parametrize('text,value', [
     (b'0\n', 0), (b'16\n', 16), (b' 7 \n', 7), (b'007', 7),
-    (b'9' * 19, 10 ** 19 - 1)])
+    (b'9' * 19, 10 ** 19 - 1), (b' ' * 61 + b'5\n', 5)])
 def test_count_in_reads_a_plain_count(types_dir, text, value):
     top, fd = types_dir
     _type(top, text)
@@ -131,12 +131,23 @@ def test_count_in_reads_a_plain_count(types_dir, text, value):
 @pytest.mark.parametrize('text', [
     b'', b'\n', b'-1\n', b'+3\n', b'1.5\n', b'1_000\n', b'0x10\n',
     b'9' * 20, '\u0663\n'.encode(), b'3\x00', b'1 2\n',
-    b'1' * (sysfs_mod.MAX_ATTRIBUTE_BYTES + 1)])
+    b' ' * 62 + b'5\n', b'1' * (sysfs_mod.MAX_ATTRIBUTE_BYTES + 1)])
 def test_count_in_leaves_anything_else_to_the_thorough_reader(types_dir,
                                                               text):
     top, fd = types_dir
     _type(top, text)
     assert sysfs_mod._count_in(fd, 'nvidia-1') is None
+
+
+def test_a_count_left_to_the_thorough_reader_is_read_by_it(tree):
+    """A count padded past what ``_count_in`` reads is still a count."""
+    reader = sysfs_mod.Sysfs(tree.root)
+    cache = {}
+    model = _model(reader, A)
+    reader.mdev_types(A, cache, model=model)
+    tree.write(tree.attr('available_instances', TYPE), b' ' * 100 + b'3\n')
+    warm = {t.id: t for t in reader.mdev_types(A, cache, model=model)}
+    assert warm[TYPE].available_instances == 3
 
 
 def test_count_in_opens_no_link_and_no_special_file(types_dir):
