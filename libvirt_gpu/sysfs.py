@@ -5,7 +5,11 @@ built from validated parts (a PCI address, a UUID, a type id that was listed
 by the kernel) joined under the root; nothing absolute or relative-upward is
 ever joined.  Reading is tuned for discovery of hundreds of mdev parents: one
 ``listdir`` per device tells which optional files exist, so a missing file
-costs no exception.
+costs no exception.  A directory resolved and checked once is read
+relative to its descriptor, and a path is joined only for an error.  A
+type's ``available_instances``, read for every type of every parent, has
+a short way (``_count_in``) with the same checks and no path built; what
+it does not expect is read again the thorough way, which names it.
 
 Sysfs is input, and a tree (a simulated one, a root given by mistake, a
 container's) may hold anything, so the reader trusts nothing in it:
