@@ -181,6 +181,7 @@ class Sysfs(object):
     def root(self, value):
         self._root = value
         self._root_prefix = _dir_prefix(value)   # see _inside
+        self._pci_prefix = os.path.join(value, *PCI_DEVICES, '')
 
     def __repr__(self):
         return 'Sysfs(%r)' % self.root
@@ -199,8 +200,7 @@ class Sysfs(object):
 
     def pci_dir(self, address):
         """``<root>/bus/pci/devices/0000:af:00.0``"""
-        return os.path.join(self.root, *PCI_DEVICES,
-                            str(objects.PciAddress.parse(address)))
+        return self._pci_prefix + str(objects.PciAddress.parse(address))
 
     def mdev_dir(self, uuid):
         """``<root>/bus/mdev/devices/<uuid>``"""
