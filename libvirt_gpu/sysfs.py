@@ -5,7 +5,11 @@ built from validated parts (a PCI address, a UUID, a type id that was listed
 by the kernel) joined under the root; nothing absolute or relative-upward is
 ever joined.  Reading is tuned for discovery of hundreds of mdev parents: one
 ``listdir`` per device tells which optional files exist, so a missing file
-costs no exception.
+costs no exception.  A directory resolved and checked once is read
+relative to its descriptor, and a path is joined only for an error.  A
+type's ``available_instances``, read for every type of every parent, has
+a short way (``_count_in``) with the same checks and no path built; what
+it does not expect is read again the thorough way, which names it.
 
 Sysfs is input, and a tree (a simulated one, a root given by mistake, a
 container's) may hold anything, so the reader trusts nothing in it:
@@ -50,8 +54,18 @@ _HEX_NUMBER = re.compile(r'(0[xX])?[0-9a-fA-F]{1,16}\Z')
 
 def is_inside(root, path):
     """Whether the absolute, resolved ``path`` is ``root`` or lies beneath
-    it, compared by path components: ``/sys2/x`` is not inside ``/sys``."""
-    return os.path.commonpath((root, path)) == root
+    it, compared by path components: ``/sys2/x`` is not inside ``/sys``.
+
+    Both must be normalized absolute paths (``realpath`` and the kernel's
+    ``/proc/self/fd`` links give nothing else): then "``root`` itself, or
+    ``root`` followed by ``/``" is exactly the component comparison,
+    without splitting either path."""
+    return path == root or path.startswith(_dir_prefix(root))
+
+
+def _dir_prefix(root):
+    """``root`` with one trailing ``/`` (``/`` stays ``/``)."""
+    return root if root.endswith('/') else root + '/'
 
 
 def _check_part(part):
@@ -69,23 +83,75 @@ def _open_refused(error, path, real):
     return exception.SysfsReadError(path=path, reason=error.strerror)
 
 
-def _read_fd(fd, path):
+def _read_fd(fd, path, name=None):
     """Read and close ``fd``: a regular file of at most
-    MAX_ATTRIBUTE_BYTES, as text."""
+    MAX_ATTRIBUTE_BYTES, as text.  Errors name ``path`` (with ``name``:
+    that entry of directory ``path``, joined only for an error)."""
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise exception.SysfsNotRegularFile(
-                path=path, kind=filetype.kind(mode))
+                path=_joined(path, name), kind=filetype.kind(mode))
         data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
     except OSError as e:
-        raise exception.SysfsReadError(path=path, reason=e.strerror)
+        raise exception.SysfsReadError(path=_joined(path, name),
+                                       reason=e.strerror)
     finally:
         os.close(fd)
     if len(data) > MAX_ATTRIBUTE_BYTES:
-        raise exception.SysfsFileTooLarge(path=path,
+        raise exception.SysfsFileTooLarge(path=_joined(path, name),
                                           limit=MAX_ATTRIBUTE_BYTES)
     return data.decode('utf-8', 'replace').strip()
+
+
+def _joined(path, name):
+    return path if name is None else os.path.join(path, name)
+
+
+# Type ids that passed objects.validate_type_id (the kernel lists the same
+# few dozen under every parent of a model); bounded, as a long-lived
+# process may meet many.
+_KNOWN_TYPE_IDS = set()
+_MAX_KNOWN_TYPE_IDS = 4096
+_MAX_DIGITS = 19     # as _NUMBER
+# What _count_in reads: a count, its newline and some blanks fit; a read
+# that fills it is left to the thorough reader (a smaller buffer than
+# MAX_ATTRIBUTE_BYTES + 1 is cheaper to allocate, 5000 times a pass).
+_COUNT_READ = 64
+
+
+def _count_in(dir_fd, type_id):
+    """``available_instances`` of the type directory ``type_id`` of the
+    open directory ``dir_fd``, in the common case only: the directory and
+    the file each opened without following a link, the file regular, a
+    plain decimal count in fewer than _COUNT_READ bytes.  None for
+    anything else (the caller then reads it the thorough way, which names
+    what is wrong, and reads up to MAX_ATTRIBUTE_BYTES)."""
+    try:
+        tfd = os.open(type_id, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        fd = os.open('available_instances', _READ_FLAGS, dir_fd=tfd)
+    except OSError:
+        return None
+    finally:
+        os.close(tfd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _COUNT_READ)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) >= _COUNT_READ:     # maybe more: the thorough way
+        return None
+    data = data.strip()
+    # bytes.isdigit: ASCII 0-9 only; at least one digit, as parse_number
+    if not data.isdigit() or len(data) > _MAX_DIGITS:
+        return None
+    return int(data)
 
 
 def parse_number(text, path, minimum=0, base=10):
@@ -107,8 +173,22 @@ class Sysfs(object):
     def __init__(self, root='/sys'):
         self.root = os.path.realpath(os.fspath(root))
 
+    @property
+    def root(self):
+        return self._root
+
+    @root.setter
+    def root(self, value):
+        self._root = value
+        self._root_prefix = _dir_prefix(value)   # see _inside
+        self._pci_prefix = os.path.join(value, *PCI_DEVICES, '')
+
     def __repr__(self):
         return 'Sysfs(%r)' % self.root
+
+    def _inside(self, real):
+        """``is_inside(root, real)`` with the root's prefix made once."""
+        return real == self._root or real.startswith(self._root_prefix)
 
     # -- paths -------------------------------------------------------------
 
@@ -120,8 +200,7 @@ class Sysfs(object):
 
     def pci_dir(self, address):
         """``<root>/bus/pci/devices/0000:af:00.0``"""
-        return os.path.join(self.root, *PCI_DEVICES,
-                            str(objects.PciAddress.parse(address)))
+        return self._pci_prefix + str(objects.PciAddress.parse(address))
 
     def mdev_dir(self, uuid):
         """``<root>/bus/mdev/devices/<uuid>``"""
@@ -133,7 +212,7 @@ class Sysfs(object):
         leaves the root.  Links are followed (a link loop is left as it is
         and fails when opened)."""
         real = os.path.realpath(path)
-        if not is_inside(self.root, real):
+        if not self._inside(real):
             raise exception.UnsafePath(path=path, root=self.root)
         return real
 
@@ -141,7 +220,7 @@ class Sysfs(object):
         """``resolved_under_root`` for reading: SysfsOutsideRoot (a
         SysfsReadError) when ``path`` leaves the root."""
         real = os.path.realpath(path)
-        if not is_inside(self.root, real):
+        if not self._inside(real):
             raise exception.SysfsOutsideRoot(path=path, real=real,
                                              root=self.root)
         if os.path.islink(real):
@@ -190,7 +269,7 @@ class Sysfs(object):
             return None
         try:
             real = os.readlink('/proc/self/fd/%d' % dfd)
-            if not os.path.isabs(real) or not is_inside(self.root, real):
+            if not os.path.isabs(real) or not self._inside(real):
                 return None
             return os.open(name, _READ_FLAGS, dir_fd=dfd)
         except OSError:
@@ -224,6 +303,33 @@ class Sysfs(object):
             raise exception.SysfsReadError(
                 path=path, reason='expected a link to a PCI device, found '
                 '%r' % (name[:80] if name else name))
+
+    def _link_address_in(self, dir_fd, dir_path, name):
+        """``link_address`` of entry ``name`` of the open directory
+        ``dir_fd`` (named ``dir_path``)."""
+        target = self._link_name_in(dir_fd, dir_path, name)
+        try:
+            return objects.PciAddress.parse(target)
+        except exception.InvalidPciAddress:
+            raise exception.SysfsReadError(
+                path=os.path.join(dir_path, name),
+                reason='expected a link to a PCI device, found %r'
+                % (target[:80] if target else target))
+
+    def _link_name_in(self, dir_fd, dir_path, name):
+        """``link_name`` of entry ``name`` of the open directory ``dir_fd``
+        (named ``dir_path``, joined only for an error): the link is read
+        in the directory already resolved and checked, not by walking its
+        path again."""
+        try:
+            return os.path.basename(os.readlink(name, dir_fd=dir_fd))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.EINVAL:   # not a link
+                return None
+            raise exception.SysfsReadError(path=os.path.join(dir_path, name),
+                                           reason=e.strerror)
 
     def link_name(self, path):
         """Basename of a symlink's target (``driver`` -> ``nvidia``)."""
@@ -294,7 +400,7 @@ class Sysfs(object):
             os.close(dfd)
 
     def read_gpu(self, address, mdevs_by_parent=None, static_cache=None,
-                 skipped=None):
+                 skipped=None, class_filter=None):
         """Build a Gpu from ``bus/pci/devices/<address>/``.
 
         Reads (all optional but vendor, device and class):
@@ -306,6 +412,11 @@ class Sysfs(object):
         discovery (``iommu_group_addresses``, ``pci_function``).
         Anything malformed is a SysfsError naming the file; ``skipped``: see
         ``mdev_types``.
+
+        ``class_filter``: a test of the ``class`` text (``is_gpu_class``);
+        a device that fails it is None, read no further.  Discovery then
+        opens each device's directory once, not once for ``pci_class`` and
+        again here.
         """
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
@@ -314,10 +425,37 @@ class Sysfs(object):
         # without following a link (``_read_in``).
         dfd, real = self._open_dir(base)
         try:
+            class_code = None
+            if class_filter is not None:
+                class_code = self._read_in(dfd, real, base, 'class')
+                if not class_filter(class_code):
+                    return None
             return self._read_gpu_in(dfd, real, base, address,
-                                     mdevs_by_parent, static_cache, skipped)
+                                     mdevs_by_parent, static_cache, skipped,
+                                     class_code)
         finally:
             os.close(dfd)
+
+    def _open_dir_fast(self, path):
+        """The fast path of ``_open_dir``: ``(fd, real path)``, or
+        ``(None, None)`` for the ``realpath`` way; SysfsOutsideRoot when
+        the directory opened lies outside the root."""
+        try:
+            fd = os.open(path, _DIR_FOLLOW_FLAGS)
+        except OSError:
+            return None, None
+        try:
+            real = os.readlink('/proc/self/fd/%d' % fd)
+        except OSError:
+            real = None
+        if real is not None and os.path.isabs(real):
+            if self._inside(real):
+                return fd, real
+            os.close(fd)
+            raise exception.SysfsOutsideRoot(path=path, real=real,
+                                             root=self.root)
+        os.close(fd)
+        return None, None
 
     def _open_dir(self, path, optional=False):
         """``(fd, real path)`` of a directory that resolves under the root
@@ -331,22 +469,9 @@ class Sysfs(object):
         ``lstat`` of every component, and it checks the directory actually
         opened.  Anything unusual (no /proc, a failed open) takes the
         ``realpath`` way, with its errors."""
-        try:
-            fd = os.open(path, _DIR_FOLLOW_FLAGS)
-        except OSError:
-            fd = None
+        fd, real = self._open_dir_fast(path)
         if fd is not None:
-            try:
-                real = os.readlink('/proc/self/fd/%d' % fd)
-            except OSError:
-                real = None
-            if real is not None and os.path.isabs(real):
-                if is_inside(self.root, real):
-                    return fd, real
-                os.close(fd)
-                raise exception.SysfsOutsideRoot(path=path, real=real,
-                                                 root=self.root)
-            os.close(fd)
+            return fd, real
         real = self._readable(path)
         try:
             return os.open(real, _DIR_FLAGS), real
@@ -362,12 +487,18 @@ class Sysfs(object):
             raise exception.SysfsReadError(path=path, reason=e.strerror)
 
     def _read_gpu_in(self, dfd, real, base, address, mdevs_by_parent,
-                     static_cache, skipped):
+                     static_cache, skipped, class_code):
         entries = set(os.listdir(dfd))
         j = os.path.join
 
         def read(name, optional=False):
             return self._read_in(dfd, real, base, name, optional=optional)
+
+        def link(name):
+            return self._link_name_in(dfd, base, name)
+
+        def address_of(name):
+            return self._link_address_in(dfd, base, name)
 
         def hex_id(name):
             text = read(name)
@@ -384,33 +515,31 @@ class Sysfs(object):
             numa = parse_number(numa, j(base, 'numa_node'), minimum=-1)
         group = None
         if 'iommu_group' in entries:
-            name = self.link_name(j(base, 'iommu_group'))
+            name = link('iommu_group')
             group = int(name) if name and name.isdigit() else None
         physfn = None
         if 'physfn' in entries:
-            physfn = self.link_address(j(base, 'physfn'))
+            physfn = address_of('physfn')
         virtfns = []
         for entry in entries:
             if entry.startswith('virtfn') and entry[6:].isdigit():
-                virtfns.append((int(entry[6:]),
-                                self.link_address(j(base, entry))))
+                virtfns.append((int(entry[6:]), address_of(entry)))
         vendor_id = hex_id('vendor')
         product_id = hex_id('device')
-        driver = (self.link_name(j(base, 'driver'))
-                  if 'driver' in entries else None)
+        driver = link('driver') if 'driver' in entries else None
         mdev_types = ()
         if TYPES_DIR in entries:
-            mdev_types = self.mdev_types(
-                address, static_cache,
-                model=(driver, vendor_id, product_id, physfn is not None),
-                skipped=skipped)
+            mdev_types = self._mdev_types_of(
+                dfd, real, base, address, static_cache,
+                (driver, vendor_id, product_id, physfn is not None),
+                skipped)
         if mdevs_by_parent is None:
             mdevs_by_parent = self.mdevs_by_parent()
         return objects.Gpu(
             address=address,
             vendor_id=vendor_id,
             product_id=product_id,
-            class_code=read('class'),
+            class_code=read('class') if class_code is None else class_code,
             driver=driver,
             numa_node=None if numa is None or numa < 0 else numa,
             iommu_group=group,
@@ -479,7 +608,7 @@ class Sysfs(object):
             return objects.IommuMember(
                 address=address, vendor_id=hex_id('vendor'),
                 product_id=hex_id('device'), class_code=read('class'),
-                driver=(self.link_name(os.path.join(base, 'driver'))
+                driver=(self._link_name_in(dfd, base, 'driver')
                         if 'driver' in entries else None))
         finally:
             os.close(dfd)
@@ -505,21 +634,44 @@ class Sysfs(object):
             # O_NOFOLLOW met a link: ELOOP, or ENOTDIR with O_DIRECTORY
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
+        return self._open_link_in(dir_real, name, flags)
+
+    def _open_link_in(self, dir_real, name, flags):
+        """``_open_in`` of an entry that is a link: resolved, it must stay
+        under the root."""
         real = self._readable(os.path.join(dir_real, name))
         return os.open(real, flags), real
 
     def _read_in(self, dir_fd, dir_real, dir_path, name, optional=False):
-        """Read attribute ``name`` of the open directory ``dir_fd``."""
+        """Read attribute ``name`` of the open directory ``dir_fd``
+        (``dir_path`` as the caller named it, ``dir_real`` resolved).  The
+        common case is one ``openat`` that follows no link, and builds no
+        path: they are joined only for a link or an error."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError as e:
+            fd = self._open_failed_in(e, dir_real, dir_path, name, optional)
+            if fd is None:
+                return None
+        return _read_fd(fd, dir_path, name)
+
+    def _open_failed_in(self, error, dir_real, dir_path, name, optional):
+        """``_read_in`` after its ``openat`` failed with ``error``: an
+        entry that is a link is resolved and opened (under the root); a
+        missing file is None when ``optional``; anything else a SysfsError
+        naming the path."""
         path = os.path.join(dir_path, name)
         try:
-            fd, _ = self._open_in(dir_fd, dir_real, name, _READ_FLAGS)
+            # O_NOFOLLOW met a link: ELOOP (ENOTDIR: as _open_in)
+            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise error
+            return self._open_link_in(dir_real, name, _READ_FLAGS)[0]
         except FileNotFoundError:
             if optional:
                 return None
             raise exception.SysfsReadError(path=path, reason='no such file')
         except OSError as e:
             raise _open_refused(e, path, os.path.join(dir_real, name))
-        return _read_fd(fd, path)
 
     def mdev_types(self, address, static_cache=None, model=None,
                    skipped=None):
@@ -545,18 +697,58 @@ class Sysfs(object):
         dfd, real = self._open_dir(base, optional=True)
         if dfd is None:
             return ()
-        result = []
         try:
-            for type_id in sorted(os.listdir(dfd)):
-                try:
-                    result.append(self._mdev_type(
-                        dfd, real, base, type_id, static_cache, model))
-                except exception.SysfsError as e:
-                    if skipped is None:
-                        raise
-                    skipped.append(e)
+            return self._mdev_types_in(dfd, real, base, static_cache, model,
+                                       skipped)
         finally:
             os.close(dfd)
+
+    def _mdev_types_of(self, dev_fd, dev_real, dev_path, address,
+                       static_cache, model, skipped):
+        """``mdev_types`` of the device whose directory is open as
+        ``dev_fd`` (resolved and checked as ``dev_real``): a types
+        directory that is a plain directory in it is opened there, without
+        resolving its path again; anything else (a link) the way of
+        ``mdev_types``, which checks where it leads."""
+        try:
+            dfd = os.open(TYPES_DIR, _DIR_FLAGS, dir_fd=dev_fd)
+        except OSError:
+            return self.mdev_types(address, static_cache, model=model,
+                                   skipped=skipped)
+        try:
+            return self._mdev_types_in(
+                dfd, os.path.join(dev_real, TYPES_DIR),
+                os.path.join(dev_path, TYPES_DIR), static_cache, model,
+                skipped)
+        finally:
+            os.close(dfd)
+
+    def _mdev_types_in(self, dfd, real, base, static_cache, model, skipped):
+        """``mdev_types`` of the types directory open as ``dfd``."""
+        result = []
+        known = _KNOWN_TYPE_IDS
+        texts = (static_cache.get(model)
+                 if static_cache is not None and model is not None else None)
+        for type_id in sorted(os.listdir(dfd)):
+            # The common case (a type id seen before, its text known
+            # for this model, a plain count) costs no Python frame
+            # beyond _count_in and builds no path; anything else is
+            # read again the thorough way, which names what is wrong.
+            static = texts.get(type_id) if texts is not None else None
+            if static is not None and type_id in known:
+                available = _count_in(dfd, type_id)
+                if available is not None:
+                    result.append(objects.MdevType(
+                        type_id, static[0], static[1], static[2],
+                        available))
+                    continue
+            try:
+                result.append(self._mdev_type(
+                    dfd, real, base, type_id, static_cache, model))
+            except exception.SysfsError as e:
+                if skipped is None:
+                    raise
+                skipped.append(e)
         return tuple(result)
 
     def _mdev_type(self, types_fd, types_real, types_path, type_id,
@@ -566,6 +758,8 @@ class Sysfs(object):
             objects.validate_type_id(type_id)
         except exception.InvalidTypeId as e:
             raise exception.SysfsReadError(path=path, reason=e)
+        if len(_KNOWN_TYPE_IDS) < _MAX_KNOWN_TYPE_IDS:
+            _KNOWN_TYPE_IDS.add(type_id)
         try:
             tfd, real = self._open_in(types_fd, types_real, type_id,
                                       _DIR_FLAGS)
@@ -575,17 +769,17 @@ class Sysfs(object):
             available = parse_number(
                 self._read_in(tfd, real, path, 'available_instances'),
                 os.path.join(path, 'available_instances'))
-            key = (model, type_id)
-            static = (static_cache.get(key)
-                      if static_cache is not None else None)
+            # static_cache: {model: {type id: (name, description, api)}}
+            texts = (static_cache.setdefault(model, {})
+                     if static_cache is not None and model is not None
+                     else {})
+            static = texts.get(type_id)
             if static is None:
-                static = (
+                static = texts[type_id] = (
                     self._read_in(tfd, real, path, 'name', optional=True),
                     self._read_in(tfd, real, path, 'description',
                                   optional=True),
                     self._read_in(tfd, real, path, 'device_api'))
-                if static_cache is not None and model is not None:
-                    static_cache[key] = static
         finally:
             os.close(tfd)
         return objects.MdevType(
@@ -626,13 +820,24 @@ class Sysfs(object):
             target = os.readlink(link)
         except OSError as e:
             raise exception.SysfsReadError(path=link, reason=e.strerror)
-        self._readable(link)
-        parent_name = os.path.basename(os.path.dirname(target))
+        # where the link leads must lie under the root: checked on the
+        # directory opened (as _open_dir), else the realpath way, which
+        # also takes a link that leads to no directory
+        dfd, _ = self._open_dir_fast(link)
+        if dfd is None:
+            self._readable(link)
         try:
-            parent = objects.PciAddress.parse(parent_name)
-        except exception.InvalidPciAddress:
-            return None
-        type_id = self.link_name(os.path.join(link, 'mdev_type'))
+            parent_name = os.path.basename(os.path.dirname(target))
+            try:
+                parent = objects.PciAddress.parse(parent_name)
+            except exception.InvalidPciAddress:
+                return None
+            type_id = (self.link_name(os.path.join(link, 'mdev_type'))
+                       if dfd is None else
+                       self._link_name_in(dfd, link, 'mdev_type'))
+        finally:
+            if dfd is not None:
+                os.close(dfd)
         if type_id is None:
             raise exception.SysfsReadError(
                 path=os.path.join(link, 'mdev_type'),
