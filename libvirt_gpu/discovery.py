@@ -60,14 +60,19 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None):
     gpus = []
     for address in sysfs.pci_addresses():
         try:
-            if not is_gpu_class(sysfs.pci_class(address)):
-                continue
             gpu = sysfs.read_gpu(address, mdevs_by_parent=mdevs,
-                                 static_cache=static_cache, skipped=skipped)
+                                 static_cache=static_cache, skipped=skipped,
+                                 class_filter=is_gpu_class)
+            if gpu is None:
+                continue
             if gpu.iommu_group is not None:
                 if gpu.iommu_group not in groups:
+                    # the GPU's own function as just read; the others read
                     groups[gpu.iommu_group] = [
-                        sysfs.pci_function(a) for a in
+                        objects.IommuMember(a, gpu.vendor_id, gpu.product_id,
+                                            gpu.class_code, gpu.driver)
+                        if a == gpu.address else sysfs.pci_function(a)
+                        for a in
                         sysfs.iommu_group_addresses(gpu.iommu_group)]
                 gpu = with_iommu_members(gpu, groups[gpu.iommu_group])
             gpu = with_pci_names(gpu, pci_ids)
