@@ -24,6 +24,7 @@ older checkout) run the same way, for a before/after in one run.
 """
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -168,10 +169,20 @@ def _types_listed(name, out):
     return sum(len(g['mdev_types']) for g in data)
 
 
+def _compile(root):
+    """Byte-compile the package in ``root``, as ``pip install`` does: with
+    PYTHONDONTWRITEBYTECODE set (or a checkout never imported), every run
+    would compile every module again, which no installed copy does."""
+    compileall.compile_dir(os.path.join(root, 'libvirt_gpu'), quiet=1)
+
+
 def in_namespace(tree, runs, before):
     """Inside a private mount namespace: show ``tree`` as /sys, then run the
     commands alternately.  Prints a JSON document of the medians."""
     subprocess.run(['mount', '--bind', tree, '/sys'], check=True)
+    _compile(os.path.dirname(HERE))
+    if before:
+        _compile(before)
     specs = {'mdevctl': dict(args=['mdevctl', 'types', '--dumpjson'])}
     specs['libvirt-gpu'] = _cli_argv(os.path.dirname(HERE), tree)
     if before:

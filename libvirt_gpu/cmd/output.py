@@ -33,7 +33,9 @@ def dumps(document, pretty=False):
 
 
 def emit_json(document, stream=None):
-    stream = stream or sys.stdout
+    # dumps escapes every control and non-ASCII character (ensure_ascii):
+    # nothing for cmd.term to do
+    stream = term.unescaped(stream or sys.stdout)
     stream.write(dumps(document, pretty=stream.isatty()))
     stream.write('\n')
 

@@ -113,3 +113,17 @@ def test_report_text_has_one_shape():
 
     assert output.report_text(Report()).splitlines() == [
         '1 change(s)', 'ACTION   WHAT', '-------  ----', 'created  -', 'more']
+
+
+def test_json_reaches_a_terminal_escaped_once():
+    """emit_json bypasses cmd.term's escaping (json.dumps has escaped every
+    control character already) and the terminal still sees no control
+    character."""
+    from libvirt_gpu.cmd import term
+    under = _Terminal()
+    document = {'name': 'GPU\x1b]0;owned\x07\u202e', 'ok': 'é'}
+    output.emit_json(document, term.EscapingStream(under))
+    text = under.getvalue()
+    assert json.loads(text) == document
+    assert text.isascii() and '\x1b' not in text and '\\u001b' in text
+    assert all(c == '\n' or ' ' <= c <= '~' for c in text)
