@@ -14,6 +14,7 @@ over in a fraction of the time of importing everything (see
 
 import argparse
 import errno
+import os
 import sys
 
 from libvirt_gpu import capacity as capacity_mod
@@ -477,7 +478,6 @@ def _add_restore_command(add):
 def _check_dir_option(option, path):
     """An option naming a directory that exists as something else: say so
     in one line instead of failing deep inside the command."""
-    import os
     if os.path.exists(path) and not os.path.isdir(path):
         raise exception.InvalidInput(
             reason='%s %s is not a directory; name a directory'
@@ -553,6 +553,42 @@ _GLOBAL_VALUE_OPTIONS = ('-c', '--connect', '--sysfs-root', '--config-file',
                          '--hostname')
 
 
+def _columns():
+    """The terminal's width as ``shutil.get_terminal_size`` tells it
+    (``$COLUMNS``, else the terminal of stdout, else 80), without importing
+    ``shutil`` (and the compression modules it loads), which argparse's
+    formatters do for every option added."""
+    try:
+        columns = int(os.environ.get('COLUMNS', ''))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Width(object):
+    """A help formatter whose default width is ``_columns() - 2``, as
+    argparse's own."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24,
+                 width=None):
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
+
+
+class _HelpFormatter(_Width, argparse.HelpFormatter):
+    pass
+
+
+class _RawDescriptionHelpFormatter(_Width,
+                                   argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 class _Unbuilt(object):
     """Stands for the parser of a command this call does not run: argparse
     builds every parser eagerly (gettext look-ups, a help formatter per
@@ -579,6 +615,7 @@ class _Commands(object):
         self.names.append(name)
         if self.only is not None and name != self.only:
             return _Unbuilt()
+        kwargs.setdefault('formatter_class', _HelpFormatter)
         return self.action.add_parser(name, **kwargs)
 
 
@@ -610,7 +647,7 @@ def _build_parser(only):
     parser = argparse.ArgumentParser(
         prog=PROG, description='Hand NVIDIA GPUs and vGPUs to libvirt/KVM '
         'guests and report them the way OpenStack Placement expects.',
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=_RawDescriptionHelpFormatter)
     parser.add_argument('-c', '--connect', metavar='URI',
                         help='discover through libvirt at URI only '
                              '(default: [libvirt]/connection_uri, with '

@@ -56,3 +56,19 @@ def test_unknown_command_gets_the_whole_parsers_answer():
     assert done.returncode == 2
     assert "invalid choice: 'lits'" in done.stderr
     assert 'placement' in done.stderr      # every command offered
+
+
+@pytest.mark.parametrize('columns', ['50', '120', '', 'junk'])
+def test_help_wraps_as_argparse_would(monkeypatch, columns):
+    """The formatters skip importing shutil; their width is argparse's."""
+    import argparse
+    monkeypatch.setenv('COLUMNS', columns)
+
+    def parser(formatter):
+        p = argparse.ArgumentParser(prog='x', formatter_class=formatter,
+                                    description='word ' * 40)
+        p.add_argument('--flag', help='a long help text ' * 8)
+        return p.format_help()
+    assert parser(cli_main._HelpFormatter) == parser(argparse.HelpFormatter)
+    assert (parser(cli_main._RawDescriptionHelpFormatter)
+            == parser(argparse.RawDescriptionHelpFormatter))
