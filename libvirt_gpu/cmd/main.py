@@ -122,12 +122,11 @@ def cmd_list(ctx):
         documents = []
         for gpu in gpus:
             setting = enabled.get(gpu.physfn or gpu.address)
-            document = output.gpu_to_json(gpu, setting)
-            document['not_assignable'] = (
-                capacity_mod.pgpu_refusal(gpu)
-                if setting is None and not gpu.is_vf else None)
-            documents.append(document)
-        output.emit_json(documents)
+            documents.append(output.gpu_to_json(
+                gpu, setting, not_assignable=(
+                    capacity_mod.pgpu_refusal(gpu)
+                    if setting is None and not gpu.is_vf else None)))
+        output.emit_json(documents, keys_sorted=True)
         return 0
     from libvirt_gpu.placement import model
     rows = []

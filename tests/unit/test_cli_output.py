@@ -127,3 +127,17 @@ def test_json_reaches_a_terminal_escaped_once():
     assert json.loads(text) == document
     assert text.isascii() and '\x1b' not in text and '\\u001b' in text
     assert all(c == '\n' or ' ' <= c <= '~' for c in text)
+
+
+@pytest.mark.parametrize('profile', simulator.list_profiles())
+def test_list_json_is_written_with_sorted_keys(tmp_path, profile):
+    """list --json builds its dicts with sorted keys and skips the
+    encoder's sort: the text must be what sort_keys=True writes."""
+    root = tmp_path / 'sys'
+    simulator.write_host(simulator.load_profile(profile), root)
+    out, _ = _probe('--sysfs-root', str(root), 'list', '--json')
+    document = json.loads(out)
+    assert document and any(g['mdev_types'] or g['iommu_members']
+                            for g in document)
+    assert out == json.dumps(document, sort_keys=True,
+                             separators=(',', ':')) + '\n'
