@@ -20,6 +20,20 @@ _UUID_RE = r'[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}'
 _TYPE_RE = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
 _HEX_ID_RE = r'(?:0x)?([0-9a-fA-F]{4})'
 
+_PATTERNS = {}
+_PARSED_PCI = {}          # text -> PciAddress (PciAddress.parse)
+_MAX_PARSED_PCI = 4096
+
+
+def _pattern(name, pattern):
+    """``pattern`` compiled on first use and kept (no look-up in ``re``'s
+    own cache, which costs as much as the match)."""
+    compiled = _PATTERNS.get(name)
+    if compiled is None:
+        compiled = _PATTERNS[name] = re.compile(pattern)
+    return compiled
+
+
 # ``key=value`` pairs of an NVIDIA type description, e.g.
 # "num_heads=4, frl_config=60, framebuffer=2048M, max_resolution=5120x2880,
 #  max_instance=8"
@@ -37,15 +51,28 @@ class PciAddress:
 
     @classmethod
     def parse(cls, value):
-        """Parse ``DDDD:BB:SS.F``; uppercase hex is accepted and lowered."""
+        """Parse ``DDDD:BB:SS.F``; uppercase hex is accepted and lowered.
+
+        Discovery meets each address two or three times (the device list,
+        the IOMMU group, a VF link), ~1,700 parses on a 256-parent host:
+        addresses parsed are kept (they are immutable), up to a bound."""
         if isinstance(value, cls):
             return value
+        found = (_PARSED_PCI.get(value)
+                 if cls is PciAddress and isinstance(value, str) else None)
+        if found is not None:
+            return found
         if not isinstance(value, str) or len(value) > 16:
             raise exception.InvalidPciAddress(value=value)
-        m = re.fullmatch(_PCI_RE, value.lower())
+        m = _pattern('pci', _PCI_RE).fullmatch(value.lower())
         if m is None:
             raise exception.InvalidPciAddress(value=value)
-        return cls(*(int(g, 16) for g in m.groups()))
+        domain, bus, slot, function = m.groups()
+        found = cls(int(domain, 16), int(bus, 16), int(slot, 16),
+                    int(function, 16))
+        if cls is PciAddress and len(_PARSED_PCI) < _MAX_PARSED_PCI:
+            _PARSED_PCI[value] = found
+        return found
 
     @classmethod
     def from_libvirt_name(cls, name):
@@ -70,22 +97,23 @@ def validate_uuid(value):
     if not isinstance(value, str) or len(value) != 36:
         raise exception.InvalidUuid(value=value)
     lowered = value.lower()
-    if re.fullmatch(_UUID_RE, lowered) is None:
+    if _pattern('uuid', _UUID_RE).fullmatch(lowered) is None:
         raise exception.InvalidUuid(value=value)
     return lowered
 
 
 def validate_type_id(value):
     """Return ``value`` if it can be a vGPU type id (``nvidia-223``)."""
-    if not isinstance(value, str) or re.fullmatch(_TYPE_RE, value) is None:
+    if (not isinstance(value, str)
+            or _pattern('type', _TYPE_RE).fullmatch(value) is None):
         raise exception.InvalidTypeId(value=value)
     return value
 
 
 def normalize_hex_id(value):
     """``0x10DE`` / ``10de`` -> ``10de``."""
-    m = (re.fullmatch(_HEX_ID_RE, value.strip()) if isinstance(value, str)
-         else None)
+    m = (_pattern('hex_id', _HEX_ID_RE).fullmatch(value.strip())
+         if isinstance(value, str) else None)
     if m is None:
         raise exception.InvalidInput(
             reason='%r is not a 4-digit hex PCI id' % (value,))
