@@ -34,7 +34,6 @@ snapshot, never an error.
 import json
 import os
 import stat
-import zlib
 
 from libvirt_gpu import conffile
 from libvirt_gpu import fileutil
@@ -95,7 +94,7 @@ def cache_dir(environ=None):
 def snapshot_path(directory, path):
     """One snapshot per configuration path (the path is in the key too)."""
     return os.path.join(directory, 'conf-%08x.json'
-                        % zlib.crc32(os.fsencode(path)))
+                        % int(_sha256(os.fsencode(path)).hexdigest()[:8], 16))
 
 
 def _file_key(path, present):

@@ -17,8 +17,9 @@ call, and importing ``dataclasses`` (it imports ``inspect``, which imports
 ``ast``, ``dis``, ``tokenize``...) plus generating six methods per class by
 ``exec`` cost more than everything else the hook does for a guest.  Here
 one small ``exec`` builds each ``__init__`` (the method called thousands of
-times in discovery); the other methods are shared and read the fields
-through one ``operator.attrgetter``.  Annotations are never evaluated (the
+times in discovery), when the class is first instantiated; the other
+methods are shared and read the fields through one
+``operator.attrgetter``.  Annotations are never evaluated (the
 modules declare ``from __future__ import annotations``), so records need no
 ``typing`` either.
 
@@ -162,6 +163,19 @@ def _make_init(cls, all_fields):
     return init
 
 
+def _init_on_first_use(cls, all_fields):
+    """A stand-in ``__init__`` that compiles the real one when the class is
+    first instantiated and puts it in its place: a process builds only the
+    ``__init__`` of the records it uses (the hook uses few of them)."""
+    def __init__(self, *args, **kwargs):
+        init = _make_init(cls, all_fields)
+        if cls.__dict__.get('__init__') is __init__:
+            cls.__init__ = init
+        init(self, *args, **kwargs)
+    __init__.__qualname__ = '%s.__init__' % cls.__qualname__
+    return __init__
+
+
 def _key_getter(names):
     """A function of a record giving the tuple of its fields ``names``."""
     if not names:
@@ -201,7 +215,7 @@ def _build(cls, frozen, order):
     own = cls.__dict__
     all_fields = _collect(cls)
     cls.__record_fields__ = all_fields
-    cls.__init__ = _make_init(cls, all_fields)
+    cls.__init__ = _init_on_first_use(cls, all_fields)
     key = _key_getter([f.name for f in all_fields if f.compare])
     if '__repr__' not in own:
         cls.__repr__ = _repr

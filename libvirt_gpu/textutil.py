@@ -10,8 +10,8 @@ newline, C1 controls and the Unicode bidirectional overrides are written as
 
 import re
 
-_CONTROL = re.compile('[\x00-\x09\x0b-\x1f\x80-\x9f'
-                      '\u202a-\u202e\u2066-\u2069]')
+_CONTROL = ('[\x00-\x09\x0b-\x1f\x80-\x9f'
+            '\u202a-\u202e\u2066-\u2069]')   # compiled on first use by re
 
 
 def _escape_char(match):
@@ -22,5 +22,5 @@ def _escape_char(match):
 def escape(text, newline=False):
     """``text`` with every control character written as an escape; with
     ``newline``, the newline too (one table cell, one line)."""
-    text = _CONTROL.sub(_escape_char, text)
+    text = re.sub(_CONTROL, _escape_char, text)
     return text.replace('\n', '\\n') if newline else text

@@ -148,3 +148,20 @@ def test_copy_and_pickle_round_trip():
         assert other == p and other.label == 'a'
         with pytest.raises(records.FrozenRecordError):
             other.x = 9
+
+
+def test_init_compiled_on_first_use():
+    @records.record
+    class Late:
+        a: int
+        b: int = 2
+    stand_in = Late.__dict__['__init__']
+    assert Late(1).b == 2
+    compiled = Late.__dict__['__init__']
+    assert compiled is not stand_in
+    assert compiled.__code__.co_varnames[:3] == ('self', 'a', 'b')
+    assert Late(a=3, b=4) == Late(3, 4)
+
+    class Plain(Late):          # not a record: inherits the same __init__
+        pass
+    assert Plain(5).a == 5
