@@ -66,7 +66,7 @@ def limit(mtype, enabled):
 
 def parent_total(mtype, used, enabled):
     """Capacity of one mdev parent without VFs for the type ``mtype``
-    (``objects.MdevType`` as the parent lists it, or None when it does not)
+    (``objects.VgpuType`` as the parent lists it, or None when it does not)
     of which it holds ``used`` vGPUs."""
     if mtype is None:
         return 0

@@ -122,7 +122,7 @@ def parse_pci(xml, descriptions=None):
     types = []
     for t in cap.iterfind("capability[@type='mdev_types']/type"):
         type_id = t.get('id')
-        types.append(objects.MdevType(
+        types.append(objects.VgpuType(
             id=type_id,
             name=_text(t, 'name'),
             description=descriptions.get(type_id),

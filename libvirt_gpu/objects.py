@@ -128,8 +128,10 @@ def parse_description(description):
 
 
 @records.record
-class MdevType:
-    """One entry of a parent's ``mdev_supported_types``."""
+class VgpuType:
+    """A vGPU type a PCI function offers: one entry of a parent's
+    ``mdev_supported_types`` (the classic mdev kind), or one of the vendor
+    interface's (``nvidia/creatable_vgpu_types``, see ``VendorVf``)."""
 
     id: str
     name: str | None
@@ -220,7 +222,7 @@ class Gpu:
     product_name: str | None = None   # libvirt only
     physfn: PciAddress | None = None  # set on an SR-IOV VF
     virtfns: tuple[PciAddress, ...] = ()  # set on an SR-IOV PF
-    mdev_types: tuple[MdevType, ...] = ()
+    mdev_types: tuple[VgpuType, ...] = ()
     mdevs: tuple[Mdev, ...] = ()
     # NVIDIA vGPU 17+ vendor interface of an SR-IOV VF (``<VF>/nvidia/``),
     # None when the function has none.  sysfs-only knowledge (libvirt's
@@ -364,12 +366,12 @@ class VendorVf:
         <VF>/nvidia/current_vgpu_type      0 (none) or 1145
 
     ``creatable``: the types that can be created on this VF now (as
-    MdevType records, id ``nvidia-<n>``, available_instances 1).
+    VgpuType records, id ``nvidia-<n>``, available_instances 1).
     ``current``: the type of the vGPU the VF holds, or None.
     """
 
-    creatable: tuple[MdevType, ...] = ()
-    current: MdevType | None = None
+    creatable: tuple[VgpuType, ...] = ()
+    current: VgpuType | None = None
 
     @property
     def types(self):

@@ -692,7 +692,7 @@ class Sysfs(object):
 
     def mdev_types(self, address, static_cache=None, model=None,
                    skipped=None):
-        """Every ``mdev_supported_types/<type>`` of a parent as MdevType.
+        """Every ``mdev_supported_types/<type>`` of a parent as VgpuType.
 
         Files are read relative to the open type directory (``dir_fd``):
         the parent's path, which crosses the ``bus/pci/devices`` link, is
@@ -755,7 +755,7 @@ class Sysfs(object):
             if static is not None and type_id in known:
                 available = _count_in(dfd, type_id)
                 if available is not None:
-                    result.append(objects.MdevType(
+                    result.append(objects.VgpuType(
                         type_id, static[0], static[1], static[2],
                         available))
                     continue
@@ -799,7 +799,7 @@ class Sysfs(object):
                     self._read_in(tfd, real, path, 'device_api'))
         finally:
             os.close(tfd)
-        return objects.MdevType(
+        return objects.VgpuType(
             id=type_id, name=static[0], description=static[1],
             device_api=static[2], available_instances=available)
 
@@ -956,7 +956,7 @@ class Sysfs(object):
         """``objects.VendorVf`` of a VF, or None when it has no
         ``nvidia/`` directory (no vendor interface).
 
-        Each creatable type becomes an MdevType ``nvidia-<n>`` with
+        Each creatable type becomes an VgpuType ``nvidia-<n>`` with
         available_instances 1 (a VF holds one vGPU).  The type the VF holds
         is named from its own list when it is there, else left unnamed:
         discovery names it from the other VFs or the vendor's table.
@@ -965,7 +965,7 @@ class Sysfs(object):
             return None
         current = self.current_vgpu_type(address)
         creatable = tuple(
-            objects.MdevType(id=objects.vendor_type_id(number), name=name,
+            objects.VgpuType(id=objects.vendor_type_id(number), name=name,
                              description=None, device_api='vfio-pci',
                              available_instances=0 if current else 1)
             for number, name in self.creatable_vgpu_types(address))
@@ -973,7 +973,7 @@ class Sysfs(object):
         if current:
             type_id = objects.vendor_type_id(current)
             named = [t.name for t in creatable if t.id == type_id]
-            held = objects.MdevType(id=type_id,
+            held = objects.VgpuType(id=type_id,
                                     name=named[0] if named else None,
                                     description=None, device_api='vfio-pci',
                                     available_instances=0)

@@ -168,7 +168,7 @@ class VgpuKind(DeviceBackend):
 
     @abc.abstractmethod
     def vgpu_type(self, parent, type_id):
-        """``type_id`` as ``parent`` offers it now (``objects.MdevType``:
+        """``type_id`` as ``parent`` offers it now (``objects.VgpuType``:
         available instances and maximum), None when it does not."""
 
     @abc.abstractmethod

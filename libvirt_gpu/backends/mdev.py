@@ -181,7 +181,7 @@ class MdevBackend(base.VgpuKind):
         description = self.sysfs.read(os.path.join(
             self.sysfs.types_dir(parent), type_id, 'description'),
             optional=True)
-        mtype = objects.MdevType(id=type_id, name=None,
+        mtype = objects.VgpuType(id=type_id, name=None,
                                  description=description, device_api='',
                                  available_instances=0)
         return mtype.max_instance
@@ -196,7 +196,7 @@ class MdevBackend(base.VgpuKind):
             optional=True)
         if available is None:
             return None
-        return objects.MdevType(id=type_id, name=None, description=None,
+        return objects.VgpuType(id=type_id, name=None, description=None,
                                 device_api='', available_instances=available)
 
     # -- create -----------------------------------------------------------

@@ -447,7 +447,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         the VF lists it."""
         number = objects.vendor_type_number(type_id)
         names = dict(self.sysfs.creatable_vgpu_types(parent))
-        return objects.MdevType(
+        return objects.VgpuType(
             id=type_id, name=names.get(number),
             description=None, device_api='vfio-pci',
             available_instances=self.available(parent, type_id))

@@ -2,22 +2,22 @@
 
 from libvirt_gpu import objects
 
-T4_1B = objects.MdevType(
+T4_1B = objects.VgpuType(
     id='nvidia-222', name='GRID T4-1B',
     description='num_heads=4, frl_config=45, framebuffer=1024M, '
                 'max_resolution=5120x2880, max_instance=16',
     device_api='vfio-pci', available_instances=16)
-T4_2B = objects.MdevType(
+T4_2B = objects.VgpuType(
     id='nvidia-223', name='GRID T4-2B',
     description='num_heads=4, frl_config=45, framebuffer=2048M, '
                 'max_resolution=5120x2880, max_instance=8',
     device_api='vfio-pci', available_instances=8)
-T4_4C = objects.MdevType(
+T4_4C = objects.VgpuType(
     id='nvidia-319', name='GRID T4-4C',
     description='num_heads=1, frl_config=60, framebuffer=4096M, '
                 'max_resolution=4096x2160, max_instance=4',
     device_api='vfio-pci', available_instances=4)
-T4_1A = objects.MdevType(
+T4_1A = objects.VgpuType(
     id='nvidia-225', name='GRID T4-1A',
     description='num_heads=1, frl_config=60, framebuffer=1024M, '
                 'max_resolution=1280x1024, max_instance=16',

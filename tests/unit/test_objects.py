@@ -54,8 +54,8 @@ def test_type_id_refuses(value):
 
 
 def test_max_instance_from_description():
-    t = objects.MdevType('nvidia-223', 'GRID T4-2B',
+    t = objects.VgpuType('nvidia-223', 'GRID T4-2B',
                          'num_heads=4, max_instance=8', 'vfio-pci', 8)
     assert t.max_instance == 8
-    assert objects.MdevType('x', None, None, 'vfio-pci', 1).max_instance \
+    assert objects.VgpuType('x', None, None, 'vfio-pci', 1).max_instance \
         is None

@@ -20,7 +20,7 @@ B3 = objects.PciAddress.parse('0000:3b:00.0')
     (None, 'CUSTOM_NVIDIA_1EB8_NVIDIA_223'),
 ])
 def test_vgpu_custom_trait(name, expected):
-    mtype = objects.MdevType('nvidia-223', name, None, 'vfio-pci', 8)
+    mtype = objects.VgpuType('nvidia-223', name, None, 'vfio-pci', 8)
     assert expected in traits.vgpu_traits(fakes.gpu(), mtype)
 
 
@@ -38,14 +38,14 @@ def test_gpu_traits_switch():
 
 
 def test_long_trait_is_capped():
-    mtype = objects.MdevType('x', 'GRID ' + 'A' * 400, None, 'vfio-pci', 1)
+    mtype = objects.VgpuType('x', 'GRID ' + 'A' * 400, None, 'vfio-pci', 1)
     names = traits.vgpu_traits(fakes.gpu(), mtype, gpu_traits=False)
     assert all(len(n) <= 255 for n in names)
 
 
 def test_tree_vgpu_and_pgpu():
     used = objects.Mdev('11111111-2222-3333-4444-555555555555', 'nvidia-223')
-    t2b = objects.MdevType('nvidia-223', 'GRID T4-2B', fakes.T4_2B.description,
+    t2b = objects.VgpuType('nvidia-223', 'GRID T4-2B', fakes.T4_2B.description,
                            'vfio-pci', 7)
     gpus = [fakes.gpu('0000:af:00.0', types=(t2b,), mdevs=(used,)),
             fakes.gpu('0000:3b:00.0')]
@@ -69,7 +69,7 @@ def test_tree_vgpu_and_pgpu():
 def test_max_instances_caps_total_but_keeps_used():
     mdevs = tuple(objects.Mdev('%08d-0000-0000-0000-000000000000' % i,
                                'nvidia-223') for i in range(3))
-    t2b = objects.MdevType('nvidia-223', 'GRID T4-2B', None, 'vfio-pci', 5)
+    t2b = objects.VgpuType('nvidia-223', 'GRID T4-2B', None, 'vfio-pci', 5)
     gpu = fakes.gpu(types=(t2b,), mdevs=mdevs)
     assert model.vgpu_total(gpu, objects.EnabledType('nvidia-223')) == 8
     assert model.vgpu_total(
@@ -79,7 +79,7 @@ def test_max_instances_caps_total_but_keeps_used():
 
 
 def test_no_capacity_no_provider_never_total_zero():
-    full = objects.MdevType('nvidia-223', 'GRID T4-2B', None, 'vfio-pci', 0)
+    full = objects.VgpuType('nvidia-223', 'GRID T4-2B', None, 'vfio-pci', 0)
     other = objects.Mdev('11111111-2222-3333-4444-555555555555', 'nvidia-319')
     gpu = fakes.gpu(types=(full, fakes.T4_4C), mdevs=(other,))
     result = model.build_tree('h', [gpu],

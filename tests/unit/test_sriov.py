@@ -148,7 +148,7 @@ def test_one_provider_per_physical_gpu(a100):
 def test_capacity_without_any_maximum_never_sums_vfs():
     # VFs whose type has no description and no published maximum: report
     # what exists plus one, not one per free VF
-    bare = objects.MdevType('nvidia-9', None, None, 'vfio-pci', 1)
+    bare = objects.VgpuType('nvidia-9', None, None, 'vfio-pci', 1)
     vfs = tuple(objects.Gpu(
         address=objects.PciAddress(0, 0x41, 0, 4 + i), vendor_id='10de',
         product_id='ffff', class_code='0x030200', driver='nvidia',

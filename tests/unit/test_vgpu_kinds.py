@@ -86,7 +86,7 @@ class DummyKind(base.VgpuKind):
     def vgpu_type(self, parent, type_id):
         if type_id != TYPE:
             return None
-        return objects.MdevType(id=TYPE, name='Dummy', description=None,
+        return objects.VgpuType(id=TYPE, name='Dummy', description=None,
                                 device_api='vfio-pci',
                                 available_instances=self.available(
                                     parent, type_id))
