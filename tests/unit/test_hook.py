@@ -406,15 +406,25 @@ def test_slow_path_never_imports_libvirt(env):
             [ROOT] + [p for p in sys.path if os.path.isdir(p)])
     with open(script, 'w') as f:
         f.write(text)
-    r = run_script(['vm1', 'prepare', 'begin', '-'],
-                   domain_xml([(new_uuid(), 'nvidia-999', None)]), script)
-    assert r.returncode == 1, r.stderr[-2000:]
-    assert b'nvidia-999 is not enabled' in r.stderr
-    names = imported_modules(r.stderr.decode())
-    assert 'libvirt_gpu.hook' in names and 'xml.etree.ElementTree' in names
-    # nor lxml: 30 ms of imports, a third of a prepare (see xmlutil)
-    assert not {n for n in names
-                if n.split('.')[0] in ('libvirt', 'libvirtmod', 'lxml')}
+    xml = domain_xml([(new_uuid(), 'nvidia-999', None)])
+    cold = run_script(['vm1', 'prepare', 'begin', '-'], xml, script)
+    warm = run_script(['vm1', 'prepare', 'begin', '-'], xml, script)
+    for r in (cold, warm):
+        assert r.returncode == 1, r.stderr[-2000:]
+        assert b'nvidia-999 is not enabled' in r.stderr
+        names = imported_modules(r.stderr.decode())
+        assert ('libvirt_gpu.hook' in names
+                and 'xml.etree.ElementTree' in names)
+        # nor lxml (30 ms of imports, a third of a prepare: see xmlutil)
+        assert not {n for n in names if n.split('.')[0] in (
+            'libvirt', 'libvirtmod', 'lxml')}
+    # With its settings snapshot written (the cold call loads oslo.config,
+    # which imports them itself): not dataclasses, typing or logging
+    # either (see records, logs).
+    assert 'oslo_config' in imported_modules(cold.stderr.decode())
+    assert not {n for n in imported_modules(warm.stderr.decode())
+                if n.split('.')[0] in ('oslo_config', 'dataclasses',
+                                       'typing', 'logging', 'inspect')}
 
 
 # --- install -----------------------------------------------------------------
