@@ -755,9 +755,15 @@ class Sysfs(object):
             if static is not None and type_id in known:
                 available = _count_in(dfd, type_id)
                 if available is not None:
-                    result.append(objects.VgpuType(
-                        type_id, static[0], static[1], static[2],
-                        available))
+                    # Records are immutable: parents of one model whose
+                    # type has the same count share one (the text cache
+                    # also keeps them, keyed by (type id, count)).
+                    made = texts.get((type_id, available))
+                    if made is None:
+                        made = texts[type_id, available] = objects.VgpuType(
+                            type_id, static[0], static[1], static[2],
+                            available)
+                    result.append(made)
                     continue
             try:
                 result.append(self._mdev_type(
