@@ -37,7 +37,7 @@ setuptools.setup(
     ],
     entry_points={
         'console_scripts': [
-            'libvirt-gpu = libvirt_gpu.cmd.main:main',
+            'libvirt-gpu = libvirt_gpu.cmd.main:run',
         ],
         'oslo.config.opts': [
             'libvirt_gpu = libvirt_gpu.conf.opts:list_opts',

@@ -137,9 +137,10 @@ def bench_a100(gpus, runs):
           % (len(providers), ', '.join(str(t) for t in totals)))
 
 
-# What the ``libvirt-gpu`` console script runs.
-_CONSOLE_SCRIPT = ('import sys; from libvirt_gpu.cmd.main import main; '
-                   'sys.exit(main())')
+# What the ``libvirt-gpu`` console script runs (``main.run`` since it
+# exists, ``main.main`` in older checkouts).
+_CONSOLE_SCRIPT = ('import sys; from libvirt_gpu.cmd import main; '
+                   'sys.exit(getattr(main, "run", main.main)())')
 
 
 def _cli_argv(root, tree):

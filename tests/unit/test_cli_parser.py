@@ -2,12 +2,16 @@
 every parser eagerly, a cost on each call); what it accepts and prints must
 be exactly what the whole parser would."""
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from libvirt_gpu.cmd import main as cli_main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 def _commands(parser):
@@ -72,3 +76,21 @@ def test_help_wraps_as_argparse_would(monkeypatch, columns):
     assert parser(cli_main._HelpFormatter) == parser(argparse.HelpFormatter)
     assert (parser(cli_main._RawDescriptionHelpFormatter)
             == parser(argparse.RawDescriptionHelpFormatter))
+
+
+def test_console_script_runs_main_then_freezes_the_survivors(tmp_path):
+    """setup.py's console script is cmd.main.run: main's exit status, and
+    the collector told to leave the survivors alone before exit."""
+    with open(os.path.join(ROOT, 'setup.py')) as f:
+        assert "'libvirt-gpu = libvirt_gpu.cmd.main:run'" in f.read()
+    code = ('import gc, sys\n'
+            'from libvirt_gpu.cmd import main\n'
+            'assert gc.get_freeze_count() == 0\n'
+            "sys.argv = ['libvirt-gpu', 'simulate', '--list']\n"
+            'status = main.run()\n'
+            "print('status', status, 'frozen', gc.get_freeze_count() > 0)\n")
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == 'status 0 frozen True'
+    assert 't4' in done.stdout
