@@ -120,12 +120,14 @@ def cmd_list(ctx):
         # A VF shows the setting of its physical GPU (it is used as a part
         # of it); its ``physfn`` names that GPU.
         documents = []
+        type_memo = {}
         for gpu in gpus:
             setting = enabled.get(gpu.physfn or gpu.address)
             documents.append(output.gpu_to_json(
                 gpu, setting, not_assignable=(
                     capacity_mod.pgpu_refusal(gpu)
-                    if setting is None and not gpu.is_vf else None)))
+                    if setting is None and not gpu.is_vf else None),
+                type_memo=type_memo))
         output.emit_json(documents, keys_sorted=True)
         return 0
     from libvirt_gpu.placement import model

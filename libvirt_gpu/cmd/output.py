@@ -161,10 +161,13 @@ def installed_text(done):
 
 # --- JSON documents ----------------------------------------------------------
 
-def gpu_to_json(gpu, enabled=None, not_assignable=None):
+def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None):
     """One entry of ``libvirt-gpu list --json``, its keys sorted (as every
     dict of that document: see ``emit_json(keys_sorted=True)``);
-    ``not_assignable``: why the GPU cannot be passed through whole."""
+    ``not_assignable``: why the GPU cannot be passed through whole;
+    ``type_memo``: a dict kept across the GPUs of one document, so that a
+    type record shared by many parents (discovery shares equal ones) is
+    converted once."""
     return _sorted({
         'address': str(gpu.address),
         'vendor_id': gpu.vendor_id,
@@ -182,10 +185,20 @@ def gpu_to_json(gpu, enabled=None, not_assignable=None):
         'enabled_type': enabled.type_id if enabled is not None else None,
         'physfn': str(gpu.physfn) if gpu.physfn else None,
         'virtfns': [str(a) for a in gpu.virtfns],
-        'mdev_types': [type_to_json(t) for t in gpu.mdev_types],
+        'mdev_types': [_type_json(t, type_memo) for t in gpu.mdev_types],
         'mdevs': [{'type': m.type_id, 'uuid': m.uuid} for m in gpu.mdevs],
         'not_assignable': not_assignable,
     })
+
+
+def _type_json(mdev_type, memo):
+    if memo is None:
+        return type_to_json(mdev_type)
+    found = memo.get(id(mdev_type))
+    if found is None:
+        # the record is kept with its dict, so its id stays its own
+        found = memo[id(mdev_type)] = (mdev_type, type_to_json(mdev_type))
+    return found[1]
 
 
 def _sorted(document):

@@ -141,3 +141,17 @@ def test_list_json_is_written_with_sorted_keys(tmp_path, profile):
                             for g in document)
     assert out == json.dumps(document, sort_keys=True,
                              separators=(',', ':')) + '\n'
+
+
+def test_type_memo_changes_nothing_in_the_document(tmp_path):
+    from libvirt_gpu import discovery
+    from libvirt_gpu import sysfs
+    root = tmp_path / 'sys'
+    simulator.write_host(simulator.synthetic_profile(8, types=5), root)
+    gpus = discovery.from_sysfs(sysfs.Sysfs(root)).gpus
+    memo = {}
+    with_memo = [output.gpu_to_json(g, type_memo=memo) for g in gpus]
+    assert with_memo == [output.gpu_to_json(g) for g in gpus]
+    # parents of one model share records, so the memo holds fewer dicts
+    # than the document has types
+    assert 0 < len(memo) < sum(len(g['mdev_types']) for g in with_memo)
