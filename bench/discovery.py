@@ -27,6 +27,7 @@ import argparse
 import compileall
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -152,12 +153,20 @@ def _cli_argv(root, tree):
                       tree, 'list', '--json'], cwd=root)
 
 
+def _children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _run_ms(spec):
-    """Wall time of one whole process, and what it printed."""
+    """Wall time of one whole process, its CPU time (user + system, less
+    disturbed by other work on a busy machine), and what it printed."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           check=True, **spec)
-    return (time.perf_counter() - start) * 1000.0, done.stdout
+    return ((time.perf_counter() - start) * 1000.0,
+            (_children_cpu() - cpu) * 1000.0, done.stdout)
 
 
 def _types_listed(name, out):
@@ -189,14 +198,18 @@ def in_namespace(tree, runs, before):
     if before:
         specs['before'] = _cli_argv(before, tree)
     times = {name: [] for name in specs}
+    cpu = {name: [] for name in specs}
     counts = {}
     for _ in range(runs):
         for name, spec in specs.items():
-            elapsed, out = _run_ms(spec)
+            elapsed, used, out = _run_ms(spec)
             times[name].append(elapsed)
+            cpu[name].append(used)
             counts.setdefault(name, _types_listed(name, out))
     json.dump({'median_ms': {n: statistics.median(t)
                              for n, t in times.items()},
+               'median_cpu_ms': {n: statistics.median(t)
+                                 for n, t in cpu.items()},
                'types': counts}, sys.stdout)
     return 0
 
@@ -222,18 +235,19 @@ def bench_whole_process(parents, types, runs, before):
             argv += ['--before', os.path.abspath(before)]
         got = json.loads(subprocess.run(argv, stdout=subprocess.PIPE,
                                         check=True).stdout)
-    med, counts = got['median_ms'], got['types']
+    med, cpu, counts = got['median_ms'], got['median_cpu_ms'], got['types']
     print('whole process on %d parents x %d types, alternating, median of '
-          '%d runs (ms)' % (parents, types, runs))
-    print('%-52s %10s %8s %8s' % ('command', 'ms', 'x mdevctl', 'types'))
+          '%d runs (ms; CPU: user + system)' % (parents, types, runs))
+    print('%-52s %10s %8s %8s %8s %8s' % ('command', 'ms', 'x mdevctl',
+                                          'CPU ms', 'x', 'types'))
     rows = [('mdevctl types --dumpjson (tree on /sys)', 'mdevctl'),
             ('libvirt-gpu --sysfs-root T list --json', 'libvirt-gpu')]
     if before:
         rows.append(('  the same, package in %s' % before, 'before'))
     for label, name in rows:
-        print('%-52s %10.1f %8.2f %8d' % (label, med[name],
-                                          med[name] / med['mdevctl'],
-                                          counts[name]))
+        print('%-52s %10.1f %8.2f %8.1f %8.2f %8d' % (
+            label, med[name], med[name] / med['mdevctl'], cpu[name],
+            cpu[name] / cpu['mdevctl'], counts[name]))
     if len(set(counts.values())) != 1:
         print('WARNING: the commands did not list the same number of types')
 
