@@ -19,6 +19,8 @@ the API, the agent); ``for_hook`` from the hook's settings snapshot, without
 importing oslo.config or libvirt (the hook runs on every guest start).
 """
 
+import functools
+
 from libvirt_gpu.backends import mdev as mdev_backend
 
 MDEVCTL_DIR = mdev_backend.MDEVCTL_DIR
@@ -47,9 +49,11 @@ class Environment(object):
         self.conf = conf
         self.remove_timeout = remove_timeout
         self._kinds = kinds
-        self._sysfs = sysfs
-        self._enabled = None if enabled is None else dict(enabled)
-        self._vgpus = self._pci = self._store = None
+        # given parts take the place of those built on first use
+        if sysfs is not None:
+            self.sysfs = sysfs
+        if enabled is not None:
+            self.enabled = dict(enabled)
 
     @classmethod
     def from_conf(cls, conf=None, conn=None, sysfs=None, sysfs_root=None,
@@ -76,46 +80,35 @@ class Environment(object):
         return cls(state_dir=settings.state_dir, sysfs=sysfs,
                    mdevctl_dir=mdevctl_dir, enabled=settings.enabled)
 
-    # -- the parts, built on first use ------------------------------------
+    # -- the parts, built on first use and kept -------------------------
 
-    @property
+    @functools.cached_property
     def sysfs(self):
-        if self._sysfs is None:
-            from libvirt_gpu import sysfs as sysfs_mod
-            self._sysfs = sysfs_mod.Sysfs(self.sysfs_root)
-        return self._sysfs
+        from libvirt_gpu import sysfs as sysfs_mod
+        return sysfs_mod.Sysfs(self.sysfs_root)
 
-    @property
+    @functools.cached_property
     def vgpus(self):
-        if self._vgpus is None:
-            from libvirt_gpu.backends import registry
-            self._vgpus = registry.Vgpus.from_environment(
-                self, kinds=self._kinds)
-        return self._vgpus
+        from libvirt_gpu.backends import registry
+        return registry.Vgpus.from_environment(self, kinds=self._kinds)
 
-    @property
+    @functools.cached_property
     def pci(self):
-        if self._pci is None:
-            from libvirt_gpu.backends import pci as pci_backend
-            self._pci = pci_backend.PciBackend(self.sysfs)
-        return self._pci
+        from libvirt_gpu.backends import pci as pci_backend
+        return pci_backend.PciBackend(self.sysfs)
 
-    @property
+    @functools.cached_property
     def store(self):
-        if self._store is None:
-            from libvirt_gpu import state
-            self._store = state.LeaseStore(self.state_dir)
-        return self._store
+        from libvirt_gpu import state
+        return state.LeaseStore(self.state_dir)
 
-    @property
+    @functools.cached_property
     def enabled(self):
         """``{PciAddress: EnabledType}`` resolved against this host."""
-        if self._enabled is None:
-            from libvirt_gpu.conf import vgpu as vgpu_conf
-            from libvirt_gpu import discovery
-            gpus = discovery.from_sysfs(self.sysfs).gpus
-            self._enabled = vgpu_conf.resolve(self.conf, gpus)
-        return self._enabled
+        from libvirt_gpu.conf import vgpu as vgpu_conf
+        from libvirt_gpu import discovery
+        gpus = discovery.from_sysfs(self.sysfs).gpus
+        return vgpu_conf.resolve(self.conf, gpus)
 
     @property
     def allocator(self):

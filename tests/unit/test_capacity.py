@@ -56,7 +56,7 @@ def _placement_total(gpu, enabled):
 
 
 def _allocator_free(env, gpu, enabled):
-    env._enabled = {gpu.address: enabled}
+    env.enabled = {gpu.address: enabled}
     allocator = env.allocator
     with env.store.transaction() as txn:
         return allocator.free(txn, gpu.address, enabled.type_id,
