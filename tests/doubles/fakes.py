@@ -2,26 +2,23 @@
 
 from libvirt_gpu import objects
 
-T4_1B = objects.VgpuType(
-    id='nvidia-222', name='GRID T4-1B',
-    description='num_heads=4, frl_config=45, framebuffer=1024M, '
-                'max_resolution=5120x2880, max_instance=16',
-    device_api='vfio-pci', available_instances=16)
-T4_2B = objects.VgpuType(
-    id='nvidia-223', name='GRID T4-2B',
-    description='num_heads=4, frl_config=45, framebuffer=2048M, '
-                'max_resolution=5120x2880, max_instance=8',
-    device_api='vfio-pci', available_instances=8)
-T4_4C = objects.VgpuType(
-    id='nvidia-319', name='GRID T4-4C',
-    description='num_heads=1, frl_config=60, framebuffer=4096M, '
-                'max_resolution=4096x2160, max_instance=4',
-    device_api='vfio-pci', available_instances=4)
-T4_1A = objects.VgpuType(
-    id='nvidia-225', name='GRID T4-1A',
-    description='num_heads=1, frl_config=60, framebuffer=1024M, '
-                'max_resolution=1280x1024, max_instance=16',
-    device_api='vfio-pci', available_instances=16)
+
+def t4_type(number, name, heads, frl, framebuffer_mib, resolution):
+    """A T4 type as its driver lists it, all its instances free (16 GiB
+    of framebuffer: max_instance = 16384 / framebuffer)."""
+    most = 16384 // framebuffer_mib
+    return objects.VgpuType(
+        id='nvidia-%d' % number, name='GRID T4-%s' % name,
+        description='num_heads=%d, frl_config=%d, framebuffer=%dM, '
+                    'max_resolution=%s, max_instance=%d'
+                    % (heads, frl, framebuffer_mib, resolution, most),
+        device_api='vfio-pci', available_instances=most)
+
+
+T4_1B = t4_type(222, '1B', 4, 45, 1024, '5120x2880')
+T4_2B = t4_type(223, '2B', 4, 45, 2048, '5120x2880')
+T4_4C = t4_type(319, '4C', 1, 60, 4096, '4096x2160')
+T4_1A = t4_type(225, '1A', 1, 60, 1024, '1280x1024')
 
 
 def gpu(address='0000:af:00.0', types=(T4_2B, T4_4C, T4_1A), mdevs=(),

@@ -51,6 +51,14 @@ def write_conf(path, text):
     return str(path)
 
 
+def error_with(conf_path, conf_text, sim, *argv):
+    """The one-line error of ``libvirt-gpu --config-file CONF --sysfs-root
+    SIM ARGV``, CONF written at ``conf_path`` with ``conf_text``."""
+    conf = write_conf(conf_path, conf_text)
+    return one_line_error(*cli('--config-file', conf, '--sysfs-root', sim,
+                               *argv)[::2])
+
+
 # --- every command, three broken setups --------------------------------------
 
 def _commands(tmp):
@@ -171,11 +179,9 @@ def test_option_checked_at_load_for_every_command(tmp_path, sim):
 
 def test_bad_value_of_a_per_type_option_names_it_without_oslo_repr(
         tmp_path, sim):
-    conf = write_conf(tmp_path / 'c.conf',
+    line = error_with(tmp_path / 'c.conf',
                       '[gpu]\nenabled_vgpu_types = nvidia-223\n'
-                      '[vgpu_nvidia-223]\nmax_instances = 0\n')
-    line = one_line_error(*cli('--config-file', conf, '--sysfs-root', sim,
-                               'list')[::2])
+                      '[vgpu_nvidia-223]\nmax_instances = 0\n', sim, 'list')
     assert '[vgpu_nvidia-223]/max_instances' in line
     assert 'LocationInfo' not in line
 
@@ -207,11 +213,9 @@ def test_hook_install_dir_that_is_a_file(tmp_path, sim):
 
 def test_restore_mdevctl_dir_that_is_a_file(tmp_path, sim):
     mdevctl = write_conf(tmp_path / 'mdevctl.d', 'x')
-    conf = write_conf(tmp_path / 'c.conf', '[DEFAULT]\nstate_dir = %s\n'
-                      % (tmp_path / 'state'))
-    line = one_line_error(*cli('--config-file', conf, '--sysfs-root', sim,
-                               'restore', '--no-libvirt', '--mdevctl-dir',
-                               mdevctl)[::2])
+    line = error_with(tmp_path / 'c.conf', '[DEFAULT]\nstate_dir = %s\n'
+                      % (tmp_path / 'state'), sim, 'restore', '--no-libvirt',
+                      '--mdevctl-dir', mdevctl)
     assert '--mdevctl-dir %s is not a directory' % mdevctl in line
 
 
@@ -305,11 +309,10 @@ def test_enabled_type_no_gpu_offers(tmp_path, sim):
     assert 'nvidia-999' in warning and 'no GPU' in warning
     assert 'nvidia-223' in warning and 'nvidia-321' in warning
     # with addresses: an error naming what that GPU offers
-    conf = write_conf(tmp_path / 'd.conf',
+    line = error_with(tmp_path / 'd.conf',
                       '[gpu]\nenabled_vgpu_types = nvidia-999\n'
-                      '[vgpu_nvidia-999]\ndevice_addresses = 0000:af:00.0\n')
-    line = one_line_error(*cli('--config-file', conf, '--sysfs-root', sim,
-                               'list')[::2])
+                      '[vgpu_nvidia-999]\ndevice_addresses = 0000:af:00.0\n',
+                      sim, 'list')
     assert 'does not offer type nvidia-999' in line
     assert 'nvidia-223' in line
 

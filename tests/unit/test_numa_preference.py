@@ -36,18 +36,24 @@ def parent_of(env, uuid):
     return str(env.sysfs.kernel.mdevs()[uuid][0])
 
 
-def test_pinned_to_node_1_gets_the_node_1_gpu(env):
+def prepared_on(env, pinning, guest=None):
+    """``prepare`` of a guest (``guest``: its UUID, default the shared
+    one) with one new vGPU and ``pinning``; the GPU it was created on."""
     uuid = th.new_uuid()
-    rc, err = env.run('prepare', pinned_xml(
-        uuid, "<numatune><memory mode='strict' nodeset='1'/></numatune>"))
-    assert (rc, err) == (0, '')
-    assert parent_of(env, uuid) == NODE1_GPU
+    xml = pinned_xml(uuid, pinning)
+    if guest is not None:
+        xml = xml.replace(th.DOM.encode(), guest.encode())
+    assert env.run('prepare', xml) == (0, '')
+    return parent_of(env, uuid)
+
+
+def test_pinned_to_node_1_gets_the_node_1_gpu(env):
+    assert prepared_on(env, "<numatune><memory mode='strict' "
+                            "nodeset='1'/></numatune>") == NODE1_GPU
 
 
 def test_unpinned_gets_the_most_room(env):
-    uuid = th.new_uuid()
-    assert env.run('prepare', pinned_xml(uuid, '')) == (0, '')
-    assert parent_of(env, uuid) == NODE0_GPU
+    assert prepared_on(env, '') == NODE0_GPU
 
 
 def test_vcpu_cpuset_maps_to_nodes_through_local_cpulist(env):
@@ -55,31 +61,20 @@ def test_vcpu_cpuset_maps_to_nodes_through_local_cpulist(env):
         with open(os.path.join(env.root, 'bus', 'pci', 'devices', address,
                                'local_cpulist'), 'w') as f:
             f.write(cpus + '\n')
-    uuid = th.new_uuid()
-    rc, err = env.run('prepare', pinned_xml(
-        uuid, "<vcpu placement='static' cpuset='16-19'>2</vcpu>"))
-    assert (rc, err) == (0, '')
-    assert parent_of(env, uuid) == NODE1_GPU
+    assert prepared_on(env, "<vcpu placement='static' "
+                            "cpuset='16-19'>2</vcpu>") == NODE1_GPU
 
 
 def test_pinned_where_no_gpu_is_gets_the_most_room(env):
-    uuid = th.new_uuid()
-    assert env.run('prepare', pinned_xml(
-        uuid, "<numatune><memory nodeset='3'/></numatune>")) == (0, '')
-    assert parent_of(env, uuid) == NODE0_GPU
+    assert prepared_on(
+        env, "<numatune><memory nodeset='3'/></numatune>") == NODE0_GPU
 
 
 def test_node_full_falls_back_to_another_node(env):
     # T4-2B: 8 per GPU; node 1's GPU holds 2: six more fit there, the
-    # seventh goes to node 0
+    # seventh goes to node 0 (each vGPU in a guest of its own)
     pin = "<numatune><memory nodeset='1'/></numatune>"
-    parents = []
-    for _ in range(7):
-        uuid = th.new_uuid()
-        rc, err = env.run('prepare', pinned_xml(uuid, pin).replace(
-            th.DOM.encode(), th.new_uuid().encode()))
-        assert (rc, err) == (0, '')
-        parents.append(parent_of(env, uuid))
+    parents = [prepared_on(env, pin, guest=th.new_uuid()) for _ in range(7)]
     assert parents == [NODE1_GPU] * 6 + [NODE0_GPU]
 
 
