@@ -42,7 +42,6 @@ import os
 import select
 import struct
 import threading
-import time
 import typing
 
 from libvirt_gpu import exception
@@ -51,6 +50,7 @@ from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import sysfs_tree
+from tests.doubles import poll
 
 LOCK_NAME = '.sim-kernel.lock'
 TYPES_DIR = 'mdev_supported_types'
@@ -446,9 +446,5 @@ class KernelWatcher(object):
                                 errno.errorcode.get(e.errno, e.errno)))
 
     def wait_for(self, predicate, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self):
-                return True
-            time.sleep(0.01)
-        return predicate(self)
+        """``predicate(self)`` polled until true (``poll.wait_for``)."""
+        return poll.wait_for(lambda: predicate(self), timeout, 0.01)

@@ -30,11 +30,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from libvirt_gpu import exception
 from libvirt_gpu.simulator import live as live_mod
 from libvirt_gpu import sysfs as sysfs_mod
+from tests.doubles import poll
 from tests.doubles import trees
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -432,11 +432,4 @@ L40S_VFS = trees.L40S_VFS
 sriov_profile_file = trees.sriov_profile_file
 
 
-def wait_for(predicate, timeout=10.0, interval=0.02):
-    """Poll until ``predicate()`` is true; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
+wait_for = poll.wait_for

@@ -11,7 +11,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 import uuid as uuidlib
 
 import pytest
@@ -21,6 +20,7 @@ from libvirt_gpu import metadata
 from libvirt_gpu import objects
 from libvirt_gpu import xmlutil
 from tests.doubles import hosts
+from tests.doubles import poll
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -157,10 +157,7 @@ def test_attached_vgpu_is_created_by_the_hook_at_start(daemon, gpu_host,
     u = json.loads(r.stdout)['uuid']
     with pytest.raises(libvirt.libvirtError, match='VFIO'):
         domain.create()
-    deadline = time.monotonic() + 10
-    while ('remove', u) not in gpu_host.watcher.events and \
-            time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll.wait_for(lambda: ('remove', u) in gpu_host.watcher.events, 10)
     mine = [ev for ev in gpu_host.watcher.events if ev[1] == u]
     assert [ev[0] for ev in mine] == ['create', 'remove']
     assert mine[0][2] == B                 # the only GPU enabled for it

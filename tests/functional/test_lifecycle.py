@@ -25,6 +25,7 @@ import pytest
 from libvirt_gpu import config_xml
 from libvirt_gpu import metadata
 from tests.doubles import hosts
+from tests.doubles import poll
 from tests.functional import libvirtd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -103,13 +104,7 @@ def calls_for(daemon, dom_uuid):
             if words[-1] == 'uuid=%s' % dom_uuid]
 
 
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+wait_for = poll.wait_for
 
 
 def test_hook_install_and_restart(daemon, gpu_host):

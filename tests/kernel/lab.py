@@ -9,6 +9,7 @@ line.  Nothing here does the product's work: that is product.py.
 import json
 import time
 
+from tests.doubles import poll
 from tests.kernel import vm as vm_mod
 
 GPUS = vm_mod.GPU_ADDRESSES
@@ -208,12 +209,7 @@ class Lab(object):
         return out
 
     def wait(self, predicate, timeout=60, interval=0.5):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value or time.monotonic() > deadline:
-                return value
-            time.sleep(interval)
+        return poll.wait_for(predicate, timeout, interval)
 
     def exists(self, path):
         return self.vm.run(['test', '-e', path]).rc == 0
