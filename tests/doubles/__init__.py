@@ -14,5 +14,5 @@
 
 Nothing here imports from ``tests.unit`` or ``tests.functional``, and
 nothing in ``tests.unit`` imports from ``tests.functional``
-(``tests/unit/test_test_layout.py``).
+(``tests/unit/test_architecture.py``).
 """

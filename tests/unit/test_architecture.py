@@ -7,6 +7,10 @@ one it must not: vGPU kinds know nothing of their callers, the pure rules
 entry points are imported only by the CLI, the product never imports the
 simulator, and the hook's start-up path stays free of oslo.config and
 libvirt.  A failure names the importing module and the module it reached.
+
+The same walk keeps the tests' own layers: unit tests and the shared
+doubles never import the functional tests (which need root, a real
+libvirtd, FUSE ...), nor the doubles the unit tests.
 """
 
 import ast
@@ -242,3 +246,35 @@ def test_rooms_import_only_rooms_below_them():
     upward = {(m, target) for m, targets in graph.items()
               for target in targets if _rank(target) > _rank(m)}
     assert upward == LEVEL_EXCEPTIONS
+
+
+# --- the tests' own layers ---------------------------------------------------
+
+TESTS = os.path.join(ROOT, 'tests')
+
+
+def _test_modules(package):
+    base = os.path.join(TESTS, package)
+    return sorted(os.path.join(base, name) for name in os.listdir(base)
+                  if name.endswith('.py'))
+
+
+@pytest.mark.parametrize('package, forbidden', [
+    ('unit', ('tests.functional',)),
+    ('doubles', ('tests.functional', 'tests.unit'))])
+def test_no_test_module_imports_a_layer_above(package, forbidden):
+    found = {os.path.basename(path): sorted(
+        name for name in imports_of(path, 'tests.' + package)
+        if any(name == f or name.startswith(f + '.') for f in forbidden))
+        for path in _test_modules(package)}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert len(found) > 3            # the walk saw the package's files
+
+
+def test_the_layer_check_sees_imports_inside_functions(tmp_path):
+    path = tmp_path / 'probe.py'
+    path.write_text('def f():\n    from tests.functional import libvirtd\n'
+                    'def g():\n    from ..functional import live_sysfs\n')
+    names = imports_of(str(path), 'tests.unit')
+    assert {'tests.functional.libvirtd',
+            'tests.functional.live_sysfs'} <= names
