@@ -27,7 +27,6 @@ import argparse
 import compileall
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -36,6 +35,8 @@ import tempfile
 import time
 
 import libvirt
+
+import timing     # bench/timing.py: this directory is first on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -47,15 +48,6 @@ from libvirt_gpu import simulator  # noqa: E402
 from libvirt_gpu import sysfs  # noqa: E402
 from libvirt_gpu.placement import model  # noqa: E402
 from libvirt_gpu.simulator import profile as profile_mod  # noqa: E402
-
-
-def _median_ms(func, runs):
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        func()
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
 
 
 def _read_all_files(root):
@@ -118,15 +110,15 @@ def bench_a100(gpus, runs):
         providers = model.build_tree('h', result.gpus, enabled).children
         totals = sorted({p.inventories_api()['VGPU']['total']
                          for p in providers})
-        t_sysfs = _median_ms(lambda: discovery.from_sysfs(tree), runs)
-        t_tree = _median_ms(lambda: model.build_tree(
+        t_sysfs = timing.median_ms(lambda: discovery.from_sysfs(tree), runs)
+        t_tree = timing.median_ms(lambda: model.build_tree(
             'h', discovery.from_sysfs(tree).gpus, enabled), runs)
         uri = 'test://' + node_xml
 
         def via_libvirt():
             with host.Host(uri, read_only=True) as h:
                 discovery.from_libvirt(h, tree)
-        t_libvirt = _median_ms(via_libvirt, runs)
+        t_libvirt = timing.median_ms(via_libvirt, runs)
     print()
     print('%d x A100 PCIe 40GB, all VFs enabled, median of %d runs (ms)'
           % (gpus, runs))
@@ -153,20 +145,15 @@ def _cli_argv(root, tree):
                       tree, 'list', '--json'], cwd=root)
 
 
-def _children_cpu():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _run_ms(spec):
     """Wall time of one whole process, its CPU time (user + system, less
     disturbed by other work on a busy machine), and what it printed."""
-    cpu = _children_cpu()
+    cpu = timing.children_cpu()
     start = time.perf_counter()
     done = subprocess.run(stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                           check=True, **spec)
     return ((time.perf_counter() - start) * 1000.0,
-            (_children_cpu() - cpu) * 1000.0, done.stdout)
+            (timing.children_cpu() - cpu) * 1000.0, done.stdout)
 
 
 def _types_listed(name, out):
@@ -278,15 +265,15 @@ def main(argv=None):
             result = discovery.from_sysfs(tree)
             n_parents = sum(1 for g in result.gpus if g.mdev_types)
             n_types = sum(len(g.mdev_types) for g in result.gpus)
-            t_sysfs = _median_ms(lambda: discovery.from_sysfs(tree),
-                                 args.runs)
-            t_floor = _median_ms(lambda: _read_all_files(tmp), args.runs)
+            t_sysfs = timing.median_ms(lambda: discovery.from_sysfs(tree),
+                                       args.runs)
+            t_floor = timing.median_ms(lambda: _read_all_files(tmp), args.runs)
             uri = 'test://' + node_xml
 
             def via_libvirt():
                 with host.Host(uri, read_only=True) as h:
                     discovery.from_libvirt(h)
-            t_libvirt = _median_ms(via_libvirt, args.runs)
+            t_libvirt = timing.median_ms(via_libvirt, args.runs)
             rows.append((parents, n_parents, n_types, t_sysfs, t_floor,
                          t_libvirt))
     print('discovery, median of %d runs (ms)' % args.runs)

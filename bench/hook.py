@@ -20,7 +20,6 @@
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -28,6 +27,8 @@ import sys
 import tempfile
 import time
 import uuid as uuidlib
+
+import timing     # bench/timing.py: this directory is first on sys.path
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
@@ -64,20 +65,15 @@ PLAIN_XML = b'''<domain type='kvm' id='7'>
 CPU = []      # CPU seconds (user + system) of each timed child, in order
 
 
-def _children_cpu():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timed(argv, data=b'', env=None):
     """Wall seconds of one process; its CPU seconds go to CPU (a figure
     that other work on a busy machine disturbs less than wall time)."""
-    cpu0 = _children_cpu()
+    cpu0 = timing.children_cpu()
     t0 = time.perf_counter()
     r = subprocess.run(argv, input=data, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, env=env)
     elapsed = time.perf_counter() - t0
-    CPU.append(_children_cpu() - cpu0)
+    CPU.append(timing.children_cpu() - cpu0)
     if r.returncode != 0:
         raise SystemExit('%s failed (%d): %s' % (argv, r.returncode,
                                                  r.stderr.decode()[-2000:]))

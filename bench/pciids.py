@@ -17,9 +17,9 @@ runs, each with a fresh reader (the file stays in the page cache):
 
 import argparse
 import os
-import statistics
 import sys
-import time
+
+import timing     # bench/timing.py: this directory is first on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -69,15 +69,6 @@ def parsed(path, lookups):
             for v, d, sv, sd in lookups]
 
 
-def median_ms(func, runs):
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        func()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--runs', type=int, default=15)
@@ -94,8 +85,9 @@ def main():
     for count in (1, 2, 6):
         sample = LOOKUPS[:count]
         print('%-6d  %12.2f  %12.2f' % (
-            count, median_ms(lambda: lazy(args.path, sample), args.runs),
-            median_ms(lambda: parsed(args.path, sample), args.runs)))
+            count,
+            timing.median_ms(lambda: lazy(args.path, sample), args.runs),
+            timing.median_ms(lambda: parsed(args.path, sample), args.runs)))
 
 
 if __name__ == '__main__':
