@@ -37,6 +37,8 @@ import threading
 import time
 import typing
 
+from tests.kernel import vm_init
+
 QEMU = 'qemu-system-x86_64'
 GPU_ADDRESSES = ('0000:00:05.0', '0000:00:06.0')
 PERSISTENT_PATHS = ('/etc/mdevctl.d', '/etc/libvirt/qemu',
@@ -203,13 +205,8 @@ class TestVm(object):
                 chunk = b''
             if not chunk:
                 break
-            buf += chunk
-            while b'\n' in buf:
-                line, buf = buf.split(b'\n', 1)
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
+            messages, buf = vm_init.unframe(buf, chunk)
+            for msg in messages:
                 if 'hello' in msg:
                     self._hello.put(msg)
                     continue
@@ -257,7 +254,7 @@ class TestVm(object):
             self._waiting[rid] = waiter
         req = dict(id=rid, argv=list(argv), input=input, timeout=timeout,
                    env=env or {})
-        self._sock.sendall((json.dumps(req) + '\n').encode())
+        self._sock.sendall(vm_init.frame(req))
         if not wait:
             return None
         try:

@@ -150,6 +150,28 @@ def find_port():
     raise RuntimeError('no virtio port named %s' % PORT_NAME)
 
 
+# -- the protocol: one JSON object per line, both ways (vm.py, the host's
+# end, uses these two as well) ---------------------------------------------
+
+def frame(obj):
+    """``obj`` as one line of the protocol."""
+    return (json.dumps(obj) + '\n').encode()
+
+
+def unframe(buf, chunk):
+    """``buf`` (what was left) and a new ``chunk``: the objects of the
+    complete lines (a line that is no JSON is skipped: the channel may
+    carry noise before the other end speaks) and what is left."""
+    *lines, rest = (buf + chunk).split(b'\n')
+    found = []
+    for line in lines:
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found, rest
+
+
 class Agent(object):
 
     def __init__(self, path):
@@ -157,7 +179,7 @@ class Agent(object):
         self.lock = threading.Lock()
 
     def send(self, obj):
-        data = (json.dumps(obj) + '\n').encode()
+        data = frame(obj)
         with self.lock:
             while data:
                 try:
@@ -194,13 +216,8 @@ class Agent(object):
             if not chunk:
                 time.sleep(0.1)     # host side closed; it may come back
                 continue
-            buf += chunk
-            while b'\n' in buf:
-                line, buf = buf.split(b'\n', 1)
-                try:
-                    req = json.loads(line)
-                except ValueError:
-                    continue
+            requests, buf = unframe(buf, chunk)
+            for req in requests:
                 threading.Thread(target=self.handle, args=(req,),
                                  daemon=True).start()
 
