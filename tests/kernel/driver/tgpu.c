@@ -180,15 +180,26 @@ static ssize_t tgpu_write(struct vfio_device *vdev, const char __user *buf,
 	return count;
 }
 
+/*
+ * The start of the GET_*_INFO ioctls: the caller's struct copied in, and
+ * refused when shorter than the fields we fill in (its first field, argsz,
+ * in every VFIO struct, says how long it is).
+ */
+static int tgpu_copy_in(void *info, void __user *arg, unsigned long minsz)
+{
+	if (copy_from_user(info, arg, minsz))
+		return -EFAULT;
+	return *(u32 *)info < minsz ? -EINVAL : 0;
+}
+
 static long tgpu_get_info(void __user *arg)
 {
 	unsigned long minsz = offsetofend(struct vfio_device_info, num_irqs);
 	struct vfio_device_info info;
+	int ret = tgpu_copy_in(&info, arg, minsz);
 
-	if (copy_from_user(&info, arg, minsz))
-		return -EFAULT;
-	if (info.argsz < minsz)
-		return -EINVAL;
+	if (ret)
+		return ret;
 	info.flags = VFIO_DEVICE_FLAGS_PCI | VFIO_DEVICE_FLAGS_RESET;
 	info.num_regions = VFIO_PCI_NUM_REGIONS;
 	info.num_irqs = VFIO_PCI_NUM_IRQS;
@@ -199,11 +210,10 @@ static long tgpu_get_region_info(void __user *arg)
 {
 	unsigned long minsz = offsetofend(struct vfio_region_info, offset);
 	struct vfio_region_info info;
+	int ret = tgpu_copy_in(&info, arg, minsz);
 
-	if (copy_from_user(&info, arg, minsz))
-		return -EFAULT;
-	if (info.argsz < minsz)
-		return -EINVAL;
+	if (ret)
+		return ret;
 	if (info.index >= VFIO_PCI_NUM_REGIONS)
 		return -EINVAL;
 	info.offset = (u64)info.index << TGPU_OFFSET_SHIFT;
@@ -228,10 +238,11 @@ static long tgpu_get_irq_info(void __user *arg)
 {
 	unsigned long minsz = offsetofend(struct vfio_irq_info, count);
 	struct vfio_irq_info info;
+	int ret = tgpu_copy_in(&info, arg, minsz);
 
-	if (copy_from_user(&info, arg, minsz))
-		return -EFAULT;
-	if (info.argsz < minsz || info.index >= VFIO_PCI_NUM_IRQS)
+	if (ret)
+		return ret;
+	if (info.index >= VFIO_PCI_NUM_IRQS)
 		return -EINVAL;
 	info.count = tgpu_irq_count(info.index);
 	info.flags = info.count ? VFIO_IRQ_INFO_EVENTFD |
