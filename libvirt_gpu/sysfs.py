@@ -123,23 +123,26 @@ _COUNT_READ = 64
 def _count_in(dir_fd, type_id, _open=os.open, _close=os.close,
               _fstat=os.fstat, _read=os.read, _is_reg=stat.S_ISREG):
     """``available_instances`` of the type directory ``type_id`` of the
-    open directory ``dir_fd``, in the common case only: the directory and
-    the file each opened without following a link, the file regular, a
-    plain decimal count in fewer than _COUNT_READ bytes.  None for
-    anything else (the caller then reads it the thorough way, which names
-    what is wrong, and reads up to MAX_ATTRIBUTE_BYTES).  (The ``os``
-    functions are bound as defaults: this runs once per type of every
-    parent, ~5,000 times on a large host.)"""
+    open directory ``dir_fd``, in the common case only: the file opened
+    without following a link, regular, a plain decimal count in fewer
+    than _COUNT_READ bytes.  None for anything else (the caller then
+    reads it the thorough way, which names what is wrong, and reads up to
+    MAX_ATTRIBUTE_BYTES).
+
+    The caller has seen ``type_id`` listed as a directory, not a link
+    (``_type_entries``), so the file is opened by its two-part path in one
+    call instead of opening the type directory first: a third of the
+    system calls of a discovery pass on a large host.  Should the entry be
+    swapped for a link between the listing and the open (never on a real
+    sysfs, whose entries only the kernel makes), the most this can read is
+    another regular file named ``available_instances``, 64 bytes, taken
+    only if it is a plain count: nothing a writer of the tree could not
+    have written here.  (The ``os`` functions are bound as defaults: this
+    runs once per type of every parent, ~5,000 times on a large host.)"""
     try:
-        tfd = _open(type_id, _DIR_FLAGS, dir_fd=dir_fd)
+        fd = _open(type_id + _COUNT_FILE, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
-    try:
-        fd = _open('available_instances', _READ_FLAGS, dir_fd=tfd)
-    except OSError:
-        return None
-    finally:
-        _close(tfd)
     try:
         if not _is_reg(_fstat(fd).st_mode):
             return None
@@ -155,6 +158,26 @@ def _count_in(dir_fd, type_id, _open=os.open, _close=os.close,
     if not data.isdigit() or len(data) > _MAX_DIGITS:
         return None
     return int(data)
+
+
+_COUNT_FILE = '/available_instances'
+
+
+def _type_entries(fd):
+    """``[(name, plain)]`` of the types directory open as ``fd``, sorted by
+    name; ``plain``: the kernel listed the entry as a directory, not a
+    link (the type of each entry comes with the listing, no call per
+    entry).  The descriptor itself is listed, so what ``plain`` says is
+    about the directory whose entries are then opened."""
+    with os.scandir(fd) as listing:
+        return sorted((e.name, _plain_dir(e)) for e in listing)
+
+
+def _plain_dir(entry):
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:         # asked the file system, which failed: not plain
+        return False
 
 
 def _names(fd, real):
@@ -746,13 +769,14 @@ class Sysfs(object):
         known = _KNOWN_TYPE_IDS
         texts = (static_cache.get(model)
                  if static_cache is not None and model is not None else None)
-        for type_id in sorted(_names(dfd, real)):
-            # The common case (a type id seen before, its text known
-            # for this model, a plain count) costs no Python frame
-            # beyond _count_in and builds no path; anything else is
-            # read again the thorough way, which names what is wrong.
+        for type_id, plain in _type_entries(dfd):
+            # The common case (a type id seen before, listed as a plain
+            # directory, its text known for this model, a plain count)
+            # costs no Python frame beyond _count_in and builds no path;
+            # anything else is read again the thorough way, which names
+            # what is wrong.
             static = texts.get(type_id) if texts is not None else None
-            if static is not None and type_id in known:
+            if static is not None and plain and type_id in known:
                 available = _count_in(dfd, type_id)
                 if available is not None:
                     # Records are immutable: parents of one model whose

@@ -155,7 +155,8 @@ def test_count_in_opens_no_link_and_no_special_file(types_dir):
     _type(top, b'3\n', 'real')
     os.symlink('real', os.path.join(top, 'link'))
     assert sysfs_mod._count_in(fd, 'real') == 3
-    assert sysfs_mod._count_in(fd, 'link') is None
+    # a linked type directory is never given to _count_in: the listing
+    # says it is no plain directory (next test)
     linked = _type(top, None, 'linked-file')
     os.symlink(os.path.join(top, 'real', 'available_instances'), linked)
     assert sysfs_mod._count_in(fd, 'linked-file') is None
@@ -164,6 +165,46 @@ def test_count_in_opens_no_link_and_no_special_file(types_dir):
     _type(top, None, 'missing')
     assert sysfs_mod._count_in(fd, 'missing') is None
     assert sysfs_mod._count_in(fd, 'absent') is None
+
+
+def test_type_entries_tell_plain_directories_from_the_rest(types_dir):
+    top, fd = types_dir
+    _type(top, b'3\n', 'real')
+    os.symlink('real', os.path.join(top, 'link'))
+    os.symlink('nowhere', os.path.join(top, 'dangling'))
+    with open(os.path.join(top, 'file'), 'w'):
+        pass
+    os.mkfifo(os.path.join(top, 'fifo'))
+    assert sysfs_mod._type_entries(fd) == [
+        ('dangling', False), ('fifo', False), ('file', False),
+        ('link', False), ('real', True)]
+    # the descriptor is listed again from its start
+    assert [n for n, _ in sysfs_mod._type_entries(fd)][-1] == 'real'
+
+
+def test_a_linked_type_directory_is_read_the_thorough_way(tree,
+                                                          monkeypatch):
+    """A type directory swapped for a link to a healthy one, met on a warm
+    pass: not read the short way, and the same answer as a cold pass."""
+    short = []
+    real_count_in = sysfs_mod._count_in
+    monkeypatch.setattr(sysfs_mod, '_count_in',
+                        lambda fd, type_id: short.append(type_id)
+                        or real_count_in(fd, type_id))
+    reader = sysfs_mod.Sysfs(tree.root)
+    cache = {}
+    model = _model(reader, A)
+    reader.mdev_types(A, cache, model=model)
+    type_dir = os.path.dirname(tree.attr('available_instances', TYPE))
+    os.rename(type_dir, type_dir + '.moved')
+    os.symlink(os.path.basename(type_dir) + '.moved', type_dir)
+    del short[:]
+    skipped, cold_skipped = [], []
+    warm = reader.mdev_types(A, cache, model=model, skipped=skipped)
+    assert TYPE not in short and ENABLED in short
+    cold = reader.mdev_types(A, skipped=cold_skipped)
+    assert warm == cold
+    assert [str(e) for e in skipped] == [str(e) for e in cold_skipped]
 
 
 def test_count_in_leaves_no_descriptor_open(types_dir):
