@@ -128,7 +128,7 @@ def cmd_list(ctx):
                     capacity_mod.pgpu_refusal(gpu)
                     if setting is None and not gpu.is_vf else None),
                 type_memo=type_memo))
-        output.emit_json(documents, keys_sorted=True)
+        output.emit_gpus_json(documents)
         return 0
     from libvirt_gpu.placement import model
     rows = []

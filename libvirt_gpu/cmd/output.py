@@ -45,6 +45,49 @@ def emit_json(document, stream=None, keys_sorted=False):
     stream.write('\n')
 
 
+def emit_gpus_json(documents, stream=None):
+    """``list --json``: ``emit_json(documents, keys_sorted=True)``, the
+    one-line form written by ``gpus_json_text``."""
+    stream = term.unescaped(stream or sys.stdout)
+    if stream.isatty():
+        emit_json(documents, stream, keys_sorted=True)
+        return
+    stream.write(gpus_json_text(documents))
+    stream.write('\n')
+
+
+def gpus_json_text(documents):
+    """``dumps(documents, keys_sorted=True)`` of ``gpu_to_json`` documents,
+    with each type's dict encoded once.  Parents of one model share their
+    type dicts (``gpu_to_json``'s ``type_memo``), so a host of 256
+    parents x 20 types has 5,000 types in its document but a few dozen
+    distinct dicts; the encoder would write each of them again.  A GPU's
+    text is its keys before ``mdev_types``, the types' texts, then its
+    keys after (keys are sorted, and the compact form has no blanks), so
+    the text is the encoder's own, byte for byte."""
+    encode = json.JSONEncoder(separators=(',', ':')).encode
+    texts = {}        # id(type dict) -> its text; the dicts live meanwhile
+    parts = []
+    for document in documents:
+        before = {}
+        after = {}
+        for key, value in document.items():
+            if key < 'mdev_types':
+                before[key] = value
+            elif key > 'mdev_types':
+                after[key] = value
+        types = []
+        for mdev_type in document['mdev_types']:
+            text = texts.get(id(mdev_type))
+            if text is None:
+                text = texts[id(mdev_type)] = encode(mdev_type)
+            types.append(text)
+        parts.append('%s"mdev_types":[%s]%s' % (
+            encode(before)[:-1] + ',' if before else '{', ','.join(types),
+            ',' + encode(after)[1:] if after else '}'))
+    return '[%s]' % ','.join(parts)
+
+
 def emit_text(text, stream=None):
     """Write ``text`` (one or more lines) for people."""
     (stream or sys.stdout).write('%s\n' % text)

@@ -143,6 +143,23 @@ def test_list_json_is_written_with_sorted_keys(tmp_path, profile):
                              separators=(',', ':')) + '\n'
 
 
+@pytest.mark.parametrize('documents', [
+    [],
+    [{'mdev_types': []}],
+    [{'address': 'a', 'mdev_types': [{'id': 'x'}]}],
+    [{'mdev_types': [{'id': 'x'}], 'mdevs': []}],
+    # names that look like the key, quotes, controls and non-ASCII
+    [{'a': '"mdev_types":[', 'mdev_types': [{'id': '],"z":"\x1b\u202e'}],
+      'z': {'mdev_types': ['}']}}],
+])
+def test_gpus_json_text_is_the_encoders_text(documents):
+    shared = {'id': 'shared', 'available_instances': 1}
+    documents = documents + [{'b': 1, 'mdev_types': [shared, shared],
+                              'n': None}] * 3
+    assert output.gpus_json_text(documents) == json.dumps(
+        documents, separators=(',', ':'))
+
+
 def test_type_memo_changes_nothing_in_the_document(tmp_path):
     from libvirt_gpu import discovery
     from libvirt_gpu import sysfs
