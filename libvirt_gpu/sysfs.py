@@ -8,8 +8,10 @@ ever joined.  Reading is tuned for discovery of hundreds of mdev parents: one
 costs no exception.  A directory resolved and checked once is read
 relative to its descriptor, and a path is joined only for an error.  A
 type's ``available_instances``, read for every type of every parent, has
-a short way (``_count_in``) with the same checks and no path built; what
-it does not expect is read again the thorough way, which names it.
+a short way (``_count_in``): for a type the listing shows as a plain
+directory, one ``openat`` of ``<type>/available_instances`` that follows
+no link at its end, with the same checks of the file and no path built;
+what it does not expect is read again the thorough way, which names it.
 
 Sysfs is input, and a tree (a simulated one, a root given by mistake, a
 container's) may hold anything, so the reader trusts nothing in it:
