@@ -206,6 +206,19 @@ def test_bad_type_refused(bad):
         base.VgpuDevice(uuid=new_uuid(), parent=GPU_A, type_id=bad)
 
 
+def test_lookup_refuses_an_mdev_type_link_that_is_no_type_id(tree, backend):
+    # sysfs is where an existing mdev's type enters the program: its
+    # mdev_type link's name is parsed there, as a type id given to the API
+    # would be.
+    link = os.path.join(tree[0], 'bus', 'mdev', 'devices', EXISTING,
+                        'mdev_type')
+    os.unlink(link)
+    os.symlink('../mdev_supported_types/nvidia+223', link)
+    with pytest.raises(exception.InvalidTypeId) as e:
+        backend.lookup(EXISTING)
+    assert str(e.value) == str(exception.InvalidTypeId(value='nvidia+223'))
+
+
 def test_kernel_emulation_refuses_bad_uuid(sysfs):
     path = os.path.join(sysfs.types_dir(GPU_A), 'nvidia-223', 'create')
     with pytest.raises(exception.SysfsWriteError) as e:
