@@ -64,12 +64,18 @@ _PARSERS = {
 }
 
 
-def _refuse_untyped(record):
-    """TypeError naming the first field of ``record`` that does not hold
-    its type: a programming error (a caller passed raw text inward)."""
+def refuse_untyped(record, optional=()):
+    """TypeError naming the first field of ``record`` (a ``uuid``,
+    ``parent``, ``address`` or ``type_id``; None allowed for the names in
+    ``optional``) that does not hold its type: a programming error, a
+    caller passed raw text inward."""
     for f in records.fields(record):
+        if f.name not in _PARSERS:
+            continue
         expected, what, parser = _PARSERS[f.name]
         value = getattr(record, f.name)
+        if value is None and f.name in optional:
+            continue
         if not isinstance(value, expected):
             raise TypeError(
                 '%s.%s must be %s, not %s %r: parse it with %s where it '
@@ -97,7 +103,7 @@ class VgpuDevice:
         if not (isinstance(self.parent, objects.PciAddress)
                 and isinstance(self.uuid, str)
                 and isinstance(self.type_id, str)):
-            _refuse_untyped(self)
+            refuse_untyped(self)
 
 
 @records.record
@@ -109,7 +115,7 @@ class PgpuDevice:
 
     def __post_init__(self):
         if not isinstance(self.address, objects.PciAddress):
-            _refuse_untyped(self)
+            refuse_untyped(self)
 
 
 @records.record
