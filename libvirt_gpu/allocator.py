@@ -270,6 +270,11 @@ class Allocator(object):
             lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
                                parent=existing.parent, state=state.CREATED)
             return Grant(device=existing, existed=True, lease=lease)
+        # A lease row enters the program here, where it is used: its type
+        # is parsed now (the parent was, when the row was read).  Reading
+        # the table does not refuse a corrupt row, so reconcile can still
+        # list and clean it.
+        objects.validate_type_id(lease.type_id)
         self._check_fits(claim, base.VgpuDevice(
             uuid=lease.vgpu_uuid, parent=lease.parent, type_id=lease.type_id))
         # The lease already counts against its GPU: no new capacity needed.

@@ -156,13 +156,8 @@ class Lease:
 
 
 def _row_to_lease(row):
-    """A lease row as a Lease: its vGPU's UUID, GPU and type parsed here,
-    where they enter the program from the file (a row this module did not
-    write raises what a bad value given to the API raises)."""
     values = dict(zip(_FIELDS, row))
     values['parent'] = objects.PciAddress.parse(values['parent'])
-    values['vgpu_uuid'] = objects.validate_uuid(values['vgpu_uuid'])
-    values['type_id'] = objects.validate_type_id(values['type_id'])
     return Lease(**values)
 
 
