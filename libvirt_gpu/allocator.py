@@ -52,7 +52,11 @@ from libvirt_gpu import state
 
 @records.record
 class VgpuClaim:
-    """One vGPU a domain asks for.
+    """One vGPU a domain asks for, with values parsed where they entered
+    the program (the API's arguments, the hook's metadata, an mdevctl
+    definition): ``uuid`` by ``objects.validate_uuid``, ``type_id`` by
+    ``objects.validate_type_id``, ``parent`` an ``objects.PciAddress`` or
+    None.  Construction refuses only a value of the wrong type.
 
     ``managed``: the type must be enabled by configuration on the GPU
     (False for an operator's own mdevctl definition, which names its GPU
@@ -63,6 +67,12 @@ class VgpuClaim:
     type_id: str
     parent: objects.PciAddress | None = None
     managed: bool = True
+
+    def __post_init__(self):
+        if not (isinstance(self.uuid, str) and isinstance(self.type_id, str)
+                and (self.parent is None
+                     or isinstance(self.parent, objects.PciAddress))):
+            base.refuse_untyped(self, optional=('parent',))
 
 
 @records.record
@@ -215,8 +225,7 @@ class Allocator(object):
 
     def _grant(self, txn, domain_uuid, claim, mdevs,
                pinning=objects.UNPINNED):
-        uuid = objects.validate_uuid(claim.uuid)
-        objects.validate_type_id(claim.type_id)
+        uuid = claim.uuid
         lease = txn.get(uuid)
         if lease is not None:
             return self._grant_leased(txn, domain_uuid, claim, lease)
@@ -261,6 +270,11 @@ class Allocator(object):
             lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
                                parent=existing.parent, state=state.CREATED)
             return Grant(device=existing, existed=True, lease=lease)
+        # A lease row enters the program here, where it is used: its type
+        # is parsed now (the parent was, when the row was read).  Reading
+        # the table does not refuse a corrupt row, so reconcile can still
+        # list and clean it.
+        objects.validate_type_id(lease.type_id)
         self._check_fits(claim, base.VgpuDevice(
             uuid=lease.vgpu_uuid, parent=lease.parent, type_id=lease.type_id))
         # The lease already counts against its GPU: no new capacity needed.
@@ -285,7 +299,7 @@ class Allocator(object):
                          else 'none on that GPU'))
 
     def _check_parent(self, txn, claim, mdevs):
-        parent = objects.PciAddress.parse(claim.parent)
+        parent = claim.parent
         sriov = self._sriov_gpu(parent)
         if sriov is not None:
             return self._check_sriov_parent(txn, claim, mdevs, *sriov)

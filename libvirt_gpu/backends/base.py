@@ -52,30 +52,70 @@ def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
     return retrying(func)
 
 
+# What each field of the device records holds, and the function that makes
+# one from text where a value enters the program.
+_PARSERS = {
+    'uuid': (str, 'a str', 'objects.validate_uuid'),
+    'parent': (objects.PciAddress, 'an objects.PciAddress',
+               'objects.PciAddress.parse'),
+    'address': (objects.PciAddress, 'an objects.PciAddress',
+                'objects.PciAddress.parse'),
+    'type_id': (str, 'a str', 'objects.validate_type_id'),
+}
+
+
+def refuse_untyped(record, optional=()):
+    """TypeError naming the first field of ``record`` (a ``uuid``,
+    ``parent``, ``address`` or ``type_id``; None allowed for the names in
+    ``optional``) that does not hold its type: a programming error, a
+    caller passed raw text inward."""
+    for f in records.fields(record):
+        if f.name not in _PARSERS:
+            continue
+        expected, what, parser = _PARSERS[f.name]
+        value = getattr(record, f.name)
+        if value is None and f.name in optional:
+            continue
+        if not isinstance(value, expected):
+            raise TypeError(
+                '%s.%s must be %s, not %s %r: parse it with %s where it '
+                'enters the program (CLI, API, hook input, state load, '
+                'sysfs) and pass the result' % (
+                    type(record).__name__, f.name, what,
+                    type(value).__name__, value, parser))
+
+
 @records.record
 class VgpuDevice:
-    """A vGPU with every choice made: which UUID, on which GPU, which type."""
+    """A vGPU with every choice made: which UUID, on which GPU, which type.
+
+    Plain typed values, parsed and validated where they entered the
+    program: ``uuid`` by ``objects.validate_uuid`` (so lowercase),
+    ``parent`` by ``objects.PciAddress.parse``, ``type_id`` by
+    ``objects.validate_type_id``.  Construction only refuses a value of
+    the wrong type (a programming error); it does not parse again."""
 
     uuid: str
     parent: objects.PciAddress
     type_id: str
 
     def __post_init__(self):
-        object.__setattr__(self, 'uuid', objects.validate_uuid(self.uuid))
-        object.__setattr__(self, 'parent',
-                           objects.PciAddress.parse(self.parent))
-        objects.validate_type_id(self.type_id)
+        if not (isinstance(self.parent, objects.PciAddress)
+                and isinstance(self.uuid, str)
+                and isinstance(self.type_id, str)):
+            refuse_untyped(self)
 
 
 @records.record
 class PgpuDevice:
-    """A whole GPU handed to one guest."""
+    """A whole GPU handed to one guest: ``address`` parsed by
+    ``objects.PciAddress.parse`` where it entered the program."""
 
     address: objects.PciAddress
 
     def __post_init__(self):
-        object.__setattr__(self, 'address',
-                           objects.PciAddress.parse(self.address))
+        if not isinstance(self.address, objects.PciAddress):
+            refuse_untyped(self)
 
 
 @records.record
@@ -125,7 +165,11 @@ class VgpuKind(DeviceBackend):
     parents and UUIDs are its own and hands each call to that kind, so that
     the API, the allocator, the hook and reconcile never ask which kind
     they hold.  ``device`` arguments are ``VgpuDevice``s; ``parent``
-    arguments are ``objects.PciAddress``es (parsed at the edge).
+    arguments are ``objects.PciAddress``es and ``uuid`` arguments UUIDs
+    that ``objects.validate_uuid`` accepted (lowercase), all parsed at the
+    edge (``registry.Vgpus`` validates the UUIDs it is handed, once).  A
+    ``VgpuDevice`` a kind returns holds the same: what it reads from sysfs
+    or its own files it parses there.
     """
 
     #: The kind's name in ``registry.KINDS`` (e.g. ``'mdev'``).

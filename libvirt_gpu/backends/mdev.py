@@ -112,11 +112,13 @@ class MdevBackend(base.VgpuKind):
         return os.path.lexists(path)
 
     def lookup(self, uuid):
-        """The existing mdev ``uuid`` as a VgpuDevice, or None.
+        """The existing mdev ``uuid`` (validated by the caller, see
+        ``objects.validate_uuid``) as a VgpuDevice, or None.
 
         Reads ``bus/mdev/devices/<uuid>`` (a link into its parent's
         directory, which must resolve under the sysfs root) and its
-        ``mdev_type`` link.
+        ``mdev_type`` link; both names are parsed here, where they enter
+        the program (InvalidTypeId for a type link that is no type id).
         """
         path = self.sysfs.mdev_dir(uuid)
         if not self._exists_path(path):
@@ -136,7 +138,8 @@ class MdevBackend(base.VgpuKind):
             raise exception.SysfsReadError(
                 path=path, reason='the parent of this mdev is not a PCI '
                                   'device')
-        return base.VgpuDevice(uuid=uuid, parent=parent, type_id=type_id)
+        return base.VgpuDevice(uuid=uuid, parent=parent,
+                               type_id=objects.validate_type_id(type_id))
 
     def owns(self, uuid):
         return self.lookup(uuid) is not None

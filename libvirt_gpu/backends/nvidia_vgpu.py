@@ -507,7 +507,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
 
         ``start``/``params`` are kept in the state file (``define``).
         """
-        vf = objects.PciAddress.parse(device.parent)
+        vf = device.parent
         number = objects.vendor_type_number(device.type_id)
         self.check_type(vf, device.type_id)
         added = self._claim(device, start, params)
@@ -537,7 +537,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """Record ``device`` on its VF; True when the entry is new.  A VF
         recorded for another of our vGPUs, or this UUID on another VF, is
         an MdevConflict."""
-        vf = objects.PciAddress.parse(device.parent)
+        vf = device.parent
         with self.state.locked() as entries:
             for other in entries.values():
                 if other.vf == vf and other.uuid != device.uuid:

@@ -38,7 +38,7 @@ class PciBackend(base.DeviceBackend):
         """Raise DeviceNotFound or GpuInUse unless ``device`` can be passed
         through whole; return the GPU (``objects.Gpu``) with its IOMMU
         group's members judged."""
-        address = objects.PciAddress.parse(device.address)
+        address = device.address
         class_code = self.sysfs.read(
             self.sysfs.pci_dir(address) + '/class', optional=True)
         if not objects.is_gpu_class(class_code):

@@ -120,10 +120,15 @@ class Vgpus(object):
         return self.remove(device.uuid)
 
     def lookup(self, uuid):
-        return self.kind_owning(objects.validate_uuid(uuid)).lookup(uuid)
+        """The existing vGPU ``uuid`` as a ``base.VgpuDevice``, or None;
+        ``uuid`` is validated (and lowercased) once here, and the kinds
+        get the validated value."""
+        uuid = objects.validate_uuid(uuid)
+        return self.kind_owning(uuid).lookup(uuid)
 
     def remove(self, uuid):
-        return self.kind_owning(objects.validate_uuid(uuid)).remove(uuid)
+        uuid = objects.validate_uuid(uuid)
+        return self.kind_owning(uuid).remove(uuid)
 
     def is_parent(self, address):
         return any(kind.is_parent(address) for kind in self.kinds)

@@ -119,8 +119,8 @@ class Hook(object):
             # The same rule as the attach: a group of its own (but for its
             # companions), and every companion handed over with it, else
             # qemu fails on a group VFIO calls "not viable".
-            companions = self.env.pci.companions(
-                base.PgpuDevice(entry.address))
+            device = base.PgpuDevice(entry.address)   # parsed: metadata
+            companions = self.env.pci.companions(device)
             missing = [str(a) for a in companions
                        if a not in req.domain.pci_addresses]
             if missing:
@@ -130,7 +130,7 @@ class Hook(object):
                            "the guest with it; add a <hostdev type='pci' "
                            "managed='yes'> for each (`libvirt-gpu attach "
                            "--address` does)" % ', '.join(missing))
-            self.env.pci.prepare(base.PgpuDevice(entry.address))
+            self.env.pci.prepare(device)
 
     def prepare(self, req):
         self.check_pgpus(req)

@@ -93,6 +93,11 @@ def new_uuid():
     return str(uuidlib.uuid4())
 
 
+def vgpu_device(uuid, parent, type_id):
+    """A VgpuDevice as the product builds one: the parent parsed."""
+    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+
+
 def settled(fn, tries=20):
     """``fn()``, again when a device vanished between libvirt's list and
     the next call (Host.mdev_nodes does not skip such devices)."""
@@ -155,7 +160,7 @@ def test_create_and_destroy_through_our_api(host, record_property):
     spy = SpyHost(host.uri)
     backend = mdev_backend.MdevBackend(host.live.sysfs, host=spy,
                                        mdevctl_dir=host.mdevctl_dir)
-    device = base.VgpuDevice(new_uuid(), A, 'nvidia-223')
+    device = vgpu_device(new_uuid(), A, 'nvidia-223')
     t0 = time.monotonic()
     assert backend.prepare(device) is True
     elapsed = time.monotonic() - t0
@@ -181,7 +186,7 @@ def test_define_persists_mdevctl_json_and_starts(host):
     spy = SpyHost(host.uri)
     backend = mdev_backend.MdevBackend(host.live.sysfs, host=spy,
                                        mdevctl_dir=host.mdevctl_dir)
-    device = base.VgpuDevice(new_uuid(), B, 'nvidia-223')
+    device = vgpu_device(new_uuid(), B, 'nvidia-223')
     backend.define(device)
     assert spy.calls and spy.calls[0][0] == 'define'
     path = os.path.join(host.mdevctl_dir, B, device.uuid)
@@ -229,7 +234,7 @@ def test_libvirt_refusals_leave_nothing_behind(host):
     backend = mdev_backend.MdevBackend(host.live.sysfs, host=spy,
                                        mdevctl_dir=host.mdevctl_dir)
     with pytest.raises(exception.NoCapacity):
-        backend.prepare(base.VgpuDevice(u, B, 'nvidia-231'))
+        backend.prepare(vgpu_device(u, B, 'nvidia-231'))
     assert kernel_mdevs(host) == before
 
 

@@ -72,6 +72,11 @@ def new_uuid():
     return str(uuidlib.uuid4())
 
 
+def vgpu_device(uuid, parent, type_id):
+    """A VgpuDevice as the product builds one: the parent parsed."""
+    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+
+
 def backend(live, **kwargs):
     kwargs.setdefault('appear_timeout', 5.0)
     return mdev_backend.MdevBackend(live.sysfs, host=None, **kwargs)
@@ -203,11 +208,11 @@ def test_duplicate_uuid(live_sysfs):
                        EXISTING) == errno.EEXIST
     # the backend sees it exists elsewhere: a typed conflict
     with pytest.raises(exception.MdevConflict) as e:
-        backend(live).prepare(base.VgpuDevice(EXISTING, A, 'nvidia-223'))
+        backend(live).prepare(vgpu_device(EXISTING, A, 'nvidia-223'))
     assert e.value.kwargs['existing_parent'] == objects.PciAddress.parse(B)
     # same parent and type: already there, nothing to do
-    assert backend(live).prepare(base.VgpuDevice(EXISTING, B,
-                                                 'nvidia-223')) is False
+    assert backend(live).prepare(vgpu_device(EXISTING, B,
+                                             'nvidia-223')) is False
     assert_consistent(live, [EXISTING, OTHER])
 
 
@@ -217,7 +222,7 @@ def test_mixed_types_refused(live_sysfs):
     assert write_errno(live, live.type_path(B, 'nvidia-231', 'create'),
                        u) == errno.EINVAL
     with pytest.raises(exception.NoCapacity):
-        backend(live).prepare(base.VgpuDevice(u, B, 'nvidia-231'))
+        backend(live).prepare(vgpu_device(u, B, 'nvidia-231'))
     assert_consistent(live, [EXISTING, OTHER])
 
 
@@ -256,7 +261,7 @@ def test_capacity_exhausted_mid_way_by_racing_creators(live_sysfs):
         go.wait()
         try:
             outcome[u] = backend(live).prepare(
-                base.VgpuDevice(u, A, 'nvidia-233'))
+                vgpu_device(u, A, 'nvidia-233'))
         except exception.LibvirtGpuError as e:
             outcome[u] = type(e).__name__
 
@@ -300,8 +305,8 @@ def test_busy_remove_blocks_until_the_guest_lets_go(live_sysfs):
     assert done == []
     assert EXISTING in kernel_mdevs(live)
     # the tree keeps answering while a writer is blocked
-    assert backend(live).prepare(base.VgpuDevice(new_uuid(), A,
-                                                 'nvidia-223')) is True
+    assert backend(live).prepare(vgpu_device(new_uuid(), A,
+                                             'nvidia-223')) is True
     live.idle(EXISTING)
     t.join(10)
     assert done and done[0][0] is True and done[0][1] >= 0.5
@@ -324,7 +329,7 @@ def test_parent_removed_while_in_use(live_sysfs):
     assert live.state()['parents'][B] == 'going'
     u = new_uuid()
     with pytest.raises(exception.ParentGone):
-        backend(live).prepare(base.VgpuDevice(u, B, 'nvidia-223'))
+        backend(live).prepare(vgpu_device(u, B, 'nvidia-223'))
     assert write_errno(live, live.path('bus', 'pci', 'devices', B,
                                        'mdev_supported_types', 'nvidia-223',
                                        'create'), u) == errno.ENODEV
@@ -335,7 +340,7 @@ def test_parent_removed_while_in_use(live_sysfs):
     gpu = discovery.from_sysfs(live.sysfs).gpu(B)
     assert (gpu.driver, gpu.mdev_types, gpu.mdevs) == (None, (), ())
     with pytest.raises(exception.ParentGone):
-        backend(live).prepare(base.VgpuDevice(u, B, 'nvidia-223'))
+        backend(live).prepare(vgpu_device(u, B, 'nvidia-223'))
     # the driver binds again: full capacity, nothing survived
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'bind'),
                      B + '\n')
@@ -593,7 +598,7 @@ def test_vfs_share_their_gpus_capacity(live_sysfs_factory, tmp_path):
 
     assert avail(vf0) == avail(vf1) == {'nvidia-692': 1, 'nvidia-693': 1}
     u = new_uuid()
-    backend(live).prepare(base.VgpuDevice(u, vf0, 'nvidia-692'))
+    backend(live).prepare(vgpu_device(u, vf0, 'nvidia-692'))
     # one vGPU per VF; the other VF may take the second A100-20C only
     assert avail(vf0) == {'nvidia-692': 0, 'nvidia-693': 0}
     assert avail(vf1) == {'nvidia-692': 1, 'nvidia-693': 0}

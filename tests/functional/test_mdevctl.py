@@ -51,6 +51,11 @@ def new_uuid():
     return str(uuidlib.uuid4())
 
 
+def vgpu_device(uuid, parent, type_id):
+    """A VgpuDevice as the product builds one: the parent parsed."""
+    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+
+
 def mdevctl_json(host, *args):
     r = host.run_mdevctl(*args)
     assert r.returncode == 0, r.stderr
@@ -106,13 +111,13 @@ def test_mdevctl_start_is_seen_by_us_and_ours_by_it(host):
     assert r.returncode == 0, r.stderr
     backend = mdev_backend.MdevBackend(host.live.sysfs,
                                        mdevctl_dir=host.mdevctl_dir)
-    assert backend.lookup(u) == base.VgpuDevice(u, A, 'nvidia-231')
+    assert backend.lookup(u) == vgpu_device(u, A, 'nvidia-231')
     assert our_mdevs(host)[A] == {u: 'nvidia-231'}
     assert our_types(host)[A]['nvidia-231']['available_instances'] == 7
     assert by_parent(mdevctl_json(host, 'types', '--dumpjson')) == \
         our_types(host)
     # ours (a sysfs create by the backend) is in mdevctl's list
-    mine = base.VgpuDevice(new_uuid(), A, 'nvidia-231')
+    mine = vgpu_device(new_uuid(), A, 'nvidia-231')
     assert backend.prepare(mine) is True
     assert mdevctl_active(host)[A] == {u: 'nvidia-231',
                                        mine.uuid: 'nvidia-231'}
@@ -146,7 +151,7 @@ def test_definitions_are_shared(host):
     assert (found.parent, found.type_id, found.start) == (
         objects.PciAddress.parse(B), 'nvidia-223', 'manual')
     # ... and ours (written without libvirt) by mdevctl
-    mine = base.VgpuDevice(new_uuid(), A, 'nvidia-232')
+    mine = vgpu_device(new_uuid(), A, 'nvidia-232')
     backend.define(mine, start='auto')
     defined = by_parent(mdevctl_json(host, 'list', '--defined',
                                      '--dumpjson'))

@@ -88,8 +88,10 @@ host = None
 if P['libvirt']:
     host = host_mod.Host.from_connection(libvirt.open(%r))
 backend = mdev.MdevBackend(sysfs_mod.Sysfs('/sys'), host=host)
-device = base.VgpuDevice(P['uuid'], objects.PciAddress.parse(P['parent']),
-                         P['type'])
+# The edge of this script: its parameters are parsed here, once.
+device = base.VgpuDevice(objects.validate_uuid(P['uuid']),
+                         objects.PciAddress.parse(P['parent']),
+                         objects.validate_type_id(P['type']))
 try:
     if P['op'] == 'create':
         res = backend.prepare(device)

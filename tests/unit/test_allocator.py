@@ -107,9 +107,27 @@ def test_explicit_parent(backend, store):
     (g,) = alloc.reserve(DOM, [claim(parent=B)])
     assert g.device.parent == B
     with pytest.raises(exception.ParentGone):
-        alloc.reserve(DOM, [claim(parent='0000:5e:00.0')])
+        alloc.reserve(DOM, [claim(parent=objects.PciAddress.parse(
+            '0000:5e:00.0'))])
     with pytest.raises(exception.UnknownType):
         alloc.reserve(DOM, [claim('nvidia-999', parent=A)])
+
+
+def test_claims_refuse_untyped_values():
+    # Claims hold what the API and the hook parsed; the allocator does not
+    # parse them again, so raw text is a programming error.
+    with pytest.raises(TypeError, match=r'^VgpuClaim\.parent must be an '
+                       r'objects\.PciAddress, not str .*'
+                       r'objects\.PciAddress\.parse'):
+        claim(parent='0000:5e:00.0')
+    with pytest.raises(TypeError, match=r'^VgpuClaim\.uuid .*'
+                                        r'objects\.validate_uuid'):
+        allocator.VgpuClaim(uuid=None, type_id='nvidia-223')
+    with pytest.raises(TypeError, match=r'^VgpuClaim\.type_id .*'
+                                        r'objects\.validate_type_id'):
+        claim(type_id=223)
+    assert claim().parent is None
+    assert claim(parent=A).parent is A
 
 
 def test_unmanaged_claim_skips_the_enabled_check(backend, store):

@@ -45,8 +45,13 @@ def new_uuid():
 
 
 def vgpu(parent=GPU_A, type_id='nvidia-223', uuid=None):
-    return base.VgpuDevice(uuid=uuid or new_uuid(), parent=parent,
+    return base.VgpuDevice(uuid=uuid or new_uuid(),
+                           parent=objects.PciAddress.parse(parent),
                            type_id=type_id)
+
+
+def pgpu(address):
+    return base.PgpuDevice(objects.PciAddress.parse(address))
 
 
 # --- create ------------------------------------------------------------------
@@ -192,18 +197,69 @@ def test_plain_tree_without_kernel_times_out_clearly(tree):
         b.prepare(vgpu())
 
 
-@pytest.mark.parametrize('bad', ['../../../etc/passwd', 'x' * 36,
-                                 EXISTING + '\n', EXISTING[:-1] + '/'])
-def test_bad_uuid_refused_before_any_path(bad):
+# Bad UUIDs and type ids are refused where they enter the program (the
+# API, the hook's input, state files: tests/unit/test_edge.py); the device
+# records only refuse a value of the wrong type.  A device that holds one
+# anyway never gets it into a sysfs path.
+
+BAD_UUIDS = ['../../../etc/passwd', 'x' * 36, EXISTING + '\n',
+             EXISTING[:-1] + '/']
+BAD_TYPES = ['../nvidia-223', 'nvidia-223\n', '', 'a/b']
+
+
+@pytest.mark.parametrize('bad', BAD_UUIDS)
+def test_bad_uuid_refused_before_any_path(backend, sysfs, bad):
     with pytest.raises(exception.InvalidInput):
-        base.VgpuDevice(uuid=bad, parent=GPU_A, type_id='nvidia-223')
+        backend.prepare(vgpu(uuid=bad))
+    assert sysfs.writes == []
 
 
-@pytest.mark.parametrize('bad', ['../nvidia-223', 'nvidia-223\n', '',
-                                 'a/b'])
-def test_bad_type_refused(bad):
+@pytest.mark.parametrize('bad', BAD_TYPES)
+def test_bad_type_refused(backend, sysfs, bad):
     with pytest.raises(exception.InvalidTypeId):
-        base.VgpuDevice(uuid=new_uuid(), parent=GPU_A, type_id=bad)
+        backend.prepare(vgpu(type_id=bad))
+    with pytest.raises(exception.InvalidTypeId):
+        backend.define(vgpu(type_id=bad))
+    assert sysfs.writes == []
+    assert not os.path.exists(backend.mdevctl_dir)
+
+
+def test_device_records_refuse_untyped_values():
+    address = objects.PciAddress.parse(GPU_A)
+    with pytest.raises(TypeError, match=r'^VgpuDevice\.parent must be an '
+                       r'objects\.PciAddress, not str .*'
+                       r'objects\.PciAddress\.parse'):
+        base.VgpuDevice(uuid=new_uuid(), parent=GPU_A, type_id='nvidia-223')
+    with pytest.raises(TypeError, match=r'^VgpuDevice\.uuid .*'
+                                        r'objects\.validate_uuid'):
+        base.VgpuDevice(uuid=None, parent=address, type_id='nvidia-223')
+    with pytest.raises(TypeError, match=r'^VgpuDevice\.type_id .*'
+                                        r'objects\.validate_type_id'):
+        base.VgpuDevice(uuid=new_uuid(), parent=address, type_id=223)
+    with pytest.raises(TypeError, match=r'^PgpuDevice\.address must be an '
+                       r'objects\.PciAddress, not str .*'
+                       r'objects\.PciAddress\.parse'):
+        base.PgpuDevice(GPU_A)
+    with pytest.raises(TypeError, match=r'PgpuDevice\.address'):
+        base.PgpuDevice(None)
+    # Typed values are kept as given: nothing is parsed again.
+    dev = base.VgpuDevice(uuid=EXISTING, parent=address,
+                          type_id='nvidia-223')
+    assert dev.parent is address
+    assert base.PgpuDevice(address).address is address
+
+
+def test_lookup_refuses_an_mdev_type_link_that_is_no_type_id(tree, backend):
+    # sysfs is where an existing mdev's type enters the program: its
+    # mdev_type link's name is parsed there, as a type id given to the API
+    # would be.
+    link = os.path.join(tree[0], 'bus', 'mdev', 'devices', EXISTING,
+                        'mdev_type')
+    os.unlink(link)
+    os.symlink('../mdev_supported_types/nvidia+223', link)
+    with pytest.raises(exception.InvalidTypeId) as e:
+        backend.lookup(EXISTING)
+    assert str(e.value) == str(exception.InvalidTypeId(value='nvidia+223'))
 
 
 def test_kernel_emulation_refuses_bad_uuid(sysfs):
@@ -388,13 +444,13 @@ def test_definitions_under_non_pci_parents_are_skipped(backend, tmp_path):
 
 def test_pci_backend_checks_the_gpu(sysfs):
     b = pci.PciBackend(sysfs)
-    assert b.prepare(base.PgpuDevice(GPU_A)) is False
-    assert b.exists(base.PgpuDevice(GPU_A))
+    assert b.prepare(pgpu(GPU_A)) is False
+    assert b.exists(pgpu(GPU_A))
     with pytest.raises(exception.GpuInUse, match='holds 2 vGPU'):
-        b.prepare(base.PgpuDevice(GPU_B))
+        b.prepare(pgpu(GPU_B))
     with pytest.raises(exception.DeviceNotFound):
-        b.prepare(base.PgpuDevice('0000:ae:00.0'))    # a bridge
+        b.prepare(pgpu('0000:ae:00.0'))    # a bridge
     with pytest.raises(exception.DeviceNotFound):
-        b.prepare(base.PgpuDevice('0000:99:00.0'))    # nothing there
-    assert "managed='yes'" in b.hostdev_xml(base.PgpuDevice(GPU_A))
-    assert b.release(base.PgpuDevice(GPU_A)) is False
+        b.prepare(pgpu('0000:99:00.0'))    # nothing there
+    assert "managed='yes'" in b.hostdev_xml(pgpu(GPU_A))
+    assert b.release(pgpu(GPU_A)) is False

@@ -57,7 +57,8 @@ def new_uuid():
 
 
 def vgpu(vf=VF_FREE, type_id='nvidia-1145', uuid=None):
-    return base.VgpuDevice(uuid=uuid or new_uuid(), parent=vf,
+    return base.VgpuDevice(uuid=uuid or new_uuid(),
+                           parent=objects.PciAddress.parse(vf),
                            type_id=type_id)
 
 

@@ -160,11 +160,13 @@ def test_stale_vendor_vgpus_reset_only_when_their_guest_is_gone(fast_tmp):
     backend = nvidia_vgpu.NvidiaVgpuBackend(sysfs, state_dir)
     for uuid, vf in ((U1, '0000:3d:00.6'), (U2, '0000:3d:00.7'),
                      (U3, '0000:3d:01.0')):
-        backend.prepare(base.VgpuDevice(uuid=uuid, parent=vf,
-                                        type_id='nvidia-1145'))
-    backend.define(base.VgpuDevice(uuid=U4, parent='0000:3d:01.1',
+        backend.prepare(base.VgpuDevice(
+            uuid=uuid, parent=objects.PciAddress.parse(vf),
+            type_id='nvidia-1145'))
+    vf = objects.PciAddress.parse('0000:3d:01.1')
+    backend.define(base.VgpuDevice(uuid=U4, parent=vf,
                                    type_id='nvidia-1145'), start='manual')
-    backend.prepare(base.VgpuDevice(uuid=U4, parent='0000:3d:01.1',
+    backend.prepare(base.VgpuDevice(uuid=U4, parent=vf,
                                     type_id='nvidia-1145'))
     running = {U1: False, U2: True, U3: None}
 
