@@ -16,7 +16,10 @@ one printed counted to prove they read the same thing.  mdevctl reads only
 ``/sys``, so this part runs in a private mount namespace with the tree
 bind-mounted over ``/sys`` (root and ``unshare`` needed; skipped with a
 note otherwise).  ``--before DIR`` adds a column for the package in DIR (an
-older checkout) run the same way, for a before/after in one run.
+older checkout) run the same way, for a before/after in one run.  The CLI
+reads a host this large in several processes (``libvirt_gpu/fanout.py``),
+so its CPU time (user + system, the children's included) is printed
+beside the wall time.
 
     .venv/bin/python bench/discovery.py [--parents 1,8,64,256] [--runs 7]
                                         [--a100-gpus 8] [--cli-runs 15]

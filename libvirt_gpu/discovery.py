@@ -39,7 +39,7 @@ GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
 is_gpu_class = objects.is_gpu_class
 
 
-def from_sysfs(sysfs, share_type_text=True, pci_ids=None):
+def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False):
     """Discover GPUs by reading a sysfs tree (``Sysfs``).
 
     ``share_type_text``: read a type's name, description and device_api
@@ -52,13 +52,53 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None):
 
     ``pci_ids``: a ``pciids.PciIds`` to name the GPUs from (None: numbers
     only, as sysfs has them).
+
+    ``parallel``: a large host's PCI devices may be read by several
+    processes at once (``fanout``: one per 64 devices, one per CPU, at
+    most 4); the result, and the warnings in their order, are those of
+    one process.  For a command run once (the CLI), not for a long-lived
+    process with threads or the hook.
     """
     skipped = []
     mdevs = sysfs.mdevs_by_parent(skipped=skipped)
+    addresses = sysfs.pci_addresses()
+
+    def read(part):
+        return _read_gpus(sysfs, part, mdevs, share_type_text, pci_ids)
+    workers = 1
+    if parallel:
+        from libvirt_gpu import fanout
+        workers = fanout.workers_for(len(addresses))
+    if workers > 1:
+        parts = fanout.map_parts(read, addresses, workers)
+    else:
+        parts = [read(addresses)]
+    gpus = []
+    for found, _, _ in parts:
+        gpus.extend(found)
+    for _, refused, _ in parts:
+        for what, error in refused:
+            _warn_skipped(what, error)
+    for error in skipped:
+        _warn_skipped('sysfs entry', error)
+    for _, _, part_skipped in parts:
+        for error in part_skipped:
+            _warn_skipped('sysfs entry', error)
+    return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
+
+
+def _read_gpus(sysfs, addresses, mdevs, share_type_text, pci_ids):
+    """The GPUs among ``addresses``, read with their IOMMU groups, names
+    and vendor-interface state: ``(gpus, refused, skipped)``, where
+    ``refused`` holds ``(what, message)`` of a device that could not be
+    read and ``skipped`` the messages of entries left out of a GPU (text:
+    the answer may come back from another process, ``fanout``)."""
     static_cache = {} if share_type_text else None
     groups = {}
     gpus = []
-    for address in sysfs.pci_addresses():
+    refused = []
+    skipped = []
+    for address in addresses:
         try:
             gpu = sysfs.read_gpu(address, mdevs_by_parent=mdevs,
                                  static_cache=static_cache, skipped=skipped,
@@ -78,10 +118,8 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None):
             gpu = with_pci_names(gpu, pci_ids)
             gpus.append(with_vendor_vf(gpu, sysfs))
         except exception.SysfsError as e:
-            _warn_skipped('PCI device %s' % address, e)
-    for error in skipped:
-        _warn_skipped('sysfs entry', error)
-    return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
+            refused.append(('PCI device %s' % address, str(e)))
+    return gpus, refused, [str(e) for e in skipped]
 
 
 def _warn_skipped(what, error):
@@ -250,17 +288,19 @@ def with_nvml(result, nvml):
 
 
 def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
-             default_sysfs_root='/sys', pci_ids=None, nvml=None):
+             default_sysfs_root='/sys', pci_ids=None, nvml=None,
+             parallel=False):
     """Discover with the source the operator chose.
 
     ``uri`` given: libvirt only (errors are errors).  ``sysfs_root`` given:
     sysfs only.  Neither: libvirt at ``default_uri``, falling back to sysfs
     at ``default_sysfs_root`` when libvirt cannot be reached; the result's
     ``source`` and the log say which was used.  ``pci_ids`` names what
-    the source left unnamed; ``nvml`` (``nvml.Nvml``) adds NVML's view.
+    the source left unnamed; ``nvml`` (``nvml.Nvml``) adds NVML's view;
+    ``parallel``: see ``from_sysfs``.
     """
     return with_nvml(_discover(uri, sysfs_root, default_uri,
-                               default_sysfs_root, pci_ids), nvml)
+                               default_sysfs_root, pci_ids, parallel), nvml)
 
 
 def _named(result, pci_ids):
@@ -270,9 +310,11 @@ def _named(result, pci_ids):
     return records.replace(result, gpus=group_sriov(named))
 
 
-def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids):
+def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
+              parallel):
     if sysfs_root is not None and uri is None:
-        return from_sysfs(sysfs_mod.Sysfs(sysfs_root), pci_ids=pci_ids)
+        return from_sysfs(sysfs_mod.Sysfs(sysfs_root), pci_ids=pci_ids,
+                          parallel=parallel)
     # Imported here: reading sysfs needs no libvirt (the qemu hook reads
     # GPUs with from_sysfs and must never import libvirt).
     from libvirt_gpu import host as host_mod
@@ -288,4 +330,4 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids):
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
                     e, default_sysfs_root)
         return from_sysfs(sysfs_mod.Sysfs(default_sysfs_root),
-                          pci_ids=pci_ids)
+                          pci_ids=pci_ids, parallel=parallel)

@@ -61,6 +61,9 @@ class Context(object):
             from libvirt_gpu import conf as conf_mod
             self.conf = conf_mod.load(args.config_file)
         self._result = None
+        # A command run once may read a large host in several processes
+        # (``discovery.from_sysfs``); the agent, which lives on, does not.
+        self.parallel = True
 
     def reset(self):
         """Forget the last discovery (the agent discovers every cycle)."""
@@ -76,7 +79,8 @@ class Context(object):
                 default_sysfs_root=self.conf.sysfs_root,
                 pci_ids=pciids.PciIds(self.conf.pci_ids_file),
                 nvml=nvml.source(self.conf.gpu.nvml,
-                                 sysfs_root=self._nvml_sysfs_root()))
+                                 sysfs_root=self._nvml_sysfs_root()),
+                parallel=self.parallel)
         return self._result
 
     def _nvml_sysfs_root(self):
@@ -269,6 +273,7 @@ def cmd_agent(ctx):
         ctx.reset()
         return _tree(ctx)
 
+    ctx.parallel = False
     client = agent.make_client(ctx.conf, url=ctx.args.url)
     report = agent.run(ctx.conf, discover_tree, once=ctx.args.once,
                        client=client)

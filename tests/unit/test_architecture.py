@@ -55,6 +55,7 @@ ONLY = {
     'logs': (),
     'capacity': (),
     'fileutil': (),
+    'fanout': (),
     'filetype': (),
     'textutil': (),
     'pciids': (),
@@ -67,7 +68,7 @@ ONLY = {
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
     ('exception', 'records', 'logs'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil'),
+    ('fileutil', 'filetype', 'textutil', 'fanout'),
     ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),

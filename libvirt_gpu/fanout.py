@@ -1,0 +1,153 @@
+"""One function over the parts of a list, the parts read by forked
+processes at once.
+
+Discovery of a large host is a long run of small system calls (~45 per
+PCI device, 4 per vGPU type: ~34,000 for 256 mdev parents of 20 types),
+each waiting on the kernel and none on another.  ``map_parts`` splits the
+list, forks one child per part after the first, computes the first part
+itself meanwhile, and takes each child's answer back through a pipe
+(pickled: the records of ``objects`` are plain values).  A fork costs a
+few milliseconds, so only a long list is worth splitting
+(``workers_for``).
+
+The answer and any error are the serial one's: a child that cannot be
+started, fails, or answers nothing readable has its part computed here
+after all.  A child never runs the caller's code after its part: it
+writes its answer and leaves with ``os._exit`` (no ``atexit``, no
+buffered output written twice).  Only a process with no other thread may
+fork (a thread holding a lock at the fork would leave it held in the
+child), so ``map_parts`` falls back to one process when another thread
+runs.
+"""
+
+import os
+import pickle
+import signal
+import sys
+
+# One process per this many items at least: below it the fork costs more
+# than the second process saves.
+ITEMS_PER_WORKER = 64
+MAX_WORKERS = 4
+
+
+def workers_for(count, cpus=None):
+    """How many processes to read ``count`` items with: one per
+    ITEMS_PER_WORKER items, at most one per CPU this process may run on
+    and at most MAX_WORKERS."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    return max(1, min(count // ITEMS_PER_WORKER, cpus, MAX_WORKERS))
+
+
+def split(items, parts):
+    """``items`` in ``parts`` consecutive slices of near-equal length (the
+    longer ones first), none empty."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    slices = []
+    start = 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        slices.append(items[start:end])
+        start = end
+    return slices
+
+
+def map_parts(func, items, workers):
+    """``[func(part) for part in split(items, workers)]``, the parts after
+    the first computed by forked children while this process computes the
+    first."""
+    parts = split(list(items), workers)
+    if len(parts) < 2 or not _may_fork():
+        return [func(part) for part in parts]
+    children = [None] * (len(parts) - 1)
+    try:
+        for i, part in enumerate(parts[1:]):
+            children[i] = _start(func, part)
+        results = [func(parts[0])]
+        for i, part in enumerate(parts[1:]):
+            child, children[i] = children[i], None
+            answer = _collect(child)
+            results.append(answer[0] if answer is not None else func(part))
+        return results
+    finally:
+        for child in children:
+            _abandon(child)
+
+
+def _may_fork():
+    threading = sys.modules.get('threading')
+    return hasattr(os, 'fork') and (threading is None
+                                    or threading.active_count() == 1)
+
+
+def _start(func, part):
+    """``(pid, read end)`` of a child computing ``func(part)``, or None
+    when no child can be started."""
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return None
+    if pid == 0:                                   # the child
+        status = 1
+        try:
+            os.close(read_fd)
+            data = pickle.dumps((func(part),), pickle.HIGHEST_PROTOCOL)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_fd, view):]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def _collect(child):
+    """The child's answer as a 1-tuple, or None when it has none."""
+    if child is None:
+        return None
+    pid, read_fd = child
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(read_fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError:
+        chunks = None
+    finally:
+        os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    if chunks is None or status != 0:
+        return None
+    # complete (the child exited 0 only after writing it all) and ours
+    return pickle.loads(b''.join(chunks))
+
+
+def _abandon(child):
+    """Stop a child whose answer is no longer wanted (this process is
+    leaving with an error) and reap it."""
+    if child is None:
+        return
+    pid, read_fd = child
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.close(read_fd)
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
