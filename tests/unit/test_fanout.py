@@ -21,9 +21,27 @@ def _open_fds():
     return set(os.listdir('/proc/self/fd'))
 
 
-def _no_child_left():
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
+@pytest.fixture(autouse=True)
+def forks(monkeypatch):
+    """The children fanout forks (their pids), each checked to be reaped
+    after the test.  Other tests of the suite leave threads running, which
+    would keep fanout from forking at all: here it may (its children take
+    no lock such a thread could hold; CPython renews the import and
+    logging locks in a child).  The thread rule has its own test."""
+    pids = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            pids.append(pid)
+        return pid
+    monkeypatch.setattr(os, 'fork', fork)
+    monkeypatch.setattr(fanout, '_may_fork', lambda: True)
+    yield pids
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)      # reaped already
 
 
 @pytest.mark.parametrize('count,parts', [
@@ -50,7 +68,7 @@ def _pids(part):
     return [(item, os.getpid()) for item in part]
 
 
-def test_parts_after_the_first_are_computed_by_children():
+def test_parts_after_the_first_are_computed_by_children(forks):
     before = _open_fds()
     got = fanout.map_parts(_pids, range(10), 3)
     assert [item for part in got for item, _ in part] == list(range(10))
@@ -58,8 +76,8 @@ def test_parts_after_the_first_are_computed_by_children():
     assert pids[0] == {PARENT}
     assert all(len(p) == 1 and PARENT not in p for p in pids[1:])
     assert len(set.union(*pids)) == 3
+    assert set.union(*pids[1:]) == set(forks)
     assert _open_fds() == before
-    _no_child_left()
 
 
 def _fails_in_children(part):
@@ -80,7 +98,6 @@ def test_a_child_without_an_answer_has_its_part_computed_here(func):
     got = fanout.map_parts(func, range(9), 3)
     assert got == [_pids(p) for p in fanout.split(list(range(9)), 3)]
     assert _open_fds() == before
-    _no_child_left()
 
 
 def _fails_everywhere(part):
@@ -92,10 +109,10 @@ def test_an_error_is_the_one_process_error():
     with pytest.raises(ValueError, match=r'part \[0, 1, 2\]'):
         fanout.map_parts(_fails_everywhere, range(8), 3)
     assert _open_fds() == before
-    _no_child_left()
 
 
-def test_no_fork_while_another_thread_runs():
+def test_no_fork_while_another_thread_runs(monkeypatch):
+    monkeypatch.undo()               # the real os.fork and thread rule
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
@@ -139,7 +156,6 @@ def test_parallel_discovery_equals_serial(tmp_path, profile, three_workers):
     serial = discovery.from_sysfs(reader)
     assert discovery.from_sysfs(reader, parallel=True) == serial
     assert three_workers and serial.gpus
-    _no_child_left()
 
 
 def test_parallel_discovery_of_a_large_host(tmp_path):
