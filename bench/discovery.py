@@ -19,7 +19,8 @@ note otherwise).  ``--before DIR`` adds a column for the package in DIR (an
 older checkout) run the same way, for a before/after in one run.  The CLI
 reads a host this large in several processes (``libvirt_gpu/fanout.py``),
 so its CPU time (user + system, the children's included) is printed
-beside the wall time.
+beside the wall time, and the same command runs again restricted to one
+CPU, where it reads in one process.
 
     .venv/bin/python bench/discovery.py [--parents 1,8,64,256] [--runs 7]
                                         [--a100-gpus 8] [--cli-runs 15]
@@ -192,6 +193,11 @@ def in_namespace(tree, runs, before):
     specs = {'mdevctl': dict(args=['mdevctl', 'types', '--dumpjson'])}
     specs['libvirt-gpu'] = _cli_argv(os.path.dirname(HERE), tree,
                                      os.path.join(caches, 'after'))
+    # The same on one CPU: the CLI then reads in one process (fanout
+    # forks no more processes than the CPUs it may run on).
+    specs['one-cpu'] = dict(_cli_argv(os.path.dirname(HERE), tree,
+                                      os.path.join(caches, 'after')),
+                            preexec_fn=_one_cpu)
     if before:
         specs['before'] = _cli_argv(before, tree,
                                     os.path.join(caches, 'before'))
@@ -211,6 +217,10 @@ def in_namespace(tree, runs, before):
                                  for n, t in cpu.items()},
                'types': counts}, sys.stdout)
     return 0
+
+
+def _one_cpu():
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def _timed_rounds(specs, runs, times, cpu, counts):
@@ -249,7 +259,8 @@ def bench_whole_process(parents, types, runs, before):
     print('%-52s %10s %8s %8s %8s %8s' % ('command', 'ms', 'x mdevctl',
                                           'CPU ms', 'x', 'types'))
     rows = [('mdevctl types --dumpjson (tree on /sys)', 'mdevctl'),
-            ('libvirt-gpu --sysfs-root T list --json', 'libvirt-gpu')]
+            ('libvirt-gpu --sysfs-root T list --json', 'libvirt-gpu'),
+            ('  the same, on one CPU (one process)', 'one-cpu')]
     if before:
         rows.append(('  the same, package in %s' % before, 'before'))
     for label, name in rows:
