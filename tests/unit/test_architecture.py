@@ -61,6 +61,7 @@ ONLY = {
     'pciids': (),
     'objects': ('exception', 'records'),
     'xmlutil': ('exception',),
+    'xmledit': ('exception', 'xmlutil'),
 }
 
 # The rooms from the floor up, as docs/architecture.md's table lists them
@@ -69,7 +70,8 @@ ONLY = {
 LEVELS = (
     ('exception', 'records', 'logs'), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil', 'fanout'),
-    ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
+    ('xmlutil', 'xmledit', 'conffile', 'enablement'),
+    ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
     ('backends',), ('state',), ('allocator',), ('placement',),
