@@ -164,7 +164,8 @@ def with_vendor_vf(gpu, sysfs):
     not support mdev), so only VFs without mdev types are looked at."""
     if gpu.physfn is None or gpu.mdev_types or gpu.vendor_vf is not None:
         return gpu
-    state = sysfs.read_vendor_vf(gpu.address)
+    from libvirt_gpu.backends.nvidia_vgpu import files
+    state = files.VendorFiles(sysfs).read_vf(gpu.address)
     return gpu if state is None else records.replace(gpu, vendor_vf=state)
 
 
@@ -192,11 +193,12 @@ def _supplement(gpu, sysfs):
     libvirt has no type descriptions, and its test driver (unlike the udev
     backend of a real daemon) keeps no ``<driver>``.
     """
-    if sysfs is None or not os.path.isdir(sysfs.pci_dir(gpu.address)):
+    if sysfs is None or not sysfs.isdir(sysfs.pci_dir(gpu.address)):
         return gpu
     changes = {}
     if gpu.physfn is not None and not gpu.mdev_types:
-        state = sysfs.read_vendor_vf(gpu.address)
+        from libvirt_gpu.backends.nvidia_vgpu import files
+        state = files.VendorFiles(sysfs).read_vf(gpu.address)
         if state is not None:
             changes['vendor_vf'] = state
     if gpu.driver is None:
@@ -206,7 +208,7 @@ def _supplement(gpu, sysfs):
         changes['local_cpulist'] = sysfs.read(
             os.path.join(sysfs.pci_dir(gpu.address), 'local_cpulist'),
             optional=True)
-    if gpu.mdev_types and os.path.isdir(sysfs.types_dir(gpu.address)):
+    if gpu.mdev_types and sysfs.isdir(sysfs.types_dir(gpu.address)):
         skipped = []
         descriptions = {t.id: t.description
                         for t in sysfs.mdev_types(gpu.address,
@@ -259,7 +261,7 @@ def _with_libvirt_group(gpu, functions, sysfs):
             address=address, vendor_id=None, product_id=None,
             class_code=None, driver=None)
         if function.driver is None and sysfs is not None \
-                and os.path.isdir(sysfs.pci_dir(address)):
+                and sysfs.isdir(sysfs.pci_dir(address)):
             function = records.replace(function, driver=sysfs.link_name(
                 os.path.join(sysfs.pci_dir(address), 'driver')))
         members.append(function)

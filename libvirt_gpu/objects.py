@@ -131,7 +131,7 @@ def parse_description(description):
 class VgpuType:
     """A vGPU type a PCI function offers: one entry of a parent's
     ``mdev_supported_types`` (the classic mdev kind), or one of the vendor
-    interface's (``nvidia/creatable_vgpu_types``, see ``VendorVf``)."""
+    interface's (``nvidia/CREATABLE_TYPES``, see ``VendorVf``)."""
 
     id: str
     name: str | None
@@ -343,7 +343,7 @@ def vendor_type_id(number):
 
 
 def vendor_type_number(type_id):
-    """``'nvidia-1145'`` -> ``1145`` (what ``current_vgpu_type`` takes)."""
+    """``'nvidia-1145'`` -> ``1145`` (what ``CURRENT_TYPE`` takes)."""
     validate_type_id(type_id)
     digits = type_id[len(VENDOR_TYPE_PREFIX):]
     if not type_id.startswith(VENDOR_TYPE_PREFIX) or not digits.isdigit() \
@@ -361,9 +361,9 @@ def _richer(candidate, best):
 class VendorVf:
     """NVIDIA's vGPU 17+ vendor interface of one SR-IOV VF::
 
-        <VF>/nvidia/creatable_vgpu_types   ID    : vGPU Name
+        <VF>/nvidia/CREATABLE_TYPES   ID    : vGPU Name
                                            1145  : NVIDIA L40S-1B
-        <VF>/nvidia/current_vgpu_type      0 (none) or 1145
+        <VF>/nvidia/CURRENT_TYPE      0 (none) or 1145
 
     ``creatable``: the types that can be created on this VF now (as
     VgpuType records, id ``nvidia-<n>``, available_instances 1).

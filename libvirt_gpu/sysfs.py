@@ -39,6 +39,8 @@ from libvirt_gpu import objects
 PCI_DEVICES = ('bus', 'pci', 'devices')
 MDEV_DEVICES = ('bus', 'mdev', 'devices')
 MDEV_BUS = ('class', 'mdev_bus')
+# The running kernel's sysfs (every other root is a simulated tree).
+HOST_ROOT = '/sys'
 TYPES_DIR = 'mdev_supported_types'
 
 
@@ -212,7 +214,7 @@ def parse_number(text, path, minimum=0, base=10):
 class Sysfs(object):
     """Reads and writes a sysfs tree rooted at ``root``."""
 
-    def __init__(self, root='/sys'):
+    def __init__(self, root=HOST_ROOT):
         self.root = os.path.realpath(os.fspath(root))
 
     @property
@@ -935,126 +937,33 @@ class Sysfs(object):
         name = self.link_name(os.path.join(self.pci_dir(address), 'physfn'))
         return objects.PciAddress.parse(name) if name else None
 
-    # -- NVIDIA vGPU 17+ vendor interface ---------------------------------
-    #
-    #   bus/pci/devices/<VF>/nvidia/creatable_vgpu_types   (read)
-    #       ID    : vGPU Name
-    #       1145  : NVIDIA L40S-1B
-    #   bus/pci/devices/<VF>/nvidia/current_vgpu_type      (read/write)
-    #       0 | 1145
-    #   bus/pci/devices/<VF>/nvidia/vgpu_params            (write)
-    #       frame_rate_limiter=0, disable_vnc=1
+    @staticmethod
+    def is_host_sysfs(root):
+        """Whether ``root`` is the running kernel's ``/sys`` (and not a
+        simulated tree)."""
+        return os.path.realpath(os.fspath(root)) == HOST_ROOT
 
-    def nvidia_dir(self, address):
-        """``<root>/bus/pci/devices/<VF>/nvidia``"""
-        return os.path.join(self.pci_dir(address), NVIDIA_DIR)
+    def isdir(self, path):
+        """Whether ``path`` (under the root) is a directory now."""
+        return os.path.isdir(path)
 
-    def has_vendor_interface(self, address):
-        return os.path.isdir(self.nvidia_dir(address))
+    def functions_with(self, entry):
+        """Names under ``<root>/bus/pci/devices`` that have ``entry``
+        (a file or directory a vGPU kind looks for), sorted.
 
-    def creatable_vgpu_types(self, address):
-        """``((1145, 'NVIDIA L40S-1B'), ...)`` creatable on a VF now; empty
-        when the GPU is full (see ``parse_creatable_vgpu_types``)."""
-        path = os.path.join(self.nvidia_dir(address), CREATABLE_TYPES)
-        return parse_creatable_vgpu_types(self.read(path), path)
-
-    def current_vgpu_type(self, address):
-        """The type number of the vGPU on a VF, 0 when it holds none."""
-        return self.read_int(os.path.join(self.nvidia_dir(address),
-                                          CURRENT_TYPE))
-
-    def set_current_vgpu_type(self, address, number):
-        """Write a type number (create a vGPU) or 0 (destroy it) to
-        ``current_vgpu_type``; SysfsWriteError carries the kernel's errno."""
-        if isinstance(number, bool) or not isinstance(number, int) \
-                or number < 0:
-            raise exception.InvalidInput(
-                reason='current_vgpu_type takes a type number, not %r'
-                % (number,))
-        self.write(os.path.join(self.nvidia_dir(address), CURRENT_TYPE),
-                   str(number))
-
-    def write_vgpu_params(self, address, params):
-        """Write plugin parameters (``key=value, ...``) to ``vgpu_params``;
-        a single space clears them (NVIDIA's convention)."""
-        if not isinstance(params, str) or '\n' in params or '\0' in params \
-                or len(params) > 4096:
-            raise exception.InvalidInput(
-                reason='vgpu_params must be one line of key=value pairs')
-        self.write(os.path.join(self.nvidia_dir(address), VGPU_PARAMS),
-                   params or ' ')
-
-    def read_vendor_vf(self, address):
-        """``objects.VendorVf`` of a VF, or None when it has no
-        ``nvidia/`` directory (no vendor interface).
-
-        Each creatable type becomes an VgpuType ``nvidia-<n>`` with
-        available_instances 1 (a VF holds one vGPU).  The type the VF holds
-        is named from its own list when it is there, else left unnamed:
-        discovery names it from the other VFs or the vendor's table.
+        One readdir and one access() per PCI function, relative to the
+        directory (no exception per miss).
         """
-        if not self.has_vendor_interface(address):
-            return None
-        current = self.current_vgpu_type(address)
-        creatable = tuple(
-            objects.VgpuType(id=objects.vendor_type_id(number), name=name,
-                             description=None, device_api='vfio-pci',
-                             available_instances=0 if current else 1)
-            for number, name in self.creatable_vgpu_types(address))
-        held = None
-        if current:
-            type_id = objects.vendor_type_id(current)
-            named = [t.name for t in creatable if t.id == type_id]
-            held = objects.VgpuType(id=type_id,
-                                    name=named[0] if named else None,
-                                    description=None, device_api='vfio-pci',
-                                    available_instances=0)
-        return objects.VendorVf(creatable=creatable, current=held)
-
-
-NVIDIA_DIR = 'nvidia'
-CREATABLE_TYPES = 'creatable_vgpu_types'
-CURRENT_TYPE = 'current_vgpu_type'
-VGPU_PARAMS = 'vgpu_params'
-_MAX_VENDOR_TYPE = 10 ** 9
-
-
-def parse_creatable_vgpu_types(text, path):
-    """Parse ``nvidia/creatable_vgpu_types``::
-
-        ID    : vGPU Name
-        1145  : NVIDIA L40S-1B
-        1155  : NVIDIA L40S-24Q
-
-    Returns ``((1145, 'NVIDIA L40S-1B'), ...)`` in file order.  Blank lines
-    and the header (a first line ``ID : ...``) are skipped; an empty file
-    (the GPU is full) gives ``()``.  Names keep their inner spaces.  Any
-    other line, a repeated id or an unnamed id is a SysfsReadError naming
-    ``path`` and the line: a driver that changed its format must be noticed,
-    not half-read.
-    """
-    rows = []
-    seen = set()
-    first = True
-    for lineno, raw in enumerate((text or '').splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        number, sep, name = line.partition(':')
-        number, name = number.strip(), ' '.join(name.split())
-        if first and sep and number.upper() == 'ID':
-            first = False
-            continue      # the header
-        first = False
-        if not sep or not number.isdigit() or not name \
-                or int(number) < 1 or int(number) >= _MAX_VENDOR_TYPE:
-            raise exception.SysfsReadError(
-                path=path, reason='line %d is not "<type id> : <name>": %r'
-                % (lineno, raw[:80]))
-        value = int(number)
-        if value in seen:
-            raise exception.SysfsReadError(
-                path=path, reason='line %d repeats type %d' % (lineno, value))
-        seen.add(value)
-        rows.append((value, name))
-    return tuple(rows)
+        _check_part(entry)
+        try:
+            fd = os.open(self._pci_prefix.rstrip('/'),
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            access, exists = os.access, os.F_OK
+            suffix = '/' + entry
+            return sorted(n for n in os.listdir(fd)
+                          if access(n + suffix, exists, dir_fd=fd))
+        finally:
+            os.close(fd)

@@ -53,6 +53,11 @@ def load_kind(spec):
     return cls
 
 
+def kind_classes(kinds=None):
+    """The VgpuKind subclasses of ``kinds`` (default: ``KINDS``)."""
+    return [load_kind(spec) for spec in (kinds or KINDS)]
+
+
 class Vgpus(object):
     """Every vGPU kind of a host behind one object.
 
