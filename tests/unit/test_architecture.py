@@ -361,7 +361,7 @@ FILE_CALLS = {'open', 'io.open', 'os.open', 'os.listdir', 'os.scandir',
               'os.path.isdir', 'os.path.isfile', 'os.path.islink',
               'os.path.realpath'}
 # The safe reader, and the simulator, which writes and serves the trees.
-READERS = ('sysfs', 'simulator')
+READERS = ('sysfs.reader', 'simulator')
 
 
 def _dotted(node):
@@ -404,6 +404,25 @@ def test_only_the_reader_opens_files_under_the_sysfs_root():
         if calls:
             found[_short(name)] = calls
     assert found == {}
+
+
+def test_the_rest_of_sysfs_opens_nothing_itself():
+    """What the files mean (``sysfs.devices``) and what their text says
+    (``sysfs.parsers``) go through the reader for every file."""
+    found = {}
+    for name, path in _our_modules().items():
+        if not _in(_short(name), 'sysfs') or _short(name) == 'sysfs.reader':
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        calls = sorted('%d: %s' % (node.lineno, _dotted(node.func))
+                       for node in ast.walk(tree)
+                       if isinstance(node, ast.Call)
+                       and _dotted(node.func) in FILE_CALLS)
+        if calls:
+            found[_short(name)] = calls
+    assert found == {}
+    assert 'sysfs.devices' in door_graph()
 
 
 def test_the_reader_check_sees_a_direct_read(tmp_path):
