@@ -197,6 +197,22 @@ class VgpuKind(DeviceBackend):
         return []
 
     @classmethod
+    def read_function(cls, sysfs, address):
+        """This kind's ``objects.VendorVf`` of the PCI function ``address``
+        (a VF without mdev types) when its own interface is there, else
+        None: how discovery (``list``, ``types``, ``discover``, Placement)
+        sees the kind's types.  Read through ``sysfs`` only.  Default:
+        None (classic mdev is read by ``sysfs`` itself)."""
+        return None
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        """The VF records of the physical GPU ``pf`` with this kind's
+        types completed (names, maxima), the others unchanged.  Default:
+        as they are."""
+        return vfs
+
+    @classmethod
     @abc.abstractmethod
     def from_environment(cls, env):
         """The kind for the host ``env`` (``environment.Environment``)."""

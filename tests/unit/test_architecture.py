@@ -84,12 +84,11 @@ LEVELS = (
     ('environment',), ('api',), ('hook',), ('reconcile',), ('restore',),
     ('agent',), ('simulator',), ('cmd',),
 )
-# discovery reads the VFs with NVIDIA's vendor interface through that
-# kind's files and completes their types from the kind's table of types
-# per GPU model (inside functions).
+# discovery asks every registered vGPU kind to read a VF's vendor
+# interface and to complete its types (inside functions): it never names
+# a kind.
 LEVEL_EXCEPTIONS = {('discovery', 'backends'),
-                    ('discovery', 'backends.nvidia_vgpu'),
-                    ('discovery', 'backends.nvidia_vgpu.files')}
+                    ('discovery', 'backends.registry')}
 
 # What the hook may not load when Python imports it (every guest start pays
 # for what it imports).

@@ -164,7 +164,8 @@ def complete_types(pf, vfs):
     vendor interface are returned unchanged."""
     names = {}
     for vf in vfs:
-        if vf.vendor_vf is not None:
+        if vf.vendor_vf is not None \
+                and vf.vendor_vf.interface == objects.VENDOR_INTERFACE:
             for mtype in vf.vendor_vf.creatable:
                 names.setdefault(mtype.id, mtype.name)
     visible = tuple(n for n in names.values() if n)
@@ -185,7 +186,7 @@ def complete_types(pf, vfs):
     done = []
     for vf in vfs:
         state = vf.vendor_vf
-        if state is not None:
+        if state is not None and state.interface == objects.VENDOR_INTERFACE:
             state = objects.VendorVf(
                 creatable=tuple(complete(t) for t in state.creatable),
                 current=complete(state.current) if state.current else None)
@@ -354,6 +355,14 @@ class NvidiaVgpuBackend(base.VgpuKind):
     @classmethod
     def parents_now(cls, sysfs):
         return files.VendorFiles(sysfs).vf_names()
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        return files.VendorFiles(sysfs).read_vf(address)
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        return complete_types(pf, vfs)
 
     def hostdev_xml(self, device):
         return vf_hostdev(device.parent)
