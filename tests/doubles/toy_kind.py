@@ -13,7 +13,9 @@ Nothing outside this module and its registration (one spec prepended to
 Type ids are ``toy-<number>``; the guest gets the VF itself
 (``<hostdev type='pci' managed='no'>``), as with NVIDIA's vendor
 interface.  Our vGPUs are recorded in ``<state_dir>/toy-vgpu.json``
-(``{uuid: [vf, type_id]}``), since the interface has no UUIDs.  Every file
+(``{uuid: [vf, type_id, start]}``: start None for a vGPU that lives while
+its guest runs, ``auto`` for one ``restore`` creates after a reboot),
+since the interface has no UUIDs.  Every file
 is read and written through the ``Sysfs`` the kind is given.
 """
 
@@ -134,13 +136,14 @@ class ToyKind(base.VgpuKind):
         if not os.path.exists(self.path):
             return {}
         with open(self.path) as f:
-            return {uuid: (objects.PciAddress.parse(vf), type_)
-                    for uuid, (vf, type_) in json.load(f).items()}
+            return {uuid: (objects.PciAddress.parse(vf), type_, start)
+                    for uuid, (vf, type_, start) in json.load(f).items()}
 
     def _write(self, entries):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fileutil.write_atomic(self.path, json.dumps(
-            {u: [str(vf), t] for u, (vf, t) in entries.items()}))
+            {u: [str(vf), t, start] for u, (vf, t, start)
+             in entries.items()}))
 
     # -- VgpuKind ---------------------------------------------------------
 
@@ -187,7 +190,8 @@ class ToyKind(base.VgpuKind):
                 where=str(device.parent), reason='the VF holds a vGPU')
         self.files.set_current(device.parent, type_number(device.type_id))
         entries = self._read()
-        entries[device.uuid] = (device.parent, device.type_id)
+        start = entries[device.uuid][2] if device.uuid in entries else None
+        entries[device.uuid] = (device.parent, device.type_id, start)
         self._write(entries)
         return True
 
@@ -219,7 +223,7 @@ class ToyKind(base.VgpuKind):
 
     def define(self, device, start='manual'):
         entries = self._read()
-        entries[device.uuid] = (device.parent, device.type_id)
+        entries[device.uuid] = (device.parent, device.type_id, start)
         self._write(entries)
 
     def undefine(self, uuid):
@@ -235,7 +239,7 @@ class ToyKind(base.VgpuKind):
         return uuid in self._read()
 
     def reserved_parents(self):
-        return {vf: uuid for uuid, (vf, _) in self._read().items()}
+        return {vf: uuid for uuid, (vf, _, _) in self._read().items()}
 
     def choose_parent(self, gpu, type_id_):
         reserved = self.reserved_parents()
@@ -247,3 +251,33 @@ class ToyKind(base.VgpuKind):
 
     def hostdev_xml(self, device):
         return config_xml.pci_hostdev(device.parent, managed=False)
+
+    # -- after a reboot (restore) -------------------------------------------
+
+    parent_noun = 'toy VF'
+
+    def persistent(self):
+        return tuple(base.VgpuDevice(uuid=uuid, parent=vf, type_id=type_)
+                     for uuid, (vf, type_, start)
+                     in sorted(self._read().items()) if start == 'auto')
+
+    def recorded_gpus(self):
+        return tuple(sorted({self.sysfs.physfn(vf) for vf, _, _
+                             in self._read().values()
+                             if self.sysfs.physfn(vf) is not None}))
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        notes = []
+        for uuid, (vf, type_, start) in sorted(self._read().items()):
+            if start is not None or self.lookup(uuid) is None:
+                continue
+            if owner_running(uuid) is not False:
+                notes.append(base.BootNote('skipped', uuid, 'kept'))
+            elif dry_run:
+                notes.append(base.BootNote('would', uuid,
+                                           'would reset toy VF %s' % vf))
+            else:
+                self.remove(uuid)
+                notes.append(base.BootNote('reset', uuid,
+                                           'reset toy VF %s' % vf))
+        return notes

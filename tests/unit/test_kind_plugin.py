@@ -15,13 +15,16 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu.backends import base
 from libvirt_gpu.backends import registry
 from libvirt_gpu.cmd import main
 from libvirt_gpu import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import hook
 from libvirt_gpu import host as host_mod
+from libvirt_gpu import objects
 from libvirt_gpu import reconcile
+from libvirt_gpu import restore
 from libvirt_gpu import simulator
 from libvirt_gpu import state
 from libvirt_gpu import sysfs as sysfs_mod
@@ -32,7 +35,8 @@ from tests.doubles import toy_kind
 from tests.unit import test_architecture
 
 GPU = '0000:bd:00.0'
-TOY_VFS = ('0000:bd:00.4', '0000:bd:00.5', '0000:bd:00.6', '0000:bd:00.7')
+TOY_VFS = tuple(objects.PciAddress.parse(a) for a in (
+    "0000:bd:00.4", "0000:bd:00.5", "0000:bd:00.6", "0000:bd:00.7"))
 TYPE = 'toy-1'
 DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 
@@ -130,7 +134,7 @@ def test_the_hook_creates_and_removes_a_toy_vgpu(toy):
                     mdevctl_dir=os.path.join(state_dir, 'mdevctl')) == 0, \
         err.getvalue()
     assert files.current(TOY_VFS[1]) == 1
-    assert [(lease.vgpu_uuid, str(lease.parent)) for lease in
+    assert [(lease.vgpu_uuid, lease.parent) for lease in
             state.LeaseStore(state_dir).leases()] == [(uuid, TOY_VFS[1])]
     assert hook.run(['qemu', 'vm1', 'release', 'end', '-'], xml,
                     config_file=config, stderr=err,
@@ -160,3 +164,33 @@ def test_reconcile_removes_a_toy_vgpu_no_guest_uses(toy, tmp_path):
 
 def test_nothing_outside_the_toy_module_names_its_interface():
     assert test_architecture.names_outside_kinds([toy_kind.ToyKind]) == []
+
+
+def test_restore_recreates_and_resets_toy_vgpus(toy, tmp_path):
+    """After a reboot: the toy kind's persistent vGPU is created again on
+    its VF, and a transient one whose guest no longer runs is reset."""
+    root, state_dir, _ = toy
+    sysfs = sysfs_mod.Sysfs(root)
+    files = toy_kind.ToyFiles(sysfs)
+    env = environment.Environment(state_dir, sysfs=sysfs,
+                                  mdevctl_dir=str(tmp_path / 'mdevctl'))
+    kind = env.vgpus.kind(toy_kind.INTERFACE)
+    keep, stale = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    kind.define(base.VgpuDevice(uuid=keep, parent=TOY_VFS[2],
+                                type_id=TYPE), start='auto')
+    kind.prepare(base.VgpuDevice(uuid=stale, parent=TOY_VFS[3],
+                                 type_id=TYPE))
+    assert (files.current(TOY_VFS[2]), files.current(TOY_VFS[3])) == (0, 1)
+    report = restore.restore(sysfs, state_dir,
+                             mdevctl_dir=str(tmp_path / 'mdevctl'),
+                             owner_running=lambda uuid: False)
+    done = {(a.action, a.target) for a in report.actions}
+    assert {(restore.CREATED, keep), (restore.RESET, stale)} <= done
+    assert (files.current(TOY_VFS[2]), files.current(TOY_VFS[3])) == (1, 0)
+    # and the GPU its records mention is one whose VFs restore enables
+    assert objects.PciAddress.parse(GPU) in kind.recorded_gpus()
+    # a second run changes nothing
+    again = restore.restore(sysfs, state_dir,
+                            mdevctl_dir=str(tmp_path / 'mdevctl'),
+                            owner_running=lambda uuid: False)
+    assert not [a for a in again.actions if a.action in restore.CHANGES]
