@@ -130,9 +130,10 @@ def _is_sriov_pf(sysfs, address):
     return bool(total) and sysfs.physfn(address) is None
 
 
-def vf_targets(conf, sysfs, state_dir=None):
-    """PF addresses whose VFs restore enables (step 1 of the module doc),
-    sorted."""
+def vf_targets(env):
+    """PF addresses whose VFs restore enables on the host ``env`` (step 1
+    of the module doc), sorted."""
+    conf, sysfs = env.conf, env.sysfs
     targets = set()
     everywhere = False
     for type_id in conf.gpu.enabled_vgpu_types:
@@ -162,10 +163,8 @@ def vf_targets(conf, sysfs, state_dir=None):
             driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
             if driver == 'nvidia' and _is_sriov_pf(sysfs, address):
                 targets.add(address)
-    if state_dir:
-        kinds = environment.Environment(state_dir, sysfs=sysfs).vgpus.kinds
-        for kind in kinds:
-            targets.update(kind.recorded_gpus())
+    for kind in env.vgpus.kinds:
+        targets.update(kind.recorded_gpus())
     return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
                   and _is_sriov_pf(sysfs, t))
 
@@ -175,10 +174,9 @@ def vf_targets(conf, sysfs, state_dir=None):
 class Restore(object):
     """One restore run.
 
-    :param sysfs: the host's ``Sysfs``.
-    :param state_dir: ``[DEFAULT]/state_dir``.
-    :param mdevctl_dir: where mdevctl keeps definitions (tests use a
-        temporary directory).
+    :param env: the host (``environment.Environment``: its sysfs, state
+        directory, mdevctl's directory, its vGPU kinds; no libvirt:
+        restore runs before libvirtd).
     :param owner_running: ``f(uuid) -> True | False | None``: whether the
         guest that holds our vGPU ``uuid`` runs (None: cannot tell).
     :param sriov_manage: path of NVIDIA's script, or None to write
@@ -187,21 +185,17 @@ class Restore(object):
         vGPU interface (the driver registers them after the VFs appear).
     """
 
-    def __init__(self, sysfs, state_dir, mdevctl_dir=MDEVCTL_DIR,
-                 owner_running=None, sriov_manage=None, settle_timeout=30.0,
-                 mdev_backend=None, dry_run=False):
+    def __init__(self, env, owner_running=None, sriov_manage=None,
+                 settle_timeout=30.0, dry_run=False):
         self.dry_run = dry_run
-        self.sysfs = sysfs
-        self.state_dir = state_dir
-        self.mdevctl_dir = mdevctl_dir
+        self.env = env
+        self.sysfs = env.sysfs
+        self.state_dir = env.state_dir
+        self.mdevctl_dir = env.mdevctl_dir
         self.owner_running = owner_running or (lambda uuid: None)
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
-        # The host as the hook sees it (no libvirt: restore runs before
-        # libvirtd), its vGPU kinds built by the one composition root.
-        self.env = environment.Environment(state_dir, sysfs=sysfs,
-                                           mdevctl_dir=mdevctl_dir)
-        self._mdev = mdev_backend
+        self._mdev = None
         self.actions = []
 
     @property
@@ -382,9 +376,10 @@ class Restore(object):
                 self._note(note.action, 'vgpu', note.target, note.detail)
 
 
-def restore(sysfs, state_dir, vf_pfs=(), **kwargs):
-    """Run every step (see the module doc); returns a RestoreReport."""
-    return Restore(sysfs, state_dir, **kwargs).run(vf_pfs)
+def restore(env, vf_pfs=(), **kwargs):
+    """Run every step (see the module doc) on the host ``env``; returns a
+    RestoreReport."""
+    return Restore(env, **kwargs).run(vf_pfs)
 
 
 def lease_owner_check(state_dir, uri):

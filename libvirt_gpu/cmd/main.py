@@ -422,8 +422,7 @@ def cmd_reconcile(ctx):
     with host_mod.Host(_uri(ctx)) as host:
         env = ctx.environment(host)
         report = reconcile.reconcile(
-            host, env.sysfs, env.store, dry_run=ctx.args.dry_run,
-            covered=set(env.enabled),
+            env, dry_run=ctx.args.dry_run, covered=set(env.enabled),
             on_plan=lambda plan: _say_plan(ctx, plan))
     output.emit_report(report, as_json=ctx.args.json)
     return 3 if report.stuck else 0
@@ -442,15 +441,13 @@ def cmd_restore(ctx):
     from libvirt_gpu import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
-    root, sysfs, state_dir = env.sysfs_root, env.sysfs, env.state_dir
     owner = None
     if not ctx.args.no_libvirt:
-        owner = restore.lease_owner_check(state_dir, _uri(ctx))
+        owner = restore.lease_owner_check(env.state_dir, _uri(ctx))
     report = restore.restore(
-        sysfs, state_dir,
-        vf_pfs=restore.vf_targets(ctx.conf, sysfs, state_dir),
-        mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
-        sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
+        env, vf_pfs=restore.vf_targets(env), owner_running=owner,
+        sriov_manage=restore.sriov_manage_for(env.sysfs_root,
+                                              ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0

@@ -155,8 +155,7 @@ def test_reconcile_removes_a_toy_vgpu_no_guest_uses(toy, tmp_path):
     env = environment.Environment(state_dir, sysfs=sysfs_mod.Sysfs(root),
                                   host=host_mod.Host.from_connection(conn),
                                   mdevctl_dir=str(tmp_path / 'mdevctl'))
-    report = reconcile.reconcile(env.host, env.sysfs, env.store,
-                                 mdevctl_dir=env.mdevctl_dir)
+    report = reconcile.reconcile(env)
     assert uuid in [f.uuid for f in report.findings]
     assert toy_kind.ToyFiles(env.sysfs).current(TOY_VFS[0]) == 0
     assert env.store.leases() == []
@@ -181,16 +180,13 @@ def test_restore_recreates_and_resets_toy_vgpus(toy, tmp_path):
     kind.prepare(base.VgpuDevice(uuid=stale, parent=TOY_VFS[3],
                                  type_id=TYPE))
     assert (files.current(TOY_VFS[2]), files.current(TOY_VFS[3])) == (0, 1)
-    report = restore.restore(sysfs, state_dir,
-                             mdevctl_dir=str(tmp_path / 'mdevctl'),
-                             owner_running=lambda uuid: False)
+    report = restore.restore(env, owner_running=lambda uuid: False)
     done = {(a.action, a.target) for a in report.actions}
     assert {(restore.CREATED, keep), (restore.RESET, stale)} <= done
     assert (files.current(TOY_VFS[2]), files.current(TOY_VFS[3])) == (1, 0)
     # and the GPU its records mention is one whose VFs restore enables
     assert objects.PciAddress.parse(GPU) in kind.recorded_gpus()
     # a second run changes nothing
-    again = restore.restore(sysfs, state_dir,
-                            mdevctl_dir=str(tmp_path / 'mdevctl'),
+    again = restore.restore(env.replace(),
                             owner_running=lambda uuid: False)
     assert not [a for a in again.actions if a.action in restore.CHANGES]

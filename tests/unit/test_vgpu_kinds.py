@@ -210,8 +210,7 @@ def test_reconcile_removes_a_dummy_vgpu_of_a_stopped_guest(world):
     env, conn, parent = world
     done = api.attach(conn, 'vm1', vgpu_type=TYPE, live=True, env=env)
     conn.lookupByName('vm1').set_active(False)
-    report = reconcile.reconcile(env.host, env.sysfs, env.store,
-                                 mdevctl_dir=env.mdevctl_dir)
+    report = reconcile.reconcile(env)
     assert done.uuid in [f.uuid for f in report.findings]
     assert dummy(env).existing() == {}
     assert env.store.leases() == []
