@@ -101,7 +101,7 @@ def list_opts():
     # plugin ('password') are listed so the sample shows them.
     from keystoneauth1 import loading as ks_loading
     return {
-        placement_group.name: (
+        placement_group: (
             placement_opts
             + ks_loading.get_session_conf_options()
             + ks_loading.get_auth_common_conf_options()
