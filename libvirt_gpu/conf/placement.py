@@ -19,12 +19,12 @@ A Placement running with ``[api] auth_strategy = noauth2`` (tests, labs) needs
 no auth plugin: pass ``--url`` (or set ``endpoint_override``) and the agent
 sends ``X-Auth-Token: <noauth_token>``.
 
-Importing keystoneauth1 costs about 100 ms, so ``conf.load`` (which every
-command runs) registers only this module's own options
-(``register_opts(conf, auth=False)``); the keystoneauth ones are registered
-by ``register_auth_opts``, which ``PlacementClient.from_conf`` calls before it
-reads them.  oslo.config accepts options registered after the files are
-parsed.
+Importing keystoneauth1 is slow (``bench/`` measures the CLI), so
+``conf.load`` (which every command runs) registers only this module's own
+options (``register_opts(conf, auth=False)``); the keystoneauth ones are
+registered by ``register_auth_opts``, which ``PlacementClient.from_conf``
+calls before it reads them.  oslo.config accepts options registered after
+the files are parsed.
 """
 
 from oslo_config import cfg
