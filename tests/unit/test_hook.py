@@ -267,11 +267,11 @@ def test_reconnect_never_fails(env):
 
 
 @pytest.mark.parametrize('op', ['start', 'started', 'stopped', 'attach',
-                                'migrate', 'restore', 'somethingnew'])
+                                'restore', 'somethingnew'])
 def test_other_operations_do_nothing(env, op, capsys):
     xml = domain_xml([(new_uuid(), 'nvidia-223', None)])
     assert env.run(op, xml) == (0, '')
-    assert capsys.readouterr().out == ''        # migrate/restore: no XML
+    assert capsys.readouterr().out == ''        # restore: no XML
     assert not os.path.exists(env.state_dir)
 
 
@@ -507,8 +507,9 @@ def test_the_table_holds_each_operations_exit_rule():
              for op in hook.OPERATIONS}
     assert rules == {'prepare': (True, False, 1),
                      'release': (False, False, 0),
-                     'reconnect': (False, False, 0)}
-    assert hook.HANDLED == ('prepare', 'release', 'reconnect')
+                     'reconnect': (False, False, 0),
+                     'migrate': (True, True, 1)}
+    assert hook.HANDLED == ('prepare', 'release', 'reconnect', 'migrate')
 
 
 def _move_parent(hook_, req):
