@@ -524,11 +524,13 @@ def _move_parent(hook_, req):
 
 
 def _table_with(function, rewrites=True, may_refuse=True, name='migrate'):
-    return hook.OPERATIONS + (hook.Operation(
-        name=name, function=function,
-        reads=(hook.DEVICES, hook.METADATA, hook.DOCUMENT),
-        rewrites=rewrites, may_refuse=may_refuse,
-        failure='cannot migrate'),)
+    # the row replaces the table's own row of that name
+    return tuple(op for op in hook.OPERATIONS if op.name != name) + (
+        hook.Operation(
+            name=name, function=function,
+            reads=(hook.DEVICES, hook.METADATA, hook.DOCUMENT),
+            rewrites=rewrites, may_refuse=may_refuse,
+            failure='cannot migrate'),)
 
 
 def _run_row(env, table, xml, op='migrate'):
