@@ -119,8 +119,8 @@ class Guest(object):
             self._domain.migrateToURI3(dest_uri, {}, flags)
         except libvirt.libvirtError as e:
             raise exception.LibvirtError(
-                reason='migration to %s: %s' % (dest_uri,
-                                                e.get_error_message()))
+                reason='migration to %s: %s'
+                % (dest_uri, e.get_error_message() or str(e)))
 
     def job_stats(self, completed=False):
         """libvirt's statistics of the domain's job (``{}`` when none):

@@ -186,10 +186,11 @@ def migrate(source_host, dest_host, dest_uri, domain, progress=None,
             aborted = True
             guest.abort_job()
     worker.join()
-    if aborted:
-        return Outcome(done=False)
     if failed:
+        if aborted:
+            return Outcome(done=False)
         raise failed[0]
+    # done (also when an abort came too late to stop it)
     stats = guest_mod.Guest(dest_host.lookup_domain(uuid)).job_stats(
         completed=True)
     return Outcome(done=True, downtime_ms=stats.get('downtime'),

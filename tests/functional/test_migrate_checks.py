@@ -21,6 +21,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 
+@pytest.fixture(scope='module')
+def libvirtd(libvirtd_requirements):
+    """One daemon for the module (each start costs seconds)."""
+    with libvirtd_mod.LibvirtDaemon() as daemon:
+        yield daemon
+
+
 @pytest.fixture
 def running(libvirtd):
     """A running guest whose metadata lists two vGPUs of one type (no
@@ -32,6 +39,8 @@ def running(libvirtd):
     dom = conn.createXML(libvirtd_mod.tiny_domain_xml(
         'mig1', metadata=meta), 0)
     yield conn, dom
+    if dom.isActive():
+        dom.destroy()
 
 
 def test_checks_read_both_sides_through_libvirt(libvirtd, running):
@@ -81,3 +90,16 @@ def test_cli_dry_run_prints_the_checks(libvirtd, running):
     assert r.returncode == 1
     assert 'NO   destination room for nvidia-223' in r.stdout
     assert 'nothing was started' in r.stderr
+
+
+def test_libvirts_refusal_says_why_and_the_guest_runs_on(libvirtd, running):
+    # past the checks, libvirt itself refuses (the destination is this
+    # very host): the error carries libvirt's reason, nothing moved
+    conn, dom = running
+    host = api.migration_host(conn)
+    seen = []
+    with pytest.raises(exception.LibvirtError,
+                       match='migration to .*same host'):
+        migration.migrate(host, host, libvirtd.uri, 'mig1',
+                          progress=seen.append, poll=0.05)
+    assert dom.isActive()
