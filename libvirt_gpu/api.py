@@ -495,7 +495,7 @@ def migration_host(conn):
 
 
 def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
-            postcopy=False):
+            postcopy=False, on_plan=None):
     """Migrate the running ``domain`` (name or UUID) with its vGPUs live
     to the host at ``dest_uri`` (a libvirt URI both this process and the
     source's libvirtd can open, e.g. ``qemu+ssh://host2/system``).
@@ -504,13 +504,16 @@ def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
     post-copy, room for each vGPU type there); ``dry_run`` stops there.
     A refused check is a MigrationRefused naming each refusal; else the
     guest migrates (``migration.migrate``), ``progress(stats)`` seeing
-    libvirt's job statistics, Ctrl-C aborting the job."""
+    libvirt's job statistics, Ctrl-C aborting the job.  ``on_plan(plan)``
+    sees the checks before either happens."""
     from libvirt_gpu import host as host_mod
     from libvirt_gpu import migration
     source = migration_host(conn)
     with host_mod.Host(dest_uri) as dest:
         plan = migration.check(source, dest, dest_uri, domain,
                                postcopy=postcopy)
+        if on_plan is not None:
+            on_plan(plan)
         if dry_run:
             return Migration(plan=plan)
         if not plan.ok:

@@ -410,29 +410,26 @@ def cmd_migrate(ctx):
     from libvirt_gpu import host as host_mod
     as_json = ctx.args.json
 
+    def show(plan):
+        if not as_json:
+            output.emit_text(output.migration_checks_text(plan))
+
     def progress(stats):
         if not as_json:
             sys.stderr.write('\r' + output.migration_progress_text(stats))
             sys.stderr.flush()
 
     with host_mod.Host(_uri(ctx)) as host:
-        plan = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
-                           dry_run=True).plan
-        if not as_json:
-            output.emit_text(output.migration_checks_text(plan))
-        if ctx.args.dry_run or not plan.ok:
-            if as_json:
-                output.emit_json(output.migration_to_json(
-                    api.Migration(plan=plan)))
-            if not plan.ok and not ctx.args.dry_run:
-                sys.stderr.write('%s: migration refused by the checks above; '
-                                 'nothing was started\n' % PROG)
-            return 0 if plan.ok else 1
+        # A refused check raises MigrationRefused (exit status 1) after
+        # ``show`` printed every check.
         done = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
-                           progress=progress)
+                           dry_run=ctx.args.dry_run, progress=progress,
+                           on_plan=show)
     if as_json:
         output.emit_json(output.migration_to_json(done))
-    else:
+    if done.outcome is None:                        # --dry-run
+        return 0 if done.plan.ok else 1
+    if not as_json:
         sys.stderr.write('\n')
         output.emit_text(output.migration_outcome_text(done.plan,
                                                        done.outcome))
