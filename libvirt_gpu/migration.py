@@ -8,11 +8,13 @@ vGPU needs, through both hosts' libvirt connections:
   devices, the ones nova requires for mdev live migration);
 * no post-copy (QEMU refuses VFIO devices with post-copy);
 * the guest runs and holds no whole GPU (VFIO cannot migrate one);
-* the destination offers each vGPU type of the guest with room enough,
-  as libvirt's node devices there say (``availableInstances`` of its
-  mdev types).  Which types the destination *enables* is its own
-  configuration: its ``migrate`` hook enforces that, and a refusal there
-  cancels the migration with the guest running on here, untouched.
+* the destination offers each mdev vGPU type of the guest with room
+  enough, as libvirt's node devices there say (``availableInstances``
+  of its mdev types); NVIDIA's vendor-interface vGPUs, on VFs, are not
+  listed there and are left to the destination's hook.  Which types the
+  destination *enables* is its own configuration: its ``migrate`` hook
+  enforces that, and a refusal there cancels the migration with the
+  guest running on here, untouched.
 
 ``migrate`` then runs libvirt's peer-to-peer live migration while a
 caller's ``progress`` sees the job's statistics, and aborts the job
@@ -23,7 +25,6 @@ import threading
 
 from libvirt_gpu import exception
 from libvirt_gpu import guest as guest_mod
-from libvirt_gpu import metadata
 from libvirt_gpu import nodedev
 from libvirt_gpu import records
 
@@ -118,7 +119,7 @@ def check(source_host, dest_host, dest_uri, domain, postcopy=False):
                         detail='yes' if running else
                         'no: a stopped guest is not migrated live; start '
                         'it, or move its definition instead'))
-    meta = metadata.parse(guest.xml())
+    devices, meta = guest.devices()
     for entry in meta.pgpus:
         checks.append(Check(
             what='whole GPU %s' % entry.address, ok=False,
@@ -128,15 +129,25 @@ def check(source_host, dest_host, dest_uri, domain, postcopy=False):
     wanted = {}
     for entry in meta.vgpus:
         wanted[entry.type_id] = wanted.get(entry.type_id, 0) + 1
-    room = _room(dest_host) if wanted else {}
+    # A vendor-interface vGPU is a VF (a PCI hostdev), not an mdev: the
+    # destination's libvirt lists no mdev type for it, its hook judges it.
+    on_vfs = {e.type_id for e in meta.vgpus
+              if e.parent is not None and e.parent in devices.pci_addresses}
+    as_mdev = set(wanted) - on_vfs
+    room = _room(dest_host) if as_mdev else {}
     for type_id, count in sorted(wanted.items()):
         free = room.get(type_id)
-        ok = free is not None and free >= count
-        if free is None:
+        if type_id not in as_mdev:
+            ok = True
+            detail = ('%d needed, on VFs (vendor interface): libvirt does '
+                      'not list them; the destination\'s hook checks the '
+                      'room' % count)
+        elif free is None:
+            ok = False
             detail = ('the destination offers no %s (libvirt lists no GPU '
-                      'with that mdev type there; vendor-interface types '
-                      'are checked by its hook)' % type_id)
+                      'with that mdev type there)' % type_id)
         else:
+            ok = free >= count
             detail = '%d needed, %d available%s' % (
                 count, free, '' if ok else ': free vGPUs there first')
         checks.append(Check(what='destination room for %s' % type_id,

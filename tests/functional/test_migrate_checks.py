@@ -103,3 +103,28 @@ def test_libvirts_refusal_says_why_and_the_guest_runs_on(libvirtd, running):
         migration.migrate(host, host, libvirtd.uri, 'mig1',
                           progress=seen.append, poll=0.05)
     assert dom.isActive()
+
+
+def test_vendor_interface_vgpus_are_left_to_the_destination_hook(libvirtd):
+    # a vGPU on a VF is a PCI hostdev; the destination's libvirt lists no
+    # mdev type for it.  (A guest holding a VF cannot start here: the
+    # check reads a defined, stopped one and refuses it for that.)
+    uuid = str(uuidlib.uuid4())
+    meta = metadata.render_document(metadata.GpuMetadata(vgpus=(
+        metadata.VgpuEntry(uuid, 'nvidia-1145', metadata.objects.PciAddress
+                           .parse('0000:bd:00.4')),)))
+    vf = ("<hostdev mode='subsystem' type='pci' managed='no'><source>"
+          "<address domain='0x0000' bus='0xbd' slot='0x00' function='0x4'/>"
+          "</source></hostdev>")
+    conn = libvirtd.connect()
+    dom = conn.defineXML(libvirtd_mod.tiny_domain_xml(
+        'mig2', metadata=meta, extra_devices=vf))
+    try:
+        plan = api.migrate(conn, 'mig2', libvirtd.uri, dry_run=True).plan
+    finally:
+        dom.undefine()
+    checks = {c.what: c for c in plan.checks}
+    assert checks['destination room for nvidia-1145'].ok
+    assert "destination's hook checks" in checks[
+        'destination room for nvidia-1145'].detail
+    assert not checks['guest running'].ok
