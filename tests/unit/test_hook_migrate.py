@@ -7,6 +7,7 @@ GPU; 0000:3b:00.0 empty, 0000:af:00.0 holding two vGPUs, one of them
 
 import io
 import os
+import subprocess
 import time
 
 import pytest
@@ -315,3 +316,31 @@ def test_the_hook_script_lists_migrate():
     assert 'migrate' in hook.HANDLED
     with open(os.path.join(th.ROOT, 'hooks', 'qemu')) as f:
         assert "'migrate'" in f.read()
+
+
+def test_the_installed_hook_prints_the_rewritten_xml(env, tmp_path):
+    """The installed file, run as libvirt runs it on the destination: the
+    XML comes back on stdout and its prepare creates the vGPU there; a
+    refusal prints nothing and exits 1."""
+    from tests.doubles import kernel_sysfs
+    done = hook.install(str(tmp_path / 'hooks'), env.config)
+    uuid = th.new_uuid()
+    xml = incoming_xml(uuid)
+    clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
+
+    def run(op, data):
+        return subprocess.run([done.path, 'vm1', op, 'begin', '-'],
+                              input=data, capture_output=True,
+                              env=clean_env, timeout=60)
+
+    with kernel_sysfs.KernelWatcher(env.root, env.sysfs.profile):
+        r = run('migrate', xml)
+        assert (r.returncode, r.stderr) == (0, b'')
+        assert r.stdout == xml.replace(
+            ("parent='%s'" % SOURCE_GPU).encode(),
+            ("parent='%s'" % A).encode())
+        assert run('prepare', r.stdout).returncode == 0
+        assert str(env.sysfs.kernel.mdevs()[uuid][0]) == A
+    r = run('migrate', xml.replace(b'nvidia-223', b'nvidia-224'))
+    assert (r.returncode, r.stdout) == (1, b'')
+    assert b'nvidia-224' in r.stderr
