@@ -9,7 +9,10 @@
    simulated T4 host (the kernel's create/remove emulated by an inotify
    watcher in this process), each followed by an untimed ``release``.
    Target: under 100 ms.  The first (cold) run, which rebuilds the hook's
-   settings snapshot through oslo.config, is reported apart.  With
+   settings snapshot through oslo.config, is reported apart.  In turn
+   with it, a live migration's destination: ``migrate`` of the same kind
+   of guest coming from another host (its 4 vGPUs reserved here and the
+   XML rewritten), followed by an untimed ``prepare`` and ``release``.  With
    ``--before DIR``, the hook of the package in DIR (an older checkout),
    installed with its own state directory on the same host, runs in turn
    with this one, for a before/after in one run.
@@ -36,6 +39,7 @@ sys.path.insert(0, HERE)
 from libvirt_gpu import config_xml  # noqa: E402
 from libvirt_gpu import hook  # noqa: E402
 from libvirt_gpu import metadata  # noqa: E402
+from libvirt_gpu import objects  # noqa: E402
 from tests.doubles import kernel_sysfs  # noqa: E402
 from tests.doubles import trees  # noqa: E402
 
@@ -63,6 +67,8 @@ PLAIN_XML = b'''<domain type='kvm' id='7'>
 
 
 CPU = []      # CPU seconds (user + system) of each timed child, in order
+OUT = []      # the stdout of each timed child, in order
+SOURCE_GPU = '0000:65:00.0'     # a migrating guest's GPU on its source
 
 
 def timed(argv, data=b'', env=None):
@@ -74,16 +80,17 @@ def timed(argv, data=b'', env=None):
                        stderr=subprocess.PIPE, env=env)
     elapsed = time.perf_counter() - t0
     CPU.append(timing.children_cpu() - cpu0)
+    OUT.append(r.stdout)
     if r.returncode != 0:
         raise SystemExit('%s failed (%d): %s' % (argv, r.returncode,
                                                  r.stderr.decode()[-2000:]))
     return elapsed
 
 
-def gpu_xml(n):
+def gpu_xml(n, parent=None):
     uuids = [str(uuidlib.uuid4()) for _ in range(n)]
     meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(u, 'nvidia-223') for u in uuids)))
+        metadata.VgpuEntry(u, 'nvidia-223', parent) for u in uuids)))
     devices = ''.join(config_xml.mdev_hostdev(u) for u in uuids)
     xml = PLAIN_XML.decode().replace(
         '<memory ', '<metadata>%s</metadata>\n  <memory ' % meta, 1)
@@ -175,6 +182,7 @@ def main():
                      ms(statistics.median(ours_cpu))))
 
             runs, runs_cpu = [], []
+            mig, mig_cpu = [], []
             old, old_cpu = [], []
             cold = None
             with kernel_sysfs.KernelWatcher(root, profile):
@@ -197,6 +205,20 @@ def main():
                         old_cpu.append(CPU[-1])
                         timed([before_hook, 'gpu', 'release', 'end', '-'],
                               xml, CLEAN_ENV)
+                    if i:
+                        xml = gpu_xml(4, objects.PciAddress.parse(
+                            SOURCE_GPU))
+                        mig.append(timed([installed.path, 'gpu', 'migrate',
+                                          'begin', '-'], xml, CLEAN_ENV))
+                        mig_cpu.append(CPU[-1])
+                        here = OUT[-1] or xml
+                        if SOURCE_GPU.encode() in here:
+                            raise SystemExit('migrate left the source GPU '
+                                             'in the XML')
+                        timed([installed.path, 'gpu', 'prepare', 'begin',
+                               '-'], here, CLEAN_ENV)
+                        timed([installed.path, 'gpu', 'release', 'end',
+                               '-'], here, CLEAN_ENV)
             print('\n2. prepare of a guest with 4 vGPUs (created, then '
                   'released untimed), whole process:')
             print('   cold (settings snapshot rebuilt):  %s' % ms(cold))
@@ -206,6 +228,11 @@ def main():
                   % (ms(min(runs)), ms(max(runs))))
             print('   CPU time of the hook, median:      %s'
                   % ms(statistics.median(runs_cpu)))
+            print('   migrate on the destination (4 vGPUs reserved, XML '
+                  'rewritten), in turn with it:')
+            print('   median of %d:                      %s, CPU %s'
+                  % (len(mig), ms(statistics.median(mig)),
+                     ms(statistics.median(mig_cpu))))
             if old:
                 print('   before (%s), in turn with it:' % args.before)
                 print('   median of %d:                      %s, CPU %s'

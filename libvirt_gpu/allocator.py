@@ -223,6 +223,55 @@ class Allocator(object):
                     raise _naming_stale_leases(txn, e)
         return grants
 
+    def reserve_incoming(self, domain_uuid, claims, expires_at,
+                         pinning=objects.UNPINNED, new_uuid=None):
+        """Reserve here, for a domain migrating in, a GPU for every claim
+        or for none (one transaction), by the rules of ``reserve`` (the
+        enabled type, room, ``pinning``); a claim's ``parent`` (the
+        source's) is ignored.  Each lease stands until ``expires_at``
+        although this process exits (``state.Lease.held``).
+
+        A claim's UUID is kept when it is free here (no vGPU, no lease);
+        else ``new_uuid()`` names the vGPU.  A reservation this domain
+        already holds for the UUID (a retried migration) is renewed.
+        Returns the Grants in the claims' order; raises NoCapacity or
+        TypeNotEnabled.
+        """
+        import uuid as uuidlib     # only here: prepare does not pay for it
+        new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        grants = []
+        with self.store.transaction() as txn:
+            mdevs = self.backend.sysfs.mdevs_by_parent()
+            for claim in claims:
+                uuid = claim.uuid
+                lease = txn.get(uuid)
+                exists = self.backend.lookup(uuid) is not None
+                if (lease is not None and not exists
+                        and lease.domain_uuid == domain_uuid
+                        and lease.state == state.RESERVED
+                        and lease.type_id == claim.type_id):
+                    lease = txn.update(uuid, expires_at=expires_at)
+                    grants.append(Grant(device=base.VgpuDevice(
+                        uuid=uuid, parent=lease.parent,
+                        type_id=lease.type_id), existed=False, lease=lease))
+                    continue
+                if lease is not None or exists or uuid in {
+                        g.device.uuid for g in grants}:
+                    uuid = objects.validate_uuid(new_uuid())
+                try:
+                    parent = self._choose_parent(
+                        txn, records.replace(claim, uuid=uuid, parent=None),
+                        mdevs, pinning)
+                except exception.NoCapacity as e:
+                    raise _naming_stale_leases(txn, e)
+                lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
+                                state.RESERVED, expires_at=expires_at)
+                grants.append(Grant(device=base.VgpuDevice(
+                    uuid=uuid, parent=parent, type_id=claim.type_id),
+                    existed=False, lease=lease))
+        return grants
+
     def _grant(self, txn, domain_uuid, claim, mdevs,
                pinning=objects.UNPINNED):
         uuid = claim.uuid
@@ -438,7 +487,8 @@ def _naming_stale_leases(txn, error):
     before it finished (a killed prepare or release): they still count
     against capacity until ``reconcile`` settles them."""
     stale = [lease for lease in txn.all()
-             if lease.state != state.CREATED and not lease.holder_alive()]
+             if lease.state != state.CREATED and not lease.holder_alive()
+             and not lease.held(txn.now)]
     if not stale:
         return error
     named = ', '.join('%s (%s for domain %s by process %d, gone)'

@@ -493,3 +493,51 @@ def list_devices(conn, domain, inactive=False, conf=None, sysfs=None,
     return DomainGpus(domain_uuid=guest.uuid, domain_name=guest.name,
                       active=active, inactive_xml=inactive or not active,
                       vgpus=tuple(vgpus), pgpus=pgpus)
+
+
+@records.record
+class Migration:
+    """What ``migrate`` did: the checks (``migration.Plan``) and, unless
+    it was a dry run or a check refused, how the migration ended
+    (``migration.Outcome``)."""
+
+    plan: object
+    outcome: object = None
+
+
+def migration_host(conn):
+    """``conn`` (a ``virConnect`` or a ``host.Host``) as a ``host.Host``."""
+    from libvirt_gpu import host as host_mod
+    return (conn if isinstance(conn, host_mod.Host)
+            else host_mod.Host.from_connection(conn))
+
+
+def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
+            postcopy=False, on_plan=None):
+    """Migrate the running ``domain`` (name or UUID) with its vGPUs live
+    to the host at ``dest_uri`` (a libvirt URI both this process and the
+    source's libvirtd can open, e.g. ``qemu+ssh://host2/system``).
+
+    Checks first (``migration.check``: versions on both sides, no
+    post-copy, room for each vGPU type there); ``dry_run`` stops there.
+    A refused check is a MigrationRefused naming each refusal; else the
+    guest migrates (``migration.migrate``), ``progress(stats)`` seeing
+    libvirt's job statistics, Ctrl-C aborting the job.  ``on_plan(plan)``
+    sees the checks before either happens."""
+    from libvirt_gpu import host as host_mod
+    from libvirt_gpu import migration
+    source = migration_host(conn)
+    with host_mod.Host(dest_uri) as dest:
+        plan = migration.check(source, dest, dest_uri, domain,
+                               postcopy=postcopy)
+        if on_plan is not None:
+            on_plan(plan)
+        if dry_run:
+            return Migration(plan=plan)
+        if not plan.ok:
+            raise exception.MigrationRefused(reason='; '.join(
+                '%s: %s' % (c.what, c.detail) for c in plan.refusals)
+                + ' (nothing was started; the guest runs on here)')
+        outcome = migration.migrate(source, dest, dest_uri, domain,
+                                    progress=progress)
+    return Migration(plan=plan, outcome=outcome)

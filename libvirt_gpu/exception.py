@@ -196,3 +196,7 @@ class DeviceNotAttached(LibvirtGpuError):
 
 class LibvirtTimeout(LibvirtError):
     msg_fmt = "libvirt: %(reason)s (timed out; worth retrying)"
+
+
+class MigrationRefused(LibvirtGpuError):
+    msg_fmt = "Migration refused: %(reason)s"

@@ -172,3 +172,42 @@ class Guest(object):
                 metadata.PREFIX, metadata.NAMESPACE, _flags(live, config))
         except libvirt.libvirtError as e:
             raise self._typed(e, 'writing the metadata')
+
+    # -- live migration ----------------------------------------------------
+
+    def migrate_live(self, dest_uri):
+        """Migrate the running domain live to ``dest_uri`` (libvirt's
+        ``migrateToURI3`` with ``VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER``:
+        the source's libvirtd talks to the destination's; pre-copy only);
+        returns when done, raises LibvirtError when libvirt gave up or the
+        job was aborted."""
+        flags = libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
+        try:
+            self._domain.migrateToURI3(dest_uri, {}, flags)
+        except libvirt.libvirtError as e:
+            raise exception.LibvirtError(
+                reason='migration to %s: %s'
+                % (dest_uri, e.get_error_message() or str(e)))
+
+    def job_stats(self, completed=False):
+        """libvirt's statistics of the domain's job (``{}`` when none):
+        ``data_processed``, ``data_remaining``, ``downtime`` (ms)..."""
+        flags = libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED if completed else 0
+        try:
+            return self._domain.jobStats(flags)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() in (libvirt.VIR_ERR_NO_DOMAIN,
+                                      libvirt.VIR_ERR_OPERATION_INVALID):
+                return {}
+            raise self._typed(e, 'reading the job statistics')
+
+    def abort_job(self):
+        """Abort the domain's job (a migration); False when none runs."""
+        try:
+            self._domain.abortJob()
+        except libvirt.libvirtError as e:
+            if e.get_error_code() in (libvirt.VIR_ERR_OPERATION_INVALID,
+                                      libvirt.VIR_ERR_NO_DOMAIN):
+                return False
+            raise self._typed(e, 'aborting its job')
+        return True

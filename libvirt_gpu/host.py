@@ -109,6 +109,16 @@ class Host(object):
     def __exit__(self, *exc):
         self.close()
 
+    def versions(self):
+        """``(libvirt, hypervisor)`` versions of the connection's host,
+        as libvirt encodes them (major * 1000000 + minor * 1000 +
+        release); the hypervisor's is QEMU's for a qemu connection."""
+        conn = self.connect()
+        try:
+            return conn.getLibVersion(), conn.getVersion()
+        except libvirt.libvirtError as e:
+            raise exception.LibvirtError(reason=e.get_error_message())
+
     def _list(self, flags):
         try:
             return self.connect().listAllDevices(flags)

@@ -11,6 +11,11 @@ process is working on it:
 * a lease whose vGPU a running domain uses but that was left ``reserved``:
   marked ``created``.
 
+A reservation for an incoming live migration (``Lease.held``: the
+destination's ``migrate`` hook made it and exited) is left alone until it
+expires; then, when its ``prepare`` never came, it is an orphan like any
+other lease whose process is gone.
+
 Reported, not touched: a lease whose holder is still running after
 ``stuck_after`` seconds, a removal that does not finish (a process may hold
 the device), a running domain that uses a vGPU that does not exist, a vGPU
@@ -246,6 +251,8 @@ def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
         leased.add(lease.vgpu_uuid)
         where = dict(parent=lease.parent, type_id=lease.type_id,
                      domain_uuid=lease.domain_uuid)
+        if lease.held(started):
+            continue          # an incoming migration's, until it expires
         if lease.holder_alive() and lease.pid != me:
             if started - lease.updated_at > stuck_after:
                 findings.append(Finding(

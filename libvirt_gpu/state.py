@@ -21,6 +21,11 @@ A lease row::
     pid, pid_start   the process working on it (start time guards against
                      PID reuse); once it has exited the lease is settled
     created_at, updated_at   seconds since the epoch
+    expires_at  NULL, or (a reservation for an incoming live migration,
+                made by the destination's ``migrate`` hook, whose process
+                exits at once) the time until which the reservation stands
+                although its holder is gone; any later change of the lease
+                (``prepare`` taking it over) ends it
 
 ``reserved``: capacity taken, the mdev may not exist yet.  ``created``: the
 mdev exists for the domain.  ``removing``: reconcile is removing it.  A
@@ -51,7 +56,7 @@ DB_NAME = 'leases.sqlite3'
 LOCK_NAME = 'leases.lock'
 BOOT_ID_NAME = 'boot_id'
 BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 RESERVED = 'reserved'
 CREATED = 'created'
@@ -72,7 +77,8 @@ CREATE TABLE IF NOT EXISTS leases (
     pid         INTEGER NOT NULL,
     pid_start   INTEGER,
     created_at  REAL NOT NULL,
-    updated_at  REAL NOT NULL
+    updated_at  REAL NOT NULL,
+    expires_at  REAL
 );
 CREATE INDEX IF NOT EXISTS leases_domain ON leases (domain_uuid);
 CREATE INDEX IF NOT EXISTS leases_parent ON leases (parent);
@@ -83,7 +89,7 @@ CREATE TABLE IF NOT EXISTS borrowed (
 );
 """
 _COLUMNS = ('mdev_uuid', 'domain_uuid', 'parent', 'type_id', 'state', 'pid',
-            'pid_start', 'created_at', 'updated_at')
+            'pid_start', 'created_at', 'updated_at', 'expires_at')
 # The Lease fields of those columns: a vGPU of any kind is keyed by its
 # UUID; the column keeps its first name so existing lease files still open.
 _FIELDS = ('vgpu_uuid',) + _COLUMNS[1:]
@@ -144,6 +150,12 @@ class Lease:
     pid_start: int | None
     created_at: float
     updated_at: float
+    expires_at: float | None = None
+
+    def held(self, now):
+        """Whether an incoming migration's reservation still stands at
+        ``now`` (its holder, the ``migrate`` hook, has exited by design)."""
+        return self.expires_at is not None and now < self.expires_at
 
     def holder_alive(self):
         """Whether the process that last worked on this lease still runs."""
@@ -192,8 +204,10 @@ class Transaction(object):
         return self._select('WHERE parent = ?',
                             (str(objects.PciAddress.parse(parent)),))
 
-    def add(self, vgpu_uuid, domain_uuid, parent, type_id, state=RESERVED):
-        """Insert a lease held by this process; a UUID already leased is a
+    def add(self, vgpu_uuid, domain_uuid, parent, type_id, state=RESERVED,
+            expires_at=None):
+        """Insert a lease held by this process (and, with ``expires_at``,
+        until then whatever becomes of it); a UUID already leased is a
         LeaseConflict."""
         if state not in STATES:
             raise ValueError(state)
@@ -204,14 +218,14 @@ class Transaction(object):
             parent=objects.PciAddress.parse(parent),
             type_id=objects.validate_type_id(type_id), state=state,
             pid=self.pid, pid_start=self.pid_start, created_at=self.now,
-            updated_at=self.now)
+            updated_at=self.now, expires_at=expires_at)
         try:
             self._db.execute(
                 'INSERT INTO leases (%s) VALUES (%s)'
                 % (', '.join(_COLUMNS), ', '.join('?' * len(_COLUMNS))),
                 (lease.vgpu_uuid, lease.domain_uuid, str(lease.parent),
                  lease.type_id, lease.state, lease.pid, lease.pid_start,
-                 lease.created_at, lease.updated_at))
+                 lease.created_at, lease.updated_at, lease.expires_at))
         except sqlite3.IntegrityError:
             other = self.get(lease.vgpu_uuid)
             raise exception.LeaseConflict(
@@ -221,8 +235,10 @@ class Transaction(object):
 
     def update(self, vgpu_uuid, **changes):
         """Change fields of a lease and take it over (pid = this process).
-        Returns the new lease; a missing lease is a StateError."""
-        allowed = {'domain_uuid', 'parent', 'type_id', 'state'}
+        Returns the new lease; a missing lease is a StateError.  The
+        lease's ``expires_at`` is cleared unless given: the process taking
+        it over holds it now."""
+        allowed = {'domain_uuid', 'parent', 'type_id', 'state', 'expires_at'}
         if set(changes) - allowed:
             raise ValueError(sorted(set(changes) - allowed))
         if changes.get('state', RESERVED) not in STATES:
@@ -230,6 +246,7 @@ class Transaction(object):
         if 'parent' in changes:
             changes['parent'] = str(objects.PciAddress.parse(
                 changes['parent']))
+        changes.setdefault('expires_at', None)
         changes.update(pid=self.pid, pid_start=self.pid_start,
                        updated_at=self.now)
         names = sorted(changes)
@@ -283,6 +300,14 @@ class Transaction(object):
         cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
                                (objects.validate_uuid(vgpu_uuid),))
         return cur.rowcount == 1
+
+
+def _add_missing_columns(db):
+    """A lease file of schema 1 (no ``expires_at``) gains the column; its
+    leases keep NULL (no migration reservation)."""
+    have = {row[1] for row in db.execute('PRAGMA table_info(leases)')}
+    if 'expires_at' not in have:
+        db.execute('ALTER TABLE leases ADD COLUMN expires_at REAL')
 
 
 class LeaseStore(object):
@@ -418,6 +443,7 @@ class LeaseStore(object):
                                'this one knows %d)'
                                % (version, SCHEMA_VERSION))
                 db.executescript(_SCHEMA)
+                _add_missing_columns(db)
                 db.execute('PRAGMA user_version = %d' % SCHEMA_VERSION)
                 self._ready = True
         except sqlite3.Error as e:

@@ -407,6 +407,37 @@ def cmd_domgpus(ctx):
     return 0
 
 
+def cmd_migrate(ctx):
+    from libvirt_gpu import api
+    from libvirt_gpu import host as host_mod
+    as_json = ctx.args.json
+
+    def show(plan):
+        if not as_json:
+            output.emit_text(output.migration_checks_text(plan))
+
+    def progress(stats):
+        if not as_json:
+            sys.stderr.write('\r' + output.migration_progress_text(stats))
+            sys.stderr.flush()
+
+    with host_mod.Host(_uri(ctx)) as host:
+        # A refused check raises MigrationRefused (exit status 1) after
+        # ``show`` printed every check.
+        done = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
+                           dry_run=ctx.args.dry_run, progress=progress,
+                           on_plan=show)
+    if as_json:
+        output.emit_json(output.migration_to_json(done))
+    if done.outcome is None:                        # --dry-run
+        return 0 if done.plan.ok else 1
+    if not as_json:
+        sys.stderr.write('\n')
+        output.emit_text(output.migration_outcome_text(done.plan,
+                                                       done.outcome))
+    return 0 if done.outcome.done else 130
+
+
 def cmd_hook_install(ctx):
     from libvirt_gpu import hook
     path, _ = conffile.config_path(ctx.args.config_file)
@@ -551,6 +582,17 @@ def _add_lifecycle_commands(sub, add):
             '(not test:///)')
     p.add_argument('--dry-run', action='store_true',
                    help='only report what would be done (run this first)')
+    p = add('migrate', cmd_migrate, 'migrate a running guest with its '
+            'vGPUs live to another host (checks first: libvirt >= 8.6 and '
+            'QEMU >= 8.1 on both, room for each vGPU type there); Ctrl-C '
+            'aborts')
+    p.add_argument('domain', metavar='DOMAIN', help='name or UUID')
+    p.add_argument('dest_uri', metavar='DEST_URI',
+                   help='the destination\'s libvirt URI, opened by this '
+                        'command and by the source\'s libvirtd, e.g. '
+                        'qemu+ssh://host2/system')
+    p.add_argument('--dry-run', action='store_true',
+                   help='only run the checks and print them')
 
 
 # The options before COMMAND that take a value (``_command_word``).

@@ -312,3 +312,52 @@ def installed_to_json(done):
             'config_file': done.config_file,
             'settings_file': done.settings_file,
             'restart_needed': done.restart_needed}
+
+
+# --- live migration ----------------------------------------------------------
+
+def migration_to_json(done):
+    plan, outcome = done.plan, done.outcome
+    doc = {'domain': plan.domain, 'destination': plan.dest_uri,
+           'ok': plan.ok,
+           'checks': [{'what': c.what, 'ok': c.ok, 'detail': c.detail}
+                      for c in plan.checks],
+           'vgpus': {t: n for t, n in plan.vgpus}}
+    if outcome is not None:
+        doc['migrated'] = outcome.done
+        doc['downtime_ms'] = outcome.downtime_ms
+        doc['data_total'] = outcome.data_total
+    return doc
+
+
+def migration_checks_text(plan):
+    lines = ['checks for migrating %s to %s:' % (plan.domain,
+                                                 plan.dest_uri)]
+    for c in plan.checks:
+        lines.append('  %-4s %s: %s' % ('ok' if c.ok else 'NO', c.what,
+                                        c.detail))
+    return '\n'.join(lines)
+
+
+def _mib(n):
+    return '%.1f MiB' % (n / 1048576.0)
+
+
+def migration_progress_text(stats):
+    """One progress line from libvirt's job statistics."""
+    done = stats.get('data_processed', 0)
+    left = stats.get('data_remaining', 0)
+    total = stats.get('data_total') or (done + left) or 1
+    return 'migrating: %3d%%  %s processed, %s remaining' % (
+        min(100, 100 * (total - left) // total), _mib(done), _mib(left))
+
+
+def migration_outcome_text(plan, outcome):
+    if not outcome.done:
+        return ('migration of %s aborted: it runs on here with its vGPUs'
+                % plan.domain)
+    downtime = ('%d ms' % outcome.downtime_ms
+                if outcome.downtime_ms is not None
+                else 'not reported by libvirt')
+    return 'migrated %s to %s; downtime %s' % (plan.domain, plan.dest_uri,
+                                               downtime)

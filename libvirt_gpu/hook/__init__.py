@@ -62,6 +62,7 @@ from libvirt_gpu.hook.operations import HANDLED  # noqa: F401
 from libvirt_gpu.hook.operations import Hook  # noqa: F401
 from libvirt_gpu.hook.operations import MARKERS  # noqa: F401
 from libvirt_gpu.hook.operations import METADATA  # noqa: F401
+from libvirt_gpu.hook.operations import MIGRATE  # noqa: F401
 from libvirt_gpu.hook.operations import operation  # noqa: F401
 from libvirt_gpu.hook.operations import Operation  # noqa: F401
 from libvirt_gpu.hook.operations import OPERATIONS  # noqa: F401

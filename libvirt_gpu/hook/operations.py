@@ -26,6 +26,7 @@ from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
+from libvirt_gpu.hook import incoming
 from libvirt_gpu.hook import log as log_mod
 from libvirt_gpu.hook import settings as settings_mod
 from libvirt_gpu import metadata
@@ -38,6 +39,7 @@ from libvirt_gpu import xmlutil
 PREPARE = 'prepare'
 RELEASE = 'release'
 RECONNECT = 'reconnect'
+MIGRATE = 'migrate'
 # reconnect names at most this many missing vGPUs, then counts the rest.
 RECONNECT_LISTED = 10
 
@@ -259,6 +261,11 @@ class Hook(object):
                       % (len(in_use), len(missing)))
         return None
 
+    # migrate (the destination, before prepare) ---------------------------
+
+    def migrate(self, req):
+        return incoming.migrate(self, req)
+
 
 @records.record
 class Operation:
@@ -288,6 +295,12 @@ OPERATIONS = (
     Operation(name=RECONNECT, function=Hook.reconnect,
               reads=(DEVICES, METADATA), rewrites=False, may_refuse=False,
               failure='cannot check'),
+    # On the destination, before prepare: reserve this host's vGPUs and
+    # name them in the XML libvirt will start; a refusal cancels the
+    # migration and the guest runs on at the source (hook/incoming.py).
+    Operation(name=MIGRATE, function=Hook.migrate,
+              reads=(DEVICES, METADATA, DOCUMENT), rewrites=True,
+              may_refuse=True, failure='cannot migrate in'),
 )
 HANDLED = tuple(op.name for op in OPERATIONS)
 

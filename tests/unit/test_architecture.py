@@ -81,7 +81,8 @@ LEVELS = (
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
     ('backends',), ('state',), ('allocator',), ('placement',),
-    ('environment',), ('api',), ('hook',), ('reconcile',), ('restore',),
+    ('environment',), ('migration',), ('api',), ('hook',), ('reconcile',),
+    ('restore',),
     ('agent',), ('simulator',), ('cmd',),
 )
 # discovery asks every registered vGPU kind to read a VF's vendor

@@ -267,11 +267,11 @@ def test_reconnect_never_fails(env):
 
 
 @pytest.mark.parametrize('op', ['start', 'started', 'stopped', 'attach',
-                                'migrate', 'restore', 'somethingnew'])
+                                'restore', 'somethingnew'])
 def test_other_operations_do_nothing(env, op, capsys):
     xml = domain_xml([(new_uuid(), 'nvidia-223', None)])
     assert env.run(op, xml) == (0, '')
-    assert capsys.readouterr().out == ''        # migrate/restore: no XML
+    assert capsys.readouterr().out == ''        # restore: no XML
     assert not os.path.exists(env.state_dir)
 
 
@@ -507,8 +507,9 @@ def test_the_table_holds_each_operations_exit_rule():
              for op in hook.OPERATIONS}
     assert rules == {'prepare': (True, False, 1),
                      'release': (False, False, 0),
-                     'reconnect': (False, False, 0)}
-    assert hook.HANDLED == ('prepare', 'release', 'reconnect')
+                     'reconnect': (False, False, 0),
+                     'migrate': (True, True, 1)}
+    assert hook.HANDLED == ('prepare', 'release', 'reconnect', 'migrate')
 
 
 def _move_parent(hook_, req):
@@ -523,11 +524,13 @@ def _move_parent(hook_, req):
 
 
 def _table_with(function, rewrites=True, may_refuse=True, name='migrate'):
-    return hook.OPERATIONS + (hook.Operation(
-        name=name, function=function,
-        reads=(hook.DEVICES, hook.METADATA, hook.DOCUMENT),
-        rewrites=rewrites, may_refuse=may_refuse,
-        failure='cannot migrate'),)
+    # the row replaces the table's own row of that name
+    return tuple(op for op in hook.OPERATIONS if op.name != name) + (
+        hook.Operation(
+            name=name, function=function,
+            reads=(hook.DEVICES, hook.METADATA, hook.DOCUMENT),
+            rewrites=rewrites, may_refuse=may_refuse,
+            failure='cannot migrate'),)
 
 
 def _run_row(env, table, xml, op='migrate'):

@@ -1,0 +1,129 @@
+"""``migration.migrate``: the progress it reports, the abort on Ctrl-C and
+the downtime it reads, driven through ``host.Host``/``guest.Guest`` over a
+stand-in ``virDomain`` whose migration runs until released or aborted (a
+real migration needs two hosts with VFIO migration: not in unit tests; the
+checks run against a real libvirtd in tests/functional)."""
+
+import threading
+
+import libvirt
+import pytest
+
+from libvirt_gpu.cmd import output
+from libvirt_gpu import exception
+from libvirt_gpu import host as host_mod
+from libvirt_gpu import migration
+
+DOM_UUID = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+GIB = 1 << 30
+
+
+class StandInDomain(object):
+    """The few virDomain calls a migration makes; ``migrateToURI3`` blocks
+    until ``finish`` or ``abortJob``."""
+
+    def __init__(self):
+        self.released = threading.Event()
+        self.aborted = threading.Event()
+        self.calls = []
+        self.polls = 0
+
+    def UUIDString(self):
+        return DOM_UUID
+
+    def name(self):
+        return 'vm1'
+
+    def migrateToURI3(self, uri, params, flags):
+        self.calls.append(('migrate', uri, params, flags))
+        while not (self.released.wait(0.01) or self.aborted.is_set()):
+            pass
+        if self.aborted.is_set():
+            raise libvirt.libvirtError('operation aborted: migration out '
+                                       'job: canceled by client')
+
+    def jobStats(self, flags=0):
+        if flags & libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED:
+            return {'downtime': 42, 'data_total': 2 * GIB}
+        self.polls += 1
+        return {'data_processed': self.polls * GIB // 4,
+                'data_remaining': 2 * GIB - self.polls * GIB // 4,
+                'data_total': 2 * GIB}
+
+    def abortJob(self):
+        self.calls.append(('abort',))
+        self.aborted.set()
+
+
+class StandInConnection(object):
+    def __init__(self, domain):
+        self.domain = domain
+
+    def lookupByName(self, name):
+        return self.domain
+
+    def lookupByUUIDString(self, uuid):
+        return self.domain
+
+
+def hosts(domain):
+    conn = StandInConnection(domain)
+    return (host_mod.Host.from_connection(conn),
+            host_mod.Host.from_connection(conn))
+
+
+def test_progress_then_the_downtime():
+    dom = StandInDomain()
+    seen = []
+
+    def progress(stats):
+        seen.append(stats)
+        if len(seen) == 3:
+            dom.released.set()
+
+    outcome = migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                                progress=progress, poll=0.01)
+    assert outcome == migration.Outcome(done=True, downtime_ms=42,
+                                        data_total=2 * GIB)
+    assert len(seen) >= 3
+    (call,) = dom.calls
+    assert call[:3] == ('migrate', 'qemu+ssh://b/system', {})
+    assert call[3] == libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
+    assert output.migration_progress_text(seen[0]) == (
+        'migrating:  12%  256.0 MiB processed, 1792.0 MiB remaining')
+
+
+def test_ctrl_c_aborts_the_job_and_waits_for_it():
+    dom = StandInDomain()
+
+    def progress(stats):
+        raise KeyboardInterrupt       # what Ctrl-C raises in the main thread
+
+    outcome = migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                                progress=progress, poll=0.01)
+    assert outcome == migration.Outcome(done=False)
+    assert dom.calls[-1] == ('abort',)
+    assert 'aborted' in output.migration_outcome_text(
+        migration.Plan(domain='vm1', dest_uri='x', checks=()), outcome)
+
+
+def test_libvirts_failure_is_raised_with_its_reason():
+    dom = StandInDomain()
+
+    def refuse(uri, params, flags):
+        raise libvirt.libvirtError('unsupported configuration: VFIO '
+                                   'migration is not supported')
+
+    dom.migrateToURI3 = refuse
+    with pytest.raises(exception.LibvirtError,
+                       match='migration to qemu\\+ssh://b/system: '
+                             'unsupported configuration'):
+        migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                          poll=0.01)
+
+
+def test_versions_decode():
+    assert migration.version(8006000) == (8, 6, 0)
+    assert migration.version(10000001) == (10, 0, 1)
+    assert migration.version(8001000) >= migration.MIN_QEMU
+    assert migration.version(8000999) < migration.MIN_QEMU
