@@ -16,6 +16,7 @@ STAMP_PIP := $(VENV)/.pip-stamp
 .PHONY: demo test unit functional kernel-test lint genconfig bench clean deps
 
 include Makefile.placement
+include Makefile.cyborg
 
 deps: $(STAMP_PIP)
 
@@ -45,14 +46,14 @@ $(STAMP_PIP): $(STAMP_APT) requirements.txt test-requirements.txt setup.py
 demo: deps
 	$(VPY) -m libvirt_gpu.cmd.demo
 
-test: deps placement-venv
+test: deps placement-venv cyborg-venv
 	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
 	$(VPY) -m pytest -q tests
 
 unit: deps
 	$(VPY) -m pytest -q tests/unit
 
-functional: deps placement-venv
+functional: deps placement-venv cyborg-venv
 	$(VPY) -m pytest -q tests/functional
 
 # Only the tests on a real kernel in a VM (tests/kernel); the kernel, its
@@ -72,5 +73,5 @@ bench: deps placement-venv
 	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 
-clean: placement-clean
+clean: placement-clean cyborg-clean
 	rm -rf $(VENV) build *.egg-info .cache
