@@ -46,14 +46,14 @@ $(STAMP_PIP): $(STAMP_APT) requirements.txt test-requirements.txt setup.py
 demo: deps
 	$(VPY) -m libvirt_gpu.cmd.demo
 
-test: deps placement-venv cyborg-venv
+test: deps placement-venv cyborg-venv rabbitmq
 	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
 	$(VPY) -m pytest -q tests
 
 unit: deps
 	$(VPY) -m pytest -q tests/unit
 
-functional: deps placement-venv cyborg-venv
+functional: deps placement-venv cyborg-venv rabbitmq
 	$(VPY) -m pytest -q tests/functional
 
 # Only the tests on a real kernel in a VM (tests/kernel); the kernel, its

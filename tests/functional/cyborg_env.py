@@ -14,12 +14,16 @@ API) and the compute-node provider nova-compute would have made, which
 Cyborg's agent needs before it reports.
 """
 
+import contextlib
 import json
 import os
 import shutil
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import uuid as uuidlib
 
@@ -193,3 +197,149 @@ class CyborgHost:
             capture_output=True, text=True, timeout=300, cwd=REPO)
         assert result.returncode == 0, result.stderr
         return result.stdout
+
+
+# --------------------------------------------------------------------------
+# Real processes: RabbitMQ, cyborg-conductor, cyborg-agent
+
+RABBITMQ_DIR = os.path.join(REPO, '.cache', 'rabbitmq')
+STOP_TIMEOUT = 20.0
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port):
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(('127.0.0.1', port)) == 0
+
+
+def wait_for(predicate, timeout, what, process=None, log=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if process is not None and process.poll() is not None:
+            break
+        time.sleep(0.25)
+    tail = ''
+    if log and os.path.exists(log):
+        with open(log, errors='replace') as f:
+            tail = f.read()[-4000:]
+    raise CyborgError('%s: not after %.0f s%s\n%s' % (
+        what, timeout, '' if process is None or process.poll() is None
+        else ' (exited %s)' % process.returncode, tail))
+
+
+def ensure_rabbitmq():
+    stamp = os.path.join(RABBITMQ_DIR, '.rabbitmq-stamp')
+    if not os.path.exists(stamp):
+        result = subprocess.run(
+            ['make', '-s', '-f', 'Makefile.cyborg', 'rabbitmq'], cwd=REPO,
+            capture_output=True, text=True, timeout=900)
+        if result.returncode != 0:
+            raise CyborgError('unpacking RabbitMQ failed:\n%s%s'
+                              % (result.stdout, result.stderr))
+    return os.path.join(RABBITMQ_DIR, 'root')
+
+
+def _stop_group(process):
+    """SIGTERM to the process group we started, then SIGKILL."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(STOP_TIMEOUT)
+
+
+@contextlib.contextmanager
+def rabbitmq():
+    """A RabbitMQ broker of Debian's packages on free loopback ports (its
+    own epmd too), data in a temporary directory; yields its transport
+    URL.  Stopped, epmd included, and removed on exit."""
+    root = ensure_rabbitmq()
+    workdir = tempfile.mkdtemp(prefix='rabbitmq-')
+    port, dist, epmd = _free_port(), _free_port(), _free_port()
+    erl_bin = os.path.join(root, 'usr', 'lib', 'erlang', 'bin')
+    e = dict(os.environ, HOME=workdir,
+             PATH='%s:%s' % (erl_bin, os.environ['PATH']),
+             RABBITMQ_NODENAME='rabbit-test@localhost',
+             RABBITMQ_NODE_IP_ADDRESS='127.0.0.1',
+             RABBITMQ_NODE_PORT=str(port), RABBITMQ_DIST_PORT=str(dist),
+             ERL_EPMD_ADDRESS='127.0.0.1', ERL_EPMD_PORT=str(epmd),
+             RABBITMQ_MNESIA_BASE=os.path.join(workdir, 'mnesia'),
+             RABBITMQ_LOG_BASE=os.path.join(workdir, 'log'),
+             RABBITMQ_LOGS=os.path.join(workdir, 'rabbit.log'),
+             RABBITMQ_CONFIG_FILE=os.path.join(workdir, 'rabbitmq'),
+             RABBITMQ_ADVANCED_CONFIG_FILE=os.path.join(workdir,
+                                                        'advanced.config'),
+             RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(workdir,
+                                                        'enabled_plugins'),
+             RABBITMQ_PID_FILE=os.path.join(workdir, 'rabbit.pid'),
+             RABBITMQ_CONF_ENV_FILE=os.path.join(workdir, 'rabbitmq-env.conf'))
+    for name, text in (('enabled_plugins', '[].\n'),
+                       ('advanced.config', '[].\n'),
+                       ('rabbitmq-env.conf', ''),
+                       ('rabbitmq.conf', 'loopback_users = none\n')):
+        with open(os.path.join(workdir, name), 'w') as f:
+            f.write(text)
+    log = os.path.join(workdir, 'rabbit.log')
+    epmd_process = process = None
+    try:
+        # epmd in the foreground, ours to stop (erl would leave a daemon).
+        epmd_process = subprocess.Popen(
+            [os.path.join(erl_bin, 'epmd'), '-address', '127.0.0.1',
+             '-port', str(epmd)], env=e, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(lambda: _port_open(epmd), 30, 'epmd', epmd_process)
+        with open(os.path.join(workdir, 'server.out'), 'w') as out:
+            process = subprocess.Popen(
+                [os.path.join(root, 'usr', 'lib', 'rabbitmq', 'bin',
+                              'rabbitmq-server')],
+                env=e, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        wait_for(lambda: _port_open(port), 120, 'RabbitMQ', process, log)
+        yield 'rabbit://guest:guest@127.0.0.1:%d/' % port
+    finally:
+        if process is not None:
+            _stop_group(process)
+        if epmd_process is not None:
+            _stop_group(epmd_process)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Service:
+    """``cyborg-conductor`` or ``cyborg-agent`` of a CyborgHost, in its own
+    process group, stopped on exit."""
+
+    def __init__(self, host, name):
+        self.host = host
+        self.name = name
+        self.out = os.path.join(host.workdir, name + '.out')
+        self.log = os.path.join(host.workdir, name + '.log')
+        self.process = None
+
+    def __enter__(self):
+        with open(self.out, 'w') as out:
+            self.process = subprocess.Popen(
+                [os.path.join(self.host.venv, 'bin', self.name),
+                 '--config-file', self.host.conf, '--log-file', self.log],
+                env=env(self.host.lg_conf), cwd=self.host.workdir,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc):
+        _stop_group(self.process)
+
+    def log_text(self):
+        if not os.path.exists(self.log):
+            return ''
+        with open(self.log, errors='replace') as f:
+            return f.read()

@@ -211,3 +211,29 @@ def test_cyborgs_own_gpu_options_are_warned_about(venv, server, schema):
         # but af:00.0, which holds vGPUs (left out, README).
         assert h.rows('select name from deployables') == [
             ('cy-warn_%s' % B3,)]
+
+
+def test_real_conductor_and_agent_over_rabbitmq(venv, server, schema,
+                                                placement, tmp_path):
+    # RabbitMQ from Debian's packages; cyborg-conductor and cyborg-agent
+    # as an operator runs them, [agent] enabled_drivers =
+    # libvirt_gpu_driver.
+    with cyborg_env.rabbitmq() as transport:
+        h = cyborg_env.CyborgHost(venv, str(tmp_path), 'cy-rabbit',
+                                  server.url, schema, transport=transport)
+        h.write_host('t4')
+        h.configure({T4_2B: [AF]})
+        h.make_compute_node(server.adapter())
+        with cyborg_env.Service(h, 'cyborg-conductor') as conductor:
+            cyborg_env.wait_for(
+                lambda: 'Created RPC server' in conductor.log_text(), 120,
+                'cyborg-conductor serving', conductor.process,
+                conductor.log)
+            with cyborg_env.Service(h, 'cyborg-agent') as agent:
+                cyborg_env.wait_for(
+                    lambda: len(h.rows('select id from deployables')) == 2
+                    and len(placement.children(h.root_uuid)) == 2, 120,
+                    'the agent\'s first report', agent.process, agent.log)
+    got = placement.children(h.root_uuid)
+    assert without_generations(got) == ours(h)
+    assert {p['parent'] for p in got.values()} == {h.root_uuid}
