@@ -154,6 +154,21 @@ def vendor_interface_refusal(gpu, setting):
     return None
 
 
+def mdev_parents(gpu, type_id, count):
+    """The address of each of the ``count`` MDEV handles of ``gpu``: the
+    GPU's own (Cyborg's driver), or, where the type's mdevs are made on
+    SR-IOV VFs (Ampere and later, classic vGPU), one VF per handle, since
+    Cyborg creates a handle's vGPU under the address the handle names: the
+    VFs that hold one of the type, then the free ones that list it, in
+    address order."""
+    if not gpu.vf_gpus:
+        return [gpu.address] * count
+    usable = [vf for vf in sorted(gpu.vf_gpus, key=lambda f: f.address)
+              if vf.mdev_type(type_id) is not None and (
+                  not vf.used_type_ids or type_id in vf.used_type_ids)]
+    return [vf.address for vf in usable][:count]
+
+
 def _deployable(hostname, gpu, setting, gpu_traits):
     if setting is None:
         rc = model.PGPU
@@ -166,9 +181,9 @@ def _deployable(hostname, gpu, setting, gpu_traits):
             gpu, gpu.offered_type(setting.type_id), gpu_traits)
         count = model.vgpu_total(gpu, setting)
         handles = tuple(
-            DriverAttachHandle(AH_MDEV, mdev_info(gpu.address,
-                                                  setting.type_id, i))
-            for i in range(count))
+            DriverAttachHandle(AH_MDEV, mdev_info(parent, setting.type_id, i))
+            for i, parent in enumerate(mdev_parents(gpu, setting.type_id,
+                                                    count)))
     attributes = [DriverAttribute('rc', rc)] + [
         DriverAttribute('trait%d' % i, t)
         for i, t in enumerate(ordered_traits(trait_set))]

@@ -215,3 +215,27 @@ def test_a_gpu_without_capacity_is_left_out_never_total_0(tmp_path, hosts):
     got = ours(tmp_path, hosts, case)
     assert '0000:3b:00.0' not in [address_of(d) for d in got]
     assert all(d['deployable_list'][0]['num_accelerators'] > 0 for d in got)
+
+
+def test_mdevs_on_vfs_get_one_handle_per_vf(tmp_path, hosts):
+    # A16 (classic vGPU on SR-IOV VFs): Cyborg creates a handle's vGPU
+    # under the address the handle names, so each handle names a VF that
+    # lists the type, never the PF (which has no mdev_supported_types).
+    gpus = sysfs_gpus(hosts, 'a16')
+    pf = [g for g in gpus if str(g.address) == '0000:24:00.0'][0]
+    type_id = pf.vf_gpus[0].mdev_types[0].id
+    case = {'profile': 'a16', 'hostname': 'compute-1',
+            'enabled': {type_id: [str(pf.address)]}}
+    got = [d for d in ours(tmp_path, hosts, case)
+           if address_of(d) == str(pf.address)][0]
+    dep = got['deployable_list'][0]
+    infos = [json.loads(h['attach_info'])
+             for h in dep['attach_handle_list']]
+    assert len(infos) == dep['num_accelerators'] > 1
+    named = ['%(domain)s:%(bus)s:%(device)s.%(function)s' % i for i in infos]
+    vfs = {str(vf.address): vf for vf in pf.vf_gpus}
+    assert len(set(named)) == len(named)
+    assert all(vfs[a].mdev_type(type_id) is not None for a in named)
+    assert [i['vgpu_mark'] for i in infos] == [
+        '%s_%d' % (type_id, n) for n in range(len(infos))]
+    assert {h['attach_type'] for h in dep['attach_handle_list']} == {'MDEV'}
