@@ -26,6 +26,8 @@ Cyborg and nothing of ours imports it.
 
 import importlib.util
 
+from libvirt_gpu import conffile
+from libvirt_gpu import exception
 from libvirt_gpu import logs
 
 LOG = logs.getLogger(__name__)
@@ -125,8 +127,17 @@ def _build_class():
                     'them from cyborg.conf', ', '.join(ignored))
 
         def discover(self):
-            return [to_cyborg(d) for d in discover_records(
-                CONF.host, self.config_file)]
+            try:
+                found = discover_records(CONF.host, self.config_file)
+            except exception.LibvirtGpuError as e:
+                # Raised, never an empty list: Cyborg would delete every
+                # device and provider of the host.
+                path, _ = conffile.config_path(self.config_file)
+                LOG.error('libvirt_gpu_driver: nothing reported, Cyborg '
+                          'keeps what it has: %s (libvirt-gpu '
+                          'configuration: %s)', e, path)
+                raise
+            return [to_cyborg(d) for d in found]
 
         def update(self, control_path, image_path):
             raise NotImplementedError(

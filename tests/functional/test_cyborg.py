@@ -237,3 +237,20 @@ def test_real_conductor_and_agent_over_rabbitmq(venv, server, schema,
     got = placement.children(h.root_uuid)
     assert without_generations(got) == ours(h)
     assert {p['parent'] for p in got.values()} == {h.root_uuid}
+
+
+def test_a_broken_configuration_removes_nothing(host, placement):
+    # A typo in libvirt-gpu's configuration must not read as "no GPUs":
+    # discover() fails, with the configuration's one-line reason, and
+    # Cyborg keeps every row and provider.
+    host.report()
+    before = placement.children(host.root_uuid)
+    rows = host.rows('select id, name from deployables order by id')
+    host.configure({'nvidia-999': [AF]})
+    with pytest.raises(cyborg_env.CyborgError) as failed:
+        host.report()
+    assert 'nvidia-999' in str(failed.value)
+    assert ('libvirt_gpu_driver: nothing reported, Cyborg keeps what it '
+            'has: ') in host.log_text()
+    assert placement.children(host.root_uuid) == before
+    assert host.rows('select id, name from deployables order by id') == rows
