@@ -121,6 +121,10 @@ def test_cyborg_reports_our_gpus_as_our_own_sync_would(host, placement):
     assert host.rows('select attach_type, count(*), sum(in_use) from '
                      'attach_handles group by attach_type') == [
         ('MDEV', 8, 0), ('PCI', 1, 0)]
+    assert host.rows('select cpid_type, cpid_info from controlpath_ids '
+                     'order by id') == [
+        ('PCI', '{"bus": "%s", "device": "00", "domain": "0000", '
+         '"function": "0"}' % bus) for bus in ('3b', 'af')]
     # Placement: the providers our own sync would make, under Nova's node
     got = placement.children(host.root_uuid)
     assert {p['parent'] for p in got.values()} == {host.root_uuid}
