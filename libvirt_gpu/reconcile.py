@@ -19,7 +19,7 @@ it, and a domain whose XML cannot be read (then no unleased mdev is
 removed: we could not prove nobody references it).
 
 vGPUs of NVIDIA's vGPU 17+ vendor interface are judged the same way: the
-ones our state file records that exist now (a VF's ``current_vgpu_type``)
+ones our state file records that exist now (a VF's ``CURRENT_TYPE``)
 count as "mdevs", a persistent one (``define``) as an mdevctl definition,
 and removing one writes 0 to its VF (``backends.registry``).
 

@@ -25,8 +25,8 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    their guest's hook to create.
 3. **Vendor-interface vGPUs** our state file (``<state_dir>/
    nvidia-vgpu.json``) marks ``auto`` are created on their VF again, with
-   their ``vgpu_params``.
-4. **Stale vGPUs.**  A VF whose ``current_vgpu_type`` is set for one of our
+   their plugin parameters.
+4. **Stale vGPUs.**  A VF whose ``CURRENT_TYPE`` is set for one of our
    transient vGPUs whose owner (the domain of its lease) is not running is
    reset to 0; a transient state entry whose VF holds nothing is
    forgotten.  vGPUs that are not ours are reported, never touched;
@@ -44,11 +44,13 @@ import time
 
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logs.getLogger(__name__)
 
@@ -165,7 +167,7 @@ def vf_targets(conf, sysfs, state_dir=None):
         for entry in nvidia_vgpu.VendorState(state_dir).read().values():
             if entry.gpu is not None:
                 targets.add(entry.gpu)
-    return sorted(t for t in targets if os.path.isdir(sysfs.pci_dir(t))
+    return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
                   and _is_sriov_pf(sysfs, t))
 
 
@@ -208,6 +210,10 @@ class Restore(object):
         """The vendor interface's kind (its state file of persistent
         vGPUs)."""
         return self.env.vgpus.kind(nvidia_vgpu.NvidiaVgpuBackend.name)
+
+    @property
+    def vendor_files(self):
+        return nvidia_vgpu.files.VendorFiles(self.sysfs)
 
     @property
     def mdev(self):
@@ -277,8 +283,8 @@ class Restore(object):
         return 'sriov_numvfs'
 
     def _ready(self, vf):
-        return (os.path.isdir(self.sysfs.types_dir(vf))
-                or self.sysfs.has_vendor_interface(vf))
+        return (self.sysfs.isdir(self.sysfs.types_dir(vf))
+                or self.vendor_files.has_interface(vf))
 
     def _settle(self, pf, total):
         """Wait until the PF has ``total`` VFs that each show mdev types or
@@ -381,7 +387,7 @@ class Restore(object):
     def _vendor_vfs(self):
         """Every VF with the vendor interface, sorted."""
         found = []
-        for name in nvidia_vgpu.vendor_vf_names(self.sysfs.root):
+        for name in nvidia_vgpu.NvidiaVgpuBackend.parents_now(self.sysfs):
             try:
                 address = objects.PciAddress.parse(name)
             except exception.InvalidPciAddress:
@@ -397,7 +403,7 @@ class Restore(object):
         reset = set()
         for vf in vendor_vfs:
             try:
-                current = self.sysfs.current_vgpu_type(vf)
+                current = self.vendor_files.current_type(vf)
             except exception.SysfsReadError as e:
                 self._note(FAILED, 'vgpu', vf, str(e))
                 continue
@@ -422,8 +428,9 @@ class Restore(object):
                 continue
             if self.dry_run:
                 self._note(WOULD, 'vgpu', entry.uuid, 'would reset VF %s '
-                           '(write 0 to current_vgpu_type: it holds %s for a '
-                           'guest that is not running)' % (vf, held))
+                           '(write 0 to its %s: it holds %s for a '
+                           'guest that is not running)'
+                           % (vf, vendor_names.CURRENT_TYPE, held))
                 continue
             try:
                 self.vendor.remove(entry.uuid)
@@ -440,7 +447,7 @@ class Restore(object):
             gone = entry.vf not in present
             if not gone:
                 try:
-                    gone = not self.sysfs.current_vgpu_type(entry.vf)
+                    gone = not self.vendor_files.current_type(entry.vf)
                 except exception.SysfsReadError:
                     gone = False
             if gone and self.dry_run:
@@ -506,7 +513,7 @@ def sriov_manage_for(sysfs_root, requested='auto'):
         return None
     if requested != 'auto':
         return requested
-    if os.path.realpath(sysfs_root) == '/sys' and os.access(SRIOV_MANAGE,
-                                                            os.X_OK):
+    if sysfs_mod.Sysfs.is_host_sysfs(sysfs_root) and \
+            os.access(SRIOV_MANAGE, os.X_OK):
         return SRIOV_MANAGE
     return None

@@ -180,6 +180,38 @@ class VgpuKind(DeviceBackend):
     #: choose and record a parent (``choose_parent``, ``define``).
     binds_parent = False
 
+    #: The name of this kind's entry in the qemu hook's settings key.
+    parents_key = None
+
+    #: The file names of the kind's own sysfs interface: spelled in the
+    #: kind's module (or package) and nowhere else in the repository
+    #: (tests/unit/test_architecture.py).  Classic mdev declares none: its
+    #: interface is the kernel's, read by ``sysfs``.
+    sysfs_names = ()
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        """Names of this kind's parents on the host ``sysfs`` now, sorted,
+        read cheaply: when they change, the qemu hook's settings snapshot
+        (enabled types resolved per parent) is stale.  Default: none."""
+        return []
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        """This kind's ``objects.VendorVf`` of the PCI function ``address``
+        (a VF without mdev types) when its own interface is there, else
+        None: how discovery (``list``, ``types``, ``discover``, Placement)
+        sees the kind's types.  Read through ``sysfs`` only.  Default:
+        None (classic mdev is read by ``sysfs`` itself)."""
+        return None
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        """The VF records of the physical GPU ``pf`` with this kind's
+        types completed (names, maxima), the others unchanged.  Default:
+        as they are."""
+        return vfs
+
     @classmethod
     @abc.abstractmethod
     def from_environment(cls, env):

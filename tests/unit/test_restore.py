@@ -19,6 +19,8 @@ from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import profile as profile_mod
 from tests.doubles import kernel_sysfs
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
 U2 = 'c73f1fa6-489e-4834-9476-d70dabd98c40'
@@ -43,7 +45,7 @@ def rebooted(name):
         data = json.load(f)
     for dev in data['devices']:
         dev.pop('mdevs', None)
-        dev.pop('current_vgpu_type', None)
+        dev.pop('held_type', None)
         if dev.get('virtfns'):
             dev['sriov_numvfs'] = 0
     return profile_mod.profile_from_dict(data, source=name + '-rebooted')
@@ -138,10 +140,10 @@ def test_l40s_after_reboot_from_our_state(fast_tmp):
         ('enabled-vfs', 'vfs', '0000:3d:00.0'),
         ('enabled-vfs', 'vfs', '0000:bd:00.0'), ('forgot', 'vgpu', U2)]
     assert first.failed == ()
-    assert sysfs.current_vgpu_type('0000:3d:00.4') == 1145
-    assert sysfs.current_vgpu_type('0000:bd:00.4') == 1156
-    with open(os.path.join(sysfs.nvidia_dir('0000:3d:00.4'),
-                           'vgpu_params')) as f:
+    assert vendor(sysfs).current_type('0000:3d:00.4') == 1145
+    assert vendor(sysfs).current_type('0000:bd:00.4') == 1156
+    with open(os.path.join(vendor(sysfs).vendor_dir('0000:3d:00.4'),
+                           vendor_names.VGPU_PARAMS)) as f:
         assert f.read() == 'frame_rate_limiter=0'
     assert sorted(state.read()) == sorted([U1, U3])
     writes = len(sysfs.writes)
@@ -181,10 +183,10 @@ def test_stale_vendor_vgpus_reset_only_when_their_guest_is_gone(fast_tmp):
         ('skipped', 'vgpu', '0000:3d:00.4'),       # not ours: never touched
         ('skipped', 'vgpu', '0000:3d:00.5'),
         ('skipped', 'vgpu', U3)]                   # cannot tell: kept
-    assert sysfs.current_vgpu_type('0000:3d:00.6') == 0
-    assert sysfs.current_vgpu_type('0000:3d:00.7') == 1145
-    assert sysfs.current_vgpu_type('0000:3d:00.4') == 1145
-    assert sysfs.current_vgpu_type('0000:3d:01.1') == 1145  # persistent
+    assert vendor(sysfs).current_type('0000:3d:00.6') == 0
+    assert vendor(sysfs).current_type('0000:3d:00.7') == 1145
+    assert vendor(sysfs).current_type('0000:3d:00.4') == 1145
+    assert vendor(sysfs).current_type('0000:3d:01.1') == 1145  # persistent
     assert U1 not in backend.vgpus()
     writes = len(sysfs.writes)
     assert run().changed == () and len(sysfs.writes) == writes

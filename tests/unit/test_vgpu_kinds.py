@@ -199,9 +199,9 @@ def test_the_hook_creates_and_removes_dummy_vgpus(world):
         % (uuid, TYPE, config_xml.mdev_hostdev(uuid))).encode()
     log = hook.HookLog(['qemu', 'vm2', 'prepare', 'begin'], io.StringIO())
     operations = hook.Hook(env, log)
-    assert operations.prepare(hook.parse_request('prepare', xml)) == 0
+    assert operations.prepare(hook.parse_request("prepare", xml)) is None
     assert dummy(env).existing() == {uuid: (parent, TYPE)}
-    assert operations.release(hook.parse_request('release', xml)) == 0
+    assert operations.release(hook.parse_request("release", xml)) is None
     assert dummy(env).existing() == {}
     assert env.store.leases() == []
 
