@@ -25,6 +25,7 @@ and checked to be what it says:
 
 import json
 import os
+import uuid as uuidlib
 
 import pytest
 
@@ -239,3 +240,41 @@ def test_mdevs_on_vfs_get_one_handle_per_vf(tmp_path, hosts):
     assert [i['vgpu_mark'] for i in infos] == [
         '%s_%d' % (type_id, n) for n in range(len(infos))]
     assert {h['attach_type'] for h in dep['attach_handle_list']} == {'MDEV'}
+
+
+def _tree_and_records(tmp_path, hosts, case):
+    from libvirt_gpu import conf as conf_mod
+    from libvirt_gpu import enablement
+    root, node_xml = hosts(case['profile'])
+    path = write_conf(str(tmp_path / 'libvirt-gpu.conf'), root, node_xml,
+                      case['enabled'], gpu_traits=True)
+    conf = conf_mod.load(path)
+    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+    tree = model.build_tree(case['hostname'], gpus,
+                            enablement.resolve(conf, gpus), True,
+                            conf.gpu.pgpu_vendor_ids)
+    return tree, cyborg_driver.discover_records(case['hostname'], path)
+
+
+@pytest.mark.parametrize('name', sorted(CASES))
+def test_cyborgs_providers_are_our_own_trees(tmp_path, hosts, name):
+    # What Cyborg's conductor makes of each deployable (provider
+    # uuid3(NAMESPACE_DNS, name), inventory rc: num_accelerators, the
+    # traits) is the child our own sync makes, on every captured host;
+    # our tree says more only for a whole GPU holding vGPUs (reserved).
+    tree, found = _tree_and_records(tmp_path, hosts, CASES[name])
+    from_cyborg = {}
+    for device in found:
+        for dep in device.deployable_list:
+            attrs = [a.value for a in dep.attribute_list]
+            from_cyborg[dep.name] = (
+                str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, dep.name)),
+                {attrs[0]: dep.num_accelerators}, set(attrs[1:]))
+    ours_only = {c.name for c in tree.children
+                 if any(i.reserved for i in c.inventories)}
+    from_tree = {c.name: (c.uuid, {i.resource_class: i.total
+                                   for i in c.inventories}, set(c.traits))
+                 for c in tree.children if c.name not in ours_only}
+    assert from_cyborg == from_tree
+    if name == 't4-pgpu':
+        assert ours_only == {'compute-1_0000:af:00.0'}
