@@ -55,7 +55,7 @@ def discover_records(hostname, config_file=None, environ=None):
         sysfs_root=sysfs_root, default_uri=conf.libvirt.connection_uri,
         default_sysfs_root=conf.sysfs_root,
         pci_ids=pciids.PciIds(conf.pci_ids_file),
-        nvml=nvml.source(conf.gpu.nvml, sysfs_root=sysfs_root))
+        nvml=nvml.source(conf.gpu.nvml, sysfs_root=conf.sysfs_root))
     enabled = enablement.resolve(conf, result.gpus)
     for gpu in result.gpus:
         why = cyborg_objects.vendor_interface_refusal(
