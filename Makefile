@@ -46,9 +46,11 @@ $(STAMP_PIP): $(STAMP_APT) requirements.txt test-requirements.txt setup.py
 demo: deps
 	$(VPY) -m libvirt_gpu.cmd.demo
 
-test: deps placement-venv cyborg-venv rabbitmq
-	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
-	$(VPY) -m pytest -q tests
+test:
+	@bash tests/phases.sh \
+	    install '$(MAKE) --no-print-directory deps placement-venv cyborg-venv rabbitmq' \
+	    lint '$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu' \
+	    pytest '$(VPY) -m pytest -q tests'
 
 unit: deps
 	$(VPY) -m pytest -q tests/unit

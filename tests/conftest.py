@@ -36,3 +36,25 @@ def h100_audio_sysfs(tmp_path):
 def h100_nic_sysfs(tmp_path):
     """The capture with the host's NIC in the GPU's IOMMU group."""
     return h100.with_nic_group(tmp_path / 'sys')
+
+
+# tests/<layer>/... -> seconds spent in its tests (setup, call and
+# teardown, so a session fixture counts where it is first set up); printed
+# at the end of the run beside the install and lint phases that
+# tests/phases.sh times.
+LAYER_SECONDS = {}
+
+
+def pytest_runtest_logreport(report):
+    parts = report.nodeid.split('/')
+    layer = parts[1] if len(parts) > 2 and parts[0] == 'tests' else 'other'
+    LAYER_SECONDS[layer] = LAYER_SECONDS.get(layer, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not LAYER_SECONDS:
+        return
+    tr = terminalreporter
+    tr.section('test layers (seconds)')
+    for layer, seconds in sorted(LAYER_SECONDS.items()):
+        tr.write_line('%-28s %7.1f' % (layer, seconds))
