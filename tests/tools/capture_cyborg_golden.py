@@ -49,9 +49,19 @@ CASES = {
     'a100-pgpu': ('a100', {}),
     'a16-pgpu': ('a16', {}),
     'l40s-pgpu': ('l40s', {}),
+    # Not a bundled profile: T4s that cannot be passed through whole (no
+    # IOMMU group; a NIC of the host in the group), which Cyborg offers.
+    't4-grouped-pgpu': ('tests/data/cyborg/t4-grouped.json', {}),
 }
 
 _ADDRESS = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$')
+
+
+def profile_path(profile):
+    """A bundled profile's name, or a profile file relative to the
+    repository."""
+    return os.path.join(REPO, profile) if profile.endswith('.json') \
+        else profile
 
 
 def cyborg_conf(enabled):
@@ -135,7 +145,7 @@ def _run_case(tmp, profile, enabled):
     from libvirt_gpu import simulator
 
     sim = os.path.join(tmp, 'sys')
-    simulator.write_host(simulator.load_profile(profile), sim)
+    simulator.write_host(simulator.load_profile(profile_path(profile)), sim)
     conf = os.path.join(tmp, 'cyborg.conf')
     with open(conf, 'w') as f:
         f.write(cyborg_conf(enabled))

@@ -11,8 +11,11 @@ and checked to be what it says:
 - ``vf``: Cyborg reports every SR-IOV VF as a whole GPU of its own (its
   ``[gpu_devices]/filter_sriov_vfs`` is off by default); a VF is part of
   its physical GPU, never a device;
-- ``not offered``: a whole GPU with no IOMMU group, with a host device in
-  its group, or holding vGPUs now: Cyborg offers it, we leave it out;
+- ``not offered``: a whole GPU with no IOMMU group, or with a device the
+  host uses in its group (``tests/data/cyborg/t4-grouped.json``): Cyborg
+  offers it, we leave it out;
+- ``holds vgpus``: a whole GPU that holds vGPUs now: Cyborg offers it as
+  free, we leave it out (our own tree reserves it);
 - ``total 0``: a GPU whose enabled type has no room left: Cyborg reports a
   deployable of 0 accelerators (an inventory Placement refuses), we leave
   it out;
@@ -37,8 +40,9 @@ from libvirt_gpu.placement import model
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
 
-GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
-                      'cyborg', 'golden.json')
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+GOLDEN = os.path.join(REPO, 'tests', 'data', 'cyborg', 'golden.json')
 
 with open(GOLDEN) as _f:
     CAPTURED = json.load(_f)
@@ -67,9 +71,13 @@ def hosts(tmp_path_factory):
 
     def get(profile):
         if profile not in made:
-            root = tmp_path_factory.mktemp(profile)
+            root = tmp_path_factory.mktemp(
+                os.path.basename(profile).replace('.json', ''))
+            path = profile
+            if profile.endswith('.json'):     # test data, not bundled
+                path = os.path.join(REPO, profile)
             made[profile] = (str(root), simulator.write_host(
-                simulator.load_profile(profile), root))
+                simulator.load_profile(path), root))
         return made[profile]
     return get
 
@@ -93,8 +101,10 @@ def named_difference(gpu, device, type_id):
     if gpu.is_vf:
         return 'vf'
     if type_id is None:
-        if model.pgpu_refusal(gpu) is not None or model.holds_vgpus(gpu):
+        if model.pgpu_refusal(gpu) is not None:
             return 'not offered'
+        if model.holds_vgpus(gpu):
+            return 'holds vgpus'
     elif device['deployable_list'][0]['num_accelerators'] == 0:
         # and our own capacity rule agrees there is no room
         assert model.vgpu_total(
@@ -141,13 +151,13 @@ def test_equal_to_cyborgs_driver_but_where_named(tmp_path, hosts, name):
 
 def test_every_profile_is_captured():
     assert CAPTURED['cyborg'] == '17.0.0'
-    assert {c['profile'] for c in CASES.values()} == set(
+    assert {c['profile'] for c in CASES.values()} >= set(
         simulator.list_profiles())
 
 
 def test_the_named_differences_happen(hosts):
     # Each difference is met on the captured hosts, so the comparison above
-    # covers it: VFs (A100, A16, L40S) and a whole GPU holding vGPUs (T4).
+    # covers it: VFs (A100, A16, L40S), whole GPUs that cannot be offered.
     left = {}
     for name, case in CASES.items():
         _, left_out = expected(case, sysfs_gpus(hosts, case['profile']))
@@ -157,7 +167,10 @@ def test_the_named_differences_happen(hosts):
     assert {a.split()[0] for a in left['vf']} == {
         'a100-pgpu', 'a16-pgpu', 'l40s-pgpu'}
     assert len(left['vf']) == 16 + 64 + 64
-    assert 't4-pgpu 0000:af:00.0' in left['not offered']
+    assert left['not offered'] == {
+        't4-grouped-pgpu 0000:3b:00.0',         # no IOMMU group
+        't4-grouped-pgpu 0000:af:00.0'}         # a NIC in its group
+    assert 't4-pgpu 0000:af:00.0' in left['holds vgpus']
     assert left['total 0'] == {'domain-vgpu 0001:01:00.0'}
 
 
