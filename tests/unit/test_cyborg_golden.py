@@ -291,3 +291,18 @@ def test_cyborgs_providers_are_our_own_trees(tmp_path, hosts, name):
     assert from_cyborg == from_tree
     if name == 't4-pgpu':
         assert ours_only == {'compute-1_0000:af:00.0'}
+
+
+def test_no_lspci_nor_any_other_program(tmp_path, hosts, monkeypatch):
+    # Cyborg's driver parses `lspci -nn -D` (through privsep); ours reads
+    # libvirt and sysfs and starts no program at all.
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError('the driver started a program: %r' % (args,))
+    for name in ('Popen', 'run', 'check_output', 'call'):
+        monkeypatch.setattr(subprocess, name, refuse)
+    monkeypatch.setattr(os, 'system', refuse)
+    monkeypatch.setattr(os, 'fork', refuse)
+    got = ours(tmp_path, hosts, CASES['t4-vgpu'])
+    assert [address_of(d) for d in got] == ['0000:3b:00.0', '0000:af:00.0']
