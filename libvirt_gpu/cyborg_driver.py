@@ -147,6 +147,7 @@ def _build_class():
             return {}
 
     LibvirtGPUDriver.__module__ = __name__
+    LibvirtGPUDriver.__qualname__ = 'LibvirtGPUDriver'
     return LibvirtGPUDriver
 
 
