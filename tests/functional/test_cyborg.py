@@ -258,3 +258,24 @@ def test_a_broken_configuration_removes_nothing(host, placement):
             'has: ') in host.log_text()
     assert placement.children(host.root_uuid) == before
     assert host.rows('select id, name from deployables order by id') == rows
+
+
+def test_vendor_interface_vgpus_stay_out_of_cyborg(venv, server, schema,
+                                                   placement, tmp_path):
+    # L40S, vGPU 17+: a vGPU is a VF whose type NVIDIA's interface sets,
+    # which nothing in Cyborg does; the GPU with a type enabled is left
+    # out (with the reason in Cyborg's log), the other one stays whole.
+    # 3d:00.0 holds vGPUs, so it is not offered whole either.
+    h = cyborg_env.CyborgHost(venv, str(tmp_path), 'cy-l40s', server.url,
+                              schema)
+    h.write_host('l40s')
+    h.configure({'nvidia-1145': ['0000:bd:00.0']})
+    h.make_compute_node(server.adapter())
+    h.report()
+    assert placement.children(h.root_uuid) == {}
+    assert 'is on NVIDIA\'s vendor interface' in h.log_text()
+    h.configure({})
+    h.report()
+    got = placement.children(h.root_uuid)
+    assert list(got) == ['cy-l40s_0000:bd:00.0']
+    assert got['cy-l40s_0000:bd:00.0']['inventories'] == {'PGPU': (1, 0, 1)}
