@@ -179,11 +179,14 @@ def _deployable(hostname, gpu, setting, gpu_traits):
         rc = setting.resource_class
         trait_set = traits_mod.vgpu_traits(
             gpu, gpu.offered_type(setting.type_id), gpu_traits)
-        count = model.vgpu_total(gpu, setting)
+        # One handle per vGPU, never more vGPUs than handles: Cyborg binds
+        # a request to a free handle.
+        parents = mdev_parents(gpu, setting.type_id,
+                               model.vgpu_total(gpu, setting))
+        count = len(parents)
         handles = tuple(
             DriverAttachHandle(AH_MDEV, mdev_info(parent, setting.type_id, i))
-            for i, parent in enumerate(mdev_parents(gpu, setting.type_id,
-                                                    count)))
+            for i, parent in enumerate(parents))
     attributes = [DriverAttribute('rc', rc)] + [
         DriverAttribute('trait%d' % i, t)
         for i, t in enumerate(ordered_traits(trait_set))]
@@ -204,9 +207,10 @@ def reportable(gpu, setting, pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
         return False
     if setting is None:
         return not model.holds_vgpus(gpu)
-    if model.vgpu_total(gpu, setting) < 1:
+    if vendor_interface_refusal(gpu, setting) is not None:
         return False
-    return vendor_interface_refusal(gpu, setting) is None
+    return bool(mdev_parents(gpu, setting.type_id,
+                             model.vgpu_total(gpu, setting)))
 
 
 def driver_devices(hostname, gpus, enabled, gpu_traits=True,
