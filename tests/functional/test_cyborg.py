@@ -122,7 +122,7 @@ def test_cyborg_reports_our_gpus_as_our_own_sync_would(host, placement):
                      'attach_handles group by attach_type') == [
         ('MDEV', 8, 0), ('PCI', 1, 0)]
     assert host.rows('select cpid_type, cpid_info from controlpath_ids '
-                     'order by id') == [
+                     'order by cpid_info') == [
         ('PCI', '{"bus": "%s", "device": "00", "domain": "0000", '
          '"function": "0"}' % bus) for bus in ('3b', 'af')]
     # Placement: the providers our own sync would make, under Nova's node
