@@ -5,6 +5,8 @@ policy, no XML building.  libvirt errors are checked by error code, narrowly,
 and re-raised as our typed errors.
 """
 
+import threading
+
 import libvirt
 
 from libvirt_gpu import exception
@@ -17,18 +19,51 @@ def _ignore_error(_ctx, _err):
     are raised as exceptions and reported once, by the caller."""
 
 
-libvirt.registerErrorHandler(_ignore_error, None)
+_event_loop = None
+
+
+def start_event_loop():
+    """libvirt's default event loop, run in a daemon thread, once per
+    process.  A connection delivers domain events (a device removed) only
+    when the loop was registered before it was opened: a program that
+    waits for them starts it first (nova starts its own when the driver
+    starts; ``Host(events=True)`` does it at ``connect``)."""
+    global _event_loop
+    if _event_loop is not None:
+        return
+
+    def run():
+        while True:
+            libvirt.virEventRunDefaultImpl()
+    libvirt.virEventRegisterDefaultImpl()
+    _event_loop = threading.Thread(target=run, name='libvirt-events',
+                                   daemon=True)
+    _event_loop.start()
 
 
 class Host(object):
+    """A libvirt connection this program opens (``connect``), or one a
+    caller lends (``from_connection``).
 
-    def __init__(self, uri, read_only=False):
+    libvirt's error handler is the process's: it is set (to print
+    nothing, since every error is raised and reported once by the caller)
+    only when a ``Host`` opens its own connection, the way nova's
+    ``Host`` does when the driver starts, never when this module is
+    imported, so that a program using the API with its own connection
+    keeps its own handler.
+    """
+
+    def __init__(self, uri, read_only=False, events=False):
         self.uri = uri
         self.read_only = read_only
+        self.events = events
         self._conn = None
 
     def connect(self):
         if self._conn is None:
+            libvirt.registerErrorHandler(_ignore_error, None)
+            if self.events:
+                start_event_loop()
             try:
                 if self.read_only:
                     self._conn = libvirt.openReadOnly(self.uri)

@@ -130,6 +130,16 @@ class VgpuDefinition:
     attrs: tuple[tuple[str, str], ...] = ()
 
 
+@records.record
+class BootNote:
+    """What a kind did, or would do, to one vGPU after a reboot
+    (``VgpuKind.boot_cleanup``), for ``restore``'s report."""
+
+    action: str        # 'reset', 'forgot', 'would', 'ok', 'skipped', 'failed'
+    target: str        # a vGPU's UUID, or the parent holding one
+    detail: str
+
+
 class DeviceBackend(abc.ABC):
     """One device kind."""
 
@@ -195,6 +205,28 @@ class VgpuKind(DeviceBackend):
         read cheaply: when they change, the qemu hook's settings snapshot
         (enabled types resolved per parent) is stale.  Default: none."""
         return []
+
+    #: What the parent is called in ``restore``'s report (``'VF'``).
+    parent_noun = 'parent'
+
+    def persistent(self):
+        """The vGPUs (``VgpuDevice``) this kind records to start with the
+        host, which ``restore`` creates again after a reboot.  Default:
+        none (classic mdev's are mdevctl's definitions, which ``restore``
+        reads itself)."""
+        return ()
+
+    def recorded_gpus(self):
+        """Physical GPUs the kind's own records mention: ``restore``
+        enables their VFs.  Default: none."""
+        return ()
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        """After a reboot: reset this kind's vGPUs whose guest does not run
+        (``owner_running(uuid)``: True, False, or None when it cannot tell)
+        and forget records of vGPUs that are gone; ``BootNote``s of what
+        was done (``dry_run``: would be done).  Default: nothing."""
+        return ()
 
     @classmethod
     def read_function(cls, sysfs, address):

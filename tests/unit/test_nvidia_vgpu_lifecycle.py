@@ -372,9 +372,10 @@ def test_reconcile_removes_an_orphaned_vendor_vgpu(l40s):
     # the guest is gone (libvirt never heard of it); the lease's holder
     # (this process) works on nothing any more
     store = state.LeaseStore(l40s.state_dir)
-    report = reconcile.reconcile(
-        host_mod.Host.from_connection(l40s.conn), l40s.sysfs, store,
-        mdevctl_dir=l40s.mdevctl)
+    report = reconcile.reconcile(environment.Environment(
+        store.state_dir, sysfs=l40s.sysfs,
+        host=host_mod.Host.from_connection(l40s.conn),
+        mdevctl_dir=l40s.mdevctl))
     assert [(f.action, f.uuid) for f in report.findings] == [
         (reconcile.REMOVED, uuid)]
     assert vendor(l40s.sysfs).current_type('0000:bd:00.4') == 0

@@ -471,6 +471,108 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """Every entry of the state file (``{uuid: VendorVgpu}``)."""
         return self.state.read()
 
+    # -- after a reboot (restore) -------------------------------------------
+
+    parent_noun = 'VF'
+
+    def persistent(self):
+        return tuple(entry.device() for _, entry
+                     in sorted(self.state.read().items())
+                     if entry.start == 'auto')
+
+    def recorded_gpus(self):
+        return tuple(entry.gpu for entry in self.state.read().values()
+                     if entry.gpu is not None)
+
+    def _interface_vfs(self):
+        """Every VF with the vendor interface, sorted."""
+        found = []
+        for name in self.files.vf_names():
+            try:
+                address = objects.PciAddress.parse(name)
+            except exception.InvalidPciAddress:
+                continue
+            if self.sysfs.physfn(address) is not None:
+                found.append(address)
+        return sorted(found)
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        """A VF whose type is set for one of our transient vGPUs whose
+        guest is not running is reset to 0; a transient entry whose VF
+        holds nothing is forgotten; a VF holding a vGPU that is not ours is
+        reported, never touched; when whether a guest runs cannot be told,
+        nothing is reset."""
+        notes = []
+        entries = self.state.read()
+        by_vf = {e.vf: e for e in entries.values()}
+        vfs = self._interface_vfs()
+        reset = set()
+        for vf in vfs:
+            try:
+                current = self.files.current_type(vf)
+            except exception.SysfsReadError as e:
+                notes.append(base.BootNote('failed', str(vf), str(e)))
+                continue
+            if not current:
+                continue
+            entry = by_vf.get(vf)
+            held = objects.vendor_type_id(current)
+            if entry is None:
+                notes.append(base.BootNote(
+                    'skipped', str(vf), 'holds %s, not one of ours: left '
+                    'alone' % held))
+                continue
+            if entry.persistent:
+                continue      # restore reports it with the persistent ones
+            running = owner_running(entry.uuid)
+            if running is None:
+                notes.append(base.BootNote(
+                    'skipped', entry.uuid, '%s on VF %s: cannot tell '
+                    'whether its guest runs; kept' % (held, vf)))
+                continue
+            if running:
+                notes.append(base.BootNote(
+                    'ok', entry.uuid, '%s on VF %s is in use by a running '
+                    'guest' % (held, vf)))
+                continue
+            if dry_run:
+                notes.append(base.BootNote(
+                    'would', entry.uuid, 'would reset VF %s (write 0 to its '
+                    '%s: it holds %s for a guest that is not running)'
+                    % (vf, names.CURRENT_TYPE, held)))
+                continue
+            try:
+                self.remove(entry.uuid)
+            except exception.LibvirtGpuError as e:
+                notes.append(base.BootNote('failed', entry.uuid, str(e)))
+                continue
+            reset.add(entry.uuid)
+            notes.append(base.BootNote(
+                'reset', entry.uuid, 'reset VF %s (held %s for a guest that '
+                'is not running)' % (vf, held)))
+        present = set(vfs)
+        for uuid, entry in sorted(entries.items()):
+            if entry.persistent or uuid in reset:
+                continue
+            gone = entry.vf not in present
+            if not gone:
+                try:
+                    gone = not self.files.current_type(entry.vf)
+                except exception.SysfsReadError:
+                    gone = False
+            if gone and dry_run:
+                notes.append(base.BootNote(
+                    'would', uuid, 'would forget it: its VF %s holds no '
+                    'vGPU any more' % entry.vf))
+            elif gone:
+                with self.state.locked() as live:
+                    if uuid in live and not live[uuid].persistent:
+                        del live[uuid]
+                notes.append(base.BootNote(
+                    'forgot', uuid, 'its VF %s holds no vGPU any more'
+                    % entry.vf))
+        return notes
+
     def choose_vf(self, gpu, type_id, exclude=()):
         """The first VF of the physical GPU ``gpu`` that is free (holds no
         vGPU, is not recorded for one of ours, not in ``exclude``) and lists
