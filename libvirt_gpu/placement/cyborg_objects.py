@@ -19,9 +19,10 @@ tests/unit/test_cyborg_golden.py):
   a vendor we do not pass through, no capacity for its enabled type, a
   whole GPU that holds vGPUs now) is left out, never reported with a total
   of 0 or as free;
-- a vGPU on NVIDIA's vendor interface (vGPU 17+, SR-IOV VFs) is not offered
-  to Cyborg: Cyborg creates a vGPU only for an MDEV handle, and nothing
-  would set a VF's vGPU type (``vendor_interface_refusal``);
+- a vGPU on a vendor interface of SR-IOV VFs (NVIDIA's vGPU 17+, or any
+  vGPU kind of that shape) is not offered to Cyborg: Cyborg creates a vGPU
+  only for an MDEV handle, and nothing would set a VF's vGPU type
+  (``vendor_interface_refusal``);
 - names come from libvirt or pci.ids, never from ``lspci``.
 
 Deployable names are Cyborg's (``<host>_<address>``); the Placement
@@ -145,13 +146,18 @@ def controller(gpu):
 
 
 def vendor_interface_refusal(gpu, setting):
-    """Why a GPU's enabled type cannot go to Cyborg, or None."""
-    if setting is not None and gpu.vgpu_interface == objects.VENDOR_INTERFACE:
-        return ('%s: vGPU type %s is on NVIDIA\'s vendor interface (SR-IOV '
-                'VFs); Cyborg creates vGPUs only as mdevs and could not set '
-                'a VF\'s type, so this GPU is not reported to Cyborg'
-                % (gpu.address, setting.type_id))
-    return None
+    """Why a GPU's enabled type cannot go to Cyborg, or None: its vGPUs
+    are not mdevs but VFs whose type a vendor interface sets (NVIDIA's
+    vGPU 17+, or any other kind of that shape), and Cyborg creates vGPUs
+    only as mdevs."""
+    interface = gpu.vgpu_interface
+    if setting is None or interface in (None, objects.MDEV_INTERFACE):
+        return None
+    return ('%s: vGPU type %s is made through the %s vendor interface of '
+            'its SR-IOV VFs (NVIDIA\'s is vGPU 17+); Cyborg creates vGPUs '
+            'only as mdevs and could not set a VF\'s type, so this GPU is '
+            'not reported to Cyborg' % (gpu.address, setting.type_id,
+                                        interface))
 
 
 def mdev_parents(gpu, type_id, count):
