@@ -16,6 +16,7 @@ STAMP_PIP := $(VENV)/.pip-stamp
 .PHONY: demo test unit functional kernel-test lint genconfig bench clean deps
 
 include Makefile.placement
+include Makefile.cyborg
 
 deps: $(STAMP_PIP)
 
@@ -47,14 +48,14 @@ demo: deps
 
 test:
 	@bash tests/phases.sh \
-	    install '$(MAKE) --no-print-directory deps placement-venv' \
+	    install '$(MAKE) --no-print-directory deps placement-venv cyborg-venv rabbitmq' \
 	    lint '$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu' \
 	    pytest '$(VPY) -m pytest -q tests'
 
 unit: deps
 	$(VPY) -m pytest -q tests/unit
 
-functional: deps placement-venv
+functional: deps placement-venv cyborg-venv rabbitmq
 	$(VPY) -m pytest -q tests/functional
 
 # Only the tests on a real kernel in a VM (tests/kernel); the kernel, its
@@ -74,5 +75,5 @@ bench: deps placement-venv
 	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 
-clean: placement-clean
+clean: placement-clean cyborg-clean
 	rm -rf $(VENV) build *.egg-info .cache

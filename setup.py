@@ -42,5 +42,11 @@ setuptools.setup(
         'oslo.config.opts': [
             'libvirt_gpu = libvirt_gpu.conf.opts:list_opts',
         ],
+        # Loaded by Cyborg's agent only ([agent] enabled_drivers =
+        # libvirt_gpu_driver); Cyborg is not a requirement of ours.
+        'cyborg.accelerator.driver': [
+            'libvirt_gpu_driver = '
+            'libvirt_gpu.cyborg_driver:LibvirtGPUDriver',
+        ],
     },
 )

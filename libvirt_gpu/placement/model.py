@@ -1,8 +1,11 @@
 """Discovery + configuration -> the Placement provider tree.
 
     <hostname>                              (root: the compute node)
-    ├── <hostname>_pci_0000_3b_00_0         PGPU total 1
-    └── <hostname>_pci_0000_af_00_0         VGPU total N, traits
+    ├── <hostname>_0000:3b:00.0             PGPU total 1
+    └── <hostname>_0000:af:00.0             VGPU total N, traits
+
+Names and UUIDs (``tree.provider_uuid``) are the ones OpenStack Cyborg
+gives the deployable of a GPU (``placement.cyborg_objects``).
 
 One provider per *physical* GPU, named after its address (the PF's, for a
 GPU with SR-IOV): never one per VF, and VFs are never offered whole.
@@ -27,7 +30,8 @@ DEFAULT_PGPU_VENDORS = (objects.NVIDIA_VENDOR_ID,)
 
 
 def gpu_provider_name(hostname, address):
-    return '%s_%s' % (hostname, address.libvirt_name)
+    """``compute-1_0000:af:00.0``: Cyborg's deployable name."""
+    return '%s_%s' % (hostname, address)
 
 
 # The capacity rules live in ``libvirt_gpu.capacity`` (the allocator uses

@@ -2,9 +2,9 @@
 
 What Placement ends up holding for host ``h`` with GPUs at af:00.0, 3b:00.0::
 
-    h                     (ours, uuid5(h); or Nova's compute node named h)
-    ├── h_pci_0000_3b_00_0  PGPU 1: OWNER_CYBORG, CUSTOM_NVIDIA_1EB8
-    └── h_pci_0000_af_00_0  VGPU 8: OWNER_CYBORG, CUSTOM_NVIDIA_1EB8_T4_2B
+    h                  (ours, uuid3(h); or Nova's compute node named h)
+    ├── h_0000:3b:00.0  PGPU 1: OWNER_CYBORG, CUSTOM_NVIDIA_1EB8
+    └── h_0000:af:00.0  VGPU 8: OWNER_CYBORG, CUSTOM_NVIDIA_1EB8_T4_2B
 
 Rules:
 
@@ -14,7 +14,9 @@ Rules:
   left to Nova; else we create our root.
 * One child per GPU; inventories and traits replaced as a whole when they
   differ from the tree (custom traits are created first).
-* A provider of ours (``<host>_pci_`` name, uuid5 of that name) whose GPU is
+* A provider of ours (``<host>_<PCI address>`` name, uuid3 of that name, as
+  Cyborg's conductor also makes them; or the ``<host>_pci_…`` names and
+  uuid5 of earlier releases, which are replaced) whose GPU is
   no longer in the tree is deleted, unless allocations hold it: then every
   inventory gets ``reserved = total`` and it is reported as kept.
 * Reads only when something may have changed: ``GET
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import time
 
+from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.placement import client as placement_client
 from libvirt_gpu.placement import tree as tree_mod
 from libvirt_gpu import logs
@@ -224,9 +228,18 @@ class SyncState:
 # Plan
 
 def _is_ours(provider, host):
-    """A GPU provider this package created for ``host``."""
-    return (provider.name.startswith(host + '_pci_')
-            and provider.uuid == tree_mod.provider_uuid(provider.name))
+    """A GPU provider this package (or Cyborg, from our driver) created
+    for ``host``; or one of an earlier release's, to be replaced."""
+    if not provider.name.startswith(host + '_'):
+        return False
+    suffix = provider.name[len(host) + 1:]
+    if suffix.startswith('pci_'):
+        return provider.uuid == tree_mod.legacy_provider_uuid(provider.name)
+    try:
+        objects.PciAddress.parse(suffix)
+    except exception.InvalidPciAddress:
+        return False
+    return provider.uuid == tree_mod.provider_uuid(provider.name)
 
 
 class _Planner:

@@ -12,13 +12,22 @@ import uuid
 
 from libvirt_gpu import records
 
-# Namespace of provider UUIDs: uuid5(NAMESPACE, provider name) is stable for
-# a name, so every sync of the same host finds the same providers.
-NAMESPACE = uuid.UUID('2f5b6a4e-8f57-4b4e-9c53-3f1a7c0e6d21')
+# A provider's UUID is uuid3(NAMESPACE_DNS, its name): stable for a name, so
+# every sync of the same host finds the same providers, and the UUID OpenStack
+# Cyborg's conductor gives the provider of a deployable of that name, so
+# that a host moves between Cyborg and our agent without new providers.
+NAMESPACE = uuid.NAMESPACE_DNS
+# What releases before 0.2 derived UUIDs from (uuid5): such providers are
+# still recognised as ours, and replaced.
+LEGACY_NAMESPACE = uuid.UUID('2f5b6a4e-8f57-4b4e-9c53-3f1a7c0e6d21')
 
 
 def provider_uuid(name):
-    return str(uuid.uuid5(NAMESPACE, name))
+    return str(uuid.uuid3(NAMESPACE, name))
+
+
+def legacy_provider_uuid(name):
+    return str(uuid.uuid5(LEGACY_NAMESPACE, name))
 
 
 @records.record

@@ -156,21 +156,21 @@ def test_first_sync_creates_tree(client, raw):
     assert [r.outcome for r in report.results] == [sync.CREATED] * 3
     assert report.root_uuid == uuid_of('h1') and not report.nested
     got = raw.tree(uuid_of('h1'))
-    assert sorted(got) == ['h1', 'h1_pci_0000_3b_00_0', 'h1_pci_0000_af_00_0']
+    assert sorted(got) == ['h1', 'h1_0000:3b:00.0', 'h1_0000:af:00.0']
     assert got['h1']['parent_provider_uuid'] is None
-    for name in ('h1_pci_0000_3b_00_0', 'h1_pci_0000_af_00_0'):
+    for name in ('h1_0000:3b:00.0', 'h1_0000:af:00.0'):
         assert got[name]['uuid'] == uuid_of(name)
         assert got[name]['parent_provider_uuid'] == uuid_of('h1')
         assert got[name]['root_provider_uuid'] == uuid_of('h1')
 
-    vgpu = uuid_of('h1_pci_0000_af_00_0')
+    vgpu = uuid_of('h1_0000:af:00.0')
     assert raw.inventories(vgpu) == {'VGPU': {
         'total': 8, 'reserved': 0, 'min_unit': 1, 'max_unit': 8,
         'step_size': 1, 'allocation_ratio': 1.0}}
     assert {'OWNER_CYBORG', 'CUSTOM_NVIDIA_1EB8_T4_2B',
             'HW_GPU_MAX_DISPLAY_HEADS_4'} <= raw.traits(vgpu)
 
-    pgpu = uuid_of('h1_pci_0000_3b_00_0')
+    pgpu = uuid_of('h1_0000:3b:00.0')
     assert raw.inventories(pgpu)['PGPU']['total'] == 1
     assert raw.traits(pgpu) == {'OWNER_CYBORG', 'CUSTOM_NVIDIA_1EB8'}
     assert raw.inventories(uuid_of('h1')) == {}
@@ -206,7 +206,7 @@ def test_steady_state_rereads_only_what_changed(client, raw):
     state = sync.SyncState()
     sync.sync(client, tree, state=state)
     # A guest allocates on the vGPU provider: its generation moves.
-    raw.allocate(uuid_of('h2b_pci_0000_af_00_0'), 1)
+    raw.allocate(uuid_of('h2b_0000:af:00.0'), 1)
     report = sync.sync(client, tree, state=state)
     assert report.stats.writes == 0
     assert report.stats.total == 1 + 2   # in_tree + that provider's reads
@@ -220,9 +220,9 @@ def test_enabling_another_type_changes_inventories_and_traits(client, raw):
 
     outcomes = {r.name: r.outcome for r in report.results}
     assert outcomes == {'h3': sync.UNCHANGED,
-                        'h3_pci_0000_af_00_0': sync.UNCHANGED,
-                        'h3_pci_0000_3b_00_0': sync.UPDATED}
-    b3 = uuid_of('h3_pci_0000_3b_00_0')
+                        'h3_0000:af:00.0': sync.UNCHANGED,
+                        'h3_0000:3b:00.0': sync.UPDATED}
+    b3 = uuid_of('h3_0000:3b:00.0')
     inv = raw.inventories(b3)
     assert set(inv) == {'VGPU'} and inv['VGPU']['total'] == 16
     assert inv['VGPU']['max_unit'] == 16
@@ -239,21 +239,21 @@ def test_vanished_gpu_provider_is_deleted(client, raw):
     state = sync.SyncState()
     sync.sync(client, build('h4', [t4(AF), t4(B3)], {AF: 'nvidia-223'}),
               state=state)
-    b3 = uuid_of('h4_pci_0000_3b_00_0')
+    b3 = uuid_of('h4_0000:3b:00.0')
     assert raw.exists(b3)
 
     report = sync.sync(client, build('h4', [t4(AF)], {AF: 'nvidia-223'}),
                        state=state)
     assert report.with_outcome(sync.DELETED)[0].uuid == b3
     assert not raw.exists(b3)
-    assert sorted(raw.tree(uuid_of('h4'))) == ['h4', 'h4_pci_0000_af_00_0']
+    assert sorted(raw.tree(uuid_of('h4'))) == ['h4', 'h4_0000:af:00.0']
 
 
 def test_vanished_gpu_with_allocations_is_kept_reserved(client, raw):
     state = sync.SyncState()
     sync.sync(client, build('h5', [t4(AF), t4(B3)], {AF: 'nvidia-223'}),
               state=state)
-    af = uuid_of('h5_pci_0000_af_00_0')
+    af = uuid_of('h5_0000:af:00.0')
     consumer = raw.allocate(af, 2)
 
     gone = build('h5', [t4(B3)])
@@ -286,7 +286,7 @@ def test_vanished_gpu_with_allocations_is_kept_reserved(client, raw):
 
 def test_inventory_in_use_is_final_and_reported(client, raw):
     sync.sync(client, build('h6', [t4(AF), t4(B3)], {AF: 'nvidia-222'}))
-    af = uuid_of('h6_pci_0000_af_00_0')
+    af = uuid_of('h6_0000:af:00.0')
     raw.allocate(af, 2)
     # The operator disables the type of af (it would become a PGPU) while
     # guests hold VGPU there: Placement refuses to drop the VGPU inventory
@@ -297,7 +297,7 @@ def test_inventory_in_use_is_final_and_reported(client, raw):
     assert [f.uuid for f in failed] == [af]
     assert 'stop or migrate them' in failed[0].detail
     assert set(raw.inventories(af)) == {'VGPU'}
-    b3 = uuid_of('h6_pci_0000_3b_00_0')
+    b3 = uuid_of('h6_0000:3b:00.0')
     assert raw.inventories(b3)['VGPU']['total'] == 8
 
     attempts = []
@@ -311,7 +311,7 @@ def test_inventory_in_use_is_final_and_reported(client, raw):
 
 def test_concurrent_writer_conflict_is_retried(client, raw):
     sync.sync(client, build('h7', [t4(AF)], {AF: 'nvidia-223'}))
-    af = uuid_of('h7_pci_0000_af_00_0')
+    af = uuid_of('h7_0000:af:00.0')
     inv_url = '/resource_providers/%s/inventories' % af
     sent = []
 
@@ -343,7 +343,7 @@ def test_concurrent_writer_conflict_is_retried(client, raw):
 
 def test_endless_conflicts_give_up_with_typed_error(client, raw):
     sync.sync(client, build('h8', [t4(AF)], {AF: 'nvidia-223'}))
-    af = uuid_of('h8_pci_0000_af_00_0')
+    af = uuid_of('h8_0000:af:00.0')
     inv_url = '/resource_providers/%s/inventories' % af
     attempts = []
 
@@ -419,7 +419,7 @@ def test_nests_under_existing_provider_of_same_name(client, raw):
     assert report.nested and report.parent_uuid == nova_uuid
     assert not raw.exists(uuid_of('compute-9'))   # no root of our own
     got = raw.tree(nova_uuid)
-    child = got['compute-9_pci_0000_af_00_0']
+    child = got['compute-9_0000:af:00.0']
     assert child['parent_provider_uuid'] == nova_uuid
     assert raw.inventories(child['uuid'])['VGPU']['total'] == 8
     assert raw.inventories(nova_uuid) == nova_inv   # Nova's, untouched
@@ -438,30 +438,37 @@ def test_nests_under_existing_provider_of_same_name(client, raw):
 
 
 def test_foreign_gpu_providers_are_never_deleted(client, raw):
-    # A provider named like ours under the same root but not created by us
-    # (its uuid is not uuid5 of its name), e.g. Nova's own vGPU provider.
+    # Providers named like ours under the same root but not created by us
+    # (their uuid is not the one we derive from their name): Nova's own
+    # vGPU provider (named as our earlier releases named theirs), and one
+    # with our name scheme.
     sync.sync(client, build('h9', [t4(AF)], {AF: 'nvidia-223'}))
+    nova = str(uuidlib.uuid4())
+    resp = raw.a.post('/resource_providers', json={
+        'name': 'h9_pci_0000_d8_00_0', 'uuid': nova,
+        'parent_provider_uuid': uuid_of('h9')})
+    assert resp.status_code == 200
     foreign = str(uuidlib.uuid4())
     resp = raw.a.post('/resource_providers', json={
-        'name': 'h9_pci_0000_d8_00_0', 'uuid': foreign,
+        'name': 'h9_0000:d8:00.0', 'uuid': foreign,
         'parent_provider_uuid': uuid_of('h9')})
     assert resp.status_code == 200
     report = sync.sync(client, build('h9', [t4(AF)], {AF: 'nvidia-223'}))
     assert report.stats.writes == 0
-    assert raw.exists(foreign)
+    assert raw.exists(foreign) and raw.exists(nova)
 
 
 def test_name_taken_by_another_provider_is_reported(client, raw):
-    # Nova's vGPU provider of the same GPU, same name, other uuid.
+    # Another provider with our provider's name and another uuid.
     resp = raw.a.post('/resource_providers', json={
-        'name': 'h10_pci_0000_af_00_0', 'uuid': str(uuidlib.uuid4())})
+        'name': 'h10_0000:af:00.0', 'uuid': str(uuidlib.uuid4())})
     assert resp.status_code == 200
     report = sync.sync(client, build('h10', [t4(AF), t4(B3)],
                                      {AF: 'nvidia-223'}))
     failed = report.failed
-    assert [f.name for f in failed] == ['h10_pci_0000_af_00_0']
+    assert [f.name for f in failed] == ['h10_0000:af:00.0']
     assert 'Another service owns' in failed[0].detail
-    assert raw.exists(uuid_of('h10_pci_0000_3b_00_0'))
+    assert raw.exists(uuid_of('h10_0000:3b:00.0'))
 
 
 def test_dry_run_plans_exactly_what_sync_sends(client, raw):
@@ -480,7 +487,7 @@ def test_dry_run_plans_exactly_what_sync_sends(client, raw):
     plan2 = sync.sync(client, changed, dry_run=True)
     assert sorted(r.method for r in plan2.requests) == [
         'DELETE', 'PUT', 'PUT']
-    assert raw.exists(uuid_of('h11_pci_0000_3b_00_0'))
+    assert raw.exists(uuid_of('h11_0000:3b:00.0'))
     real2 = sync.sync(client, changed)
     assert real2.requests == plan2.requests
 
@@ -506,7 +513,7 @@ def test_agent_once_and_sync_once(placement, raw):
     assert dry.requests and not raw.exists(uuid_of('h12'))
     report = agent.run(conf, lambda: tree, once=True)
     assert [r.outcome for r in report.results] == [sync.CREATED] * 2
-    assert raw.inventories(uuid_of('h12_pci_0000_af_00_0'))['VGPU'][
+    assert raw.inventories(uuid_of('h12_0000:af:00.0'))['VGPU'][
         'total'] == 8
     again = agent.sync_once(conf, url=placement.url, tree=tree)
     assert again.stats.writes == 0
@@ -549,4 +556,4 @@ def test_agent_loop_keeps_going_while_placement_is_down(placement, raw):
     assert not thread.is_alive()
     assert a.failures >= 2
     assert a.last_report is not None and not a.last_report.failed
-    assert raw.exists(uuid_of('h13_pci_0000_af_00_0'))
+    assert raw.exists(uuid_of('h13_0000:af:00.0'))

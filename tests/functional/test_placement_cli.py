@@ -85,7 +85,7 @@ def test_agent_once(capsys, server, t4):
     for uuid in got['provider_summaries']:
         names.add(server.adapter().get('/resource_providers/%s' % uuid)
                   .json()['name'])
-    assert 'agent-host_pci_0000_af_00_0' in names
+    assert 'agent-host_0000:af:00.0' in names
 
 
 def test_sync_unreachable_placement_is_clear_error(capsys, t4):

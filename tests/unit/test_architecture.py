@@ -27,8 +27,11 @@ ROOT = os.path.dirname(PACKAGE_DIR)
 PACKAGE = 'libvirt_gpu'
 
 # The entry points: they receive an environment.Environment and drive the
-# rooms below; only the CLI (cmd) reaches them.
-ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'cmd')
+# rooms below; only the CLI (cmd) reaches them.  cyborg_driver is reached
+# by nothing of ours: Cyborg's agent loads it (entry point
+# libvirt_gpu_driver in cyborg.accelerator.driver).
+ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'cyborg_driver',
+         'cmd')
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
@@ -83,7 +86,7 @@ LEVELS = (
     ('backends',), ('state',), ('allocator',), ('placement',),
     ('environment',), ('migration',), ('api',), ('hook',), ('reconcile',),
     ('restore',),
-    ('agent',), ('simulator',), ('cmd',),
+    ('agent',), ('cyborg_driver',), ('simulator',), ('cmd',),
 )
 # discovery asks every registered vGPU kind to read a VF's vendor
 # interface and to complete its types (inside functions): it never names
@@ -244,6 +247,47 @@ def test_importing_the_hook_loads_no_oslo_config_or_libvirt():
     assert seen.stdout.strip() == 'True'
 
 
+def _third_party_imports(path):
+    """-> {top-level name: at module level?} of what ``path`` imports."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    top = set(id(n) for n in tree.body)
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or '']
+        else:
+            continue
+        for name in names:
+            first = name.split('.')[0]
+            found[first] = found.get(first, False) or id(node) in top
+    return found
+
+
+def test_only_the_cyborg_driver_imports_cyborg_and_lazily():
+    # Cyborg is no requirement of ours: one module imports it, inside
+    # functions only, so importing that module needs no Cyborg.
+    importers = {}
+    for name, path in _our_modules().items():
+        found = _third_party_imports(path)
+        if 'cyborg' in found:
+            importers[_short(name)] = found['cyborg']
+    assert importers == {'cyborg_driver': False}
+
+
+def test_importing_the_cyborg_driver_loads_no_cyborg():
+    code = ('import sys\n'
+            'import libvirt_gpu.cyborg_driver as d\n'
+            'print(d.ENTRY_POINT, "cyborg" in sys.modules)\n')
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ['libvirt_gpu_driver', 'False']
+
+
 def _rank(name):
     room = _room_of(name)
     for rank, rooms in enumerate(LEVELS):
@@ -294,8 +338,8 @@ def test_the_layer_check_sees_imports_inside_functions(tmp_path):
 
 # --- a vGPU kind's sysfs interface, and who opens files under the root ------
 
-SKIP_DIRS = {'.git', '.venv', '.venv-placement', '.tox', 'build',
-             '__pycache__', '.pytest_cache'}
+SKIP_DIRS = {'.git', '.venv', '.venv-placement', '.venv-cyborg', '.cache',
+             '.tox', 'build', '__pycache__', '.pytest_cache'}
 
 
 def _repository_files():

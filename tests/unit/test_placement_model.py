@@ -54,14 +54,14 @@ def test_tree_vgpu_and_pgpu():
     assert result.root.name == 'host1'
     assert result.root.uuid == tree.provider_uuid('host1')
     by_name = {p.name: p for p in result.children}
-    vgpu = by_name['host1_pci_0000_af_00_0']
+    vgpu = by_name['host1_0000:af:00.0']
     assert vgpu.parent_provider_uuid == result.root.uuid
     assert vgpu.inventories_api() == {'VGPU': {
         'total': 8, 'reserved': 0, 'min_unit': 1, 'max_unit': 8,
         'step_size': 1, 'allocation_ratio': 1.0}}
     assert vgpu.traits == {'OWNER_CYBORG', 'CUSTOM_NVIDIA_1EB8_T4_2B',
                            'HW_GPU_MAX_DISPLAY_HEADS_4'}
-    pgpu = by_name['host1_pci_0000_3b_00_0']
+    pgpu = by_name['host1_0000:3b:00.0']
     assert pgpu.inventories_api()['PGPU']['total'] == 1
     assert pgpu.traits == {'OWNER_CYBORG', 'CUSTOM_NVIDIA_1EB8'}
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid as uuidlib
 
 from keystoneauth1 import exceptions as ks_exc
 from oslo_config import cfg
@@ -399,7 +400,7 @@ def gpu_tree(host, spec):
     root = tree_mod.ResourceProvider(host, tree_mod.provider_uuid(host), None)
     children = []
     for bus, (rc, total, traits) in sorted(spec.items()):
-        name = '%s_pci_0000_%s_00_0' % (host, bus)
+        name = '%s_0000:%s:00.0' % (host, bus)
         children.append(tree_mod.ResourceProvider(
             name, tree_mod.provider_uuid(name), root.uuid,
             (tree_mod.Inventory(rc, total),),
@@ -419,7 +420,7 @@ class TestSync:
         fake = FakePlacement()
         report = sync.sync(fake, gpu_tree('h', TWO), dry_run=True)
         got = [(r.method, r.url) for r in report.requests]
-        af, b3 = uuid_of('h_pci_0000_af_00_0'), uuid_of('h_pci_0000_3b_00_0')
+        af, b3 = uuid_of('h_0000:af:00.0'), uuid_of('h_0000:3b:00.0')
         assert got == [
             ('PUT', '/traits/CUSTOM_T4'),
             ('PUT', '/traits/CUSTOM_T4_2B'),
@@ -431,7 +432,7 @@ class TestSync:
             ('PUT', '/resource_providers/%s/inventories' % af),
             ('PUT', '/resource_providers/%s/traits' % af)]
         assert report.requests[3].body == {
-            'name': 'h_pci_0000_3b_00_0', 'uuid': b3,
+            'name': 'h_0000:3b:00.0', 'uuid': b3,
             'parent_provider_uuid': uuid_of('h')}
         gens = [r.body['resource_provider_generation']
                 for r in report.requests if 'resource_provider_generation'
@@ -468,7 +469,7 @@ class TestSync:
         fake = FakePlacement()
         state = sync.SyncState()
         sync.sync(fake, gpu_tree('h', TWO), state=state)
-        af = uuid_of('h_pci_0000_af_00_0')
+        af = uuid_of('h_0000:af:00.0')
         fake.traits[af] = {'OWNER_CYBORG'}
         fake.bump(af)
         report = sync.sync(fake, gpu_tree('h', TWO), state=state)
@@ -500,7 +501,7 @@ class TestSync:
         changed = gpu_tree('h', {'af': ('VGPU', 4, {'CUSTOM_T4_2B'}),
                                  '3b': TWO['3b']})
         sync.sync(fake, changed, state=state)
-        af = uuid_of('h_pci_0000_af_00_0')
+        af = uuid_of('h_0000:af:00.0')
         assert fake.traits[af] == {'CUSTOM_INTRUDER'}
         # Not trusted: the next sync reads it again and repairs the traits.
         report = sync.sync(fake, changed, state=state)
@@ -511,7 +512,7 @@ class TestSync:
     def test_foreign_provider_with_our_prefix_is_left_alone(self):
         fake = FakePlacement()
         sync.sync(fake, gpu_tree('h', TWO))
-        fake.add('h_pci_0000_d8_00_0', uuid='1' * 8 + '-1111-1111-1111-'
+        fake.add('h_0000:d8:00.0', uuid='1' * 8 + '-1111-1111-1111-'
                  + '1' * 12, parent=uuid_of('h'))
         report = sync.sync(fake, gpu_tree('h', TWO))
         assert report.requests == []
@@ -524,18 +525,38 @@ class TestSync:
             'af': TWO['af'], 'd8': ('PGPU', 1, {'CUSTOM_T4'})}))
         assert [r.method for r in report.requests] == [
             'DELETE', 'POST', 'PUT', 'PUT']
-        assert uuid_of('h_pci_0000_3b_00_0') not in fake.providers
+        assert uuid_of('h_0000:3b:00.0') not in fake.providers
+
+    def test_providers_of_earlier_releases_replaced(self):
+        # Earlier releases named a GPU's provider <host>_pci_<libvirt name>
+        # with a uuid5: recognised as ours and replaced by Cyborg's name
+        # and uuid3; a provider of that name with another uuid (Nova's own
+        # vGPU provider) is left alone.
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', {}))
+        root = uuid_of('h')
+        old = 'h_pci_0000_af_00_0'
+        old_uuid = fake.add(old, tree_mod.legacy_provider_uuid(old), root)
+        fake.add('h_pci_0000_3b_00_0', 'nova-uuid', root)
+        report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}))
+        assert [r.uuid for r in report.with_outcome(sync.DELETED)] == [
+            old_uuid]
+        assert [r.name for r in report.with_outcome(sync.CREATED)] == [
+            'h_0000:af:00.0']
+        assert uuid_of('h_0000:af:00.0') == str(
+            uuidlib.uuid3(uuidlib.NAMESPACE_DNS, 'h_0000:af:00.0'))
+        assert 'nova-uuid' in fake.providers
 
     def test_vanished_with_allocations_kept_reserved(self):
         fake = FakePlacement()
         state = sync.SyncState()
         sync.sync(fake, gpu_tree('h', TWO), state=state)
-        af = uuid_of('h_pci_0000_af_00_0')
+        af = uuid_of('h_0000:af:00.0')
         fake.allocate(af, 'c1', amount=3)
         gone = gpu_tree('h', {'3b': TWO['3b']})
         report = sync.sync(fake, gone, state=state)
         assert [(r.name, r.outcome) for r in report.with_outcome(sync.KEPT)] \
-            == [('h_pci_0000_af_00_0', sync.KEPT)]
+            == [('h_0000:af:00.0', sync.KEPT)]
         assert 'c1' in report.with_outcome(sync.KEPT)[0].detail
         inv = fake.inventories[af]['VGPU']
         assert inv.reserved == inv.total == 8
@@ -551,7 +572,7 @@ class TestSync:
     def test_allocation_racing_the_delete_keeps_instead(self):
         fake = FakePlacement()
         sync.sync(fake, gpu_tree('h', TWO))
-        b3 = uuid_of('h_pci_0000_3b_00_0')
+        b3 = uuid_of('h_0000:3b:00.0')
         fake.refuse_delete.add(b3)
         report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}))
         assert [r.outcome for r in report.results
@@ -561,12 +582,12 @@ class TestSync:
     def test_inventory_in_use_fails_that_provider_only(self):
         fake = FakePlacement()
         sync.sync(fake, gpu_tree('h', TWO))
-        af = uuid_of('h_pci_0000_af_00_0')
+        af = uuid_of('h_0000:af:00.0')
         fake.allocate(af, 'c1')
         report = sync.sync(fake, gpu_tree('h', {
             'af': ('PGPU', 1, set()), '3b': ('VGPU', 4, set())}))
         assert [f.uuid for f in report.failed] == [af]
-        b3 = uuid_of('h_pci_0000_3b_00_0')
+        b3 = uuid_of('h_0000:3b:00.0')
         assert fake.inventories[b3]['VGPU'].total == 4
         # Traits of the failed provider were not written either.
         assert 'CUSTOM_T4_2B' in fake.traits[af]
@@ -578,8 +599,8 @@ class TestSync:
         report = sync.sync(fake, gpu_tree('h', TWO), state=state)
         assert report.nested and report.parent_uuid == nova
         assert uuid_of('h') not in fake.providers
-        for u in (uuid_of('h_pci_0000_af_00_0'),
-                  uuid_of('h_pci_0000_3b_00_0')):
+        for u in (uuid_of('h_0000:af:00.0'),
+                  uuid_of('h_0000:3b:00.0')):
             assert fake.providers[u]['parent'] == nova
         fake.bump(nova)   # Nova writes its own inventory
         assert sync.sync(fake, gpu_tree('h', TWO),
@@ -589,16 +610,16 @@ class TestSync:
         fresh.add('h', uuid='3' * 8 + '-3333-3333-3333-' + '3' * 12)
         report = sync.sync(fresh, gpu_tree('h', TWO), nest=False)
         assert [f.name for f in report.failed] == [
-            'h', 'h_pci_0000_3b_00_0', 'h_pci_0000_af_00_0']
+            'h', 'h_0000:3b:00.0', 'h_0000:af:00.0']
         assert 'parent h could not be created' in report.failed[1].detail
         assert len(fresh.providers) == 1
 
     def test_moves_a_provider_to_the_right_parent(self):
         fake = FakePlacement()
         sync.sync(fake, gpu_tree('h', TWO))
-        af = uuid_of('h_pci_0000_af_00_0')
+        af = uuid_of('h_0000:af:00.0')
         # Somebody moved it under its sibling (same tree).
-        fake.providers[af]['parent'] = uuid_of('h_pci_0000_3b_00_0')
+        fake.providers[af]['parent'] = uuid_of('h_0000:3b:00.0')
         report = sync.sync(fake, gpu_tree('h', TWO))
         assert [(r.method, r.url) for r in report.requests] == [
             ('PUT', '/resource_providers/%s' % af)]

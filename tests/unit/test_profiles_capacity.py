@@ -125,7 +125,7 @@ def test_bundled_a100(bundled):
     # 0000:c1:00.0 has no VFs enabled yet: no capacity, no provider (never
     # an inventory of total 0).
     assert _inventory(bundled['a100'], 'nvidia-472') == {
-        'h_pci_0000_41_00_0': 2}
+        'h_0000:41:00.0': 2}
     # another type does not fit next to the A100-20C (one type per GPU)
     assert _inventory(bundled['a100'], 'nvidia-468') == {}
 
@@ -133,20 +133,20 @@ def test_bundled_a100(bundled):
 def test_bundled_l40s(bundled):
     # two L40S-1B exist on 0000:3d:00.0: still 32 in all on each GPU
     assert _inventory(bundled['l40s'], 'nvidia-1145') == {
-        'h_pci_0000_3d_00_0': 32, 'h_pci_0000_bd_00_0': 32}
+        'h_0000:3d:00.0': 32, 'h_0000:bd:00.0': 32}
     # a 1 GB type of another series shares the GPU (equal-size mode), in
     # the 30 slots the two L40S-1B leave ...
     assert _inventory(bundled['l40s'], 'nvidia-1147')[
-        'h_pci_0000_3d_00_0'] == 30
+        'h_0000:3d:00.0'] == 30
     # ... a 4 GB one does not: only the empty GPU offers it (12)
     assert _inventory(bundled['l40s'], 'nvidia-1150') == {
-        'h_pci_0000_bd_00_0': 12}
+        'h_0000:bd:00.0': 12}
 
 
 def test_bundled_a16(bundled):
     # the first GPU holds two A16-2Q: 8 in all, like its three siblings
     assert _inventory(bundled['a16'], 'nvidia-712') == {
-        'h_pci_0000_23_00_0': 8, 'h_pci_0000_24_00_0': 8,
-        'h_pci_0000_25_00_0': 8, 'h_pci_0000_26_00_0': 8}
-    assert 'h_pci_0000_23_00_0' not in _inventory(bundled['a16'],
-                                                  'nvidia-709')
+        'h_0000:23:00.0': 8, 'h_0000:24:00.0': 8,
+        'h_0000:25:00.0': 8, 'h_0000:26:00.0': 8}
+    assert 'h_0000:23:00.0' not in _inventory(bundled['a16'],
+                                              'nvidia-709')

@@ -140,9 +140,9 @@ def test_one_provider_per_physical_gpu(a100):
     # no configuration: each PF offered whole, never a VF; the one whose
     # VF holds a vGPU is reserved
     by_name = {p.name: p.inventories_api()['PGPU'] for p in tree.children}
-    assert sorted(by_name) == ['h_pci_0000_41_00_0', 'h_pci_0000_c1_00_0']
-    assert by_name['h_pci_0000_41_00_0']['reserved'] == 1
-    assert by_name['h_pci_0000_c1_00_0']['reserved'] == 0
+    assert sorted(by_name) == ['h_0000:41:00.0', 'h_0000:c1:00.0']
+    assert by_name['h_0000:41:00.0']['reserved'] == 1
+    assert by_name['h_0000:c1:00.0']['reserved'] == 0
 
 
 def test_capacity_without_any_maximum_never_sums_vfs():
@@ -286,7 +286,7 @@ def test_placement_show_l40s(l40s, tmp_path, capsys):
                      '--json']) == 0
     providers = json.loads(capsys.readouterr().out)['resource_providers']
     assert [p['name'] for p in providers] == [
-        'h', 'h_pci_0000_3d_00_0', 'h_pci_0000_bd_00_0']
+        'h', 'h_0000:3d:00.0', 'h_0000:bd:00.0']
     assert providers[1]['traits'] == ['CUSTOM_NVIDIA_26B9_L40S_1B',
                                       'OWNER_CYBORG']
     assert providers[1]['inventories']['VGPU']['total'] == 32

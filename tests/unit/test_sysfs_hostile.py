@@ -364,7 +364,7 @@ def cli_runs(config, root, commands):
 
 
 def _provider(address):
-    return 'vm_pci_' + address.replace(':', '_').replace('.', '_')
+    return 'vm_' + address
 
 
 @pytest.mark.parametrize('case', PROCESS_CASES, ids=PROCESS_IDS)
