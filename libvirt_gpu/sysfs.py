@@ -32,6 +32,7 @@ import os
 import re
 import stat
 
+from libvirt_gpu import bounds
 from libvirt_gpu import exception
 from libvirt_gpu import filetype
 from libvirt_gpu import objects
@@ -159,7 +160,9 @@ def _count_in(dir_fd, type_id, _open=os.open, _close=os.close,
     # bytes.isdigit: ASCII 0-9 only; at least one digit, as parse_number
     if not data.isdigit() or len(data) > _MAX_DIGITS:
         return None
-    return int(data)
+    count = int(data)
+    # past the bound: the thorough reader names the file and refuses it
+    return count if count <= bounds.MAX_INSTANCES else None
 
 
 _COUNT_FILE = '/available_instances'
@@ -595,8 +598,10 @@ class Sysfs(object):
 
     def locality(self, address):
         """``(numa_node, local CPUs)`` of a PCI function: its node (None:
-        unknown, -1 or missing) and ``local_cpulist`` as a frozenset (empty
-        when missing or unreadable as a list)."""
+        unknown, -1 or missing) and ``local_cpulist`` as a
+        ``bounds.CpuList`` (empty when missing or unreadable as a list; its
+        bounds are checked before it is parsed, and it is never expanded).
+        """
         base = self.pci_dir(address)
         numa = self.read_int(os.path.join(base, 'numa_node'), optional=True,
                              minimum=-1)
@@ -604,7 +609,7 @@ class Sysfs(object):
         try:
             cpus = objects.parse_cpulist(text, 'local_cpulist')
         except exception.InvalidInput:
-            cpus = frozenset()
+            cpus = objects.parse_cpulist('')
         return (None if numa is None or numa < 0 else numa), cpus
 
     # -- IOMMU groups ------------------------------------------------------
@@ -818,6 +823,11 @@ class Sysfs(object):
             available = parse_number(
                 self._read_in(tfd, real, path, 'available_instances'),
                 os.path.join(path, 'available_instances'))
+            if available > bounds.MAX_INSTANCES:
+                raise exception.SysfsBadNumber(
+                    path=os.path.join(path, 'available_instances'),
+                    expected='a number of at most %d' % bounds.MAX_INSTANCES,
+                    text=str(available)[:40])
             # static_cache: {model: {type id: (name, description, api)}}
             texts = (static_cache.setdefault(model, {})
                      if static_cache is not None and model is not None

@@ -15,6 +15,7 @@ from libvirt_gpu.hook import settings as settings_mod
 from libvirt_gpu import metadata
 from libvirt_gpu import records
 from libvirt_gpu import state
+from libvirt_gpu import statedir
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu import xmlutil
 
@@ -248,12 +249,23 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     except exception.InvalidInput as e:
         log.error('%s of domain %r refused, nothing done: %s'
                   % (operation, argv[1][:80] if len(argv) > 1 else '?', e))
+        log.flush()
+        return failure_rc
+    except Exception as e:  # noqa: BLE001 - release/reconnect never fail
+        log.error('internal error reading the XML of %s of domain %r, '
+                  'nothing done: %s: %s'
+                  % (operation, argv[1][:80] if len(argv) > 1 else '?',
+                     type(e).__name__, e))
+        log.flush()
         return failure_rc
     if not req.ours:
         return 0
     try:
         settings, note = settings_mod.load_settings(config_file,
                                                     settings_file)
+        # A state directory someone else could steer is refused before
+        # the log (or anything) is written there.
+        statedir.ensure_dir(settings.state_dir)
         log.path = os.path.join(settings.state_dir, log_mod.LOG_NAME)
         if note:
             log.info(note)

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import statedir
 from libvirt_gpu import sysfs as sysfs_mod
 
 DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
 SETTINGS_NAME = 'hook-settings.json'
-SETTINGS_VERSION = 2
+SETTINGS_VERSION = 3
 _MAX_SETTINGS_BYTES = 1024 * 1024
+_MAX_CONFIG_BYTES = 1024 * 1024       # conffile's limit
 
 
 @records.record
@@ -33,12 +36,31 @@ class HookSettings:
 
 
 def _config_key(config_file):
-    """``[mtime_ns, size, inode]`` of the config file (None: missing)."""
+    """``[mtime_ns, size, inode, sha256]`` of the config file
+    (None: missing or unreadable: the snapshot is then never current).
+    The digest notices an edit that keeps the size and lands within one
+    tick of the file system's clock (the times alone would not change)."""
+    import hashlib
     try:
-        st = os.stat(config_file)
-    except FileNotFoundError:
+        fd = os.open(config_file, os.O_RDONLY | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
+    except OSError:
         return None
-    return [st.st_mtime_ns, st.st_size, st.st_ino]
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CONFIG_BYTES:
+            return None
+        digest = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            digest.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return [st.st_mtime_ns, st.st_size, st.st_ino, digest.hexdigest()]
 
 
 def _mdev_parents(sysfs_root):
@@ -142,7 +164,7 @@ def write_settings(settings, config_file, settings_file, keys=None):
     if keys is None:
         keys = (_config_key(config_file), _sysfs_key(settings.sysfs_root))
     directory = os.path.dirname(settings_file)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    statedir.ensure_dir(directory)
     fileutil.write_atomic(settings_file, json.dumps(
         _settings_to_json(settings, config_file, *keys), indent=1,
         sort_keys=True), mode=0o600)
@@ -153,9 +175,13 @@ def load_settings(config_file, settings_file=None):
     configuration (and the snapshot rewritten).  Returns ``(settings,
     note)``; ``note`` says why the snapshot was not used, or None."""
     if settings_file:
+        # The snapshot steers the root hook: its directory must be root's
+        # (statedir.check_dir) and the file a regular one, not a link.
+        directory = os.path.dirname(settings_file)
+        if os.path.lexists(directory):
+            statedir.check_dir(directory)
         try:
-            with open(settings_file, 'rb') as f:
-                raw = f.read(_MAX_SETTINGS_BYTES + 1)
+            raw = statedir.read_file(settings_file, _MAX_SETTINGS_BYTES)
             data = json.loads(raw) if len(raw) <= _MAX_SETTINGS_BYTES \
                 else None
         except FileNotFoundError:

@@ -59,17 +59,20 @@ ONLY = {
     'filetype': (),
     'textutil': (),
     'pciids': (),
-    'objects': ('exception', 'records'),
+    'objects': ('exception', 'records', 'bounds'),
     'xmlutil': ('exception',),
+    'statedir': ('exception', 'filetype'),
+    'bounds': ('exception',),
 }
 
 # The rooms from the floor up, as docs/architecture.md's table lists them
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
-    ('exception', 'records', 'logs'), ('objects',), ('capacity',),
+    ('exception', 'records', 'logs', 'bounds'), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil', 'fanout'),
-    ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
+    ('xmlutil', 'statedir', 'conffile', 'enablement'),
+    ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
     ('backends',), ('state',), ('allocator',), ('placement',),

@@ -1,0 +1,252 @@
+"""Hardening: bounded work on every input, a state directory only root
+steers, and the behaviours no other test guarded (issue 18).
+
+Each test names the kind of failure it covers.
+"""
+
+import fcntl
+import os
+import subprocess
+import sys
+
+import pytest
+
+from libvirt_gpu import allocator as allocator_mod
+from libvirt_gpu.backends import mdev
+from libvirt_gpu import bounds
+from libvirt_gpu import discovery
+from libvirt_gpu import environment
+from libvirt_gpu import exception
+from libvirt_gpu import hook
+from libvirt_gpu import nodedev
+from libvirt_gpu import objects
+from libvirt_gpu import state
+from libvirt_gpu import sysfs as sysfs_mod
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
+from tests.unit import test_hook as th
+
+ROOT = th.ROOT
+A = objects.PciAddress.parse('0000:3b:00.0')
+B = objects.PciAddress.parse('0000:af:00.0')
+
+
+# --- unbounded work ----------------------------------------------------------
+
+def test_cpulist_is_judged_by_ranges_never_expanded():
+    # 100 copies of every CPU number: kept as one range, not 6.5 M members
+    cpus = objects.parse_cpulist(','.join(['0-65535'] * 100), 'cpuset')
+    assert cpus.ranges == ((0, 65535),)
+    assert 65535 in cpus and 65536 not in cpus
+    cpus = objects.parse_cpulist('0-7,^3,16,^40-50', 'cpuset')
+    assert cpus.ranges == ((0, 2), (4, 7), (16, 16))
+    assert cpus.intersects(objects.parse_cpulist('3,16'))
+    assert not cpus.intersects(objects.parse_cpulist('3,8-15'))
+
+
+@pytest.mark.parametrize('text,bound', [
+    (','.join(['1'] * (bounds.MAX_CPULIST_PARTS + 1)), 'parts'),
+    ('0-1,' * (bounds.MAX_CPULIST_CHARS // 4 + 1), 'characters'),
+    ('0-%d' % bounds.MAX_CPU, 'below'),
+    ('0-99999999999999999999', 'below')])
+def test_cpulist_past_a_bound_is_refused(text, bound):
+    with pytest.raises(exception.InvalidInput, match=bound):
+        objects.parse_cpulist(text, '<vcpu> cpuset')
+
+
+def test_huge_cpuset_refused_by_the_hook_in_bounded_time(tmp_path):
+    """A cpuset under the 4 MiB XML cap that names billions of members:
+    prepare refuses it, release and reconnect exit 0, each in a process
+    judged by a timeout (the old parser expanded it for half an hour)."""
+    with trees.simulated_tree('t4') as (root, profile):
+        env = th.Env(root, profile, tmp_path)
+        cpuset = ','.join(['0-65535'] * 400000)      # 3.2 MiB
+        xml = th.domain_xml([(th.new_uuid(), 'nvidia-223', None)]).replace(
+            b'<devices>', b"<vcpu cpuset='%s'>2</vcpu><devices>"
+            % cpuset.encode())
+        code = ('import sys; from libvirt_gpu import hook; '
+                'sys.exit(hook.run(["qemu", "vm1", sys.argv[1], "begin", '
+                '"-"], sys.stdin.buffer.read(), config_file=%r, '
+                'settings_file=None))' % env.config)
+        for op, rc in (('prepare', 1), ('release', 0), ('reconnect', 0)):
+            done = subprocess.run([sys.executable, '-c', code, op],
+                                  input=xml, capture_output=True,
+                                  timeout=60, cwd=ROOT)
+            assert done.returncode == rc, (op, done.stderr[-500:])
+            assert b'more than the' in done.stderr, done.stderr[-500:]
+
+
+def test_local_cpulist_is_read_outside_the_lease_lock(tmp_path):
+    """A long local_cpulist is parsed before the lock is taken: nothing
+    that grows with input runs inside it."""
+    with trees.simulated_tree('t4') as tree:
+        backend = mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
+        store = state.LeaseStore(tmp_path / 'state')
+        store.leases()                       # the state dir and lock file
+        held = []
+        real = backend.sysfs.locality
+
+        def locality(address):
+            fd = os.open(store.lock_path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+            finally:
+                os.close(fd)
+            return real(address)
+
+        backend.sysfs.locality = locality
+        alloc = allocator_mod.Allocator(backend, store, {
+            a: objects.EnabledType('nvidia-223') for a in (A, B)})
+        pinning = objects.NumaPinning(nodes=objects.parse_cpulist('1'))
+        alloc.reserve(th.DOM, [allocator_mod.VgpuClaim(
+            uuid=th.new_uuid(), type_id='nvidia-223')], pinning=pinning)
+        assert held and not any(held)
+
+
+def _write(path, text):
+    with open(path, 'w') as f:
+        f.write(text)
+
+
+def test_available_instances_in_the_billions_skips_the_type(caplog):
+    with trees.simulated_tree('t4') as (root, _):
+        sysfs = sysfs_mod.Sysfs(root)
+        types = os.path.join(sysfs.pci_dir(B), 'mdev_supported_types')
+        _write(os.path.join(types, 'nvidia-223', 'available_instances'),
+               '3000000000\n')
+        gpu = discovery.from_sysfs(sysfs).gpu(B)
+        assert 'nvidia-223' not in [t.id for t in gpu.mdev_types]
+        assert gpu.mdev_types                # the others are still there
+        assert 'at most %d' % bounds.MAX_INSTANCES in caplog.text
+
+
+def test_available_instances_in_the_billions_from_libvirt_refused():
+    xml = ("<device><name>pci_0000_af_00_0</name><capability type='pci'>"
+           "<domain>0</domain><bus>175</bus><slot>0</slot>"
+           "<function>0</function><product id='0x1eb8'/>"
+           "<vendor id='0x10de'/><capability type='mdev_types'>"
+           "<type id='nvidia-223'><name>GRID T4-2B</name>"
+           "<deviceAPI>vfio-pci</deviceAPI>"
+           "<availableInstances>3000000000</availableInstances></type>"
+           "</capability></capability></device>")
+    with pytest.raises(exception.InvalidInput, match='at most|more than'):
+        nodedev.parse_pci(xml)
+
+
+# --- the state directory ---------------------------------------------------
+
+def test_fifo_in_place_of_the_hook_log_is_refused_not_waited_on(tmp_path):
+    fifo = str(tmp_path / 'hook.log')
+    os.mkfifo(fifo)
+    code = ('import sys; from libvirt_gpu import hook; '
+            'log = hook.HookLog(["qemu", "vm1", "release", "end"], '
+            'sys.stderr); log.path = %r; log.info("x"); log.flush()' % fifo)
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0
+    assert b'a FIFO, not a regular file' in done.stderr, done.stderr
+
+
+def test_link_in_place_of_the_hook_log_is_not_followed(tmp_path):
+    target = tmp_path / 'elsewhere'
+    target.write_text('')
+    os.symlink(target, tmp_path / 'hook.log')
+    log = hook.HookLog(['qemu', 'vm1', 'release', 'end'], sys.stderr)
+    log.path = str(tmp_path / 'hook.log')
+    log.info('x')
+    log.flush()
+    assert target.read_text() == ''
+
+
+@pytest.fixture
+def env(tmp_path):
+    with trees.simulated_tree('t4') as (root, profile):
+        yield th.Env(root, profile, tmp_path)
+
+
+def test_state_dir_others_can_write_is_refused(env):
+    os.makedirs(env.state_dir)
+    os.chmod(env.state_dir, 0o777)
+    xml = th.domain_xml([(th.new_uuid(), 'nvidia-223', None)])
+    before = env.mdevs()
+    rc, err = env.run('prepare', xml)
+    assert rc == 1
+    assert 'writable by group or others' in err
+    assert 'chmod go-w %s' % env.state_dir in err
+    assert env.mdevs() == before                # nothing made
+    assert os.listdir(env.state_dir) == []      # no log, no lease, no lock
+    rc, err = env.run('release', xml)
+    assert rc == 0 and 'chmod go-w' in err
+
+
+def test_lease_store_refuses_another_host(tmp_path):
+    with trees.simulated_tree('t4') as (one, _), \
+            trees.simulated_tree('t4') as (two, _):
+        state_dir = str(tmp_path / 'state')
+        environment.Environment(state_dir, sysfs_root=one).store.leases()
+        with pytest.raises(exception.StateError,
+                           match='its own \\[DEFAULT\\]/state_dir'):
+            environment.Environment(state_dir,
+                                    sysfs_root=two).store.leases()
+        # the first host still uses it
+        environment.Environment(state_dir, sysfs_root=one).store.leases()
+
+
+def test_emptied_lease_file_is_an_error_not_no_leases(tmp_path):
+    store = state.LeaseStore(tmp_path / 'state')
+    with store.transaction() as txn:
+        txn.add(th.new_uuid(), th.DOM, A, 'nvidia-223')
+    store.close()
+    for suffix in ('-wal', '-shm'):
+        if os.path.exists(store.db_path + suffix):
+            os.unlink(store.db_path + suffix)
+    os.truncate(store.db_path, 0)
+    with pytest.raises(exception.StateError, match='it is empty'):
+        state.LeaseStore(tmp_path / 'state').leases()
+
+
+# --- the unguarded behaviours ------------------------------------------------
+
+def test_settings_snapshot_notices_a_same_size_edit_in_one_tick(env):
+    """An edit that keeps the size and lands within one tick of the file
+    system's clock (mtime and ctime as before) still refreshes the
+    snapshot."""
+    settings, note = hook.load_settings(env.config, env.settings_file)
+    assert settings.enabled_types() == ['nvidia-223']
+    settings, note = hook.load_settings(env.config, env.settings_file)
+    assert note is None                        # the snapshot is used
+    st = os.stat(env.config)
+    with open(env.config) as f:
+        text = f.read()
+    edited = text.replace('nvidia-223', 'nvidia-224')
+    assert len(edited) == len(text)
+    with open(env.config, 'r+') as f:          # same inode, same size
+        f.write(edited)
+    os.utime(env.config, ns=(st.st_atime_ns, st.st_mtime_ns))
+    settings, note = hook.load_settings(env.config, env.settings_file)
+    assert note is not None and settings.enabled_types() == ['nvidia-224']
+
+
+def test_detaching_one_of_two_vgpus_leaves_the_other_lease(tmp_path):
+    with trees.simulated_tree('t4') as tree:
+        backend = mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
+        store = state.LeaseStore(tmp_path / 'state')
+        alloc = allocator_mod.Allocator(backend, store, {
+            a: objects.EnabledType('nvidia-223') for a in (A, B)})
+        one, two = th.new_uuid(), th.new_uuid()
+        alloc.reserve(th.DOM, [
+            allocator_mod.VgpuClaim(uuid=u, type_id='nvidia-223', parent=A)
+            for u in (one, two)])
+        alloc.mark_created([one, two])
+        before = {lease.vgpu_uuid: lease for lease in store.leases()}
+        taken = alloc.begin_release(th.DOM, [one])
+        assert [lease.vgpu_uuid for lease in taken] == [one]
+        alloc.forget([one])
+        after = {lease.vgpu_uuid: lease for lease in store.leases()}
+        assert list(after) == [two]
+        assert after[two].state == state.CREATED
+        assert after[two].domain_uuid == th.DOM
+        assert after[two].updated_at == before[two].updated_at
