@@ -48,6 +48,7 @@ from libvirt_gpu import filetype
 from libvirt_gpu import objects
 from libvirt_gpu import records
 from libvirt_gpu import statedir
+from libvirt_gpu import textutil
 
 DB_NAME = 'leases.sqlite3'
 LOCK_NAME = 'leases.lock'
@@ -289,6 +290,40 @@ class Transaction(object):
         return cur.rowcount == 1
 
 
+_MAX_HOLDER_BYTES = 512
+
+
+def _record_holder(fd):
+    """Write this process (PID and command) into the lock file it has
+    just locked, so that one waiting for it can name it."""
+    try:
+        with open('/proc/self/cmdline', 'rb') as f:
+            command = f.read(400).replace(b'\0', b' ').strip()
+    except OSError:
+        command = b'?'
+    line = b'%d %s\n' % (os.getpid(), command[:400])
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+    except OSError:
+        pass                # naming the holder is a courtesy
+
+
+def _holder(fd, path):
+    """Who holds the lock (as ``_record_holder`` wrote it), in words,
+    with what to run."""
+    try:
+        text = os.pread(fd, _MAX_HOLDER_BYTES, 0).decode('utf-8', 'replace')
+    except OSError:
+        text = ''
+    pid, _, command = text.strip().partition(' ')
+    if not pid.isdigit():
+        return 'another process; find it with `fuser -v %s`' % path
+    return ('process %s (%s); see what it does with `ps -o pid,stat,args -p '
+            '%s` (state T: stopped, `kill -CONT %s`)'
+            % (pid, textutil.escape(command[:200]) or '?', pid, pid))
+
+
 class LeaseStore(object):
     """The lease file of one host (``[DEFAULT]/state_dir``)."""
 
@@ -336,10 +371,12 @@ class LeaseStore(object):
                 if time.monotonic() > deadline:
                     raise exception.StateError(
                         path=self.lock_path,
-                        reason='still locked by another process after %.0f '
-                               's' % self.lock_timeout)
+                        reason='still locked after %.0f s by %s'
+                               % (self.lock_timeout,
+                                  _holder(fd, self.lock_path)))
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
+            _record_holder(fd)
             if self.owner is not None and not self._owner_checked:
                 statedir.check_owner(self.state_dir, self.owner)
                 self._owner_checked = True

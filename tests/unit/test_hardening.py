@@ -250,3 +250,50 @@ def test_detaching_one_of_two_vgpus_leaves_the_other_lease(tmp_path):
         assert after[two].state == state.CREATED
         assert after[two].domain_uuid == th.DOM
         assert after[two].updated_at == before[two].updated_at
+
+
+# --- operator mistakes -------------------------------------------------------
+
+@pytest.mark.parametrize('text,expected', [
+    ('[gpu]\nenabled_vgpu_type = nvidia-223\n',
+     'unknown option [gpu]/enabled_vgpu_type; did you mean '
+     'enabled_vgpu_types?'),
+    ('[gpus]\nenabled_vgpu_types = nvidia-223\n',
+     'unknown section [gpus]; did you mean gpu?'),
+    ('[DEFAULT]\nstate_dri = /var/lib/x\n',
+     'unknown option [DEFAULT]/state_dri; did you mean state_dir?'),
+    ('[gpu]\nenabled_vgpu_types = nvidia-223\n[vgpu_nvidia-223]\n'
+     'device_adresses = 0000:af:00.0\n',
+     'did you mean device_addresses?')])
+def test_config_typos_are_errors_naming_the_nearest(tmp_path, text,
+                                                    expected):
+    from libvirt_gpu import conf as conf_mod
+    path = tmp_path / 'libvirt-gpu.conf'
+    path.write_text(text)
+    with pytest.raises(exception.ConfigError) as e:
+        conf_mod.load(str(path))
+    assert expected in str(e.value)
+
+
+def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
+    store = state.LeaseStore(tmp_path / 'state')
+    store.leases()
+    holder = subprocess.Popen([sys.executable, '-c', (
+        'import time\nfrom libvirt_gpu import state\n'
+        's = state.LeaseStore(%r)\n'
+        'with s.transaction():\n'
+        '    print("locked", flush=True)\n'
+        '    time.sleep(60)\n' % store.state_dir)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'locked'
+        impatient = state.LeaseStore(store.state_dir, lock_timeout=0.2)
+        with pytest.raises(exception.StateError) as e:
+            impatient.leases()
+        message = str(e.value)
+        assert 'process %d (' % holder.pid in message
+        assert 'from libvirt_gpu import state' in message      # its command
+        assert 'ps -o pid,stat,args -p %d' % holder.pid in message
+    finally:
+        holder.kill()
+        holder.wait()
