@@ -36,6 +36,7 @@ from libvirt_gpu import bounds
 from libvirt_gpu import exception
 from libvirt_gpu import filetype
 from libvirt_gpu import objects
+from libvirt_gpu import safeopen
 
 PCI_DEVICES = ('bus', 'pci', 'devices')
 MDEV_DEVICES = ('bus', 'mdev', 'devices')
@@ -404,10 +405,21 @@ class Sysfs(object):
 
         Raises SysfsWriteError carrying ``errno`` (the kernel's answer).
         """
-        real = self.resolved_under_root(path)
         try:
-            fd = os.open(real, _WRITE_FLAGS)
+            real = self.resolved_under_root(path)
+        except OSError as e:      # the tree changed under realpath
+            raise exception.SysfsWriteError(path=path, reason=e.strerror,
+                                            errno=e.errno)
+        # Opened by its real location relative to the root, walked without
+        # following a link (safeopen): a directory swapped for a link after
+        # the check above fails the open instead of leading outside.
+        try:
+            fd = safeopen.open_beneath(self.root,
+                                       os.path.relpath(real, self.root),
+                                       _WRITE_FLAGS)
         except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EXDEV):
+                raise exception.UnsafePath(path=path, root=self.root)
             raise exception.SysfsWriteError(
                 path=path, reason=filetype.open_error(e, real),
                 errno=e.errno)

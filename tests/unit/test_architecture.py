@@ -56,6 +56,7 @@ ONLY = {
     'capacity': (),
     'fileutil': (),
     'fanout': (),
+    'safeopen': (),
     'filetype': (),
     'textutil': (),
     'pciids': (),
@@ -70,7 +71,7 @@ ONLY = {
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
     ('exception', 'records', 'logs', 'bounds'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil', 'fanout'),
+    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen'),
     ('xmlutil', 'statedir', 'conffile', 'enablement'),
     ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),

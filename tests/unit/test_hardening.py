@@ -297,3 +297,83 @@ def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+# --- writes that cannot escape -----------------------------------------------
+
+@pytest.mark.parametrize('use_openat2', [True, False])
+def test_open_beneath_follows_no_link(tmp_path, use_openat2):
+    from libvirt_gpu import safeopen
+    (tmp_path / 'root' / 'a').mkdir(parents=True)
+    (tmp_path / 'outside').mkdir()
+    (tmp_path / 'outside' / 'f').write_text('')
+    (tmp_path / 'root' / 'a' / 'f').write_text('')
+    root = str(tmp_path / 'root')
+    os.close(safeopen.open_beneath(root, 'a/f', os.O_WRONLY,
+                                   use_openat2=use_openat2))
+    os.symlink(tmp_path / 'outside', tmp_path / 'root' / 'b')
+    for relative in ('b/f', '../outside/f', 'a/../b/f'):
+        with pytest.raises(OSError):
+            safeopen.open_beneath(root, relative, os.O_WRONLY,
+                                  use_openat2=use_openat2)
+
+
+def test_a_racer_swapping_a_directory_for_a_link_cannot_move_a_write(
+        tmp_path):
+    """A racer thread swaps a directory of the path for a link to a
+    directory outside the root, over and over, while writes go on: no
+    write ever lands outside."""
+    import threading
+    root = tmp_path / 'root'
+    victim = root / 'devices' / 'gpu'
+    victim.mkdir(parents=True)
+    (victim / 'remove').write_text('')
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    (outside / 'remove').write_text('')
+    aside = root / 'devices' / 'gpu.real'
+    sysfs = sysfs_mod.Sysfs(str(root))
+    stop = threading.Event()
+
+    def racer():
+        while not stop.is_set():
+            os.rename(victim, aside)
+            os.symlink(outside, victim)
+            os.unlink(victim)
+            os.rename(aside, victim)
+
+    thread = threading.Thread(target=racer)
+    thread.start()
+    outcomes = set()
+    try:
+        for _ in range(3000):
+            try:
+                sysfs.write(str(victim / 'remove'), '1')
+                outcomes.add('written')
+            except (exception.SysfsError, OSError) as e:
+                outcomes.add(type(e).__name__)
+    finally:
+        stop.set()
+        thread.join()
+    assert (outside / 'remove').read_text() == ''
+    assert 'written' in outcomes
+    # every refusal a SysfsError that names the path, no bare OSError
+    assert all(o == 'written' or o.startswith('Sysfs') or o == 'UnsafePath'
+               for o in outcomes), outcomes
+
+
+def test_a_vgpu_is_removed_only_through_its_own_directory(tmp_path):
+    with trees.simulated_tree('t4') as tree:
+        ksysfs = kernel_sysfs.KernelSysfs(*tree)
+        backend = mdev.MdevBackend(ksysfs)
+        mine, other = th.new_uuid(), th.new_uuid()
+        from libvirt_gpu.backends import base
+        backend.prepare(base.VgpuDevice(uuid=other, parent=A,
+                                        type_id='nvidia-223'))
+        # a link bus/mdev/devices/<mine> that leads to the other vGPU
+        link = ksysfs.mdev_dir(mine)
+        os.symlink(os.path.realpath(ksysfs.mdev_dir(other)), link)
+        with pytest.raises(exception.MdevRemoveFailed,
+                           match='not to a directory of that vGPU'):
+            backend.remove(mine)
+        assert backend.lookup(other) is not None
