@@ -84,7 +84,27 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False):
     for _, _, part_skipped in parts:
         for error in part_skipped:
             _warn_skipped('sysfs entry', error)
-    return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
+    return objects.DiscoveryResult(source='sysfs',
+                                   gpus=group_sriov(_unique(gpus)))
+
+
+def _unique(gpus):
+    """``gpus`` less every GPU whose address another one has too
+    (``0000:AF:00.0`` and ``0000:af:00.0`` in a tree, two node devices of
+    one address): which is the real one cannot be told, and two providers
+    of one GPU would offer it twice.  Each is skipped with a warning."""
+    count = {}
+    for gpu in gpus:
+        count[gpu.address] = count.get(gpu.address, 0) + 1
+    kept = []
+    for gpu in gpus:
+        if count[gpu.address] > 1:
+            _warn_skipped('PCI device %s' % gpu.address,
+                          'it is listed %d times; which one is the device '
+                          'cannot be told' % count[gpu.address])
+            continue
+        kept.append(gpu)
+    return kept
 
 
 def _read_gpus(sysfs, addresses, mdevs, share_type_text, pci_ids):
@@ -243,7 +263,8 @@ def from_libvirt(host, sysfs=None):
             _warn_skipped('PCI device %s' % gpu.address, e)
             continue
         gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
-    gpus = [_with_libvirt_group(gpu, functions, sysfs) for gpu in gpus]
+    gpus = [_with_libvirt_group(gpu, functions, sysfs)
+            for gpu in _unique(gpus)]
     gpus.sort(key=lambda g: g.address)
     return objects.DiscoveryResult(source='libvirt',
                                    gpus=group_sriov(tuple(gpus)))

@@ -35,6 +35,7 @@ import stat
 from libvirt_gpu import bounds
 from libvirt_gpu import exception
 from libvirt_gpu import filetype
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import safeopen
 
@@ -862,10 +863,18 @@ class Sysfs(object):
 
         Each entry is a link into the parent's tree
         (``../../../devices/pci0000:ae/0000:ae:00.0/0000:af:00.0/<uuid>``)
-        with ``mdev_type`` linking to the type directory.  ``skipped`` (a
-        list): an entry that cannot be read is left out and its SysfsError
-        appended; without it, the error is raised.
+        with ``mdev_type`` linking to the type directory.  One rule for
+        every reader (discovery, the allocator, reconcile, the hook): an
+        entry that cannot be read is left out, and its SysfsError appended
+        to ``skipped`` (a list) or, without one, logged as a warning.  One
+        bad entry costs only that entry.
         """
+        if skipped is None:
+            skipped = []
+            result = self.mdevs_by_parent(skipped)
+            for error in skipped:
+                logs.getLogger(__name__).warning('mdev skipped: %s', error)
+            return result
         base = os.path.join(self.root, *MDEV_DEVICES)
         result = {}
         for name in self.listdir(base, optional=True):
@@ -876,8 +885,6 @@ class Sysfs(object):
             try:
                 found = self._mdev_entry(os.path.join(base, name), uuid)
             except exception.SysfsError as e:
-                if skipped is None:
-                    raise
                 skipped.append(e)
                 continue
             if found is not None:

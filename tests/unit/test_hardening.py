@@ -355,8 +355,8 @@ def test_a_racer_swapping_a_directory_for_a_link_cannot_move_a_write(
     finally:
         stop.set()
         thread.join()
-    assert (outside / 'remove').read_text() == ''
-    assert 'written' in outcomes
+    assert (outside / 'remove').read_text() == '', outcomes
+    assert 'written' in outcomes, outcomes
     # every refusal a SysfsError that names the path, no bare OSError
     assert all(o == 'written' or o.startswith('Sysfs') or o == 'UnsafePath'
                for o in outcomes), outcomes
@@ -377,3 +377,33 @@ def test_a_vgpu_is_removed_only_through_its_own_directory(tmp_path):
                            match='not to a directory of that vGPU'):
             backend.remove(mine)
         assert backend.lookup(other) is not None
+
+
+# --- one reading of the host -------------------------------------------------
+
+def test_one_bad_mdev_entry_costs_only_that_entry(env):
+    """An entry under bus/mdev/devices that cannot be read (a directory
+    where the kernel makes a link) is skipped with a warning by discovery
+    and by the allocator alike: other guests still start."""
+    base = os.path.join(env.root, 'bus', 'mdev', 'devices')
+    # a directory where the kernel makes a link: unreadable
+    os.mkdir(os.path.join(base, th.new_uuid()))
+    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(env.root)).gpus
+    assert gpus
+    uuid = th.new_uuid()
+    rc, err = env.run('prepare', th.domain_xml([(uuid, 'nvidia-223', None)]))
+    assert rc == 0, err
+    assert uuid in env.mdevs()
+
+
+def test_duplicate_pci_addresses_are_refused(caplog):
+    """Two entries for one address (upper- and lowercase names in a
+    tree): neither is trusted, so no GPU gets two providers."""
+    with trees.simulated_tree('t4') as (root, _):
+        devices = os.path.join(root, 'bus', 'pci', 'devices')
+        os.symlink(os.readlink(os.path.join(devices, str(B))),
+                   os.path.join(devices, str(B).upper()))
+        result = discovery.from_sysfs(sysfs_mod.Sysfs(root))
+        addresses = [g.address for g in result.gpus]
+        assert B not in addresses and A in addresses
+        assert 'listed 2 times' in caplog.text
