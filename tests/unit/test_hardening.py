@@ -8,6 +8,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -341,12 +342,17 @@ def test_a_racer_swapping_a_directory_for_a_link_cannot_move_a_write(
             os.symlink(outside, victim)
             os.unlink(victim)
             os.rename(aside, victim)
+            time.sleep(0)             # let the writer see the real tree too
 
     thread = threading.Thread(target=racer)
     thread.start()
     outcomes = set()
     try:
-        for _ in range(3000):
+        # at least 3000 writes, and on until one went through the real
+        # directory (under load the racer may hold the tree for long)
+        for attempt in range(30000):
+            if attempt >= 3000 and 'written' in outcomes:
+                break
             try:
                 sysfs.write(str(victim / 'remove'), '1')
                 outcomes.add('written')
@@ -407,3 +413,97 @@ def test_duplicate_pci_addresses_are_refused(caplog):
         addresses = [g.address for g in result.gpus]
         assert B not in addresses and A in addresses
         assert 'listed 2 times' in caplog.text
+
+
+# --- real data ---------------------------------------------------------------
+
+def _sim_uri(tmp_path, strip_class=False):
+    from libvirt_gpu import simulator
+    node_xml = simulator.write_host(simulator.load_profile('t4'), tmp_path)
+    if strip_class:
+        import re
+        with open(node_xml) as f:
+            text = f.read()
+        text, count = re.subn(r'\s*<class>[^<]*</class>', '', text)
+        assert count
+        with open(node_xml, 'w') as f:
+            f.write(text)
+    return 'test://' + node_xml
+
+
+def test_gpus_recognised_without_class_in_node_device_xml(tmp_path):
+    """libvirt < 5.2 writes no <class>: NVIDIA GPUs are still found, by
+    their class in sysfs where it has them, else by vendor and function
+    or mdev capability; their audio functions are not taken for GPUs."""
+    from libvirt_gpu import host
+    with host.Host(_sim_uri(tmp_path), read_only=True) as h:
+        expected = [g.address for g in discovery.from_libvirt(h).gpus]
+    assert expected
+    classless = tmp_path / 'classless'
+    classless.mkdir()
+    with host.Host(_sim_uri(classless, strip_class=True),
+                   read_only=True) as h:
+        alone = [g.address for g in discovery.from_libvirt(h).gpus]
+        beside = discovery.from_libvirt(h, sysfs_mod.Sysfs(str(classless)))
+    assert alone == expected
+    assert [g.address for g in beside.gpus] == expected
+    assert all(g.class_code for g in beside.gpus)
+
+
+@pytest.mark.parametrize('uri,local', [
+    ('qemu:///system', True), ('qemu+unix:///system', True),
+    ('qemu:///session', True), ('qemu+ssh://other-host/system', False),
+    ('qemu://other-host/system', False), ('qemu+tcp://h/system', False),
+    ('test:///default', False), ('test:///tmp/node.xml', False)])
+def test_which_uri_is_this_machine(uri, local):
+    assert discovery.is_local_uri(uri) is local
+
+
+def test_connect_uri_reads_libvirt_only(tmp_path):
+    """-c URI of a host that is not this machine: this machine's sysfs is
+    not mixed in (the test driver keeps no <driver>: none comes back)."""
+    uri = _sim_uri(tmp_path)
+    alone = discovery.discover(uri=uri, default_sysfs_root=str(tmp_path))
+    assert alone.gpus and all(g.driver is None for g in alone.gpus)
+    both = discovery.discover(uri=uri, sysfs_root=str(tmp_path))
+    assert all(g.driver for g in both.gpus)
+
+
+def test_list_takes_whole_gpu_eligibility_from_placement_rule(
+        tmp_path, capsys, monkeypatch):
+    """A GPU whose vendor is not in [gpu]/pgpu_vendor_ids (a BMC's VGA
+    console) gets no PGPU provider: list must not show it as capacity 1."""
+    import json
+    from libvirt_gpu import simulator
+    from libvirt_gpu.cmd import main as cli
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    root = tmp_path / 'sim'
+    simulator.write_host(simulator.load_profile('mixed'), root)
+    config = tmp_path / 'libvirt-gpu.conf'
+    config.write_text('[DEFAULT]\nstate_dir = %s\n' % (tmp_path / 'state'))
+    argv = ['--config-file', str(config), '--sysfs-root', str(root)]
+    assert cli.main(argv + ['list', '--json']) == 0
+    gpus = {g['address']: g for g in json.loads(capsys.readouterr().out)}
+    aspeed = gpus['0000:03:00.0']
+    assert aspeed['vendor_id'] == '1a03'
+    assert 'pgpu_vendor_ids' in aspeed['not_assignable']
+    assert cli.main(argv + ['list']) == 0
+    row = [line for line in capsys.readouterr().out.splitlines()
+           if line.startswith('0000:03:00.0 ')][0]
+    assert row.split()[-4] == '0'                      # CAPACITY
+    assert cli.main(argv + ['placement', 'show', '--json']) == 0
+    names = [p['name'] for p in json.loads(
+        capsys.readouterr().out)['resource_providers']]
+    assert not any(n.endswith('0000_03_00_0') for n in names)
+
+
+def test_a_libvirt_parse_error_is_not_blamed_on_libvirtd(tmp_path, capsys):
+    from libvirt_gpu.cmd import main as cli
+    bad = tmp_path / 'node.xml'
+    bad.write_text('<node><device>')
+    code = cli.main(['--config-file', '/dev/null', '-c', 'test://%s' % bad,
+                     'list'])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert 'cannot parse XML' in err and 'libvirtd running' not in err
+    assert len(err.strip().splitlines()) == 1
