@@ -97,13 +97,15 @@ def _unique(gpus):
     for gpu in gpus:
         count[gpu.address] = count.get(gpu.address, 0) + 1
     kept = []
+    said = set()
     for gpu in gpus:
-        if count[gpu.address] > 1:
+        if count[gpu.address] == 1:
+            kept.append(gpu)
+        elif gpu.address not in said:
+            said.add(gpu.address)
             _warn_skipped('PCI device %s' % gpu.address,
                           'it is listed %d times; which one is the device '
                           'cannot be told' % count[gpu.address])
-            continue
-        kept.append(gpu)
     return kept
 
 

@@ -321,7 +321,8 @@ def _holder(fd, path):
         return 'another process; find it with `fuser -v %s`' % path
     return ('process %s (%s); see what it does with `ps -o pid,stat,args -p '
             '%s` (state T: stopped, `kill -CONT %s`)'
-            % (pid, textutil.escape(command[:200]) or '?', pid, pid))
+            % (pid, textutil.escape(command[:200], newline=True) or '?',
+               pid, pid))
 
 
 class LeaseStore(object):
