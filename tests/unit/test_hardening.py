@@ -162,6 +162,23 @@ def test_link_in_place_of_the_hook_log_is_not_followed(tmp_path):
     assert target.read_text() == ''
 
 
+def test_fifo_in_place_of_the_vendor_state_file_is_refused(tmp_path):
+    """NVIDIA's vendor-interface vGPUs are recorded in the state directory
+    too: a FIFO there is refused at once (in a child process, judged by a
+    timeout: the old open waited for a writer forever)."""
+    state_dir = tmp_path / 'state'
+    state_dir.mkdir(mode=0o700)
+    os.mkfifo(state_dir / 'nvidia-vgpu.json')
+    code = ('from libvirt_gpu.backends import nvidia_vgpu; '
+            'from libvirt_gpu import exception\n'
+            'try:\n    nvidia_vgpu.VendorState(%r).read()\n'
+            'except exception.StateError as e:\n    print(e)' % str(state_dir))
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert b'a FIFO, not a regular file' in done.stdout
+
+
 @pytest.fixture
 def env(tmp_path):
     with trees.simulated_tree('t4') as (root, profile):
