@@ -17,15 +17,22 @@ def _ignore_error(_ctx, _err):
     are raised as exceptions and reported once, by the caller."""
 
 
-libvirt.registerErrorHandler(_ignore_error, None)
-
-
 # Errors that say libvirt read XML it could not parse, not that it could
 # not be reached.
 _XML_ERRORS = (libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_ERR_XML_DETAIL)
 
 
 class Host(object):
+    """A libvirt connection this program opens (``connect``), or one a
+    caller lends (``from_connection``).
+
+    libvirt's error handler is the process's: it is set (to print
+    nothing, since every error is raised and reported once by the caller)
+    only when a ``Host`` opens its own connection, the way nova's
+    ``Host`` does when the driver starts, never when this module is
+    imported, so that a program using the API with its own connection
+    keeps its own handler.
+    """
 
     def __init__(self, uri, read_only=False):
         self.uri = uri
@@ -34,6 +41,7 @@ class Host(object):
 
     def connect(self):
         if self._conn is None:
+            libvirt.registerErrorHandler(_ignore_error, None)
             try:
                 if self.read_only:
                     self._conn = libvirt.openReadOnly(self.uri)

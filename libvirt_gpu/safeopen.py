@@ -1,7 +1,7 @@
 """Opening a file beneath a directory without following any link.
 
-A write under the sysfs root (``create``, ``remove``,
-``current_vgpu_type``, ``sriov_numvfs``) is judged on the path's real
+A write under the sysfs root (an mdev's ``create`` and ``remove``, a
+VF's vGPU type, ``sriov_numvfs``) is judged on the path's real
 location, then opened by that location relative to a descriptor of the
 root, walked without following a link: should a racer swap a directory for
 a link between the check and the open (possible only where someone else
@@ -80,23 +80,20 @@ def _walk(root_fd, parts, flags):
         os.close(fd)
 
 
-def open_beneath(root, relative, flags, use_openat2=True):
-    """A descriptor of ``root``/``relative`` opened with ``flags``, no
-    component of ``relative`` a link and none ``..``.  OSError as
-    ``os.open`` (ELOOP or EXDEV: a link on the way)."""
+def open_beneath(dir_fd, relative, flags, use_openat2=True):
+    """A descriptor of ``relative`` under the open directory ``dir_fd``,
+    opened with ``flags``, no component of ``relative`` a link and none
+    ``..``.  OSError as ``os.open`` (ELOOP or EXDEV: a link on the
+    way)."""
     parts = _components(relative)
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        call = _load_openat2() if use_openat2 else False
-        if call:
-            try:
-                return call(root_fd, '/'.join(parts),
-                            flags | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError as e:
-                if e.errno != errno.ENOSYS:
-                    raise
-                global _openat2
-                _openat2 = False
-        return _walk(root_fd, parts, flags)
-    finally:
-        os.close(root_fd)
+    call = _load_openat2() if use_openat2 else False
+    if call:
+        try:
+            return call(dir_fd, '/'.join(parts),
+                        flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno != errno.ENOSYS:
+                raise
+            global _openat2
+            _openat2 = False
+    return _walk(dir_fd, parts, flags)

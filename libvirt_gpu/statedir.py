@@ -108,8 +108,8 @@ def read_file(path, max_bytes):
 
 def owner_text(sysfs_root):
     """What the owner file of a lease store made for ``sysfs_root``
-    holds."""
-    return 'sysfs_root=%s\n' % os.path.realpath(os.fspath(sysfs_root))
+    holds (the caller passes the resolved root: ``Sysfs.root``)."""
+    return 'sysfs_root=%s\n' % os.path.abspath(os.fspath(sysfs_root))
 
 
 def check_owner(state_dir, owner):

@@ -27,7 +27,8 @@ or, without libvirt, mdevctl's own files::
 
 Only transient answers are retried (EBUSY/EAGAIN, a libvirt operation
 timeout), a few times with a growing wait; tenacity is imported only then,
-because importing it costs the qemu hook ~35 ms on every guest start.
+because the qemu hook would pay for importing it on every guest start
+(``bench/hook.py`` measures the hook).
 """
 
 import errno
@@ -40,6 +41,7 @@ from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
+from libvirt_gpu import sysfs as sysfs_mod
 
 MDEVCTL_DIR = '/etc/mdevctl.d'
 MDEVCTL_STARTS = ('auto', 'manual')
@@ -84,6 +86,13 @@ class MdevBackend(base.VgpuKind):
 
     kind = 'mdev'
     name = 'mdev'
+    parents_key = 'mdev_parents'
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        """Names under ``<root>/class/mdev_bus`` (the mdev parents now)."""
+        return sorted(sysfs.listdir(sysfs.path(*sysfs_mod.MDEV_BUS),
+                                    optional=True))
 
     @classmethod
     def from_environment(cls, env):
@@ -358,7 +367,10 @@ class MdevBackend(base.VgpuKind):
         # directory named <uuid> (one pointing at another vGPU's would
         # remove that vGPU instead).
         directory = self.sysfs.mdev_dir(uuid)
-        real = os.path.realpath(directory)
+        try:
+            real = self.sysfs.resolved_under_root(directory)
+        except OSError as e:
+            raise exception.MdevRemoveFailed(uuid=uuid, reason=e.strerror)
         if os.path.basename(real) != uuid:
             raise exception.MdevRemoveFailed(
                 uuid=uuid, reason='%s leads to %s, not to a directory of '

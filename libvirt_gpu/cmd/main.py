@@ -432,8 +432,7 @@ def cmd_reconcile(ctx):
     with host_mod.Host(_uri(ctx)) as host:
         env = ctx.environment(host)
         report = reconcile.reconcile(
-            host, env.sysfs, env.store, dry_run=ctx.args.dry_run,
-            covered=set(env.enabled),
+            env, dry_run=ctx.args.dry_run, covered=set(env.enabled),
             on_plan=lambda plan: _say_plan(ctx, plan))
     output.emit_report(report, as_json=ctx.args.json)
     return 3 if report.stuck else 0
@@ -452,15 +451,13 @@ def cmd_restore(ctx):
     from libvirt_gpu import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
-    root, sysfs, state_dir = env.sysfs_root, env.sysfs, env.state_dir
     owner = None
     if not ctx.args.no_libvirt:
-        owner = restore.lease_owner_check(state_dir, _uri(ctx))
+        owner = restore.lease_owner_check(env.state_dir, _uri(ctx))
     report = restore.restore(
-        sysfs, state_dir,
-        vf_pfs=restore.vf_targets(ctx.conf, sysfs, state_dir),
-        mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
-        sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
+        env, vf_pfs=restore.vf_targets(env), owner_running=owner,
+        sriov_manage=restore.sriov_manage_for(env.sysfs_root,
+                                              ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
@@ -608,7 +605,7 @@ class _RawDescriptionHelpFormatter(_Width,
 class _Unbuilt(object):
     """Stands for the parser of a command this call does not run: argparse
     builds every parser eagerly (gettext look-ups, a help formatter per
-    option), ~8 ms for all of ours, so ``build_parser(only=...)`` builds
+    option) for all of ours, so ``build_parser(only=...)`` builds
     just one; whatever is asked of the others is skipped."""
 
     def __getattr__(self, name):
@@ -807,8 +804,8 @@ def _os_error_text(e):
 def run():
     """The ``libvirt-gpu`` console script: ``main`` as the whole life of a
     process.  The interpreter's last act would be a collector pass over
-    every object the command made (~100,000 after ``list`` on a large
-    host, ~6 ms) to find cycles that exit frees anyway, so the survivors
+    every object the command made (a great many after ``list`` on a large
+    host) to find cycles that exit frees anyway, so the survivors
     are frozen (``gc.freeze``: the collector leaves them alone) first.
     Not done by ``main``, which tests and the agent call in a process that
     goes on."""

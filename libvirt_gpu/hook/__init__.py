@@ -28,23 +28,25 @@ tests/functional/test_libvirtd_fixture.py):
 ``reconnect begin`` check that the running guest's vGPUs exist; log what
     is wrong.  Exit 0: a non-zero exit here would kill the guest.
 anything else     exit 0.  ``migrate``/``restore`` print nothing: the XML
-    is not rewritten.
+    is not rewritten (a row of ``operations.OPERATIONS`` with ``rewrites``
+    would print the XML it edited in place).
 
 The hook never imports or calls libvirt (the daemon waits for it: any call
 back would deadlock); it works from its stdin, its configuration and sysfs.
 Input is refused before anything is written when it is malformed or hostile
 (DOCTYPE, entities, oversize, a UUID/type/address that does not validate).
 
-Configuration: oslo.config costs ~0.11 s to import, more than a whole
-``prepare`` may take, so the hook reads a snapshot of what it needs
-(``HookSettings``: sysfs root, state dir, enabled types resolved per GPU),
-kept as JSON and refreshed through oslo.config whenever the config file,
-the set of mdev parents (``class/mdev_bus``) or the set of VFs with NVIDIA's
-vGPU 17+ vendor interface (``bus/pci/devices/*/nvidia``: a host without
-mdevs, whose VFs appear when ``sriov-manage -e`` enables them) changed.
-Both sets are taken before the configuration is read, so a change while
-it is read makes the next call read it again.  Every line it logs also goes to
-``<state_dir>/hook.log`` (libvirt discards a successful hook's stderr).
+Configuration: importing oslo.config takes longer than a whole ``prepare``
+may (``bench/hook.py`` measures both), so the hook reads a snapshot of what
+it needs (``HookSettings``: sysfs root, state dir, enabled types resolved
+per GPU), kept as JSON and refreshed through oslo.config whenever the config
+file or the parents of a registered vGPU kind changed
+(``VgpuKind.parents_now``: the mdev parents in ``class/mdev_bus``, the VFs
+with NVIDIA's vGPU 17+ vendor interface, which appear when ``sriov-manage
+-e`` enables them). The parents are taken before the configuration is read,
+so a change while it is read makes the next call read it again. Every line
+it logs also goes to ``<state_dir>/hook.log`` (libvirt discards a
+successful hook's stderr).
 """
 
 from libvirt_gpu.backends import mdev as mdev_backend  # noqa: F401
@@ -54,9 +56,15 @@ from libvirt_gpu.hook.log import LOG_LINE_MAX  # noqa: F401
 from libvirt_gpu.hook.log import LOG_MAX_BYTES  # noqa: F401
 from libvirt_gpu.hook.log import LOG_MAX_LINES  # noqa: F401
 from libvirt_gpu.hook.log import LOG_NAME  # noqa: F401
+from libvirt_gpu.hook.operations import DEVICES  # noqa: F401
+from libvirt_gpu.hook.operations import DOCUMENT  # noqa: F401
 from libvirt_gpu.hook.operations import HANDLED  # noqa: F401
 from libvirt_gpu.hook.operations import Hook  # noqa: F401
 from libvirt_gpu.hook.operations import MARKERS  # noqa: F401
+from libvirt_gpu.hook.operations import METADATA  # noqa: F401
+from libvirt_gpu.hook.operations import operation  # noqa: F401
+from libvirt_gpu.hook.operations import Operation  # noqa: F401
+from libvirt_gpu.hook.operations import OPERATIONS  # noqa: F401
 from libvirt_gpu.hook.operations import parse_request  # noqa: F401
 from libvirt_gpu.hook.operations import PREPARE  # noqa: F401
 from libvirt_gpu.hook.operations import RECONNECT  # noqa: F401

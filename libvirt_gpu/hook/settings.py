@@ -8,7 +8,8 @@ import json
 import os
 import stat
 
-from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.backends import registry
+from libvirt_gpu import conffile
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
@@ -16,7 +17,8 @@ from libvirt_gpu import records
 from libvirt_gpu import statedir
 from libvirt_gpu import sysfs as sysfs_mod
 
-DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
+# The one default path (conffile's), which hooks/qemu has baked in.
+DEFAULT_CONFIG_FILE = conffile.DEFAULT_CONFIG_FILE
 SETTINGS_NAME = 'hook-settings.json'
 SETTINGS_VERSION = 3
 _MAX_SETTINGS_BYTES = 1024 * 1024
@@ -76,20 +78,13 @@ def _config_key(config_file):
     return [st.st_mtime_ns, st.st_size, st.st_ino, digest.hexdigest()]
 
 
-def _mdev_parents(sysfs_root):
-    """Names under ``<root>/class/mdev_bus`` (the mdev parents now)."""
-    try:
-        return sorted(os.listdir(os.path.join(sysfs_root, 'class',
-                                              'mdev_bus')))
-    except FileNotFoundError:
-        return []
-
-
 def _sysfs_key(sysfs_root):
-    """What, when it changes, makes the snapshot stale: ``{'mdev_parents':
-    [...], 'vendor_vfs': [...]}``."""
-    return {'mdev_parents': _mdev_parents(sysfs_root),
-            'vendor_vfs': nvidia_vgpu.vendor_vf_names(sysfs_root)}
+    """What, when it changes, makes the snapshot stale: the parents of
+    every registered vGPU kind now, ``{kind.parents_key: [...]}`` (today
+    ``{'mdev_parents': [...], 'vendor_vfs': [...]}``)."""
+    sysfs = sysfs_mod.Sysfs(sysfs_root)
+    return {kind.parents_key or kind.name: kind.parents_now(sysfs)
+            for kind in registry.kind_classes()}
 
 
 def settings_from_conf(config_file):
@@ -102,7 +97,7 @@ def read_settings(config_file):
     key, sysfs key)`` taken before what they guard was read."""
     config_key = _config_key(config_file)
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu.conf import vgpu as vgpu_conf
+    from libvirt_gpu import enablement
     if config_file == DEFAULT_CONFIG_FILE and not os.path.exists(
             config_file):
         conf = conf_mod.load(None, environ={})
@@ -117,7 +112,7 @@ def read_settings(config_file):
     gpus = discovery.from_sysfs(sysfs).gpus
     return HookSettings(sysfs_root=conf.sysfs_root,
                         state_dir=conf.state_dir,
-                        enabled=vgpu_conf.resolve(conf, gpus)), (
+                        enabled=enablement.resolve(conf, gpus)), (
                             config_key, sysfs_key)
 
 

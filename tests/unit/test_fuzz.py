@@ -22,6 +22,7 @@ import sys
 import tempfile
 import uuid as uuidlib
 
+from hypothesis import configuration
 from hypothesis import given
 from hypothesis import HealthCheck
 from hypothesis import settings
@@ -29,6 +30,11 @@ from hypothesis import strategies as st
 
 from tests.doubles import hostile
 from tests.doubles import trees
+
+# hypothesis keeps a cache of the constants it finds in our source; never
+# in the repository (tests/unit/test_architecture.py reads every file).
+configuration.set_hypothesis_home_dir(os.path.join(
+    tempfile.gettempdir(), 'libvirt-gpu-hypothesis-%d' % os.getuid()))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

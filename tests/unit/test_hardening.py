@@ -326,14 +326,17 @@ def test_open_beneath_follows_no_link(tmp_path, use_openat2):
     (tmp_path / 'outside').mkdir()
     (tmp_path / 'outside' / 'f').write_text('')
     (tmp_path / 'root' / 'a' / 'f').write_text('')
-    root = str(tmp_path / 'root')
-    os.close(safeopen.open_beneath(root, 'a/f', os.O_WRONLY,
-                                   use_openat2=use_openat2))
-    os.symlink(tmp_path / 'outside', tmp_path / 'root' / 'b')
-    for relative in ('b/f', '../outside/f', 'a/../b/f'):
-        with pytest.raises(OSError):
-            safeopen.open_beneath(root, relative, os.O_WRONLY,
-                                  use_openat2=use_openat2)
+    top = os.open(tmp_path / 'root', os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.close(safeopen.open_beneath(top, 'a/f', os.O_WRONLY,
+                                       use_openat2=use_openat2))
+        os.symlink(tmp_path / 'outside', tmp_path / 'root' / 'b')
+        for relative in ('b/f', '../outside/f', 'a/../b/f'):
+            with pytest.raises(OSError):
+                safeopen.open_beneath(top, relative, os.O_WRONLY,
+                                      use_openat2=use_openat2)
+    finally:
+        os.close(top)
 
 
 def test_a_racer_swapping_a_directory_for_a_link_cannot_move_a_write(
