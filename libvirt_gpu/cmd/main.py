@@ -392,7 +392,9 @@ def cmd_detach(ctx):
     from libvirt_gpu import api
     from libvirt_gpu import host as host_mod
     live, config = _flags(ctx.args)
-    with host_mod.Host(_uri(ctx)) as host:
+    # With libvirt's event loop: a live detach waits for the guest's
+    # device-removed event before it removes the vGPU.
+    with host_mod.Host(_uri(ctx), events=True) as host:
         done = api.detach(host, ctx.args.domain, uuid=ctx.args.uuid,
                           address=ctx.args.address,
                           vgpu_type=ctx.args.vgpu_type, live=live,
