@@ -309,6 +309,24 @@ def _record_holder(fd):
         pass                # naming the holder is a courtesy
 
 
+def _holder_stopped(fd):
+    """The PID of the lock's holder when it is stopped (SIGSTOP, a
+    debugger: state ``T``/``t`` in ``/proc/<pid>/stat``), else None.  A
+    stopped holder never lets go by itself: waiting for it is waiting for
+    the timeout."""
+    try:
+        pid = os.pread(fd, 32, 0).split(b' ', 1)[0]
+        if not pid.isdigit():
+            return None
+        with open('/proc/%d/stat' % int(pid), 'rb') as f:
+            stat = f.read(1024)
+    except OSError:
+        return None
+    # "<pid> (<comm>) <state> ...": the command may hold spaces and ')'
+    state = stat[stat.rfind(b')') + 2:][:1]
+    return int(pid) if state in (b'T', b't') else None
+
+
 def _holder(fd, path):
     """Who holds the lock (as ``_record_holder`` wrote it), in words,
     with what to run."""
@@ -369,6 +387,11 @@ class LeaseStore(object):
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                         raise exception.StateError(path=self.lock_path,
                                                    reason=e.strerror)
+                if delay >= 0.05 and _holder_stopped(fd) is not None:
+                    raise exception.StateError(
+                        path=self.lock_path,
+                        reason='locked by a stopped %s' % _holder(
+                            fd, self.lock_path))
                 if time.monotonic() > deadline:
                     raise exception.StateError(
                         path=self.lock_path,

@@ -527,3 +527,35 @@ def test_a_libvirt_parse_error_is_not_blamed_on_libvirtd(tmp_path, capsys):
     assert code == 1
     assert 'cannot parse XML' in err and 'libvirtd running' not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_stopped_lock_holder_is_named_at_once(tmp_path):
+    """A holder stopped with SIGSTOP never lets go by itself: the wait
+    ends when it is seen stopped, naming it and `kill -CONT`, instead of
+    after the whole timeout (here an hour: the test would hang)."""
+    import signal
+    store = state.LeaseStore(tmp_path / 'state')
+    store.leases()
+    holder = subprocess.Popen([sys.executable, '-c', (
+        'import time\nfrom libvirt_gpu import state\n'
+        's = state.LeaseStore(%r)\n'
+        'with s.transaction():\n'
+        '    print("locked", flush=True)\n'
+        '    time.sleep(600)\n' % store.state_dir)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'locked'
+        os.kill(holder.pid, signal.SIGSTOP)
+        code = ('from libvirt_gpu import state\n'
+                'try:\n'
+                '    state.LeaseStore(%r, lock_timeout=3600).leases()\n'
+                'except Exception as e:\n'
+                '    print(e)\n' % store.state_dir)
+        done = subprocess.run([sys.executable, '-c', code],
+                              capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+        assert 'locked by a stopped process %d' % holder.pid in done.stdout
+        assert 'kill -CONT %d' % holder.pid in done.stdout
+    finally:
+        holder.kill()
+        holder.wait()
