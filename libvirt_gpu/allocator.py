@@ -203,12 +203,15 @@ class Allocator(object):
         MdevConflict, LeaseConflict."""
         domain_uuid = objects.validate_uuid(domain_uuid)
         grants = []
+        # Where each GPU is, read and parsed before the lock: nothing that
+        # grows with input (a long local_cpulist) runs inside it.
+        nearness = self._nearness(pinning)
         with self.store.transaction() as txn:
             mdevs = self.backend.sysfs.mdevs_by_parent()
             for claim in claims:
                 try:
                     grants.append(self._grant(txn, domain_uuid, claim,
-                                              mdevs, pinning))
+                                              mdevs, nearness))
                 except exception.NoCapacity as e:
                     if grants:
                         same = sum(1 for c in claims
@@ -241,6 +244,8 @@ class Allocator(object):
         new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
         domain_uuid = objects.validate_uuid(domain_uuid)
         grants = []
+        # Where each GPU is, read before the lock (as ``reserve`` does).
+        nearness = self._nearness(pinning)
         with self.store.transaction() as txn:
             mdevs = self.backend.sysfs.mdevs_by_parent()
             for claim in claims:
@@ -262,7 +267,7 @@ class Allocator(object):
                 try:
                     parent = self._choose_parent(
                         txn, records.replace(claim, uuid=uuid, parent=None),
-                        mdevs, pinning)
+                        mdevs, nearness)
                 except exception.NoCapacity as e:
                     raise _naming_stale_leases(txn, e)
                 lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
@@ -272,8 +277,7 @@ class Allocator(object):
                     existed=False, lease=lease))
         return grants
 
-    def _grant(self, txn, domain_uuid, claim, mdevs,
-               pinning=objects.UNPINNED):
+    def _grant(self, txn, domain_uuid, claim, mdevs, nearness=None):
         uuid = claim.uuid
         lease = txn.get(uuid)
         if lease is not None:
@@ -285,7 +289,7 @@ class Allocator(object):
             return Grant(device=existing, existed=True, lease=None)
         parent = (self._check_parent(txn, claim, mdevs)
                   if claim.parent is not None
-                  else self._choose_parent(txn, claim, mdevs, pinning))
+                  else self._choose_parent(txn, claim, mdevs, nearness))
         device = base.VgpuDevice(uuid=uuid, parent=parent,
                                  type_id=claim.type_id)
         lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
@@ -387,7 +391,15 @@ class Allocator(object):
         except exception.SysfsError:
             return False              # unknown: not preferred
 
-    def _choose_parent(self, txn, claim, mdevs, pinning=objects.UNPINNED):
+    def _nearness(self, pinning):
+        """``{address: near}`` of every enabled GPU (``_near``); empty
+        for an unpinned guest."""
+        if not pinning.pinned:
+            return {}
+        return {address: self._near(address, pinning)
+                for address in self.enabled}
+
+    def _choose_parent(self, txn, claim, mdevs, nearness=None):
         candidates = sorted(a for a, s in self.enabled.items()
                             if s.type_id == claim.type_id)
         if not candidates:
@@ -397,7 +409,7 @@ class Allocator(object):
         best = None           # ((near, free), parent)
         looked = []
         for address in candidates:
-            near = self._near(address, pinning)
+            near = (nearness or {}).get(address, False)
             if self._sriov_gpu(address) is not None:
                 free, chosen = self._gpu_free(txn, address, claim.type_id,
                                               mdevs, uuid=claim.uuid)

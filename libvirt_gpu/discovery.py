@@ -84,7 +84,29 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False):
     for _, _, part_skipped in parts:
         for error in part_skipped:
             _warn_skipped('sysfs entry', error)
-    return objects.DiscoveryResult(source='sysfs', gpus=group_sriov(gpus))
+    return objects.DiscoveryResult(source='sysfs',
+                                   gpus=group_sriov(_unique(gpus)))
+
+
+def _unique(gpus):
+    """``gpus`` less every GPU whose address another one has too
+    (``0000:AF:00.0`` and ``0000:af:00.0`` in a tree, two node devices of
+    one address): which is the real one cannot be told, and two providers
+    of one GPU would offer it twice.  Each is skipped with a warning."""
+    count = {}
+    for gpu in gpus:
+        count[gpu.address] = count.get(gpu.address, 0) + 1
+    kept = []
+    said = set()
+    for gpu in gpus:
+        if count[gpu.address] == 1:
+            kept.append(gpu)
+        elif gpu.address not in said:
+            said.add(gpu.address)
+            _warn_skipped('PCI device %s' % gpu.address,
+                          'it is listed %d times; which one is the device '
+                          'cannot be told' % count[gpu.address])
+    return kept
 
 
 def _read_gpus(sysfs, addresses, mdevs, share_type_text, pci_ids):
@@ -247,19 +269,50 @@ def from_libvirt(host, sysfs=None):
     for xml in host.pci_devices():
         function = nodedev.parse_function(xml)
         functions[function.address] = function
-        if not is_gpu_class(function.class_code):
+        if function.class_code is None:
+            # libvirt < 5.2 writes no <class> (RHEL 7, Ubuntu 18.04)
+            gpu = _classless_gpu(xml, function, sysfs)
+            if gpu is None:
+                continue
+        elif not is_gpu_class(function.class_code):
             continue
-        gpu = nodedev.parse_pci(xml)
+        else:
+            gpu = nodedev.parse_pci(xml)
         try:
             gpu = _supplement(gpu, sysfs)
         except exception.SysfsError as e:
             _warn_skipped('PCI device %s' % gpu.address, e)
             continue
         gpus.append(_with_mdevs(gpu, mdevs.get(gpu.address, ())))
-    gpus = [_with_libvirt_group(gpu, functions, sysfs) for gpu in gpus]
+    gpus = [_with_libvirt_group(gpu, functions, sysfs)
+            for gpu in _unique(gpus)]
     gpus.sort(key=lambda g: g.address)
     return objects.DiscoveryResult(source='libvirt',
                                    gpus=group_sriov(tuple(gpus)))
+
+
+def _classless_gpu(xml, function, sysfs):
+    """A node device without ``<class>`` as a GPU, or None: its class
+    read from sysfs where this machine's sysfs has the device; else an
+    NVIDIA function that offers vGPU types, is a VF, or is function 0 (an
+    NVIDIA board's other functions are its audio, USB and serial ones)."""
+    from libvirt_gpu import nodedev
+    if sysfs is not None and sysfs.isdir(sysfs.pci_dir(function.address)):
+        try:
+            class_code = sysfs.pci_class(function.address)
+        except exception.SysfsError as e:
+            _warn_skipped('PCI device %s' % function.address, e)
+            return None
+        if not is_gpu_class(class_code):
+            return None
+        return records.replace(nodedev.parse_pci(xml), class_code=class_code)
+    if function.vendor_id != objects.NVIDIA_VENDOR_ID:
+        return None
+    gpu = nodedev.parse_pci(xml)
+    if gpu.mdev_types or gpu.physfn is not None \
+            or function.address.function == 0:
+        return gpu
+    return None
 
 
 def _with_libvirt_group(gpu, functions, sysfs):
@@ -323,6 +376,33 @@ def _named(result, pci_ids):
     return records.replace(result, gpus=group_sriov(named))
 
 
+def is_local_uri(uri):
+    """Whether libvirt at ``uri`` describes this machine: a driver of
+    this host (``qemu:///system``, ``qemu+unix:///system``), not another
+    host (``qemu+ssh://other/system``, ``qemu://host/system``) nor
+    libvirt's test driver (a file, no host at all)."""
+    from urllib import parse
+    try:
+        parts = parse.urlsplit(uri)
+    except ValueError:
+        return False
+    driver, _, transport = parts.scheme.partition('+')
+    return (driver not in ('', 'test') and not parts.netloc
+            and transport in ('', 'unix'))
+
+
+def _sysfs_beside(uri, sysfs_root, default_sysfs_root):
+    """The sysfs that completes what libvirt at ``uri`` reports: the one
+    the operator named, else this machine's only when ``uri`` describes
+    this machine (another host's GPUs must not get this host's drivers,
+    CPUs or type descriptions); None otherwise."""
+    if sysfs_root is not None:
+        return sysfs_mod.Sysfs(sysfs_root)
+    if is_local_uri(uri):
+        return sysfs_mod.Sysfs(default_sysfs_root)
+    return None
+
+
 def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
               parallel):
     if sysfs_root is not None and uri is None:
@@ -332,13 +412,13 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
     # GPUs with from_sysfs and must never import libvirt).
     from libvirt_gpu import host as host_mod
     if uri is not None:
-        sysfs = sysfs_mod.Sysfs(sysfs_root or default_sysfs_root)
+        sysfs = _sysfs_beside(uri, sysfs_root, default_sysfs_root)
         with host_mod.Host(uri, read_only=True) as h:
             return _named(from_libvirt(h, sysfs), pci_ids)
     try:
         with host_mod.Host(default_uri, read_only=True) as h:
-            return _named(from_libvirt(h, sysfs_mod.Sysfs(
-                default_sysfs_root)), pci_ids)
+            return _named(from_libvirt(h, _sysfs_beside(
+                default_uri, None, default_sysfs_root)), pci_ids)
     except exception.LibvirtUnavailable as e:
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
                     e, default_sysfs_root)

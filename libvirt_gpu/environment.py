@@ -112,7 +112,7 @@ class Environment(object):
     @functools.cached_property
     def store(self):
         from libvirt_gpu import state
-        return state.LeaseStore(self.state_dir)
+        return state.LeaseStore(self.state_dir, sysfs_root=self.sysfs.root)
 
     @functools.cached_property
     def enabled(self):

@@ -121,6 +121,13 @@ class LibvirtUnavailable(LibvirtError):
         super().__init__(message, **kwargs)
 
 
+class LibvirtXmlError(LibvirtError):
+    """libvirt was reached (or its test driver started) but refused XML:
+    not a matter of libvirtd running."""
+    msg_fmt = ("libvirt at %(uri)s cannot parse XML: %(reason)s; fix that "
+               "XML (for test:///FILE, the file at the line named)")
+
+
 class SimulatorError(LibvirtGpuError):
     msg_fmt = "Simulator: %(reason)s"
 

@@ -19,6 +19,11 @@ def _ignore_error(_ctx, _err):
     are raised as exceptions and reported once, by the caller."""
 
 
+# Errors that say libvirt read XML it could not parse, not that it could
+# not be reached.
+_XML_ERRORS = (libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_ERR_XML_DETAIL)
+
+
 _event_loop = None
 
 
@@ -70,6 +75,13 @@ class Host(object):
                 else:
                     self._conn = libvirt.open(self.uri)
             except libvirt.libvirtError as e:
+                if e.get_error_code() in _XML_ERRORS:
+                    # a malformed test:///FILE: the hint must fit the error
+                    # (its message goes on with the line and a caret: one
+                    # line is said)
+                    raise exception.LibvirtXmlError(
+                        uri=self.uri,
+                        reason=(e.get_error_message() or '?').splitlines()[0])
                 raise exception.LibvirtUnavailable(
                     uri=self.uri, reason=e.get_error_message(),
                     hint=self._unavailable_hint())

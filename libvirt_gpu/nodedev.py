@@ -36,6 +36,7 @@ An mdev node device::
 
 from __future__ import annotations
 
+from libvirt_gpu import bounds
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import records
@@ -60,6 +61,17 @@ def _text(elem, path):
     if found is None or found.text is None:
         return None
     return found.text.strip()
+
+
+def _instances(elem, type_id):
+    """``availableInstances`` of a type, at most bounds.MAX_INSTANCES."""
+    text = _text(elem, 'availableInstances') or '0'
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise exception.InvalidInput(
+            reason='availableInstances of vGPU type %s is %r, not a count'
+                   % (type_id, text[:40]))
+    return bounds.check_instances(
+        int(text), 'availableInstances of vGPU type %s' % type_id)
 
 
 def _address(elem):
@@ -127,7 +139,7 @@ def parse_pci(xml, descriptions=None):
             name=_text(t, 'name'),
             description=descriptions.get(type_id),
             device_api=_text(t, 'deviceAPI'),
-            available_instances=int(_text(t, 'availableInstances') or 0),
+            available_instances=_instances(t, type_id),
         ))
     node = int(numa.get('node')) if numa is not None else -1
     members = () if group is None else tuple(sorted(

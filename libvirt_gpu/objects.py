@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from libvirt_gpu import bounds
 from libvirt_gpu import exception
 from libvirt_gpu import records
 
@@ -408,31 +409,9 @@ class EnabledType:
 
 # --- NUMA ---------------------------------------------------------------
 
-MAX_CPU = 1 << 16          # a cpulist naming more is not a real host's
-
-
-def parse_cpulist(text, what='cpulist'):
-    """The numbers of a kernel or libvirt list (``0-15,32-47``; libvirt's
-    ``^n`` excludes n) as a frozenset; InvalidInput naming ``what`` when it
-    is not one."""
-    chosen, excluded = set(), set()
-    for part in (text or '').replace(' ', '').split(','):
-        if not part:
-            continue
-        into = chosen
-        if part.startswith('^'):
-            into, part = excluded, part[1:]
-        first, _, last = part.partition('-')
-        try:
-            low, high = int(first), int(last or first)
-        except ValueError:
-            low, high = -1, -1
-        if not 0 <= low <= high < MAX_CPU:
-            raise exception.InvalidInput(
-                reason='%s %r is not a list of numbers and ranges (0-15,32)'
-                       % (what, (text or '')[:40]))
-        into.update(range(low, high + 1))
-    return frozenset(chosen - excluded)
+MAX_CPU = bounds.MAX_CPU
+# Judged by their largest member and length, never expanded (bounds).
+parse_cpulist = bounds.parse_cpulist
 
 
 @records.record
@@ -441,8 +420,8 @@ class NumaPinning:
     (``<numatune><memory nodeset=.../>``) and the CPUs of its vCPUs
     (``<vcpu cpuset=...>``); both empty for a guest pinned nowhere."""
 
-    nodes: frozenset[int] = frozenset()
-    cpus: frozenset[int] = frozenset()
+    nodes: bounds.CpuList = bounds.EMPTY
+    cpus: bounds.CpuList = bounds.EMPTY
 
     @property
     def pinned(self):
@@ -450,10 +429,14 @@ class NumaPinning:
 
     def is_near(self, numa_node, local_cpus):
         """Whether a GPU on ``numa_node`` (None: unknown) whose local CPUs
-        are ``local_cpus`` (a frozenset, empty: unknown) is on the guest's
-        nodes: its node is one of them, or one of its CPUs runs a vCPU."""
-        return ((numa_node is not None and numa_node in self.nodes)
-                or bool(self.cpus & local_cpus))
+        are ``local_cpus`` (a ``bounds.CpuList`` or a set, empty: unknown)
+        is on the guest's nodes: its node is one of them, or one of its
+        CPUs runs a vCPU (answered on ranges: nothing is expanded)."""
+        if numa_node is not None and numa_node in self.nodes:
+            return True
+        if isinstance(self.cpus, bounds.CpuList):
+            return self.cpus.intersects(local_cpus)
+        return bool(set(self.cpus) & set(local_cpus))
 
 
 UNPINNED = NumaPinning()

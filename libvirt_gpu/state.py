@@ -49,14 +49,19 @@ import time
 
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
+from libvirt_gpu import filetype
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import statedir
+from libvirt_gpu import textutil
 
 DB_NAME = 'leases.sqlite3'
 LOCK_NAME = 'leases.lock'
 BOOT_ID_NAME = 'boot_id'
 BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
 SCHEMA_VERSION = 2
+# A SQLite file is at least its 100-byte header (in practice a page).
+_SQLITE_HEADER_BYTES = 100
 
 RESERVED = 'reserved'
 CREATED = 'created'
@@ -310,12 +315,70 @@ def _add_missing_columns(db):
         db.execute('ALTER TABLE leases ADD COLUMN expires_at REAL')
 
 
+_MAX_HOLDER_BYTES = 512
+
+
+def _record_holder(fd):
+    """Write this process (PID and command) into the lock file it has
+    just locked, so that one waiting for it can name it."""
+    try:
+        with open('/proc/self/cmdline', 'rb') as f:
+            command = f.read(400).replace(b'\0', b' ').strip()
+    except OSError:
+        command = b'?'
+    line = b'%d %s\n' % (os.getpid(), command[:400])
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+    except OSError:
+        pass                # naming the holder is a courtesy
+
+
+def _holder_stopped(fd):
+    """The PID of the lock's holder when it is stopped (SIGSTOP, a
+    debugger: state ``T``/``t`` in ``/proc/<pid>/stat``), else None.  A
+    stopped holder never lets go by itself: waiting for it is waiting for
+    the timeout."""
+    try:
+        pid = os.pread(fd, 32, 0).split(b' ', 1)[0]
+        if not pid.isdigit():
+            return None
+        with open('/proc/%d/stat' % int(pid), 'rb') as f:
+            stat = f.read(1024)
+    except OSError:
+        return None
+    # "<pid> (<comm>) <state> ...": the command may hold spaces and ')'
+    state = stat[stat.rfind(b')') + 2:][:1]
+    return int(pid) if state in (b'T', b't') else None
+
+
+def _holder(fd, path):
+    """Who holds the lock (as ``_record_holder`` wrote it), in words,
+    with what to run."""
+    try:
+        text = os.pread(fd, _MAX_HOLDER_BYTES, 0).decode('utf-8', 'replace')
+    except OSError:
+        text = ''
+    pid, _, command = text.strip().partition(' ')
+    if not pid.isdigit():
+        return 'another process; find it with `fuser -v %s`' % path
+    return ('process %s (%s); see what it does with `ps -o pid,stat,args -p '
+            '%s` (state T: stopped, `kill -CONT %s`)'
+            % (pid, textutil.escape(command[:200], newline=True) or '?',
+               pid, pid))
+
+
 class LeaseStore(object):
     """The lease file of one host (``[DEFAULT]/state_dir``)."""
 
     def __init__(self, state_dir, lock_timeout=60.0,
-                 boot_id_path=BOOT_ID_PATH):
+                 boot_id_path=BOOT_ID_PATH, sysfs_root=None):
         self.state_dir = os.path.abspath(os.fspath(state_dir))
+        # The host the leases belong to (statedir.check_owner); None: any
+        # (a reader that does not act on the host, such as a test).
+        self.owner = (statedir.owner_text(sysfs_root)
+                      if sysfs_root is not None else None)
+        self._owner_checked = False
         self.boot_id_path = boot_id_path
         self.db_path = os.path.join(self.state_dir, DB_NAME)
         self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
@@ -328,24 +391,13 @@ class LeaseStore(object):
         return 'LeaseStore(%r)' % self.state_dir
 
     def _open_dir(self):
-        if os.path.exists(self.state_dir) and \
-                not os.path.isdir(self.state_dir):
-            raise exception.StateError(
-                path=self.state_dir,
-                reason='not a directory; set [DEFAULT]/state_dir to a '
-                       'directory')
-        try:
-            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
-        except OSError as e:
-            raise exception.StateError(path=self.state_dir,
-                                       reason=e.strerror)
+        statedir.ensure_dir(self.state_dir)
 
     @contextlib.contextmanager
     def _locked(self):
         self._open_dir()
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                         0o600)
+            fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
         except OSError as e:
             raise exception.StateError(path=self.lock_path,
                                        reason=e.strerror)
@@ -360,13 +412,23 @@ class LeaseStore(object):
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                         raise exception.StateError(path=self.lock_path,
                                                    reason=e.strerror)
+                if delay >= 0.05 and _holder_stopped(fd) is not None:
+                    raise exception.StateError(
+                        path=self.lock_path,
+                        reason='locked by a stopped %s' % _holder(
+                            fd, self.lock_path))
                 if time.monotonic() > deadline:
                     raise exception.StateError(
                         path=self.lock_path,
-                        reason='still locked by another process after %.0f '
-                               's' % self.lock_timeout)
+                        reason='still locked after %.0f s by %s'
+                               % (self.lock_timeout,
+                                  _holder(fd, self.lock_path)))
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
+            _record_holder(fd)
+            if self.owner is not None and not self._owner_checked:
+                statedir.check_owner(self.state_dir, self.owner)
+                self._owner_checked = True
             yield
         finally:
             os.close(fd)    # also drops the flock
@@ -418,7 +480,8 @@ class LeaseStore(object):
             os.close(os.open(self.db_path, os.O_RDWR | os.O_CREAT
                              | os.O_EXCL | os.O_CLOEXEC, 0o600))
         except FileExistsError:
-            pass
+            if not self._ready:
+                self._check_db_file()
         except OSError as e:
             raise exception.StateError(path=self.db_path, reason=e.strerror)
         try:
@@ -453,6 +516,29 @@ class LeaseStore(object):
             db.close()
             raise
         return db
+
+    def _check_db_file(self):
+        """An existing lease file must be a regular file and not empty:
+        SQLite would read an emptied (truncated) file as "no leases" and
+        every vGPU it held would be handed out again.  Checked by ``lstat``:
+        opening it here and closing that descriptor would drop the POSIX
+        locks another connection of this process holds on it."""
+        try:
+            st = os.lstat(self.db_path)
+        except OSError as e:
+            raise exception.StateError(path=self.db_path, reason=e.strerror)
+        reason = filetype.not_regular(st.st_mode)
+        if reason is not None:
+            raise exception.StateError(path=self.db_path,
+                                       reason='%s; remove it' % reason)
+        if st.st_size < _SQLITE_HEADER_BYTES:
+            raise exception.StateError(
+                path=self.db_path,
+                reason='it is %s (%d bytes), so the leases it held are '
+                       'lost; move it aside (`mv %s %s.broken`), then run '
+                       '`libvirt-gpu reconcile --dry-run`'
+                       % ('empty' if st.st_size == 0 else 'truncated',
+                          st.st_size, self.db_path, self.db_path))
 
     @contextlib.contextmanager
     def transaction(self):

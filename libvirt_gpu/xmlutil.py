@@ -55,7 +55,11 @@ def checked_bytes(text, what='XML', max_bytes=MAX_XML_BYTES):
     parse of outside XML makes: InvalidXml for input that is not text,
     oversize, or carries a DOCTYPE or entity declaration."""
     if isinstance(text, str):
-        data = text.encode('utf-8')
+        try:
+            data = text.encode('utf-8')
+        except UnicodeError:
+            raise exception.InvalidXml(
+                reason='%s is not valid Unicode (a lone surrogate)' % what)
     elif isinstance(text, (bytes, bytearray)):
         data = bytes(text)
     else:
@@ -85,3 +89,9 @@ def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
         raise exception.InvalidXml(reason='%s carries a DOCTYPE' % what)
     except ET.ParseError as e:
         raise exception.InvalidXml(reason='%s is malformed: %s' % (what, e))
+    except (LookupError, ValueError) as e:
+        # expat names an encoding it cannot decode (``encoding="x-bogus"``:
+        # LookupError; a multi-byte one such as UTF-7: ValueError).
+        raise exception.InvalidXml(
+            reason='%s declares an encoding that cannot be read (%s); '
+                   'write it in UTF-8' % (what, e))

@@ -362,8 +362,21 @@ class MdevBackend(base.VgpuKind):
         return True
 
     def _remove_sysfs(self, uuid):
-        # bus/mdev/devices/<uuid>/remove  <-  "1"
-        path = os.path.join(self.sysfs.mdev_dir(uuid), 'remove')
+        # bus/mdev/devices/<uuid>/remove  <-  "1", only through the vGPU's
+        # own directory: the link bus/mdev/devices/<uuid> must lead to a
+        # directory named <uuid> (one pointing at another vGPU's would
+        # remove that vGPU instead).
+        directory = self.sysfs.mdev_dir(uuid)
+        try:
+            real = self.sysfs.resolved_under_root(directory)
+        except OSError as e:
+            raise exception.MdevRemoveFailed(uuid=uuid, reason=e.strerror)
+        if os.path.basename(real) != uuid:
+            raise exception.MdevRemoveFailed(
+                uuid=uuid, reason='%s leads to %s, not to a directory of '
+                                  'that vGPU; nothing removed'
+                                  % (directory, real))
+        path = os.path.join(directory, 'remove')
         try:
             base.retry_transient(lambda: self.sysfs.write(path, '1'),
                                  stop_after=self.remove_timeout)

@@ -116,6 +116,16 @@ class Context(object):
                          as_json=self.args.json)
 
 
+def _whole_refusal(ctx, gpu):
+    """Why ``gpu`` is not offered whole, by the rule Placement's tree is
+    built with (``model.offered``), or None."""
+    refusal = capacity_mod.pgpu_refusal(gpu)
+    if refusal is None and gpu.vendor_id not in ctx.conf.gpu.pgpu_vendor_ids:
+        refusal = ('its vendor %s is not in [gpu]/pgpu_vendor_ids'
+                   % gpu.vendor_id)
+    return refusal
+
+
 def cmd_list(ctx):
     enabled = ctx.enabled
     gpus = ctx.result.gpus
@@ -129,7 +139,7 @@ def cmd_list(ctx):
             setting = enabled.get(gpu.physfn or gpu.address)
             documents.append(output.gpu_to_json(
                 gpu, setting, not_assignable=(
-                    capacity_mod.pgpu_refusal(gpu)
+                    _whole_refusal(ctx, gpu)
                     if setting is None and not gpu.is_vf else None),
                 type_memo=type_memo))
         output.emit_gpus_json(documents)
@@ -141,7 +151,7 @@ def cmd_list(ctx):
         if gpu.is_vf:
             continue          # counted on its physical GPU's row (VFS)
         setting = enabled.get(gpu.address)
-        refusal = capacity_mod.pgpu_refusal(gpu) if setting is None else None
+        refusal = _whole_refusal(ctx, gpu) if setting is None else None
         if refusal:
             notes.append('%s: not offered whole: %s' % (gpu.address,
                                                         refusal))

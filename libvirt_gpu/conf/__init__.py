@@ -18,6 +18,7 @@ from libvirt_gpu.conf import default
 from libvirt_gpu.conf import gpu
 from libvirt_gpu.conf import libvirt
 from libvirt_gpu.conf import placement
+from libvirt_gpu.conf import typos
 from libvirt_gpu.conf import vgpu
 
 # The file rules live in ``conffile`` (no oslo.config there); named here too.
@@ -65,6 +66,8 @@ def load(config_file=None, environ=None):
     except (cfg.Error, ValueError) as e:
         raise exception.ConfigError(reason='%s: %s' % (path, _clean(e)))
     vgpu.register_dynamic_opts(conf)
+    if files:
+        typos.check(conf, path, [opt.dest for opt in vgpu.vgpu_opts])
     _read_every_option(conf, path)
     conffile.check_state_dir(conf.state_dir, path)
     return conf

@@ -3,6 +3,8 @@
 import os
 import time
 
+from libvirt_gpu import exception
+from libvirt_gpu import statedir
 from libvirt_gpu import textutil
 
 LOG_NAME = 'hook.log'
@@ -67,13 +69,15 @@ class HookLog(object):
         self.lines = []
         data = text.encode('utf-8', 'replace')
         try:
-            try:
-                if os.path.getsize(self.path) + len(data) > LOG_MAX_BYTES:
-                    os.replace(self.path, self.path + '.1')
-            except FileNotFoundError:
-                pass
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
-                         | os.O_CLOEXEC, 0o600)
+            # Never through a link, never waiting on a FIFO: only a
+            # regular file (statedir.open_file).
+            fd = statedir.open_file(self.path, os.O_WRONLY | os.O_APPEND
+                                    | os.O_CREAT)
+            if os.fstat(fd).st_size + len(data) > LOG_MAX_BYTES:
+                os.close(fd)
+                os.replace(self.path, self.path + '.1')
+                fd = statedir.open_file(self.path, os.O_WRONLY | os.O_APPEND
+                                        | os.O_CREAT)
             try:
                 os.write(fd, data)
             finally:
@@ -81,3 +85,5 @@ class HookLog(object):
         except OSError as e:
             print('libvirt-gpu: warning: cannot write %s: %s'
                   % (self.path, e.strerror), file=self.stderr)
+        except exception.StateError as e:
+            print('libvirt-gpu: warning: %s' % e, file=self.stderr)

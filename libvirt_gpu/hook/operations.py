@@ -32,6 +32,7 @@ from libvirt_gpu.hook import settings as settings_mod
 from libvirt_gpu import metadata
 from libvirt_gpu import records
 from libvirt_gpu import state
+from libvirt_gpu import statedir
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu import xmledit
 from libvirt_gpu import xmlutil
@@ -327,6 +328,14 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     except exception.InvalidInput as e:
         log.error('%s of domain %r refused, nothing done: %s'
                   % (op.name, argv[1][:80] if len(argv) > 1 else '?', e))
+        log.flush()
+        return op.failure_rc
+    except Exception as e:  # noqa: BLE001 - release/reconnect never fail
+        log.error('internal error reading the XML of %s of domain %r, '
+                  'nothing done: %s: %s'
+                  % (op.name, argv[1][:80] if len(argv) > 1 else '?',
+                     type(e).__name__, e))
+        log.flush()
         return op.failure_rc
     if not req.ours:
         return 0
@@ -353,6 +362,9 @@ def _call(op, req, log, config_file, settings_file, sysfs, mdevctl_dir):
     """The row's function on a host built from the settings snapshot;
     its ``xmledit.Document`` when it may rewrite the XML, else None."""
     settings, note = settings_mod.load_settings(config_file, settings_file)
+    # A state directory someone else could steer is refused before the
+    # log (or anything) is written there.
+    statedir.ensure_dir(settings.state_dir)
     log.path = os.path.join(settings.state_dir, log_mod.LOG_NAME)
     if note:
         log.info(note)

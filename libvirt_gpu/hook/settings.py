@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from libvirt_gpu.backends import registry
 from libvirt_gpu import conffile
@@ -13,13 +14,15 @@ from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import statedir
 from libvirt_gpu import sysfs as sysfs_mod
 
 # The one default path (conffile's), which hooks/qemu has baked in.
 DEFAULT_CONFIG_FILE = conffile.DEFAULT_CONFIG_FILE
 SETTINGS_NAME = 'hook-settings.json'
-SETTINGS_VERSION = 2
+SETTINGS_VERSION = 3
 _MAX_SETTINGS_BYTES = 1024 * 1024
+_MAX_CONFIG_BYTES = 1024 * 1024       # conffile's limit
 
 
 @records.record
@@ -34,13 +37,45 @@ class HookSettings:
         return sorted({e.type_id for e in self.enabled.values()})
 
 
-def _config_key(config_file):
-    """``[mtime_ns, size, inode]`` of the config file (None: missing)."""
+def _sha256():
+    """A SHA-256 object from CPython's built-in module: ``hashlib`` loads
+    OpenSSL's binding, about 3 ms of every hook call for the same digest.
+    """
     try:
-        st = os.stat(config_file)
-    except FileNotFoundError:
+        from _sha2 import sha256           # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256     # Python 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256()
+
+
+def _config_key(config_file):
+    """``[mtime_ns, size, inode, sha256]`` of the config file
+    (None: missing or unreadable: the snapshot is then never current).
+    The digest notices an edit that keeps the size and lands within one
+    tick of the file system's clock (the times alone would not change)."""
+    try:
+        fd = os.open(config_file, os.O_RDONLY | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
+    except OSError:
         return None
-    return [st.st_mtime_ns, st.st_size, st.st_ino]
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CONFIG_BYTES:
+            return None
+        digest = _sha256()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            digest.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return [st.st_mtime_ns, st.st_size, st.st_ino, digest.hexdigest()]
 
 
 def _sysfs_key(sysfs_root):
@@ -137,7 +172,7 @@ def write_settings(settings, config_file, settings_file, keys=None):
     if keys is None:
         keys = (_config_key(config_file), _sysfs_key(settings.sysfs_root))
     directory = os.path.dirname(settings_file)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    statedir.ensure_dir(directory)
     fileutil.write_atomic(settings_file, json.dumps(
         _settings_to_json(settings, config_file, *keys), indent=1,
         sort_keys=True), mode=0o600)
@@ -148,9 +183,13 @@ def load_settings(config_file, settings_file=None):
     configuration (and the snapshot rewritten).  Returns ``(settings,
     note)``; ``note`` says why the snapshot was not used, or None."""
     if settings_file:
+        # The snapshot steers the root hook: its directory must be root's
+        # (statedir.check_dir) and the file a regular one, not a link.
+        directory = os.path.dirname(settings_file)
+        if os.path.lexists(directory):
+            statedir.check_dir(directory)
         try:
-            with open(settings_file, 'rb') as f:
-                raw = f.read(_MAX_SETTINGS_BYTES + 1)
+            raw = statedir.read_file(settings_file, _MAX_SETTINGS_BYTES)
             data = json.loads(raw) if len(raw) <= _MAX_SETTINGS_BYTES \
                 else None
         except FileNotFoundError:

@@ -20,6 +20,7 @@ type has no capacity at all is left out: Placement refuses an inventory of
 total 0.
 """
 
+from libvirt_gpu import bounds
 from libvirt_gpu import capacity
 from libvirt_gpu import objects
 from libvirt_gpu.placement import traits as traits_mod
@@ -48,7 +49,9 @@ def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True):
     """The child provider of one GPU, or None when it has no capacity."""
     name = gpu_provider_name(hostname, gpu.address)
     if enabled is not None:
-        total = capacity.vgpu_total(gpu, enabled)
+        # Placement keeps totals in 32-bit integers: never more than that
+        # (each type's count is bounded already, bounds.MAX_INSTANCES).
+        total = min(capacity.vgpu_total(gpu, enabled), bounds.PLACEMENT_MAX)
         if total < 1:
             return None
         inventory = tree.Inventory(enabled.resource_class, total=total)

@@ -5,7 +5,9 @@ the only code that opens files under the root) and turned into
 
 import os
 
+from libvirt_gpu import bounds
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu.sysfs import parsers
 from libvirt_gpu.sysfs import reader
@@ -134,8 +136,10 @@ class Sysfs(reader.Reader):
 
     def locality(self, address):
         """``(numa_node, local CPUs)`` of a PCI function: its node (None:
-        unknown, -1 or missing) and ``local_cpulist`` as a frozenset (empty
-        when missing or unreadable as a list)."""
+        unknown, -1 or missing) and ``local_cpulist`` as a
+        ``bounds.CpuList`` (empty when missing or unreadable as a list; its
+        bounds are checked before it is parsed, and it is never expanded).
+        """
         base = self.pci_dir(address)
         numa = self.read_int(os.path.join(base, 'numa_node'), optional=True,
                              minimum=-1)
@@ -143,7 +147,7 @@ class Sysfs(reader.Reader):
         try:
             cpus = objects.parse_cpulist(text, 'local_cpulist')
         except exception.InvalidInput:
-            cpus = frozenset()
+            cpus = objects.parse_cpulist('')
         return (None if numa is None or numa < 0 else numa), cpus
 
     #
@@ -304,6 +308,11 @@ class Sysfs(reader.Reader):
             available = parsers.parse_number(
                 self._read_in(tfd, real, path, 'available_instances'),
                 os.path.join(path, 'available_instances'))
+            if available > bounds.MAX_INSTANCES:
+                raise exception.SysfsBadNumber(
+                    path=os.path.join(path, 'available_instances'),
+                    expected='a number of at most %d' % bounds.MAX_INSTANCES,
+                    text=str(available)[:40])
             # static_cache: {model: {type id: (name, description, api)}}
             texts = (static_cache.setdefault(model, {})
                      if static_cache is not None and model is not None
@@ -326,10 +335,18 @@ class Sysfs(reader.Reader):
 
         Each entry is a link into the parent's tree
         (``../../../devices/pci0000:ae/0000:ae:00.0/0000:af:00.0/<uuid>``)
-        with ``mdev_type`` linking to the type directory.  ``skipped`` (a
-        list): an entry that cannot be read is left out and its SysfsError
-        appended; without it, the error is raised.
+        with ``mdev_type`` linking to the type directory.  One rule for
+        every reader (discovery, the allocator, reconcile, the hook): an
+        entry that cannot be read is left out, and its SysfsError appended
+        to ``skipped`` (a list) or, without one, logged as a warning.  One
+        bad entry costs only that entry.
         """
+        if skipped is None:
+            skipped = []
+            result = self.mdevs_by_parent(skipped)
+            for error in skipped:
+                logs.getLogger(__name__).warning('mdev skipped: %s', error)
+            return result
         base = os.path.join(self.root, *reader.MDEV_DEVICES)
         result = {}
         for name in self.listdir(base, optional=True):
@@ -340,8 +357,6 @@ class Sysfs(reader.Reader):
             try:
                 found = self._mdev_entry(os.path.join(base, name), uuid)
             except exception.SysfsError as e:
-                if skipped is None:
-                    raise
                 skipped.append(e)
                 continue
             if found is not None:

@@ -32,9 +32,11 @@ import errno
 import os
 import stat
 
+from libvirt_gpu import bounds
 from libvirt_gpu import exception
 from libvirt_gpu import filetype
 from libvirt_gpu import objects
+from libvirt_gpu import safeopen
 from libvirt_gpu.sysfs import parsers
 
 PCI_DEVICES = ('bus', 'pci', 'devices')
@@ -49,6 +51,7 @@ TYPES_DIR = 'mdev_supported_types'
 MAX_ATTRIBUTE_BYTES = 65536
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FOLLOW_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -156,7 +159,9 @@ def _count_in(dir_fd, type_id, _open=os.open, _close=os.close,
     # bytes.isdigit: ASCII 0-9 only; at least one digit, as parse_number
     if not data.isdigit() or len(data) > _MAX_DIGITS:
         return None
-    return int(data)
+    count = int(data)
+    # past the bound: the thorough reader names the file and refuses it
+    return count if count <= bounds.MAX_INSTANCES else None
 
 
 _COUNT_FILE = '/available_instances'
@@ -382,10 +387,25 @@ class Reader(object):
 
         Raises SysfsWriteError carrying ``errno`` (the kernel's answer).
         """
-        real = self.resolved_under_root(path)
         try:
-            fd = os.open(real, _WRITE_FLAGS)
+            real = self.resolved_under_root(path)
+        except OSError as e:      # the tree changed under realpath
+            raise exception.SysfsWriteError(path=path, reason=e.strerror,
+                                            errno=e.errno)
+        # Opened by its real location relative to the root, walked without
+        # following a link (safeopen): a directory swapped for a link after
+        # the check above fails the open instead of leading outside.
+        try:
+            top = os.open(self.root, _ROOT_FLAGS)
+            try:
+                fd = safeopen.open_beneath(top,
+                                           os.path.relpath(real, self.root),
+                                           _WRITE_FLAGS)
+            finally:
+                os.close(top)
         except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EXDEV):
+                raise exception.UnsafePath(path=path, root=self.root)
             raise exception.SysfsWriteError(
                 path=path, reason=filetype.open_error(e, real),
                 errno=e.errno)

@@ -114,12 +114,17 @@ class TreeKernel(object):
         for uuid in (sorted(os.listdir(base)) if os.path.isdir(base)
                      else ()):
             real = os.path.realpath(os.path.join(base, uuid))
-            found.append(kernel_mod.KMdev(
-                uuid, os.path.basename(os.path.dirname(real)),
-                os.path.basename(os.readlink(os.path.join(real,
-                                                          'mdev_type'))),
-                int(os.path.basename(os.readlink(
-                    os.path.join(real, 'iommu_group'))))))
+            try:
+                found.append(kernel_mod.KMdev(
+                    uuid, os.path.basename(os.path.dirname(real)),
+                    os.path.basename(os.readlink(os.path.join(
+                        real, 'mdev_type'))),
+                    int(os.path.basename(os.readlink(
+                        os.path.join(real, 'iommu_group'))))))
+            except (OSError, ValueError):
+                # an entry a test planted that no kernel would make: not
+                # one of the kernel's mdevs
+                continue
         return found
 
     def _read(self, address, *names):

@@ -64,11 +64,14 @@ ONLY = {
     'capacity': (),
     'fileutil': (),
     'fanout': (),
+    'safeopen': (),
     'filetype': (),
     'textutil': (),
     'pciids': (),
-    'objects': ('exception', 'records'),
+    'objects': ('exception', 'records', 'bounds'),
     'xmlutil': ('exception',),
+    'statedir': ('exception', 'filetype'),
+    'bounds': ('exception',),
     'xmledit': ('exception', 'xmlutil'),
     'backends.nvidia_vgpu.names': (),
 }
@@ -77,9 +80,9 @@ ONLY = {
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
-    ('exception', 'records', 'logs'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil', 'fanout'),
-    ('xmlutil', 'xmledit', 'conffile', 'enablement'),
+    ('exception', 'records', 'logs', 'bounds'), ('objects',), ('capacity',),
+    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen'),
+    ('xmlutil', 'statedir', 'xmledit', 'conffile', 'enablement'),
     ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),

@@ -65,6 +65,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import statedir
 
 
 STATE_NAME = 'nvidia-vgpu.json'
@@ -245,9 +246,9 @@ class VendorState(object):
     @contextlib.contextmanager
     def locked(self):
         """``{uuid: VendorVgpu}`` to read and change; saved on exit."""
-        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                     0o600)
+        # the state directory only root steers; no link, no FIFO (statedir)
+        statedir.ensure_dir(self.state_dir)
+        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             entries = self._load()
@@ -268,8 +269,7 @@ class VendorState(object):
 
     def _load(self):
         try:
-            with open(self.path, 'rb') as f:
-                raw = f.read(_MAX_STATE_BYTES + 1)
+            raw = statedir.read_file(self.path, _MAX_STATE_BYTES)
         except FileNotFoundError:
             return {}
         except OSError as e:
