@@ -417,8 +417,13 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
             return _named(from_libvirt(h, sysfs), pci_ids)
     try:
         with host_mod.Host(default_uri, read_only=True) as h:
-            return _named(from_libvirt(h, _sysfs_beside(
-                default_uri, None, default_sysfs_root)), pci_ids)
+            # The configuration names this host's libvirt and its sysfs
+            # together ([libvirt]/connection_uri, [DEFAULT]/sysfs_root):
+            # they describe one host, whatever the URI's form (a test:///
+            # file of a simulated host, say).  Only a URI given on the
+            # command line may name another host.
+            return _named(from_libvirt(h, sysfs_mod.Sysfs(
+                default_sysfs_root)), pci_ids)
     except exception.LibvirtUnavailable as e:
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
                     e, default_sysfs_root)
