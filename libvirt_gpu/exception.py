@@ -196,3 +196,7 @@ class DeviceNotAttached(LibvirtGpuError):
 
 class LibvirtTimeout(LibvirtError):
     msg_fmt = "libvirt: %(reason)s (timed out; worth retrying)"
+
+
+class ListenError(LibvirtGpuError):
+    msg_fmt = "cannot listen on %(address)s port %(port)d: %(reason)s"

@@ -25,6 +25,7 @@ class HookLog(object):
         self.lines = []
         self.dropped = 0
         self.path = None
+        self.errors = 0
 
     def _keep(self, line, printed=None):
         """Keep ``line`` (and print ``printed`` to stderr) unless this call
@@ -42,11 +43,25 @@ class HookLog(object):
         self._keep(message)
 
     def error(self, message):
+        self.errors += 1
         self._keep('ERROR: ' + message, 'libvirt-gpu: %s' % message)
 
     def warning(self, message):
         self._keep('WARNING: ' + message,
                    'libvirt-gpu: warning: %s' % message)
+
+    def record(self, timer, state_dir, outcome):
+        """Count this call (``figures.HookTimer``) in ``state_dir`` for
+        ``libvirt-gpu exporter``; nothing before the settings named the
+        state directory (``state_dir`` None).  A directory that cannot be
+        written costs a warning, never the call."""
+        if state_dir is None:
+            return
+        try:
+            timer.done(state_dir, outcome)
+        except OSError as e:
+            self.warning('cannot record the hook\'s figures in %s: %s'
+                         % (state_dir, e.strerror))
 
     def flush(self):
         if self.dropped:

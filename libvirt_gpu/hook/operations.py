@@ -10,6 +10,7 @@ from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
+from libvirt_gpu import figures
 from libvirt_gpu.hook import log as log_mod
 from libvirt_gpu.hook import settings as settings_mod
 from libvirt_gpu import metadata
@@ -243,6 +244,7 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     if operation not in HANDLED:
         return 0
     failure_rc = 1 if operation == PREPARE else 0
+    timer = figures.HookTimer(operation)
     try:
         req = parse_request(operation, data)
     except exception.InvalidInput as e:
@@ -251,18 +253,23 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
         return failure_rc
     if not req.ours:
         return 0
+    state_dir, outcome = None, figures.ERROR
     try:
         settings, note = settings_mod.load_settings(config_file,
                                                     settings_file)
-        log.path = os.path.join(settings.state_dir, log_mod.LOG_NAME)
+        state_dir = settings.state_dir
+        log.path = os.path.join(state_dir, log_mod.LOG_NAME)
         if note:
             log.info(note)
         env = environment.Environment.for_hook(
             settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
             mdevctl_dir=mdevctl_dir)
         hook = Hook(env, log)
-        return getattr(hook, operation)(req)
+        rc = getattr(hook, operation)(req)
+        outcome = figures.ERROR if log.errors else figures.OK
+        return rc
     except exception.LibvirtGpuError as e:
+        outcome = figures.REFUSED if operation == PREPARE else figures.ERROR
         verb = {PREPARE: 'cannot start', RELEASE: 'cannot clean up after',
                 RECONNECT: 'cannot check'}[operation]
         log.error('%s domain %s: %s' % (verb, req.label, e))
@@ -272,4 +279,5 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
                   % (operation, req.label, type(e).__name__, e))
         return failure_rc
     finally:
+        log.record(timer, state_dir, outcome)
         log.flush()

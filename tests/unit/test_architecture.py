@@ -28,7 +28,7 @@ PACKAGE = 'libvirt_gpu'
 
 # The entry points: they receive an environment.Environment and drive the
 # rooms below; only the CLI (cmd) reaches them.
-ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'cmd')
+ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'exporter', 'cmd')
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
@@ -55,6 +55,7 @@ ONLY = {
     'logs': (),
     'capacity': (),
     'fileutil': (),
+    'figures': (),
     'fanout': (),
     'filetype': (),
     'textutil': (),
@@ -68,13 +69,13 @@ ONLY = {
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
     ('exception', 'records', 'logs'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil', 'fanout'),
+    ('fileutil', 'filetype', 'textutil', 'fanout', 'figures'),
     ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
     ('backends',), ('state',), ('allocator',), ('placement',),
     ('environment',), ('api',), ('hook',), ('reconcile',), ('restore',),
-    ('agent',), ('simulator',), ('cmd',),
+    ('agent',), ('exporter',), ('simulator',), ('cmd',),
 )
 # discovery completes the types of VFs with NVIDIA's vendor interface from
 # that kind's table of types per GPU model (inside a function).
