@@ -42,7 +42,7 @@ PGPU = 'pgpu'
 VGPU = 'vgpu'
 NO_LEASE = 'none'
 # the parts of a scrape, each read on its own (read_ok)
-PARTS = ('host', 'leases', 'libvirt', 'reconcile', 'hook', 'jobs', 'nvml')
+PARTS = ('host', 'leases', 'libvirt', 'reconcile', 'hook', 'tasks', 'nvml')
 
 
 @records.record
@@ -144,11 +144,11 @@ class HostCollector(object):
             env.state_dir))
         if hook is not None:
             yield from hook_families(hook)
-        jobs = scrape.part('jobs', lambda: {
-            job: figures.outcome(env.state_dir, job)
-            for job in figures.JOBS})
-        if jobs is not None:
-            yield from job_families(jobs)
+        tasks = scrape.part('tasks', lambda: {
+            task: figures.outcome(env.state_dir, task)
+            for task in figures.TASKS})
+        if tasks is not None:
+            yield from task_families(tasks)
         if self.nvml is not None:
             usage = scrape.part('nvml', self.nvml.usage)
             if usage:
@@ -370,35 +370,37 @@ def _le(bound):
     return '+Inf' if bound == float('inf') else repr(float(bound))
 
 
-def job_families(jobs):
-    """The last Placement sync and restore (``figures.outcome``)."""
-    runs = prom.CounterMetricFamily(P + 'job_runs', 'Runs of the job',
-                                    labels=['job'])
-    failures = prom.CounterMetricFamily(P + 'job_failures', 'Runs that '
-                                        'failed', labels=['job'])
-    changes = prom.CounterMetricFamily(P + 'job_changes', 'Changes the '
-                                       'job made (Placement writes, '
-                                       'restore actions)', labels=['job'])
-    last_changes = _gauge('job_last_changes', 'Changes the last successful '
-                          'run made', ['job'])
-    success = _gauge('job_last_success_timestamp_seconds', 'When the job '
-                     'last succeeded (Unix time)', ['job'])
-    failed = _gauge('job_last_error_timestamp_seconds', 'When the job last '
-                    'failed (Unix time)', ['job'])
-    error = _gauge('job_last_error_info', 'The last error of the job '
-                   '(value 1)', ['job', 'error'])
-    for job, doc in sorted(jobs.items()):
+def task_families(tasks):
+    """The last Placement sync and restore (``figures.outcome``), by
+    ``task`` (not ``job``: Prometheus gives every series the ``job`` of
+    its scrape)."""
+    runs = prom.CounterMetricFamily(P + 'task_runs', 'Runs of the task',
+                                    labels=['task'])
+    failures = prom.CounterMetricFamily(P + 'task_failures', 'Runs that '
+                                        'failed', labels=['task'])
+    changes = prom.CounterMetricFamily(P + 'task_changes', 'Changes the '
+                                       'task made (Placement writes, '
+                                       'restore actions)', labels=['task'])
+    last_changes = _gauge('task_last_changes', 'Changes the last successful '
+                          'run made', ['task'])
+    success = _gauge('task_last_success_timestamp_seconds', 'When the task '
+                     'last succeeded (Unix time)', ['task'])
+    failed = _gauge('task_last_error_timestamp_seconds', 'When the task last '
+                    'failed (Unix time)', ['task'])
+    error = _gauge('task_last_error_info', 'The last error of the task '
+                   '(value 1)', ['task', 'error'])
+    for task, doc in sorted(tasks.items()):
         if doc is None:
             continue
-        runs.add_metric([job], int(doc.get('runs', 0)))
-        failures.add_metric([job], int(doc.get('failures', 0)))
-        changes.add_metric([job], int(doc.get('changes_total', 0)))
-        last_changes.add_metric([job], int(doc.get('last_changes', 0)))
+        runs.add_metric([task], int(doc.get('runs', 0)))
+        failures.add_metric([task], int(doc.get('failures', 0)))
+        changes.add_metric([task], int(doc.get('changes_total', 0)))
+        last_changes.add_metric([task], int(doc.get('last_changes', 0)))
         if doc.get('last_success') is not None:
-            success.add_metric([job], float(doc['last_success']))
+            success.add_metric([task], float(doc['last_success']))
         if doc.get('last_error_time') is not None:
-            failed.add_metric([job], float(doc['last_error_time']))
-            error.add_metric([job, str(doc.get('last_error'))], 1)
+            failed.add_metric([task], float(doc['last_error_time']))
+            error.add_metric([task, str(doc.get('last_error'))], 1)
     return runs, failures, changes, last_changes, success, failed, error
 
 

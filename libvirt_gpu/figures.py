@@ -20,7 +20,7 @@ does, so a scrape cannot hold up a guest start.
 ``counts`` has one entry per bucket (calls that took at most that many
 seconds and more than the bucket before) and a last one for longer calls.
 
-``<state_dir>/outcome-<job>.json`` (``placement-sync``, ``restore``)::
+``<state_dir>/outcome-<task>.json`` (``placement-sync``, ``restore``)::
 
     {"version": 1, "runs": 5, "failures": 1, "last_run": 1700000000.0,
      "last_success": 1700000000.0, "last_error": null,
@@ -39,7 +39,7 @@ HOOK_LOCK = 'hook-figures.lock'
 OUTCOME = 'outcome-%s.json'
 PLACEMENT_SYNC = 'placement-sync'
 RESTORE = 'restore'
-JOBS = (PLACEMENT_SYNC, RESTORE)
+TASKS = (PLACEMENT_SYNC, RESTORE)
 # Upper bounds, in seconds, of the hook's latency histogram: a call that
 # finds nothing to do takes about a millisecond, a prepare that creates
 # vGPUs tens of milliseconds, one that waits for the lease lock longer.
@@ -106,8 +106,12 @@ def record_hook_call(state_dir, operation, outcome, seconds):
     of ``OUTCOMES``) after ``seconds``.  Raises OSError when the state
     directory cannot be written (the hook logs it and goes on)."""
     path = os.path.join(state_dir, HOOK_FIGURES)
-    fd = os.open(os.path.join(state_dir, HOOK_LOCK),
-                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    lock = os.path.join(state_dir, HOOK_LOCK)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         doc = _read(path)
@@ -160,12 +164,12 @@ def hook_figures(state_dir):
     return found
 
 
-def record_outcome(state_dir, job, error=None, changes=0, now=None):
-    """Record one run of ``job`` (``JOBS``): ``error`` (text) when it
+def record_outcome(state_dir, task, error=None, changes=0, now=None):
+    """Record one run of ``task`` (``TASKS``): ``error`` (text) when it
     failed, else how many ``changes`` it made.  Never raises for a state
     directory that cannot be written: the figures are for watching, the
-    job's own result is what counts."""
-    path = os.path.join(state_dir, OUTCOME % job)
+    task's own result is what counts."""
+    path = os.path.join(state_dir, OUTCOME % task)
     now = time.time() if now is None else now
     doc = _read(path) or {'version': VERSION, 'runs': 0, 'failures': 0,
                           'last_success': None, 'last_error': None,
@@ -189,6 +193,6 @@ def record_outcome(state_dir, job, error=None, changes=0, now=None):
     return True
 
 
-def outcome(state_dir, job):
-    """The recorded outcome document of ``job``, or None."""
-    return _read(os.path.join(state_dir, OUTCOME % job))
+def outcome(state_dir, task):
+    """The recorded outcome document of ``task``, or None."""
+    return _read(os.path.join(state_dir, OUTCOME % task))

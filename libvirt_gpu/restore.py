@@ -46,6 +46,7 @@ from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import environment
 from libvirt_gpu import exception
+from libvirt_gpu import figures
 from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import records
@@ -455,8 +456,22 @@ class Restore(object):
 
 
 def restore(sysfs, state_dir, vf_pfs=(), **kwargs):
-    """Run every step (see the module doc); returns a RestoreReport."""
-    return Restore(sysfs, state_dir, **kwargs).run(vf_pfs)
+    """Run every step (see the module doc); returns a RestoreReport.  A
+    run that is not a dry run leaves its outcome for ``libvirt-gpu
+    exporter`` (``figures``)."""
+    dry_run = kwargs.get('dry_run', False)
+    try:
+        report = Restore(sysfs, state_dir, **kwargs).run(vf_pfs)
+    except exception.LibvirtGpuError as e:
+        if not dry_run:
+            figures.record_outcome(state_dir, figures.RESTORE, error=e)
+        raise
+    if not dry_run:
+        figures.record_outcome(
+            state_dir, figures.RESTORE, changes=len(report.changed),
+            error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
+                             for a in report.failed) or None))
+    return report
 
 
 def lease_owner_check(state_dir, uri):
