@@ -40,6 +40,10 @@ OUTCOME = 'outcome-%s.json'
 PLACEMENT_SYNC = 'placement-sync'
 RESTORE = 'restore'
 TASKS = (PLACEMENT_SYNC, RESTORE)
+# The hook's operations, each served from the first scrape on (at 0), so
+# that the first error is an increase Prometheus sees (kept equal to
+# hook.HANDLED by a test).
+OPERATIONS = ('prepare', 'release', 'reconnect')
 # Upper bounds, in seconds, of the hook's latency histogram: a call that
 # finds nothing to do takes about a millisecond, a prepare that creates
 # vGPUs tens of milliseconds, one that waits for the lease lock longer.
@@ -95,9 +99,7 @@ def _operation(doc, operation):
     entry = ops.get(operation)
     if not (isinstance(entry, dict) and isinstance(entry.get('counts'), list)
             and len(entry['counts']) == len(BUCKETS) + 1):
-        entry = ops[operation] = {'calls': 0, 'refusals': 0, 'errors': 0,
-                                  'seconds_sum': 0.0,
-                                  'counts': [0] * (len(BUCKETS) + 1)}
+        entry = ops[operation] = _zero()
     return entry
 
 
@@ -143,13 +145,18 @@ class HookTimer(object):
                          time.monotonic() - self.started)
 
 
+def _zero():
+    return {'calls': 0, 'refusals': 0, 'errors': 0, 'seconds_sum': 0.0,
+            'counts': [0] * (len(BUCKETS) + 1)}
+
+
 def hook_figures(state_dir):
     """``{operation: {calls, refusals, errors, seconds_sum, counts}}`` as
-    recorded (empty when nothing is), and the bucket bounds."""
+    recorded, every one of ``OPERATIONS`` at least (at 0)."""
+    found = {operation: _zero() for operation in OPERATIONS}
     doc = _read(os.path.join(state_dir, HOOK_FIGURES))
     if doc is None or doc.get('buckets') != list(BUCKETS):
-        return {}
-    found = {}
+        return found
     for operation, entry in sorted(doc.get('operations', {}).items()):
         try:
             counts = [int(c) for c in entry['counts']]

@@ -78,7 +78,8 @@ def test_hook_calls_are_counted_by_operation_and_outcome(host):
     found = figures.hook_figures(host.state_dir)
     assert {op: (e['calls'], e['refusals'], e['errors'])
             for op, e in found.items()} == {'prepare': (2, 1, 0),
-                                            'release': (1, 0, 0)}
+                                            'release': (1, 0, 0),
+                                            'reconnect': (0, 0, 0)}
     assert sum(found['prepare']['counts']) == 2
     assert found['prepare']['seconds_sum'] > 0
 
@@ -98,7 +99,8 @@ def test_an_internal_error_counts_as_an_error(host, monkeypatch):
 def test_refused_input_is_not_counted_before_the_state_dir_is_known(host):
     rc, _ = host.run('prepare', b'<domain><nope')
     assert rc == 1
-    assert figures.hook_figures(host.state_dir) == {}
+    path = os.path.join(host.state_dir, figures.HOOK_FIGURES)
+    assert not os.path.exists(path)
 
 
 def test_a_state_dir_that_cannot_be_written_costs_a_warning(host):
@@ -109,6 +111,11 @@ def test_a_state_dir_that_cannot_be_written_costs_a_warning(host):
     assert rc == 0
     assert "cannot record the hook's figures" in err
     assert u1 in host.mdevs()
+
+
+def test_the_operations_served_are_the_hooks():
+    from libvirt_gpu import hook
+    assert figures.OPERATIONS == hook.HANDLED
 
 
 def _record_many(state_dir, n):
@@ -132,7 +139,7 @@ def test_concurrent_hook_calls_lose_no_count(tmp_path):
 def test_a_damaged_figures_file_reads_as_nothing_and_is_rewritten(tmp_path):
     path = tmp_path / figures.HOOK_FIGURES
     path.write_text('{"version": 1, "buckets": [1]')
-    assert figures.hook_figures(str(tmp_path)) == {}
+    assert figures.hook_figures(str(tmp_path))['release']['calls'] == 0
     figures.record_hook_call(str(tmp_path), 'release', figures.ERROR, 0.2)
     assert figures.hook_figures(str(tmp_path))['release']['errors'] == 1
 
