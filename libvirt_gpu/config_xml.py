@@ -39,24 +39,15 @@ import sys
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import xmlutil
 
 PCI_HOSTDEV = 'hostdev-pci.xml'
 MDEV_HOSTDEV = 'hostdev-mdev.xml'
 MDEV_NODEDEV = 'nodedev-mdev.xml'
 
 _templates = {}
-# xml.sax.saxutils would do, but it imports urllib (and with it http, email
-# and ssl): ~40 ms of the qemu hook's time.
-_ESCAPES = (('&', '&amp;'), ('<', '&lt;'), ('>', '&gt;'), ("'", '&apos;'),
-            ('"', '&quot;'))
-
-
-def escape(value):
-    """``value`` made safe for XML text and quoted attributes."""
-    value = str(value)
-    for char, entity in _ESCAPES:
-        value = value.replace(char, entity)
-    return value
+# One escape for every XML we write (xmlutil's, kept light for the hook).
+escape = xmlutil.escape
 
 
 def template_dirs():

@@ -164,8 +164,20 @@ def with_vendor_vf(gpu, sysfs):
     not support mdev), so only VFs without mdev types are looked at."""
     if gpu.physfn is None or gpu.mdev_types or gpu.vendor_vf is not None:
         return gpu
-    state = sysfs.read_vendor_vf(gpu.address)
+    state = read_function(sysfs, gpu.address)
     return gpu if state is None else records.replace(gpu, vendor_vf=state)
+
+
+def read_function(sysfs, address):
+    """The ``objects.VendorVf`` the first registered vGPU kind reads on the
+    VF ``address`` (``VgpuKind.read_function``), or None."""
+    # Imported here: discovery sits below the kinds (the one door up).
+    from libvirt_gpu.backends import registry
+    for kind in registry.kind_classes():
+        state = kind.read_function(sysfs, address)
+        if state is not None:
+            return state
+    return None
 
 
 def group_sriov(gpus):
@@ -177,9 +189,10 @@ def group_sriov(gpus):
             continue
         vfs = [by_address[a] for a in pf.virtfns if a in by_address]
         if any(vf.vendor_vf is not None for vf in vfs):
-            # Imported here: only hosts with the vendor interface need it.
-            from libvirt_gpu.backends import nvidia_vgpu
-            vfs = nvidia_vgpu.complete_types(pf, vfs)
+            # Imported here: discovery sits below the kinds.
+            from libvirt_gpu.backends import registry
+            for kind in registry.kind_classes():
+                vfs = kind.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
         by_address[pf.address] = records.replace(pf, vf_gpus=tuple(vfs))
@@ -192,11 +205,11 @@ def _supplement(gpu, sysfs):
     libvirt has no type descriptions, and its test driver (unlike the udev
     backend of a real daemon) keeps no ``<driver>``.
     """
-    if sysfs is None or not os.path.isdir(sysfs.pci_dir(gpu.address)):
+    if sysfs is None or not sysfs.isdir(sysfs.pci_dir(gpu.address)):
         return gpu
     changes = {}
     if gpu.physfn is not None and not gpu.mdev_types:
-        state = sysfs.read_vendor_vf(gpu.address)
+        state = read_function(sysfs, gpu.address)
         if state is not None:
             changes['vendor_vf'] = state
     if gpu.driver is None:
@@ -206,7 +219,7 @@ def _supplement(gpu, sysfs):
         changes['local_cpulist'] = sysfs.read(
             os.path.join(sysfs.pci_dir(gpu.address), 'local_cpulist'),
             optional=True)
-    if gpu.mdev_types and os.path.isdir(sysfs.types_dir(gpu.address)):
+    if gpu.mdev_types and sysfs.isdir(sysfs.types_dir(gpu.address)):
         skipped = []
         descriptions = {t.id: t.description
                         for t in sysfs.mdev_types(gpu.address,
@@ -259,7 +272,7 @@ def _with_libvirt_group(gpu, functions, sysfs):
             address=address, vendor_id=None, product_id=None,
             class_code=None, driver=None)
         if function.driver is None and sysfs is not None \
-                and os.path.isdir(sysfs.pci_dir(address)):
+                and sysfs.isdir(sysfs.pci_dir(address)):
             function = records.replace(function, driver=sysfs.link_name(
                 os.path.join(sysfs.pci_dir(address), 'driver')))
         members.append(function)

@@ -13,9 +13,9 @@ use and kept:
                each GPU, resolved against this host
 ``allocator``  ``allocator.Allocator`` of the above
 
-The API, the hook, reconcile, restore, the agent and the CLI receive one and
-wire nothing themselves.  ``from_conf`` builds it from oslo.config (the CLI,
-the API, the agent); ``for_hook`` from the hook's settings snapshot, without
+reconcile and restore receive one and wire nothing themselves; the API
+takes one or builds it.  ``from_conf`` builds it from oslo.config (the CLI,
+the API); ``for_hook`` from the hook's settings snapshot, without
 importing oslo.config or libvirt (the hook runs on every guest start).
 """
 
@@ -79,6 +79,18 @@ class Environment(object):
         """The hook's host: its settings snapshot, no libvirt."""
         return cls(state_dir=settings.state_dir, sysfs=sysfs,
                    mdevctl_dir=mdevctl_dir, enabled=settings.enabled)
+
+    def replace(self, **changes):
+        """The same host with ``changes`` (arguments of the constructor);
+        the parts given or built so far are kept unless changed, the
+        others are built again on first use."""
+        args = dict(state_dir=self.state_dir, sysfs=self.__dict__.get('sysfs'),
+                    sysfs_root=self.sysfs_root, mdevctl_dir=self.mdevctl_dir,
+                    host=self.host, conf=self.conf,
+                    enabled=self.__dict__.get('enabled'), kinds=self._kinds,
+                    remove_timeout=self.remove_timeout)
+        args.update(changes)
+        return type(self)(**args)
 
     # -- the parts, built on first use and kept -------------------------
 

@@ -17,10 +17,17 @@ def _ignore_error(_ctx, _err):
     are raised as exceptions and reported once, by the caller."""
 
 
-libvirt.registerErrorHandler(_ignore_error, None)
-
-
 class Host(object):
+    """A libvirt connection this program opens (``connect``), or one a
+    caller lends (``from_connection``).
+
+    libvirt's error handler is the process's: it is set (to print
+    nothing, since every error is raised and reported once by the caller)
+    only when a ``Host`` opens its own connection, the way nova's
+    ``Host`` does when the driver starts, never when this module is
+    imported, so that a program using the API with its own connection
+    keeps its own handler.
+    """
 
     def __init__(self, uri, read_only=False):
         self.uri = uri
@@ -29,6 +36,7 @@ class Host(object):
 
     def connect(self):
         if self._conn is None:
+            libvirt.registerErrorHandler(_ignore_error, None)
             try:
                 if self.read_only:
                     self._conn = libvirt.openReadOnly(self.uri)

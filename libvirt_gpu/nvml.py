@@ -21,11 +21,11 @@ answers with "Not Supported" (the vGPU queries on a GPU that is not on a
 vGPU host driver) leaves that field None or empty.
 """
 
-import os
 
 from libvirt_gpu import exception
 from libvirt_gpu import logs
 from libvirt_gpu import objects
+from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logs.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class Nvml(object):
         return tuple(types)
 
 
-HOST_SYSFS = '/sys'
+HOST_SYSFS = sysfs_mod.HOST_ROOT
 
 
 def source(setting, module=None, sysfs_root=HOST_SYSFS):
@@ -163,6 +163,6 @@ def source(setting, module=None, sysfs_root=HOST_SYSFS):
             reason='[gpu]/nvml must be one of %s, not %r'
             % (', '.join(CHOICES), setting))
     if module is None and sysfs_root is not None and \
-            os.path.realpath(sysfs_root) != HOST_SYSFS:
+            not sysfs_mod.Sysfs.is_host_sysfs(sysfs_root):
         return None
     return Nvml(module)

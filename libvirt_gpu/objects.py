@@ -131,7 +131,7 @@ def parse_description(description):
 class VgpuType:
     """A vGPU type a PCI function offers: one entry of a parent's
     ``mdev_supported_types`` (the classic mdev kind), or one of the vendor
-    interface's (``nvidia/creatable_vgpu_types``, see ``VendorVf``)."""
+    interface's (``nvidia/CREATABLE_TYPES``, see ``VendorVf``)."""
 
     id: str
     name: str | None
@@ -281,12 +281,13 @@ class Gpu:
 
     @property
     def vgpu_interface(self):
-        """How vGPUs are made on this physical GPU: ``'nvidia'`` (vGPU 17+
-        vendor interface on its VFs), ``'mdev'`` (classic mdev, on the GPU
-        or on its VFs), or None."""
+        """How vGPUs are made on this physical GPU: the vendor interface of
+        its VFs (``'nvidia'``: vGPU 17+; another kind's name), ``'mdev'``
+        (classic mdev, on the GPU or on its VFs), or None."""
         functions = self.functions
-        if any(f.vendor_vf is not None for f in functions):
-            return VENDOR_INTERFACE
+        for f in functions:
+            if f.vendor_vf is not None:
+                return f.vendor_vf.interface
         if any(f.mdev_types for f in functions):
             return MDEV_INTERFACE
         return None
@@ -343,7 +344,7 @@ def vendor_type_id(number):
 
 
 def vendor_type_number(type_id):
-    """``'nvidia-1145'`` -> ``1145`` (what ``current_vgpu_type`` takes)."""
+    """``'nvidia-1145'`` -> ``1145`` (what ``CURRENT_TYPE`` takes)."""
     validate_type_id(type_id)
     digits = type_id[len(VENDOR_TYPE_PREFIX):]
     if not type_id.startswith(VENDOR_TYPE_PREFIX) or not digits.isdigit() \
@@ -359,19 +360,19 @@ def _richer(candidate, best):
 
 @records.record
 class VendorVf:
-    """NVIDIA's vGPU 17+ vendor interface of one SR-IOV VF::
-
-        <VF>/nvidia/creatable_vgpu_types   ID    : vGPU Name
-                                           1145  : NVIDIA L40S-1B
-        <VF>/nvidia/current_vgpu_type      0 (none) or 1145
+    """A vendor interface of one SR-IOV VF, read by the vGPU kind whose
+    interface it is (``VgpuKind.read_function``): NVIDIA's vGPU 17+ one
+    (``interface`` ``'nvidia'``, ``backends/nvidia_vgpu``) or another
+    kind's.  The VF holds at most one vGPU and goes to the guest whole.
 
     ``creatable``: the types that can be created on this VF now (as
-    VgpuType records, id ``nvidia-<n>``, available_instances 1).
+    VgpuType records, available_instances 1).
     ``current``: the type of the vGPU the VF holds, or None.
     """
 
     creatable: tuple[VgpuType, ...] = ()
     current: VgpuType | None = None
+    interface: str = VENDOR_INTERFACE
 
     @property
     def types(self):

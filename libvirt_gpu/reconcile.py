@@ -19,7 +19,7 @@ it, and a domain whose XML cannot be read (then no unleased mdev is
 removed: we could not prove nobody references it).
 
 vGPUs of NVIDIA's vGPU 17+ vendor interface are judged the same way: the
-ones our state file records that exist now (a VF's ``current_vgpu_type``)
+ones our state file records that exist now (a VF's ``CURRENT_TYPE``)
 count as "mdevs", a persistent one (``define``) as an mdevctl definition,
 and removing one writes 0 to its VF (``backends.registry``).
 
@@ -39,7 +39,6 @@ import os
 import threading
 import time
 
-from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import records
@@ -52,6 +51,8 @@ WOULD_REPAIR = 'would repair'
 KEPT = 'kept'
 STUCK = 'stuck'
 CONFLICT = 'conflict'
+# Seconds a removal may take, where the Environment does not say.
+REMOVE_TIMEOUT = 15.0
 
 
 @records.record
@@ -197,11 +198,12 @@ def check_connection(host):
                    'qemu:///system with -c' % uri)
 
 
-def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
-              remove_timeout=15.0, mdevctl_dir=environment.MDEVCTL_DIR,
-              use_libvirt=True, covered=(), on_plan=None):
-    """Repair what can be repaired (nothing when ``dry_run``); a Report of
-    every finding.
+def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
+              on_plan=None):
+    """Repair what can be repaired on the host ``env`` (an
+    ``environment.Environment`` with its libvirt ``host``; nothing when
+    ``dry_run``); a Report of every finding.  A removal may take
+    ``env.remove_timeout`` seconds (``REMOVE_TIMEOUT`` when it is None).
 
     ``covered``: the physical GPUs (``PciAddress``) the configuration
     enables; an mdev nobody leased is judged only on those (or when it is
@@ -209,11 +211,13 @@ def reconcile(host, sysfs, store, dry_run=False, stuck_after=300.0,
     what someone else made on a GPU we do not manage.  ``on_plan(findings)``
     is called with what will be removed before anything is.
     """
+    host = env.host
     check_connection(host)
     covered = frozenset(objects.PciAddress.parse(a) for a in covered)
-    env = environment.Environment(
-        store.state_dir, sysfs=sysfs, host=host if use_libvirt else None,
-        mdevctl_dir=mdevctl_dir, remove_timeout=remove_timeout)
+    if env.remove_timeout is None:
+        env = env.replace(remove_timeout=REMOVE_TIMEOUT)
+    remove_timeout, mdevctl_dir = env.remove_timeout, env.mdevctl_dir
+    store = env.store
     backend = env.vgpus
     started = time.time()
     mdevs_before = _all_mdevs(backend)

@@ -7,7 +7,8 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
 1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
    the PFs named by ``[vgpu_<type>]/device_addresses`` (every NVIDIA
    SR-IOV PF on the ``nvidia`` driver when an enabled type names no
-   addresses) and the GPUs our vendor-interface state mentions.  A PF with
+   addresses) and the GPUs the kinds' own records mention
+   (``VgpuKind.recorded_gpus``).  A PF with
    ``sriov_numvfs`` 0 gets all of ``sriov_totalvfs``::
 
        bus/pci/devices/0000:41:00.0/sriov_numvfs  <-  16
@@ -25,8 +26,8 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    their guest's hook to create.
 3. **Vendor-interface vGPUs** our state file (``<state_dir>/
    nvidia-vgpu.json``) marks ``auto`` are created on their VF again, with
-   their ``vgpu_params``.
-4. **Stale vGPUs.**  A VF whose ``current_vgpu_type`` is set for one of our
+   their plugin parameters.
+4. **Stale vGPUs.**  A VF whose ``CURRENT_TYPE`` is set for one of our
    transient vGPUs whose owner (the domain of its lease) is not running is
    reset to 0; a transient state entry whose VF holds nothing is
    forgotten.  vGPUs that are not ours are reported, never touched;
@@ -43,13 +44,13 @@ import subprocess
 import time
 
 from libvirt_gpu.backends import base
-from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import figures
 from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import records
+from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logs.getLogger(__name__)
 
@@ -130,9 +131,10 @@ def _is_sriov_pf(sysfs, address):
     return bool(total) and sysfs.physfn(address) is None
 
 
-def vf_targets(conf, sysfs, state_dir=None):
-    """PF addresses whose VFs restore enables (step 1 of the module doc),
-    sorted."""
+def vf_targets(env):
+    """PF addresses whose VFs restore enables on the host ``env`` (step 1
+    of the module doc), sorted."""
+    conf, sysfs = env.conf, env.sysfs
     targets = set()
     everywhere = False
     for type_id in conf.gpu.enabled_vgpu_types:
@@ -162,11 +164,9 @@ def vf_targets(conf, sysfs, state_dir=None):
             driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
             if driver == 'nvidia' and _is_sriov_pf(sysfs, address):
                 targets.add(address)
-    if state_dir:
-        for entry in nvidia_vgpu.VendorState(state_dir).read().values():
-            if entry.gpu is not None:
-                targets.add(entry.gpu)
-    return sorted(t for t in targets if os.path.isdir(sysfs.pci_dir(t))
+    for kind in env.vgpus.kinds:
+        targets.update(kind.recorded_gpus())
+    return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
                   and _is_sriov_pf(sysfs, t))
 
 
@@ -175,10 +175,9 @@ def vf_targets(conf, sysfs, state_dir=None):
 class Restore(object):
     """One restore run.
 
-    :param sysfs: the host's ``Sysfs``.
-    :param state_dir: ``[DEFAULT]/state_dir``.
-    :param mdevctl_dir: where mdevctl keeps definitions (tests use a
-        temporary directory).
+    :param env: the host (``environment.Environment``: its sysfs, state
+        directory, mdevctl's directory, its vGPU kinds; no libvirt:
+        restore runs before libvirtd).
     :param owner_running: ``f(uuid) -> True | False | None``: whether the
         guest that holds our vGPU ``uuid`` runs (None: cannot tell).
     :param sriov_manage: path of NVIDIA's script, or None to write
@@ -187,28 +186,18 @@ class Restore(object):
         vGPU interface (the driver registers them after the VFs appear).
     """
 
-    def __init__(self, sysfs, state_dir, mdevctl_dir=MDEVCTL_DIR,
-                 owner_running=None, sriov_manage=None, settle_timeout=30.0,
-                 mdev_backend=None, dry_run=False):
+    def __init__(self, env, owner_running=None, sriov_manage=None,
+                 settle_timeout=30.0, dry_run=False):
         self.dry_run = dry_run
-        self.sysfs = sysfs
-        self.state_dir = state_dir
-        self.mdevctl_dir = mdevctl_dir
+        self.env = env
+        self.sysfs = env.sysfs
+        self.state_dir = env.state_dir
+        self.mdevctl_dir = env.mdevctl_dir
         self.owner_running = owner_running or (lambda uuid: None)
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
-        # The host as the hook sees it (no libvirt: restore runs before
-        # libvirtd), its vGPU kinds built by the one composition root.
-        self.env = environment.Environment(state_dir, sysfs=sysfs,
-                                           mdevctl_dir=mdevctl_dir)
-        self._mdev = mdev_backend
+        self._mdev = None
         self.actions = []
-
-    @property
-    def vendor(self):
-        """The vendor interface's kind (its state file of persistent
-        vGPUs)."""
-        return self.env.vgpus.kind(nvidia_vgpu.NvidiaVgpuBackend.name)
 
     @property
     def mdev(self):
@@ -225,7 +214,7 @@ class Restore(object):
         for pf in vf_pfs:
             self.enable_vfs(pf)
         self.restore_mdevs()
-        self.restore_vendor_vgpus()
+        self.restore_persistent()
         self.reset_stale()
         return RestoreReport(actions=tuple(self.actions))
 
@@ -278,8 +267,8 @@ class Restore(object):
         return 'sriov_numvfs'
 
     def _ready(self, vf):
-        return (os.path.isdir(self.sysfs.types_dir(vf))
-                or self.sysfs.has_vendor_interface(vf))
+        return (self.sysfs.isdir(self.sysfs.types_dir(vf))
+                or self.env.vgpus.is_parent(vf))
 
     def _settle(self, pf, total):
         """Wait until the PF has ``total`` VFs that each show mdev types or
@@ -359,116 +348,49 @@ class Restore(object):
         else:
             self._note(WOULD, what, device.uuid, 'would create ' + where)
 
-    # 3. vendor-interface vGPUs --------------------------------------------
+    # 3. persistent vGPUs of the kinds that keep their own records ---------
 
-    def restore_vendor_vgpus(self):
-        for uuid, entry in sorted(self.vendor.vgpus().items()):
-            if entry.start != 'auto':
-                continue
-            where = '%s on VF %s' % (entry.type_id, entry.vf)
-            if self.dry_run:
-                self._dry_create(self.vendor, entry.device(), 'vgpu', where)
-                continue
-            try:
-                created = self.vendor.prepare(entry.device())
-            except exception.LibvirtGpuError as e:
-                self._note(FAILED, 'vgpu', uuid, '%s: %s' % (where, e))
-                continue
-            self._note(CREATED if created else OK, 'vgpu', uuid,
-                       ('created ' if created else 'exists: ') + where)
+    def restore_persistent(self):
+        for kind in self.env.vgpus.kinds:
+            for device in kind.persistent():
+                where = '%s on %s %s' % (device.type_id, kind.parent_noun,
+                                         device.parent)
+                if self.dry_run:
+                    self._dry_create(kind, device, 'vgpu', where)
+                    continue
+                try:
+                    created = kind.prepare(device)
+                except exception.LibvirtGpuError as e:
+                    self._note(FAILED, 'vgpu', device.uuid,
+                               '%s: %s' % (where, e))
+                    continue
+                self._note(CREATED if created else OK, 'vgpu', device.uuid,
+                           ('created ' if created else 'exists: ') + where)
 
     # 4. stale vGPUs ----------------------------------------------------------
 
-    def _vendor_vfs(self):
-        """Every VF with the vendor interface, sorted."""
-        found = []
-        for name in nvidia_vgpu.vendor_vf_names(self.sysfs.root):
-            try:
-                address = objects.PciAddress.parse(name)
-            except exception.InvalidPciAddress:
-                continue
-            if self.sysfs.physfn(address) is not None:
-                found.append(address)
-        return sorted(found)
-
     def reset_stale(self):
-        entries = self.vendor.vgpus()
-        by_vf = {e.vf: e for e in entries.values()}
-        vendor_vfs = self._vendor_vfs()
-        reset = set()
-        for vf in vendor_vfs:
-            try:
-                current = self.sysfs.current_vgpu_type(vf)
-            except exception.SysfsReadError as e:
-                self._note(FAILED, 'vgpu', vf, str(e))
-                continue
-            if not current:
-                continue
-            entry = by_vf.get(vf)
-            held = objects.vendor_type_id(current)
-            if entry is None:
-                self._note(SKIPPED, 'vgpu', vf, 'holds %s, not one of ours: '
-                           'left alone' % held)
-                continue
-            if entry.persistent:
-                continue      # reported by restore_vendor_vgpus
-            running = self.owner_running(entry.uuid)
-            if running is None:
-                self._note(SKIPPED, 'vgpu', entry.uuid, '%s on VF %s: cannot '
-                           'tell whether its guest runs; kept' % (held, vf))
-                continue
-            if running:
-                self._note(OK, 'vgpu', entry.uuid, '%s on VF %s is in use by '
-                           'a running guest' % (held, vf))
-                continue
-            if self.dry_run:
-                self._note(WOULD, 'vgpu', entry.uuid, 'would reset VF %s '
-                           '(write 0 to current_vgpu_type: it holds %s for a '
-                           'guest that is not running)' % (vf, held))
-                continue
-            try:
-                self.vendor.remove(entry.uuid)
-            except exception.LibvirtGpuError as e:
-                self._note(FAILED, 'vgpu', entry.uuid, str(e))
-                continue
-            reset.add(entry.uuid)
-            self._note(RESET, 'vgpu', entry.uuid, 'reset VF %s (held %s for '
-                       'a guest that is not running)' % (vf, held))
-        present = set(vendor_vfs)
-        for uuid, entry in sorted(entries.items()):
-            if entry.persistent or uuid in reset:
-                continue
-            gone = entry.vf not in present
-            if not gone:
-                try:
-                    gone = not self.sysfs.current_vgpu_type(entry.vf)
-                except exception.SysfsReadError:
-                    gone = False
-            if gone and self.dry_run:
-                self._note(WOULD, 'vgpu', uuid, 'would forget it: its VF %s '
-                           'holds no vGPU any more' % entry.vf)
-            elif gone:
-                with self.vendor.state.locked() as live:
-                    if uuid in live and not live[uuid].persistent:
-                        del live[uuid]
-                self._note(FORGOT, 'vgpu', uuid, 'its VF %s holds no vGPU '
-                           'any more' % entry.vf)
+        """Each kind's own clean-up after a reboot
+        (``VgpuKind.boot_cleanup``)."""
+        for kind in self.env.vgpus.kinds:
+            for note in kind.boot_cleanup(self.owner_running, self.dry_run):
+                self._note(note.action, 'vgpu', note.target, note.detail)
 
 
-def restore(sysfs, state_dir, vf_pfs=(), **kwargs):
-    """Run every step (see the module doc); returns a RestoreReport.  A
-    run that is not a dry run leaves its outcome for ``libvirt-gpu
-    exporter`` (``figures``)."""
+def restore(env, vf_pfs=(), **kwargs):
+    """Run every step (see the module doc) on the host ``env``; returns a
+    RestoreReport.  A run that is not a dry run leaves its outcome for
+    ``libvirt-gpu exporter`` (``figures``)."""
     dry_run = kwargs.get('dry_run', False)
     try:
-        report = Restore(sysfs, state_dir, **kwargs).run(vf_pfs)
+        report = Restore(env, **kwargs).run(vf_pfs)
     except exception.LibvirtGpuError as e:
         if not dry_run:
-            figures.record_outcome(state_dir, figures.RESTORE, error=e)
+            figures.record_outcome(env.state_dir, figures.RESTORE, error=e)
         raise
     if not dry_run:
         figures.record_outcome(
-            state_dir, figures.RESTORE, changes=len(report.changed),
+            env.state_dir, figures.RESTORE, changes=len(report.changed),
             error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
                              for a in report.failed) or None))
     return report
@@ -521,7 +443,7 @@ def sriov_manage_for(sysfs_root, requested='auto'):
         return None
     if requested != 'auto':
         return requested
-    if os.path.realpath(sysfs_root) == '/sys' and os.access(SRIOV_MANAGE,
-                                                            os.X_OK):
+    if sysfs_mod.Sysfs.is_host_sysfs(sysfs_root) and \
+            os.access(SRIOV_MANAGE, os.X_OK):
         return SRIOV_MANAGE
     return None

@@ -36,12 +36,24 @@ class _Builder(ET.TreeBuilder):
         raise _DoctypeSeen()
 
 
-def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
-    """Parse ``text`` (str or bytes) and return the root element.
+# xml.sax.saxutils would do, but it imports urllib (and with it http, email
+# and ssl), which the qemu hook would pay for at every guest start.
+_ESCAPES = (('&', '&amp;'), ('<', '&lt;'), ('>', '&gt;'), ("'", '&apos;'),
+            ('"', '&quot;'))
 
-    Raises InvalidXml for oversize input, a DOCTYPE (and so any entity
-    declaration), or malformed XML.
-    """
+
+def escape(value):
+    """``value`` made safe for XML text and quoted attributes."""
+    value = str(value)
+    for char, entity in _ESCAPES:
+        value = value.replace(char, entity)
+    return value
+
+
+def checked_bytes(text, what='XML', max_bytes=MAX_XML_BYTES):
+    """``text`` (str or bytes) as bytes, once it passed the checks every
+    parse of outside XML makes: InvalidXml for input that is not text,
+    oversize, or carries a DOCTYPE or entity declaration."""
     if isinstance(text, str):
         data = text.encode('utf-8')
     elif isinstance(text, (bytes, bytearray)):
@@ -55,6 +67,16 @@ def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
     if b'<!DOCTYPE' in data or b'<!ENTITY' in data:
         raise exception.InvalidXml(
             reason='%s carries a DOCTYPE or entity declaration' % what)
+    return data
+
+
+def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
+    """Parse ``text`` (str or bytes) and return the root element.
+
+    Raises InvalidXml for oversize input, a DOCTYPE (and so any entity
+    declaration), or malformed XML.
+    """
+    data = checked_bytes(text, what, max_bytes)
     parser = ET.XMLParser(target=_Builder())
     try:
         parser.feed(data)

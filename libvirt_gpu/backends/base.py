@@ -130,6 +130,16 @@ class VgpuDefinition:
     attrs: tuple[tuple[str, str], ...] = ()
 
 
+@records.record
+class BootNote:
+    """What a kind did, or would do, to one vGPU after a reboot
+    (``VgpuKind.boot_cleanup``), for ``restore``'s report."""
+
+    action: str        # 'reset', 'forgot', 'would', 'ok', 'skipped', 'failed'
+    target: str        # a vGPU's UUID, or the parent holding one
+    detail: str
+
+
 class DeviceBackend(abc.ABC):
     """One device kind."""
 
@@ -179,6 +189,60 @@ class VgpuKind(DeviceBackend):
     #: hostdev is the parent itself): a ``config``-only attach must then
     #: choose and record a parent (``choose_parent``, ``define``).
     binds_parent = False
+
+    #: The name of this kind's entry in the qemu hook's settings key.
+    parents_key = None
+
+    #: The file names of the kind's own sysfs interface: spelled in the
+    #: kind's module (or package) and nowhere else in the repository
+    #: (tests/unit/test_architecture.py).  Classic mdev declares none: its
+    #: interface is the kernel's, read by ``sysfs``.
+    sysfs_names = ()
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        """Names of this kind's parents on the host ``sysfs`` now, sorted,
+        read cheaply: when they change, the qemu hook's settings snapshot
+        (enabled types resolved per parent) is stale.  Default: none."""
+        return []
+
+    #: What the parent is called in ``restore``'s report (``'VF'``).
+    parent_noun = 'parent'
+
+    def persistent(self):
+        """The vGPUs (``VgpuDevice``) this kind records to start with the
+        host, which ``restore`` creates again after a reboot.  Default:
+        none (classic mdev's are mdevctl's definitions, which ``restore``
+        reads itself)."""
+        return ()
+
+    def recorded_gpus(self):
+        """Physical GPUs the kind's own records mention: ``restore``
+        enables their VFs.  Default: none."""
+        return ()
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        """After a reboot: reset this kind's vGPUs whose guest does not run
+        (``owner_running(uuid)``: True, False, or None when it cannot tell)
+        and forget records of vGPUs that are gone; ``BootNote``s of what
+        was done (``dry_run``: would be done).  Default: nothing."""
+        return ()
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        """This kind's ``objects.VendorVf`` of the PCI function ``address``
+        (a VF without mdev types) when its own interface is there, else
+        None: how discovery (``list``, ``types``, ``discover``, Placement)
+        sees the kind's types.  Read through ``sysfs`` only.  Default:
+        None (classic mdev is read by ``sysfs`` itself)."""
+        return None
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        """The VF records of the physical GPU ``pf`` with this kind's
+        types completed (names, maxima), the others unchanged.  Default:
+        as they are."""
+        return vfs
 
     @classmethod
     @abc.abstractmethod

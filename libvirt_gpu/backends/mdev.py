@@ -40,6 +40,7 @@ from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
+from libvirt_gpu import sysfs as sysfs_mod
 
 MDEVCTL_DIR = '/etc/mdevctl.d'
 MDEVCTL_STARTS = ('auto', 'manual')
@@ -84,6 +85,13 @@ class MdevBackend(base.VgpuKind):
 
     kind = 'mdev'
     name = 'mdev'
+    parents_key = 'mdev_parents'
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        """Names under ``<root>/class/mdev_bus`` (the mdev parents now)."""
+        return sorted(sysfs.listdir(sysfs.path(*sysfs_mod.MDEV_BUS),
+                                    optional=True))
 
     @classmethod
     def from_environment(cls, env):

@@ -53,6 +53,18 @@ def load_kind(spec):
     return cls
 
 
+_loaded = {}
+
+
+def kind_classes(kinds=None):
+    """The VgpuKind subclasses of ``kinds`` (default: ``KINDS``), in order;
+    loaded once per list of specs."""
+    specs = tuple(kinds or KINDS)
+    if specs not in _loaded:
+        _loaded[specs] = [load_kind(spec) for spec in specs]
+    return _loaded[specs]
+
+
 class Vgpus(object):
     """Every vGPU kind of a host behind one object.
 
@@ -70,8 +82,8 @@ class Vgpus(object):
     @classmethod
     def from_environment(cls, env, kinds=None):
         """Every kind of ``kinds`` (default: ``KINDS``) for ``env``."""
-        return cls(env.sysfs, [load_kind(spec).from_environment(env)
-                               for spec in (kinds or KINDS)])
+        return cls(env.sysfs, [kind.from_environment(env)
+                               for kind in kind_classes(kinds)])
 
     def kind(self, name):
         """The kind registered as ``name``; KeyError when none is."""

@@ -422,8 +422,7 @@ def cmd_reconcile(ctx):
     with host_mod.Host(_uri(ctx)) as host:
         env = ctx.environment(host)
         report = reconcile.reconcile(
-            host, env.sysfs, env.store, dry_run=ctx.args.dry_run,
-            covered=set(env.enabled),
+            env, dry_run=ctx.args.dry_run, covered=set(env.enabled),
             on_plan=lambda plan: _say_plan(ctx, plan))
     output.emit_report(report, as_json=ctx.args.json)
     return 3 if report.stuck else 0
@@ -442,15 +441,13 @@ def cmd_restore(ctx):
     from libvirt_gpu import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
-    root, sysfs, state_dir = env.sysfs_root, env.sysfs, env.state_dir
     owner = None
     if not ctx.args.no_libvirt:
-        owner = restore.lease_owner_check(state_dir, _uri(ctx))
+        owner = restore.lease_owner_check(env.state_dir, _uri(ctx))
     report = restore.restore(
-        sysfs, state_dir,
-        vf_pfs=restore.vf_targets(ctx.conf, sysfs, state_dir),
-        mdevctl_dir=ctx.args.mdevctl_dir, owner_running=owner,
-        sriov_manage=restore.sriov_manage_for(root, ctx.args.sriov_manage),
+        env, vf_pfs=restore.vf_targets(env), owner_running=owner,
+        sriov_manage=restore.sriov_manage_for(env.sysfs_root,
+                                              ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
@@ -505,15 +502,15 @@ def _listen_error(address, port, error):
     return exception.ListenError(address=address, port=port, reason=reason)
 
 
-def _survey(host, env, uri):
+def _survey(env, uri):
     """What ``reconcile --dry-run`` reports, for each scrape; None on
     libvirt's test driver, which reconcile refuses (it knows none of this
     host's guests)."""
     from libvirt_gpu import reconcile
     if uri.startswith('test:'):
         return None
-    return lambda: reconcile.reconcile(host, env.sysfs, env.store,
-                                       dry_run=True, covered=set(env.enabled))
+    return lambda: reconcile.reconcile(env, dry_run=True,
+                                       covered=set(env.enabled))
 
 
 def cmd_exporter(ctx):
@@ -528,7 +525,7 @@ def cmd_exporter(ctx):
         from libvirt_gpu import host as host_mod
         host = host_mod.Host(_uri(ctx), read_only=True)
         env = ctx.environment(host)
-        survey = _survey(host, env, _uri(ctx))
+        survey = _survey(env, _uri(ctx))
     source = nvml.source(ctx.conf.gpu.nvml,
                          sysfs_root=args.sysfs_root or ctx.conf.sysfs_root)
     collector = exporter.HostCollector(

@@ -28,7 +28,8 @@ tests/functional/test_libvirtd_fixture.py):
 ``reconnect begin`` check that the running guest's vGPUs exist; log what
     is wrong.  Exit 0: a non-zero exit here would kill the guest.
 anything else     exit 0.  ``migrate``/``restore`` print nothing: the XML
-    is not rewritten.
+    is not rewritten (a row of ``operations.OPERATIONS`` with ``rewrites``
+    would print the XML it edited in place).
 
 The hook never imports or calls libvirt (the daemon waits for it: any call
 back would deadlock); it works from its stdin, its configuration and sysfs.
@@ -54,9 +55,15 @@ from libvirt_gpu.hook.log import LOG_LINE_MAX  # noqa: F401
 from libvirt_gpu.hook.log import LOG_MAX_BYTES  # noqa: F401
 from libvirt_gpu.hook.log import LOG_MAX_LINES  # noqa: F401
 from libvirt_gpu.hook.log import LOG_NAME  # noqa: F401
+from libvirt_gpu.hook.operations import DEVICES  # noqa: F401
+from libvirt_gpu.hook.operations import DOCUMENT  # noqa: F401
 from libvirt_gpu.hook.operations import HANDLED  # noqa: F401
 from libvirt_gpu.hook.operations import Hook  # noqa: F401
 from libvirt_gpu.hook.operations import MARKERS  # noqa: F401
+from libvirt_gpu.hook.operations import METADATA  # noqa: F401
+from libvirt_gpu.hook.operations import operation  # noqa: F401
+from libvirt_gpu.hook.operations import Operation  # noqa: F401
+from libvirt_gpu.hook.operations import OPERATIONS  # noqa: F401
 from libvirt_gpu.hook.operations import parse_request  # noqa: F401
 from libvirt_gpu.hook.operations import PREPARE  # noqa: F401
 from libvirt_gpu.hook.operations import RECONNECT  # noqa: F401

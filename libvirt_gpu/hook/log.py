@@ -50,13 +50,14 @@ class HookLog(object):
         self._keep('WARNING: ' + message,
                    'libvirt-gpu: warning: %s' % message)
 
-    def record(self, timer, state_dir, outcome):
-        """Count this call (``figures.HookTimer``) in ``state_dir`` for
-        ``libvirt-gpu exporter``; nothing before the settings named the
-        state directory (``state_dir`` None).  A directory that cannot be
-        written costs a warning, never the call."""
-        if state_dir is None:
+    def record(self, timer, outcome):
+        """Count this call (``figures.HookTimer``) for ``libvirt-gpu
+        exporter`` in the state directory, the one of ``hook.log``; nothing
+        before the settings named it (``path`` unset).  A directory that
+        cannot be written costs a warning, never the call."""
+        if self.path is None:
             return
+        state_dir = os.path.dirname(self.path)
         try:
             timer.done(state_dir, outcome)
         except OSError as e:

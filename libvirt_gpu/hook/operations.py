@@ -1,6 +1,22 @@
-"""The hook's operations: ``prepare``, ``release``, ``reconnect`` of one
-guest, and ``run``, the hook's edge (parse the input, then act on typed
-values)."""
+"""The hook's operations, as a table, and ``run``, the hook's one edge.
+
+Each row of ``OPERATIONS`` (an ``Operation``) declares what the operation
+reads of its input, whether it may print a rewritten domain XML on stdout
+(libvirt's ``migrate`` and ``restore`` take the hook's stdout as the new
+XML, an empty stdout meaning unchanged) and its exit rule: an operation
+that *may refuse* exits 1 on any error, and libvirt stops what it was
+doing; one that *never fails* logs the error and exits 0.  ``run`` parses
+the input at the edge (then acts on typed values only), calls the row's
+function and maps every error, ours or not, to the row's rule; no
+operation chooses its exit status itself.
+
+A new operation is one more row and one function (a ``Hook`` method)
+taking the ``Hook`` and the ``Request`` and returning ``None`` (stdout
+stays empty) or, for a row with ``rewrites``, the ``xmledit.Document`` it
+edited in place (what is not ours comes back byte for byte); the
+operation's name is also listed in ``hooks/qemu``'s ``HANDLED`` (a test
+keeps the two in step).
+"""
 
 import os
 import sys
@@ -17,12 +33,12 @@ from libvirt_gpu import metadata
 from libvirt_gpu import records
 from libvirt_gpu import state
 from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu import xmledit
 from libvirt_gpu import xmlutil
 
 PREPARE = 'prepare'
 RELEASE = 'release'
 RECONNECT = 'reconnect'
-HANDLED = (PREPARE, RELEASE, RECONNECT)
 # reconnect names at most this many missing vGPUs, then counts the rest.
 RECONNECT_LISTED = 10
 
@@ -32,13 +48,20 @@ RECONNECT_LISTED = 10
 MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY')
 
 
+# What an operation may read of its input (``Operation.reads``).
+DEVICES = 'devices'        # <uuid>, <name>, the <hostdev>s, the pinning
+METADATA = 'metadata'      # our <gpu:gpus> element
+DOCUMENT = 'document'      # the input's bytes, editable in place (xmledit)
+
+
 @records.record
 class Request:
-    """The accepted input of one hook call."""
+    """The accepted input of one hook call: what its operation reads."""
 
     operation: str
     domain: config_xml.DomainDevices
     meta: metadata.GpuMetadata
+    document: xmledit.Document | None = None
 
     @property
     def label(self):
@@ -49,12 +72,17 @@ class Request:
         return not self.meta.empty or bool(self.domain.mdev_uuids)
 
 
-def parse_request(operation, data):
-    """Validate stdin; InvalidInput (with the reason) when refused."""
+def parse_request(operation, data, reads=(DEVICES, METADATA)):
+    """Validate stdin, reading what ``reads`` names; InvalidInput (with
+    the reason) when refused."""
     root = xmlutil.parse(data, 'domain XML on stdin')
     domain = config_xml.read_domain(root)
-    return Request(operation=operation, domain=domain,
-                   meta=metadata.parse(root))
+    meta = metadata.parse(root) if METADATA in reads else \
+        metadata.GpuMetadata()
+    document = (xmledit.Document.parse(data, 'domain XML on stdin')
+                if DOCUMENT in reads else None)
+    return Request(operation=operation, domain=domain, meta=meta,
+                   document=document)
 
 
 class Hook(object):
@@ -137,7 +165,7 @@ class Hook(object):
         self.check_pgpus(req)
         claims = self.claims(req)
         if not claims:
-            return 0
+            return None
         grants = self.allocator.reserve(req.domain.uuid, claims,
                                         pinning=req.domain.pinning)
         state.crash_point('prepare:reserved')
@@ -162,7 +190,7 @@ class Hook(object):
             self.log.info('%s vGPU %s (%s on %s)' % (
                 'kept existing' if grant.existed else 'created', d.uuid,
                 d.type_id, d.parent))
-        return 0
+        return None
 
     def rollback(self, grants, created):
         """Remove what this call created and drop the leases it took (a
@@ -212,7 +240,7 @@ class Hook(object):
                 lease.type_id, lease.parent))
         if done:
             self.allocator.forget(done)
-        return 0
+        return None
 
     def reconnect(self, req):
         in_use = list(req.domain.mdev_uuids) + [
@@ -230,54 +258,102 @@ class Hook(object):
                                             len(missing) - RECONNECT_LISTED))
         self.log.info('reconnect: %d vGPU(s) in use, %d missing'
                       % (len(in_use), len(missing)))
-        return 0
+        return None
+
+
+@records.record
+class Operation:
+    """One row of the hook's table (see the module's docstring)."""
+
+    name: str                  # libvirt's operation (argv[2])
+    function: object           # (Hook, Request) -> None | Document
+    reads: tuple               # DEVICES, METADATA, DOCUMENT
+    rewrites: bool             # may print a rewritten domain XML
+    may_refuse: bool           # errors exit 1 (True) or 0 (False)
+    failure: str               # what an error line says it could not do
+
+    @property
+    def failure_rc(self):
+        return 1 if self.may_refuse else 0
+
+
+OPERATIONS = (
+    # A refused prepare makes libvirt refuse the start and show the reason.
+    Operation(name=PREPARE, function=Hook.prepare,
+              reads=(DEVICES, METADATA), rewrites=False, may_refuse=True,
+              failure='cannot start'),
+    Operation(name=RELEASE, function=Hook.release,
+              reads=(DEVICES, METADATA), rewrites=False, may_refuse=False,
+              failure='cannot clean up after'),
+    # A non-zero exit at reconnect would kill the running guest.
+    Operation(name=RECONNECT, function=Hook.reconnect,
+              reads=(DEVICES, METADATA), rewrites=False, may_refuse=False,
+              failure='cannot check'),
+)
+HANDLED = tuple(op.name for op in OPERATIONS)
+
+
+def operation(name, table=OPERATIONS):
+    """The row of ``table`` named ``name``, or None."""
+    return next((op for op in table if op.name == name), None)
 
 
 def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
         settings_file=None, sysfs=None, stderr=None,
-        mdevctl_dir=environment.MDEVCTL_DIR):
+        mdevctl_dir=environment.MDEVCTL_DIR, stdout=None,
+        table=OPERATIONS):
     """One hook call; returns the exit status.  ``sysfs`` replaces the
-    configured ``Sysfs`` (tests)."""
+    configured ``Sysfs`` (tests); a rewritten domain XML goes to
+    ``stdout`` (a binary stream), and nothing else ever does."""
     stderr = stderr if stderr is not None else sys.stderr
     log = log_mod.HookLog(argv, stderr)
-    operation = argv[2] if len(argv) > 2 else ''
-    if operation not in HANDLED:
+    op = operation(argv[2] if len(argv) > 2 else '', table)
+    if op is None:
         return 0
-    failure_rc = 1 if operation == PREPARE else 0
-    timer = figures.HookTimer(operation)
+    timer = figures.HookTimer(op.name)
     try:
-        req = parse_request(operation, data)
+        req = parse_request(op.name, data, op.reads)
     except exception.InvalidInput as e:
         log.error('%s of domain %r refused, nothing done: %s'
-                  % (operation, argv[1][:80] if len(argv) > 1 else '?', e))
-        return failure_rc
+                  % (op.name, argv[1][:80] if len(argv) > 1 else '?', e))
+        return op.failure_rc
     if not req.ours:
         return 0
-    state_dir, outcome = None, figures.ERROR
+    outcome = figures.ERROR
     try:
-        settings, note = settings_mod.load_settings(config_file,
-                                                    settings_file)
-        state_dir = settings.state_dir
-        log.path = os.path.join(state_dir, log_mod.LOG_NAME)
-        if note:
-            log.info(note)
-        env = environment.Environment.for_hook(
-            settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
-            mdevctl_dir=mdevctl_dir)
-        hook = Hook(env, log)
-        rc = getattr(hook, operation)(req)
+        output = _call(op, req, log, config_file, settings_file, sysfs,
+                       mdevctl_dir)
         outcome = figures.ERROR if log.errors else figures.OK
-        return rc
     except exception.LibvirtGpuError as e:
-        outcome = figures.REFUSED if operation == PREPARE else figures.ERROR
-        verb = {PREPARE: 'cannot start', RELEASE: 'cannot clean up after',
-                RECONNECT: 'cannot check'}[operation]
-        log.error('%s domain %s: %s' % (verb, req.label, e))
-        return failure_rc
+        outcome = figures.REFUSED if op.may_refuse else figures.ERROR
+        log.error('%s domain %s: %s' % (op.failure, req.label, e))
+        return op.failure_rc
     except Exception as e:  # noqa: BLE001 - the hook's edge: report, exit
         log.error('internal error in %s of %s: %s: %s'
-                  % (operation, req.label, type(e).__name__, e))
-        return failure_rc
+                  % (op.name, req.label, type(e).__name__, e))
+        return op.failure_rc
     finally:
-        log.record(timer, state_dir, outcome)
+        log.record(timer, outcome)
         log.flush()
+    if output is not None and output.changed:
+        out = stdout if stdout is not None else sys.stdout.buffer
+        out.write(output.tobytes())
+        out.flush()
+    return 0
+
+
+def _call(op, req, log, config_file, settings_file, sysfs, mdevctl_dir):
+    """The row's function on a host built from the settings snapshot;
+    its ``xmledit.Document`` when it may rewrite the XML, else None."""
+    settings, note = settings_mod.load_settings(config_file, settings_file)
+    log.path = os.path.join(settings.state_dir, log_mod.LOG_NAME)
+    if note:
+        log.info(note)
+    env = environment.Environment.for_hook(
+        settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
+        mdevctl_dir=mdevctl_dir)
+    output = op.function(Hook(env, log), req)
+    if output is not None and not op.rewrites:
+        raise TypeError('operation %s returned XML but its row does not '
+                        'let it rewrite the domain' % op.name)
+    return output

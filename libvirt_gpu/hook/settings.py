@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.backends import registry
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
@@ -41,20 +41,13 @@ def _config_key(config_file):
     return [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
-def _mdev_parents(sysfs_root):
-    """Names under ``<root>/class/mdev_bus`` (the mdev parents now)."""
-    try:
-        return sorted(os.listdir(os.path.join(sysfs_root, 'class',
-                                              'mdev_bus')))
-    except FileNotFoundError:
-        return []
-
-
 def _sysfs_key(sysfs_root):
-    """What, when it changes, makes the snapshot stale: ``{'mdev_parents':
-    [...], 'vendor_vfs': [...]}``."""
-    return {'mdev_parents': _mdev_parents(sysfs_root),
-            'vendor_vfs': nvidia_vgpu.vendor_vf_names(sysfs_root)}
+    """What, when it changes, makes the snapshot stale: the parents of
+    every registered vGPU kind now, ``{kind.parents_key: [...]}`` (today
+    ``{'mdev_parents': [...], 'vendor_vfs': [...]}``)."""
+    sysfs = sysfs_mod.Sysfs(sysfs_root)
+    return {kind.parents_key or kind.name: kind.parents_now(sysfs)
+            for kind in registry.kind_classes()}
 
 
 def settings_from_conf(config_file):

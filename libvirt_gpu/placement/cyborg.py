@@ -14,7 +14,6 @@ classic mdev (on the GPU or on a VF) is an ``MDEV`` handle.
 
 from __future__ import annotations
 
-from libvirt_gpu import objects
 from libvirt_gpu.placement import model
 from libvirt_gpu.placement import traits as traits_mod
 from libvirt_gpu import records
@@ -104,9 +103,10 @@ def _deployable(hostname, gpu, setting, gpu_traits):
         rc = setting.resource_class
         count = model.vgpu_total(gpu, setting)
         info = dict(_pci_info(gpu.address), asked_type=setting.type_id)
-        if gpu.vgpu_interface == objects.VENDOR_INTERFACE:
-            # The guest gets a VF: one PCI handle per VF that holds or can
-            # take a vGPU of the type (those holding one are in use).
+        if any(vf.vendor_vf is not None for vf in gpu.vf_gpus):
+            # A vendor interface: the guest gets a VF, so one PCI handle
+            # per VF that holds or can take a vGPU of the type (those
+            # holding one are in use).
             held = [vf for vf in gpu.vf_gpus
                     if setting.type_id in vf.used_type_ids]
             free = [vf for vf in gpu.vf_gpus if not vf.used_type_ids and any(

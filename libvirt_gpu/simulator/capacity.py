@@ -29,7 +29,7 @@ follows which: a device's ``mdev_types`` or its ``vgpu_types``):
 3. vGPU 17+ vendor interface (Ada, Hopper, Blackwell on kernel >= 6.8), in
    the GPU's default equal-size mode: vGPUs of different types may share a
    GPU as long as they have the same framebuffer size.  A free VF lists in
-   ``creatable_vgpu_types``::
+   ``CREATABLE_TYPES``::
 
        every type, while the GPU holds no vGPU;
        the types of the framebuffer size in use whose max_instance is above
@@ -85,8 +85,8 @@ def available_instances(device, type_id, mdevs, gpu_mdevs=None):
     return max(0, mtype.max_instance - len(mdevs))
 
 
-def creatable_vgpu_types(vf, current_by_vf):
-    """The types ``vf`` lists in ``nvidia/creatable_vgpu_types`` (rule 3).
+def vf_creatable(vf, current_by_vf):
+    """The types ``vf`` lists in ``nvidia/CREATABLE_TYPES`` (rule 3).
 
     ``vf``: a SimDevice with ``vgpu_types``; ``current_by_vf``: ``{VF
     address: type id or None}`` of every enabled VF of its GPU

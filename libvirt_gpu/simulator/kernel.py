@@ -42,9 +42,9 @@ busy ones in ``'block'`` mode, forcing them in ``'ebusy'`` mode, as
 
 NVIDIA's vGPU 17+ interface (a VF with ``vgpu_types``, no mdev)::
 
-    <VF>/nvidia/current_vgpu_type  <- "<n>"   set_vgpu_type()
+    <VF>/nvidia/CURRENT_TYPE  <- "<n>"   set_vgpu_type()
 
-``n`` among the VF's ``creatable_vgpu_types`` (``capacity``'s equal-size
+``n`` among the VF's ``CREATABLE_TYPES`` (``capacity``'s equal-size
 rule over every VF of the GPU) makes the vGPU; ``0`` destroys it (a no-op
 on a free VF).  EINVAL: not a number, or not creatable now; EBUSY: the VF
 holds a vGPU already.  Destroying one a guest uses (``mark_busy(vf)``)
@@ -85,6 +85,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.simulator import capacity
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu import records
+import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
 
 UUID_STRING_LEN = 36
 
@@ -269,7 +270,7 @@ class SimKernel(object):
                                                groups[mdev.uuid])
         self._vendor_vfs = {dev.address: dev for dev in self.profile.devices
                             if dev.vgpu_types}
-        self._current = {a: dev.current_vgpu_type
+        self._current = {a: dev.held_type
                          for a, dev in self._vendor_vfs.items()}
         self._set_presence()
         self._busy = set()
@@ -505,13 +506,13 @@ class SimKernel(object):
         with self._cond:
             return sorted(a for a in self._vendor_vfs if self._enabled(a))
 
-    def current_vgpu_type(self, vf):
+    def vf_type(self, vf):
         """The type id of the vGPU ``vf`` holds, or None."""
         with self._cond:
             return self._current[str(vf)]
 
-    def creatable_vgpu_types(self, vf):
-        """What ``<VF>/nvidia/creatable_vgpu_types`` lists now (SimTypes).
+    def vf_creatable(self, vf):
+        """What ``<VF>/nvidia/CREATABLE_TYPES`` lists now (SimTypes).
         """
         vf = str(vf)
         with self._cond:
@@ -520,27 +521,27 @@ class SimKernel(object):
             # enabled vendor-interface VFs of the same physical GPU
             gpu = {f.address for f in self.profile.gpu_functions(dev)}
             current = {a: t for a, t in self._current.items() if a in gpu}
-            return capacity.creatable_vgpu_types(dev, current)
+            return capacity.vf_creatable(dev, current)
 
     def set_vgpu_type(self, vf, data):
-        """A write of ``data`` to ``<VF>/nvidia/current_vgpu_type``."""
+        """A write of ``data`` to ``<VF>/nvidia/CURRENT_TYPE``."""
         vf = str(objects.PciAddress.parse(vf))
         text = data.decode('ascii', 'replace') if isinstance(
             data, bytes) else data
         text = text.strip()
         if not re.fullmatch(r'[0-9]{1,9}', text):
-            raise _error(errno.EINVAL, 'current_vgpu_type')
+            raise _error(errno.EINVAL, vendor_names.CURRENT_TYPE)
         number = int(text)
         with self._cond:
             self._check_open()
             if vf not in self._vendor_vfs or not self._enabled(vf):
-                raise _error(errno.ENOENT, 'current_vgpu_type')
+                raise _error(errno.ENOENT, vendor_names.CURRENT_TYPE)
             if number == 0:
                 if self._current[vf] is None:
                     return None
                 while vf in self._busy:
                     if self.busy_remove == BUSY_EBUSY:
-                        raise _error(errno.EBUSY, 'current_vgpu_type')
+                        raise _error(errno.EBUSY, vendor_names.CURRENT_TYPE)
                     self._cond.wait()
                     self._check_open()
                     if self._current[vf] is None:
@@ -551,11 +552,11 @@ class SimKernel(object):
                 self._cond.notify_all()
                 return None
             if self._current[vf] is not None:
-                raise _error(errno.EBUSY, 'current_vgpu_type')
-            found = [t for t in self.creatable_vgpu_types(vf)
+                raise _error(errno.EBUSY, vendor_names.CURRENT_TYPE)
+            found = [t for t in self.vf_creatable(vf)
                      if t.number == number]
             if not found:
-                raise _error(errno.EINVAL, 'current_vgpu_type')
+                raise _error(errno.EINVAL, vendor_names.CURRENT_TYPE)
             self._current[vf] = found[0].id
             self._emit(VgpuTypeSet(vf, found[0].id))
             return found[0].id

@@ -22,9 +22,9 @@ FUSE), but the files answer as the kernel does (``kernel.SimKernel``)::
                                                 that uevent is broadcast
     <device>/config                             PCI config space (256 bytes:
                                                 ids, class, header type)
-    <VF>/nvidia/current_vgpu_type               vGPU 17+ vendor interface:
+    <VF>/nvidia/CURRENT_TYPE               vGPU 17+ vendor interface:
                                                 write a type number / 0;
-    <VF>/nvidia/creatable_vgpu_types            what fits now, on every read
+    <VF>/nvidia/CREATABLE_TYPES            what fits now, on every read
     <PF>/sriov_numvfs                           write a count: the VFs
                                                 appear (``add`` uevents) or
                                                 go (``remove``)
@@ -78,6 +78,7 @@ from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import sysfs_tree
 from libvirt_gpu.simulator import uevent as uevent_mod
 from libvirt_gpu import records
+import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
 
 LOG = logs.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class LiveTree(object):
         ``('create'|'available', address, type)``, ``('remove', uuid)``,
         ``('pci-uevent', address)``, ``('mdev-uevent', uuid)``,
         ``('driver_override', address)``, ``('bind'|'unbind', driver)``,
-        ``('current_vgpu_type'|'creatable_vgpu_types'|'vgpu_params', vf)``,
+        ``(CURRENT_TYPE|CREATABLE_TYPES|VGPU_PARAMS, vf)`` (``vendor_names``),
         ``('sriov_numvfs', pf)``.
         """
         parts = path.strip('/').split('/')
@@ -225,8 +226,8 @@ class LiveTree(object):
             return ('remove' if name == 'remove' else 'mdev-uevent', uuid)
         if len(parts) >= 3 and parts[-2] == 'nvidia' and \
                 '/'.join(parts[:-2]) in self.by_dir and name in (
-                    'current_vgpu_type', 'creatable_vgpu_types',
-                    'vgpu_params'):
+                    vendor_names.CURRENT_TYPE, vendor_names.CREATABLE_TYPES,
+                    vendor_names.VGPU_PARAMS):
             return (name, self.by_dir['/'.join(parts[:-2])])
         if len(parts) == 5 and parts[:3] == ['bus', 'pci', 'drivers'] and \
                 name in ('bind', 'unbind'):
@@ -259,14 +260,14 @@ class LiveTree(object):
                                                                  what[2])
             if what[0] == 'pci-uevent':
                 return self.pci_uevent(what[1]).encode()
-            if what[0] == 'current_vgpu_type':
-                current = self.kernel.current_vgpu_type(what[1])
+            if what[0] == vendor_names.CURRENT_TYPE:
+                current = self.kernel.vf_type(what[1])
                 number = objects.vendor_type_number(current) if current \
                     else 0
                 return b'%d\n' % number
-            if what[0] == 'creatable_vgpu_types':
+            if what[0] == vendor_names.CREATABLE_TYPES:
                 return sysfs_tree.creatable_text(
-                    self.kernel.creatable_vgpu_types(what[1])).encode()
+                    self.kernel.vf_creatable(what[1])).encode()
             if what[0] == 'sriov_numvfs':
                 return b'%d\n' % self.kernel.numvfs(what[1])
         with open(self.backing(path), 'rb') as f:
@@ -293,11 +294,11 @@ class LiveTree(object):
             self._driver_write(kind, what[1], data)
         elif kind in ('pci-uevent', 'mdev-uevent'):
             self._synth_uevent(kind, what[1], data)
-        elif kind == 'current_vgpu_type':
+        elif kind == vendor_names.CURRENT_TYPE:
             self.kernel.set_vgpu_type(what[1], data)
         elif kind == 'sriov_numvfs':
             self.kernel.set_numvfs(what[1], data)
-        elif kind == 'vgpu_params':
+        elif kind == vendor_names.VGPU_PARAMS:
             self._write_file(self.backing(path)[len(self.root) + 1:], data,
                              0o644)
         elif kind == 'driver_override':
@@ -432,7 +433,7 @@ class LiveTree(object):
                        'type_id': m.type_id, 'iommu_group': m.iommu_group}
                       for m in k.mdevs()],
             'busy': k.busy(),
-            'vgpus': {vf: k.current_vgpu_type(vf) for vf in k.vendor_vfs()},
+            'vgpus': {vf: k.vf_type(vf) for vf in k.vendor_vfs()},
             'parents': {a: k.parent_state(a) for a in k.parents()},
             'busy_remove': k.busy_remove,
             'uevents': bool(self.sender and self.sender.enabled),

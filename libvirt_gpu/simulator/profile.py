@@ -35,10 +35,10 @@ host looks like at boot, before ``sriov-manage -e``); by default all listed
 VFs are enabled.  A VF of a GPU with NVIDIA's vGPU 17+ vendor interface
 names its types in ``vgpu_types`` (a catalogue or a list, type ids
 ``nvidia-<n>`` with ``framebuffer_mb``) instead of ``mdev_types``, and the
-type of the vGPU it holds, if any, in ``current_vgpu_type``::
+type of the vGPU it holds, if any, in ``held_type``::
 
     {"address": "0000:3d:00.4", ..., "physfn": "0000:3d:00.0",
-     "vgpu_types": "l40s", "current_vgpu_type": "nvidia-1145"}
+     "vgpu_types": "l40s", "held_type": "nvidia-1145"}
 
 How VFs share their GPU's capacity is ``capacity``'s business.
 """
@@ -145,7 +145,7 @@ class SimDevice:
     # 'per-vf': each VF on its own (the synthetic benchmark host only).
     vf_capacity: str = 'shared'
     vgpu_types: tuple[SimType, ...] = ()   # vendor interface (a VF)
-    current_vgpu_type: str | None = None
+    held_type: str | None = None
 
     @property
     def numvfs(self):
@@ -279,7 +279,7 @@ class Profile:
         for vf in pf.enabled_virtfns:
             vdev = self.device(vf)
             if vdev.vgpu_types:
-                found[vf] = vdev.current_vgpu_type
+                found[vf] = vdev.held_type
         return found
 
     def mdev_iommu_groups(self):
@@ -506,7 +506,7 @@ _DEVICE_KEYS = ('vendor_id', 'product_id', 'class_code',
                 'product_name', 'driver', 'numa_node', 'iommu_group',
                 'parent_bridge', 'mdev_types', 'mdevs', 'sriov_totalvfs',
                 'virtfns', 'physfn', 'sriov_numvfs', 'vgpu_types',
-                'current_vgpu_type', 'vf_capacity')
+                'held_type', 'vf_capacity')
 
 
 def _device(ctx, index, raw, catalogues):
@@ -565,9 +565,9 @@ def _device(ctx, index, raw, catalogues):
     if vf_capacity not in VF_CAPACITIES:
         ctx.fail('%s: vf_capacity %r is not one of %s'
                  % (where, vf_capacity, ', '.join(VF_CAPACITIES)))
-    current = ctx.string(raw, 'current_vgpu_type', where, nullable=True)
+    current = ctx.string(raw, 'held_type', where, nullable=True)
     if current is not None and not any(t.id == current for t in vgpu_types):
-        ctx.fail('%s: current_vgpu_type %r is not one of its vgpu_types'
+        ctx.fail('%s: held_type %r is not one of its vgpu_types'
                  % (where, current))
     return SimDevice(
         address=address, vendor_id=vendor_id, product_id=product_id,
@@ -585,7 +585,7 @@ def _device(ctx, index, raw, catalogues):
         parent_bridge=parent_bridge, mdev_types=mdev_types, mdevs=mdevs,
         sriov_totalvfs=totalvfs, virtfns=virtfns, physfn=physfn,
         sriov_numvfs=numvfs, vgpu_types=vgpu_types,
-        current_vgpu_type=current, vf_capacity=vf_capacity)
+        held_type=current, vf_capacity=vf_capacity)
 
 
 def _device_types(ctx, where, raw, catalogues):
@@ -654,7 +654,7 @@ def _check_host(ctx, profile):
             for vf in dev.virtfns[dev.numvfs:]:
                 vdev = by_addr.get(vf)
                 if vdev is not None and (vdev.mdevs
-                                         or vdev.current_vgpu_type):
+                                         or vdev.held_type):
                     ctx.fail('VF %s holds vGPUs but its PF %s has not '
                              'enabled it (sriov_numvfs %d)'
                              % (vf, dev.address, dev.numvfs))
@@ -695,10 +695,10 @@ def _check_sriov_capacity(ctx, profile, by_addr):
             if vdev.vgpu_types:
                 current[vf] = None
         for vf in list(current):
-            wanted = by_addr[vf].current_vgpu_type
+            wanted = by_addr[vf].held_type
             if wanted is None:
                 continue
-            creatable = capacity.creatable_vgpu_types(by_addr[vf], current)
+            creatable = capacity.vf_creatable(by_addr[vf], current)
             if not any(t.id == wanted for t in creatable):
                 ctx.fail('VF %s: vGPU %s does not fit on GPU %s next to %s '
                          '(equal-size mode: one framebuffer size per GPU, '

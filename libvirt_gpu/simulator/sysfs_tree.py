@@ -23,8 +23,8 @@ tree holds (``root`` stands in for ``/sys``)::
 
 An SR-IOV PF has ``sriov_totalvfs``, ``sriov_numvfs`` and ``virtfnN`` links
 to its enabled VFs (each with ``physfn``); a VF with NVIDIA's vGPU 17+
-vendor interface has ``nvidia/{creatable_vgpu_types, current_vgpu_type,
-vgpu_params}`` instead of ``mdev_supported_types``.
+vendor interface has ``nvidia/{CREATABLE_TYPES, CURRENT_TYPE,
+VGPU_PARAMS}`` instead of ``mdev_supported_types``.
 
 Every link is relative (``os.path.relpath``), as the kernel's are, so the
 tree can be moved or bind-mounted over ``/sys``.
@@ -43,6 +43,7 @@ import shutil
 from libvirt_gpu import exception
 from libvirt_gpu.simulator import capacity
 from libvirt_gpu import records
+import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
 
 # A file at the top of every tree we write; its presence lets us rewrite it.
 MARKER = '.libvirt-gpu-simulator'
@@ -332,7 +333,7 @@ CREATABLE_HEADER = 'ID    : vGPU Name'
 
 
 def creatable_text(types):
-    """``creatable_vgpu_types`` as the driver prints it::
+    """``CREATABLE_TYPES`` as the driver prints it::
 
         ID    : vGPU Name
         1145  : NVIDIA L40S-1B
@@ -347,22 +348,23 @@ def creatable_text(types):
 
 
 def write_vendor_vf(root, reldir, dev, profile):
-    """``<VF>/nvidia/{creatable_vgpu_types, current_vgpu_type,
-    vgpu_params}`` of a VF with vendor-interface types."""
+    """``<VF>/nvidia/{CREATABLE_TYPES, CURRENT_TYPE,
+    VGPU_PARAMS}`` (``vendor_names``) of a VF with vendor-interface types."""
     nvdir = os.path.join(root, reldir, 'nvidia')
     os.makedirs(nvdir, exist_ok=True)
-    current = dev.current_vgpu_type
-    _write(os.path.join(nvdir, 'current_vgpu_type'), '%d\n' % (
+    current = dev.held_type
+    _write(os.path.join(nvdir, vendor_names.CURRENT_TYPE), '%d\n' % (
         dev.vgpu_type(current).number if current else 0), READ_WRITE)
-    _write(os.path.join(nvdir, 'vgpu_params'), '', READ_WRITE)
+    _write(os.path.join(nvdir, vendor_names.VGPU_PARAMS), '', READ_WRITE)
     refresh_vendor_vf(root, reldir, dev, profile)
 
 
 def refresh_vendor_vf(root, reldir, dev, profile):
-    """Rewrite a VF's ``creatable_vgpu_types`` from the GPU's state."""
-    types = capacity.creatable_vgpu_types(
+    """Rewrite a VF's ``CREATABLE_TYPES`` from the GPU's state."""
+    types = capacity.vf_creatable(
         dev, profile.gpu_current_types(dev))
-    _replace(os.path.join(root, reldir, 'nvidia', 'creatable_vgpu_types'),
+    _replace(os.path.join(root, reldir, vendor_names.VENDOR_DIR,
+                          vendor_names.CREATABLE_TYPES),
              creatable_text(types), READ_ONLY)
 
 
@@ -375,14 +377,15 @@ def write_available(root, parent_reldir, type_id, count):
 
 
 def write_creatable(root, vf_reldir, types):
-    """Rewrite ``<VF>/nvidia/creatable_vgpu_types`` listing ``types``."""
-    _replace(os.path.join(root, vf_reldir, 'nvidia', 'creatable_vgpu_types'),
+    """Rewrite ``<VF>/nvidia/CREATABLE_TYPES`` listing ``types``."""
+    _replace(os.path.join(root, vf_reldir, vendor_names.VENDOR_DIR,
+                          vendor_names.CREATABLE_TYPES),
              creatable_text(types), READ_ONLY)
 
 
-def write_current_vgpu_type(root, vf_reldir, number):
-    """Rewrite ``<VF>/nvidia/current_vgpu_type`` (0: no vGPU)."""
-    _write(os.path.join(root, vf_reldir, 'nvidia', 'current_vgpu_type'),
+def write_vf_type(root, vf_reldir, number):
+    """Rewrite ``<VF>/nvidia/CURRENT_TYPE`` (0: no vGPU)."""
+    _write(os.path.join(root, vf_reldir, 'nvidia', vendor_names.CURRENT_TYPE),
            '%d\n' % number, READ_WRITE)
 
 
@@ -423,15 +426,16 @@ def write_vfs(root, profile, pf, vfs):
            READ_WRITE)
     for i, vf in enumerate(vfs):
         dev = records.replace(profile.device(vf), mdevs=(),
-                              current_vgpu_type=None)
+                              held_type=None)
         _write_pci_device(root, dirs, dev)
         if dev.mdev_types:
             _write_mdev_parent(root, dirs[vf], dev, {})
         if dev.vgpu_types:
             nvdir = os.path.join(root, dirs[vf], 'nvidia')
             os.makedirs(nvdir, exist_ok=True)
-            write_current_vgpu_type(root, dirs[vf], 0)
-            _write(os.path.join(nvdir, 'vgpu_params'), '', READ_WRITE)
+            write_vf_type(root, dirs[vf], 0)
+            _write(os.path.join(nvdir, vendor_names.VGPU_PARAMS), '',
+                   READ_WRITE)
             write_creatable(root, dirs[vf], ())
         _link(os.path.join(pfdir, 'virtfn%d' % i),
               os.path.join(root, dirs[vf]))

@@ -8,11 +8,11 @@ tree::
 
     <parent>/mdev_supported_types/<type>/create  <- UUID   create_mdev
     bus/mdev/devices/<uuid>/remove               <- 1      remove_mdev
-    <VF>/nvidia/current_vgpu_type                <- n      set_vgpu_type
+    <VF>/nvidia/CURRENT_TYPE                <- n      set_vgpu_type
     <PF>/sriov_numvfs                            <- n      set_numvfs
 
 After each of them every capacity file of the GPU concerned
-(``available_instances``, ``creatable_vgpu_types``) is rewritten from the
+(``available_instances``, ``CREATABLE_TYPES``) is rewritten from the
 kernel, which computes them as the real one does on each read.
 
 All state is the tree: before each write the kernel's state is read back
@@ -51,13 +51,14 @@ from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import sysfs_tree
 from tests.doubles import poll
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 LOCK_NAME = '.sim-kernel.lock'
 TYPES_DIR = 'mdev_supported_types'
 
 CREATE = 'create'
 REMOVE = 'remove'
-CURRENT_VGPU_TYPE = 'current_vgpu_type'
+CURRENT_VGPU_TYPE = vendor_names.CURRENT_TYPE
 SRIOV_NUMVFS = 'sriov_numvfs'
 FILE = 'file'              # any other write: stored as a plain file
 
@@ -66,7 +67,7 @@ class KernelWrite(typing.NamedTuple):
     """One write through ``KernelSysfs``.
 
     ``detail``: ``(parent, type)`` for a create, ``(uuid,)`` for a remove,
-    ``(address, data)`` for ``current_vgpu_type``/``sriov_numvfs``,
+    ``(address, data)`` for ``CURRENT_TYPE``/``sriov_numvfs``,
     ``(path relative to the root,)`` for a plain file; ``errno``: the
     kernel's answer, 0 when it took the write.
     """
@@ -171,7 +172,7 @@ class TreeKernel(object):
             dev = self.profile.device(event.vf)
             number = dev.vgpu_type(event.type_id).number \
                 if event.type_id else 0
-            sysfs_tree.write_current_vgpu_type(
+            sysfs_tree.write_vf_type(
                 self.root, self.dirs[event.vf], number)
             self._changed.append(event.vf)
         elif isinstance(event, kernel_mod.VfsEnabled):
@@ -202,7 +203,7 @@ class TreeKernel(object):
             if function.address in vendor:
                 sysfs_tree.write_creatable(
                     self.root, reldir,
-                    self.kernel.creatable_vgpu_types(function.address))
+                    self.kernel.vf_creatable(function.address))
 
     @contextlib.contextmanager
     def _write(self, address):
@@ -239,7 +240,7 @@ class TreeKernel(object):
             return kernel.remove_mdev(uuid, data)
 
     def set_vgpu_type(self, vf, data):
-        """A write of ``data`` to ``<VF>/nvidia/current_vgpu_type``."""
+        """A write of ``data`` to ``<VF>/nvidia/CURRENT_TYPE``."""
         vf = str(objects.PciAddress.parse(vf))
         with self._write(vf) as kernel:
             return kernel.set_vgpu_type(vf, data)
@@ -294,7 +295,7 @@ class KernelSysfs(sysfs_mod.Sysfs):
     """A ``Sysfs`` whose writes the kernel answers (``TreeKernel``).
 
     ``busy(vf, n)`` makes the next ``n`` writes to ``vf``'s
-    ``current_vgpu_type`` answer EBUSY before they reach the kernel, as
+    ``CURRENT_TYPE`` answer EBUSY before they reach the kernel, as
     NVIDIA's driver does while it still tears a guest's vGPU down.
     """
 

@@ -30,6 +30,8 @@ from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import uevent
 from tests.doubles import trees
 from tests.functional import live_sysfs as ls
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 
 @pytest.fixture(scope='session')
@@ -618,18 +620,19 @@ def test_vendor_interface_vfs(live_sysfs_factory, tmp_path):
     vf0, vf1, vf2 = L40S_VFS
     everything = ((1145, 'NVIDIA L40S-1B'), (1154, 'NVIDIA L40S-24A'),
                   (1155, 'NVIDIA L40S-24Q'))
-    assert sysfs.creatable_vgpu_types(vf0) == everything
-    with open(sysfs.nvidia_dir(vf0) + '/creatable_vgpu_types') as f:
+    assert vendor(sysfs).creatable_types(vf0) == everything
+    with open(os.path.join(vendor(sysfs).vendor_dir(vf0),
+                           vendor_names.CREATABLE_TYPES)) as f:
         assert f.readline() == 'ID    : vGPU Name\n'
-    sysfs.set_current_vgpu_type(vf0, 1155)
-    assert sysfs.current_vgpu_type(vf0) == 1155
-    assert sysfs.creatable_vgpu_types(vf0) == ()      # it holds one
+    vendor(sysfs).set_current_type(vf0, 1155)
+    assert vendor(sysfs).current_type(vf0) == 1155
+    assert vendor(sysfs).creatable_types(vf0) == ()      # it holds one
     # equal-size mode: only the 24 GB types fit next to it, mixed or not
-    assert sysfs.creatable_vgpu_types(vf1) == everything[1:]
+    assert vendor(sysfs).creatable_types(vf1) == everything[1:]
     assert _vendor_errno(sysfs, vf1, 1145) == errno.EINVAL
     assert _vendor_errno(sysfs, vf0, 1154) == errno.EBUSY
-    sysfs.set_current_vgpu_type(vf1, 1154)
-    assert sysfs.creatable_vgpu_types(vf2) == ()      # the GPU is full
+    vendor(sysfs).set_current_type(vf1, 1154)
+    assert vendor(sysfs).creatable_types(vf2) == ()      # the GPU is full
     assert _vendor_errno(sysfs, vf2, 1155) == errno.EINVAL
     assert live.state()['vgpus'] == {vf0: 'nvidia-1155',
                                      vf1: 'nvidia-1154', vf2: None}
@@ -637,20 +640,20 @@ def test_vendor_interface_vfs(live_sysfs_factory, tmp_path):
     live.busy(vf1)
     done = []
     t = threading.Thread(target=lambda: done.append(
-        sysfs.set_current_vgpu_type(vf1, 0)))
+        vendor(sysfs).set_current_type(vf1, 0)))
     t.start()
     time.sleep(0.3)
-    assert done == [] and sysfs.current_vgpu_type(vf1) == 1154
+    assert done == [] and vendor(sysfs).current_type(vf1) == 1154
     live.idle(vf1)
     t.join(10)
-    assert done == [None] and sysfs.current_vgpu_type(vf1) == 0
-    sysfs.set_current_vgpu_type(vf0, 0)
-    assert sysfs.creatable_vgpu_types(vf2) == everything
+    assert done == [None] and vendor(sysfs).current_type(vf1) == 0
+    vendor(sysfs).set_current_type(vf0, 0)
+    assert vendor(sysfs).creatable_types(vf2) == everything
     assert _vendor_errno(sysfs, vf2, 'x') == errno.EINVAL
 
 
 def _vendor_errno(sysfs, vf, number):
-    path = sysfs.nvidia_dir(vf) + '/current_vgpu_type'
+    path = vendor(sysfs).vendor_dir(vf) + '/' + vendor_names.CURRENT_TYPE
     with pytest.raises(exception.SysfsWriteError) as e:
         sysfs.write(path, str(number))
     return e.value.kwargs['errno']
@@ -689,7 +692,7 @@ def test_same_layout_as_the_static_writer_sriov(live_sysfs_factory,
                                                 tmp_path, name):
     """The live tree of each SR-IOV profile, before and after a vGPU is
     made on a VF, is what ``write_sysfs`` writes for that state: every
-    VF's available_instances / creatable_vgpu_types follow capacity.py."""
+    VF's available_instances / CREATABLE_TYPES follow capacity.py."""
     live = live_sysfs_factory(name)
     data = _bundled(name)
     assert snapshot(live.root) == _static(tmp_path, name, data, 'before')
@@ -701,15 +704,15 @@ def test_same_layout_as_the_static_writer_sriov(live_sysfs_factory,
                                              'type_id': 'nvidia-472'}]
     else:
         vf = _vfs_of(live, L40S_EMPTY)[2]
-        live.sysfs.set_current_vgpu_type(vf, 1155)
-        _device_entry(data, vf)['current_vgpu_type'] = 'nvidia-1155'
+        vendor(live.sysfs).set_current_type(vf, 1155)
+        _device_entry(data, vf)['held_type'] = 'nvidia-1155'
     after = snapshot(live.root)
     assert after == _static(tmp_path, name, data, 'after')
     if name == 'l40s':
         # the GPU's VFs now list only the 24 GB types; the other GPU's
         # are unchanged
         other = _vfs_of(live, L40S_EMPTY)[0]
-        assert [n for n, _ in live.sysfs.creatable_vgpu_types(other)] == [
+        assert [n for n, _ in vendor(live.sysfs).creatable_types(other)] == [
             1155, 1165]
 
 
@@ -768,26 +771,27 @@ def test_a100_vfs_share_the_gpu_on_the_live_tree(live_sysfs_factory):
     assert len(gpu.vf_gpus) == 16
 
 
-def test_l40s_gpu_full_through_current_vgpu_type(live_sysfs_factory):
+def test_l40s_gpu_full_through_the_vf_type_file(live_sysfs_factory):
     live = live_sysfs_factory('l40s')
     sysfs = live.sysfs
     gpu = _vfs_of(live, L40S_EMPTY)
     other = _vfs_of(live, L40S_BUSY)
     assert len(gpu) == 32
-    assert len(sysfs.creatable_vgpu_types(gpu[0])) == 23
-    sysfs.set_current_vgpu_type(gpu[0], 1155)          # L40S-24Q: two
-    sysfs.set_current_vgpu_type(gpu[1], 1155)
+    assert len(vendor(sysfs).creatable_types(gpu[0])) == 23
+    vendor(sysfs).set_current_type(gpu[0], 1155)          # L40S-24Q: two
+    vendor(sysfs).set_current_type(gpu[1], 1155)
     for vf in gpu:
-        assert sysfs.creatable_vgpu_types(vf) == ()
-        with open(sysfs.nvidia_dir(vf) + '/creatable_vgpu_types') as f:
+        assert vendor(sysfs).creatable_types(vf) == ()
+        with open(os.path.join(vendor(sysfs).vendor_dir(vf),
+                               vendor_names.CREATABLE_TYPES)) as f:
             assert f.read() == ''                      # empty when full
     assert _vendor_errno(sysfs, gpu[2], 1155) == errno.EINVAL
     assert _vendor_errno(sysfs, gpu[2], 1145) == errno.EINVAL
     # the other L40S keeps offering its 1 GB types
-    assert [n for n, _ in sysfs.creatable_vgpu_types(other[2])] == [
+    assert [n for n, _ in vendor(sysfs).creatable_types(other[2])] == [
         1145, 1147, 1157]
-    sysfs.set_current_vgpu_type(gpu[1], 0)
-    assert [n for n, _ in sysfs.creatable_vgpu_types(gpu[5])] == [
+    vendor(sysfs).set_current_type(gpu[1], 0)
+    assert [n for n, _ in vendor(sysfs).creatable_types(gpu[5])] == [
         1155, 1165]
 
 

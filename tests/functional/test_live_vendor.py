@@ -4,7 +4,7 @@
 * L40S (``l40s`` profile, NVIDIA vGPU 17+ vendor interface, no mdev): the
   guest names its vGPU in our metadata with the VF as ``parent`` and holds
   the VF as ``<hostdev type='pci' managed='no'>``.  ``prepare`` writes the
-  type to the VF's ``nvidia/current_vgpu_type``; ``release`` writes 0.
+  type to the VF's type file (``names.CURRENT_TYPE``); ``release`` writes 0.
 * A100 (``a100`` profile, classic mdev on SR-IOV VFs): the guest's mdev is
   made on a VF; the VFs of the GPU share its ``max_instance``.
 
@@ -29,6 +29,8 @@ from libvirt_gpu import objects
 from tests.functional import hook_guests as hg
 from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 PCI_VFIO_ERROR = "host doesn't support passthrough of host PCI devices"
 MDEV_VFIO_ERROR = 'Mediated host device assignment requires VFIO support'
@@ -45,11 +47,11 @@ pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
 PROBE = r'''#!/bin/sh
 cat > /dev/null
 line="$2 $3"
-for f in /sys/bus/pci/devices/*/nvidia/current_vgpu_type; do
+for f in /sys/bus/pci/devices/*/nvidia/@CURRENT@; do
     [ -e "$f" ] || continue
     read -r v < "$f"
     [ "$v" = 0 ] && continue
-    d=${f%/nvidia/current_vgpu_type}
+    d=${f%/nvidia/@CURRENT@}
     line="$line vf=${d##*/}:$v"
 done
 for d in /sys/bus/mdev/devices/*; do
@@ -78,6 +80,7 @@ class Setup(hg.HookSetup):
 
     def extra_hooks(self):
         probe = PROBE.replace('@TYPE@', self.type_id).replace(
+            '@CURRENT@', vendor_names.CURRENT_TYPE).replace(
             '@LOG@', libvirtd._sh_quote(self.probe_log))
         return {'qemu.d/zz-probe': probe}
 
@@ -185,10 +188,10 @@ class TestL40S(object):
         sysfs = l40s.live.sysfs
         for vf in vgpus_now(l40s):
             if vf not in L40S_PRE:
-                sysfs.set_current_vgpu_type(vf, 0)
+                vendor(sysfs).set_current_type(vf, 0)
         assert vgpus_now(l40s) == L40S_PRE
 
-    def test_prepare_sets_current_vgpu_type_release_resets_it(self, l40s):
+    def test_prepare_sets_the_vf_type_release_resets_it(self, l40s):
         import libvirt
         u = new_uuid()
         code, message = hg.start(l40s, 'l40s-1', [(u, 'nvidia-1145', L40S_VF)],
@@ -234,9 +237,9 @@ class TestL40S(object):
         sysfs = l40s.live.sysfs
         # fill the empty L40S with two L40S-24Q: its VFs list nothing
         gpu = [str(a) for a in sysfs.virtfns('0000:bd:00.0')]
-        sysfs.set_current_vgpu_type(gpu[0], 1155)
-        sysfs.set_current_vgpu_type(gpu[1], 1155)
-        assert sysfs.creatable_vgpu_types(L40S_VF) == ()
+        vendor(sysfs).set_current_type(gpu[0], 1155)
+        vendor(sysfs).set_current_type(gpu[1], 1155)
+        assert vendor(sysfs).creatable_types(L40S_VF) == ()
         full = vgpus_now(l40s)
         u = new_uuid()
         code, message = hg.start(l40s, 'l40s-3', [(u, 'nvidia-1145', L40S_VF)],

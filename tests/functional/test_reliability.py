@@ -23,6 +23,7 @@ import uuid as uuidlib
 import pytest
 
 from libvirt_gpu import config_xml
+from libvirt_gpu import environment
 from libvirt_gpu import hook
 from libvirt_gpu import metadata
 from libvirt_gpu import reconcile
@@ -113,10 +114,10 @@ class World(object):
         from libvirt_gpu import host as host_mod
         # The configuration enables TYPE on both GPUs.
         kwargs.setdefault('covered', ('0000:3b:00.0', '0000:af:00.0'))
-        return reconcile.reconcile(host_mod.Host.from_connection(self.conn),
-                                   self.sysfs, self.store,
-                                   mdevctl_dir=str(self.tmp / 'mdevctl.d'),
-                                   **kwargs)
+        return reconcile.reconcile(environment.Environment(
+            self.store.state_dir, sysfs=self.sysfs,
+            host=host_mod.Host.from_connection(self.conn),
+            mdevctl_dir=str(self.tmp / 'mdevctl.d')), **kwargs)
 
     def assert_consistent(self):
         """No orphan, no double allocation, nothing over capacity."""

@@ -8,6 +8,7 @@ import uuid as uuidlib
 import pytest
 
 from libvirt_gpu import config_xml
+from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import host as host_mod
 from libvirt_gpu import metadata
@@ -34,9 +35,15 @@ class World(object):
     def run(self, **kwargs):
         # Both T4s are GPUs the configuration would enable.
         kwargs.setdefault('covered', (A, B))
-        return reconcile.reconcile(host_mod.Host.from_connection(self.conn),
-                                   self.sysfs, self.store,
-                                   mdevctl_dir=self.mdevctl_dir, **kwargs)
+        return reconcile.reconcile(
+            self.env(host_mod.Host.from_connection(self.conn),
+                     remove_timeout=kwargs.pop('remove_timeout', None)),
+            **kwargs)
+
+    def env(self, host, remove_timeout=None):
+        return environment.Environment(
+            self.store.state_dir, sysfs=self.sysfs, host=host,
+            mdevctl_dir=self.mdevctl_dir, remove_timeout=remove_timeout)
 
     def domain(self, name, uuids=(), active=True, meta_only=()):
         meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
@@ -225,10 +232,8 @@ def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
         taken['uuid'], taken['domain'] = u, dom
 
     conn = _StartsAGuestWhileListed(world.conn, guest_starts)
-    report = reconcile.reconcile(host_mod.Host.from_connection(conn),
-                                 world.sysfs, world.store,
-                                 mdevctl_dir=world.mdevctl_dir,
-                                 covered=(A, B))
+    report = reconcile.reconcile(
+        world.env(host_mod.Host.from_connection(conn)), covered=(A, B))
     u = taken['uuid']
     assert u not in by_uuid(report)
     assert u in world.mdevs()
@@ -271,9 +276,7 @@ def test_removals_are_announced_before_they_happen(world):
 def test_refuses_libvirts_test_driver(world):
     with host_mod.Host('test:///default') as h:
         with pytest.raises(exception.InvalidInput) as e:
-            reconcile.reconcile(h, world.sysfs, world.store,
-                                mdevctl_dir=world.mdevctl_dir,
-                                covered=(A, B))
+            reconcile.reconcile(world.env(h), covered=(A, B))
     assert 'test driver' in str(e.value)
     assert world.mdevs() == {PRE1, PRE2}
     assert world.store.leases() == []

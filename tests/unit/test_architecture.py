@@ -48,6 +48,11 @@ FORBIDDEN = {
                      'placement', 'host', 'guest', 'discovery'),
 }
 
+# The one door into a forbidden room: the simulator builds and serves a
+# vGPU kind's sysfs interface, so it takes the file names from the kind's
+# ``names`` module (data only, importing nothing), never spelling them.
+NAME_DOORS = {('simulator', 'backends.nvidia_vgpu.names')}
+
 # rooms at the floor -> the only rooms of ours they may import
 ONLY = {
     'exception': (),
@@ -62,6 +67,8 @@ ONLY = {
     'pciids': (),
     'objects': ('exception', 'records'),
     'xmlutil': ('exception',),
+    'xmledit': ('exception', 'xmlutil'),
+    'backends.nvidia_vgpu.names': (),
 }
 
 # The rooms from the floor up, as docs/architecture.md's table lists them
@@ -70,17 +77,19 @@ ONLY = {
 LEVELS = (
     ('exception', 'records', 'logs'), ('objects',), ('capacity',),
     ('fileutil', 'filetype', 'textutil', 'fanout', 'figures'),
-    ('xmlutil', 'conffile', 'enablement'), ('pci_classes', 'pciids'),
+    ('xmlutil', 'xmledit', 'conffile', 'enablement'),
+    ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
     ('backends',), ('state',), ('allocator',), ('placement',),
     ('environment',), ('api',), ('hook',), ('reconcile',), ('restore',),
     ('agent',), ('exporter',), ('simulator',), ('cmd',),
 )
-# discovery completes the types of VFs with NVIDIA's vendor interface from
-# that kind's table of types per GPU model (inside a function).
+# discovery asks every registered vGPU kind to read a VF's vendor
+# interface and to complete its types (inside functions): it never names
+# a kind.
 LEVEL_EXCEPTIONS = {('discovery', 'backends'),
-                    ('discovery', 'backends.nvidia_vgpu')}
+                    ('discovery', 'backends.registry')}
 
 # What the hook may not load when Python imports it (every guest start pays
 # for what it imports).
@@ -182,7 +191,8 @@ def test_no_room_opens_a_forbidden_door(room):
     wrong = sorted('%s imports %s' % (m, target)
                    for m in members for target in graph[m]
                    if any(_in(target, f) for f in FORBIDDEN[room])
-                   and not _in(target, room))
+                   and not _in(target, room)
+                   and (room, target) not in NAME_DOORS)
     assert wrong == []
 
 
@@ -280,3 +290,147 @@ def test_the_layer_check_sees_imports_inside_functions(tmp_path):
     names = imports_of(str(path), 'tests.unit')
     assert {'tests.functional.libvirtd',
             'tests.functional.live_sysfs'} <= names
+
+
+# --- a vGPU kind's sysfs interface, and who opens files under the root ------
+
+SKIP_DIRS = {'.git', '.venv', '.venv-placement', '.tox', 'build',
+             '__pycache__', '.pytest_cache'}
+
+
+def _repository_files():
+    for directory, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS
+                   and not d.endswith('.egg-info')]
+        for name in files:
+            yield os.path.join(directory, name)
+
+
+def _kind_home(cls):
+    """The file, or the package directory, of a kind's module."""
+    path = os.path.abspath(sys.modules[cls.__module__].__file__)
+    if os.path.basename(path) == '__init__.py':
+        return os.path.dirname(path) + os.sep
+    return path
+
+
+def names_outside_kinds(kinds):
+    """``path: name`` for every file of the repository outside a kind's
+    module that spells one of that kind's ``sysfs_names``."""
+    found = []
+    for path in _repository_files():
+        try:
+            with open(path, encoding='utf-8') as f:
+                text = f.read()
+        except (UnicodeDecodeError, OSError):
+            continue                    # binary files
+        for cls in kinds:
+            home = _kind_home(cls)
+            if path == home or path.startswith(home):
+                continue
+            found.extend('%s: %s' % (os.path.relpath(path, ROOT), name)
+                         for name in cls.sysfs_names if name in text)
+    return sorted(found)
+
+
+def test_no_file_outside_a_kind_names_its_sysfs_files():
+    from libvirt_gpu.backends import registry
+    kinds = registry.kind_classes()
+    assert any(cls.sysfs_names for cls in kinds)
+    assert names_outside_kinds(kinds) == []
+
+
+def test_the_name_check_sees_a_kind_s_names(tmp_path):
+    """The check can fail: a kind whose home is elsewhere is caught by its
+    names where they really are."""
+    from libvirt_gpu.backends import nvidia_vgpu
+
+    class Elsewhere(nvidia_vgpu.NvidiaVgpuBackend):
+        pass
+
+    Elsewhere.__module__ = 'libvirt_gpu.backends.mdev'
+    found = names_outside_kinds([Elsewhere])
+    assert any(line.startswith('libvirt_gpu/backends/nvidia_vgpu/names.py')
+               for line in found)
+
+
+# Calls that open, list or look at a file.
+FILE_CALLS = {'open', 'io.open', 'os.open', 'os.listdir', 'os.scandir',
+              'os.readlink', 'os.access', 'os.stat', 'os.lstat', 'os.walk',
+              'glob.glob', 'os.path.exists', 'os.path.lexists',
+              'os.path.isdir', 'os.path.isfile', 'os.path.islink',
+              'os.path.realpath'}
+# The safe reader, and the simulator, which writes and serves the trees.
+READERS = ('sysfs.reader', 'simulator')
+
+
+def _dotted(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return base and '%s.%s' % (base, node.attr)
+    return None
+
+
+def _names_sysfs(node):
+    """Whether an expression is built from a sysfs or its root."""
+    for part in ast.walk(node):
+        name = (part.id if isinstance(part, ast.Name) else
+                part.attr if isinstance(part, ast.Attribute) else '')
+        if 'sysfs' in name.lower() or name == 'root':
+            return True
+    return False
+
+
+def sysfs_file_calls(path):
+    """``line: call`` of every file call of ``path`` whose argument is
+    derived from a sysfs (a ``Sysfs``, its root, ``sysfs_root``)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    return ['%d: %s' % (node.lineno, ast.unparse(node)[:80])
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and _dotted(node.func) in FILE_CALLS
+            and any(_names_sysfs(a) for a in node.args)]
+
+
+def test_only_the_reader_opens_files_under_the_sysfs_root():
+    found = {}
+    for name, path in _our_modules().items():
+        if any(_in(_short(name), r) for r in READERS):
+            continue
+        calls = sysfs_file_calls(path)
+        if calls:
+            found[_short(name)] = calls
+    assert found == {}
+
+
+def test_the_rest_of_sysfs_opens_nothing_itself():
+    """What the files mean (``sysfs.devices``) and what their text says
+    (``sysfs.parsers``) go through the reader for every file."""
+    found = {}
+    for name, path in _our_modules().items():
+        if not _in(_short(name), 'sysfs') or _short(name) == 'sysfs.reader':
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        calls = sorted('%d: %s' % (node.lineno, _dotted(node.func))
+                       for node in ast.walk(tree)
+                       if isinstance(node, ast.Call)
+                       and _dotted(node.func) in FILE_CALLS)
+        if calls:
+            found[_short(name)] = calls
+    assert found == {}
+    assert 'sysfs.devices' in door_graph()
+
+
+def test_the_reader_check_sees_a_direct_read(tmp_path):
+    probe = tmp_path / 'probe.py'
+    probe.write_text('import os\n'
+                     'def f(sysfs, conf):\n'
+                     '    os.listdir(os.path.join(conf.sysfs_root, "x"))\n'
+                     '    open(sysfs.pci_dir(1))\n'
+                     '    open("/etc/hosts")\n')
+    assert [c.split(':')[0] for c in sysfs_file_calls(str(probe))] == \
+        ['3', '4']

@@ -85,11 +85,11 @@ def test_hook_calls_are_counted_by_operation_and_outcome(host):
 
 
 def test_an_internal_error_counts_as_an_error(host, monkeypatch):
-    from libvirt_gpu.hook import operations
+    from libvirt_gpu import allocator
 
-    def broken(self, req):
+    def broken(self, *args, **kwargs):
         raise RuntimeError('boom')
-    monkeypatch.setattr(operations.Hook, 'release', broken)
+    monkeypatch.setattr(allocator.Allocator, 'begin_release', broken)
     rc, err = host.run('release', domain_xml([(new_uuid(), 'nvidia-223',
                                                B)]))
     assert rc == 0 and 'internal error' in err

@@ -17,6 +17,7 @@ import pytest
 
 from libvirt_gpu import config_xml
 from libvirt_gpu import hook
+from libvirt_gpu import metadata
 from libvirt_gpu import state
 from tests.doubles import hostile
 from tests.doubles import kernel_sysfs
@@ -497,3 +498,110 @@ def test_log_shows_control_characters_as_text(tmp_path):
     assert 'GRID\\x1b]0;pwned\\x07 on\\nGPU' in text
     assert '\x1b' not in stderr.getvalue()
     assert 'GRID\\x1b]0;pwned\\x07' in stderr.getvalue()
+
+
+# --- the table of operations -------------------------------------------------
+
+def test_the_table_holds_each_operations_exit_rule():
+    rules = {op.name: (op.may_refuse, op.rewrites, op.failure_rc)
+             for op in hook.OPERATIONS}
+    assert rules == {'prepare': (True, False, 1),
+                     'release': (False, False, 0),
+                     'reconnect': (False, False, 0)}
+    assert hook.HANDLED == ('prepare', 'release', 'reconnect')
+
+
+def _move_parent(hook_, req):
+    """A rewriting operation as live migration will add one: our vGPU's
+    parent changed in place, nothing else."""
+    vgpu = req.document.root.find(
+        'metadata', '{%s}gpus' % metadata.NAMESPACE,
+        '{%s}vgpu' % metadata.NAMESPACE)
+    assert hook_.env.vgpus is not None      # it got the host's parts
+    req.document.set_attribute(vgpu, 'parent', B)
+    return req.document
+
+
+def _table_with(function, rewrites=True, may_refuse=True, name='migrate'):
+    return hook.OPERATIONS + (hook.Operation(
+        name=name, function=function,
+        reads=(hook.DEVICES, hook.METADATA, hook.DOCUMENT),
+        rewrites=rewrites, may_refuse=may_refuse,
+        failure='cannot migrate'),)
+
+
+def _run_row(env, table, xml, op='migrate'):
+    out, err = io.BytesIO(), io.StringIO()
+    rc = hook.run(['qemu', 'vm1', op, 'begin', '-'], xml,
+                  config_file=env.config, settings_file=env.settings_file,
+                  sysfs=env.sysfs, stderr=err, mdevctl_dir=env.mdevctl_dir,
+                  stdout=out, table=table)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def nova_like_xml(parent=A):
+    """Domain XML with other applications' metadata, a comment and odd
+    spacing around ours."""
+    return (
+        "<domain type='kvm'>\n  <name>vm1</name><uuid>%s</uuid>\n"
+        "  <metadata>\n    <nova:instance xmlns:nova='http://openstack.org/"
+        "xmlns/libvirt/nova/1.1'><nova:name>a &amp; b</nova:name>"
+        "</nova:instance>\n    <!-- ours below -->\n"
+        "    <g:gpus xmlns:g='urn:libvirt-gpu:1'><g:vgpu  uuid='%s' "
+        "type='nvidia-223' parent='%s' /></g:gpus>\n  </metadata>\n"
+        "  <devices><hostdev mode='subsystem' type='mdev' managed='no' "
+        "model='vfio-pci'><source><address uuid='%s'/></source></hostdev>"
+        "</devices>\n</domain>\n" % (DOM, EXISTING, parent, EXISTING)
+    ).encode()
+
+
+def test_a_new_row_prints_the_xml_it_edited_in_place(env):
+    xml = nova_like_xml()
+    rc, out, err = _run_row(env, _table_with(_move_parent), xml)
+    assert (rc, err) == (0, '')
+    assert out == xml.replace(("parent='%s'" % A).encode(),
+                              ("parent='%s'" % B).encode())
+
+
+def test_a_row_that_leaves_the_xml_alone_prints_nothing(env):
+    rc, out, err = _run_row(env, _table_with(lambda h, req: req.document),
+                            nova_like_xml())
+    assert (rc, out, err) == (0, b'', '')
+    # and one for a guest that is not ours is not even parsed further
+    rc, out, err = _run_row(env, _table_with(_move_parent),
+                            domain_xml(hostdevs=[]))
+    assert (rc, out, err) == (0, b'', '')
+
+
+@pytest.mark.parametrize('may_refuse', [True, False])
+@pytest.mark.parametrize('error', [
+    hook.exception.GpuInUse(address=A, reason="x"), RuntimeError('boom')])
+def test_every_error_maps_to_the_rows_exit_rule(env, may_refuse, error):
+    def fails(hook_, req):
+        req.document.set_attribute(req.document.root, 'x', 'y')
+        raise error
+
+    rc, out, err = _run_row(
+        env, _table_with(fails, may_refuse=may_refuse), nova_like_xml())
+    assert rc == (1 if may_refuse else 0)
+    assert out == b''                 # nothing half-done reaches libvirt
+    if isinstance(error, RuntimeError):
+        assert 'internal error in migrate of' in err and 'boom' in err
+    else:
+        assert 'cannot migrate domain' in err and A in err
+
+
+def test_refused_input_follows_the_rows_rule(env):
+    for may_refuse, rc_wanted in ((True, 1), (False, 0)):
+        rc, out, err = _run_row(
+            env, _table_with(_move_parent, may_refuse=may_refuse),
+            b'<domain><uuid>not-a-uuid</uuid></domain>')
+        assert (rc, out) == (rc_wanted, b'')
+        assert 'migrate of domain' in err and 'refused' in err
+
+
+def test_a_row_without_rewrites_may_not_print(env):
+    rc, out, err = _run_row(
+        env, _table_with(_move_parent, rewrites=False), nova_like_xml())
+    assert (rc, out) == (1, b'')
+    assert 'internal error' in err and 'rewrite' in err

@@ -1,5 +1,8 @@
 """host.Host reading node devices that come and go."""
 
+import subprocess
+import sys
+
 import libvirt
 import pytest
 
@@ -95,3 +98,29 @@ def test_mdev_name_of_libvirt_before_7_7_gives_the_uuid():
         assert str(node.parent) == '0000:af:00.0'
     h = _host([_Dev(xml)])
     assert [n.mdev.uuid for n in h.mdev_nodes()] == [UUID]
+
+
+LIBVIRT_ERROR_PROBE = '''
+import sys, libvirt
+import libvirt_gpu.host as host_mod
+if sys.argv[1] == 'host':
+    try:
+        host_mod.Host('test:///no/such/file.xml').connect()
+    except Exception:
+        pass
+try:
+    libvirt.open('test:///no/such/file.xml')
+except libvirt.libvirtError:
+    pass
+'''
+
+
+@pytest.mark.parametrize('first, printed', [('import', True),
+                                            ('host', False)])
+def test_importing_host_leaves_libvirts_error_handler_alone(first, printed):
+    """A program that only imports us keeps libvirt's own handler (which
+    prints errors); a Host that opens its own connection sets ours."""
+    done = subprocess.run([sys.executable, '-c', LIBVIRT_ERROR_PROBE, first],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert ('libvirt: Test Driver error' in done.stderr) is printed

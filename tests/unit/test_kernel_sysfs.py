@@ -17,6 +17,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.simulator import profile as profile_mod
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
 
 A = '0000:3b:00.0'          # T4, empty
 B = '0000:af:00.0'          # T4, holds two nvidia-223
@@ -219,10 +220,10 @@ def test_l40s_tree_after_writes_is_the_static_writers(tmp_path):
     with trees.simulated_tree('l40s') as (root, profile):
         sysfs = kernel_sysfs.KernelSysfs(root, profile)
         vf = str(sysfs.virtfns('0000:bd:00.0')[2])
-        sysfs.set_current_vgpu_type(vf, 1155)
+        vendor(sysfs).set_current_type(vf, 1155)
 
         def change(data):
-            _entry(data, vf)['current_vgpu_type'] = 'nvidia-1155'
+            _entry(data, vf)['held_type'] = 'nvidia-1155'
         assert _snapshot(sysfs) == _static(tmp_path, 'l40s', change)
 
 

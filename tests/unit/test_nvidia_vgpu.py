@@ -1,4 +1,4 @@
-"""NVIDIA vGPU 17+ vendor interface: the creatable_vgpu_types parser, the
+"""NVIDIA vGPU 17+ vendor interface: the CREATABLE_TYPES parser, the
 Sysfs reader, and backends.nvidia_vgpu against the simulated L40S host
 (kernel_sysfs.KernelSysfs answers writes as the driver would)."""
 
@@ -15,8 +15,10 @@ from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.backends.nvidia_vgpu import files as vendor_files
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 GPU1 = '0000:3d:00.0'          # holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
 GPU2 = '0000:bd:00.0'          # empty
@@ -71,21 +73,21 @@ REAL = ('ID    : vGPU Name\n'
 
 
 def test_parse_real_listing():
-    assert sysfs_mod.parse_creatable_vgpu_types(REAL, 'p') == (
+    assert vendor_files.parse_creatable_types(REAL, 'p') == (
         (1145, 'NVIDIA L40S-1B'), (1155, 'NVIDIA L40S-24Q'),
         (2164, 'NVIDIA L40S-3B'))
 
 
 @pytest.mark.parametrize('text', ['', '\n', '   \n\n', 'ID    : vGPU Name\n'])
 def test_parse_empty_when_full(text):
-    assert sysfs_mod.parse_creatable_vgpu_types(text, 'p') == ()
+    assert vendor_files.parse_creatable_types(text, 'p') == ()
 
 
 def test_parse_names_with_spaces_and_loose_spacing():
     text = ('\n  ID:vGPU Name\n'
             '3401 :   NVIDIA RTX Pro 6000   Blackwell DC-48C  \n'
             '\t17:NVIDIA H100-1-10C\n')
-    assert sysfs_mod.parse_creatable_vgpu_types(text, 'p') == (
+    assert vendor_files.parse_creatable_types(text, 'p') == (
         (3401, 'NVIDIA RTX Pro 6000 Blackwell DC-48C'),
         (17, 'NVIDIA H100-1-10C'))
 
@@ -102,10 +104,11 @@ def test_parse_names_with_spaces_and_loose_spacing():
 ])
 def test_parse_garbage_is_typed_error_naming_path(text, why):
     with pytest.raises(exception.SysfsReadError) as info:
-        sysfs_mod.parse_creatable_vgpu_types(
+        vendor_files.parse_creatable_types(
             text, '/sys/bus/pci/devices/0000:3d:00.4/nvidia/'
-                  'creatable_vgpu_types')
-    assert '0000:3d:00.4/nvidia/creatable_vgpu_types' in str(info.value)
+                  + vendor_names.CREATABLE_TYPES)
+    assert '0000:3d:00.4/nvidia/' + vendor_names.CREATABLE_TYPES in \
+        str(info.value)
     assert why in str(info.value)
 
 
@@ -121,26 +124,27 @@ def test_type_ids_map_to_mdev_form():
 # --- the Sysfs reader ------------------------------------------------------
 
 def test_sysfs_reads_vendor_interface(host):
-    busy = host.read_vendor_vf(VF_BUSY)
+    busy = vendor(host).read_vf(VF_BUSY)
     assert busy.current.id == 'nvidia-1145'
     assert busy.creatable == ()                  # a VF holding one lists none
-    free = host.read_vendor_vf(VF_FREE)
+    free = vendor(host).read_vf(VF_FREE)
     assert free.current is None
     # equal-size mode: the GPU holds 1 GB vGPUs, so only 1 GB types fit
     assert [(t.id, t.name) for t in free.creatable] == [
         ('nvidia-1145', 'NVIDIA L40S-1B'), ('nvidia-1147', 'NVIDIA L40S-1Q'),
         ('nvidia-1157', 'NVIDIA L40S-1A')]
     assert all(t.available_instances == 1 for t in free.creatable)
-    assert len(host.read_vendor_vf(VF2).creatable) == 23
-    assert host.read_vendor_vf(GPU1) is None      # the PF has no nvidia/
+    assert len(vendor(host).read_vf(VF2).creatable) == 23
+    assert vendor(host).read_vf(GPU1) is None      # the PF has no nvidia/
 
 
 def test_sysfs_garbage_current_type_is_typed_error(host):
-    with open(os.path.join(host.nvidia_dir(VF_FREE), 'current_vgpu_type'),
-              'w') as f:
+    with open(os.path.join(vendor(host).vendor_dir(VF_FREE),
+                           vendor_names.CURRENT_TYPE), 'w') as f:
         f.write('lots\n')
-    with pytest.raises(exception.SysfsReadError, match='current_vgpu_type'):
-        host.current_vgpu_type(VF_FREE)
+    with pytest.raises(exception.SysfsReadError,
+                       match=vendor_names.CURRENT_TYPE):
+        vendor(host).current_type(VF_FREE)
 
 
 # --- the backend ------------------------------------------------------------
@@ -149,10 +153,10 @@ def test_create_writes_type_and_shares_capacity(backend, host):
     dev = vgpu(vf=VF2, type_id='nvidia-1156')          # L40S-48Q: 1 per GPU
     assert backend.available(VF2, 'nvidia-1156') == 1
     assert backend.prepare(dev) is True
-    assert host.current_vgpu_type(VF2) == 1156
+    assert vendor(host).current_type(VF2) == 1156
     assert backend.lookup(dev.uuid) == dev and backend.exists(dev)
     # the GPU is full now: every other VF of it lists nothing
-    assert host.creatable_vgpu_types('0000:bd:00.5') == ()
+    assert vendor(host).creatable_types('0000:bd:00.5') == ()
     assert backend.available('0000:bd:00.5', 'nvidia-1156') == 0
     # the other GPU is not affected
     assert backend.available(VF_FREE, 'nvidia-1145') == 1
@@ -207,7 +211,7 @@ def test_destroy_writes_zero_and_retries_while_busy(backend, host):
     backend.prepare(dev)
     host.busy(VF_FREE, count=3)              # the driver is still tearing down
     assert backend.release(dev) is True
-    assert host.current_vgpu_type(VF_FREE) == 0
+    assert vendor(host).current_type(VF_FREE) == 0
     zeros = [w for w in host.writes if w.kind == kernel_sysfs.CURRENT_VGPU_TYPE
              and w.detail == (VF_FREE, '0')]
     assert len(zeros) == 4                   # 3 EBUSY answers, then success
@@ -223,13 +227,13 @@ def test_destroy_gives_up_after_a_bounded_while(backend, host):
     host.busy(VF_FREE, count=10 ** 6)
     with pytest.raises(exception.MdevRemoveFailed, match='EBUSY'):
         backend.remove(dev.uuid)
-    assert host.current_vgpu_type(VF_FREE) == 1145       # still there
+    assert vendor(host).current_type(VF_FREE) == 1145       # still there
 
 
 def test_create_retries_busy_then_succeeds(backend, host):
     host.busy(VF_FREE, count=2)
     assert backend.prepare(vgpu()) is True
-    assert host.current_vgpu_type(VF_FREE) == 1145
+    assert vendor(host).current_type(VF_FREE) == 1145
 
 
 def test_hostdev_is_unmanaged_pci_of_the_vf(backend):
@@ -256,7 +260,8 @@ def test_state_file_and_persistence(backend, host, fast_tmp):
     backend.define(dev, start='auto', params='frame_rate_limiter=0')
     assert backend.lookup(dev.uuid) is None       # defined, not created
     assert backend.prepare(dev) is True
-    params = os.path.join(host.nvidia_dir(VF_FREE), 'vgpu_params')
+    params = os.path.join(vendor(host).vendor_dir(VF_FREE),
+                          vendor_names.VGPU_PARAMS)
     with open(params) as f:
         assert f.read() == 'frame_rate_limiter=0'
     with open(os.path.join(fast_tmp, 'state', 'nvidia-vgpu.json')) as f:

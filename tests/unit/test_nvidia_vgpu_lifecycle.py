@@ -26,6 +26,7 @@ from libvirt_gpu import xmlutil
 from tests.doubles import fake_libvirt
 from tests.doubles import domains
 from tests.doubles import kernel_sysfs
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
 
 DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 L1 = objects.PciAddress.parse('0000:3d:00.0')     # 2 x L40S-1B not ours
@@ -160,17 +161,17 @@ def test_hook_prepare_and_release_on_a_vf(l40s):
     xml = vf_domain_xml(uuid, '0000:bd:00.6')
     rc, err = l40s.hook('prepare', xml)
     assert (rc, err) == (0, '')
-    assert l40s.sysfs.current_vgpu_type('0000:bd:00.6') == 1145
+    assert vendor(l40s.sysfs).current_type('0000:bd:00.6') == 1145
     (lease,) = l40s.leases()
     assert (lease.vgpu_uuid, str(lease.parent), lease.state) == (
         uuid, '0000:bd:00.6', state.CREATED)
     # equal-size mode: the GPU now offers only 1 GB types
-    assert [n for n, _ in l40s.sysfs.creatable_vgpu_types(
+    assert [n for n, _ in vendor(l40s.sysfs).creatable_types(
         '0000:bd:00.7')] == [1145, 1147, 1157]
     assert l40s.hook('reconnect', xml)[0] == 0
     assert l40s.hook('prepare', xml) == (0, '')          # idempotent
     assert l40s.hook('release', xml)[0] == 0
-    assert l40s.sysfs.current_vgpu_type('0000:bd:00.6') == 0
+    assert vendor(l40s.sysfs).current_type('0000:bd:00.6') == 0
     assert l40s.leases() == []
     assert l40s.backend().kind('nvidia').vgpus() == {}
 
@@ -180,7 +181,7 @@ def test_hook_refuses_a_vf_that_holds_someone_elses_vgpu(l40s):
                                                  '0000:3d:00.4'))
     assert rc == 1 and 'cannot start' in err
     assert l40s.leases() == []
-    assert l40s.sysfs.current_vgpu_type('0000:3d:00.4') == 1145  # untouched
+    assert vendor(l40s.sysfs).current_type('0000:3d:00.4') == 1145  # untouched
 
 
 def test_hook_rolls_back_when_the_gpu_is_full(l40s):
@@ -205,7 +206,7 @@ def test_hook_rolls_back_when_the_gpu_is_full(l40s):
         f.write(text)
     rc, err = l40s.hook('prepare', xml)
     assert rc == 1 and 'No capacity' in err
-    assert l40s.sysfs.current_vgpu_type('0000:bd:00.4') == 0
+    assert vendor(l40s.sysfs).current_type('0000:bd:00.4') == 0
     assert l40s.leases() == []
 
 
@@ -257,7 +258,7 @@ def test_snapshot_follows_vfs_enabled_after_it_was_taken(fast_tmp):
     xml = vf_domain_xml(uuid, '0000:bd:00.6')
     rc, err = _hook_with_snapshot(world, 'prepare', xml)
     assert (rc, err) == (0, '')
-    assert world.sysfs.current_vgpu_type('0000:bd:00.6') == 1145
+    assert vendor(world.sysfs).current_type('0000:bd:00.6') == 1145
     with open(os.path.join(world.state_dir, hook.LOG_NAME)) as f:
         assert 'snapshot %s refreshed' % world.settings_file in f.read()
     settings, note = hook.load_settings(world.config, world.settings_file)
@@ -268,7 +269,7 @@ def test_snapshot_follows_vfs_enabled_after_it_was_taken(fast_tmp):
     assert len(key['vendor_vfs']) == 64 and '0000:bd:00.6' in \
         key['vendor_vfs']
     assert _hook_with_snapshot(world, 'release', xml)[0] == 0
-    assert world.sysfs.current_vgpu_type('0000:bd:00.6') == 0
+    assert vendor(world.sysfs).current_type('0000:bd:00.6') == 0
     # and disabling them again is noticed too
     world.sysfs.set_sriov_numvfs(str(L2), 0)
     settings, note = hook.load_settings(world.config, world.settings_file)
@@ -325,7 +326,7 @@ def test_api_live_attach_and_detach(l40s):
     dom = l40s.conn.define(domains.tiny_domain_xml('vm1'), active=True)
     done = l40s.call(api.attach, 'vm1', vgpu_type='nvidia-1145', live=True)
     assert str(done.parent) == '0000:bd:00.4'
-    assert l40s.sysfs.current_vgpu_type('0000:bd:00.4') == 1145
+    assert vendor(l40s.sysfs).current_type('0000:bd:00.4') == 1145
     assert _hostdev_vfs(l40s, dom) == ['0000:bd:00.4']
     got = l40s.call(api.list_devices, 'vm1')
     assert [(v.uuid, v.exists, v.in_devices) for v in got.vgpus] == [
@@ -333,7 +334,7 @@ def test_api_live_attach_and_detach(l40s):
     assert got.pgpus == ()                 # the VF is no whole GPU
     l40s.call(api.detach, 'vm1', uuid=done.uuid, live=True)
     assert _hostdev_vfs(l40s, dom) == []
-    assert l40s.sysfs.current_vgpu_type('0000:bd:00.4') == 0
+    assert vendor(l40s.sysfs).current_type('0000:bd:00.4') == 0
     assert l40s.leases() == []
 
 
@@ -352,9 +353,9 @@ def test_api_config_attach_records_the_vf_and_hook_creates_it(l40s):
     import libvirt
     xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE).encode()
     assert l40s.hook('prepare', xml) == (0, '')
-    assert l40s.sysfs.current_vgpu_type(vf) == 1145
+    assert vendor(l40s.sysfs).current_type(vf) == 1145
     assert l40s.hook('release', xml)[0] == 0
-    assert l40s.sysfs.current_vgpu_type(vf) == 0
+    assert vendor(l40s.sysfs).current_type(vf) == 0
     # still recorded
     assert done.uuid in l40s.backend().kind('nvidia').vgpus()
     l40s.call(api.detach, 'vm1', uuid=done.uuid, config=True)
@@ -371,15 +372,16 @@ def test_reconcile_removes_an_orphaned_vendor_vgpu(l40s):
     # the guest is gone (libvirt never heard of it); the lease's holder
     # (this process) works on nothing any more
     store = state.LeaseStore(l40s.state_dir)
-    report = reconcile.reconcile(
-        host_mod.Host.from_connection(l40s.conn), l40s.sysfs, store,
-        mdevctl_dir=l40s.mdevctl)
+    report = reconcile.reconcile(environment.Environment(
+        store.state_dir, sysfs=l40s.sysfs,
+        host=host_mod.Host.from_connection(l40s.conn),
+        mdevctl_dir=l40s.mdevctl))
     assert [(f.action, f.uuid) for f in report.findings] == [
         (reconcile.REMOVED, uuid)]
-    assert l40s.sysfs.current_vgpu_type('0000:bd:00.4') == 0
+    assert vendor(l40s.sysfs).current_type('0000:bd:00.4') == 0
     assert l40s.leases() == []
     # someone else's vGPUs (no lease, no state entry) are left alone
-    assert l40s.sysfs.current_vgpu_type('0000:3d:00.4') == 1145
+    assert vendor(l40s.sysfs).current_type('0000:3d:00.4') == 1145
 
 
 def mdev_domain_xml(uuid, dom=DOM, type_id='nvidia-472'):

@@ -63,7 +63,7 @@ def _empty(name):
         data = json.load(f)
     for dev in data['devices']:
         dev.pop('mdevs', None)
-        dev.pop('current_vgpu_type', None)
+        dev.pop('held_type', None)
         dev.pop('sriov_numvfs', None)
     return profile_mod.profile_from_dict(data, source=name + '-empty')
 

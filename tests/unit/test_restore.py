@@ -13,12 +13,15 @@ import pytest
 from libvirt_gpu.backends import base
 from libvirt_gpu.backends import nvidia_vgpu
 from libvirt_gpu import conf as conf_mod
+from libvirt_gpu import environment
 from libvirt_gpu import objects
 from libvirt_gpu import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import profile as profile_mod
 from tests.doubles import kernel_sysfs
+from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
 U2 = 'c73f1fa6-489e-4834-9476-d70dabd98c40'
@@ -43,7 +46,7 @@ def rebooted(name):
         data = json.load(f)
     for dev in data['devices']:
         dev.pop('mdevs', None)
-        dev.pop('current_vgpu_type', None)
+        dev.pop('held_type', None)
         if dev.get('virtfns'):
             dev['sriov_numvfs'] = 0
     return profile_mod.profile_from_dict(data, source=name + '-rebooted')
@@ -83,12 +86,15 @@ def test_a100_after_reboot_and_idempotence(fast_tmp):
     define(mdevctl, '0000:41:00.6', U4, 'nvidia-468', 'auto')   # won't fit
     os.makedirs(os.path.join(mdevctl, '0.0.0123'))            # a ccw parent
     state_dir = cfg.state_dir
-    targets = restore.vf_targets(cfg, sysfs, state_dir)
+    targets = restore.vf_targets(
+        environment.Environment(state_dir, sysfs=sysfs, conf=cfg))
     assert [str(t) for t in targets] == ['0000:41:00.0', '0000:c1:00.0']
 
     def run():
-        return restore.restore(sysfs, state_dir, vf_pfs=targets,
-                               mdevctl_dir=mdevctl, settle_timeout=0)
+        return restore.restore(
+            environment.Environment(state_dir, sysfs=sysfs,
+                                    mdevctl_dir=mdevctl),
+            vf_pfs=targets, settle_timeout=0)
     first = run()
     assert summary(first) == [
         ('created', 'mdev', U3), ('created', 'mdev', U1),
@@ -128,25 +134,26 @@ def test_l40s_after_reboot_from_our_state(fast_tmp):
                 gpu=objects.PciAddress.parse(gpu),
                 type_id=type_id, start=start, params=params)
     # the GPU of U3 is not configured but our state names it
-    targets = restore.vf_targets(cfg, sysfs, cfg.state_dir)
+    targets = restore.vf_targets(
+        environment.Environment(cfg.state_dir, sysfs=sysfs, conf=cfg))
+    env = environment.Environment(
+        cfg.state_dir, sysfs=sysfs,
+        mdevctl_dir=os.path.join(fast_tmp, 'none'))
     assert [str(t) for t in targets] == ['0000:3d:00.0', '0000:bd:00.0']
-    first = restore.restore(sysfs, cfg.state_dir, vf_pfs=targets,
-                            mdevctl_dir=os.path.join(fast_tmp, 'none'),
-                            settle_timeout=0)
+    first = restore.restore(env, vf_pfs=targets, settle_timeout=0)
     assert summary(first) == [
         ('created', 'vgpu', U3), ('created', 'vgpu', U1),
         ('enabled-vfs', 'vfs', '0000:3d:00.0'),
         ('enabled-vfs', 'vfs', '0000:bd:00.0'), ('forgot', 'vgpu', U2)]
     assert first.failed == ()
-    assert sysfs.current_vgpu_type('0000:3d:00.4') == 1145
-    assert sysfs.current_vgpu_type('0000:bd:00.4') == 1156
-    with open(os.path.join(sysfs.nvidia_dir('0000:3d:00.4'),
-                           'vgpu_params')) as f:
+    assert vendor(sysfs).current_type('0000:3d:00.4') == 1145
+    assert vendor(sysfs).current_type('0000:bd:00.4') == 1156
+    with open(os.path.join(vendor(sysfs).vendor_dir('0000:3d:00.4'),
+                           vendor_names.VGPU_PARAMS)) as f:
         assert f.read() == 'frame_rate_limiter=0'
     assert sorted(state.read()) == sorted([U1, U3])
     writes = len(sysfs.writes)
-    second = restore.restore(sysfs, cfg.state_dir, vf_pfs=targets,
-                             mdevctl_dir=os.path.join(fast_tmp, 'none'),
+    second = restore.restore(env.replace(), vf_pfs=targets,
                              settle_timeout=0)
     assert second.changed == () and len(sysfs.writes) == writes
     assert summary(second) == [
@@ -171,9 +178,11 @@ def test_stale_vendor_vgpus_reset_only_when_their_guest_is_gone(fast_tmp):
     running = {U1: False, U2: True, U3: None}
 
     def run():
-        return restore.restore(sysfs, state_dir, vf_pfs=(),
-                               mdevctl_dir=os.path.join(fast_tmp, 'none'),
-                               owner_running=running.get, settle_timeout=0)
+        return restore.restore(
+            environment.Environment(
+                state_dir, sysfs=sysfs,
+                mdevctl_dir=os.path.join(fast_tmp, 'none')),
+            vf_pfs=(), owner_running=running.get, settle_timeout=0)
     first = run()
     assert summary(first) == [
         ('ok', 'vgpu', U2),                        # its guest runs
@@ -181,10 +190,10 @@ def test_stale_vendor_vgpus_reset_only_when_their_guest_is_gone(fast_tmp):
         ('skipped', 'vgpu', '0000:3d:00.4'),       # not ours: never touched
         ('skipped', 'vgpu', '0000:3d:00.5'),
         ('skipped', 'vgpu', U3)]                   # cannot tell: kept
-    assert sysfs.current_vgpu_type('0000:3d:00.6') == 0
-    assert sysfs.current_vgpu_type('0000:3d:00.7') == 1145
-    assert sysfs.current_vgpu_type('0000:3d:00.4') == 1145
-    assert sysfs.current_vgpu_type('0000:3d:01.1') == 1145  # persistent
+    assert vendor(sysfs).current_type('0000:3d:00.6') == 0
+    assert vendor(sysfs).current_type('0000:3d:00.7') == 1145
+    assert vendor(sysfs).current_type('0000:3d:00.4') == 1145
+    assert vendor(sysfs).current_type('0000:3d:01.1') == 1145  # persistent
     assert U1 not in backend.vgpus()
     writes = len(sysfs.writes)
     assert run().changed == () and len(sysfs.writes) == writes
@@ -199,10 +208,12 @@ def test_sriov_manage_is_run_and_its_failure_reported(fast_tmp):
                 '[ "$2" = 0000:c1:00.0 ] && { echo no GPU >&2; exit 3; }\n'
                 'exit 0\n' % log)
     os.chmod(script, stat.S_IRWXU)
-    report = restore.restore(sysfs, os.path.join(fast_tmp, 'state'),
-                             vf_pfs=['0000:41:00.0', '0000:c1:00.0'],
-                             mdevctl_dir=os.path.join(fast_tmp, 'none'),
-                             sriov_manage=script, settle_timeout=0)
+    report = restore.restore(
+        environment.Environment(os.path.join(fast_tmp, 'state'),
+                                sysfs=sysfs,
+                                mdevctl_dir=os.path.join(fast_tmp, 'none')),
+        vf_pfs=['0000:41:00.0', '0000:c1:00.0'], sriov_manage=script,
+        settle_timeout=0)
     with open(log) as f:
         calls = f.read().split('\n')[:2]
     assert calls == ['-e 0000:41:00.0', '-e 0000:c1:00.0']

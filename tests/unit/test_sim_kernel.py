@@ -329,20 +329,20 @@ def test_vfs_of_one_gpu_share_its_capacity(sriov):
 def test_vendor_interface_rules(sriov):
     vf0, vf1, vf2 = '0000:5e:00.4', '0000:5e:00.5', '0000:5e:00.6'
     assert sriov.vendor_vfs() == [vf0, vf1, vf2]
-    assert [t.number for t in sriov.creatable_vgpu_types(vf0)] == [
+    assert [t.number for t in sriov.vf_creatable(vf0)] == [
         1145, 1154, 1155]
     for bad in (b'', b'abc', b'-1', b'1145x', b'9999'):
         assert errno_of(sriov.set_vgpu_type, vf0, bad) == errno.EINVAL
     assert sriov.set_vgpu_type(vf0, b'1145\n') == 'nvidia-1145'
     assert errno_of(sriov.set_vgpu_type, vf0, b'1145') == errno.EBUSY
-    assert [t.number for t in sriov.creatable_vgpu_types(vf1)] == [1145]
+    assert [t.number for t in sriov.vf_creatable(vf1)] == [1145]
     assert sriov.set_vgpu_type(vf1, b'0') is None           # a no-op
     sriov.mark_busy(vf0)
     sriov.busy_remove = kernel_mod.BUSY_EBUSY
     assert errno_of(sriov.set_vgpu_type, vf0, b'0') == errno.EBUSY
     sriov.mark_idle(vf0)
     assert sriov.set_vgpu_type(vf0, b'0') is None
-    assert sriov.current_vgpu_type(vf0) is None
+    assert sriov.vf_type(vf0) is None
     assert errno_of(sriov.mark_busy, vf0) == errno.ENOENT    # holds none
 
 
@@ -493,28 +493,28 @@ def test_l40s_vendor_interface_shares_the_gpu():
     other = [vf for vf in k.vendor_vfs()
              if k.profile.device(vf).physfn == L40S_FULLISH]
     assert len(gpu) == len(other) == 32
-    everything = [t.id for t in k.creatable_vgpu_types(gpu[0])]
+    everything = [t.id for t in k.vf_creatable(gpu[0])]
     assert len(everything) == 23
     # L40S-24Q (1155): two per GPU; creatable shrinks to the 24 GB types,
     # then to nothing on every VF of that GPU
     assert k.set_vgpu_type(gpu[3], b'1155\n') == 'nvidia-1155'
     for vf in gpu:
         want = [] if vf == gpu[3] else ['nvidia-1155', 'nvidia-1165']
-        assert [t.id for t in k.creatable_vgpu_types(vf)] == want
+        assert [t.id for t in k.vf_creatable(vf)] == want
     assert errno_of(k.set_vgpu_type, gpu[4], b'1145') == errno.EINVAL
     assert k.set_vgpu_type(gpu[9], b'1165') == 'nvidia-1165'
-    assert all(k.creatable_vgpu_types(vf) == () for vf in gpu)
+    assert all(k.vf_creatable(vf) == () for vf in gpu)
     for vf in gpu:
-        if k.current_vgpu_type(vf) is None:
+        if k.vf_type(vf) is None:
             assert errno_of(k.set_vgpu_type, vf, b'1155') == errno.EINVAL
     # the other GPU is untouched: 1 GB types next to its two L40S-1B
-    assert [t.id for t in k.creatable_vgpu_types(other[2])] == [
+    assert [t.id for t in k.vf_creatable(other[2])] == [
         'nvidia-1145', 'nvidia-1147', 'nvidia-1157']
     k.set_vgpu_type(gpu[3], b'0')
-    assert [t.id for t in k.creatable_vgpu_types(gpu[0])] == [
+    assert [t.id for t in k.vf_creatable(gpu[0])] == [
         'nvidia-1155', 'nvidia-1165']
     k.set_vgpu_type(gpu[9], b'0')
-    assert [t.id for t in k.creatable_vgpu_types(gpu[0])] == everything
+    assert [t.id for t in k.vf_creatable(gpu[0])] == everything
 
 
 def test_l40s_racing_writers_for_the_last_vgpu():
@@ -522,7 +522,7 @@ def test_l40s_racing_writers_for_the_last_vgpu():
     gpu = [vf for vf in k.vendor_vfs()
            if k.profile.device(vf).physfn == L40S_EMPTY]
     k.set_vgpu_type(gpu[0], b'1156')          # L40S-48Q: one fills it
-    assert all(k.creatable_vgpu_types(vf) == () for vf in gpu)
+    assert all(k.vf_creatable(vf) == () for vf in gpu)
     k.set_vgpu_type(gpu[0], b'0')
     k.set_vgpu_type(gpu[0], b'1155')          # one of two 24Q
     go = threading.Barrier(len(gpu) - 1)
@@ -543,7 +543,7 @@ def test_l40s_racing_writers_for_the_last_vgpu():
     for t in threads:
         t.join()
     assert len(winners) == 1 and losers == [errno.EINVAL] * 30
-    assert sum(1 for vf in gpu if k.current_vgpu_type(vf)) == 2
+    assert sum(1 for vf in gpu if k.vf_type(vf)) == 2
 
 
 # --- busy_remove as a profile setting ----------------------------------------
@@ -604,7 +604,7 @@ def test_busy_remove_applies_to_vendor_vgpus_too():
     vf = '0000:3d:00.4'
     k.mark_busy(vf)
     assert errno_of(k.set_vgpu_type, vf, b'0') == errno.EBUSY
-    assert k.current_vgpu_type(vf) == 'nvidia-1145'
+    assert k.vf_type(vf) == 'nvidia-1145'
     k.mark_idle(vf)
     assert k.set_vgpu_type(vf, b'0') is None
 
@@ -657,9 +657,9 @@ def test_vendor_vfs_come_and_go_with_sriov_numvfs():
     k = kernel_mod.SimKernel('l40s')
     pf = k.profile.physical(k.profile.device(k.vendor_vfs()[0])).address
     free = [vf for vf in k.vendor_vfs() if vf in k.profile.device(pf).virtfns
-            and k.current_vgpu_type(vf) is None]
+            and k.vf_type(vf) is None]
     held = [vf for vf in k.vendor_vfs() if vf in k.profile.device(pf).virtfns
-            and k.current_vgpu_type(vf)]
+            and k.vf_type(vf)]
     if held:
         assert errno_of(k.set_numvfs, pf, '0') == errno.EBUSY
         for vf in held:

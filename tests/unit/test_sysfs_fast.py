@@ -53,8 +53,8 @@ def test_a_warm_pass_refuses_what_a_cold_one_does(tree, case, monkeypatch):
     def count_in(dir_fd, type_id):
         short.append(type_id)
         return real_count_in(dir_fd, type_id)
-    real_count_in = sysfs_mod._count_in
-    monkeypatch.setattr(sysfs_mod, '_count_in', count_in)
+    real_count_in = sysfs_mod.reader._count_in
+    monkeypatch.setattr(sysfs_mod.reader, '_count_in', count_in)
     reader = sysfs_mod.Sysfs(tree.root)
     cache = {}
     model = _model(reader, A)
@@ -125,7 +125,7 @@ def _type(top, text, name='nvidia-1'):
 def test_count_in_reads_a_plain_count(types_dir, text, value):
     top, fd = types_dir
     _type(top, text)
-    assert sysfs_mod._count_in(fd, 'nvidia-1') == value
+    assert sysfs_mod.reader._count_in(fd, 'nvidia-1') == value
 
 
 @pytest.mark.parametrize('text', [
@@ -136,7 +136,7 @@ def test_count_in_leaves_anything_else_to_the_thorough_reader(types_dir,
                                                               text):
     top, fd = types_dir
     _type(top, text)
-    assert sysfs_mod._count_in(fd, 'nvidia-1') is None
+    assert sysfs_mod.reader._count_in(fd, 'nvidia-1') is None
 
 
 def test_a_count_left_to_the_thorough_reader_is_read_by_it(tree):
@@ -154,17 +154,17 @@ def test_count_in_opens_no_link_and_no_special_file(types_dir):
     top, fd = types_dir
     _type(top, b'3\n', 'real')
     os.symlink('real', os.path.join(top, 'link'))
-    assert sysfs_mod._count_in(fd, 'real') == 3
+    assert sysfs_mod.reader._count_in(fd, 'real') == 3
     # a linked type directory is never given to _count_in: the listing
     # says it is no plain directory (next test)
     linked = _type(top, None, 'linked-file')
     os.symlink(os.path.join(top, 'real', 'available_instances'), linked)
-    assert sysfs_mod._count_in(fd, 'linked-file') is None
+    assert sysfs_mod.reader._count_in(fd, 'linked-file') is None
     os.mkfifo(_type(top, None, 'fifo'))
-    assert sysfs_mod._count_in(fd, 'fifo') is None      # at once, no hang
+    assert sysfs_mod.reader._count_in(fd, 'fifo') is None  # at once, no hang
     _type(top, None, 'missing')
-    assert sysfs_mod._count_in(fd, 'missing') is None
-    assert sysfs_mod._count_in(fd, 'absent') is None
+    assert sysfs_mod.reader._count_in(fd, 'missing') is None
+    assert sysfs_mod.reader._count_in(fd, 'absent') is None
 
 
 def test_type_entries_tell_plain_directories_from_the_rest(types_dir):
@@ -175,11 +175,11 @@ def test_type_entries_tell_plain_directories_from_the_rest(types_dir):
     with open(os.path.join(top, 'file'), 'w'):
         pass
     os.mkfifo(os.path.join(top, 'fifo'))
-    assert sysfs_mod._type_entries(fd) == [
+    assert sysfs_mod.reader._type_entries(fd) == [
         ('dangling', False), ('fifo', False), ('file', False),
         ('link', False), ('real', True)]
     # the descriptor is listed again from its start
-    assert [n for n, _ in sysfs_mod._type_entries(fd)][-1] == 'real'
+    assert [n for n, _ in sysfs_mod.reader._type_entries(fd)][-1] == 'real'
 
 
 def test_a_linked_type_directory_is_read_the_thorough_way(tree,
@@ -187,8 +187,8 @@ def test_a_linked_type_directory_is_read_the_thorough_way(tree,
     """A type directory swapped for a link to a healthy one, met on a warm
     pass: not read the short way, and the same answer as a cold pass."""
     short = []
-    real_count_in = sysfs_mod._count_in
-    monkeypatch.setattr(sysfs_mod, '_count_in',
+    real_count_in = sysfs_mod.reader._count_in
+    monkeypatch.setattr(sysfs_mod.reader, '_count_in',
                         lambda fd, type_id: short.append(type_id)
                         or real_count_in(fd, type_id))
     reader = sysfs_mod.Sysfs(tree.root)
@@ -214,7 +214,7 @@ def test_count_in_leaves_no_descriptor_open(types_dir):
     _type(top, b'x\n', 'bad')
     before = set(os.listdir('/proc/self/fd'))
     for name in ('ok', 'fifo', 'bad', 'absent') * 10:
-        sysfs_mod._count_in(fd, name)
+        sysfs_mod.reader._count_in(fd, name)
     assert set(os.listdir('/proc/self/fd')) == before
 
 

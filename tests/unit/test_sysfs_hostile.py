@@ -470,3 +470,18 @@ def test_hook(tree, case):
         assert u not in watcher.kernel.mdevs()
     finally:
         watcher.stop()
+
+
+@pytest.mark.parametrize('read', ['read_gpu', 'pci_function'])
+def test_a_garbage_pci_id_is_one_typed_error_wherever_read(read):
+    """One hex-id parser (``sysfs.parsers.parse_hex_id``): a function's
+    ``vendor`` file that is no PCI id is a SysfsBadNumber naming it, for
+    discovery's reading of a GPU and for an IOMMU group's member alike."""
+    with trees.simulated_tree('t4') as (root, profile):
+        address = str(sysfs_mod.Sysfs(root).pci_addresses()[0])
+        path = os.path.join(root, 'bus', 'pci', 'devices', address, 'vendor')
+        with open(path, 'w') as f:
+            f.write('0xnvidia\n')
+        with pytest.raises(exception.SysfsBadNumber) as info:
+            getattr(sysfs_mod.Sysfs(root), read)(address)
+        assert path in str(info.value) and '0xnvidia' in str(info.value)

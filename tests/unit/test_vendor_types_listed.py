@@ -4,7 +4,7 @@ whose VFs list one creatable type, ``types --json`` lists exactly that type,
 named as the host names it and given NVIDIA's maximum by that NAME.
 
 The host is the simulated L40S (libvirt_gpu/simulator/profiles/l40s.json)
-with every VF's ``nvidia/creatable_vgpu_types`` rewritten to one type of a
+with every VF's ``nvidia/CREATABLE_TYPES`` rewritten to one type of a
 number no release used, and no vGPU held."""
 
 import json
@@ -19,6 +19,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
 from tests.doubles import nvml_fake
 from tests.doubles import trees
+from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
 
 NUMBER = 4711
 NAME = 'NVIDIA L40S-4Q'
@@ -32,9 +33,10 @@ def _one_type_host(root):
         if not os.path.isdir(nvidia):
             continue
         vfs.append(name)
-        with open(os.path.join(nvidia, 'creatable_vgpu_types'), 'w') as f:
+        with open(os.path.join(nvidia, vendor_names.CREATABLE_TYPES),
+                  'w') as f:
             f.write('ID    : vGPU Name\n%-6d: %s\n' % (NUMBER, NAME))
-        with open(os.path.join(nvidia, 'current_vgpu_type'), 'w') as f:
+        with open(os.path.join(nvidia, vendor_names.CURRENT_TYPE), 'w') as f:
             f.write('0\n')
     return vfs
 
@@ -64,11 +66,11 @@ def test_nvml_names_and_counts_only_the_types_the_host_lists(l40s_one_type):
     """NVML (a fake answering as NVML's API reference describes a vGPU
     host: nvmlDeviceGetSupportedVgpus, nvmlVgpuTypeGetName,
     nvmlVgpuTypeGetMaxInstances) names a type sysfs gives only as a number
-    (a VF's ``current_vgpu_type``) and gives the maximum; a type NVML
+    (a VF's ``CURRENT_TYPE``) and gives the maximum; a type NVML
     supports but no VF lists is not added."""
     held_vf = '0000:3d:00.4'
     with open(os.path.join(l40s_one_type, 'bus', 'pci', 'devices', held_vf,
-                           'nvidia', 'current_vgpu_type'), 'w') as f:
+                           'nvidia', vendor_names.CURRENT_TYPE), 'w') as f:
         f.write('4712\n')
     fake = nvml_fake.module({'gpus': [{
         'name': 'NVIDIA L40S', 'bus_id': '00000000:3D:00.0',

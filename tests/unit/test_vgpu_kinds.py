@@ -199,9 +199,9 @@ def test_the_hook_creates_and_removes_dummy_vgpus(world):
         % (uuid, TYPE, config_xml.mdev_hostdev(uuid))).encode()
     log = hook.HookLog(['qemu', 'vm2', 'prepare', 'begin'], io.StringIO())
     operations = hook.Hook(env, log)
-    assert operations.prepare(hook.parse_request('prepare', xml)) == 0
+    assert operations.prepare(hook.parse_request("prepare", xml)) is None
     assert dummy(env).existing() == {uuid: (parent, TYPE)}
-    assert operations.release(hook.parse_request('release', xml)) == 0
+    assert operations.release(hook.parse_request("release", xml)) is None
     assert dummy(env).existing() == {}
     assert env.store.leases() == []
 
@@ -210,8 +210,7 @@ def test_reconcile_removes_a_dummy_vgpu_of_a_stopped_guest(world):
     env, conn, parent = world
     done = api.attach(conn, 'vm1', vgpu_type=TYPE, live=True, env=env)
     conn.lookupByName('vm1').set_active(False)
-    report = reconcile.reconcile(env.host, env.sysfs, env.store,
-                                 mdevctl_dir=env.mdevctl_dir)
+    report = reconcile.reconcile(env)
     assert done.uuid in [f.uuid for f in report.findings]
     assert dummy(env).existing() == {}
     assert env.store.leases() == []

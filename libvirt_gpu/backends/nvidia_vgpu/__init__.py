@@ -59,6 +59,8 @@ import time
 
 from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
+from libvirt_gpu.backends.nvidia_vgpu import files
+from libvirt_gpu.backends.nvidia_vgpu import names
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
@@ -162,7 +164,8 @@ def complete_types(pf, vfs):
     vendor interface are returned unchanged."""
     names = {}
     for vf in vfs:
-        if vf.vendor_vf is not None:
+        if vf.vendor_vf is not None \
+                and vf.vendor_vf.interface == objects.VENDOR_INTERFACE:
             for mtype in vf.vendor_vf.creatable:
                 names.setdefault(mtype.id, mtype.name)
     visible = tuple(n for n in names.values() if n)
@@ -183,7 +186,7 @@ def complete_types(pf, vfs):
     done = []
     for vf in vfs:
         state = vf.vendor_vf
-        if state is not None:
+        if state is not None and state.interface == objects.VENDOR_INTERFACE:
             state = objects.VendorVf(
                 creatable=tuple(complete(t) for t in state.creatable),
                 current=complete(state.current) if state.current else None)
@@ -193,28 +196,6 @@ def complete_types(pf, vfs):
 
 
 # --- the VFs of the interface -----------------------------------------------
-
-def vendor_vf_names(sysfs_root):
-    """Names under ``<root>/bus/pci/devices`` that have an ``nvidia/``
-    entry (the VFs with NVIDIA's vGPU 17+ vendor interface now), sorted.
-    The qemu hook's settings snapshot and ``restore`` both ask this.
-
-    One readdir and one access() per PCI function, relative to the
-    directory (no exception per miss): ~6 us per function on sysfs, so
-    ~2 ms on a host with 8 GPUs of 32 VFs each.
-    """
-    try:
-        fd = os.open(os.path.join(sysfs_root, 'bus', 'pci', 'devices'),
-                     os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    try:
-        access, exists = os.access, os.F_OK
-        return sorted(n for n in os.listdir(fd)
-                      if access(n + '/nvidia', exists, dir_fd=fd))
-    finally:
-        os.close(fd)
-
 
 # --- the state file ----------------------------------------------------------
 
@@ -361,18 +342,34 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def __init__(self, sysfs, state_dir, remove_timeout=10.0,
                  retry_stop=5.0):
         self.sysfs = sysfs
+        self.files = files.VendorFiles(sysfs)
         self.state = VendorState(state_dir)
         self.remove_timeout = remove_timeout
         self.retry_stop = retry_stop
 
     # -- reading ------------------------------------------------------------
 
+    parents_key = 'vendor_vfs'
+    sysfs_names = names.SYSFS_NAMES
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        return files.VendorFiles(sysfs).vf_names()
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        return files.VendorFiles(sysfs).read_vf(address)
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        return complete_types(pf, vfs)
+
     def hostdev_xml(self, device):
         return vf_hostdev(device.parent)
 
     def is_parent(self, address):
         """Whether ``address`` is a VF with the vendor interface."""
-        return self.sysfs.has_vendor_interface(
+        return self.files.has_interface(
             objects.PciAddress.parse(address))
 
     def check_type(self, parent, type_id):
@@ -393,15 +390,15 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 address=parent, uuid=None,
                 reason='%s has no nvidia/ directory (are its VFs enabled and '
                        'the vGPU manager loaded?)' % parent)
-        listed = {n for n, _ in self.sysfs.creatable_vgpu_types(parent)}
-        listed.add(self.sysfs.current_vgpu_type(parent))
+        listed = {n for n, _ in self.files.creatable_types(parent)}
+        listed.add(self.files.current_type(parent))
         if number not in listed and not self._gpu_holds_vgpus(parent):
             raise exception.UnknownType(type_id=type_id, address=parent)
 
     def _gpu_holds_vgpus(self, vf):
         pf = self.sysfs.physfn(vf)
         return any(self.is_parent(other)
-                   and self.sysfs.current_vgpu_type(other)
+                   and self.files.current_type(other)
                    for other in (self.sysfs.virtfns(pf) if pf else (vf,)))
 
     def available(self, parent, type_id):
@@ -409,10 +406,10 @@ class NvidiaVgpuBackend(base.VgpuKind):
         0 (one vGPU per VF)."""
         parent = objects.PciAddress.parse(parent)
         number = objects.vendor_type_number(type_id)
-        if self.sysfs.current_vgpu_type(parent):
+        if self.files.current_type(parent):
             return 0
         return int(any(n == number for n, _ in
-                       self.sysfs.creatable_vgpu_types(parent)))
+                       self.files.creatable_types(parent)))
 
     def lookup(self, uuid):
         """Our vGPU ``uuid`` as a VgpuDevice (parent: its VF) when it exists
@@ -421,7 +418,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         entry = self.state.read().get(uuid)
         if entry is None or not self.is_parent(entry.vf):
             return None
-        current = self.sysfs.current_vgpu_type(entry.vf)
+        current = self.files.current_type(entry.vf)
         if current != objects.vendor_type_number(entry.type_id):
             return None
         return entry.device()
@@ -446,7 +443,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """One instance when the VF is free and lists the type, named as
         the VF lists it."""
         number = objects.vendor_type_number(type_id)
-        names = dict(self.sysfs.creatable_vgpu_types(parent))
+        names = dict(self.files.creatable_types(parent))
         return objects.VgpuType(
             id=type_id, name=names.get(number),
             description=None, device_api='vfio-pci',
@@ -474,6 +471,108 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """Every entry of the state file (``{uuid: VendorVgpu}``)."""
         return self.state.read()
 
+    # -- after a reboot (restore) -------------------------------------------
+
+    parent_noun = 'VF'
+
+    def persistent(self):
+        return tuple(entry.device() for _, entry
+                     in sorted(self.state.read().items())
+                     if entry.start == 'auto')
+
+    def recorded_gpus(self):
+        return tuple(entry.gpu for entry in self.state.read().values()
+                     if entry.gpu is not None)
+
+    def _interface_vfs(self):
+        """Every VF with the vendor interface, sorted."""
+        found = []
+        for name in self.files.vf_names():
+            try:
+                address = objects.PciAddress.parse(name)
+            except exception.InvalidPciAddress:
+                continue
+            if self.sysfs.physfn(address) is not None:
+                found.append(address)
+        return sorted(found)
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        """A VF whose type is set for one of our transient vGPUs whose
+        guest is not running is reset to 0; a transient entry whose VF
+        holds nothing is forgotten; a VF holding a vGPU that is not ours is
+        reported, never touched; when whether a guest runs cannot be told,
+        nothing is reset."""
+        notes = []
+        entries = self.state.read()
+        by_vf = {e.vf: e for e in entries.values()}
+        vfs = self._interface_vfs()
+        reset = set()
+        for vf in vfs:
+            try:
+                current = self.files.current_type(vf)
+            except exception.SysfsReadError as e:
+                notes.append(base.BootNote('failed', str(vf), str(e)))
+                continue
+            if not current:
+                continue
+            entry = by_vf.get(vf)
+            held = objects.vendor_type_id(current)
+            if entry is None:
+                notes.append(base.BootNote(
+                    'skipped', str(vf), 'holds %s, not one of ours: left '
+                    'alone' % held))
+                continue
+            if entry.persistent:
+                continue      # restore reports it with the persistent ones
+            running = owner_running(entry.uuid)
+            if running is None:
+                notes.append(base.BootNote(
+                    'skipped', entry.uuid, '%s on VF %s: cannot tell '
+                    'whether its guest runs; kept' % (held, vf)))
+                continue
+            if running:
+                notes.append(base.BootNote(
+                    'ok', entry.uuid, '%s on VF %s is in use by a running '
+                    'guest' % (held, vf)))
+                continue
+            if dry_run:
+                notes.append(base.BootNote(
+                    'would', entry.uuid, 'would reset VF %s (write 0 to its '
+                    '%s: it holds %s for a guest that is not running)'
+                    % (vf, names.CURRENT_TYPE, held)))
+                continue
+            try:
+                self.remove(entry.uuid)
+            except exception.LibvirtGpuError as e:
+                notes.append(base.BootNote('failed', entry.uuid, str(e)))
+                continue
+            reset.add(entry.uuid)
+            notes.append(base.BootNote(
+                'reset', entry.uuid, 'reset VF %s (held %s for a guest that '
+                'is not running)' % (vf, held)))
+        present = set(vfs)
+        for uuid, entry in sorted(entries.items()):
+            if entry.persistent or uuid in reset:
+                continue
+            gone = entry.vf not in present
+            if not gone:
+                try:
+                    gone = not self.files.current_type(entry.vf)
+                except exception.SysfsReadError:
+                    gone = False
+            if gone and dry_run:
+                notes.append(base.BootNote(
+                    'would', uuid, 'would forget it: its VF %s holds no '
+                    'vGPU any more' % entry.vf))
+            elif gone:
+                with self.state.locked() as live:
+                    if uuid in live and not live[uuid].persistent:
+                        del live[uuid]
+                notes.append(base.BootNote(
+                    'forgot', uuid, 'its VF %s holds no vGPU any more'
+                    % entry.vf))
+        return notes
+
     def choose_vf(self, gpu, type_id, exclude=()):
         """The first VF of the physical GPU ``gpu`` that is free (holds no
         vGPU, is not recorded for one of ours, not in ``exclude``) and lists
@@ -487,10 +586,10 @@ class NvidiaVgpuBackend(base.VgpuKind):
             if vf in taken or not self.is_parent(vf):
                 continue
             looked += 1
-            if self.sysfs.current_vgpu_type(vf):
+            if self.files.current_type(vf):
                 continue
             if any(n == number for n, _ in
-                   self.sysfs.creatable_vgpu_types(vf)):
+                   self.files.creatable_types(vf)):
                 return vf
         raise exception.NoCapacity(
             uuid=None, type_id=type_id, where='the GPU %s' % gpu,
@@ -512,7 +611,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         self.check_type(vf, device.type_id)
         added = self._claim(device, start, params)
         try:
-            current = self.sysfs.current_vgpu_type(vf)
+            current = self.files.current_type(vf)
             if current == number and not added:
                 return False          # ours, made earlier
             if current:
@@ -525,7 +624,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
             self._write_type(device, vf, number)
             entry = self.state.read().get(device.uuid)
             if entry is not None and entry.params:
-                self.sysfs.write_vgpu_params(vf, entry.params)
+                self.files.write_params(vf, entry.params)
             return True
         except BaseException:
             if added:
@@ -564,7 +663,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def _write_type(self, device, vf, number):
         # <VF>/nvidia/current_vgpu_type  <-  "1145"
         try:
-            base.retry_transient(lambda: self.sysfs.set_current_vgpu_type(
+            base.retry_transient(lambda: self.files.set_current_type(
                 vf, number), stop_after=self.retry_stop)
         except exception.UnsafePath:
             raise
@@ -584,7 +683,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
             raise exception.MdevCreateFailed(
                 uuid=device.uuid, type_id=device.type_id, parent=vf,
                 reason='the driver answered %s' % name)
-        if self.sysfs.current_vgpu_type(vf) != number:
+        if self.files.current_type(vf) != number:
             raise exception.MdevCreateFailed(
                 uuid=device.uuid, type_id=device.type_id, parent=vf,
                 reason='current_vgpu_type does not read %d after the write'
@@ -605,7 +704,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
             return False
         removed = False
         if self.is_parent(entry.vf):
-            current = self.sysfs.current_vgpu_type(entry.vf)
+            current = self.files.current_type(entry.vf)
             if current == objects.vendor_type_number(entry.type_id):
                 self.reset_vf(entry.vf, uuid=uuid)
                 removed = True
@@ -623,7 +722,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         label = uuid or 'on VF %s' % vf
         try:
             base.retry_transient(
-                lambda: self.sysfs.set_current_vgpu_type(vf, 0),
+                lambda: self.files.set_current_type(vf, 0),
                 stop_after=self.remove_timeout)
         except exception.UnsafePath:
             raise
@@ -636,7 +735,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 'guest still using VF %s?' % (
                     errno.errorcode.get(code, code), self.remove_timeout, vf))
         deadline = time.monotonic() + self.remove_timeout
-        while self.sysfs.current_vgpu_type(vf) != 0:
+        while self.files.current_type(vf) != 0:
             if time.monotonic() >= deadline:
                 raise exception.MdevRemoveFailed(
                     uuid=label, reason='current_vgpu_type of %s is not 0 '
