@@ -69,6 +69,7 @@ genconfig: deps
 bench: deps placement-venv
 	$(VPY) bench/discovery.py
 	$(VPY) bench/hook.py
+	$(VPY) bench/exporter.py
 	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 

@@ -193,7 +193,9 @@ def _read_leases(env, enabled):
     own count) and every vGPU that exists (``{uuid: (parent, type)}``)."""
     allocator = allocator_mod.Allocator(env.vgpus, env.store, enabled)
     with env.store.snapshot() as txn:
-        mdevs = env.sysfs.mdevs_by_parent()
+        # an mdev removed while it is listed (a guest stopping) is left
+        # out, not an error: the next scrape sees the host settled
+        mdevs = env.sysfs.mdevs_by_parent(skipped=[])
         existing = env.vgpus.existing(mdevs)
         free = {}
         for address, setting in sorted(enabled.items()):
