@@ -137,7 +137,13 @@ class HostCollector(object):
                                       lambda: read_domains(self.host))
                 if self.survey is not None and domains is not None:
                     survey = scrape.part('reconcile', self.survey)
-        yield from self._host(scrape, gpus or (), enabled, domains)
+        leases = scrape.part('leases', lambda: _read_leases(env, enabled))
+        rows, borrowed, free, existing = leases or ((), {}, {}, {})
+        gpus = gpus or ()
+        yield from gpu_families(gpus, enabled, free, existing, rows, domains)
+        physical = {f.address: gpu.address for gpu in gpus
+                    if not gpu.is_vf for f in gpu.functions}
+        yield from vgpu_families(existing, rows, borrowed, domains, physical)
         if survey is not None:
             yield from reconcile_families(survey)
         hook = scrape.part('hook', lambda: figures.hook_figures(
@@ -152,7 +158,8 @@ class HostCollector(object):
         if self.nvml is not None:
             usage = scrape.part('nvml', self.nvml.usage)
             if usage:
-                yield from nvml_families(usage, self._vgpu_owners(domains))
+                yield from nvml_families(usage, _owners(
+                    existing, rows, borrowed, domains))
         ok = prom.GaugeMetricFamily(
             P + 'exporter_read_ok', 'Whether the part of this scrape could '
             'be read (1) or not (0, logged)', labels=['part'])
@@ -161,30 +168,25 @@ class HostCollector(object):
                 ok.add_metric([name], scrape.ok[name])
         yield ok
 
-    def _vgpu_owners(self, domains):
-        """vGPU UUID -> (parent, domain name, domain UUID), for NVML."""
-        found = {}
-        try:
-            existing = self.env.vgpus.existing()
-        except (exception.LibvirtGpuError, OSError) as e:
-            LOG.warning('scrape: cannot list vGPUs for NVML: %s', e)
-            return found
-        for uuid, (parent, _) in existing.items():
-            dom = domains.vgpus.get(uuid) if domains else None
-            name = domains.names.get(dom, '') if domains and dom else ''
-            found[uuid] = (parent, name, dom or '')
-        return found
 
-    def _host(self, scrape, gpus, enabled, domains):
-        env = self.env
-        leases = scrape.part('leases', lambda: _read_leases(env, enabled))
-        if leases is None:
-            leases = ((), {}, {}, {})
-        rows, borrowed, free, existing = leases
-        yield from gpu_families(gpus, enabled, free, existing, rows, domains)
-        physical = {f.address: gpu.address for gpu in gpus
-                    if not gpu.is_vf for f in gpu.functions}
-        yield from vgpu_families(existing, rows, borrowed, domains, physical)
+def holder(uuid, leases, borrowed, domains):
+    """``(domain name, domain UUID)`` holding the vGPU ``uuid`` (``''``
+    where unknown): its lease's domain, else the domain that borrowed it,
+    else the running domain using it (libvirt); the name from libvirt."""
+    lease = leases.get(uuid)
+    dom = (lease.domain_uuid if lease is not None
+           else (borrowed.get(uuid) or (None,))[0])
+    if dom is None and domains is not None:
+        dom = domains.vgpus.get(uuid)
+    name = domains.names.get(dom, '') if domains and dom else ''
+    return name, dom or ''
+
+
+def _owners(existing, leases, borrowed, domains):
+    """vGPU UUID -> (parent, domain name, domain UUID), for NVML."""
+    rows = {lease.vgpu_uuid: lease for lease in leases}
+    return {uuid: (parent,) + holder(uuid, rows, borrowed, domains)
+            for uuid, (parent, _) in existing.items()}
 
 
 def _read_leases(env, enabled):
@@ -304,13 +306,9 @@ def vgpu_families(existing, leases, borrowed, domains, physical):
     for uuid in sorted(set(existing) | set(rows)):
         lease = rows.get(uuid)
         parent, type_id = existing.get(uuid) or (lease.parent, lease.type_id)
-        holder = (lease.domain_uuid if lease is not None
-                  else (borrowed.get(uuid) or (None,))[0])
-        if holder is None and domains is not None:
-            holder = domains.vgpus.get(uuid)
-        name = domains.names.get(holder, '') if domains and holder else ''
+        name, dom = holder(uuid, rows, borrowed, domains)
         info.add_metric([uuid, type_id, str(physical.get(parent, parent)),
-                         str(parent), name, holder or '',
+                         str(parent), name, dom,
                          lease.state if lease is not None else NO_LEASE,
                          'yes' if uuid in existing else 'no'], 1)
     for name, count in sorted(counts.items()):
@@ -430,9 +428,9 @@ def nvml_families(usage, owners):
             mem_total.add_metric([str(address)], gpu.memory_total)
         for vgpu in gpu.vgpus:
             uuid = vgpu.mdev_uuid or by_parent.get(vgpu.vf)
-            if uuid is None:
-                continue    # not a vGPU of this host's kinds
-            parent, name, dom = owners.get(uuid, (vgpu.vf, '', ''))
+            if uuid not in owners:
+                continue    # not a vGPU of this host (as sysfs says now)
+            parent, name, dom = owners[uuid]
             labels = [uuid, str(address), str(parent or ''), name, dom]
             if vgpu.utilization is not None:
                 vutil.add_metric(labels, vgpu.utilization)

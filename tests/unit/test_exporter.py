@@ -33,6 +33,9 @@ from tests.unit.test_hook import new_uuid
 A = '0000:3b:00.0'
 B = '0000:af:00.0'
 DOM2 = '6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21'
+# the vGPUs the t4 profile holds on B (no lease, no domain)
+PRE = ['4b20d080-1b54-4048-85b3-a6a62d165c01',
+       'b1ae8bf6-38b0-4c81-9d44-78ce3f520496']
 
 
 @pytest.fixture
@@ -340,3 +343,68 @@ def test_the_lock_file_is_the_hooks_alone(host):
         os.close(fd)
     assert value(found, 'libvirt_gpu_hook_calls_total',
                  operation='prepare') == 1
+
+
+# --- NVML ------------------------------------------------------------------
+
+def nvml_spec(u1, stranger):
+    """B of the T4 host busy, with three active vGPU instances: ours (u1),
+    one of the profile's, and one this host does not know."""
+    return {'gpus': [
+        {'bus_id': '00000000:AF:00.0', 'name': 'Tesla T4',
+         'memory_total_mib': 15360, 'memory_used_mib': 4096,
+         'utilization_gpu': 37, 'virtualization_mode': 3,
+         'mig_mode': 'NVMLError: Not Supported', 'supported_vgpus': [],
+         'creatable_vgpus': [],
+         'vgpu_instances': [
+             {'id': 7, 'mdev_uuid': u1, 'fb_usage_mib': 1800,
+              'sm_util': 55},
+             {'id': 8, 'mdev_uuid': PRE[0], 'fb_usage_mib': 200},
+             {'id': 9, 'mdev_uuid': stranger, 'fb_usage_mib': 100,
+              'sm_util': 3}]},
+        # a GPU that answers nothing of this
+        {'bus_id': '00000000:3B:00.0', 'name': 'Tesla T4',
+         'memory_total_mib': 15360, 'virtualization_mode': 3,
+         'mig_mode': 'NVMLError: Not Supported', 'supported_vgpus': [],
+         'creatable_vgpus': []}]}
+
+
+def test_nvml_usage_is_joined_to_the_vgpu_and_its_domain(host):
+    from libvirt_gpu import nvml
+    from tests.doubles import nvml_fake
+    u1 = new_uuid()
+    assert host.run('prepare', domain_xml([(u1, 'nvidia-223', B)]))[0] == 0
+    fake = nvml_fake.module(nvml_spec(u1, new_uuid()))
+    col, _ = collector(host, nvml=nvml.Nvml(fake))
+    found = scrape(col)
+    assert value(found, 'libvirt_gpu_nvml_gpu_utilization_ratio',
+                 gpu=B) == 0.37
+    assert value(found, 'libvirt_gpu_nvml_gpu_memory_used_bytes',
+                 gpu=B) == 4096 * 2 ** 20
+    assert value(found, 'libvirt_gpu_nvml_gpu_memory_total_bytes',
+                 gpu=A) == 15360 * 2 ** 20
+    # A answers no utilisation: no series, not a 0
+    assert series(found, 'libvirt_gpu_nvml_gpu_utilization_ratio') == [
+        {'gpu': B}]
+    ours = dict(uuid=u1, gpu=B, parent=B, domain='',
+                domain_uuid='c7a5fdbd-cdaf-9455-926a-d65c16db1809')
+    assert value(found, 'libvirt_gpu_nvml_vgpu_utilization_ratio',
+                 **ours) == 0.55
+    assert value(found, 'libvirt_gpu_nvml_vgpu_fb_used_bytes',
+                 **ours) == 1800 * 2 ** 20
+    # the profile's vGPU (no lease, no domain), without a sample; the
+    # stranger is not a vGPU of this host: left out
+    assert sorted(s['uuid'] for s in series(
+        found, 'libvirt_gpu_nvml_vgpu_fb_used_bytes')) == sorted([u1,
+                                                                  PRE[0]])
+    assert [s['uuid'] for s in series(
+        found, 'libvirt_gpu_nvml_vgpu_utilization_ratio')] == [u1]
+
+
+def test_without_nvml_its_series_are_absent(host):
+    from libvirt_gpu import nvml
+    from tests.doubles import nvml_fake
+    fake = nvml_fake.module({'init_error': 9, 'gpus': []})
+    found = scrape(collector(host, nvml=nvml.Nvml(fake))[0])
+    assert not [k for k in found if k[0].startswith('libvirt_gpu_nvml')]
+    assert value(found, 'libvirt_gpu_exporter_read_ok', part='nvml') == 1
