@@ -109,7 +109,7 @@ def test_refused_input_is_not_counted_before_the_state_dir_is_known(host):
 def test_a_state_dir_that_cannot_be_written_costs_a_warning(host):
     u1 = new_uuid()
     os.makedirs(host.state_dir, exist_ok=True)
-    os.mkdir(os.path.join(host.state_dir, figures.HOOK_LOCK))  # not a file
+    os.mkdir(os.path.join(host.state_dir, figures.HOOK_FIGURES))  # no file
     rc, err = host.run('prepare', domain_xml([(u1, 'nvidia-223', B)]))
     assert rc == 0
     assert "cannot record the hook's figures" in err
@@ -331,18 +331,44 @@ def test_once_prints_one_scrape(host):
             'libvirt_gpu_vgpu_info', 'libvirt_gpu_exporter_read_ok'} <= names
 
 
-def test_the_lock_file_is_the_hooks_alone(host):
-    """The exporter never opens hook-figures.lock: a hook holding it
-    cannot make a scrape wait, nor the other way round."""
+def test_a_scrape_waits_only_for_a_hook_write_in_progress(host):
+    """The figures are read under a shared flock: a hook call writing
+    (exclusive) delays the scrape until it is done, and the scrape sees
+    the whole write, never half of it."""
+    import threading
+    import time
     figures.record_hook_call(host.state_dir, 'prepare', figures.OK, 0.01)
-    fd = os.open(os.path.join(host.state_dir, figures.HOOK_LOCK), os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        found = scrape(collector(host)[0])
-    finally:
-        os.close(fd)
-    assert value(found, 'libvirt_gpu_hook_calls_total',
-                 operation='prepare') == 1
+    path = os.path.join(host.state_dir, figures.HOOK_FIGURES)
+    with open(path, 'rb') as f:
+        second = f.read().replace(b'"calls":1', b'"calls":2', 1)
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)      # a hook call, writing
+    os.pwrite(fd, second[:20], 0)       # half of its write so far
+    result = {}
+    reader = threading.Thread(target=lambda: result.update(
+        found=scrape(collector(host)[0])))
+    reader.start()
+    time.sleep(0.2)
+    assert reader.is_alive()            # the scrape waits for the writer
+    os.pwrite(fd, second, 0)            # the rest of the write
+    os.close(fd)                        # and the lock goes with it
+    reader.join(30)
+    assert value(result['found'], 'libvirt_gpu_hook_calls_total',
+                 operation='prepare') == 2
+
+
+def test_a_shorter_document_is_padded_not_truncated(tmp_path):
+    state_dir = str(tmp_path)
+    figures.record_hook_call(state_dir, 'reconnect', figures.OK, 0.01)
+    path = tmp_path / figures.HOOK_FIGURES
+    longer = path.read_bytes()
+    # a document with more in it than the next one will have
+    path.write_bytes(longer.replace(b'"calls":1', b'"calls":100000000'))
+    size = path.stat().st_size
+    figures.record_hook_call(state_dir, 'reconnect', figures.OK, 0.01)
+    assert path.stat().st_size == size
+    assert figures.hook_figures(state_dir)['reconnect']['calls'] == \
+        100000001
 
 
 # --- NVML ------------------------------------------------------------------
