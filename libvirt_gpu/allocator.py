@@ -92,7 +92,7 @@ class Grant:
 class Allocator(object):
     """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
     :param store: the host's ``LeaseStore``.
-    :param enabled: ``{PciAddress: EnabledType}`` (``conf.vgpu.resolve``).
+    :param enabled: ``{PciAddress: EnabledType}`` (``enablement.resolve``).
     """
 
     def __init__(self, backend, store, enabled):

@@ -361,64 +361,82 @@ def detach(conn, domain, uuid=None, address=None, vgpu_type=None,
     live, config = _targets(guest, live, config)
     targets = [t for t in ((True, False), (False, True))
                if (live and t[0]) or (config and t[1])]
-    label = '%s (%s)' % (guest.name, guest.uuid)
     if address is not None:
-        address = objects.PciAddress.parse(address)
-        for lv, cf in targets:
-            devices, meta = guest.devices(inactive=cf)
-            if address not in devices.pci_addresses:
-                raise exception.DeviceNotAttached(
-                    domain=label, what='GPU %s in its %s XML'
-                    % (address, 'live' if lv else 'persistent'))
-        for lv, cf in targets:
-            devices, meta = guest.devices(inactive=cf)
-            entry = meta.pgpu(address)
-            # The companions recorded with it go too (those still there).
-            for function in (address,) + (
-                    entry.companions if entry is not None else ()):
-                if function in devices.pci_addresses:
-                    guest.detach_device(env.pci.hostdev_xml(
-                        base.PgpuDevice(function)), live=lv, config=cf)
-            if entry is not None:
-                guest.set_gpu_metadata(meta.without_pgpu(address), live=lv,
-                                       config=cf)
-        return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
-                          kind=PGPU, live=live, config=config,
-                          address=address)
+        return _detach_pgpu(env, guest, targets, live, config,
+                            objects.PciAddress.parse(address))
     if uuid is not None:
         uuid = objects.validate_uuid(uuid)
     else:
         objects.validate_type_id(vgpu_type)
-    entry = _find_vgpu(guest, targets, uuid, vgpu_type)
-    hostdev = env.vgpus.hostdev_for(entry.uuid, entry.parent, entry.type_id)
+    return _detach_vgpu(env, guest, targets, live, config, uuid, vgpu_type)
+
+
+def _detach_pgpu(env, guest, targets, live, config, address):
+    """A whole GPU and the companions recorded with it."""
+    label = '%s (%s)' % (guest.name, guest.uuid)
     for lv, cf in targets:
         devices, meta = guest.devices(inactive=cf)
-        if env.vgpus.in_devices(devices, entry.uuid, entry.parent):
-            guest.detach_device(hostdev, live=lv, config=cf)
-        if meta.vgpu(entry.uuid) is not None:
-            guest.set_gpu_metadata(meta.without_vgpu(entry.uuid), live=lv,
+        if address not in devices.pci_addresses:
+            raise exception.DeviceNotAttached(
+                domain=label, what='GPU %s in its %s XML'
+                % (address, 'live' if lv else 'persistent'))
+    for lv, cf in targets:
+        devices, meta = guest.devices(inactive=cf)
+        entry = meta.pgpu(address)
+        # The companions recorded with it go too (those still there).
+        for function in (address,) + (
+                entry.companions if entry is not None else ()):
+            if function in devices.pci_addresses:
+                guest.detach_device(env.pci.hostdev_xml(
+                    base.PgpuDevice(function)), live=lv, config=cf)
+        if entry is not None:
+            guest.set_gpu_metadata(meta.without_pgpu(address), live=lv,
                                    config=cf)
-    if config and entry.parent is not None:
-        # A parent recorded for this vGPU is free again.
-        env.vgpus.forget_for_config(entry.uuid, entry.parent)
-    note = None
-    if live:
-        note = _remove_after_detach(env, guest, entry.uuid, entry.parent)
+    return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
+                      kind=PGPU, live=live, config=config, address=address)
+
+
+def _detach_vgpu(env, guest, targets, live, config, uuid, vgpu_type):
+    """A vGPU (of whichever kind); removed once the running guest lets go
+    of it, when detached live."""
+    entry = _find_vgpu(guest, targets, uuid, vgpu_type)
+    hostdev = env.vgpus.hostdev_for(entry.uuid, entry.parent, entry.type_id)
+    # Listening before the unplug is asked for, so that its event is not
+    # missed (libvirt sends it when the guest has let go).
+    with guest.device_removals() as removals:
+        for lv, cf in targets:
+            devices, meta = guest.devices(inactive=cf)
+            if env.vgpus.in_devices(devices, entry.uuid, entry.parent):
+                guest.detach_device(hostdev, live=lv, config=cf)
+            if meta.vgpu(entry.uuid) is not None:
+                guest.set_gpu_metadata(meta.without_vgpu(entry.uuid),
+                                       live=lv, config=cf)
+        if config and entry.parent is not None:
+            # A parent recorded for this vGPU is free again.
+            env.vgpus.forget_for_config(entry.uuid, entry.parent)
+        note = None
+        if live:
+            note = _remove_after_detach(env, guest, removals, entry.uuid,
+                                        entry.parent)
     return Attachment(domain_uuid=guest.uuid, domain_name=guest.name,
                       kind=VGPU, live=live, config=config, uuid=entry.uuid,
                       type_id=entry.type_id, parent=entry.parent, note=note)
 
 
-def _remove_after_detach(env, guest, uuid, parent=None):
-    """Remove our vGPU once the running guest no longer lists it."""
+def _remove_after_detach(env, guest, removals, uuid, parent=None):
+    """Remove our vGPU once the running guest no longer lists it: woken by
+    libvirt's device-removed event (``removals``, nova's way), or, where
+    the connection delivers no events, by looking again every little
+    while; after ``DETACH_WAIT`` seconds it is left to the release hook."""
     def listed():
         return env.vgpus.in_devices(guest.devices()[0], uuid, parent)
     deadline = time.monotonic() + DETACH_WAIT
     while listed():
-        if time.monotonic() > deadline:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             return ('the guest has not released vGPU %s yet; it is removed '
                     'when the guest stops' % uuid)
-        time.sleep(0.1)
+        removals.wait(remaining)
     allocator = env.allocator
     leases = allocator.begin_release(guest.uuid, [uuid])
     if not leases:

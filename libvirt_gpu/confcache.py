@@ -40,7 +40,7 @@ from libvirt_gpu import fileutil
 
 try:
     # CPython's own SHA-256 (3.11 and older; 3.12 names it _sha2): hashlib
-    # loads OpenSSL first, ~2.5 ms of a ``list`` that reads this key.
+    # loads OpenSSL first, which a ``list`` that reads this key would pay.
     from _sha256 import sha256 as _sha256
 except ImportError:
     try:

@@ -117,10 +117,10 @@ class Environment(object):
     @functools.cached_property
     def enabled(self):
         """``{PciAddress: EnabledType}`` resolved against this host."""
-        from libvirt_gpu.conf import vgpu as vgpu_conf
         from libvirt_gpu import discovery
+        from libvirt_gpu import enablement
         gpus = discovery.from_sysfs(self.sysfs).gpus
-        return vgpu_conf.resolve(self.conf, gpus)
+        return enablement.resolve(self.conf, gpus)
 
     @property
     def allocator(self):

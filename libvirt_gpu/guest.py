@@ -5,12 +5,70 @@ libvirt errors into typed ones by error code and makes no decisions.  The
 ``live``/``config`` flags map to ``VIR_DOMAIN_AFFECT_LIVE``/``_CONFIG``.
 """
 
+import contextlib
+import threading
+import time
+
 import libvirt
 
 from libvirt_gpu import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import metadata
 from libvirt_gpu import xmlutil
+
+
+# Where the connection delivers no events: how long a wait for a device
+# removal lasts before the caller looks at the domain again.
+POLL_INTERVAL = 0.1
+
+
+class DeviceRemovals(object):
+    """libvirt's ``VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED`` events of one
+    domain, waited for as nova waits for them: ``wait(timeout)`` returns
+    True as soon as a device of the domain was removed since the last
+    wait, False when ``timeout`` passed.  Where the connection delivers no
+    events (no event loop registered before it was opened, a driver
+    without them), ``events`` is False and a wait lasts at most
+    ``POLL_INTERVAL``: the caller looks again, the timeout stays its
+    fallback."""
+
+    def __init__(self, domain):
+        self._removed = threading.Event()
+        self._conn = None
+        self._callback = None
+        try:
+            conn = domain.connect()
+            self._callback = conn.domainEventRegisterAny(
+                domain, libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED,
+                self._on_removed, None)
+            self._conn = conn
+        except (libvirt.libvirtError, AttributeError):
+            # Any refusal means the same (no event loop, no events from
+            # this driver, a connection object without them): poll.
+            self._callback = None
+
+    @property
+    def events(self):
+        return self._callback is not None
+
+    def _on_removed(self, conn, domain, alias, opaque):
+        self._removed.set()
+
+    def wait(self, timeout):
+        if not self.events:
+            time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
+            return False
+        got = self._removed.wait(max(0.0, timeout))
+        self._removed.clear()
+        return got
+
+    def close(self):
+        if self._callback is not None:
+            try:
+                self._conn.domainEventDeregisterAny(self._callback)
+            except libvirt.libvirtError:
+                pass           # the connection is gone: so is the callback
+            self._callback = None
 
 
 def _flags(live, config):
@@ -83,6 +141,15 @@ class Guest(object):
             self._domain.attachDeviceFlags(xml, _flags(live, config))
         except libvirt.libvirtError as e:
             raise self._typed(e, 'attaching a device')
+
+    @contextlib.contextmanager
+    def device_removals(self):
+        """``DeviceRemovals`` of this domain while the block runs."""
+        removals = DeviceRemovals(self._domain)
+        try:
+            yield removals
+        finally:
+            removals.close()
 
     def detach_device(self, xml, live=False, config=False):
         """``virDomainDetachDeviceFlags``; a live detach may finish after

@@ -5,6 +5,8 @@ policy, no XML building.  libvirt errors are checked by error code, narrowly,
 and re-raised as our typed errors.
 """
 
+import threading
+
 import libvirt
 
 from libvirt_gpu import exception
@@ -15,6 +17,28 @@ from libvirt_gpu import objects
 def _ignore_error(_ctx, _err):
     """libvirt prints every error to stderr unless a handler is set; ours
     are raised as exceptions and reported once, by the caller."""
+
+
+_event_loop = None
+
+
+def start_event_loop():
+    """libvirt's default event loop, run in a daemon thread, once per
+    process.  A connection delivers domain events (a device removed) only
+    when the loop was registered before it was opened: a program that
+    waits for them starts it first (nova starts its own when the driver
+    starts; ``Host(events=True)`` does it at ``connect``)."""
+    global _event_loop
+    if _event_loop is not None:
+        return
+
+    def run():
+        while True:
+            libvirt.virEventRunDefaultImpl()
+    libvirt.virEventRegisterDefaultImpl()
+    _event_loop = threading.Thread(target=run, name='libvirt-events',
+                                   daemon=True)
+    _event_loop.start()
 
 
 class Host(object):
@@ -29,14 +53,17 @@ class Host(object):
     keeps its own handler.
     """
 
-    def __init__(self, uri, read_only=False):
+    def __init__(self, uri, read_only=False, events=False):
         self.uri = uri
         self.read_only = read_only
+        self.events = events
         self._conn = None
 
     def connect(self):
         if self._conn is None:
             libvirt.registerErrorHandler(_ignore_error, None)
+            if self.events:
+                start_event_loop()
             try:
                 if self.read_only:
                     self._conn = libvirt.openReadOnly(self.uri)

@@ -1,13 +1,12 @@
 """Loggers that load ``logging`` when first used.
 
 ``logging`` and what it imports (``traceback``, ``threading``, ``string``,
-``weakref``...) cost a CLI call ~10 ms here, and a ``list`` that logs
-nothing need not pay it.  ``logs.getLogger(__name__)`` returns a stand-in
-that loads ``logging`` and forwards to ``logging.getLogger(name)`` the first
-time it is used.  The CLI's ``basicConfig`` is given to ``configure``,
-which applies it then (or at once when ``logging`` is already loaded);
-``load`` applies it now, for code about to load libraries that log
-themselves (oslo.config, keystoneauth1).
+``weakref``...) are a cost a CLI call that logs nothing need not pay.
+``logs.getLogger(__name__)`` returns a stand-in that loads ``logging`` and
+forwards to ``logging.getLogger(name)`` the first time it is used. The CLI's
+``basicConfig`` is given to ``configure``, which applies it then (or at once
+when ``logging`` is already loaded); ``load`` applies it now, for code about
+to load libraries that log themselves (oslo.config, keystoneauth1).
 """
 
 import sys

@@ -9,10 +9,10 @@ processing instructions are dropped.
 
 The parser is the standard library's ElementTree over expat (its C
 accelerator): the qemu hook parses a domain at every start of a guest with
-vGPUs, in a new process, and ``lxml`` alone costs that process ~30 ms to
-import (it imports ``inspect`` and ``gzip``), about a third of the hook's
-whole time.  Expat resolves no external entity and loads no DTD; with no
-DOCTYPE accepted it sees no entity but the five predefined ones.  The
+vGPUs, in a new process, and importing ``lxml`` (it imports ``inspect`` and
+``gzip``) would be a large part of the hook's whole time
+(``bench/hook.py``). Expat resolves no external entity and loads no DTD;
+with no DOCTYPE accepted it sees no entity but the five predefined ones. The
 elements returned offer the ElementTree API (``find``, ``iterfind``,
 ``findtext``, ``get``, ``attrib``, ``tag``, ``text``).
 """

@@ -27,7 +27,8 @@ or, without libvirt, mdevctl's own files::
 
 Only transient answers are retried (EBUSY/EAGAIN, a libvirt operation
 timeout), a few times with a growing wait; tenacity is imported only then,
-because importing it costs the qemu hook ~35 ms on every guest start.
+because the qemu hook would pay for importing it on every guest start
+(``bench/hook.py`` measures the hook).
 """
 
 import errno

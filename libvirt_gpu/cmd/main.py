@@ -382,7 +382,9 @@ def cmd_detach(ctx):
     from libvirt_gpu import api
     from libvirt_gpu import host as host_mod
     live, config = _flags(ctx.args)
-    with host_mod.Host(_uri(ctx)) as host:
+    # With libvirt's event loop: a live detach waits for the guest's
+    # device-removed event before it removes the vGPU.
+    with host_mod.Host(_uri(ctx), events=True) as host:
         done = api.detach(host, ctx.args.domain, uuid=ctx.args.uuid,
                           address=ctx.args.address,
                           vgpu_type=ctx.args.vgpu_type, live=live,
@@ -707,7 +709,7 @@ class _RawDescriptionHelpFormatter(_Width,
 class _Unbuilt(object):
     """Stands for the parser of a command this call does not run: argparse
     builds every parser eagerly (gettext look-ups, a help formatter per
-    option), ~8 ms for all of ours, so ``build_parser(only=...)`` builds
+    option) for all of ours, so ``build_parser(only=...)`` builds
     just one; whatever is asked of the others is skipped."""
 
     def __getattr__(self, name):
@@ -907,8 +909,8 @@ def _os_error_text(e):
 def run():
     """The ``libvirt-gpu`` console script: ``main`` as the whole life of a
     process.  The interpreter's last act would be a collector pass over
-    every object the command made (~100,000 after ``list`` on a large
-    host, ~6 ms) to find cycles that exit frees anyway, so the survivors
+    every object the command made (a great many after ``list`` on a large
+    host) to find cycles that exit frees anyway, so the survivors
     are frozen (``gc.freeze``: the collector leaves them alone) first.
     Not done by ``main``, which tests and the agent call in a process that
     goes on."""

@@ -28,8 +28,8 @@ from libvirt_gpu import records
 
 def dumps(document, pretty=False, keys_sorted=False):
     """``document`` as JSON with its keys sorted; ``keys_sorted``: every
-    dict in it has them in order already (the encoder's sort then costs
-    ~5 ms of a large ``list --json`` for nothing)."""
+    dict in it has them in order already (the encoder's sort would then be
+    paid for nothing by a large ``list --json``)."""
     if pretty:
         return json.dumps(document, indent=2, sort_keys=not keys_sorted)
     return json.dumps(document, sort_keys=not keys_sorted,

@@ -22,8 +22,8 @@ from libvirt_gpu import logs
 from libvirt_gpu.cmd import output
 
 # Defaults of the live tree, kept equal to simulator.kernel.BUSY_MODES and
-# simulator.live.PROBE_DELAY by a test (importing the simulator for them
-# would cost every command ~60 ms).
+# simulator.live.PROBE_DELAY by a test (every command would pay for
+# importing the simulator for them).
 LIVE_BUSY_MODES = ('block', 'ebusy')
 LIVE_PROBE_DELAY = 0.1
 

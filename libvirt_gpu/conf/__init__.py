@@ -34,8 +34,8 @@ def new_conf():
     conf = cfg.ConfigOpts()
     for module in MODULES:
         if module is placement:
-            # Without the keystoneauth options: importing keystoneauth1
-            # would cost every command ~100 ms; a Placement client
+            # Without the keystoneauth options: every command would pay
+            # for importing keystoneauth1; a Placement client
             # registers them when it is built.
             placement.register_opts(conf, auth=False)
         elif hasattr(module, 'register_opts'):

@@ -31,4 +31,4 @@ def register_opts(conf):
 
 
 def list_opts():
-    return {agent_group.name: agent_opts}
+    return {agent_group: agent_opts}

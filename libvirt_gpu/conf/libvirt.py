@@ -1,6 +1,8 @@
 from oslo_config import cfg
 
-libvirt_group = cfg.OptGroup('libvirt', title='libvirt connection')
+libvirt_group = cfg.OptGroup(
+    'libvirt', title='libvirt connection',
+    help='How to reach the libvirt daemon of this host.')
 
 libvirt_opts = [
     cfg.StrOpt('connection_uri', default='qemu:///system',

@@ -19,12 +19,12 @@ A Placement running with ``[api] auth_strategy = noauth2`` (tests, labs) needs
 no auth plugin: pass ``--url`` (or set ``endpoint_override``) and the agent
 sends ``X-Auth-Token: <noauth_token>``.
 
-Importing keystoneauth1 costs about 100 ms, so ``conf.load`` (which every
-command runs) registers only this module's own options
-(``register_opts(conf, auth=False)``); the keystoneauth ones are registered
-by ``register_auth_opts``, which ``PlacementClient.from_conf`` calls before it
-reads them.  oslo.config accepts options registered after the files are
-parsed.
+Importing keystoneauth1 is slow (``bench/`` measures the CLI), so
+``conf.load`` (which every command runs) registers only this module's own
+options (``register_opts(conf, auth=False)``); the keystoneauth ones are
+registered by ``register_auth_opts``, which ``PlacementClient.from_conf``
+calls before it reads them.  oslo.config accepts options registered after
+the files are parsed.
 """
 
 from oslo_config import cfg
@@ -101,7 +101,7 @@ def list_opts():
     # plugin ('password') are listed so the sample shows them.
     from keystoneauth1 import loading as ks_loading
     return {
-        placement_group.name: (
+        placement_group: (
             placement_opts
             + ks_loading.get_session_conf_options()
             + ks_loading.get_auth_common_conf_options()

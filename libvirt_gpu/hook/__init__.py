@@ -36,16 +36,17 @@ back would deadlock); it works from its stdin, its configuration and sysfs.
 Input is refused before anything is written when it is malformed or hostile
 (DOCTYPE, entities, oversize, a UUID/type/address that does not validate).
 
-Configuration: oslo.config costs ~0.11 s to import, more than a whole
-``prepare`` may take, so the hook reads a snapshot of what it needs
-(``HookSettings``: sysfs root, state dir, enabled types resolved per GPU),
-kept as JSON and refreshed through oslo.config whenever the config file,
-the set of mdev parents (``class/mdev_bus``) or the set of VFs with NVIDIA's
-vGPU 17+ vendor interface (``bus/pci/devices/*/nvidia``: a host without
-mdevs, whose VFs appear when ``sriov-manage -e`` enables them) changed.
-Both sets are taken before the configuration is read, so a change while
-it is read makes the next call read it again.  Every line it logs also goes to
-``<state_dir>/hook.log`` (libvirt discards a successful hook's stderr).
+Configuration: importing oslo.config takes longer than a whole ``prepare``
+may (``bench/hook.py`` measures both), so the hook reads a snapshot of what
+it needs (``HookSettings``: sysfs root, state dir, enabled types resolved
+per GPU), kept as JSON and refreshed through oslo.config whenever the config
+file or the parents of a registered vGPU kind changed
+(``VgpuKind.parents_now``: the mdev parents in ``class/mdev_bus``, the VFs
+with NVIDIA's vGPU 17+ vendor interface, which appear when ``sriov-manage
+-e`` enables them). The parents are taken before the configuration is read,
+so a change while it is read makes the next call read it again. Every line
+it logs also goes to ``<state_dir>/hook.log`` (libvirt discards a
+successful hook's stderr).
 """
 
 from libvirt_gpu.backends import mdev as mdev_backend  # noqa: F401

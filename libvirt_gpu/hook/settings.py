@@ -8,13 +8,15 @@ import json
 import os
 
 from libvirt_gpu.backends import registry
+from libvirt_gpu import conffile
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
 from libvirt_gpu import objects
 from libvirt_gpu import records
 from libvirt_gpu import sysfs as sysfs_mod
 
-DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
+# The one default path (conffile's), which hooks/qemu has baked in.
+DEFAULT_CONFIG_FILE = conffile.DEFAULT_CONFIG_FILE
 SETTINGS_NAME = 'hook-settings.json'
 SETTINGS_VERSION = 2
 _MAX_SETTINGS_BYTES = 1024 * 1024
@@ -60,7 +62,7 @@ def read_settings(config_file):
     key, sysfs key)`` taken before what they guard was read."""
     config_key = _config_key(config_file)
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu.conf import vgpu as vgpu_conf
+    from libvirt_gpu import enablement
     if config_file == DEFAULT_CONFIG_FILE and not os.path.exists(
             config_file):
         conf = conf_mod.load(None, environ={})
@@ -75,7 +77,7 @@ def read_settings(config_file):
     gpus = discovery.from_sysfs(sysfs).gpus
     return HookSettings(sysfs_root=conf.sysfs_root,
                         state_dir=conf.state_dir,
-                        enabled=vgpu_conf.resolve(conf, gpus)), (
+                        enabled=enablement.resolve(conf, gpus)), (
                             config_key, sysfs_key)
 
 

@@ -620,10 +620,6 @@ class PlacementClient:
         self._send(req.method, req.url, ok=(201, 204))
         self._known_traits.add(name)
 
-    def ensure_traits(self, traits):
-        for name in self.missing_custom_traits(traits):
-            self.create_trait(name)
-
     def set_traits(self, uuid, generation, traits):
         """Replace all traits; returns the new generation."""
         try:

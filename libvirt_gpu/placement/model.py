@@ -77,7 +77,7 @@ def offered(gpu, enabled, pgpu_vendors=DEFAULT_PGPU_VENDORS):
 
 def build_tree(hostname, gpus, enabled, gpu_traits=True,
                pgpu_vendors=DEFAULT_PGPU_VENDORS):
-    """``enabled``: ``{PciAddress: EnabledType}`` from conf.vgpu.resolve
+    """``enabled``: ``{PciAddress: EnabledType}`` from enablement.resolve
     (keyed by physical GPU)."""
     root = tree.ResourceProvider(name=hostname,
                                  uuid=tree.provider_uuid(hostname),

@@ -480,10 +480,6 @@ class SimKernel(object):
             self._emit(ParentUnbound(address,
                                      self._parents[address].driver))
 
-    def remove_parent(self, address):
-        """Alias of ``unbind_parent``: the parent goes away."""
-        return self.unbind_parent(address)
-
     def bind_parent(self, address):
         """The GPU's vGPU driver binds again: its types come back (with
         full capacity: its mdevs did not survive).  EBUSY: bound or

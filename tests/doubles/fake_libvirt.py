@@ -19,12 +19,21 @@ with libvirt's error codes and messages (measured on libvirt 9.0)::
 Each domain is ``<dir>/<uuid>.json`` (name, active, persistent, live and
 config XML), rewritten atomically under an flock, so a SIGKILL leaves every
 domain as it was after its last completed call.
+
+A live detach sends ``VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED`` to the callbacks
+registered in this process (``domainEventRegisterAny``), as the daemon does
+once the guest has let go; ``unplug_delay`` (seconds) makes the guest take
+that long (the device stays in the live XML until then), and
+``events=False`` makes registration fail as on a connection opened without
+an event loop.
 """
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
+import threading
 
 import libvirt
 from lxml import etree
@@ -52,9 +61,40 @@ def _same_hostdev(a, b):
 
 class FakeConnection(object):
 
-    def __init__(self, directory):
+    def __init__(self, directory, unplug_delay=None, events=True):
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
+        self.unplug_delay = unplug_delay
+        self.events = events
+        self._callbacks = {}
+        self._ids = itertools.count(1)
+        self._unplugs = []
+
+    def settle(self):
+        """Wait for the guests' pending unplugs (``unplug_delay``)."""
+        while self._unplugs:
+            self._unplugs.pop().join()
+
+    # -- events -----------------------------------------------------------
+
+    def domainEventRegisterAny(self, dom, event_id, cb, opaque):
+        if not self.events:
+            raise libvirt_error(libvirt.VIR_ERR_INTERNAL_ERROR,
+                                'could not initialize domain event timer')
+        callback_id = next(self._ids)
+        self._callbacks[callback_id] = (dom.UUIDString(), event_id, cb,
+                                        opaque)
+        return callback_id
+
+    def domainEventDeregisterAny(self, callback_id):
+        self._callbacks.pop(callback_id, None)
+        return 0
+
+    def _device_removed(self, uuid, alias):
+        for dom_uuid, event_id, cb, opaque in list(self._callbacks.values()):
+            if dom_uuid == uuid and \
+                    event_id == libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED:
+                cb(self, FakeDomain(self, uuid), alias, opaque)
 
     # -- storage --------------------------------------------------------
 
@@ -140,6 +180,9 @@ class FakeDomain(object):
     def UUIDString(self):
         return self.uuid
 
+    def connect(self):
+        return self.conn
+
     def name(self):
         return self._record()['name']
 
@@ -211,7 +254,30 @@ class FakeDomain(object):
             raise libvirt_error(libvirt.VIR_ERR_DEVICE_MISSING,
                                 'device not found: device not present in '
                                 'domain configuration')
-        self._change(flags, edit)
+        live = 'live' in self._targets(self._record(), flags)
+        delay = self.conn.unplug_delay if live else None
+        if delay is None:
+            self._change(flags, edit)
+        else:
+            # The persistent part now, the guest's unplug later.
+            config = flags & ~libvirt.VIR_DOMAIN_AFFECT_LIVE
+            if config & libvirt.VIR_DOMAIN_AFFECT_CONFIG:
+                self._change(config, edit)
+            # Missing in the live XML: refused now, as libvirt does.
+            root = etree.fromstring(self._record()['live'])
+            if not any(_same_hostdev(d, device)
+                       for d in root.find('devices')):
+                edit(root)
+
+            def unplug():
+                self._change(libvirt.VIR_DOMAIN_AFFECT_LIVE, edit)
+                self.conn._device_removed(self.uuid, 'hostdev0')
+            timer = threading.Timer(delay, unplug)
+            self.conn._unplugs.append(timer)
+            timer.start()
+            return 0
+        if live:
+            self.conn._device_removed(self.uuid, 'hostdev0')
         return 0
 
     def setMetadata(self, kind, xml, key, uri, flags=0):

@@ -124,3 +124,25 @@ def test_importing_host_leaves_libvirts_error_handler_alone(first, printed):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert ('libvirt: Test Driver error' in done.stderr) is printed
+
+
+EVENTS_PROBE = '''
+import sys
+from libvirt_gpu import guest as guest_mod
+from libvirt_gpu import host as host_mod
+with host_mod.Host('test:///default', events=sys.argv[1] == 'on') as h:
+    dom = h.connect().lookupByName('test')
+    with guest_mod.Guest(dom).device_removals() as removals:
+        print(removals.events)
+'''
+
+
+@pytest.mark.parametrize('loop, events', [('on', 'True'), ('off', 'False')])
+def test_device_removed_events_need_the_event_loop_first(loop, events):
+    """libvirt's test driver delivers domain events only on a connection
+    opened after the event loop was registered (``Host(events=True)``);
+    without it the wait for a removal falls back to looking again."""
+    done = subprocess.run([sys.executable, '-c', EVENTS_PROBE, loop],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [events]

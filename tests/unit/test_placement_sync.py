@@ -199,12 +199,21 @@ def make_conf(**agent_overrides):
     return conf
 
 
+def _by_name(listed):
+    """``list_opts()`` keyed by group name (its keys are OptGroups, so that
+    the sample configuration shows their help)."""
+    return {getattr(group, 'name', group): opts
+            for group, opts in listed.items()}
+
+
 class TestConf:
     def test_list_opts_groups(self):
-        names = {o.dest for o in placement_conf.list_opts()['placement']}
+        names = {o.dest for o in
+                 _by_name(placement_conf.list_opts())['placement']}
         assert {'auth_type', 'auth_url', 'endpoint_override', 'service_type',
                 'noauth_token', 'conflict_retries', 'timeout'} <= names
-        assert {o.dest for o in agent_conf.list_opts()['agent']} == {
+        assert {o.dest for o in
+                _by_name(agent_conf.list_opts())['agent']} == {
             'sync_interval', 'backoff_max'}
 
     def test_defaults(self):

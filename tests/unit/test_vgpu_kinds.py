@@ -214,3 +214,56 @@ def test_reconcile_removes_a_dummy_vgpu_of_a_stopped_guest(world):
     assert done.uuid in [f.uuid for f in report.findings]
     assert dummy(env).existing() == {}
     assert env.store.leases() == []
+
+
+# --- a live detach waits for libvirt's device-removed event ----------------
+
+def _record_waits(monkeypatch):
+    """What each wait for a device removal returned (True: woken by the
+    event)."""
+    from libvirt_gpu import guest as guest_mod
+    woken = []
+    real = guest_mod.DeviceRemovals.wait
+
+    def recorded(self, timeout):
+        woken.append((self.events, real(self, timeout)))
+        return woken[-1][1]
+    monkeypatch.setattr(guest_mod.DeviceRemovals, 'wait', recorded)
+    return woken
+
+
+def test_live_detach_removes_the_vgpu_when_the_guest_lets_go(world,
+                                                             monkeypatch):
+    """The guest takes a while to let go (the device stays in its live XML
+    until then): the removal waits for libvirt's DEVICE_REMOVED event and
+    is woken by it, not by the timeout."""
+    env, conn, parent = world
+    done = api.attach(conn, 'vm1', vgpu_type=TYPE, live=True, env=env)
+    conn.unplug_delay = 1.0
+    woken = _record_waits(monkeypatch)
+    gone = api.detach(conn, 'vm1', uuid=done.uuid, live=True, env=env)
+    assert gone.note is None
+    assert dummy(env).existing() == {} and env.store.leases() == []
+    assert woken == [(True, True)]
+
+
+def test_without_events_the_removal_looks_again_until_the_timeout(
+        world, monkeypatch):
+    env, conn, parent = world
+    done = api.attach(conn, 'vm1', vgpu_type=TYPE, live=True, env=env)
+    conn.events = False
+    conn.unplug_delay = 0.3
+    woken = _record_waits(monkeypatch)
+    gone = api.detach(conn, 'vm1', uuid=done.uuid, live=True, env=env)
+    assert gone.note is None and dummy(env).existing() == {}
+    # no event: every wait ends by itself and the domain is looked at again
+    assert woken and set(woken) == {(False, False)}
+    # a guest that never lets go in time: left to the release hook
+    again = api.attach(conn, 'vm1', vgpu_type=TYPE, live=True, env=env)
+    conn.events = True
+    conn.unplug_delay = 1.0
+    monkeypatch.setattr(api, 'DETACH_WAIT', 0.2)
+    late = api.detach(conn, 'vm1', uuid=again.uuid, live=True, env=env)
+    assert 'has not released vGPU %s yet' % again.uuid in late.note
+    assert again.uuid in dummy(env).existing()
+    conn.settle()
