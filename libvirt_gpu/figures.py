@@ -4,10 +4,11 @@ outcome of the last Placement sync and restore.
 
 Standard library only (the qemu hook imports this on every guest start).
 The hook's file is one small JSON document that each hook call rewrites in
-place under an exclusive ``flock`` of the file (one read-modify-write,
-well under a millisecond); the exporter reads it under a shared one, held
-for one read.  Nothing else takes that lock: a scrape waits at most for
-one hook call's write, never for the lease lock.  The outcome files are
+place under an exclusive ``flock`` of the file (one small
+read-modify-write; ``bench/hook.py`` measures it); the exporter reads it
+under a shared one, held for one read.  Nothing else takes that lock: a
+scrape waits at most for one hook call's write, never for the lease
+lock.  The outcome files are
 replaced whole (a temporary file, then ``rename``): their writers are not
 on a guest's path.
 
@@ -44,9 +45,9 @@ TASKS = (PLACEMENT_SYNC, RESTORE)
 # that the first error is an increase Prometheus sees (kept equal to
 # hook.HANDLED by a test).
 OPERATIONS = ('prepare', 'release', 'reconnect')
-# Upper bounds, in seconds, of the hook's latency histogram: a call that
-# finds nothing to do takes about a millisecond, a prepare that creates
-# vGPUs tens of milliseconds, one that waits for the lease lock longer.
+# Upper bounds, in seconds, of the hook's latency histogram: from a call
+# that finds nothing to do to a prepare that waits for the lease lock
+# (bench/hook.py measures the ones in between).
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
            2.5, 5.0, 10.0, 30.0)
 # What one hook call ended in.
@@ -114,9 +115,9 @@ def record_hook_call(state_dir, operation, outcome, seconds):
 
     The file is rewritten in place under an exclusive ``flock`` of its
     own, never renamed over nor truncated: on ext4 either makes the
-    kernel write the new data out first (``auto_da_alloc``), which costs
-    a guest start milliseconds on a busy disk.  A shorter document is
-    padded with spaces (JSON allows them)."""
+    kernel write the new data out first (``auto_da_alloc``), which a
+    guest start would wait for on a busy disk (``bench/hook.py``).  A
+    shorter document is padded with spaces (JSON allows them)."""
     path = os.path.join(state_dir, HOOK_FIGURES)
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
     try:
