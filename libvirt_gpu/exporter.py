@@ -8,7 +8,9 @@ never holds up a guest's ``prepare``), the running domains through libvirt
 when there is a connection, what ``reconcile --dry-run`` would report (the
 ``survey`` the CLI hands in, read the same lock-free way), the figures the
 hook and the Placement sync/restore leave in the state directory
-(``figures``), and NVML's usage figures where NVML answers.
+(``figures``: the hook's under a shared flock held for one read, which
+only a hook call's own write can hold up), and NVML's usage figures where
+NVML answers.
 
 Capacity comes from the one rule: ``capacity.vgpu_total`` (what Placement
 is told) and ``Allocator.free`` (what a guest start can still get).
