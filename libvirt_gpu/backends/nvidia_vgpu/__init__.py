@@ -502,54 +502,62 @@ class NvidiaVgpuBackend(base.VgpuKind):
         holds nothing is forgotten; a VF holding a vGPU that is not ours is
         reported, never touched; when whether a guest runs cannot be told,
         nothing is reset."""
-        notes = []
         entries = self.state.read()
-        by_vf = {e.vf: e for e in entries.values()}
         vfs = self._interface_vfs()
-        reset = set()
+        notes, reset = self._reset_stale(entries, vfs, owner_running,
+                                         dry_run)
+        notes.extend(self._forget_gone(entries, vfs, reset, dry_run))
+        return notes
+
+    def _reset_stale(self, entries, vfs, owner_running, dry_run):
+        """``(notes, UUIDs reset)`` of the VFs that hold a vGPU now."""
+        notes, reset = [], set()
+        by_vf = {e.vf: e for e in entries.values()}
         for vf in vfs:
             try:
                 current = self.files.current_type(vf)
             except exception.SysfsReadError as e:
                 notes.append(base.BootNote('failed', str(vf), str(e)))
                 continue
-            if not current:
-                continue
             entry = by_vf.get(vf)
+            if not current or (entry is not None and entry.persistent):
+                continue      # restore reports persistent ones itself
             held = objects.vendor_type_id(current)
-            if entry is None:
-                notes.append(base.BootNote(
-                    'skipped', str(vf), 'holds %s, not one of ours: left '
-                    'alone' % held))
-                continue
-            if entry.persistent:
-                continue      # restore reports it with the persistent ones
-            running = owner_running(entry.uuid)
-            if running is None:
-                notes.append(base.BootNote(
-                    'skipped', entry.uuid, '%s on VF %s: cannot tell '
-                    'whether its guest runs; kept' % (held, vf)))
-                continue
-            if running:
-                notes.append(base.BootNote(
-                    'ok', entry.uuid, '%s on VF %s is in use by a running '
-                    'guest' % (held, vf)))
-                continue
-            if dry_run:
-                notes.append(base.BootNote(
-                    'would', entry.uuid, 'would reset VF %s (write 0 to its '
-                    '%s: it holds %s for a guest that is not running)'
-                    % (vf, names.CURRENT_TYPE, held)))
-                continue
-            try:
-                self.remove(entry.uuid)
-            except exception.LibvirtGpuError as e:
-                notes.append(base.BootNote('failed', entry.uuid, str(e)))
-                continue
-            reset.add(entry.uuid)
-            notes.append(base.BootNote(
-                'reset', entry.uuid, 'reset VF %s (held %s for a guest that '
-                'is not running)' % (vf, held)))
+            note = self._judge_held(entry, vf, held, owner_running, dry_run)
+            if note.action == 'reset':
+                reset.add(entry.uuid)
+            notes.append(note)
+        return notes, reset
+
+    def _judge_held(self, entry, vf, held, owner_running, dry_run):
+        """The BootNote of a VF holding type ``held`` for ``entry`` (None:
+        not ours), after resetting it when its guest is gone."""
+        if entry is None:
+            return base.BootNote('skipped', str(vf), 'holds %s, not one of '
+                                 'ours: left alone' % held)
+        running = owner_running(entry.uuid)
+        if running is None:
+            return base.BootNote('skipped', entry.uuid, '%s on VF %s: cannot '
+                                 'tell whether its guest runs; kept'
+                                 % (held, vf))
+        if running:
+            return base.BootNote('ok', entry.uuid, '%s on VF %s is in use by '
+                                 'a running guest' % (held, vf))
+        if dry_run:
+            return base.BootNote(
+                'would', entry.uuid, 'would reset VF %s (write 0 to its %s: '
+                'it holds %s for a guest that is not running)'
+                % (vf, names.CURRENT_TYPE, held))
+        try:
+            self.remove(entry.uuid)
+        except exception.LibvirtGpuError as e:
+            return base.BootNote('failed', entry.uuid, str(e))
+        return base.BootNote('reset', entry.uuid, 'reset VF %s (held %s for '
+                             'a guest that is not running)' % (vf, held))
+
+    def _forget_gone(self, entries, vfs, reset, dry_run):
+        """Notes of the transient entries whose VF holds nothing now."""
+        notes = []
         present = set(vfs)
         for uuid, entry in sorted(entries.items()):
             if entry.persistent or uuid in reset:
@@ -560,17 +568,19 @@ class NvidiaVgpuBackend(base.VgpuKind):
                     gone = not self.files.current_type(entry.vf)
                 except exception.SysfsReadError:
                     gone = False
-            if gone and dry_run:
+            if not gone:
+                continue
+            if dry_run:
                 notes.append(base.BootNote(
                     'would', uuid, 'would forget it: its VF %s holds no '
                     'vGPU any more' % entry.vf))
-            elif gone:
-                with self.state.locked() as live:
-                    if uuid in live and not live[uuid].persistent:
-                        del live[uuid]
-                notes.append(base.BootNote(
-                    'forgot', uuid, 'its VF %s holds no vGPU any more'
-                    % entry.vf))
+                continue
+            with self.state.locked() as live:
+                if uuid in live and not live[uuid].persistent:
+                    del live[uuid]
+            notes.append(base.BootNote(
+                'forgot', uuid, 'its VF %s holds no vGPU any more'
+                % entry.vf))
         return notes
 
     def choose_vf(self, gpu, type_id, exclude=()):
