@@ -9,7 +9,7 @@ VPY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev \
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
 	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux \
-	pci.ids kmod e2fsprogs make
+	pci.ids kmod e2fsprogs make prometheus
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 
@@ -72,6 +72,7 @@ genconfig: deps
 bench: deps placement-venv
 	$(VPY) bench/discovery.py
 	$(VPY) bench/hook.py
+	$(VPY) bench/exporter.py
 	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 

@@ -16,9 +16,14 @@
    ``--before DIR``, the hook of the package in DIR (an older checkout),
    installed with its own state directory on the same host, runs in turn
    with this one, for a before/after in one run.
+3. What recording its figures for ``libvirt-gpu exporter`` costs a call
+   (``figures``; target: at most 1 ms): ``hook.run`` of ``prepare`` (4
+   vGPUs) and ``release`` in this process, with recording and with it
+   replaced by nothing, interleaved in the same run (medians of
+   ``--record-runs`` each), and the recording call alone.
 
     .venv/bin/python bench/hook.py [--runs 200] [--prepare-runs 30]
-                                   [--before DIR]
+                                   [--record-runs 200] [--before DIR]
 """
 
 import argparse
@@ -37,6 +42,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
 from libvirt_gpu import config_xml  # noqa: E402
+from libvirt_gpu import figures  # noqa: E402
 from libvirt_gpu import hook  # noqa: E402
 from libvirt_gpu import metadata  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
@@ -117,6 +123,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--runs', type=int, default=200)
     p.add_argument('--prepare-runs', type=int, default=30)
+    p.add_argument('--record-runs', type=int, default=200)
     p.add_argument('--before', metavar='DIR',
                    help='also time the hook of the package in DIR')
     args = p.parse_args()
@@ -238,9 +245,67 @@ def main():
                 print('   median of %d:                      %s, CPU %s'
                       % (len(old), ms(statistics.median(old)),
                          ms(statistics.median(old_cpu))))
+            recording(root, profile, config, installed.settings_file,
+                      state_dir, args.record_runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def recording(root, profile, config, settings_file, state_dir, n):
+    """Section 3: the hook's in-process cost with and without recording
+    its figures, interleaved."""
+    sysfs = kernel_sysfs.KernelSysfs(root, profile)
+    real_done = figures.HookTimer.done
+
+    mode = 'with'
+
+    def call(op, xml):
+        t0, c0 = time.perf_counter(), time.process_time()
+        rc = hook.run(['qemu', 'gpu', op, 'begin', '-'], xml,
+                      config_file=config, settings_file=settings_file,
+                      sysfs=sysfs, stderr=sys.stderr)
+        if rc != 0:
+            raise SystemExit('%s failed' % op)
+        cpu[mode].append(time.process_time() - c0)
+        return time.perf_counter() - t0
+
+    timings = {'with': ([], []), 'without': ([], [])}
+    cpu = {'with': [], 'without': []}
+    try:
+        for i in range(n + 5):
+            # each goes first every other time: neither gets the warmer
+            # caches
+            for mode in (('with', 'without') if i % 2 else
+                         ('without', 'with')):
+                figures.HookTimer.done = (
+                    real_done if mode == 'with' else lambda *a: None)
+                xml = gpu_xml(4)
+                prepare, release = call('prepare', xml), call('release', xml)
+                if i >= 5:                       # the first five warm up
+                    timings[mode][0].append(prepare)
+                    timings[mode][1].append(release)
+    finally:
+        figures.HookTimer.done = real_done
+    alone, alone_cpu = [], []
+    for _ in range(n):
+        t0, c0 = time.perf_counter(), time.process_time()
+        figures.record_hook_call(state_dir, 'prepare', figures.OK, 0.01)
+        alone.append(time.perf_counter() - t0)
+        alone_cpu.append(time.process_time() - c0)
+    print('\n3. recording the figures (libvirt-gpu exporter), hook.run in '
+          'this process, median of %d each, interleaved:' % n)
+    for index, op in enumerate(('prepare (4 vGPUs)', 'release')):
+        with_, without = (statistics.median(timings[m][index])
+                          for m in ('with', 'without'))
+        print('   %-18s with %s, without %s: +%.3f ms'
+              % (op, ms(with_), ms(without), (with_ - without) * 1000))
+    print('   CPU time of a call (prepare or release), median: with %s, '
+          'without %s' % (ms(statistics.median(cpu['with'])),
+                          ms(statistics.median(cpu['without']))))
+    print('   figures.record_hook_call alone, median: %.3f ms wall, %.3f ms '
+          'CPU (target <= 1 ms)' % (statistics.median(alone) * 1000,
+                                    statistics.median(alone_cpu) * 1000))
 
 
 if __name__ == '__main__':

@@ -20,6 +20,7 @@ import time
 import typing
 
 from libvirt_gpu import exception
+from libvirt_gpu import figures
 from libvirt_gpu import logs
 from libvirt_gpu.placement import client as placement_client
 from libvirt_gpu.placement import sync as sync_mod
@@ -58,8 +59,31 @@ def sync_once(conf, url=None, dry_run=False, tree=None, discover_fn=None,
         tree = discover_fn()
     if client is None:
         client = make_client(conf, url=url)
-    return sync_mod.sync(client, tree, dry_run=dry_run, state=state,
-                         nest=conf.placement.nest_under_existing)
+    try:
+        report = sync_mod.sync(client, tree, dry_run=dry_run, state=state,
+                               nest=conf.placement.nest_under_existing)
+    except exception.LibvirtGpuError as e:
+        if not dry_run:
+            record(conf, error=e)
+        raise
+    if not dry_run:
+        record(conf, report)
+    return report
+
+
+def record(conf, report=None, error=None):
+    """Leave the outcome of one sync for ``libvirt-gpu exporter``
+    (``figures``): ``error``, or the ``report`` (its failed providers are
+    the error; its writes the changes)."""
+    state_dir = getattr(conf, 'state_dir', None)
+    if state_dir is None:
+        return          # a configuration without [DEFAULT] (a library use)
+    if report is not None and report.failed:
+        error = '; '.join('%s: %s' % (r.name, r.detail)
+                          for r in report.failed)
+    figures.record_outcome(
+        state_dir, figures.PLACEMENT_SYNC, error=error,
+        changes=len(report.requests) if report is not None else 0)
 
 
 class Backoff:
@@ -98,6 +122,7 @@ class Agent:
         tree = self.discover_fn()
         report = sync_mod.sync(self.client, tree, state=self.state,
                                nest=self.conf.placement.nest_under_existing)
+        record(self.conf, report)
         self.last_report = report
         log = LOG.info if report.changed or report.failed else LOG.debug
         log('%s', report.summary())
@@ -113,6 +138,7 @@ class Agent:
             try:
                 self.cycle()
             except exception.LibvirtGpuError as exc:
+                record(self.conf, error=exc)
                 if once:
                     raise
                 self.failures += 1

@@ -207,3 +207,7 @@ class LibvirtTimeout(LibvirtError):
 
 class MigrationRefused(LibvirtGpuError):
     msg_fmt = "Migration refused: %(reason)s"
+
+
+class ListenError(LibvirtGpuError):
+    msg_fmt = "cannot listen on %(address)s port %(port)d: %(reason)s"

@@ -13,7 +13,13 @@ NVML functions used (all through ``pynvml``): ``nvmlInit``,
 ``nvmlDeviceGetMemoryInfo`` (``total``), ``nvmlDeviceGetVirtualizationMode``,
 ``nvmlDeviceGetMigMode``, ``nvmlDeviceGetSupportedVgpus``,
 ``nvmlDeviceGetCreatableVgpus``, ``nvmlVgpuTypeGetName``,
-``nvmlVgpuTypeGetFramebufferSize``, ``nvmlVgpuTypeGetMaxInstances``.
+``nvmlVgpuTypeGetFramebufferSize``, ``nvmlVgpuTypeGetMaxInstances``;
+for ``libvirt-gpu exporter`` (``usage``): ``nvmlDeviceGetUtilizationRates``
+(``gpu``), ``nvmlDeviceGetMemoryInfo`` (``used``),
+``nvmlDeviceGetActiveVgpus``, ``nvmlDeviceGetVgpuUtilization`` (``smUtil``
+of each instance's latest sample), ``nvmlVgpuInstanceGetMdevUUID``,
+``nvmlVgpuInstanceGetGpuPciId`` (the VF of a vGPU 17+ vendor-interface
+vGPU) and ``nvmlVgpuInstanceGetFbUsage``.
 
 No binding, no library, no driver, no GPU: ``query`` returns ``{}`` and
 callers go on with sysfs, silently (a debug log line).  A query a GPU
@@ -25,6 +31,7 @@ vGPU host driver) leaves that field None or empty.
 from libvirt_gpu import exception
 from libvirt_gpu import logs
 from libvirt_gpu import objects
+from libvirt_gpu import records
 from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logs.getLogger(__name__)
@@ -53,6 +60,26 @@ def _text(value):
         value = value.decode('utf-8', 'replace')
     return value.strip() if isinstance(value, str) and value.strip() \
         else None
+
+
+@records.record
+class VgpuUsage:
+    """One active vGPU instance as NVML sees it (None: not answered)."""
+
+    mdev_uuid: str | None             # the mdev's UUID (classic mdev)
+    vf: objects.PciAddress | None     # its VF (vGPU 17+ vendor interface)
+    utilization: float | None         # 3D/compute engine share, 0 to 1
+    fb_used: int | None               # bytes of frame buffer in use
+
+
+@records.record
+class GpuUsage:
+    """How busy one GPU is (None: not answered)."""
+
+    utilization: float | None         # busy share of the last period, 0-1
+    memory_used: int | None           # bytes
+    memory_total: int | None          # bytes
+    vgpus: tuple = ()                 # VgpuUsage of its active vGPUs
 
 
 class Nvml(object):
@@ -115,6 +142,60 @@ class Nvml(object):
                 LOG.debug('NVML shutdown: %s', e)
         return found
 
+    def usage(self):
+        """``{PciAddress: GpuUsage}`` of every GPU NVML sees now; ``{}``
+        without NVML."""
+        lib = self._binding()
+        if lib is None:
+            return {}
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as e:
+            LOG.debug('NVML not used: %s', e)
+            return {}
+        found = {}
+        try:
+            for index in range(lib.nvmlDeviceGetCount()):
+                try:
+                    handle = lib.nvmlDeviceGetHandleByIndex(index)
+                    address = objects.PciAddress.parse(
+                        _text(lib.nvmlDeviceGetPciInfo(handle).busId))
+                    found[address] = self._usage(lib, handle)
+                except (lib.NVMLError, exception.InvalidPciAddress) as e:
+                    LOG.warning('NVML: GPU %d skipped: %s', index, e)
+        except lib.NVMLError as e:
+            LOG.warning('NVML: cannot list GPUs: %s', e)
+        finally:
+            try:
+                lib.nvmlShutdown()
+            except lib.NVMLError as e:
+                LOG.debug('NVML shutdown: %s', e)
+        return found
+
+    def _usage(self, lib, handle):
+        rates = self._ask(lib, lib.nvmlDeviceGetUtilizationRates, handle)
+        memory = self._ask(lib, lib.nvmlDeviceGetMemoryInfo, handle)
+        samples = {}
+        for sample in self._ask(lib, lib.nvmlDeviceGetVgpuUtilization,
+                                handle, 0) or ():
+            samples[sample.vgpuInstance] = sample.smUtil.uiVal / 100.0
+        vgpus = []
+        for instance in self._ask(lib, lib.nvmlDeviceGetActiveVgpus,
+                                  handle) or ():
+            vgpus.append(VgpuUsage(
+                mdev_uuid=_uuid(self._ask(
+                    lib, lib.nvmlVgpuInstanceGetMdevUUID, instance)),
+                vf=_address(self._ask(
+                    lib, lib.nvmlVgpuInstanceGetGpuPciId, instance)),
+                utilization=samples.get(instance),
+                fb_used=self._ask(lib, lib.nvmlVgpuInstanceGetFbUsage,
+                                  instance)))
+        return GpuUsage(
+            utilization=rates.gpu / 100.0 if rates is not None else None,
+            memory_used=memory.used if memory is not None else None,
+            memory_total=memory.total if memory is not None else None,
+            vgpus=tuple(vgpus))
+
     def _gpu(self, lib, handle):
         memory = self._ask(lib, lib.nvmlDeviceGetMemoryInfo, handle)
         mode = self._ask(lib, lib.nvmlDeviceGetVirtualizationMode, handle)
@@ -145,6 +226,23 @@ class Nvml(object):
                                                               type_id),
                 creatable=type_id in creatable))
         return tuple(types)
+
+
+def _uuid(value):
+    """An mdev UUID NVML gives (parsed at this edge), or None."""
+    try:
+        return objects.validate_uuid(_text(value)) if _text(value) else None
+    except exception.InvalidUuid:
+        return None
+
+
+def _address(value):
+    """A PCI address NVML gives (``00000000:41:00.4``), or None."""
+    try:
+        return objects.PciAddress.parse(_text(value)) if _text(value) \
+            else None
+    except exception.InvalidPciAddress:
+        return None
 
 
 HOST_SYSFS = sysfs_mod.HOST_ROOT

@@ -84,6 +84,14 @@ class Report:
     def of(self, *actions):
         return [f for f in self.findings if f.action in actions]
 
+    def would_remove(self, *whats):
+        """What a dry run found to remove, of these kinds (``what``):
+        ``'lease'``/``'mdev+lease'``, a lease whose holder died and that
+        no running domain uses; ``'mdev'``, a vGPU no lease or domain
+        explains."""
+        return [f for f in self.findings
+                if f.action == WOULD_REMOVE and f.what in whats]
+
     @property
     def stuck(self):
         return self.of(STUCK, CONFLICT)
@@ -221,7 +229,10 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     refs = domain_refs(host)
     findings = list(refs.unreadable)
     planned = []              # (uuid, parent, type_id, domain, reason, what)
-    with store.transaction() as txn:
+    # A dry run writes nothing: it reads the leases without the lock, so
+    # it never holds up a guest start (``libvirt-gpu exporter`` runs one
+    # per scrape).
+    with (store.snapshot() if dry_run else store.transaction()) as txn:
         mdevs = _all_mdevs(backend)
         leased = _judge_leases(txn, refs, mdevs, started, stuck_after,
                                dry_run, findings, planned)

@@ -46,6 +46,7 @@ import time
 from libvirt_gpu.backends import base
 from libvirt_gpu import environment
 from libvirt_gpu import exception
+from libvirt_gpu import figures
 from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import records
@@ -378,8 +379,21 @@ class Restore(object):
 
 def restore(env, vf_pfs=(), **kwargs):
     """Run every step (see the module doc) on the host ``env``; returns a
-    RestoreReport."""
-    return Restore(env, **kwargs).run(vf_pfs)
+    RestoreReport.  A run that is not a dry run leaves its outcome for
+    ``libvirt-gpu exporter`` (``figures``)."""
+    dry_run = kwargs.get('dry_run', False)
+    try:
+        report = Restore(env, **kwargs).run(vf_pfs)
+    except exception.LibvirtGpuError as e:
+        if not dry_run:
+            figures.record_outcome(env.state_dir, figures.RESTORE, error=e)
+        raise
+    if not dry_run:
+        figures.record_outcome(
+            env.state_dir, figures.RESTORE, changes=len(report.changed),
+            error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
+                             for a in report.failed) or None))
+    return report
 
 
 def lease_owner_check(state_dir, uri):

@@ -46,6 +46,7 @@ import fcntl
 import os
 import sqlite3
 import time
+import urllib.parse
 
 from libvirt_gpu import exception
 from libvirt_gpu import fileutil
@@ -563,6 +564,49 @@ class LeaseStore(object):
             except sqlite3.Error as e:
                 self.close()
                 raise exception.StateError(path=self.db_path, reason=str(e))
+
+    @contextlib.contextmanager
+    def snapshot(self):
+        """``with store.snapshot() as txn:`` reads the leases as they are
+        now without the lock: no flock, a read-only SQLite connection
+        whose read transaction (WAL) never holds up a writer.  Writing
+        through it fails.  For readers that must never block a guest
+        start (``libvirt-gpu exporter``, ``reconcile --dry-run``).  No
+        lease file, or one of an earlier boot (set aside by the next
+        writer), reads as no leases."""
+        if self._current_boot():
+            try:
+                db = sqlite3.connect('file:%s?mode=ro' % urllib.parse.quote(
+                    self.db_path), uri=True, timeout=self.lock_timeout,
+                    isolation_level=None)
+            except sqlite3.Error as e:
+                raise exception.StateError(path=self.db_path, reason=str(e))
+        else:
+            db = sqlite3.connect(':memory:', isolation_level=None)
+            db.executescript(_SCHEMA)
+        try:
+            db.execute('BEGIN')
+            yield Transaction(db)
+            db.execute('ROLLBACK')
+        except sqlite3.Error as e:
+            raise exception.StateError(path=self.db_path, reason=str(e))
+        finally:
+            db.close()
+
+    def _current_boot(self):
+        """Whether a lease file exists and was written in this boot."""
+        if not os.path.isfile(self.db_path):
+            return False
+        try:
+            with open(self.boot_id_path) as f:
+                current = f.read().strip()
+        except OSError:
+            return True         # no boot id (not Linux?): nothing to compare
+        try:
+            with open(os.path.join(self.state_dir, BOOT_ID_NAME)) as f:
+                return f.read().strip() == current
+        except OSError:
+            return False
 
     def close(self):
         if self._db is not None:

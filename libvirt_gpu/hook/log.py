@@ -27,6 +27,7 @@ class HookLog(object):
         self.lines = []
         self.dropped = 0
         self.path = None
+        self.errors = 0
 
     def _keep(self, line, printed=None):
         """Keep ``line`` (and print ``printed`` to stderr) unless this call
@@ -44,11 +45,26 @@ class HookLog(object):
         self._keep(message)
 
     def error(self, message):
+        self.errors += 1
         self._keep('ERROR: ' + message, 'libvirt-gpu: %s' % message)
 
     def warning(self, message):
         self._keep('WARNING: ' + message,
                    'libvirt-gpu: warning: %s' % message)
+
+    def record(self, timer, outcome):
+        """Count this call (``figures.HookTimer``) for ``libvirt-gpu
+        exporter`` in the state directory, the one of ``hook.log``; nothing
+        before the settings named it (``path`` unset).  A directory that
+        cannot be written costs a warning, never the call."""
+        if self.path is None:
+            return
+        state_dir = os.path.dirname(self.path)
+        try:
+            timer.done(state_dir, outcome)
+        except OSError as e:
+            self.warning('cannot record the hook\'s figures in %s: %s'
+                         % (state_dir, e.strerror))
 
     def flush(self):
         if self.dropped:

@@ -26,6 +26,7 @@ from libvirt_gpu.backends import base
 from libvirt_gpu import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
+from libvirt_gpu import figures
 from libvirt_gpu.hook import incoming
 from libvirt_gpu.hook import log as log_mod
 from libvirt_gpu.hook import settings as settings_mod
@@ -323,6 +324,7 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     op = operation(argv[2] if len(argv) > 2 else '', table)
     if op is None:
         return 0
+    timer = figures.HookTimer(op.name)
     try:
         req = parse_request(op.name, data, op.reads)
     except exception.InvalidInput as e:
@@ -339,10 +341,13 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
         return op.failure_rc
     if not req.ours:
         return 0
+    outcome = figures.ERROR
     try:
         output = _call(op, req, log, config_file, settings_file, sysfs,
                        mdevctl_dir)
+        outcome = figures.ERROR if log.errors else figures.OK
     except exception.LibvirtGpuError as e:
+        outcome = figures.REFUSED if op.may_refuse else figures.ERROR
         log.error('%s domain %s: %s' % (op.failure, req.label, e))
         return op.failure_rc
     except Exception as e:  # noqa: BLE001 - the hook's edge: report, exit
@@ -350,6 +355,7 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
                   % (op.name, req.label, type(e).__name__, e))
         return op.failure_rc
     finally:
+        log.record(timer, outcome)
         log.flush()
     if output is not None and output.changed:
         out = stdout if stdout is not None else sys.stdout.buffer

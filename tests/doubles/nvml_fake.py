@@ -50,7 +50,11 @@ def module(spec):
     the keys of nvml.json (``name``, ``bus_id``, ``memory_total_mib``,
     ``virtualization_mode``, ``mig_mode``, ``supported_vgpus``,
     ``creatable_vgpus``) and, for vGPU hosts, ``vgpu_types``:
-    ``{id: {'name', 'framebuffer_mib', 'max_instances'}}``."""
+    ``{id: {'name', 'framebuffer_mib', 'max_instances'}}``; for usage,
+    ``utilization_gpu`` (percent), ``memory_used_mib`` and
+    ``vgpu_instances``: ``[{'id', 'mdev_uuid', 'pci_id', 'fb_usage_mib',
+    'sm_util'}]`` (a missing key answers Not Supported, as NVML does for
+    what a GPU or driver cannot tell)."""
     state = {'initialised': 0, 'calls': []}
     gpus = spec.get('gpus', [])
     fake = types.SimpleNamespace(state=state, NVMLError=NVMLError)
@@ -97,8 +101,44 @@ def module(spec):
 
     def nvmlDeviceGetMemoryInfo(gpu):
         total = answer(gpu['memory_total_mib'])
-        return types.SimpleNamespace(total=total * MIB, free=total * MIB,
-                                     used=0)
+        used = gpu.get('memory_used_mib', 0)
+        return types.SimpleNamespace(total=total * MIB,
+                                     free=(total - used) * MIB,
+                                     used=used * MIB)
+
+    def nvmlDeviceGetUtilizationRates(gpu):
+        percent = answer(gpu.get('utilization_gpu', NOT_SUPPORTED))
+        return types.SimpleNamespace(gpu=percent, memory=0)
+
+    def _instances(gpu):
+        return answer(gpu.get('vgpu_instances', NOT_SUPPORTED))
+
+    def _instance(number):
+        for gpu in gpus:
+            for found in gpu.get('vgpu_instances', ()):
+                if found['id'] == number:
+                    return found
+        raise NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetActiveVgpus(gpu):
+        return [i['id'] for i in _instances(gpu)]
+
+    def nvmlDeviceGetVgpuUtilization(gpu, last_seen):
+        return [types.SimpleNamespace(
+            vgpuInstance=i['id'], timeStamp=1,
+            smUtil=types.SimpleNamespace(uiVal=i['sm_util']))
+            for i in _instances(gpu) if 'sm_util' in i]
+
+    def nvmlVgpuInstanceGetMdevUUID(number):
+        return answer(_instance(number).get('mdev_uuid',
+                                            NOT_SUPPORTED)).encode()
+
+    def nvmlVgpuInstanceGetGpuPciId(number):
+        return answer(_instance(number).get('pci_id', NOT_SUPPORTED))
+
+    def nvmlVgpuInstanceGetFbUsage(number):
+        return answer(_instance(number).get('fb_usage_mib',
+                                            NOT_SUPPORTED)) * MIB
 
     def nvmlDeviceGetVirtualizationMode(gpu):
         return answer(gpu['virtualization_mode'])
@@ -136,6 +176,11 @@ def module(spec):
                      nvmlDeviceGetVirtualizationMode, nvmlDeviceGetMigMode,
                      nvmlDeviceGetSupportedVgpus, nvmlDeviceGetCreatableVgpus,
                      nvmlVgpuTypeGetName, nvmlVgpuTypeGetFramebufferSize,
-                     nvmlVgpuTypeGetMaxInstances):
+                     nvmlVgpuTypeGetMaxInstances,
+                     nvmlDeviceGetUtilizationRates, nvmlDeviceGetActiveVgpus,
+                     nvmlDeviceGetVgpuUtilization,
+                     nvmlVgpuInstanceGetMdevUUID,
+                     nvmlVgpuInstanceGetGpuPciId,
+                     nvmlVgpuInstanceGetFbUsage):
         setattr(fake, function.__name__, live(function))
     return fake

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from libvirt_gpu import figures
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from tests.functional import placement_server
@@ -22,9 +23,21 @@ def server():
 
 @pytest.fixture(scope='module')
 def t4(tmp_path_factory):
-    root = tmp_path_factory.mktemp('t4')
+    """The simulated host's sysfs root; beside it ``t4.conf``, the golden
+    configuration with a state directory of its own (a sync leaves its
+    outcome there for the exporter: never in /var/lib)."""
+    top = tmp_path_factory.mktemp('t4')
+    root = top / 'sys'
     simulator.write_host(simulator.load_profile('t4'), root)
+    with open(GOLDEN_CONF) as f:
+        golden = f.read()
+    (top / 't4.conf').write_text('[DEFAULT]\nstate_dir = %s\n\n%s'
+                                 % (top / 'state', golden))
     return str(root)
+
+
+def conf_of(t4):
+    return os.path.join(os.path.dirname(t4), 't4.conf')
 
 
 def cli_json(capsys, *argv):
@@ -35,7 +48,7 @@ def cli_json(capsys, *argv):
 
 
 def base(t4, host):
-    return ['--config-file', GOLDEN_CONF, '--hostname', host,
+    return ['--config-file', conf_of(t4), '--hostname', host,
             '--sysfs-root', t4]
 
 
@@ -58,6 +71,12 @@ def test_sync_dry_run_then_sync_then_nothing(capsys, server, t4):
     code, second, _ = cli_json(capsys, *argv, '--json')
     assert code == 0 and not second['changed']
     assert second['writes_sent'] == 0
+    # what the exporter serves: two syncs (the dry run is not one), the
+    # first one's writes
+    done = figures.outcome(os.path.join(os.path.dirname(t4), 'state'),
+                           figures.PLACEMENT_SYNC)
+    assert (done['runs'], done['failures'], done['last_changes'],
+            done['changes_total']) == (2, 0, 0, first['writes_sent'])
 
     # What Placement holds equals `placement show`.
     code, shown, _ = cli_json(capsys, *base(t4, 'cli-host'), 'placement',

@@ -30,8 +30,8 @@ PACKAGE = 'libvirt_gpu'
 # rooms below; only the CLI (cmd) reaches them.  cyborg_driver is reached
 # by nothing of ours: Cyborg's agent loads it (entry point
 # libvirt_gpu_driver in cyborg.accelerator.driver).
-ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'cyborg_driver',
-         'cmd')
+ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'exporter',
+         'cyborg_driver', 'cmd')
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
@@ -63,6 +63,7 @@ ONLY = {
     'logs': (),
     'capacity': (),
     'fileutil': (),
+    'figures': (),
     'fanout': (),
     'safeopen': (),
     'filetype': (),
@@ -81,7 +82,7 @@ ONLY = {
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
     ('exception', 'records', 'logs', 'bounds'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen'),
+    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen', 'figures'),
     ('xmlutil', 'statedir', 'xmledit', 'conffile', 'enablement'),
     ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
@@ -89,7 +90,7 @@ LEVELS = (
     ('backends',), ('state',), ('allocator',), ('placement',),
     ('environment',), ('migration',), ('api',), ('hook',), ('reconcile',),
     ('restore',),
-    ('agent',), ('cyborg_driver',), ('simulator',), ('cmd',),
+    ('agent',), ('exporter',), ('cyborg_driver',), ('simulator',), ('cmd',),
 )
 # discovery asks every registered vGPU kind to read a VF's vendor
 # interface and to complete its types (inside functions): it never names

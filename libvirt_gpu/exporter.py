@@ -1,0 +1,467 @@
+"""``libvirt-gpu exporter``: this host's GPUs, vGPUs and the hook's health
+as Prometheus metrics (text format, served by ``prometheus_client``).
+
+Every scrape reads the host afresh: the GPUs from sysfs (``discovery``),
+the enabled types (``enablement``), the leases through
+``LeaseStore.snapshot`` (a read-only SQLite read: no flock, so a scrape
+never holds up a guest's ``prepare``), the running domains through libvirt
+when there is a connection, what ``reconcile --dry-run`` would report (the
+``survey`` the CLI hands in, read the same lock-free way), the figures the
+hook and the Placement sync/restore leave in the state directory
+(``figures``: the hook's under a shared flock held for one read, which
+only a hook call's own write can hold up), and NVML's usage figures where
+NVML answers.
+
+Capacity comes from the one rule: ``capacity.vgpu_total`` (what Placement
+is told) and ``Allocator.free`` (what a guest start can still get).
+
+A part that cannot be read (libvirt down, a damaged state file) is left
+out of the scrape and ``libvirt_gpu_exporter_read_ok{part=...}`` says 0;
+the error is logged.  The metric names and what they mean are listed in
+the README ("Metrics").
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import core as prom
+
+from libvirt_gpu import allocator as allocator_mod
+from libvirt_gpu import capacity
+from libvirt_gpu import discovery
+from libvirt_gpu import enablement
+from libvirt_gpu import exception
+from libvirt_gpu import figures
+from libvirt_gpu import logs
+from libvirt_gpu import objects
+from libvirt_gpu import records
+
+LOG = logs.getLogger(__name__)
+
+P = 'libvirt_gpu_'
+PGPU = 'pgpu'
+VGPU = 'vgpu'
+NO_LEASE = 'none'
+# the parts of a scrape, each read on its own (read_ok)
+PARTS = ('host', 'leases', 'libvirt', 'reconcile', 'hook', 'tasks', 'nvml')
+
+
+@records.record
+class DomainView:
+    """What the running domains use, read through libvirt."""
+
+    names: dict           # domain UUID -> name (every domain)
+    vgpus: dict           # vGPU UUID -> UUID of the running domain using it
+    pci: dict             # PCI address -> UUID of the running domain
+
+
+def read_domains(host):
+    """``DomainView`` of ``host`` (``host.Host``)."""
+    names, vgpus, pci = {}, {}, {}
+    for guest in host.list_guests():
+        try:
+            uuid = guest.uuid
+            names[uuid] = guest.name
+            if not guest.is_active():
+                continue
+            devices, meta = guest.devices()
+        except (exception.DomainNotFound, exception.InvalidInput):
+            continue          # gone while we listed, or XML we refuse
+        for vgpu in set(devices.mdev_uuids) | {v.uuid for v in meta.vgpus}:
+            vgpus[vgpu] = uuid
+        for address in devices.pci_addresses:
+            pci[address] = uuid
+    return DomainView(names=names, vgpus=vgpus, pci=pci)
+
+
+class Scrape(object):
+    """One scrape: reads each part once, notes which could not be read."""
+
+    def __init__(self, collector):
+        self.c = collector
+        self.ok = {}
+
+    def part(self, name, read):
+        """``read()``, or None when it fails with one of our errors or an
+        OSError (logged; ``read_ok`` says 0)."""
+        try:
+            value = read()
+        except (exception.LibvirtGpuError, OSError) as e:
+            LOG.warning('scrape: cannot read %s: %s', name, e)
+            self.ok[name] = 0
+            if name == 'libvirt' and self.c.host is not None:
+                self.c.host.close()     # reconnect at the next scrape
+            return None
+        self.ok[name] = 1
+        return value
+
+
+class HostCollector(object):
+    """A ``prometheus_client`` collector of one host.
+
+    :param env: the host's ``environment.Environment`` (its ``conf`` gives
+        the enabled types; no libvirt needed).
+    :param host: a ``host.Host`` to name domains, or None.
+    :param survey: ``survey()`` -> ``reconcile.Report`` of a dry run, or
+        None (no libvirt: no reconcile series).
+    :param nvml: an ``nvml.Nvml``, or None.
+    :param pci_ids: a ``pciids.PciIds`` to name the GPUs, or None.
+    """
+
+    def __init__(self, env, host=None, survey=None, nvml=None,
+                 pci_ids=None):
+        self.env = env
+        self.pci_ids = pci_ids
+        self.host = host
+        self.survey = survey
+        self.nvml = nvml
+        # libvirt's connection is not for two threads at once
+        self._libvirt_lock = threading.Lock()
+
+    def describe(self):
+        return []       # the series depend on the host: no pre-check
+
+    def collect(self):
+        scrape = Scrape(self)
+        env = self.env
+        gpus = scrape.part('host', lambda: discovery.from_sysfs(
+            env.sysfs, pci_ids=self.pci_ids).gpus)
+        enabled = {}
+        if gpus is not None:
+            enabled = scrape.part('host', lambda: enablement.resolve(
+                env.conf, gpus)) or {}
+        domains = None
+        survey = None
+        if self.host is not None:
+            with self._libvirt_lock:
+                domains = scrape.part('libvirt',
+                                      lambda: read_domains(self.host))
+                if self.survey is not None and domains is not None:
+                    survey = scrape.part('reconcile', self.survey)
+        leases = scrape.part('leases', lambda: _read_leases(env, enabled))
+        rows, borrowed, free, existing = leases or ((), {}, {}, {})
+        gpus = gpus or ()
+        yield from gpu_families(gpus, enabled, free, existing, rows, domains)
+        physical = {f.address: gpu.address for gpu in gpus
+                    if not gpu.is_vf for f in gpu.functions}
+        yield from vgpu_families(existing, rows, borrowed, domains, physical)
+        if survey is not None:
+            yield from reconcile_families(survey)
+        hook = scrape.part('hook', lambda: figures.hook_figures(
+            env.state_dir))
+        if hook is not None:
+            yield from hook_families(hook)
+        tasks = scrape.part('tasks', lambda: {
+            task: figures.outcome(env.state_dir, task)
+            for task in figures.TASKS})
+        if tasks is not None:
+            yield from task_families(tasks)
+        if self.nvml is not None:
+            usage = scrape.part('nvml', self.nvml.usage)
+            if usage:
+                yield from nvml_families(usage, _owners(
+                    existing, rows, borrowed, domains))
+        ok = prom.GaugeMetricFamily(
+            P + 'exporter_read_ok', 'Whether the part of this scrape could '
+            'be read (1) or not (0, logged)', labels=['part'])
+        for name in PARTS:
+            if name in scrape.ok:
+                ok.add_metric([name], scrape.ok[name])
+        yield ok
+
+
+def holder(uuid, leases, borrowed, domains):
+    """``(domain name, domain UUID)`` holding the vGPU ``uuid`` (``''``
+    where unknown): its lease's domain, else the domain that borrowed it,
+    else the running domain using it (libvirt); the name from libvirt."""
+    lease = leases.get(uuid)
+    dom = (lease.domain_uuid if lease is not None
+           else (borrowed.get(uuid) or (None,))[0])
+    if dom is None and domains is not None:
+        dom = domains.vgpus.get(uuid)
+    name = domains.names.get(dom, '') if domains and dom else ''
+    return name, dom or ''
+
+
+def _owners(existing, leases, borrowed, domains):
+    """vGPU UUID -> (parent, domain name, domain UUID), for NVML."""
+    rows = {lease.vgpu_uuid: lease for lease in leases}
+    return {uuid: (parent,) + holder(uuid, rows, borrowed, domains)
+            for uuid, (parent, _) in existing.items()}
+
+
+def _read_leases(env, enabled):
+    """Under a lock-free snapshot of the lease file: every lease, the
+    borrowed vGPUs, ``{gpu: free}`` of the enabled GPUs (the allocator's
+    own count) and every vGPU that exists (``{uuid: (parent, type)}``)."""
+    allocator = allocator_mod.Allocator(env.vgpus, env.store, enabled)
+    with env.store.snapshot() as txn:
+        # an mdev removed while it is listed (a guest stopping) is left
+        # out, not an error: the next scrape sees the host settled
+        mdevs = env.sysfs.mdevs_by_parent(skipped=[])
+        existing = env.vgpus.existing(mdevs)
+        free = {}
+        for address, setting in sorted(enabled.items()):
+            try:
+                free[address] = allocator.free(txn, address, setting.type_id,
+                                               mdevs)
+            except exception.SysfsError as e:
+                LOG.warning('scrape: no free count of %s: %s', address, e)
+        return tuple(txn.all()), txn.borrowed(), free, existing
+
+
+def _gauge(name, text, labels):
+    return prom.GaugeMetricFamily(P + name, text, labels=labels)
+
+
+def gpu_families(gpus, enabled, free, existing, leases, domains):
+    """Per physical GPU: what it is, its mode and capacity; per type: the
+    instances the kernel or driver says it can still make."""
+    info = _gauge('gpu_info', 'A GPU of this host (value 1): ids, name, '
+                  'mode (vgpu: sliced, pgpu: whole) and enabled vGPU type',
+                  ['gpu', 'vendor_id', 'product_id', 'product', 'mode',
+                   'enabled_type'])
+    total = _gauge('gpu_capacity', 'vGPUs (mode vgpu) or whole GPUs (mode '
+                   'pgpu: 1, 0 when it cannot be offered) the GPU holds: '
+                   'the total Placement is told', ['gpu', 'mode', 'type'])
+    used = _gauge('gpu_used', 'vGPUs of the enabled type that exist or are '
+                  'leased on the GPU (mode pgpu: 1 while a running domain '
+                  'has it; only with libvirt)', ['gpu', 'mode', 'type'])
+    room = _gauge('gpu_free', 'vGPUs a guest start can still get on the GPU '
+                  '(the allocator\'s count; mode pgpu: with libvirt only)',
+                  ['gpu', 'mode', 'type'])
+    refused = _gauge('gpu_not_offered', 'A GPU that is not offered whole '
+                     '(value 1), with the reason', ['gpu', 'reason'])
+    avail = _gauge('type_available_instances', 'Instances of a vGPU type '
+                   'the GPU can still make, as the kernel or driver says '
+                   '(a GPU with VFs: the whole GPU)', ['gpu', 'type', 'name'])
+    for gpu in gpus:
+        if gpu.is_vf:
+            continue
+        address = gpu.address
+        setting = enabled.get(address)
+        mode = VGPU if setting is not None else PGPU
+        type_id = setting.type_id if setting is not None else ''
+        info.add_metric([str(address), gpu.vendor_id, gpu.product_id,
+                         gpu.product_name or '', mode, type_id], 1)
+        if setting is not None:
+            cap = capacity.vgpu_total(gpu, setting)
+            total.add_metric([str(address), mode, type_id], cap)
+            parents = {f.address for f in gpu.functions}
+            here = {u for u, (p, t) in existing.items()
+                    if p in parents and t == type_id}
+            here |= {lease.vgpu_uuid for lease in leases
+                     if lease.parent in parents
+                     and lease.type_id == type_id}
+            used.add_metric([str(address), mode, type_id], len(here))
+            if address in free:
+                room.add_metric([str(address), mode, type_id],
+                                free[address])
+        else:
+            refusal = capacity.pgpu_refusal(gpu)
+            cap = 0 if refusal else 1
+            total.add_metric([str(address), mode, ''], cap)
+            if refusal:
+                refused.add_metric([str(address), refusal], 1)
+            if domains is not None:
+                taken = 1 if address in domains.pci else 0
+                used.add_metric([str(address), mode, ''], taken)
+                room.add_metric([str(address), mode, ''], max(0, cap - taken))
+        for mtype, left in _available(gpu):
+            avail.add_metric([str(address), mtype.id, mtype.name or ''],
+                             left)
+    return info, total, used, room, refused, avail
+
+
+def _available(gpu):
+    """``(type, instances it can still make)`` of a physical GPU: a GPU
+    without VFs as its ``available_instances`` say; one whose vGPUs live on
+    VFs, its capacity for the type less the vGPUs of it (the whole GPU, as
+    ``libvirt-gpu types <PF>`` shows)."""
+    for mtype in gpu.offered_types():
+        if not gpu.vf_gpus:
+            yield mtype, mtype.available_instances
+            continue
+        used = sum(f.used_type_ids.count(mtype.id) for f in gpu.functions)
+        cap = capacity.vgpu_total(gpu, objects.EnabledType(mtype.id))
+        yield mtype, max(0, cap - used)
+
+
+def vgpu_families(existing, leases, borrowed, domains, physical):
+    """Per vGPU (existing, or leased and not made yet): its type, GPU
+    (``physical``: parent address -> physical GPU), holder and lease
+    state; leases by state."""
+    info = _gauge('vgpu_info', 'A vGPU (value 1): type, parent (the mdev '
+                  'parent or VF), the domain that holds it (name with '
+                  'libvirt only) and its lease state (none: not made by '
+                  'us, or no lease)', ['uuid', 'type', 'gpu', 'parent',
+                                       'domain',
+                                       'domain_uuid', 'lease_state',
+                                       'exists'])
+    by_state = _gauge('leases', 'Leases in the lease file, by state',
+                      ['state'])
+    rows = {lease.vgpu_uuid: lease for lease in leases}
+    counts = dict.fromkeys(('reserved', 'created', 'removing'), 0)
+    for lease in leases:
+        counts[lease.state] = counts.get(lease.state, 0) + 1
+    for uuid in sorted(set(existing) | set(rows)):
+        lease = rows.get(uuid)
+        parent, type_id = existing.get(uuid) or (lease.parent, lease.type_id)
+        name, dom = holder(uuid, rows, borrowed, domains)
+        info.add_metric([uuid, type_id, str(physical.get(parent, parent)),
+                         str(parent), name, dom,
+                         lease.state if lease is not None else NO_LEASE,
+                         'yes' if uuid in existing else 'no'], 1)
+    for name, count in sorted(counts.items()):
+        by_state.add_metric([name], count)
+    return info, by_state
+
+
+def reconcile_families(report):
+    """What ``reconcile --dry-run`` reports (``reconcile.Report``):
+    leases whose holder died and that no running domain uses, vGPUs no
+    lease or domain explains."""
+    dead = _gauge('dead_holder_leases', 'Leases whose process died and '
+                  'whose vGPU no running domain uses (reconcile would '
+                  'remove them)', [])
+    unexplained = _gauge('unexplained_vgpus', 'vGPUs without a lease that '
+                         'no domain references and mdevctl does not define '
+                         '(reconcile would remove them)', [])
+    each = _gauge('reconcile_finding', 'One finding of reconcile --dry-run '
+                  '(value 1)', ['action', 'what', 'uuid', 'parent', 'type',
+                                'domain_uuid'])
+    for f in report.findings:
+        each.add_metric([f.action, f.what, f.uuid, str(f.parent or ''),
+                         f.type_id or '', f.domain_uuid or ''], 1)
+    dead.add_metric([], len(report.would_remove('lease', 'mdev+lease')))
+    unexplained.add_metric([], len(report.would_remove('mdev')))
+    return dead, unexplained, each
+
+
+def hook_families(found):
+    """The hook's figures (``figures.hook_figures``)."""
+    calls = prom.CounterMetricFamily(
+        P + 'hook_calls', 'Calls of the qemu hook that handled one of our '
+        'guests, by operation', labels=['operation'])
+    refusals = prom.CounterMetricFamily(
+        P + 'hook_refusals', 'Hook calls that refused the guest (prepare: '
+        'the start failed with a reason, e.g. no capacity)',
+        labels=['operation'])
+    errors = prom.CounterMetricFamily(
+        P + 'hook_errors', 'Hook calls that failed: an internal error, or '
+        'a release/reconnect that could not do its work', labels=['operation'])
+    latency = prom.HistogramMetricFamily(
+        P + 'hook_duration_seconds', 'Time one hook call took (from its '
+        'input read to its exit, not counting the interpreter start)',
+        labels=['operation'])
+    for operation, entry in found.items():
+        calls.add_metric([operation], entry['calls'])
+        refusals.add_metric([operation], entry['refusals'])
+        errors.add_metric([operation], entry['errors'])
+        buckets, running = [], 0
+        for bound, count in zip(figures.BUCKETS + (float('inf'),),
+                                entry['counts']):
+            running += count
+            buckets.append((_le(bound), running))
+        latency.add_metric([operation], buckets, entry['seconds_sum'])
+    return calls, refusals, errors, latency
+
+
+def _le(bound):
+    return '+Inf' if bound == float('inf') else repr(float(bound))
+
+
+def task_families(tasks):
+    """The last Placement sync and restore (``figures.outcome``), by
+    ``task`` (not ``job``: Prometheus gives every series the ``job`` of
+    its scrape)."""
+    runs = prom.CounterMetricFamily(P + 'task_runs', 'Runs of the task',
+                                    labels=['task'])
+    failures = prom.CounterMetricFamily(P + 'task_failures', 'Runs that '
+                                        'failed', labels=['task'])
+    changes = prom.CounterMetricFamily(P + 'task_changes', 'Changes the '
+                                       'task made (Placement writes, '
+                                       'restore actions)', labels=['task'])
+    last_changes = _gauge('task_last_changes', 'Changes the last successful '
+                          'run made', ['task'])
+    success = _gauge('task_last_success_timestamp_seconds', 'When the task '
+                     'last succeeded (Unix time)', ['task'])
+    failed = _gauge('task_last_error_timestamp_seconds', 'When the task last '
+                    'failed (Unix time)', ['task'])
+    error = _gauge('task_last_error_info', 'The last error of the task '
+                   '(value 1)', ['task', 'error'])
+    for task, doc in sorted(tasks.items()):
+        if doc is None:
+            continue
+        runs.add_metric([task], int(doc.get('runs', 0)))
+        failures.add_metric([task], int(doc.get('failures', 0)))
+        changes.add_metric([task], int(doc.get('changes_total', 0)))
+        last_changes.add_metric([task], int(doc.get('last_changes', 0)))
+        if doc.get('last_success') is not None:
+            success.add_metric([task], float(doc['last_success']))
+        if doc.get('last_error_time') is not None:
+            failed.add_metric([task], float(doc['last_error_time']))
+            error.add_metric([task, str(doc.get('last_error'))], 1)
+    return runs, failures, changes, last_changes, success, failed, error
+
+
+def nvml_families(usage, owners):
+    """NVML's figures (``nvml.Nvml.usage``) joined to our vGPUs: a vGPU
+    instance is matched by its mdev UUID, else by its VF's address."""
+    util = _gauge('nvml_gpu_utilization_ratio', 'GPU busy share over '
+                  'NVML\'s last sample period (0 to 1)', ['gpu'])
+    mem_used = _gauge('nvml_gpu_memory_used_bytes', 'Frame buffer in use',
+                      ['gpu'])
+    mem_total = _gauge('nvml_gpu_memory_total_bytes', 'Frame buffer',
+                       ['gpu'])
+    vutil = _gauge('nvml_vgpu_utilization_ratio', 'A vGPU\'s share of '
+                   'its GPU\'s 3D/compute engine (0 to 1)',
+                   ['uuid', 'gpu', 'parent', 'domain', 'domain_uuid'])
+    vfb = _gauge('nvml_vgpu_fb_used_bytes', 'Frame buffer a vGPU uses',
+                 ['uuid', 'gpu', 'parent', 'domain', 'domain_uuid'])
+    by_parent = {parent: uuid for uuid, (parent, _, _) in owners.items()}
+    for address, gpu in sorted(usage.items()):
+        if gpu.utilization is not None:
+            util.add_metric([str(address)], gpu.utilization)
+        if gpu.memory_used is not None:
+            mem_used.add_metric([str(address)], gpu.memory_used)
+        if gpu.memory_total is not None:
+            mem_total.add_metric([str(address)], gpu.memory_total)
+        for vgpu in gpu.vgpus:
+            uuid = vgpu.mdev_uuid or by_parent.get(vgpu.vf)
+            if uuid not in owners:
+                continue    # not a vGPU of this host (as sysfs says now)
+            parent, name, dom = owners[uuid]
+            labels = [uuid, str(address), str(parent or ''), name, dom]
+            if vgpu.utilization is not None:
+                vutil.add_metric(labels, vgpu.utilization)
+            if vgpu.fb_used is not None:
+                vfb.add_metric(labels, vgpu.fb_used)
+    return util, mem_used, mem_total, vutil, vfb
+
+
+def exposition(collector):
+    """The text a scrape of ``collector`` returns."""
+    from prometheus_client import exposition as expo
+    registry = prom.CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return expo.generate_latest(registry).decode()
+
+
+def serve(collector, address, port, stop_event):
+    """Serve ``/metrics`` on ``address:port`` until ``stop_event`` is set.
+    Raises OSError when the port cannot be bound (in use, no
+    permission)."""
+    import prometheus_client
+    registry = prom.CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server, thread = prometheus_client.start_http_server(
+        port, addr=address, registry=registry)
+    LOG.info('exporter: serving http://%s:%d/metrics', address, port)
+    try:
+        stop_event.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -1,0 +1,270 @@
+"""A real Prometheus scrapes ``libvirt-gpu exporter`` on the live simulated
+host, where guests start and stop under a real libvirtd through our
+installed qemu hook; PromQL through Prometheus' HTTP API must return the
+capacity, the holders and the hook's counts the host has.
+
+Prometheus is Debian's ``prometheus`` package (the Makefile installs it),
+started here with its own configuration, data directory and loopback port,
+and stopped at the end; it loads the alert rules shipped in etc/.
+
+The host (as in test_live_hook.py): two T4, ``nvidia-223`` (GRID T4-2B)
+enabled on both, GPU B holding two vGPUs nobody leased; no VFIO, so a
+guest with a vGPU runs ``prepare``, fails to start, then ``release``.  One
+guest's vGPU is held busy (the simulated kernel refuses its removal with
+EBUSY), so its release fails and leaves a lease whose process is gone:
+what ``reconcile --dry-run`` calls a dead holder.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.parse
+import urllib.request
+import uuid as uuidlib
+
+import pytest
+
+from tests.doubles import poll
+from tests.functional import hook_guests as hg
+from tests.functional import live_sysfs as ls
+
+A = '0000:3b:00.0'
+B = '0000:af:00.0'
+T4_2B = 'nvidia-223'
+PROMETHEUS = shutil.which('prometheus')
+RULES = os.path.join(ls.REPO, 'etc', 'libvirt-gpu', 'prometheus',
+                     'libvirt-gpu-alerts.yml')
+GATE_HOOK = """#!/bin/sh
+# Holds the prepare of domain 'held' until the test opens the gate, so
+# that the test can mark the vGPU our hook just made busy.
+cat > /dev/null
+[ "$1" = held ] && [ "$2" = prepare ] || exit 0
+i=0
+while [ ! -e %(gate)s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+exit 0
+"""
+
+missing = ls.live_host_requirements() + (
+    [] if PROMETHEUS else ['prometheus is not installed (Debian package '
+                           'prometheus)'])
+pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
+
+
+class GatedSetup(hg.HookSetup):
+    def __init__(self, workdir, type_id):
+        super().__init__(workdir, type_id)
+        self.gate = os.path.join(workdir, 'gate')
+
+    def extra_hooks(self):
+        # qemu.d hooks run in name order: ours first
+        return {'qemu.d/zz-gate': GATE_HOOK % {'gate': self.gate}}
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        return reply.read().decode()
+
+
+class Prometheus(object):
+    """Debian's prometheus, scraping ``target`` every 2 s."""
+
+    def __init__(self, workdir, target):
+        self.dir = os.path.join(workdir, 'prometheus')
+        os.makedirs(os.path.join(self.dir, 'data'))
+        self.port = free_port()
+        self.url = 'http://127.0.0.1:%d' % self.port
+        config = os.path.join(self.dir, 'prometheus.yml')
+        with open(config, 'w') as f:
+            # a scrape reads sysfs (FUSE here) and libvirt: on a loaded
+            # 2-core machine it may take over a second
+            f.write('global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n'
+                    '  evaluation_interval: 1s\n'
+                    'rule_files:\n  - %s\n'
+                    'scrape_configs:\n  - job_name: libvirt-gpu\n'
+                    '    static_configs:\n      - targets: ["%s"]\n'
+                    % (RULES, target))
+        self.log = open(os.path.join(self.dir, 'log'), 'w')
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, '--config.file', config,
+             '--storage.tsdb.path', os.path.join(self.dir, 'data'),
+             '--web.listen-address', '127.0.0.1:%d' % self.port],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def ready(self):
+        try:
+            return 'Ready' in get(self.url + '/-/ready', timeout=1)
+        except OSError:
+            return False
+
+    def query(self, promql):
+        """``[(labels, value)]`` of an instant query."""
+        reply = json.loads(get(self.url + '/api/v1/query?' +
+                               urllib.parse.urlencode({'query': promql})))
+        assert reply['status'] == 'success', reply
+        return [(r['metric'], float(r['value'][1]))
+                for r in reply['data']['result']]
+
+    def value(self, promql):
+        found = self.query(promql)
+        return found[0][1] if len(found) == 1 else found
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class Exporter(object):
+    """``libvirt-gpu exporter`` on the live host, its libvirt the test's
+    daemon."""
+
+    def __init__(self, host):
+        self.port = free_port()
+        self.log = open(os.path.join(host.workdir, 'exporter.log'), 'w')
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
+             host.setup.config, '-c', host.daemon.uri, 'exporter', '--port',
+             str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=ls.REPO)
+        self.url = 'http://127.0.0.1:%d/metrics' % self.port
+
+    def ready(self):
+        try:
+            return 'libvirt_gpu_gpu_capacity' in get(self.url, timeout=5)
+        except OSError:
+            return False
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture(scope='module')
+def host(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp('exporter'))
+    setup = GatedSetup(workdir, T4_2B)
+    with ls.LiveHost(workdir, hooks=setup.hooks, busy_remove='ebusy') as h:
+        h.setup = setup
+        h.workdir = workdir
+        yield h
+
+
+def start_and_fail(host, name, vgpus):
+    """Define ``name`` with ``vgpus`` and start it: it cannot run here
+    (no VFIO, or our hook refuses it); returns libvirt's message.  The
+    domain stays defined, so that its name is known."""
+    import libvirt
+    dom = host.daemon.connect().defineXML(hg.guest_xml(name, vgpus))
+    try:
+        dom.create()
+    except libvirt.libvirtError as e:
+        return dom.UUIDString(), e.get_error_message()
+    raise AssertionError('%s started' % name)
+
+
+def test_prometheus_sees_capacity_holders_and_hook_counts(host):
+    exporter = Exporter(host)
+    prom = None
+    try:
+        assert poll.wait_for(exporter.ready, timeout=120), 'exporter not up'
+        prom = Prometheus(host.workdir, '127.0.0.1:%d' % exporter.port)
+        assert poll.wait_for(prom.ready, timeout=120), 'prometheus not up'
+        assert poll.wait_for(lambda: prom.query(
+            'libvirt_gpu_gpu_capacity'), timeout=120), 'nothing scraped'
+        # before any guest: B holds the profile's two unleased vGPUs
+        assert prom.value('sum(libvirt_gpu_gpu_free{type="%s"})'
+                          % T4_2B) == 14
+
+        # a guest starts (prepare: its vGPU is made) and stops (release)
+        u1 = str(uuidlib.uuid4())
+        _, said = start_and_fail(host, 'ok1', [(u1, T4_2B, None)])
+        assert 'VFIO' in said
+        # a guest asking for more than the host has is refused
+        many = [(str(uuidlib.uuid4()), T4_2B, None) for _ in range(15)]
+        _, said = start_and_fail(host, 'toomany', many)
+        assert 'No capacity left for vGPU type %s' % T4_2B in said
+        # a guest whose vGPU is busy when it stops: its release fails
+        u3 = str(uuidlib.uuid4())
+        result = {}
+        starter = threading.Thread(target=lambda: result.update(
+            held=start_and_fail(host, 'held', [(u3, T4_2B, B)])))
+        starter.start()
+        assert poll.wait_for(lambda: u3 in [
+            m['uuid'] for m in host.live.state()['mdevs']], timeout=120)
+        host.live.busy(u3)
+        open(host.setup.gate, 'w').close()
+        starter.join(120)
+        held_uuid, said = result['held']
+        assert 'VFIO' in said
+
+        # wait for a scrape that has seen both releases
+        assert poll.wait_for(lambda: prom.query(
+            'libvirt_gpu_hook_calls_total{operation="release"} >= 2'),
+            timeout=120), prom.query('libvirt_gpu_hook_calls_total')
+        assert poll.wait_for(lambda: prom.query(
+            'libvirt_gpu_dead_holder_leases == 1'), timeout=120)
+
+        # capacity: how many T4-2B can this host still start?
+        assert prom.value('sum(libvirt_gpu_gpu_free{type="%s"})'
+                          % T4_2B) == 13
+        assert prom.value('libvirt_gpu_gpu_used{gpu="%s"}' % B) == 3
+        assert prom.value('libvirt_gpu_gpu_capacity{gpu="%s"}' % A) == 8
+        assert prom.value('libvirt_gpu_type_available_instances{gpu="%s",'
+                          'type="%s"}' % (B, T4_2B)) == 5
+        # holders: which domains hold vGPUs on GPU B?
+        holders = prom.query('count by (domain, domain_uuid, lease_state) '
+                             '(libvirt_gpu_vgpu_info{gpu="%s",'
+                             'domain_uuid!=""})' % B)
+        assert holders == [({'domain': 'held', 'domain_uuid': held_uuid,
+                             'lease_state': 'removing'}, 1.0)]
+        assert prom.value('count(libvirt_gpu_vgpu_info{gpu="%s"})' % B) == 3
+        # what reconcile --dry-run says: u3's lease (its hook is gone),
+        # and the profile's two vGPUs no lease or domain explains
+        assert prom.value('libvirt_gpu_unexplained_vgpus') == 2
+        assert [labels['uuid'] for labels, _ in prom.query(
+            'libvirt_gpu_reconcile_finding{what="mdev+lease"}')] == [u3]
+        # the hook's counts, by operation
+        calls = {labels['operation']: v for labels, v in prom.query(
+            'libvirt_gpu_hook_calls_total')}
+        assert calls['prepare'] == 3
+        assert prom.value('libvirt_gpu_hook_refusals_total{operation='
+                          '"prepare"}') == 1
+        assert prom.value('libvirt_gpu_hook_errors_total{operation='
+                          '"release"}') == 1
+        assert prom.value('libvirt_gpu_hook_errors_total{operation='
+                          '"prepare"}') == 0
+        assert prom.value('sum(libvirt_gpu_hook_duration_seconds_count'
+                          '{operation="prepare"})') == 3
+        # the hook's error raises the alert at once (no `for:`)
+        assert poll.wait_for(lambda: prom.query(
+            'ALERTS{alertname="LibvirtGpuHookErrors",operation="release"}'),
+            timeout=120)
+        assert prom.value('min(libvirt_gpu_exporter_read_ok)') == 1
+    finally:
+        # the last scrape, kept beside the logs for whoever reads a failure
+        try:
+            with open(os.path.join(host.workdir, 'scrape.txt'), 'w') as f:
+                f.write(get(exporter.url))
+        except OSError:
+            pass
+        if prom is not None:
+            prom.stop()
+        assert exporter.stop() == 0
