@@ -30,9 +30,11 @@ seconds and more than the bucket before) and a last one for longer calls.
      "changes_total": 7}
 """
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 
 VERSION = 1
@@ -44,7 +46,7 @@ TASKS = (PLACEMENT_SYNC, RESTORE)
 # The hook's operations, each served from the first scrape on (at 0), so
 # that the first error is an increase Prometheus sees (kept equal to
 # hook.HANDLED by a test).
-OPERATIONS = ('prepare', 'release', 'reconnect')
+OPERATIONS = ('prepare', 'release', 'reconnect', 'migrate')
 # Upper bounds, in seconds, of the hook's latency histogram: from a call
 # that finds nothing to do to a prepare that waits for the lease lock
 # (bench/hook.py measures the ones in between).
@@ -56,6 +58,24 @@ REFUSED = 'refused'     # the input or the guest refused, with a reason
 ERROR = 'error'         # an internal error, or a release that failed
 OUTCOMES = (OK, REFUSED, ERROR)
 MAX_BYTES = 64 * 1024   # a figures file is never larger; bigger is junk
+
+
+def _open(path, flags, mode=0o644):
+    """``os.open`` of a figures file as every state file is opened: no
+    link followed, no wait on a FIFO, nothing but a regular file (OSError
+    otherwise, which a writer logs and a reader reports).  Done here, not
+    through ``statedir``, so that this module imports nothing of ours."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 mode)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise OSError(errno.EINVAL, 'not a regular file; remove it', path)
+    return fd
 
 
 def _parse(data):
@@ -75,16 +95,18 @@ def _parse(data):
 def _read(path):
     """The document at ``path``, or None (none, or not one of ours)."""
     try:
-        with open(path, 'rb') as f:
-            return _parse(f.read(MAX_BYTES + 1))
+        fd = _open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        return _parse(os.pread(fd, MAX_BYTES + 1, 0))
+    finally:
+        os.close(fd)
 
 
 def _replace(path, doc):
     tmp = '%s.%d.tmp' % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                 0o644)
+    fd = _open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         os.write(fd, json.dumps(doc, separators=(',', ':')).encode())
     finally:
@@ -119,12 +141,12 @@ def record_hook_call(state_dir, operation, outcome, seconds):
     guest start would wait for on a busy disk (``bench/hook.py``).  A
     shorter document is padded with spaces (JSON allows them)."""
     path = os.path.join(state_dir, HOOK_FIGURES)
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+    flags = os.O_RDWR | os.O_CREAT
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = _open(path, flags)
     except FileNotFoundError:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = os.open(path, flags, 0o644)
+        fd = _open(path, flags)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         old = os.pread(fd, MAX_BYTES + 1, 0)
@@ -174,8 +196,7 @@ def hook_figures(state_dir):
     one hook call's write, and a hook call waits at most for one read."""
     found = {operation: _zero() for operation in OPERATIONS}
     try:
-        fd = os.open(os.path.join(state_dir, HOOK_FIGURES),
-                     os.O_RDONLY | os.O_CLOEXEC)
+        fd = _open(os.path.join(state_dir, HOOK_FIGURES), os.O_RDONLY)
     except FileNotFoundError:
         return found
     try:

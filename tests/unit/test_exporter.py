@@ -82,7 +82,8 @@ def test_hook_calls_are_counted_by_operation_and_outcome(host):
     assert {op: (e['calls'], e['refusals'], e['errors'])
             for op, e in found.items()} == {'prepare': (2, 1, 0),
                                             'release': (1, 0, 0),
-                                            'reconnect': (0, 0, 0)}
+                                            'reconnect': (0, 0, 0),
+                                            'migrate': (0, 0, 0)}
     assert sum(found['prepare']['counts']) == 2
     assert found['prepare']['seconds_sum'] > 0
 
@@ -434,3 +435,33 @@ def test_without_nvml_its_series_are_absent(host):
     found = scrape(collector(host, nvml=nvml.Nvml(fake))[0])
     assert not [k for k in found if k[0].startswith('libvirt_gpu_nvml')]
     assert value(found, 'libvirt_gpu_exporter_read_ok', part='nvml') == 1
+
+
+@pytest.mark.parametrize('planted', ['fifo', 'link'])
+def test_figures_file_that_is_not_a_regular_file_is_refused_at_once(
+        tmp_path, planted):
+    """The figures file follows the state directory's rules: a FIFO there
+    must not block a guest's start (the write is refused at once, in a
+    child judged by a timeout, never a speed limit), a link is not
+    followed (its target stays untouched)."""
+    state_dir = tmp_path / 'state'
+    state_dir.mkdir()
+    path = state_dir / figures.HOOK_FIGURES
+    target = tmp_path / 'target'
+    target.write_bytes(b'keep')
+    if planted == 'fifo':
+        os.mkfifo(path)
+    else:
+        os.symlink(target, path)
+    code = ('import sys; from libvirt_gpu import figures\n'
+            'try:\n'
+            '    figures.record_hook_call(sys.argv[1], "prepare", "ok", 0.1)\n'
+            'except OSError as e:\n'
+            '    print("refused", e)\n')
+    r = subprocess.run([sys.executable, '-c', code, str(state_dir)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('refused'), r.stdout
+    assert target.read_bytes() == b'keep'
+    with pytest.raises(OSError):
+        figures.hook_figures(str(state_dir))
