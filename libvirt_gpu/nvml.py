@@ -115,36 +115,17 @@ class Nvml(object):
     def query(self):
         """``{PciAddress: NvmlGpu}`` for every GPU NVML sees; ``{}`` when
         NVML is not there."""
-        lib = self._binding()
-        if lib is None:
-            return {}
-        try:
-            lib.nvmlInit()
-        except lib.NVMLError as e:
-            LOG.debug('NVML not used: %s', e)
-            return {}
-        found = {}
-        try:
-            for index in range(lib.nvmlDeviceGetCount()):
-                try:
-                    handle = lib.nvmlDeviceGetHandleByIndex(index)
-                    address = objects.PciAddress.parse(
-                        _text(lib.nvmlDeviceGetPciInfo(handle).busId))
-                    found[address] = self._gpu(lib, handle)
-                except (lib.NVMLError, exception.InvalidPciAddress) as e:
-                    LOG.warning('NVML: GPU %d skipped: %s', index, e)
-        except lib.NVMLError as e:
-            LOG.warning('NVML: cannot list GPUs: %s', e)
-        finally:
-            try:
-                lib.nvmlShutdown()
-            except lib.NVMLError as e:
-                LOG.debug('NVML shutdown: %s', e)
-        return found
+        return self._each_gpu(self._gpu)
 
     def usage(self):
         """``{PciAddress: GpuUsage}`` of every GPU NVML sees now; ``{}``
         without NVML."""
+        return self._each_gpu(self._usage)
+
+    def _each_gpu(self, read):
+        """``{PciAddress: read(lib, handle)}`` over every GPU NVML lists,
+        between one init and one shutdown; a GPU that cannot answer is
+        skipped with a warning; ``{}`` when NVML is not there."""
         lib = self._binding()
         if lib is None:
             return {}
@@ -160,7 +141,7 @@ class Nvml(object):
                     handle = lib.nvmlDeviceGetHandleByIndex(index)
                     address = objects.PciAddress.parse(
                         _text(lib.nvmlDeviceGetPciInfo(handle).busId))
-                    found[address] = self._usage(lib, handle)
+                    found[address] = read(lib, handle)
                 except (lib.NVMLError, exception.InvalidPciAddress) as e:
                     LOG.warning('NVML: GPU %d skipped: %s', index, e)
         except lib.NVMLError as e:
