@@ -2,7 +2,9 @@
 ``libvirt-gpu exporter`` to serve: the hook's calls and latencies, and the
 outcome of the last Placement sync and restore.
 
-Standard library only (the qemu hook imports this on every guest start).
+The standard library and ``statedir`` only (the qemu hook imports this on
+every guest start); every file is opened by ``statedir.open_file``, as
+every state file is (no link followed, no wait on a FIFO).
 The hook's file is one small JSON document that each hook call rewrites in
 place under an exclusive ``flock`` of the file (one small
 read-modify-write; ``bench/hook.py`` measures it); the exporter reads it
@@ -30,12 +32,13 @@ seconds and more than the bucket before) and a last one for longer calls.
      "changes_total": 7}
 """
 
-import errno
 import fcntl
 import json
 import os
-import stat
 import time
+
+from libvirt_gpu import exception
+from libvirt_gpu import statedir
 
 VERSION = 1
 HOOK_FIGURES = 'hook-figures.json'
@@ -60,24 +63,6 @@ OUTCOMES = (OK, REFUSED, ERROR)
 MAX_BYTES = 64 * 1024   # a figures file is never larger; bigger is junk
 
 
-def _open(path, flags, mode=0o644):
-    """``os.open`` of a figures file as every state file is opened: no
-    link followed, no wait on a FIFO, nothing but a regular file (OSError
-    otherwise, which a writer logs and a reader reports).  Done here, not
-    through ``statedir``, so that this module imports nothing of ours."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                 mode)
-    try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        os.close(fd)
-        raise
-    if not regular:
-        os.close(fd)
-        raise OSError(errno.EINVAL, 'not a regular file; remove it', path)
-    return fd
-
-
 def _parse(data):
     """The JSON document in ``data`` (bytes), or None when it is not one
     of ours (a reader treats that as "nothing recorded yet")."""
@@ -95,7 +80,7 @@ def _parse(data):
 def _read(path):
     """The document at ``path``, or None (none, or not one of ours)."""
     try:
-        fd = _open(path, os.O_RDONLY)
+        fd = statedir.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
@@ -106,7 +91,8 @@ def _read(path):
 
 def _replace(path, doc):
     tmp = '%s.%d.tmp' % (path, os.getpid())
-    fd = _open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    fd = statedir.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                            0o644)
     try:
         os.write(fd, json.dumps(doc, separators=(',', ':')).encode())
     finally:
@@ -133,7 +119,9 @@ def _operation(doc, operation):
 def record_hook_call(state_dir, operation, outcome, seconds):
     """Count one hook call of ``operation`` that ended in ``outcome`` (one
     of ``OUTCOMES``) after ``seconds``.  Raises OSError when the state
-    directory cannot be written (the hook logs it and goes on).
+    directory cannot be written, StateError when something other than a
+    regular file stands in the file's place (the hook logs either and goes
+    on).
 
     The file is rewritten in place under an exclusive ``flock`` of its
     own, never renamed over nor truncated: on ext4 either makes the
@@ -143,10 +131,10 @@ def record_hook_call(state_dir, operation, outcome, seconds):
     path = os.path.join(state_dir, HOOK_FIGURES)
     flags = os.O_RDWR | os.O_CREAT
     try:
-        fd = _open(path, flags)
+        fd = statedir.open_file(path, flags, 0o644)
     except FileNotFoundError:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = _open(path, flags)
+        fd = statedir.open_file(path, flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         old = os.pread(fd, MAX_BYTES + 1, 0)
@@ -196,7 +184,8 @@ def hook_figures(state_dir):
     one hook call's write, and a hook call waits at most for one read."""
     found = {operation: _zero() for operation in OPERATIONS}
     try:
-        fd = _open(os.path.join(state_dir, HOOK_FIGURES), os.O_RDONLY)
+        fd = statedir.open_file(os.path.join(state_dir, HOOK_FIGURES),
+                                os.O_RDONLY)
     except FileNotFoundError:
         return found
     try:
@@ -227,10 +216,14 @@ def record_outcome(state_dir, task, error=None, changes=0, now=None):
     task's own result is what counts."""
     path = os.path.join(state_dir, OUTCOME % task)
     now = time.time() if now is None else now
-    doc = _read(path) or {'version': VERSION, 'runs': 0, 'failures': 0,
-                          'last_success': None, 'last_error': None,
-                          'last_error_time': None, 'last_changes': 0,
-                          'changes_total': 0}
+    try:
+        doc = _read(path)
+    except (OSError, exception.StateError):
+        return False
+    doc = doc or {'version': VERSION, 'runs': 0, 'failures': 0,
+                  'last_success': None, 'last_error': None,
+                  'last_error_time': None, 'last_changes': 0,
+                  'changes_total': 0}
     doc['runs'] = int(doc.get('runs', 0)) + 1
     doc['last_run'] = now
     if error is not None:
@@ -244,7 +237,7 @@ def record_outcome(state_dir, task, error=None, changes=0, now=None):
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         _replace(path, doc)
-    except OSError:
+    except (OSError, exception.StateError):
         return False
     return True
 

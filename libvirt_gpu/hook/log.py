@@ -65,6 +65,8 @@ class HookLog(object):
         except OSError as e:
             self.warning('cannot record the hook\'s figures in %s: %s'
                          % (state_dir, e.strerror))
+        except exception.StateError as e:
+            self.warning('cannot record the hook\'s figures: %s' % e)
 
     def flush(self):
         if self.dropped:

@@ -63,7 +63,7 @@ ONLY = {
     'logs': (),
     'capacity': (),
     'fileutil': (),
-    'figures': (),
+    'figures': ('exception', 'statedir'),
     'fanout': (),
     'safeopen': (),
     'filetype': (),
@@ -82,8 +82,9 @@ ONLY = {
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
     ('exception', 'records', 'logs', 'bounds'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen', 'figures'),
+    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen'),
     ('xmlutil', 'statedir', 'xmledit', 'conffile', 'enablement'),
+    ('figures',),
     ('pci_classes', 'pciids'),
     ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
     ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),

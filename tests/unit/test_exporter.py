@@ -21,6 +21,7 @@ from libvirt_gpu import agent
 from libvirt_gpu import capacity
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
+from libvirt_gpu import exception
 from libvirt_gpu import exporter
 from libvirt_gpu import figures
 from libvirt_gpu import state
@@ -446,22 +447,24 @@ def test_figures_file_that_is_not_a_regular_file_is_refused_at_once(
     followed (its target stays untouched)."""
     state_dir = tmp_path / 'state'
     state_dir.mkdir()
-    path = state_dir / figures.HOOK_FIGURES
     target = tmp_path / 'target'
     target.write_bytes(b'keep')
-    if planted == 'fifo':
-        os.mkfifo(path)
-    else:
-        os.symlink(target, path)
-    code = ('import sys; from libvirt_gpu import figures\n'
+    for name in (figures.HOOK_FIGURES, figures.OUTCOME % figures.RESTORE):
+        if planted == 'fifo':
+            os.mkfifo(state_dir / name)
+        else:
+            os.symlink(target, state_dir / name)
+    code = ('import sys\n'
+            'from libvirt_gpu import exception, figures\n'
             'try:\n'
             '    figures.record_hook_call(sys.argv[1], "prepare", "ok", 0.1)\n'
-            'except OSError as e:\n'
+            'except exception.StateError as e:\n'
             '    print("refused", e)\n')
     r = subprocess.run([sys.executable, '-c', code, str(state_dir)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith('refused'), r.stdout
     assert target.read_bytes() == b'keep'
-    with pytest.raises(OSError):
+    with pytest.raises(exception.StateError):
         figures.hook_figures(str(state_dir))
+    assert figures.record_outcome(str(state_dir), figures.RESTORE) is False
