@@ -293,7 +293,9 @@ def test_config_typos_are_errors_naming_the_nearest(tmp_path, text,
     assert expected in str(e.value)
 
 
-def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
+def _lock_holder(tmp_path, seconds):
+    """A lease store and a child process holding its lock (for at most
+    ``seconds``), returned once the child says it holds it."""
     store = state.LeaseStore(tmp_path / 'state')
     store.leases()
     holder = subprocess.Popen([sys.executable, '-c', (
@@ -301,10 +303,20 @@ def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
         's = state.LeaseStore(%r)\n'
         'with s.transaction():\n'
         '    print("locked", flush=True)\n'
-        '    time.sleep(60)\n' % store.state_dir)],
+        '    time.sleep(%d)\n' % (store.state_dir, seconds))],
         cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == 'locked'
+    except BaseException:
+        holder.kill()
+        holder.wait()
+        raise
+    return store, holder
+
+
+def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
+    store, holder = _lock_holder(tmp_path, 60)
+    try:
         impatient = state.LeaseStore(store.state_dir, lock_timeout=0.2)
         with pytest.raises(exception.StateError) as e:
             impatient.leases()
@@ -534,17 +546,8 @@ def test_a_stopped_lock_holder_is_named_at_once(tmp_path):
     ends when it is seen stopped, naming it and `kill -CONT`, instead of
     after the whole timeout (here an hour: the test would hang)."""
     import signal
-    store = state.LeaseStore(tmp_path / 'state')
-    store.leases()
-    holder = subprocess.Popen([sys.executable, '-c', (
-        'import time\nfrom libvirt_gpu import state\n'
-        's = state.LeaseStore(%r)\n'
-        'with s.transaction():\n'
-        '    print("locked", flush=True)\n'
-        '    time.sleep(600)\n' % store.state_dir)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    store, holder = _lock_holder(tmp_path, 600)
     try:
-        assert holder.stdout.readline().strip() == 'locked'
         os.kill(holder.pid, signal.SIGSTOP)
         code = ('from libvirt_gpu import state\n'
                 'try:\n'
