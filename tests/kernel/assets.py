@@ -2,21 +2,33 @@
 
 ``Assets(cache_dir).prepare()`` makes, once (later runs reuse it)::
 
-    <cache>/debs/        apt-get download: linux-image-<abi>, linux-headers-
-                         <abi> (+ -common, linux-kbuild-6.1), busybox-static
-    <cache>/root/        all of them unpacked with dpkg-deb -x (never
-                         installed): boot/vmlinuz-<abi>, lib/modules/<abi>,
-                         usr/src/linux-headers-<abi>, bin/busybox
-    <cache>/initramfs.gz the VM's first userspace (busybox + virtio, 9p,
+    <cache>/debs/<abi>/  apt-get download: linux-image-<abi>-amd64 and
+                         -cloud-amd64, linux-headers-<abi>-amd64 (+ -common,
+                         linux-kbuild-<abi>), busybox-static
+    <cache>/root/<abi>/  all of them unpacked with dpkg-deb -x (never
+                         installed): boot/vmlinuz-*, lib/modules/<abi>-amd64,
+                         usr/src/linux-headers-<abi>-amd64, bin/busybox
+    <cache>/qemu/<ver>/  QEMU from bookworm-backports (qemu-system-x86,
+                         -common, -data, seabios) unpacked the same way; the
+                         VM mounts it over its own /usr (vm_init.py): only
+                         the VM runs it, the machine keeps its QEMU
+    <cache>/initramfs-<abi>.gz  the VM's first userspace (busybox + 9p and
                          overlay modules + tests/kernel/initramfs-init)
     <cache>/guest-initramfs.gz  the inner guest's (busybox + guest-init)
 
 and, every run, builds ``tests/kernel/driver`` against the headers into
-``<cache>/driver/nvidia.ko`` (kbuild skips what is up to date).
+``<cache>/driver/<abi>/nvidia.ko`` (kbuild skips what is up to date).
 
-The kernel is Debian's newest ``linux-image-6.1.0-N-amd64`` for which the
-archive also has headers; ``KERNEL_ABI`` in the environment pins one.
-Every step raises ``AssetError`` with one line saying what to do.
+Why these: VFIO live migration (protocol v2) needs Linux >= 6.2 on the
+kernel side and QEMU >= 8.1 (Debian 12 has 7.2, which only speaks the
+removed v1 protocol).  The kernel is Debian 12's newest
+``linux-image-6.12.N+deb12-amd64`` (bookworm-security) for which the archive
+also has headers; ``KERNEL_ABI`` (e.g. ``6.12.117+deb12``) pins one.  The
+inner guest OS boots the ``-cloud-amd64`` flavour of the same kernel: it
+has ACPI PCI hotplug and a serial console and far fewer drivers to start,
+which matters under two levels of emulation.  QEMU is bookworm-backports'
+newest; ``QEMU_VERSION`` pins one.  Every step raises ``AssetError`` with
+one line saying what to do.
 """
 
 import os
@@ -28,14 +40,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVER_SRC = os.path.join(HERE, 'driver')
 
-# Modules the initramfs loads, in order (virtio_ring before virtio).
+# Modules the initramfs loads, in order (virtio is built into 6.12; its
+# modules are .ko.xz, unpacked into the initramfs for busybox's insmod).
 INITRAMFS_MODULES = (
-    'drivers/virtio/virtio_ring', 'drivers/virtio/virtio',
-    'drivers/virtio/virtio_pci_modern_dev',
-    'drivers/virtio/virtio_pci_legacy_dev', 'drivers/virtio/virtio_pci',
-    'fs/netfs/netfs', 'fs/fscache/fscache', 'net/9p/9pnet',
-    'net/9p/9pnet_virtio', 'fs/9p/9p', 'fs/overlayfs/overlay',
+    'fs/netfs/netfs', 'net/9p/9pnet', 'net/9p/9pnet_virtio', 'fs/9p/9p',
+    'fs/overlayfs/overlay',
 )
+KERNEL_SERIES = '6.12'
+BACKPORTS = 'deb http://deb.debian.org/debian bookworm-backports main\n'
+QEMU_PACKAGES = ('qemu-system-x86', 'qemu-system-common',
+                 'qemu-system-data', 'seabios')
 
 
 class AssetError(Exception):
@@ -56,30 +70,42 @@ def _run(argv, what, **kwargs):
 
 
 def _newest_abi():
-    """The newest 6.1 ABI with both image and headers in the archive."""
-    def abis(prefix):
+    """The newest 6.12 ABI with image, cloud image and headers in the
+    archive (``6.12.117+deb12``)."""
+    series = re.escape(KERNEL_SERIES)
+
+    def abis(prefix, flavour='amd64'):
         out = _run(['apt-cache', 'search', '--names-only',
-                    r'^%s-6\.1\.0-[0-9]+-amd64$' % prefix],
+                    r'^%s-%s\.[0-9]+\+deb12-%s$' % (prefix, series,
+                                                    flavour)],
                    'looking up %s in apt' % prefix).stdout
         return {m.group(1) for m in re.finditer(
-            r'^%s-(6\.1\.0-\d+)-amd64 ' % prefix, out, re.M)}
+            r'^%s-(%s\.\d+\+deb12)-%s ' % (prefix, series, flavour),
+            out, re.M)}
 
-    both = abis('linux-image') & abis('linux-headers')
+    def usable():
+        return (abis('linux-image') & abis('linux-headers')
+                & abis('linux-image', 'cloud-amd64'))
+
+    both = usable()
     if not both:
         _run(['apt-get', 'update', '-qq'], 'apt-get update')
-        both = abis('linux-image') & abis('linux-headers')
+        both = usable()
     if not both:
-        raise AssetError('apt knows no linux-image-6.1.0-N-amd64 with '
-                         'headers; check /etc/apt/sources.list (bookworm '
-                         'and bookworm-security)')
-    return max(both, key=lambda a: int(a.rsplit('-', 1)[1]))
+        raise AssetError('apt knows no linux-image-%s.N+deb12-amd64 with '
+                         'headers and a -cloud-amd64 image; check '
+                         '/etc/apt/sources.list (bookworm and '
+                         'bookworm-security)' % KERNEL_SERIES)
+    return max(both, key=lambda a: int(a.split('+')[0].rsplit('.', 1)[1]))
 
 
 class Assets(object):
 
-    def __init__(self, cache_dir, abi=None):
+    def __init__(self, cache_dir, abi=None, qemu_version=None):
         self.cache = os.path.abspath(cache_dir)
         self.abi = abi or os.environ.get('KERNEL_ABI') or None
+        self.qemu_version = (qemu_version or os.environ.get('QEMU_VERSION')
+                             or None)
         self.times = {}
 
     # paths ---------------------------------------------------------------
@@ -94,6 +120,18 @@ class Assets(object):
     @property
     def kernel(self):
         return os.path.join(self.root, 'boot', 'vmlinuz-' + self.kver)
+
+    @property
+    def guest_kernel(self):
+        """The inner guest OS's kernel (the cloud flavour)."""
+        return os.path.join(self.root, 'boot',
+                            'vmlinuz-%s-cloud-amd64' % self.abi)
+
+    @property
+    def qemu_tree(self):
+        """Where QEMU from backports lies unpacked (``usr/``, ``etc/``)."""
+        return os.path.join(self.cache, 'qemu',
+                            self.qemu_version.replace(':', '_'))
 
     @property
     def modules_dir(self):
@@ -127,6 +165,7 @@ class Assets(object):
             self.abi = _newest_abi()
         self._download()
         self._extract()
+        self._qemu()
         self.times['download'] = time.monotonic() - t0
         t0 = time.monotonic()
         self._build_driver()
@@ -136,9 +175,11 @@ class Assets(object):
         return self
 
     def _packages(self):
-        return ['linux-image-' + self.kver, 'linux-headers-' + self.kver,
-                'linux-headers-%s-common' % self.abi, 'linux-kbuild-6.1',
-                'busybox-static']
+        return ['linux-image-' + self.kver,
+                'linux-image-%s-cloud-amd64' % self.abi,
+                'linux-headers-' + self.kver,
+                'linux-headers-%s-common' % self.abi,
+                'linux-kbuild-' + self.abi, 'busybox-static']
 
     def _debs(self):
         return os.path.join(self.cache, 'debs', self.abi)
@@ -174,11 +215,75 @@ class Assets(object):
             f.write(text)
         _run(['depmod', '-b', self.root, self.kver],
              'depmod of the test kernel')
-        for path in (self.kernel, self.busybox, makefile):
+        for path in (self.kernel, self.guest_kernel, self.busybox, makefile):
             if not os.path.exists(path):
                 raise AssetError('%s is missing after unpacking; remove %s '
                                  'and run again' % (path, self.root))
         open(stamp, 'w').close()
+
+    # -- QEMU from bookworm-backports -----------------------------------
+    def _apt_backports(self):
+        """apt options for a private list of bookworm-backports (the
+        machine's own apt configuration is left alone)."""
+        base = os.path.join(self.cache, 'apt')
+        lists = os.path.join(base, 'lists')
+        os.makedirs(os.path.join(lists, 'partial'), exist_ok=True)
+        sources = os.path.join(base, 'backports.list')
+        if not os.path.exists(sources):
+            with open(sources, 'w') as f:
+                f.write(BACKPORTS)
+        return ['-o', 'Dir::Etc::sourcelist=' + sources,
+                '-o', 'Dir::Etc::sourceparts=/dev/null',
+                '-o', 'Dir::State::Lists=' + lists]
+
+    def _backports_version(self, opts, refresh=False):
+        if refresh:
+            _run(['apt-get'] + opts + ['update', '-qq'],
+                 'apt-get update of bookworm-backports')
+        out = _run(['apt-cache'] + opts + ['madison', 'qemu-system-x86'],
+                   'looking up qemu-system-x86 in bookworm-backports').stdout
+        found = [line.split('|')[1].strip() for line in out.splitlines()
+                 if 'bookworm-backports' in line]
+        return found[0] if found else None
+
+    def _qemu(self):
+        if self.qemu_version is None:
+            known = sorted(os.listdir(os.path.join(self.cache, 'qemu'))) \
+                if os.path.isdir(os.path.join(self.cache, 'qemu')) else []
+            ready = [k for k in known if os.path.exists(
+                os.path.join(self.cache, 'qemu', k, '.extracted'))]
+            if ready:     # offline re-runs use what is there
+                self.qemu_version = ready[-1].replace('_', ':', 1)
+        if self.qemu_version is not None and os.path.exists(
+                os.path.join(self.qemu_tree, '.extracted')):
+            return
+        opts = self._apt_backports()
+        if self.qemu_version is None:
+            self.qemu_version = (self._backports_version(opts)
+                                 or self._backports_version(opts, True))
+        if self.qemu_version is None:
+            raise AssetError('bookworm-backports offers no qemu-system-x86 '
+                             '(VFIO migration needs QEMU >= 8.1); is '
+                             'deb.debian.org reachable?')
+        debs = os.path.join(self.cache, 'debs', 'qemu-' +
+                            self.qemu_version.replace(':', '_'))
+        os.makedirs(debs, exist_ok=True)
+        if not any(f.endswith('.deb') for f in os.listdir(debs)):
+            _run(['apt-get'] + opts + ['download', '-t', 'bookworm-backports']
+                 + ['%s' % p for p in QEMU_PACKAGES],
+                 'downloading QEMU from bookworm-backports', cwd=debs)
+        tree = self.qemu_tree
+        shutil.rmtree(tree, ignore_errors=True)
+        os.makedirs(tree)
+        for name in sorted(os.listdir(debs)):
+            if name.endswith('.deb'):
+                _run(['dpkg-deb', '-x', os.path.join(debs, name), tree],
+                     'unpacking %s' % name)
+        binary = os.path.join(tree, 'usr', 'bin', 'qemu-system-x86_64')
+        if not os.path.exists(binary):
+            raise AssetError('%s is missing after unpacking; remove %s and '
+                             'run again' % (binary, debs))
+        open(os.path.join(tree, '.extracted'), 'w').close()
 
     def _build_driver(self):
         build = os.path.dirname(self.driver)
@@ -189,7 +294,10 @@ class Assets(object):
             if not os.path.exists(dst) or \
                     os.path.getmtime(src) > os.path.getmtime(dst):
                 shutil.copy2(src, dst)
-        _run(['make', '-s', '-C', self.headers, 'M=' + build, 'modules'],
+        # No BTF for our module: that step wants pahole, which the
+        # machine lacks and the module does not need.
+        _run(['make', '-s', '-C', self.headers, 'M=' + build,
+              'CONFIG_DEBUG_INFO_BTF_MODULES=', 'modules'],
              'building the test mdev driver')
         if not os.path.exists(self.driver):
             raise AssetError('the driver build made no %s' % self.driver)
@@ -227,9 +335,15 @@ class Assets(object):
         tree = self._fresh_tree('initramfs-tree', 'bin', 'mods', 'proc',
                                 'sys', 'dev', 'lower', 'upper', 'newroot')
         for mod in INITRAMFS_MODULES:
-            shutil.copy2(os.path.join(self.modules_dir, 'kernel',
-                                      mod + '.ko'),
-                         os.path.join(tree, 'mods'))
+            src = os.path.join(self.modules_dir, 'kernel', mod + '.ko.xz')
+            dst = os.path.join(tree, 'mods', os.path.basename(mod) + '.ko')
+            with open(dst, 'wb') as f:
+                try:
+                    subprocess.run(['xz', '-dc', src], stdout=f,
+                                   check=True)
+                except (OSError, subprocess.CalledProcessError) as e:
+                    raise AssetError('unpacking %s for the initramfs: %s'
+                                     % (src, e))
         shutil.copy2(init, os.path.join(tree, 'init'))
         self._cpio(tree, self.initramfs)
         shutil.rmtree(tree)
@@ -248,4 +362,4 @@ if __name__ == '__main__':
     import sys
     a = Assets(sys.argv[1] if len(sys.argv) > 1 else '.cache/kernel-vm')
     a.prepare()
-    print(a.abi, a.times)
+    print(a.abi, a.qemu_version, a.times)

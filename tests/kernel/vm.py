@@ -11,8 +11,10 @@
 What runs where
 ---------------
 qemu gets the machine's whole ``/`` read-only over virtio-9p (initramfs-init
-puts a tmpfs overlay on top), so the VM runs this machine's libvirt, qemu,
-mdevctl, udev and this checkout's ``.venv`` at the same paths.  Two
+puts a tmpfs overlay on top), so the VM runs this machine's libvirt,
+mdevctl, udev and this checkout's ``.venv`` at the same paths; its QEMU is
+the newer one of ``assets.qemu_tree``, mounted over the machine's inside the
+VM only (vm_init.py), because VFIO migration needs QEMU >= 8.1.  Two
 ``bochs-display`` devices at 0000:00:05.0 and 0000:00:06.0 are the GPUs the
 test driver binds.  ``<workdir>/persist.img`` (ext4, made by ``new_disk``)
 is the VM's disk for what must survive a reboot.  vm_init.py is PID 1;
@@ -117,6 +119,8 @@ class TestVm(object):
     def _write_conf(self):
         conf = dict(modules_dir=self.assets.modules_dir,
                     driver=self.assets.driver,
+                    qemu_tree=self.assets.qemu_tree,
+                    system_users=['libvirt-qemu'],
                     watchdog_s=self.watchdog_s,
                     persistent_paths=list(PERSISTENT_PATHS),
                     files=self.files)

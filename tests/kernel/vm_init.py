@@ -13,6 +13,11 @@ host root), then:
 * loads vfio, mdev and the test driver *before* udev (so the in-tree
   ``bochs`` driver never gets the emulated display devices), then starts
   systemd-udevd and replays the coldplug events;
+* mounts the QEMU unpacked under .cache/ (``qemu_tree``) over the
+  machine's: its module directory replaces the machine's (a QEMU aborts on
+  another build's modules), its firmware directories are stacked on top of
+  the machine's with a read-only overlay, its programs are bind-mounted
+  file by file.  Mounts, not copies: nothing is written, and it is instant;
 * forks the agent (agent_loop) and reaps every orphan, as an init must;
 * powers the VM off after ``watchdog_s`` whatever happens (SIGALRM), so a
   VM never outlives its test run even if the host side vanished.
@@ -125,9 +130,55 @@ def persistent_disk(conf):
         sh('mount', '--bind', keep, path)
 
 
+# Directories of a QEMU build that must come from that build alone, and
+# those whose files it adds to (or overrides in) the machine's.
+QEMU_OWN_DIRS = ('usr/lib/x86_64-linux-gnu/qemu',)
+QEMU_STACKED_DIRS = ('usr/share/qemu', 'usr/share/seabios')
+QEMU_PROGRAM_DIRS = ('usr/bin', 'usr/lib/qemu')
+
+
+def qemu_tree(conf):
+    tree = conf.get('qemu_tree')
+    if not tree:
+        return
+    for rel in QEMU_OWN_DIRS:
+        os.makedirs('/' + rel, exist_ok=True)
+        sh('mount', '--bind', os.path.join(tree, rel), '/' + rel)
+    for rel in QEMU_STACKED_DIRS:
+        os.makedirs('/' + rel, exist_ok=True)
+        sh('mount', '-t', 'overlay', 'overlay', '-o',
+           'lowerdir=%s:/%s' % (os.path.join(tree, rel), rel), '/' + rel)
+    for rel in QEMU_PROGRAM_DIRS:
+        src_dir = os.path.join(tree, rel)
+        if not os.path.isdir(src_dir):
+            continue
+        for name in sorted(os.listdir(src_dir)):
+            src = os.path.join(src_dir, name)
+            if os.path.islink(src) or not os.path.isfile(src):
+                continue
+            dst = os.path.join('/', rel, name)
+            if os.path.islink(dst):
+                os.unlink(dst)
+            if not os.path.exists(dst):
+                open(dst, 'w').close()
+            sh('mount', '--bind', src, dst)
+
+
 def files(conf):
     for path, text in conf.get('files', {}).items():
         write(path, text)
+
+
+def users(conf):
+    """libvirt's QEMU driver resolves its build-time default user before
+    it reads qemu.conf (which says root): the user must exist.  Debian
+    makes it in libvirt-daemon-system, which the machine need not have;
+    the VM's /etc is its own (overlay), so it is made here."""
+    for name in conf.get('system_users', ()):
+        if sh('getent', 'passwd', name, check=False).returncode:
+            sh('groupadd', '--system', '-f', name)
+            sh('useradd', '--system', '--gid', name, '--no-create-home',
+               '--shell', '/usr/sbin/nologin', name)
 
 
 def udev(conf):
@@ -238,7 +289,8 @@ def main():
     conf = read_conf()
     signal.signal(signal.SIGALRM, poweroff)
     signal.alarm(int(conf['watchdog_s']))
-    for step in (base_mounts, kernel_modules, persistent_disk, files, udev):
+    for step in (base_mounts, kernel_modules, qemu_tree, persistent_disk,
+                 files, users, udev):
         try:
             step(conf)
         except Exception:   # keep going: the tests see what is missing

@@ -16,7 +16,19 @@
  * and RESET.  Removing an mdev that qemu holds blocks in the VFIO core
  * until qemu lets go (there is no request callback).
  *
- * Written against Linux 6.1 (include/linux/mdev.h, include/linux/vfio.h).
+ * Each mdev also migrates (VFIO migration protocol v2, STOP_COPY and P2P,
+ * no PRE_COPY): in STOP_COPY its state is
+ * read as one small record (a header, the config space, and a test value),
+ * and a RESUMING device takes such a record and refuses one made by another
+ * type.  The test value is the mdev's sysfs attribute ``test_state`` (a
+ * u64, read and written as decimal or 0x-hex): a test sets it on the source
+ * vGPU and reads it on the destination's, so it sees that the device's
+ * state moved, not that a new device was made.  No dirty-page logging
+ * (log_ops): the device never writes guest memory, and the test kernel
+ * (no IOMMUFD) could not report it anyway.
+ *
+ * Written against Linux 6.12 (include/linux/mdev.h, include/linux/vfio.h):
+ * ops->release no longer frees the device (the core does).
  */
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -25,6 +37,9 @@
 #include <linux/slab.h>
 #include <linux/mutex.h>
 #include <linux/uaccess.h>
+#include <linux/anon_inodes.h>
+#include <linux/file.h>
+#include <linux/fs.h>
 
 #define TGPU_CFG_SIZE		256
 #define TGPU_OFFSET_SHIFT	40
@@ -66,11 +81,39 @@ struct tgpu {
 	struct mdev_type *type_ptrs[TGPU_NR_TYPES];
 };
 
+/* What one vGPU's migration stream carries (STOP_COPY, one record). */
+struct tgpu_mig_record {
+	__le64 magic;
+#define TGPU_MIG_MAGIC	0x7467707576677075ULL	/* "tgpuvgpu" */
+	__le32 version;
+#define TGPU_MIG_VERSION 1
+	__le32 type_index;
+	__le64 test_state;
+	u8 config[TGPU_CFG_SIZE];
+};
+
+struct tgpu_vgpu;
+
+/* A save (read) or resume (write) file of the migration protocol. */
+struct tgpu_mig_file {
+	struct file *filp;
+	struct mutex lock;		/* everything below */
+	struct tgpu_vgpu *vgpu;
+	struct tgpu_mig_record rec;
+	size_t filled;			/* bytes of rec that hold data */
+	bool disabled;
+};
+
 struct tgpu_vgpu {
 	struct vfio_device vdev;	/* first: vfio_alloc_device() */
 	struct tgpu *gpu;
 	int type_index;
 	u8 config[TGPU_CFG_SIZE];
+	u64 test_state;			/* sysfs test_state; migrates */
+	struct mutex state_lock;	/* mig_state, the files, test_state */
+	enum vfio_device_mig_state mig_state;
+	struct tgpu_mig_file *saving;
+	struct tgpu_mig_file *resuming;
 };
 
 static struct mdev_driver tgpu_mdev_driver;
@@ -291,19 +334,365 @@ static long tgpu_ioctl(struct vfio_device *vdev, unsigned int cmd,
 	return -ENOTTY;
 }
 
-/* 6.1 calls ops->release unconditionally: it must free the device. */
+/* -- migration (protocol v2, STOP_COPY) ------------------------------------ */
+
+static void tgpu_mig_disable(struct tgpu_mig_file *migf)
+{
+	mutex_lock(&migf->lock);
+	migf->disabled = true;
+	migf->filled = 0;
+	migf->filp->f_pos = 0;
+	mutex_unlock(&migf->lock);
+}
+
+/* Drops the device's references to its files (state_lock held). */
+static void tgpu_mig_disable_files(struct tgpu_vgpu *vgpu)
+{
+	if (vgpu->saving) {
+		tgpu_mig_disable(vgpu->saving);
+		fput(vgpu->saving->filp);
+		vgpu->saving = NULL;
+	}
+	if (vgpu->resuming) {
+		tgpu_mig_disable(vgpu->resuming);
+		fput(vgpu->resuming->filp);
+		vgpu->resuming = NULL;
+	}
+}
+
+static int tgpu_mig_release(struct inode *inode, struct file *filp)
+{
+	struct tgpu_mig_file *migf = filp->private_data;
+
+	mutex_destroy(&migf->lock);
+	kfree(migf);
+	return 0;
+}
+
+static ssize_t tgpu_mig_read(struct file *filp, char __user *buf,
+			     size_t len, loff_t *pos)
+{
+	struct tgpu_mig_file *migf = filp->private_data;
+	ssize_t ret = 0;
+
+	if (pos)
+		return -ESPIPE;
+	pos = &filp->f_pos;
+	mutex_lock(&migf->lock);
+	if (migf->disabled) {
+		ret = -ENODEV;
+	} else if (*pos > migf->filled) {
+		ret = -EINVAL;
+	} else {
+		len = min_t(size_t, migf->filled - *pos, len);
+		if (len && copy_to_user(buf, (u8 *)&migf->rec + *pos, len)) {
+			ret = -EFAULT;
+		} else {
+			*pos += len;
+			ret = len;
+		}
+	}
+	mutex_unlock(&migf->lock);
+	return ret;
+}
+
+static ssize_t tgpu_mig_write(struct file *filp, const char __user *buf,
+			      size_t len, loff_t *pos)
+{
+	struct tgpu_mig_file *migf = filp->private_data;
+	loff_t end;
+	ssize_t ret;
+
+	if (pos)
+		return -ESPIPE;
+	pos = &filp->f_pos;
+	if (*pos < 0 || check_add_overflow((loff_t)len, *pos, &end))
+		return -EINVAL;
+	if (end > sizeof(migf->rec))
+		return -EFBIG;		/* more than one record: not ours */
+	mutex_lock(&migf->lock);
+	if (migf->disabled) {
+		ret = -ENODEV;
+	} else if (copy_from_user((u8 *)&migf->rec + *pos, buf, len)) {
+		ret = -EFAULT;
+	} else {
+		*pos += len;
+		migf->filled = max_t(size_t, migf->filled, *pos);
+		ret = len;
+	}
+	mutex_unlock(&migf->lock);
+	return ret;
+}
+
+static const struct file_operations tgpu_save_fops = {
+	.owner = THIS_MODULE,
+	.read = tgpu_mig_read,
+	.release = tgpu_mig_release,
+};
+
+static const struct file_operations tgpu_resume_fops = {
+	.owner = THIS_MODULE,
+	.write = tgpu_mig_write,
+	.release = tgpu_mig_release,
+};
+
+static struct tgpu_mig_file *tgpu_mig_open(struct tgpu_vgpu *vgpu,
+					   bool save)
+{
+	struct tgpu_mig_file *migf;
+
+	migf = kzalloc(sizeof(*migf), GFP_KERNEL_ACCOUNT);
+	if (!migf)
+		return ERR_PTR(-ENOMEM);
+	migf->filp = anon_inode_getfile("tgpu_mig",
+					save ? &tgpu_save_fops
+					     : &tgpu_resume_fops,
+					migf, save ? O_RDONLY : O_WRONLY);
+	if (IS_ERR(migf->filp)) {
+		int ret = PTR_ERR(migf->filp);
+
+		kfree(migf);
+		return ERR_PTR(ret);
+	}
+	stream_open(migf->filp->f_inode, migf->filp);
+	mutex_init(&migf->lock);
+	migf->vgpu = vgpu;
+	if (save) {
+		migf->rec.magic = cpu_to_le64(TGPU_MIG_MAGIC);
+		migf->rec.version = cpu_to_le32(TGPU_MIG_VERSION);
+		migf->rec.type_index = cpu_to_le32(vgpu->type_index);
+		migf->rec.test_state = cpu_to_le64(vgpu->test_state);
+		memcpy(migf->rec.config, vgpu->config, TGPU_CFG_SIZE);
+		migf->filled = sizeof(migf->rec);
+	}
+	return migf;
+}
+
+/* RESUMING -> STOP: the record written must be whole and ours. */
+static int tgpu_mig_load(struct tgpu_vgpu *vgpu)
+{
+	struct tgpu_mig_file *migf = vgpu->resuming;
+	int ret = 0;
+
+	mutex_lock(&migf->lock);
+	if (migf->filled != sizeof(migf->rec) ||
+	    le64_to_cpu(migf->rec.magic) != TGPU_MIG_MAGIC ||
+	    le32_to_cpu(migf->rec.version) != TGPU_MIG_VERSION) {
+		ret = -EINVAL;
+	} else if (le32_to_cpu(migf->rec.type_index) != vgpu->type_index) {
+		dev_warn(vgpu->vdev.dev, "migration stream of vGPU type %s "
+			 "refused by a %s\n",
+			 le32_to_cpu(migf->rec.type_index) < TGPU_NR_TYPES ?
+			 tgpu_profiles[le32_to_cpu(migf->rec.type_index)]
+				.pretty_name : "?",
+			 tgpu_profiles[vgpu->type_index].pretty_name);
+		ret = -EINVAL;
+	} else {
+		vgpu->test_state = le64_to_cpu(migf->rec.test_state);
+		memcpy(vgpu->config, migf->rec.config, TGPU_CFG_SIZE);
+		/* what the tests read back as "device-state bytes" */
+		dev_info(vgpu->vdev.dev, "resumed %zu bytes of device state\n",
+			 migf->filled);
+	}
+	mutex_unlock(&migf->lock);
+	return ret;
+}
+
+/* One arc of the state machine (vfio_mig_get_next_state() splits). */
+static struct file *tgpu_mig_step(struct tgpu_vgpu *vgpu,
+				  enum vfio_device_mig_state new)
+{
+	enum vfio_device_mig_state cur = vgpu->mig_state;
+	struct tgpu_mig_file *migf;
+
+	/*
+	 * Nothing runs on the device and it does no peer-to-peer DMA:
+	 * RUNNING <-> RUNNING_P2P <-> STOP are free.
+	 */
+	if ((cur == VFIO_DEVICE_STATE_RUNNING &&
+	     new == VFIO_DEVICE_STATE_RUNNING_P2P) ||
+	    (cur == VFIO_DEVICE_STATE_RUNNING_P2P &&
+	     (new == VFIO_DEVICE_STATE_RUNNING ||
+	      new == VFIO_DEVICE_STATE_STOP)) ||
+	    (cur == VFIO_DEVICE_STATE_STOP &&
+	     new == VFIO_DEVICE_STATE_RUNNING_P2P))
+		return NULL;
+	if (cur == VFIO_DEVICE_STATE_STOP &&
+	    new == VFIO_DEVICE_STATE_STOP_COPY) {
+		migf = tgpu_mig_open(vgpu, true);
+		if (IS_ERR(migf))
+			return ERR_CAST(migf);
+		vgpu->saving = migf;
+		get_file(migf->filp);
+		return migf->filp;
+	}
+	if (cur == VFIO_DEVICE_STATE_STOP_COPY &&
+	    new == VFIO_DEVICE_STATE_STOP) {
+		if (vgpu->saving)
+			dev_info(vgpu->vdev.dev, "saved %lld bytes of device "
+				 "state\n", vgpu->saving->filp->f_pos);
+		tgpu_mig_disable_files(vgpu);
+		return NULL;
+	}
+	if (cur == VFIO_DEVICE_STATE_STOP &&
+	    new == VFIO_DEVICE_STATE_RESUMING) {
+		migf = tgpu_mig_open(vgpu, false);
+		if (IS_ERR(migf))
+			return ERR_CAST(migf);
+		vgpu->resuming = migf;
+		get_file(migf->filp);
+		return migf->filp;
+	}
+	if (cur == VFIO_DEVICE_STATE_RESUMING &&
+	    new == VFIO_DEVICE_STATE_STOP) {
+		int ret = tgpu_mig_load(vgpu);
+
+		if (ret)
+			return ERR_PTR(ret);
+		tgpu_mig_disable_files(vgpu);
+		return NULL;
+	}
+	WARN_ON(true);		/* no other arc with STOP_COPY | P2P */
+	return ERR_PTR(-EINVAL);
+}
+
+static struct file *tgpu_set_state(struct vfio_device *vdev,
+				   enum vfio_device_mig_state new_state)
+{
+	struct tgpu_vgpu *vgpu = container_of(vdev, struct tgpu_vgpu, vdev);
+	struct file *res = NULL;
+
+	mutex_lock(&vgpu->state_lock);
+	while (vgpu->mig_state != new_state) {
+		enum vfio_device_mig_state next;
+		int ret = vfio_mig_get_next_state(vdev, vgpu->mig_state,
+						  new_state, &next);
+
+		if (ret) {
+			res = ERR_PTR(ret);
+			break;
+		}
+		res = tgpu_mig_step(vgpu, next);
+		if (IS_ERR(res))
+			break;
+		vgpu->mig_state = next;
+		if (WARN_ON(res && next != new_state)) {
+			fput(res);
+			res = ERR_PTR(-EINVAL);
+			break;
+		}
+	}
+	mutex_unlock(&vgpu->state_lock);
+	return res;
+}
+
+static int tgpu_get_state(struct vfio_device *vdev,
+			  enum vfio_device_mig_state *state)
+{
+	struct tgpu_vgpu *vgpu = container_of(vdev, struct tgpu_vgpu, vdev);
+
+	mutex_lock(&vgpu->state_lock);
+	*state = vgpu->mig_state;
+	mutex_unlock(&vgpu->state_lock);
+	return 0;
+}
+
+static int tgpu_get_data_size(struct vfio_device *vdev,
+			      unsigned long *stop_copy_length)
+{
+	*stop_copy_length = sizeof(struct tgpu_mig_record);
+	return 0;
+}
+
+static const struct vfio_migration_ops tgpu_mig_ops = {
+	.migration_set_state = tgpu_set_state,
+	.migration_get_state = tgpu_get_state,
+	.migration_get_data_size = tgpu_get_data_size,
+};
+
+static int tgpu_open_device(struct vfio_device *vdev)
+{
+	struct tgpu_vgpu *vgpu = container_of(vdev, struct tgpu_vgpu, vdev);
+
+	mutex_lock(&vgpu->state_lock);
+	vgpu->mig_state = VFIO_DEVICE_STATE_RUNNING;
+	mutex_unlock(&vgpu->state_lock);
+	return 0;
+}
+
+static void tgpu_close_device(struct vfio_device *vdev)
+{
+	struct tgpu_vgpu *vgpu = container_of(vdev, struct tgpu_vgpu, vdev);
+
+	mutex_lock(&vgpu->state_lock);
+	tgpu_mig_disable_files(vgpu);
+	mutex_unlock(&vgpu->state_lock);
+}
+
+/* 6.12 frees the device itself after this; only our own teardown here. */
 static void tgpu_release(struct vfio_device *vdev)
 {
-	vfio_free_device(vdev);
+	struct tgpu_vgpu *vgpu = container_of(vdev, struct tgpu_vgpu, vdev);
+
+	mutex_destroy(&vgpu->state_lock);
 }
 
 static const struct vfio_device_ops tgpu_vfio_ops = {
 	.name = "nvidia-tgpu",
 	.release = tgpu_release,
+	.open_device = tgpu_open_device,
+	.close_device = tgpu_close_device,
 	.read = tgpu_read,
 	.write = tgpu_write,
 	.ioctl = tgpu_ioctl,
+	/* NULL without CONFIG_IOMMUFD (Debian's 6.12), needed with it */
+	.bind_iommufd = vfio_iommufd_emulated_bind,
+	.unbind_iommufd = vfio_iommufd_emulated_unbind,
+	.attach_ioas = vfio_iommufd_emulated_attach_ioas,
+	.detach_ioas = vfio_iommufd_emulated_detach_ioas,
 };
+
+/* -- the test's handle on the device state: sysfs test_state ------------- */
+
+static ssize_t test_state_show(struct device *dev,
+			       struct device_attribute *attr, char *buf)
+{
+	struct tgpu_vgpu *vgpu = dev_get_drvdata(dev);
+	u64 value;
+
+	if (!vgpu)
+		return -ENODEV;
+	mutex_lock(&vgpu->state_lock);
+	value = vgpu->test_state;
+	mutex_unlock(&vgpu->state_lock);
+	return sysfs_emit(buf, "0x%llx\n", value);
+}
+
+static ssize_t test_state_store(struct device *dev,
+				struct device_attribute *attr,
+				const char *buf, size_t count)
+{
+	struct tgpu_vgpu *vgpu = dev_get_drvdata(dev);
+	u64 value;
+	int ret;
+
+	if (!vgpu)
+		return -ENODEV;
+	ret = kstrtou64(buf, 0, &value);
+	if (ret)
+		return ret;
+	mutex_lock(&vgpu->state_lock);
+	vgpu->test_state = value;
+	mutex_unlock(&vgpu->state_lock);
+	return count;
+}
+static DEVICE_ATTR_RW(test_state);
+
+static struct attribute *tgpu_mdev_attrs[] = {
+	&dev_attr_test_state.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(tgpu_mdev);
 
 /* -- mdev driver ------------------------------------------------------------ */
 
@@ -325,13 +714,26 @@ static int tgpu_mdev_probe(struct mdev_device *mdev)
 	vgpu->gpu = gpu;
 	vgpu->type_index = type->index;
 	tgpu_reset_config(vgpu);
+	mutex_init(&vgpu->state_lock);
+	vgpu->mig_state = VFIO_DEVICE_STATE_RUNNING;
+	/*
+	 * P2P too: QEMU migrates a guest with several VFIO devices only when
+	 * all of them support it ("Multiple VFIO devices migration is
+	 * supported only if all of them support P2P migration"), and a guest
+	 * may hold several vGPUs.
+	 */
+	vgpu->vdev.migration_flags = VFIO_MIGRATION_STOP_COPY |
+				     VFIO_MIGRATION_P2P;
+	vgpu->vdev.mig_ops = &tgpu_mig_ops;
+	/* before registering: the attribute appears at bind */
+	dev_set_drvdata(&mdev->dev, vgpu);
 	ret = vfio_register_emulated_iommu_dev(&vgpu->vdev);
 	if (ret) {
+		dev_set_drvdata(&mdev->dev, NULL);
 		vfio_put_device(&vgpu->vdev);
 		tgpu_give_back(gpu);
 		return ret;
 	}
-	dev_set_drvdata(&mdev->dev, vgpu);
 	return 0;
 }
 
@@ -342,6 +744,7 @@ static void tgpu_mdev_remove(struct mdev_device *mdev)
 
 	/* Waits while an opener (qemu) still holds the device. */
 	vfio_unregister_group_dev(&vgpu->vdev);
+	dev_set_drvdata(&mdev->dev, NULL);
 	vfio_put_device(&vgpu->vdev);
 	tgpu_give_back(gpu);
 }
@@ -378,6 +781,7 @@ static struct mdev_driver tgpu_mdev_driver = {
 		.name = "nvidia_vgpu_vfio",
 		.owner = THIS_MODULE,
 		.mod_name = KBUILD_MODNAME,
+		.dev_groups = tgpu_mdev_groups,
 	},
 };
 
