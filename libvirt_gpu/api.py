@@ -513,7 +513,7 @@ def migration_host(conn):
 
 
 def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
-            postcopy=False, on_plan=None):
+            postcopy=False, on_plan=None, migrate_uri=None):
     """Migrate the running ``domain`` (name or UUID) with its vGPUs live
     to the host at ``dest_uri`` (a libvirt URI both this process and the
     source's libvirtd can open, e.g. ``qemu+ssh://host2/system``).
@@ -523,7 +523,9 @@ def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
     A refused check is a MigrationRefused naming each refusal; else the
     guest migrates (``migration.migrate``), ``progress(stats)`` seeing
     libvirt's job statistics, Ctrl-C aborting the job.  ``on_plan(plan)``
-    sees the checks before either happens."""
+    sees the checks before either happens.  ``migrate_uri`` (e.g.
+    ``tcp://10.0.0.2:49152``) names where the guest's memory goes, when the
+    destination's host name is not the way there."""
     from libvirt_gpu import host as host_mod
     from libvirt_gpu import migration
     source = migration_host(conn)
@@ -539,5 +541,6 @@ def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
                 '%s: %s' % (c.what, c.detail) for c in plan.refusals)
                 + ' (nothing was started; the guest runs on here)')
         outcome = migration.migrate(source, dest, dest_uri, domain,
-                                    progress=progress)
+                                    progress=progress,
+                                    migrate_uri=migrate_uri)
     return Migration(plan=plan, outcome=outcome)

@@ -175,15 +175,20 @@ class Guest(object):
 
     # -- live migration ----------------------------------------------------
 
-    def migrate_live(self, dest_uri):
+    def migrate_live(self, dest_uri, migrate_uri=None):
         """Migrate the running domain live to ``dest_uri`` (libvirt's
         ``migrateToURI3`` with ``VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER``:
         the source's libvirtd talks to the destination's; pre-copy only);
-        returns when done, raises LibvirtError when libvirt gave up or the
-        job was aborted."""
+        the guest's memory goes to ``migrate_uri`` (e.g.
+        ``tcp://10.0.0.2:49152``) when given, else where the destination's
+        libvirtd says (its host name).  Returns when done, raises
+        LibvirtError when libvirt gave up or the job was aborted."""
         flags = libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
+        params = {}
+        if migrate_uri:
+            params[libvirt.VIR_MIGRATE_PARAM_URI] = migrate_uri
         try:
-            self._domain.migrateToURI3(dest_uri, {}, flags)
+            self._domain.migrateToURI3(dest_uri, params, flags)
         except libvirt.libvirtError as e:
             raise exception.LibvirtError(
                 reason='migration to %s: %s'
@@ -202,12 +207,14 @@ class Guest(object):
             raise self._typed(e, 'reading the job statistics')
 
     def abort_job(self):
-        """Abort the domain's job (a migration); False when none runs."""
+        """Abort the domain's job (a migration): None when libvirt took
+        the request, else its reason for not (no job runs any more, or it
+        is past aborting)."""
         try:
             self._domain.abortJob()
         except libvirt.libvirtError as e:
             if e.get_error_code() in (libvirt.VIR_ERR_OPERATION_INVALID,
                                       libvirt.VIR_ERR_NO_DOMAIN):
-                return False
+                return e.get_error_message() or str(e)
             raise self._typed(e, 'aborting its job')
-        return True
+        return None

@@ -156,19 +156,32 @@ def check(source_host, dest_host, dest_uri, domain, postcopy=False):
                 vgpus=tuple(sorted(wanted.items())))
 
 
+def _runs_here(guest):
+    try:
+        return guest.is_active()
+    except exception.DomainNotFound:
+        return False            # a transient guest that left
+
+
 @records.record
 class Outcome:
-    """How a migration ended: ``done`` or aborted, and the downtime (ms)
-    libvirt measured, None when it did not say."""
+    """How a migration ended: ``done`` or aborted, and what libvirt
+    measured (None where it did not say): the downtime and the job's whole
+    time (ms), the bytes of memory in play."""
 
     done: bool
     downtime_ms: int | None = None
     data_total: int | None = None
+    elapsed_ms: int | None = None
+    # why libvirt did not abort when asked (the job was past the point)
+    abort_refused: str | None = None
 
 
 def migrate(source_host, dest_host, dest_uri, domain, progress=None,
-            poll=POLL_SECONDS, interrupt=KeyboardInterrupt):
-    """Migrate ``domain`` live to ``dest_uri`` (check it first: ``check``).
+            poll=POLL_SECONDS, interrupt=KeyboardInterrupt,
+            migrate_uri=None):
+    """Migrate ``domain`` live to ``dest_uri`` (check it first: ``check``),
+    its memory over ``migrate_uri`` when given (``Guest.migrate_live``).
     ``progress(stats)`` is called with the job's statistics while it runs;
     an ``interrupt`` (Ctrl-C) aborts the job and waits for libvirt to put
     the guest back, running, on the source.  Returns an ``Outcome``;
@@ -179,13 +192,14 @@ def migrate(source_host, dest_host, dest_uri, domain, progress=None,
 
     def run():
         try:
-            guest.migrate_live(dest_uri)
+            guest.migrate_live(dest_uri, migrate_uri=migrate_uri)
         except exception.LibvirtGpuError as e:
             failed.append(e)
 
     worker = threading.Thread(target=run, name='migrate', daemon=True)
     worker.start()
     aborted = False
+    refused = None
     while worker.is_alive():
         try:
             worker.join(poll)
@@ -195,14 +209,25 @@ def migrate(source_host, dest_host, dest_uri, domain, progress=None,
                     progress(stats)
         except interrupt:
             aborted = True
-            guest.abort_job()
+            refused = guest.abort_job()
     worker.join()
     if failed:
         if aborted:
             return Outcome(done=False)
         raise failed[0]
-    # done (also when an abort came too late to stop it)
-    stats = guest_mod.Guest(dest_host.lookup_domain(uuid)).job_stats(
-        completed=True)
+    if aborted and refused is None and _runs_here(guest):
+        # libvirt 9.0 took the abort while the destination was preparing
+        # and then returned from the migration without an error: the guest
+        # running on here is the answer.
+        return Outcome(done=False)
+    # Done (also when an abort came too late to stop it).  The source
+    # keeps the completed job's statistics (downtime included) while its
+    # domain is defined; the destination's incoming job has fewer.
+    stats = guest.job_stats(completed=True)
+    if 'downtime' not in stats:
+        stats = guest_mod.Guest(dest_host.lookup_domain(uuid)).job_stats(
+            completed=True) or stats
     return Outcome(done=True, downtime_ms=stats.get('downtime'),
-                   data_total=stats.get('data_total'))
+                   data_total=stats.get('data_total'),
+                   elapsed_ms=stats.get('time_elapsed'),
+                   abort_refused=refused or None)

@@ -436,7 +436,7 @@ def cmd_migrate(ctx):
         # ``show`` printed every check.
         done = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
                            dry_run=ctx.args.dry_run, progress=progress,
-                           on_plan=show)
+                           on_plan=show, migrate_uri=ctx.args.migrate_uri)
     if as_json:
         output.emit_json(output.migration_to_json(done))
     if done.outcome is None:                        # --dry-run
@@ -715,6 +715,11 @@ def _add_lifecycle_commands(sub, add):
                         'qemu+ssh://host2/system')
     p.add_argument('--dry-run', action='store_true',
                    help='only run the checks and print them')
+    p.add_argument('--migrate-uri', metavar='URI',
+                   help='where the guest\'s memory goes, e.g. '
+                        'tcp://10.0.0.2:49152 (a migration network); by '
+                        'default the destination\'s host name, as its '
+                        'libvirtd reports it')
 
 
 # The options before COMMAND that take a value (``_command_word``).

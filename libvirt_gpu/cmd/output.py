@@ -327,6 +327,9 @@ def migration_to_json(done):
         doc['migrated'] = outcome.done
         doc['downtime_ms'] = outcome.downtime_ms
         doc['data_total'] = outcome.data_total
+        doc['elapsed_ms'] = outcome.elapsed_ms
+        if outcome.abort_refused:
+            doc['abort_refused'] = outcome.abort_refused
     return doc
 
 
@@ -347,6 +350,10 @@ def migration_progress_text(stats):
     """One progress line from libvirt's job statistics."""
     done = stats.get('data_processed', 0)
     left = stats.get('data_remaining', 0)
+    if not stats.get('data_total') and not done and not left:
+        # libvirt has not started copying: the destination is preparing
+        # (its hook, its QEMU starting)
+        return 'migrating: preparing the destination'
     total = stats.get('data_total') or (done + left) or 1
     return 'migrating: %3d%%  %s processed, %s remaining' % (
         min(100, 100 * (total - left) // total), _mib(done), _mib(left))
@@ -356,8 +363,12 @@ def migration_outcome_text(plan, outcome):
     if not outcome.done:
         return ('migration of %s aborted: it runs on here with its vGPUs'
                 % plan.domain)
+    late = ('Ctrl-C came too late (%s): ' % outcome.abort_refused
+            if outcome.abort_refused else '')
     downtime = ('%d ms' % outcome.downtime_ms
                 if outcome.downtime_ms is not None
                 else 'not reported by libvirt')
-    return 'migrated %s to %s; downtime %s' % (plan.domain, plan.dest_uri,
-                                               downtime)
+    took = ('; took %.1f s' % (outcome.elapsed_ms / 1000.0)
+            if outcome.elapsed_ms is not None else '')
+    return '%smigrated %s to %s; downtime %s%s' % (
+        late, plan.domain, plan.dest_uri, downtime, took)

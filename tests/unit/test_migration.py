@@ -44,7 +44,8 @@ class StandInDomain(object):
 
     def jobStats(self, flags=0):
         if flags & libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED:
-            return {'downtime': 42, 'data_total': 2 * GIB}
+            return {'downtime': 42, 'data_total': 2 * GIB,
+                    'time_elapsed': 3500}
         self.polls += 1
         return {'data_processed': self.polls * GIB // 4,
                 'data_remaining': 2 * GIB - self.polls * GIB // 4,
@@ -84,13 +85,27 @@ def test_progress_then_the_downtime():
     outcome = migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
                                 progress=progress, poll=0.01)
     assert outcome == migration.Outcome(done=True, downtime_ms=42,
-                                        data_total=2 * GIB)
+                                        data_total=2 * GIB, elapsed_ms=3500)
+    plan = migration.Plan(domain='vm1', dest_uri='b', checks=())
+    assert output.migration_outcome_text(plan, outcome) == (
+        'migrated vm1 to b; downtime 42 ms; took 3.5 s')
     assert len(seen) >= 3
     (call,) = dom.calls
     assert call[:3] == ('migrate', 'qemu+ssh://b/system', {})
     assert call[3] == libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
     assert output.migration_progress_text(seen[0]) == (
         'migrating:  12%  256.0 MiB processed, 1792.0 MiB remaining')
+
+
+def test_a_migration_uri_goes_to_libvirt_as_its_parameter():
+    dom = StandInDomain()
+    dom.released.set()
+    outcome = migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                                poll=0.01,
+                                migrate_uri='tcp://10.0.0.2:49152')
+    assert outcome.done
+    (call,) = dom.calls
+    assert call[2] == {libvirt.VIR_MIGRATE_PARAM_URI: 'tcp://10.0.0.2:49152'}
 
 
 def test_ctrl_c_aborts_the_job_and_waits_for_it():
@@ -127,3 +142,50 @@ def test_versions_decode():
     assert migration.version(10000001) == (10, 0, 1)
     assert migration.version(8001000) >= migration.MIN_QEMU
     assert migration.version(8000999) < migration.MIN_QEMU
+
+
+def test_progress_before_any_copy_says_the_destination_prepares():
+    assert output.migration_progress_text(
+        {'data_total': 0, 'data_processed': 0, 'data_remaining': 0}) == (
+        'migrating: preparing the destination')
+
+
+class PastAborting(libvirt.libvirtError):
+    """What libvirt raises for an abort that comes too late."""
+
+    def get_error_code(self):
+        return libvirt.VIR_ERR_OPERATION_INVALID
+
+
+def test_an_abort_libvirt_refused_is_said_with_its_reason():
+    dom = StandInDomain()
+
+    def refuse():
+        dom.released.set()
+        raise PastAborting('too late')
+
+    def progress(stats):
+        raise KeyboardInterrupt
+
+    dom.abortJob = refuse
+    outcome = migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                                progress=progress, poll=0.01)
+    assert outcome.done and outcome.abort_refused == 'too late'
+    text = output.migration_outcome_text(
+        migration.Plan(domain='vm1', dest_uri='b', checks=()), outcome)
+    assert text.startswith('Ctrl-C came too late (too late): migrated vm1')
+
+
+def test_an_abort_libvirt_took_without_an_error_is_seen_in_the_guest():
+    # libvirt 9.0, aborted while the destination prepares: the migration
+    # call then returns without an error and the guest runs on here.
+    dom = StandInDomain()
+    dom.migrateToURI3 = lambda uri, params, flags: dom.aborted.wait(5)
+    dom.isActive = lambda: 1
+
+    def progress(stats):
+        raise KeyboardInterrupt
+
+    outcome = migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                                progress=progress, poll=0.01)
+    assert outcome == migration.Outcome(done=False)
