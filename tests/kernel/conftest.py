@@ -38,12 +38,18 @@ def record(phase, seconds):
     PHASES[phase] = PHASES.get(phase, 0.0) + seconds
 
 
+# Whether a collected test uses the guest OS: only then is it booted.
+NEEDS_OS_GUEST = []
+
+
 def pytest_collection_modifyitems(session, config, items):
     # The reboot test powers the VM off: everything else first.
     last = [i for i in items if i.module.__name__.endswith('test_reboot')]
     for item in last:
         items.remove(item)
     items.extend(last)
+    NEEDS_OS_GUEST[:] = [any('os_guest' in getattr(i, 'fixturenames', ())
+                             for i in items)]
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -81,7 +87,8 @@ def lab(vm_assets):
         record('boot', vm.boot())
         lab = lab_mod.Lab(vm)
         record('libvirtd ready', lab.start_libvirtd())
-        _start_os_guest(lab, vm_assets)
+        if NEEDS_OS_GUEST and NEEDS_OS_GUEST[0]:
+            _start_os_guest(lab, vm_assets)
         hook = product.hook_install(vm)
         assert hook, 'hook install printed nothing'
         record('libvirtd restart (hook)', lab.restart_libvirtd())
@@ -92,7 +99,7 @@ def lab(vm_assets):
 
 def _start_os_guest(lab, assets):
     t0 = time.monotonic()
-    lab.define(lab_mod.guest_xml(OS_GUEST, kernel=assets.kernel,
+    lab.define(lab_mod.guest_xml(OS_GUEST, kernel=assets.guest_kernel,
                                  initrd=assets.guest_initramfs,
                                  serial=OS_GUEST_SERIAL, memory_mb=160))
     lab.start(OS_GUEST).check('starting the guest OS')

@@ -28,9 +28,15 @@ namespaces = [ ]
 stdio_handler = "file"
 '''
 
+# Each libvirtd of the VM is a host of its own to libvirt: a migration
+# between two with one host UUID is refused as "to the same host".
+HOST_UUID_A = '5a0e1d01-6c1b-4f0e-9c7e-00000000000a'
+HOST_UUID_B = '5a0e1d02-6c1b-4f0e-9c7e-00000000000b'
+
 LIBVIRTD_CONF = '''\
+host_uuid = "%s"
 log_outputs = "2:file:/var/log/libvirt/libvirtd.log"
-'''
+''' % HOST_UUID_A
 
 
 def vm_files():
@@ -43,11 +49,22 @@ def vm_files():
             '/etc/udev/rules.d/60-mdevctl.rules': '# masked by tests\n'}
 
 
+# QEMU >= 9.1 lets a VFIO device migrate on its own ("auto") only when the
+# kernel can track the pages the device dirties (IOMMUFD); Debian's 6.12
+# has no IOMMUFD, so the guests that migrate force it on, as an operator
+# of such a kernel would.  libvirt marks such a domain "custom-argv".
+MIGRATABLE_VFIO = (
+    "<qemu:commandline xmlns:qemu='http://libvirt.org/schemas/domain/qemu/"
+    "1.0'><qemu:arg value='-global'/>"
+    "<qemu:arg value='vfio-pci.enable-migration=on'/></qemu:commandline>")
+
+
 def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
-              memory_mb=96):
+              memory_mb=96, migratable=False):
     """A ``type='qemu'`` guest: with ``kernel`` it boots that (the guest OS
     of the hot-plug tests), without it qemu sits in the firmware.  ``vgpus``:
-    (uuid, type, parent) named in our metadata, each with its hostdev."""
+    (uuid, type, parent) named in our metadata, each with its hostdev;
+    ``migratable``: its VFIO devices may migrate (``MIGRATABLE_VFIO``)."""
     meta = ''.join(
         '<gpu:vgpu uuid="%s" type="%s"%s/>'
         % (u, t, ' parent="%s"' % p if p else '') for u, t, p in vgpus)
@@ -62,6 +79,7 @@ def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
                 % (kernel, initrd))
     console = ("<serial type='file'><source path='%s'/><target port='0'/>"
                "</serial>" % serial) if serial else ''
+    extra = MIGRATABLE_VFIO if migratable else ''
     return '''<domain type='qemu'>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
@@ -74,8 +92,8 @@ def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
     %s%s
     <video><model type='none'/></video>
     <memballoon model='none'/>
-  </devices>
-</domain>''' % (name, memory_mb, NS, meta, boot, hostdevs, console)
+  </devices>%s
+</domain>''' % (name, memory_mb, NS, meta, boot, hostdevs, console, extra)
 
 
 _DOMAIN = '''
@@ -185,8 +203,10 @@ class Lab(object):
             '$(basename $(readlink -f $d/mdev_type))"; done').check('ls')
         out = {}
         for line in r.stdout.split('\n'):
-            if line.strip():
-                uuid, parent, type_id = line.split()
+            fields = line.split()
+            # fewer: the mdev went away while it was being read
+            if len(fields) == 3:
+                uuid, parent, type_id = fields
                 out[uuid] = (parent, type_id)
         return out
 
@@ -213,3 +233,103 @@ class Lab(object):
 
     def exists(self, path):
         return self.vm.run(['test', '-e', path]).rc == 0
+
+
+# -- a second host in the same VM ---------------------------------------------
+
+_SECOND_LIBVIRTD = r'''
+set -e
+B=$1; CLI=$2; CONF=$3
+mkdir -p $B/run $B/lib $B/log $B/sock
+rm -rf $B/etc
+cp -a /etc/libvirt $B/etc
+# the first host's hooks and guests are not this host's
+rm -rf $B/etc/hooks $B/etc/qemu
+mkdir -p $B/etc/qemu
+cat > $B/etc/libvirtd.conf <<EOF
+host_uuid = "$4"
+unix_sock_dir = "$B/sock"
+log_outputs = "2:file:/var/log/libvirt/libvirtd.log"
+EOF
+unshare -m --propagation private sh -ec "
+mount --bind $B/run /run/libvirt
+mount --bind $B/lib /var/lib/libvirt
+mount --bind $B/etc /etc/libvirt
+mount --bind $B/log /var/log/libvirt
+$CLI --config-file $CONF hook install --json > $B/hook-install.json
+exec libvirtd -d -p $B/libvirtd.pid"
+'''
+
+
+class SecondHost(object):
+    """Host B of the migration tests: a second libvirtd in the VM, in a
+    mount namespace of its own (its own /run/libvirt, /var/lib/libvirt,
+    /etc/libvirt and /var/log/libvirt, bind-mounted from ``base``), with
+    its own host UUID, socket, product configuration and state
+    directory, and the product's hook installed *inside* that namespace
+    with ``libvirt-gpu hook install``.  It shares the kernel, udev and
+    sysfs with host A: which GPU each host may use is set by each host's
+    configuration."""
+
+    def __init__(self, lab, base='/tmp/hostb',
+                 config_file='/etc/libvirt-gpu/host-b.conf',
+                 state_dir='/var/lib/libvirt-gpu-b'):
+        self.lab = lab
+        self.vm = lab.vm
+        self.base = base
+        self.config_file = config_file
+        self.state_dir = state_dir
+        self.uri = 'qemu+unix:///system?socket=%s/sock/libvirt-sock' % base
+        self.hook_installed = None
+
+    def start(self, config_text, timeout=180):
+        """Write its configuration, install the hook, start libvirtd and
+        wait until it answers; returns seconds."""
+        from tests.kernel import product
+        t0 = time.monotonic()
+        self.vm.write_file(self.config_file, config_text)
+        self.vm.run(['sh', '-c', _SECOND_LIBVIRTD, 'sh', self.base,
+                     product.CLI, self.config_file, HOST_UUID_B],
+                    timeout=120).check('starting the second libvirtd')
+        self.hook_installed = json.loads(
+            self.vm.read(self.base + '/hook-install.json'))
+        while time.monotonic() - t0 < timeout:
+            r = self.virsh('version', timeout=60)
+            if r.rc == 0:
+                return time.monotonic() - t0
+            time.sleep(1)
+        raise vm_mod.VmError('the second libvirtd did not answer within '
+                             '%d s: %s' % (timeout, r.stderr.strip()))
+
+    def install_hook(self, python=None):
+        """``libvirt-gpu hook install`` again, in this host's mount
+        namespace (entered through its libvirtd), with ``--python`` when
+        given; libvirtd runs the new file from its next hook call."""
+        from tests.kernel import product
+        args = [product.CLI, '--config-file', self.config_file, 'hook',
+                'install', '--json'] + (['--python', python] if python
+                                        else [])
+        r = self.vm.run(['sh', '-c', 'exec nsenter -t "$(cat "$0")" -m -- '
+                         '"$@"', self.base + '/libvirtd.pid'] + args)
+        self.hook_installed = json.loads(r.check('hook install on B').stdout)
+        return self.hook_installed
+
+    def stop(self):
+        self.vm.sh('pid=$(cat %s/libvirtd.pid 2>/dev/null) && kill $pid && '
+                   'while kill -0 $pid 2>/dev/null; do sleep 0.2; done'
+                   % self.base, timeout=60)
+
+    def virsh(self, *args, timeout=120):
+        return self.vm.run(['virsh', '-c', self.uri] + list(args),
+                           timeout=timeout)
+
+    def domain_state(self, name):
+        """virsh's word for the domain's state here, None when unknown."""
+        r = self.virsh('domstate', name)
+        return r.stdout.strip() if r.rc == 0 else None
+
+    def log(self, name=None):
+        """libvirtd's log here, or the QEMU log of guest ``name``."""
+        path = ('%s/log/qemu/%s.log' % (self.base, name) if name
+                else self.base + '/log/libvirtd.log')
+        return self.vm.run(['cat', path]).stdout

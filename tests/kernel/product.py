@@ -22,17 +22,23 @@ URI = 'qemu:///system'
 CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
 
 
-def config(enabled_types=('nvidia-223',)):
-    """The product's configuration file in the VM."""
-    return ('[DEFAULT]\nstate_dir = %s\nsysfs_root = /sys\n'
+def config(enabled_types=('nvidia-223',), gpus=(), state_dir=STATE_DIR,
+           uri=URI):
+    """The product's configuration file in the VM; ``gpus``: the GPUs
+    that offer the (single) enabled type, all when empty."""
+    text = ('[DEFAULT]\nstate_dir = %s\nsysfs_root = /sys\n'
             '[libvirt]\nconnection_uri = %s\n'
             '[gpu]\nenabled_vgpu_types = %s\n'
-            % (STATE_DIR, URI, ', '.join(enabled_types)))
+            % (state_dir, uri, ', '.join(enabled_types)))
+    if gpus:
+        text += ('[vgpu_%s]\ndevice_addresses = %s\n'
+                 % (enabled_types[0], ', '.join(gpus)))
+    return text
 
 
-def cli(vm, *args, timeout=180):
+def cli(vm, *args, timeout=180, config_file=CONFIG):
     """``libvirt-gpu ARGS`` in the VM; vm.Result."""
-    return vm.run([CLI, '--config-file', CONFIG] + list(args),
+    return vm.run([CLI, '--config-file', config_file] + list(args),
                   timeout=timeout)
 
 
@@ -118,6 +124,27 @@ def mdev(vm, op, uuid, parent=None, type_id=None, libvirt=True,
                           type=type_id or 'nvidia-223', libvirt=libvirt,
                           start=start),
                    'mdev backend %s' % op)
+
+
+_LEASES = '''
+import sqlite3
+db = sqlite3.connect('file:%s/leases.sqlite3?mode=ro' % P['state_dir'],
+                     uri=True)
+out([dict(zip(('uuid', 'domain', 'parent', 'type', 'state', 'expires_at'),
+              row)) for row in db.execute(
+    'SELECT mdev_uuid, domain_uuid, parent, type_id, state, expires_at '
+    'FROM leases ORDER BY mdev_uuid')])
+'''
+
+
+def leases(vm, state_dir=STATE_DIR):
+    """The leases the product keeps in ``state_dir`` (read-only, straight
+    from its SQLite file): [{uuid, domain, parent, type, state,
+    expires_at}]."""
+    r = python(vm, _LEASES, state_dir=state_dir)
+    if r.rc != 0 and 'unable to open' in r.stderr:
+        return []               # never written: no lease
+    return _answer(r, 'reading the leases in %s' % state_dir)
 
 
 def hook_install(vm, python=None):
