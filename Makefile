@@ -9,7 +9,7 @@ VPY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv python3-dev gcc pkg-config libvirt-dev \
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients \
 	qemu-system-x86 mdevctl libxml2-utils fuse3 libfuse3-dev util-linux \
-	pci.ids kmod e2fsprogs make prometheus
+	pci.ids kmod e2fsprogs make prometheus zstd xz-utils
 STAMP_APT := $(VENV)/.apt-stamp
 STAMP_PIP := $(VENV)/.pip-stamp
 

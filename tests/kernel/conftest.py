@@ -4,8 +4,10 @@
 booted, libvirtd ready, the product's hook installed with ``libvirt-gpu
 hook install`` and libvirtd restarted to find it.  ``os_guest`` (session):
 a small guest OS booted inside the VM for the hot-plug tests; it is started
-as soon as libvirtd is ready, because it takes minutes to boot under
-nested emulation.  The reboot test runs last (it powers the VM off).
+as soon as libvirtd is ready (when a collected test needs it), because it
+takes minutes to boot under nested emulation, and the tests that need it
+run after all others but the reboot test, which runs last (it powers the
+VM off).
 
 A machine that cannot run the VM fails these tests, saying why; they are
 never skipped.  The time of each phase is printed at the end of the run.
@@ -43,11 +45,14 @@ NEEDS_OS_GUEST = []
 
 
 def pytest_collection_modifyitems(session, config, items):
-    # The reboot test powers the VM off: everything else first.
-    last = [i for i in items if i.module.__name__.endswith('test_reboot')]
-    for item in last:
-        items.remove(item)
-    items.extend(last)
+    # The tests that need the guest OS run as late as they can (it boots
+    # meanwhile, minutes under nested emulation); the reboot test powers
+    # the VM off: it runs last.
+    def rank(item):
+        if item.module.__name__.endswith('test_reboot'):
+            return 2
+        return 1 if 'os_guest' in getattr(item, 'fixturenames', ()) else 0
+    items.sort(key=rank)        # stable: file order within each rank
     NEEDS_OS_GUEST[:] = [any('os_guest' in getattr(i, 'fixturenames', ())
                              for i in items)]
 

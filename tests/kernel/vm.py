@@ -68,7 +68,8 @@ class Result(typing.NamedTuple):
 def missing_requirements():
     """Why this machine cannot run the VM ([] when it can)."""
     missing = []
-    for tool in (QEMU, 'apt-get', 'dpkg-deb', 'make', 'gcc', 'mkfs.ext4'):
+    for tool in (QEMU, 'apt-get', 'dpkg-deb', 'make', 'gcc', 'mkfs.ext4',
+                 'zstd', 'xz', 'nsenter', 'unshare'):
         if shutil.which(tool) is None:
             missing.append('%s is not installed (run make deps)' % tool)
     if os.geteuid() != 0:

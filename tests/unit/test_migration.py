@@ -156,6 +156,10 @@ class PastAborting(libvirt.libvirtError):
     def get_error_code(self):
         return libvirt.VIR_ERR_OPERATION_INVALID
 
+    def get_error_message(self):
+        # libvirtError fills its own from libvirt's last error otherwise
+        return 'too late'
+
 
 def test_an_abort_libvirt_refused_is_said_with_its_reason():
     dom = StandInDomain()
