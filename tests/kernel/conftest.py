@@ -5,9 +5,8 @@ booted, libvirtd ready, the product's hook installed with ``libvirt-gpu
 hook install`` and libvirtd restarted to find it.  ``os_guest`` (session):
 a small guest OS booted inside the VM for the hot-plug tests; it is started
 as soon as libvirtd is ready (when a collected test needs it), because it
-takes minutes to boot under nested emulation, and the tests that need it
-run after all others but the reboot test, which runs last (it powers the
-VM off).
+takes minutes to boot under nested emulation (order: see
+``pytest_collection_modifyitems``).
 
 A machine that cannot run the VM fails these tests, saying why; they are
 never skipped.  The time of each phase is printed at the end of the run.
@@ -45,14 +44,26 @@ NEEDS_OS_GUEST = []
 
 
 def pytest_collection_modifyitems(session, config, items):
-    # The tests that need the guest OS run as late as they can (it boots
-    # meanwhile, minutes under nested emulation); the reboot test powers
-    # the VM off: it runs last.
+    # Within the kernel tests (they stay where they are among the other
+    # layers' tests): first those that need neither the guest OS nor much
+    # CPU, while the guest OS boots (minutes under nested emulation); then
+    # the hot-plug tests, which need it (test_hotplug powers it off after
+    # them); then the migration tests (several QEMUs starting at once);
+    # the reboot test powers the VM off: last.
     def rank(item):
-        if item.module.__name__.endswith('test_reboot'):
+        name = item.module.__name__
+        if name.endswith('test_reboot'):
+            return 3
+        if name.endswith('test_migration'):
             return 2
         return 1 if 'os_guest' in getattr(item, 'fixturenames', ()) else 0
-    items.sort(key=rank)        # stable: file order within each rank
+    kernel = [i for i in items if i.module.__name__.startswith(
+        'tests.kernel.')]
+    if kernel:
+        first = items.index(kernel[0])
+        rest = [i for i in items if i not in set(kernel)]
+        items[:] = (rest[:first] + sorted(kernel, key=rank)
+                    + rest[first:])
     NEEDS_OS_GUEST[:] = [any('os_guest' in getattr(i, 'fixturenames', ())
                              for i in items)]
 

@@ -10,11 +10,23 @@ unplug completes.
 import json
 import time
 
+import pytest
+
 from tests.kernel import conftest
 from tests.kernel import lab as lab_mod
 from tests.kernel import product
 
 A, B = lab_mod.GPUS
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _guest_os_off_afterwards(lab):
+    """The guest OS rereads its PCI devices every second, which costs a
+    lot under nested emulation: off once these tests are done."""
+    yield
+    lab.destroy(conftest.OS_GUEST)
+
+
 T4 = '0x10de:0x1eb8'
 
 

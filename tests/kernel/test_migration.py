@@ -153,14 +153,15 @@ def test_b_without_room_refuses_before_anything_starts(lab, host_b, mover):
 
 
 # B's hook interpreter for the abort test: the product's hook as usual,
-# then, after a prepare, a pause, as on a destination whose QEMU takes its
-# time to start (a large guest): the window in which the source's job is
-# waiting for B, after B made its vGPUs, is then wide enough for a Ctrl-C
+# then, after a prepare, a 20 s pause, as on a destination whose QEMU
+# takes its time to start (a large guest): the window in which the
+# source's job waits for B, after B made its vGPUs, is then wide enough
+# for a Ctrl-C
 # every time.  ($1 is -IS, $2 the hook, $3 the domain, $4 the operation.)
 SLOW_PREPARE = '/usr/local/bin/python-slow-prepare'
 SLOW_PREPARE_SH = '''#!/bin/sh
 %s "$@"; rc=$?
-[ "$4" = prepare ] && sleep 45
+[ "$4" = prepare ] && sleep 20
 exit $rc
 ''' % product.PYTHON
 
