@@ -61,7 +61,8 @@ def pytest_collection_modifyitems(session, config, items):
         'tests.kernel.')]
     if kernel:
         first = items.index(kernel[0])
-        rest = [i for i in items if i not in set(kernel)]
+        chosen = set(kernel)
+        rest = [i for i in items if i not in chosen]
         items[:] = (rest[:first] + sorted(kernel, key=rank)
                     + rest[first:])
     NEEDS_OS_GUEST[:] = [any('os_guest' in getattr(i, 'fixturenames', ())

@@ -498,12 +498,29 @@ static int tgpu_mig_load(struct tgpu_vgpu *vgpu)
 	return ret;
 }
 
+/*
+ * STOP -> STOP_COPY (``save``) or STOP -> RESUMING: a new migration file;
+ * the device keeps one reference, the caller gets the other.
+ */
+static struct file *tgpu_mig_start(struct tgpu_vgpu *vgpu, bool save)
+{
+	struct tgpu_mig_file *migf = tgpu_mig_open(vgpu, save);
+
+	if (IS_ERR(migf))
+		return ERR_CAST(migf);
+	if (save)
+		vgpu->saving = migf;
+	else
+		vgpu->resuming = migf;
+	get_file(migf->filp);
+	return migf->filp;
+}
+
 /* One arc of the state machine (vfio_mig_get_next_state() splits). */
 static struct file *tgpu_mig_step(struct tgpu_vgpu *vgpu,
 				  enum vfio_device_mig_state new)
 {
 	enum vfio_device_mig_state cur = vgpu->mig_state;
-	struct tgpu_mig_file *migf;
 
 	/*
 	 * Nothing runs on the device and it does no peer-to-peer DMA:
@@ -518,14 +535,8 @@ static struct file *tgpu_mig_step(struct tgpu_vgpu *vgpu,
 	     new == VFIO_DEVICE_STATE_RUNNING_P2P))
 		return NULL;
 	if (cur == VFIO_DEVICE_STATE_STOP &&
-	    new == VFIO_DEVICE_STATE_STOP_COPY) {
-		migf = tgpu_mig_open(vgpu, true);
-		if (IS_ERR(migf))
-			return ERR_CAST(migf);
-		vgpu->saving = migf;
-		get_file(migf->filp);
-		return migf->filp;
-	}
+	    new == VFIO_DEVICE_STATE_STOP_COPY)
+		return tgpu_mig_start(vgpu, true);
 	if (cur == VFIO_DEVICE_STATE_STOP_COPY &&
 	    new == VFIO_DEVICE_STATE_STOP) {
 		if (vgpu->saving)
@@ -535,14 +546,8 @@ static struct file *tgpu_mig_step(struct tgpu_vgpu *vgpu,
 		return NULL;
 	}
 	if (cur == VFIO_DEVICE_STATE_STOP &&
-	    new == VFIO_DEVICE_STATE_RESUMING) {
-		migf = tgpu_mig_open(vgpu, false);
-		if (IS_ERR(migf))
-			return ERR_CAST(migf);
-		vgpu->resuming = migf;
-		get_file(migf->filp);
-		return migf->filp;
-	}
+	    new == VFIO_DEVICE_STATE_RESUMING)
+		return tgpu_mig_start(vgpu, false);
 	if (cur == VFIO_DEVICE_STATE_RESUMING &&
 	    new == VFIO_DEVICE_STATE_STOP) {
 		int ret = tgpu_mig_load(vgpu);
