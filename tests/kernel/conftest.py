@@ -4,9 +4,10 @@
 booted, libvirtd ready, the product's hook installed with ``libvirt-gpu
 hook install`` and libvirtd restarted to find it.  ``os_guest`` (session):
 a small guest OS booted inside the VM for the hot-plug tests; it is started
-as soon as libvirtd is ready (when a collected test needs it), because it
-takes minutes to boot under nested emulation (order: see
-``pytest_collection_modifyitems``).
+as soon as libvirtd is ready (when a collected test needs it).  It runs
+under KVM where vm_init.kvm made KVM safe in the VM (it boots in seconds);
+otherwise under TCG inside the VM's TCG, where it takes minutes, while the
+tests that need no guest OS run (order: ``pytest_collection_modifyitems``).
 
 A machine that cannot run the VM fails these tests, saying why; they are
 never skipped.  The time of each phase is printed at the end of the run.
@@ -22,6 +23,7 @@ from tests.kernel import assets as assets_mod
 from tests.kernel import lab as lab_mod
 from tests.kernel import product
 from tests.kernel import vm as vm_mod
+from tests.kernel import vm_init
 
 REPO = product.REPO
 CACHE = os.environ.get('KERNEL_TEST_CACHE',
@@ -116,9 +118,15 @@ def lab(vm_assets):
 
 def _start_os_guest(lab, assets):
     t0 = time.monotonic()
+    kvm = lab.vm.run(['cat', vm_init.KVM_STATE]).stdout.strip()
+    virt = 'kvm' if kvm == 'yes' else 'qemu'
+    OBSERVED['guest OS runs under'] = (
+        'KVM (on the SVM that TCG emulates)' if virt == 'kvm' else
+        'TCG inside TCG (KVM in the VM: %s)' % (kvm or 'no answer'))
     lab.define(lab_mod.guest_xml(OS_GUEST, kernel=assets.guest_kernel,
                                  initrd=assets.guest_initramfs,
-                                 serial=OS_GUEST_SERIAL, memory_mb=160))
+                                 serial=OS_GUEST_SERIAL, memory_mb=160,
+                                 virt=virt))
     lab.start(OS_GUEST).check('starting the guest OS')
     lab.os_guest_started = t0
 

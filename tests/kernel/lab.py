@@ -49,8 +49,9 @@ def vm_files():
             '/etc/udev/rules.d/60-mdevctl.rules': '# masked by tests\n'}
 
 
-# The guest OS's kernel command line.  Under two levels of emulation its
-# boot takes minutes; these cut what it does not need (measured with
+# The guest OS's kernel command line.  Under KVM (vm_init.kvm) it boots in
+# seconds; under two levels of emulation, where the VM cannot offer KVM, in
+# minutes.  These cut what it does not need (measured with
 # initcall_debug in that guest, seconds each there): the crypto self-tests
 # (cryptomgr.notests), IPv6 (2.7), and initcalls it has no use for: the
 # jitter entropy source (5.7), the KDF self-test (2.2), two BPF kfunc
@@ -73,11 +74,13 @@ MIGRATABLE_VFIO = (
 
 
 def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
-              memory_mb=96, migratable=False):
-    """A ``type='qemu'`` guest: with ``kernel`` it boots that (the guest OS
-    of the hot-plug tests), without it qemu sits in the firmware.  ``vgpus``:
-    (uuid, type, parent) named in our metadata, each with its hostdev;
-    ``migratable``: its VFIO devices may migrate (``MIGRATABLE_VFIO``)."""
+              memory_mb=96, migratable=False, virt='qemu'):
+    """A guest of libvirt domain type ``virt`` (``qemu``: TCG; ``kvm``
+    where vm_init.kvm made KVM safe): with ``kernel`` it boots that (the
+    guest OS of the hot-plug tests), without it qemu sits in the firmware.
+    ``vgpus``: (uuid, type, parent) named in our metadata, each with its
+    hostdev; ``migratable``: its VFIO devices may migrate
+    (``MIGRATABLE_VFIO``)."""
     meta = ''.join(
         '<gpu:vgpu uuid="%s" type="%s"%s/>'
         % (u, t, ' parent="%s"' % p if p else '') for u, t, p in vgpus)
@@ -92,7 +95,7 @@ def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
     console = ("<serial type='file'><source path='%s'/><target port='0'/>"
                "</serial>" % serial) if serial else ''
     extra = MIGRATABLE_VFIO if migratable else ''
-    return '''<domain type='qemu'>
+    return '''<domain type='%s'>
   <name>%s</name>
   <memory unit='MiB'>%d</memory>
   <vcpu>1</vcpu>
@@ -105,7 +108,8 @@ def guest_xml(name, vgpus=(), kernel=None, initrd=None, serial=None,
     <video><model type='none'/></video>
     <memballoon model='none'/>
   </devices>%s
-</domain>''' % (name, memory_mb, NS, meta, boot, hostdevs, console, extra)
+</domain>''' % (
+        virt, name, memory_mb, NS, meta, boot, hostdevs, console, extra)
 
 
 _DOMAIN = '''

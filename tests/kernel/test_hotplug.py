@@ -21,8 +21,9 @@ A, B = lab_mod.GPUS
 
 @pytest.fixture(scope='module', autouse=True)
 def _guest_os_off_afterwards(lab):
-    """The guest OS rereads its PCI devices every second, which costs a
-    lot under nested emulation: off once these tests are done."""
+    """The guest OS rereads its PCI devices every second, which costs
+    CPU that the migration tests want (a lot where it runs under TCG): off
+    once these tests are done."""
     yield
     lab.destroy(conftest.OS_GUEST)
 

@@ -133,7 +133,8 @@ class TestVm(object):
     def command(self):
         init = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                             'vm_init.py')
-        # Modules udev would load for devices the tests do not use.
+        # Modules udev would load for devices the tests do not use; and
+        # KVM's, which vm_init.kvm loads itself at the one safe moment.
         skip = 'kvm,kvm_amd,kvm_intel,ccp,pcspkr,snd_pcsp,joydev,evdev'
         append = ('console=ttyS0 panic=-1 quiet loglevel=4 '
                   'modprobe.blacklist=%s tk.init=%s tk.conf=%s'

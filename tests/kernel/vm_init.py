@@ -10,6 +10,8 @@ host root), then:
   (/dev/vda, ext4) whose directories are bind-mounted over the paths that
   must survive a reboot (mdevctl's definitions, libvirt's domain configs,
   the product's state_dir);
+* makes KVM usable for the guest OS of the hot-plug tests (``kvm``: KVM on
+  the SVM that QEMU's TCG emulates, made safe to use on several CPUs);
 * loads vfio, mdev and the test driver *before* udev (so the in-tree
   ``bochs`` driver never gets the emulated display devices), then starts
   systemd-udevd and replays the coldplug events;
@@ -29,6 +31,8 @@ answered ``{"id", "rc", "stdout", "stderr"}`` (rc 124 on timeout, 127 when
 the program does not exist).
 """
 
+import fcntl
+import glob
 import json
 import os
 import signal
@@ -114,6 +118,61 @@ def kernel_modules(conf):
                 'vfio_iommu_type1', 'mdev', 'vfio-pci'):
         sh('modprobe', mod)
     sh('insmod', conf['driver'])
+
+
+# KVM's ioctls (linux/kvm.h: _IO(KVMIO, n), KVMIO = 0xAE).
+KVM_CREATE_VM = 0xAE01
+KVM_CREATE_IRQCHIP = 0xAE60
+KVM_CREATE_VCPU = 0xAE41
+KVM_STATE = '/run/tk-kvm'
+# The descriptors of the pinning VM (see kvm): held by PID 1 until power-off.
+KVM_PIN = []
+
+
+def kvm(conf):
+    """Make /dev/kvm safe to use, and say in KVM_STATE whether it is.
+
+    QEMU's TCG emulates AMD's SVM with nested paging, so the VM's kernel
+    can run KVM guests at one level of emulation instead of two (the guest
+    OS of the hot-plug tests boots in seconds instead of minutes).  One
+    thing breaks it: creating the first KVM VM flips static keys in the
+    kernel (the preempt notifiers, in the scheduler; a vCPU's local APIC,
+    in kvm.ko), and the kernel patches its code with int3 breakpoints to
+    do so; multi-threaded TCG may run a CPU's stale translation of the
+    patched code, and the VM dies of an "Oops: int3" in __schedule.  So
+    here, with every other CPU offline, a VM with one vCPU is made and held
+    open for good: the keys stay on, and no later VM (libvirt's probe, the
+    guest OS) flips them again."""
+    others = [os.path.join(d, 'online') for d in
+              sorted(glob.glob('/sys/devices/system/cpu/cpu[0-9]*'))
+              if not d.endswith('/cpu0')
+              and os.path.exists(os.path.join(d, 'online'))]
+    with open('/proc/cpuinfo') as f:
+        flags = [line.split(':', 1)[1].split() for line in f
+                 if line.startswith('flags')]
+        if not flags or 'svm' not in flags[0]:
+            write(KVM_STATE, 'no: the VM\'s CPU has no SVM\n')
+            return
+
+    def set_online(value):
+        for path in others:
+            with open(path, 'w') as f:
+                f.write(value)
+    set_online('0')
+    try:
+        if sh('modprobe', 'kvm_amd').returncode:
+            write(KVM_STATE, 'no: modprobe kvm_amd failed\n')
+            return
+        dev = os.open('/dev/kvm', os.O_RDWR | os.O_CLOEXEC)
+        vm = fcntl.ioctl(dev, KVM_CREATE_VM, 0)
+        fcntl.ioctl(vm, KVM_CREATE_IRQCHIP, 0)
+        vcpu = fcntl.ioctl(vm, KVM_CREATE_VCPU, 0)
+        KVM_PIN.extend((dev, vm, vcpu))
+        write(KVM_STATE, 'yes\n')
+    except OSError as e:
+        write(KVM_STATE, 'no: %s\n' % e)
+    finally:
+        set_online('1')
 
 
 def persistent_disk(conf):
@@ -289,8 +348,8 @@ def main():
     conf = read_conf()
     signal.signal(signal.SIGALRM, poweroff)
     signal.alarm(int(conf['watchdog_s']))
-    for step in (base_mounts, kernel_modules, qemu_tree, persistent_disk,
-                 files, users, udev):
+    for step in (base_mounts, kernel_modules, kvm, qemu_tree,
+                 persistent_disk, files, users, udev):
         try:
             step(conf)
         except Exception:   # keep going: the tests see what is missing
