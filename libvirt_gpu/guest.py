@@ -71,6 +71,24 @@ class DeviceRemovals(object):
             self._callback = None
 
 
+# How libvirt ends the message of a hook that exited non-zero (virCommand's
+# "Child process (ARGV) unexpected exit status N: STDERR"): what the hook
+# said is after it.
+_HOOK_EXIT = 'unexpected exit status '
+
+
+def _hook_said(message):
+    """The hook's own words in libvirt's VIR_ERR_HOOK_SCRIPT_FAILED
+    message (which leads with the hook's command line and environment),
+    or the whole message where libvirt worded it otherwise."""
+    _, found, rest = message.rpartition(_HOOK_EXIT)
+    if found:
+        status, colon, said = rest.partition(': ')
+        if colon and status.isdigit() and said.strip():
+            return said.strip()
+    return message
+
+
 def _flags(live, config):
     flags = 0
     if live:
@@ -190,9 +208,11 @@ class Guest(object):
         try:
             self._domain.migrateToURI3(dest_uri, params, flags)
         except libvirt.libvirtError as e:
+            message = e.get_error_message() or str(e)
+            if e.get_error_code() == libvirt.VIR_ERR_HOOK_SCRIPT_FAILED:
+                message = "a qemu hook refused it: %s" % _hook_said(message)
             raise exception.LibvirtError(
-                reason='migration to %s: %s'
-                % (dest_uri, e.get_error_message() or str(e)))
+                reason='migration to %s: %s' % (dest_uri, message))
 
     def job_stats(self, completed=False):
         """libvirt's statistics of the domain's job (``{}`` when none):

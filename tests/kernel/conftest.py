@@ -41,14 +41,14 @@ def record(phase, seconds):
     PHASES[phase] = PHASES.get(phase, 0.0) + seconds
 
 
-# Whether a collected test uses the guest OS: only then is it booted.
-NEEDS_OS_GUEST = []
+def _uses_os_guest(item):
+    return 'os_guest' in getattr(item, 'fixturenames', ())
 
 
 def pytest_collection_modifyitems(session, config, items):
     # Within the kernel tests (they stay where they are among the other
     # layers' tests): first those that need neither the guest OS nor much
-    # CPU, while the guest OS boots (minutes under nested emulation); then
+    # CPU, while the guest OS boots (seconds under KVM, minutes without); then
     # the hot-plug tests, which need it (test_hotplug powers it off after
     # them); then the migration tests (several QEMUs starting at once);
     # the reboot test powers the VM off: last.
@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(session, config, items):
             return 3
         if name.endswith('test_migration'):
             return 2
-        return 1 if 'os_guest' in getattr(item, 'fixturenames', ()) else 0
+        return 1 if _uses_os_guest(item) else 0
     kernel = [i for i in items if i.module.__name__.startswith(
         'tests.kernel.')]
     if kernel:
@@ -67,8 +67,6 @@ def pytest_collection_modifyitems(session, config, items):
         rest = [i for i in items if i not in chosen]
         items[:] = (rest[:first] + sorted(kernel, key=rank)
                     + rest[first:])
-    NEEDS_OS_GUEST[:] = [any('os_guest' in getattr(i, 'fixturenames', ())
-                             for i in items)]
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -97,7 +95,7 @@ def vm_assets():
 
 
 @pytest.fixture(scope='session')
-def lab(vm_assets):
+def lab(vm_assets, request):
     workdir = os.path.join(CACHE, 'session')
     shutil.rmtree(workdir, ignore_errors=True)
     vm = vm_mod.TestVm(vm_assets, workdir, files=lab_mod.vm_files())
@@ -106,7 +104,8 @@ def lab(vm_assets):
         record('boot', vm.boot())
         lab = lab_mod.Lab(vm)
         record('libvirtd ready', lab.start_libvirtd())
-        if NEEDS_OS_GUEST and NEEDS_OS_GUEST[0]:
+        # booted only when a collected test needs it
+        if any(_uses_os_guest(i) for i in request.session.items):
             _start_os_guest(lab, vm_assets)
         hook = product.hook_install(vm)
         assert hook, 'hook install printed nothing'

@@ -127,9 +127,12 @@ def mdev(vm, op, uuid, parent=None, type_id=None, libvirt=True,
 
 
 _LEASES = '''
-import sqlite3
-db = sqlite3.connect('file:%s/leases.sqlite3?mode=ro' % P['state_dir'],
-                     uri=True)
+import os, sqlite3
+path = os.path.join(P['state_dir'], 'leases.sqlite3')
+if not os.path.exists(path):     # never written: no lease
+    out([])
+    raise SystemExit(0)
+db = sqlite3.connect('file:%s?mode=ro' % path, uri=True)
 out([dict(zip(('uuid', 'domain', 'parent', 'type', 'state', 'expires_at'),
               row)) for row in db.execute(
     'SELECT mdev_uuid, domain_uuid, parent, type_id, state, expires_at '
@@ -141,10 +144,8 @@ def leases(vm, state_dir=STATE_DIR):
     """The leases the product keeps in ``state_dir`` (read-only, straight
     from its SQLite file): [{uuid, domain, parent, type, state,
     expires_at}]."""
-    r = python(vm, _LEASES, state_dir=state_dir)
-    if r.rc != 0 and 'unable to open' in r.stderr:
-        return []               # never written: no lease
-    return _answer(r, 'reading the leases in %s' % state_dir)
+    return _answer(python(vm, _LEASES, state_dir=state_dir),
+                   'reading the leases in %s' % state_dir)
 
 
 def hook_install(vm, python=None):

@@ -137,6 +137,50 @@ def test_libvirts_failure_is_raised_with_its_reason():
                           poll=0.01)
 
 
+class HookRefused(libvirt.libvirtError):
+    """What libvirt raises when the destination's qemu hook exits 1."""
+
+    def get_error_code(self):
+        return libvirt.VIR_ERR_HOOK_SCRIPT_FAILED
+
+    def get_error_message(self):
+        return self.args[0]
+
+
+def test_a_hooks_refusal_is_said_in_the_hooks_own_words():
+    said = ("libvirt-gpu: cannot migrate in domain 'vm1': No capacity left "
+            "for vGPU type nvidia-223 on any GPU of this host")
+    dom = StandInDomain()
+
+    def refuse(uri, params, flags):
+        raise HookRefused(
+            'Hook script execution failed: internal error: Child process '
+            '(LC_ALL=C PATH=/usr/bin HOME=/root /etc/libvirt/hooks/qemu.d/'
+            'libvirt-gpu vm1 migrate begin -) unexpected exit status 1: '
+            + said + '\n')
+
+    dom.migrateToURI3 = refuse
+    with pytest.raises(exception.LibvirtError) as e:
+        migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                          poll=0.01)
+    assert str(e.value) == ('libvirt: migration to qemu+ssh://b/system: a '
+                            'qemu hook refused it: ' + said)
+
+
+def test_a_hook_failure_worded_otherwise_is_said_whole():
+    dom = StandInDomain()
+
+    def refuse(uri, params, flags):
+        raise HookRefused('Hook script execution failed: cannot execute')
+
+    dom.migrateToURI3 = refuse
+    with pytest.raises(exception.LibvirtError,
+                       match='a qemu hook refused it: Hook script execution '
+                             'failed: cannot execute$'):
+        migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
+                          poll=0.01)
+
+
 def test_versions_decode():
     assert migration.version(8006000) == (8, 6, 0)
     assert migration.version(10000001) == (10, 0, 1)
