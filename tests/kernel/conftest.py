@@ -4,10 +4,11 @@
 booted, libvirtd ready, the product's hook installed with ``libvirt-gpu
 hook install`` and libvirtd restarted to find it.  ``os_guest`` (session):
 a small guest OS booted inside the VM for the hot-plug tests; it is started
-as soon as libvirtd is ready (when a collected test needs it).  It runs
-under KVM where vm_init.kvm made KVM safe in the VM (it boots in seconds);
-otherwise under TCG inside the VM's TCG, where it takes minutes, while the
-tests that need no guest OS run (order: ``pytest_collection_modifyitems``).
+when first needed, under KVM where vm_init.kvm made KVM safe in the VM (it
+boots in seconds).  Otherwise it runs under TCG inside the VM's TCG and
+takes minutes to boot: it is then started as soon as libvirtd is ready (when
+a collected test needs it), while the tests that need no guest OS run
+(order: ``pytest_collection_modifyitems``).
 
 A machine that cannot run the VM fails these tests, saying why; they are
 never skipped.  The time of each phase is printed at the end of the run.
@@ -104,8 +105,17 @@ def lab(vm_assets, request):
         record('boot', vm.boot())
         lab = lab_mod.Lab(vm)
         record('libvirtd ready', lab.start_libvirtd())
-        # booted only when a collected test needs it
-        if any(_uses_os_guest(i) for i in request.session.items):
+        kvm = vm.run(['cat', vm_init.KVM_STATE]).stdout.strip()
+        lab.os_guest_virt = 'kvm' if kvm == 'yes' else 'qemu'
+        OBSERVED['guest OS runs under'] = (
+            'KVM (on the SVM that TCG emulates)' if kvm == 'yes' else
+            'TCG inside TCG (KVM in the VM: %s)' % (kvm or 'no answer'))
+        lab.os_guest_started = None
+        # Under TCG the guest OS takes minutes to boot: then it starts now,
+        # while the tests that need no guest OS run (when a collected test
+        # needs it at all).  Under KVM it starts when first needed.
+        if lab.os_guest_virt == 'qemu' and any(
+                _uses_os_guest(i) for i in request.session.items):
             _start_os_guest(lab, vm_assets)
         hook = product.hook_install(vm)
         assert hook, 'hook install printed nothing'
@@ -117,31 +127,36 @@ def lab(vm_assets, request):
 
 def _start_os_guest(lab, assets):
     t0 = time.monotonic()
-    kvm = lab.vm.run(['cat', vm_init.KVM_STATE]).stdout.strip()
-    virt = 'kvm' if kvm == 'yes' else 'qemu'
-    OBSERVED['guest OS runs under'] = (
-        'KVM (on the SVM that TCG emulates)' if virt == 'kvm' else
-        'TCG inside TCG (KVM in the VM: %s)' % (kvm or 'no answer'))
     lab.define(lab_mod.guest_xml(OS_GUEST, kernel=assets.guest_kernel,
                                  initrd=assets.guest_initramfs,
                                  serial=OS_GUEST_SERIAL, memory_mb=160,
-                                 virt=virt))
+                                 virt=lab.os_guest_virt))
     lab.start(OS_GUEST).check('starting the guest OS')
     lab.os_guest_started = t0
 
 
 @pytest.fixture(scope='session')
-def os_guest(lab):
+def os_guest(lab, vm_assets):
     """Name of the running guest OS, once its init has listed its PCI
     devices."""
+    early = lab.os_guest_started is not None
+    if not early:
+        _start_os_guest(lab, vm_assets)
+
     def booted():
         r = lab.vm.run(['grep', '-c', 'GUEST PCI', OS_GUEST_SERIAL])
         return r.rc == 0
-    if not lab.wait(booted, timeout=900, interval=5):
+    if not lab.wait(booted, timeout=900, interval=2):
         pytest.fail('the guest OS did not boot within 15 min; see %s in '
                     'the VM' % OS_GUEST_SERIAL)
-    record('guest OS boot', time.monotonic() - lab.os_guest_started)
+    record('guest OS boot (started early, under TCG)' if early
+           else 'guest OS boot', time.monotonic() - lab.os_guest_started)
     return OS_GUEST
+
+
+def guest_serial_tail(lab, lines=15):
+    """The end of the guest OS's console, for a failure's message."""
+    return lab.vm.run(['tail', '-n', str(lines), OS_GUEST_SERIAL]).stdout
 
 
 def guest_pci(lab):

@@ -41,6 +41,15 @@ def hostdev_uuids(lab, name):
     return {part.split("'")[1] for part in xml.split('<address uuid=')[1:]}
 
 
+def not_seen(lab, name):
+    """What a failure says: the guest's last PCI list and console lines,
+    and the PCI devices QEMU has for it."""
+    qemu = lab.virsh('qemu-monitor-command', name, '--hmp', 'info pci')
+    return ('guest PCI: %s\nguest console:\n%s\nQEMU (info pci):\n%s'
+            % (conftest.guest_pci(lab), conftest.guest_serial_tail(lab),
+               qemu.stdout[-3000:] or qemu.stderr))
+
+
 def _plug_unplug(lab, name, attach, detach, label):
     before = t4_slots(lab)
     assert before == set()
@@ -51,12 +60,12 @@ def _plug_unplug(lab, name, attach, detach, label):
     assert uuid in hostdev_uuids(lab, name)
     seen = lab.wait(lambda: t4_slots(lab), timeout=300, interval=2)
     conftest.record('guest sees it (%s)' % label, time.monotonic() - t0)
-    assert len(seen) == 1, conftest.guest_pci(lab)
+    assert len(seen) == 1, not_seen(lab, name)
     t0 = time.monotonic()
     detach(uuid)
     conftest.record('unplug (%s)' % label, time.monotonic() - t0)
     assert lab.wait(lambda: not t4_slots(lab), timeout=300, interval=2), \
-        conftest.guest_pci(lab)
+        not_seen(lab, name)
     assert uuid not in hostdev_uuids(lab, name)
     assert lab.wait(lambda: uuid not in lab.mdevs(), 60)
     assert lab.is_running(name)
