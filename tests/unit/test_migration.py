@@ -4,6 +4,7 @@ stand-in ``virDomain`` whose migration runs until released or aborted (a
 real migration needs two hosts with VFIO migration: not in unit tests; the
 checks run against a real libvirtd in tests/functional)."""
 
+import re
 import threading
 
 import libvirt
@@ -122,19 +123,26 @@ def test_ctrl_c_aborts_the_job_and_waits_for_it():
         migration.Plan(domain='vm1', dest_uri='x', checks=()), outcome)
 
 
-def test_libvirts_failure_is_raised_with_its_reason():
+def refused_by_libvirt(error):
+    """The LibvirtError ``migration.migrate`` raises when libvirt's
+    migration call raises ``error``."""
     dom = StandInDomain()
 
     def refuse(uri, params, flags):
-        raise libvirt.libvirtError('unsupported configuration: VFIO '
-                                   'migration is not supported')
+        raise error
 
     dom.migrateToURI3 = refuse
-    with pytest.raises(exception.LibvirtError,
-                       match='migration to qemu\\+ssh://b/system: '
-                             'unsupported configuration'):
+    with pytest.raises(exception.LibvirtError) as e:
         migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
                           poll=0.01)
+    return str(e.value)
+
+
+def test_libvirts_failure_is_raised_with_its_reason():
+    said = refused_by_libvirt(libvirt.libvirtError(
+        'unsupported configuration: VFIO migration is not supported'))
+    assert re.search('migration to qemu\\+ssh://b/system: '
+                     'unsupported configuration', said), said
 
 
 class HookRefused(libvirt.libvirtError):
@@ -150,35 +158,20 @@ class HookRefused(libvirt.libvirtError):
 def test_a_hooks_refusal_is_said_in_the_hooks_own_words():
     said = ("libvirt-gpu: cannot migrate in domain 'vm1': No capacity left "
             "for vGPU type nvidia-223 on any GPU of this host")
-    dom = StandInDomain()
-
-    def refuse(uri, params, flags):
-        raise HookRefused(
-            'Hook script execution failed: internal error: Child process '
-            '(LC_ALL=C PATH=/usr/bin HOME=/root /etc/libvirt/hooks/qemu.d/'
-            'libvirt-gpu vm1 migrate begin -) unexpected exit status 1: '
-            + said + '\n')
-
-    dom.migrateToURI3 = refuse
-    with pytest.raises(exception.LibvirtError) as e:
-        migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
-                          poll=0.01)
-    assert str(e.value) == ('libvirt: migration to qemu+ssh://b/system: a '
-                            'qemu hook refused it: ' + said)
+    message = refused_by_libvirt(HookRefused(
+        'Hook script execution failed: internal error: Child process '
+        '(LC_ALL=C PATH=/usr/bin HOME=/root /etc/libvirt/hooks/qemu.d/'
+        'libvirt-gpu vm1 migrate begin -) unexpected exit status 1: '
+        + said + '\n'))
+    assert message == ('libvirt: migration to qemu+ssh://b/system: a '
+                       'qemu hook refused it: ' + said)
 
 
 def test_a_hook_failure_worded_otherwise_is_said_whole():
-    dom = StandInDomain()
-
-    def refuse(uri, params, flags):
-        raise HookRefused('Hook script execution failed: cannot execute')
-
-    dom.migrateToURI3 = refuse
-    with pytest.raises(exception.LibvirtError,
-                       match='a qemu hook refused it: Hook script execution '
-                             'failed: cannot execute$'):
-        migration.migrate(*hosts(dom), 'qemu+ssh://b/system', 'vm1',
-                          poll=0.01)
+    said = refused_by_libvirt(HookRefused(
+        'Hook script execution failed: cannot execute'))
+    assert re.search('a qemu hook refused it: Hook script execution '
+                     'failed: cannot execute$', said), said
 
 
 def test_versions_decode():
