@@ -49,7 +49,7 @@ def _uses_os_guest(item):
 def pytest_collection_modifyitems(session, config, items):
     # Within the kernel tests (they stay where they are among the other
     # layers' tests): first those that need neither the guest OS nor much
-    # CPU, while the guest OS boots (seconds under KVM, minutes without); then
+    # CPU (where the guest OS runs under TCG, it boots meanwhile); then
     # the hot-plug tests, which need it (test_hotplug powers it off after
     # them); then the migration tests (several QEMUs starting at once);
     # the reboot test powers the VM off: last.
@@ -105,11 +105,8 @@ def lab(vm_assets, request):
         record('boot', vm.boot())
         lab = lab_mod.Lab(vm)
         record('libvirtd ready', lab.start_libvirtd())
-        kvm = vm.run(['cat', vm_init.KVM_STATE]).stdout.strip()
-        lab.os_guest_virt = 'kvm' if kvm == 'yes' else 'qemu'
-        OBSERVED['guest OS runs under'] = (
-            'KVM (on the SVM that TCG emulates)' if kvm == 'yes' else
-            'TCG inside TCG (KVM in the VM: %s)' % (kvm or 'no answer'))
+        lab.os_guest_kvm = vm.run(['cat', vm_init.KVM_STATE]).stdout.strip()
+        lab.os_guest_virt = 'kvm' if lab.os_guest_kvm == 'yes' else 'qemu'
         lab.os_guest_started = None
         # Under TCG the guest OS takes minutes to boot: then it starts now,
         # while the tests that need no guest OS run (when a collected test
@@ -127,6 +124,10 @@ def lab(vm_assets, request):
 
 def _start_os_guest(lab, assets):
     t0 = time.monotonic()
+    OBSERVED['guest OS runs under'] = (
+        'KVM (on the SVM that TCG emulates)' if lab.os_guest_virt == 'kvm'
+        else 'TCG inside TCG (KVM in the VM: %s)'
+        % (lab.os_guest_kvm or 'no answer'))
     lab.define(lab_mod.guest_xml(OS_GUEST, kernel=assets.guest_kernel,
                                  initrd=assets.guest_initramfs,
                                  serial=OS_GUEST_SERIAL, memory_mb=160,
