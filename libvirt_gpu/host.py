@@ -179,18 +179,73 @@ class Host(object):
 
     def define_mdev(self, xml, autostart=False):
         """``virNodeDeviceDefineXML`` (libvirt >= 7.3): a persistent mdev,
-        not started; ``autostart`` starts it at boot."""
+        not started; ``autostart`` starts it at boot.  When autostart
+        cannot be set, the definition is dropped again: nothing is left
+        half-made."""
         try:
             dev = self.connect().nodeDeviceDefineXML(xml, 0)
-            if autostart:
-                dev.setAutostart(1)
-            return dev.name()
-        except (libvirt.libvirtError, AttributeError) as e:
-            if isinstance(e, AttributeError):   # libvirt-python < 7.3
-                raise exception.NotSupported(
-                    what='defining an mdev through libvirt',
-                    reason='libvirt-python has no nodeDeviceDefineXML')
+        except AttributeError:      # libvirt-python < 7.3
+            raise exception.NotSupported(
+                what='defining an mdev through libvirt',
+                reason='libvirt-python has no nodeDeviceDefineXML')
+        except libvirt.libvirtError as e:
             raise _typed(e, 'defining an mdev through libvirt')
+        name = dev.name()
+        if autostart:
+            try:
+                self._set_autostart(name)
+            except (libvirt.libvirtError, AttributeError) as e:
+                if isinstance(e, AttributeError):   # libvirt-python < 7.8
+                    error = exception.NotSupported(
+                        what='marking an mdev to start at boot through '
+                             'libvirt',
+                        reason='libvirt-python has no '
+                               'virNodeDevice.setAutostart')
+                else:
+                    error = _typed(e, 'marking mdev %s to start at boot'
+                                   % name)
+                left = self._undefine_named(name)
+                if left:
+                    raise exception.LibvirtError(
+                        reason='%s; %s' % (error.kwargs['reason'], left))
+                raise error
+        return name
+
+    # libvirt (9.0, with mdevctl) rebuilds its list of defined mdevs from
+    # mdevctl's after each define: for a moment a device defined just
+    # before may be missing from it, and setAutostart on it answers
+    # VIR_ERR_NO_NODE_DEVICE (seen with two defines in a row in the
+    # kernel tests; a lookup a quarter of a second later finds it).
+    AUTOSTART_WAIT = 5.0
+
+    def _set_autostart(self, name):
+        conn = self.connect()
+        try:
+            return conn.nodeDeviceLookupByName(name).setAutostart(1)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE:
+                raise
+        import tenacity
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, libvirt.libvirtError) and
+                e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE),
+            stop=tenacity.stop_after_delay(self.AUTOSTART_WAIT),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
+            reraise=True)
+        return retrying(
+            lambda: conn.nodeDeviceLookupByName(name).setAutostart(1))
+
+    def _undefine_named(self, name):
+        """Undefine node device ``name`` (a define being undone); None,
+        or what is left and how to remove it."""
+        try:
+            self.connect().nodeDeviceLookupByName(name).undefine(0)
+        except libvirt.libvirtError as e:
+            return ('its definition could not be dropped (%s): remove it '
+                    'with "virsh nodedev-undefine %s"'
+                    % (e.get_error_message(), name))
+        return None
 
     def find_mdev(self, uuid, inactive=False):
         """The ``virNodeDevice`` of mdev ``uuid`` (looked up by UUID, never

@@ -146,3 +146,92 @@ def test_device_removed_events_need_the_event_loop_first(loop, events):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [events]
+
+
+class _Defined(object):
+    """A virNodeDevice just defined; its setAutostart answers from
+    ``answers`` in turn (an error code raises, None succeeds)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def name(self):
+        return 'mdev_%s_0000_af_00_0' % UUID.replace('-', '_')
+
+    def setAutostart(self, on):
+        self.conn.calls.append(('setAutostart', on))
+        code = self.conn.answers.pop(0)
+        if code is not None:
+            raise _error(code)
+
+    def undefine(self, flags):
+        self.conn.calls.append(('undefine',))
+        if self.conn.undefine_fails:
+            raise _error(libvirt.VIR_ERR_NO_NODE_DEVICE)
+
+
+class _DefineConn(object):
+    def __init__(self, answers, undefine_fails=False):
+        self.answers = list(answers)
+        self.undefine_fails = undefine_fails
+        self.calls = []
+
+    def nodeDeviceDefineXML(self, xml, flags):
+        self.calls.append(('define',))
+        return _Defined(self)
+
+    def nodeDeviceLookupByName(self, name):
+        assert name == _Defined(self).name()
+        return _Defined(self)
+
+
+def _defining(conn):
+    h = host.Host('test:///none')
+    h._conn = conn
+    h.AUTOSTART_WAIT = 2.0
+    return h
+
+
+def test_autostart_waits_for_libvirt_to_list_the_device_it_defined():
+    # libvirt 9.0 loses a device it just defined from its list for a
+    # moment (kernel tests, two defines in a row): looked up again
+    conn = _DefineConn([libvirt.VIR_ERR_NO_NODE_DEVICE,
+                        libvirt.VIR_ERR_NO_NODE_DEVICE, None])
+    name = _defining(conn).define_mdev('<device/>', autostart=True)
+    assert name == _Defined(conn).name()
+    assert conn.calls == [('define',)] + [('setAutostart', 1)] * 3
+
+
+def test_autostart_refused_drops_the_definition():
+    conn = _DefineConn([libvirt.VIR_ERR_INTERNAL_ERROR])
+    with pytest.raises(exception.LibvirtError) as e:
+        _defining(conn).define_mdev('<device/>', autostart=True)
+    assert 'to start at boot' in str(e.value)
+    assert 'nodedev-undefine' not in str(e.value)
+    assert conn.calls == [('define',), ('setAutostart', 1), ('undefine',)]
+
+
+def test_autostart_never_listed_drops_the_definition_or_says_how():
+    conn = _DefineConn([libvirt.VIR_ERR_NO_NODE_DEVICE] * 100,
+                       undefine_fails=True)
+    h = _defining(conn)
+    h.AUTOSTART_WAIT = 0.3
+    with pytest.raises(exception.LibvirtError) as e:
+        h.define_mdev('<device/>', autostart=True)
+    assert conn.calls[-1] == ('undefine',)
+    assert 'virsh nodedev-undefine %s' % _Defined(conn).name() in \
+        str(e.value)
+
+
+def test_libvirt_python_without_set_autostart_leaves_no_definition():
+    class Old(_Defined):
+        setAutostart = property()       # AttributeError, as before 7.8
+
+    class OldConn(_DefineConn):
+        def nodeDeviceLookupByName(self, name):
+            return Old(self)
+
+    conn = OldConn([])
+    with pytest.raises(exception.NotSupported):
+        _defining(conn).define_mdev('<device/>', autostart=True)
+    assert conn.calls == [('define',), ('undefine',)]
