@@ -94,36 +94,51 @@ host = None
 if P['libvirt']:
     host = host_mod.Host.from_connection(libvirt.open(%r))
 backend = mdev.MdevBackend(sysfs_mod.Sysfs('/sys'), host=host)
-# The edge of this script: its parameters are parsed here, once.
-device = base.VgpuDevice(objects.validate_uuid(P['uuid']),
-                         objects.PciAddress.parse(P['parent']),
-                         objects.validate_type_id(P['type']))
-try:
-    if P['op'] == 'create':
-        res = backend.prepare(device)
-    elif P['op'] == 'remove':
-        res = backend.remove(P['uuid'])
-    elif P['op'] == 'define':
-        backend.define(device, start=P['start'])
-        res = True
-    elif P['op'] == 'undefine':
-        res = backend.undefine(P['uuid'])
-except exception.LibvirtGpuError as e:
-    out({'error': type(e).__name__, 'message': str(e)})
-else:
-    out({'result': res})
+answers = []
+for C in P['calls']:
+    # The edge of this script: its parameters are parsed here, once.
+    device = base.VgpuDevice(objects.validate_uuid(C['uuid']),
+                             objects.PciAddress.parse(C['parent']),
+                             objects.validate_type_id(C['type']))
+    try:
+        if C['op'] == 'create':
+            res = backend.prepare(device)
+        elif C['op'] == 'remove':
+            res = backend.remove(C['uuid'])
+        elif C['op'] == 'define':
+            backend.define(device, start=C['start'])
+            res = True
+        elif C['op'] == 'undefine':
+            res = backend.undefine(C['uuid'])
+    except exception.LibvirtGpuError as e:
+        answers.append({'error': type(e).__name__, 'message': str(e)})
+    else:
+        answers.append({'result': res})
+out(answers)
 ''' % URI
+
+
+def mdev_call(op, uuid, parent=None, type_id=None, start='manual'):
+    """One call of the mdev backend, for ``mdevs``."""
+    return dict(op=op, uuid=uuid, parent=parent or '0000:00:05.0',
+                type=type_id or 'nvidia-223', start=start)
+
+
+def mdevs(vm, calls, libvirt=True):
+    """The mdev backend's calls (``mdev_call``: create, remove, define,
+    undefine) made in order by one backend in one process, through
+    libvirt's node-device API (``libvirt=True``) or sysfs only; their
+    answers, in order (each process start costs seconds under TCG)."""
+    return _answer(python(vm, _BACKEND, calls=list(calls), libvirt=libvirt),
+                   'mdev backend %s' % ', '.join(c['op'] for c in calls))
 
 
 def mdev(vm, op, uuid, parent=None, type_id=None, libvirt=True,
          start='manual'):
-    """The mdev backend's ``op`` (create/remove/define/undefine), through
-    libvirt's node-device API (``libvirt=True``) or sysfs only."""
-    return _answer(python(vm, _BACKEND, op=op, uuid=uuid,
-                          parent=parent or '0000:00:05.0',
-                          type=type_id or 'nvidia-223', libvirt=libvirt,
-                          start=start),
-                   'mdev backend %s' % op)
+    """The mdev backend's ``op`` (create/remove/define/undefine), alone
+    in its process."""
+    return mdevs(vm, [mdev_call(op, uuid, parent, type_id, start)],
+                 libvirt)[0]
 
 
 _LEASES = '''
@@ -154,15 +169,31 @@ def hook_install(vm, python=None):
     return cli_json(vm, *args)
 
 
-def hook_crashing_at(vm, step):
-    """Install the hook with an interpreter that SIGKILLs it at ``step``
-    (libvirt runs hooks with an almost empty environment, so the crash
-    point is set by a wrapper around the venv's Python)."""
-    wrapper = '/usr/local/bin/python-crash-at'
-    vm.write_file(wrapper, '#!/bin/sh\n%s=%s exec %s "$@"\n'
-                  % (CRASH_ENV, step, PYTHON))
-    vm.run(['chmod', '755', wrapper]).check('chmod')
-    return hook_install(vm, python=wrapper)
+CRASH_WRAPPER = '/usr/local/bin/python-crash-at'
+CRASH_FILE = '/run/libvirt-gpu-crash-at'
+
+
+def hook_install_crashing(vm):
+    """Install the hook with an interpreter that SIGKILLs it at the step
+    named in CRASH_FILE (``crash_at``), none while the file is absent.
+    libvirt runs hooks with an almost empty environment, so the crash
+    point is set by a wrapper around the venv's Python; read from a file,
+    it changes without installing the hook again (seconds each here)."""
+    vm.write_file(CRASH_WRAPPER,
+                  '#!/bin/sh\n'
+                  '{ read -r step < %s; } 2>/dev/null && export %s="$step"\n'
+                  'exec %s "$@"\n' % (CRASH_FILE, CRASH_ENV, PYTHON))
+    vm.run(['chmod', '755', CRASH_WRAPPER]).check('chmod')
+    return hook_install(vm, python=CRASH_WRAPPER)
+
+
+def crash_at(vm, step):
+    """The step at which the hook of ``hook_install_crashing`` kills
+    itself; None: at none."""
+    if step is None:
+        vm.run(['rm', '-f', CRASH_FILE]).check('rm ' + CRASH_FILE)
+    else:
+        vm.write_file(CRASH_FILE, step + '\n')
 
 
 if __name__ == '__main__':

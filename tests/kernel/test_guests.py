@@ -167,10 +167,11 @@ def test_hook_killed_during_prepare_then_reconcile_leaves_nothing(lab, guest):
     u1, u2 = new_uuid(), new_uuid()
     name = guest('crash-hook', [(u1, 'nvidia-223', A),
                                 (u2, 'nvidia-223', B)])
+    product.hook_install_crashing(lab.vm)
     try:
         for step in ('prepare:reserved', 'prepare:created',
                      'prepare:marked'):
-            product.hook_crashing_at(lab.vm, step)
+            product.crash_at(lab.vm, step)
             r = lab.start(name)
             assert r.rc != 0, 'started although its hook was killed (%s)' \
                 % step
@@ -180,6 +181,7 @@ def test_hook_killed_during_prepare_then_reconcile_leaves_nothing(lab, guest):
             assert lab.available(A, 'nvidia-223') == 8, step
             assert lab.available(B, 'nvidia-223') == 8, step
     finally:
+        product.crash_at(lab.vm, None)
         product.hook_install(lab.vm)
     # and the guest starts normally afterwards
     lab.start(name).check()

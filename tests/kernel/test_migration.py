@@ -13,10 +13,11 @@ vGPU's migration stream: set on A's vGPUs, read on B's, it shows that the
 device state moved, not that new devices were made.
 
 In file order: B without room refuses (our command, then ``virsh migrate``
-straight), a migration aborted with Ctrl-C after B's ``prepare`` leaves
-nothing on B, then A -> B with ``libvirt-gpu migrate`` and B -> A with
-``virsh migrate --live``.  The guest is the same throughout; each test
-ends with it running on A with its two vGPUs and their state.
+straight), A -> B with ``libvirt-gpu migrate`` and B -> A with ``virsh
+migrate --live``, then a migration aborted with Ctrl-C after B's
+``prepare`` leaves nothing on B (last: it leaves B with a slow hook).  The
+guest is the same throughout; each test ends with it running on A with its
+two vGPUs and their state.
 """
 
 import json
@@ -66,8 +67,7 @@ def dmesg_bytes(lab, uuid, verb):
 
 
 def guest_uuid(lab):
-    return lab.domain('xml', GUEST).check().stdout.split(
-        '<uuid>')[1].split('<')[0]
+    return lab.domain_xml(GUEST).split('<uuid>')[1].split('<')[0]
 
 
 @pytest.fixture(scope='module')
@@ -155,66 +155,6 @@ def test_b_without_room_refuses_before_anything_starts(lab, host_b, mover):
     assert on_gpu(lab, B) == set()
 
 
-# B's hook interpreter for the abort test: the product's hook as usual,
-# then, after a prepare, a 20 s pause, as on a destination whose QEMU
-# takes its time to start (a large guest): the window in which the
-# source's job waits for B, after B made its vGPUs, is then wide enough
-# for a Ctrl-C
-# every time.  ($1 is -IS, $2 the hook, $3 the domain, $4 the operation.)
-SLOW_PREPARE = '/usr/local/bin/python-slow-prepare'
-SLOW_PREPARE_SH = '''#!/bin/sh
-%s "$@"; rc=$?
-[ "$4" = prepare ] && sleep 20
-exit $rc
-''' % product.PYTHON
-
-_IN_BACKGROUND = ('setsid -f sh -c \'"$0" "$@" > /tmp/mig-abort.out 2>&1; '
-                  'echo $? > /tmp/mig-abort.rc\' "$@" '
-                  '< /dev/null > /dev/null 2>&1')
-
-
-def test_an_aborted_migration_leaves_the_guest_on_a_and_nothing_on_b(
-        lab, host_b, mover):
-    uuids = hostdev_uuids(lab.domain_xml(mover))
-    lab.vm.write_file(SLOW_PREPARE, SLOW_PREPARE_SH)
-    lab.vm.run(['chmod', '755', SLOW_PREPARE]).check()
-    host_b.install_hook(python=SLOW_PREPARE)
-    try:
-        _abort_after_b_prepared(lab, host_b, mover, uuids)
-    finally:
-        host_b.install_hook()
-
-
-def _abort_after_b_prepared(lab, host_b, mover, uuids):
-    lab.vm.run(['rm', '-f', '/tmp/mig-abort.out', '/tmp/mig-abort.rc'])
-    lab.vm.run(['sh', '-c', _IN_BACKGROUND, 'sh', product.CLI,
-                '--config-file', product.CONFIG, 'migrate', mover,
-                host_b.uri, '--migrate-uri', LOOPBACK % 49154]).check(
-                    'migrate &')
-    # B's prepare has made its vGPUs: QEMU starts there now; Ctrl-C.
-    t0 = time.monotonic()
-    lab.wait(lambda: len(on_gpu(lab, B)) == 2
-             or lab.exists('/tmp/mig-abort.rc'), 300, 0.3)
-    assert len(on_gpu(lab, B)) == 2, (
-        lab.vm.run(['cat', '/tmp/mig-abort.out']).stdout
-        + host_b.log()[-2000:])
-    # the CLI's Python only, not the shell around it (a shell killed by
-    # SIGINT would not write the exit status)
-    lab.vm.run(['pkill', '-INT', '-f', '^[^ ]*python[^ ]* %s --config-file '
-                '%s migrate' % (product.CLI, product.CONFIG)]).check(
-                    'pkill -INT')
-    assert len(product.leases(lab.vm, host_b.state_dir)) == 2
-    assert lab.wait(lambda: lab.exists('/tmp/mig-abort.rc'), 300)
-    conftest.record('migration aborted after B prepared',
-                    time.monotonic() - t0)
-    out = lab.vm.read('/tmp/mig-abort.out')
-    assert lab.vm.read('/tmp/mig-abort.rc').strip() == '130', out
-    assert 'aborted' in out, out
-    # B's release ran for its QEMU: nothing of the guest is left there
-    assert lab.wait(lambda: on_gpu(lab, B) == set(), 120), lab.mdevs()
-    assert_on_a_untouched(lab, host_b, uuids)
-
-
 def test_a_to_b_with_our_command_and_back_with_virsh(lab, host_b, mover):
     dom_uuid = guest_uuid(lab)
     a_uuids = hostdev_uuids(lab.domain_xml(mover))
@@ -274,3 +214,62 @@ def test_a_to_b_with_our_command_and_back_with_virsh(lab, host_b, mover):
     conftest.OBSERVED['B -> A'] = ' '.join(
         line.strip() for line in stats.splitlines()
         if line.startswith(('Time elapsed:', 'Total downtime:')))
+
+
+# B's hook interpreter for the abort test: the product's hook as usual,
+# then, after a prepare, a 12 s pause, as on a destination whose QEMU
+# takes its time to start (a large guest): the window in which the
+# source's job waits for B, after B made its vGPUs, is then wide enough
+# for a Ctrl-C every time (the test sees B's vGPUs within a second).
+# ($1 is -IS, $2 the hook, $3 the domain, $4 the operation.)
+SLOW_PREPARE = '/usr/local/bin/python-slow-prepare'
+SLOW_PREPARE_SH = '''#!/bin/sh
+%s "$@"; rc=$?
+[ "$4" = prepare ] && sleep 12
+exit $rc
+''' % product.PYTHON
+
+_IN_BACKGROUND = ('setsid -f sh -c \'"$0" "$@" > /tmp/mig-abort.out 2>&1; '
+                  'echo $? > /tmp/mig-abort.rc\' "$@" '
+                  '< /dev/null > /dev/null 2>&1')
+
+
+def test_an_aborted_migration_leaves_the_guest_on_a_and_nothing_on_b(
+        lab, host_b, mover):
+    uuids = hostdev_uuids(lab.domain_xml(mover))
+    lab.vm.write_file(SLOW_PREPARE, SLOW_PREPARE_SH)
+    lab.vm.run(['chmod', '755', SLOW_PREPARE]).check()
+    # B keeps this hook until host_b stops it after this test, the last
+    # of the file: installing the usual one again would cost seconds.
+    host_b.install_hook(python=SLOW_PREPARE)
+    _abort_after_b_prepared(lab, host_b, mover, uuids)
+
+
+def _abort_after_b_prepared(lab, host_b, mover, uuids):
+    lab.vm.run(['rm', '-f', '/tmp/mig-abort.out', '/tmp/mig-abort.rc'])
+    lab.vm.run(['sh', '-c', _IN_BACKGROUND, 'sh', product.CLI,
+                '--config-file', product.CONFIG, 'migrate', mover,
+                host_b.uri, '--migrate-uri', LOOPBACK % 49154]).check(
+                    'migrate &')
+    # B's prepare has made its vGPUs: QEMU starts there now; Ctrl-C.
+    t0 = time.monotonic()
+    lab.wait(lambda: len(on_gpu(lab, B)) == 2
+             or lab.exists('/tmp/mig-abort.rc'), 300, 0.3)
+    assert len(on_gpu(lab, B)) == 2, (
+        lab.vm.run(['cat', '/tmp/mig-abort.out']).stdout
+        + host_b.log()[-2000:])
+    # the CLI's Python only, not the shell around it (a shell killed by
+    # SIGINT would not write the exit status)
+    lab.vm.run(['pkill', '-INT', '-f', '^[^ ]*python[^ ]* %s --config-file '
+                '%s migrate' % (product.CLI, product.CONFIG)]).check(
+                    'pkill -INT')
+    assert len(product.leases(lab.vm, host_b.state_dir)) == 2
+    assert lab.wait(lambda: lab.exists('/tmp/mig-abort.rc'), 300)
+    conftest.record('migration aborted after B prepared',
+                    time.monotonic() - t0)
+    out = lab.vm.read('/tmp/mig-abort.out')
+    assert lab.vm.read('/tmp/mig-abort.rc').strip() == '130', out
+    assert 'aborted' in out, out
+    # B's release ran for its QEMU: nothing of the guest is left there
+    assert lab.wait(lambda: on_gpu(lab, B) == set(), 120), lab.mdevs()
+    assert_on_a_untouched(lab, host_b, uuids)

@@ -23,13 +23,12 @@ def test_restore_brings_back_defined_vgpus_after_a_reboot(lab):
     wanted = {str(uuidlib.uuid4()): (A, 'nvidia-223'),
               str(uuidlib.uuid4()): (A, 'nvidia-223'),
               str(uuidlib.uuid4()): (B, 'nvidia-231')}
-    for uuid, (parent, type_id) in wanted.items():
-        assert product.mdev(lab.vm, 'define', uuid, parent, type_id,
-                            start='auto') == {'result': True}
-    # started now, through the product (they exist until the power-off)
-    for uuid, (parent, type_id) in wanted.items():
-        assert product.mdev(lab.vm, 'create', uuid, parent, type_id) == \
-            {'result': True}
+    # defined, then started now, through the product (they exist until the
+    # power-off)
+    calls = [product.mdev_call(op, uuid, parent, type_id, start='auto')
+             for op in ('define', 'create')
+             for uuid, (parent, type_id) in wanted.items()]
+    assert product.mdevs(lab.vm, calls) == [{'result': True}] * 6
     assert lab.mdevs() == wanted
     lab.define(lab_mod.guest_xml('keeper', [
         (u, t, p) for u, (p, t) in wanted.items()]))

@@ -43,8 +43,10 @@ from tests.kernel import vm_init
 
 QEMU = 'qemu-system-x86_64'
 GPU_ADDRESSES = ('0000:00:05.0', '0000:00:06.0')
+# /var/cache/libvirt: libvirtd's probe of QEMU's capabilities (about 15 s
+# here) is done once, not again after the reboot test's power-off.
 PERSISTENT_PATHS = ('/etc/mdevctl.d', '/etc/libvirt/qemu',
-                    '/var/lib/libvirt-gpu')
+                    '/var/lib/libvirt-gpu', '/var/cache/libvirt')
 _PR_SET_PDEATHSIG = 1
 
 
@@ -252,14 +254,18 @@ class TestVm(object):
     def run(self, argv, input=None, timeout=120, env=None, wait=True):
         """Run ``argv`` in the VM; Result.  ``timeout`` is enforced in the
         VM (rc 124) and, with a margin, here."""
+        return self._request(dict(argv=list(argv), input=input,
+                                  timeout=timeout, env=env or {}),
+                             timeout, argv, wait)
+
+    def _request(self, req, timeout, what, wait=True):
         if self._sock is None:
             raise VmError('the test VM is not running')
         rid = next(self._ids)
         waiter = queue.Queue()
         with self._lock:
             self._waiting[rid] = waiter
-        req = dict(id=rid, argv=list(argv), input=input, timeout=timeout,
-                   env=env or {})
+        req['id'] = rid
         self._sock.sendall(vm_init.frame(req))
         if not wait:
             return None
@@ -267,17 +273,27 @@ class TestVm(object):
             msg = waiter.get(timeout=timeout + 30)
         except queue.Empty:
             raise VmError('no answer from the test VM to %s within %d s'
-                          % (argv, timeout + 30))
+                          % (what, timeout + 30))
         if msg is None:
             raise VmError('the test VM went away during %s; see %s'
-                          % (argv, self.console_log()))
+                          % (what, self.console_log()))
         return Result(msg['rc'], msg['stdout'], msg['stderr'])
 
     def sh(self, script, **kwargs):
         return self.run(['sh', '-c', script], **kwargs)
 
     def read(self, path):
-        return self.run(['cat', path]).check('cat ' + path).stdout
+        """The text of ``path`` in the VM, read by the agent itself (no
+        process is started)."""
+        return self._request(dict(fs=dict(op='read', path=path)), 60,
+                             path).check('reading ' + path).stdout
+
+    def links(self, *globs):
+        """{path: real path} of what each glob pattern matches in the VM
+        (and still exists), resolved by the agent itself."""
+        r = self._request(dict(fs=dict(op='links', globs=list(globs))), 60,
+                          globs).check('listing ' + ' '.join(globs))
+        return json.loads(r.stdout)
 
     def write_file(self, path, text):
         self.run(['sh', '-c', 'mkdir -p "$(dirname "$1")" && cat > "$1"',

@@ -28,7 +28,8 @@ The agent speaks one JSON object per line over the virtio-serial port named
 ``tk.agent``: it first writes ``{"hello": ...}``; each request
 ``{"id", "argv", "input", "timeout", "env"}`` is run in its own thread and
 answered ``{"id", "rc", "stdout", "stderr"}`` (rc 124 on timeout, 127 when
-the program does not exist).
+the program does not exist); ``{"id", "fs"}`` is a file read or a listing
+of links that the agent answers itself (``fs_request``).
 """
 
 import fcntl
@@ -298,6 +299,11 @@ class Agent(object):
                     time.sleep(0.2)    # host not connected (yet)
 
     def handle(self, req):
+        if 'fs' in req:
+            out = fs_request(req['fs'])
+            out['id'] = req.get('id')
+            self.send(out)
+            return
         env = dict(os.environ)
         env.update(req.get('env') or {})
         try:
@@ -330,6 +336,29 @@ class Agent(object):
             for req in requests:
                 threading.Thread(target=self.handle, args=(req,),
                                  daemon=True).start()
+
+
+def fs_request(q):
+    """A file request answered here, without starting a process (each
+    ``cat`` or ``readlink`` costs a fork and an exec under TCG):
+    ``{"op": "read", "path"}``: the file's text; ``{"op": "links",
+    "globs": [...]}``: ``{path: real path}`` (JSON) of what each pattern
+    matches and still exists."""
+    try:
+        if q.get('op') == 'read':
+            with open(q['path'], errors='replace') as f:
+                return dict(rc=0, stdout=f.read(), stderr='')
+        if q.get('op') == 'links':
+            found = {}
+            for pattern in q['globs']:
+                for path in sorted(glob.glob(pattern)):
+                    real = os.path.realpath(path)
+                    if os.path.exists(real):
+                        found[path] = real
+            return dict(rc=0, stdout=json.dumps(found), stderr='')
+    except (OSError, KeyError, TypeError) as e:
+        return dict(rc=1, stdout='', stderr='%s: %s' % (q.get('op'), e))
+    return dict(rc=2, stdout='', stderr='unknown file request %r' % (q,))
 
 
 def _text(b):
