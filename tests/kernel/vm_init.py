@@ -377,13 +377,16 @@ def main():
     conf = read_conf()
     signal.signal(signal.SIGALRM, poweroff)
     signal.alarm(int(conf['watchdog_s']))
+    log('PID 1 (the kernel booted and the initramfs ran until here)')
     for step in (base_mounts, kernel_modules, kvm, qemu_tree,
                  persistent_disk, files, users, udev):
+        t0 = time.monotonic()
         try:
             step(conf)
         except Exception:   # keep going: the tests see what is missing
             log('setup step %s failed' % step.__name__)
             traceback.print_exc()
+        log('%s: %.1f s' % (step.__name__, time.monotonic() - t0))
     log('setup done')
     agent = None
     while True:
