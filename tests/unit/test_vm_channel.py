@@ -1,5 +1,8 @@
 """The test VM's channel framing (tests/kernel/vm_init.py, used by both
-ends): one JSON object per line, arriving in arbitrary chunks."""
+ends): one JSON object per line, arriving in arbitrary chunks; and the
+file requests its agent answers without starting a process."""
+
+import json
 
 from tests.kernel import vm_init
 
@@ -20,3 +23,30 @@ def test_an_incomplete_line_waits_for_the_rest():
     assert (got, buf) == ([], b'{"id": 3, "std')
     got, buf = vm_init.unframe(buf, b'out": "x"}\n')
     assert (got, buf) == ([{'id': 3, 'stdout': 'x'}], b'')
+
+
+def test_the_agent_reads_files_and_resolves_links_itself(tmp_path):
+    # the shape of /sys/bus/mdev/devices: links to devices under their
+    # parent, each with an mdev_type link (lab.mdevs reads these)
+    parent = tmp_path / 'devices' / '0000:00:05.0'
+    (parent / 'types' / 'nvidia-223').mkdir(parents=True)
+    (parent / 'u1').mkdir()
+    (parent / 'u1' / 'mdev_type').symlink_to(parent / 'types' / 'nvidia-223')
+    bus = tmp_path / 'bus'
+    bus.mkdir()
+    (bus / 'u1').symlink_to(parent / 'u1')
+    (bus / 'gone').symlink_to(parent / 'gone')     # dangling: left out
+    (parent / 'u1' / 'state').write_text('0x11\n')
+
+    state = str(parent / 'u1' / 'state')
+    r = vm_init.fs_request({'op': 'read', 'path': state})
+    assert (r['rc'], r['stdout']) == (0, '0x11\n')
+    globs = [str(bus / '*'), str(bus / '*/mdev_type')]
+    r = vm_init.fs_request({'op': 'links', 'globs': globs})
+    assert r['rc'] == 0
+    assert json.loads(r['stdout']) == {
+        str(bus / 'u1'): str(parent / 'u1'),
+        str(bus / 'u1' / 'mdev_type'): str(parent / 'types' / 'nvidia-223')}
+    missing = vm_init.fs_request({'op': 'read', 'path': str(tmp_path / 'x')})
+    assert missing['rc'] == 1 and 'No such file' in missing['stderr']
+    assert vm_init.fs_request({'op': 'write'})['rc'] == 2
