@@ -219,13 +219,9 @@ class Host(object):
     AUTOSTART_WAIT = 5.0
 
     def _set_autostart(self, name):
-        conn = self.connect()
-        try:
-            return conn.nodeDeviceLookupByName(name).setAutostart(1)
-        except libvirt.libvirtError as e:
-            if e.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE:
-                raise
+        # tenacity makes the first call at once, without waiting
         import tenacity
+        conn = self.connect()
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(
                 lambda e: isinstance(e, libvirt.libvirtError) and
