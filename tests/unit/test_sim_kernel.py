@@ -15,6 +15,7 @@ from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.simulator import uevent
 from tests.doubles import trees
+from tests.doubles.poll import wait_for
 
 A = '0000:3b:00.0'          # empty T4
 B = '0000:af:00.0'          # T4 holding two nvidia-223
@@ -226,10 +227,10 @@ def test_unbind_waits_for_busy_mdevs_and_refuses_creates(k):
     k.mark_busy(EXISTING)
     t = threading.Thread(target=k.unbind_parent, args=(B,))
     t.start()
-    time.sleep(0.2)
-    assert k.parent_state(B) == kernel_mod.GOING
-    # the idle one went at once, the busy one waits
-    assert [m.uuid for m in k.mdevs(B)] == [EXISTING]
+    # the idle one goes at once, the busy one waits (polled: the thread
+    # may not have run yet on a loaded machine)
+    assert wait_for(lambda: k.parent_state(B) == kernel_mod.GOING
+                    and [m.uuid for m in k.mdevs(B)] == [EXISTING])
     assert errno_of(k.create_mdev, B, 'nvidia-223', new_uuid()) == \
         errno.ENODEV
     assert k.available_instances(B, 'nvidia-223') == 0
