@@ -126,6 +126,9 @@ def main():
     p.add_argument('--record-runs', type=int, default=200)
     p.add_argument('--before', metavar='DIR',
                    help='also time the hook of the package in DIR')
+    p.add_argument('--importtime', type=int, metavar='N', default=0,
+                   help="print the N costliest imports of one warm 4-vGPU "
+                   "prepare (python -X importtime, cumulative)")
     args = p.parse_args()
 
     work = tempfile.mkdtemp(prefix='bench-hook-')
@@ -235,6 +238,8 @@ def main():
                   % (ms(min(runs)), ms(max(runs))))
             print('   CPU time of the hook, median:      %s'
                   % ms(statistics.median(runs_cpu)))
+            print('   ratio to the bare interpreter:     %.2fx (target <= '
+                  '3x)' % (statistics.median(runs) / m_bare))
             print('   migrate on the destination (4 vGPUs reserved, XML '
                   'rewritten), in turn with it:')
             print('   median of %d:                      %s, CPU %s'
@@ -245,11 +250,39 @@ def main():
                 print('   median of %d:                      %s, CPU %s'
                       % (len(old), ms(statistics.median(old)),
                          ms(statistics.median(old_cpu))))
+                print('   ratio now / before:                %.2fx'
+                      % (statistics.median(runs) / statistics.median(old)))
+            if args.importtime:
+                with kernel_sysfs.KernelWatcher(root, profile):
+                    import_profile(python, installed.path, args.importtime)
             recording(root, profile, config, installed.settings_file,
                       state_dir, args.record_runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def import_profile(python, hook_path, n):
+    """Where a warm 4-vGPU prepare's start-up goes: the ``n`` imports
+    with the largest cumulative time (``-X importtime``), and their sum
+    for the top-level ones."""
+    xml = gpu_xml(4)
+    r = subprocess.run([python, '-X', 'importtime', '-IS', hook_path, 'gpu',
+                        'prepare', 'begin', '-'], input=xml,
+                       capture_output=True, env=CLEAN_ENV)
+    timed([hook_path, 'gpu', 'release', 'end', '-'], xml, CLEAN_ENV)
+    rows = []
+    for line in r.stderr.decode().splitlines():
+        if not line.startswith('import time:') or 'cumulative' in line:
+            continue
+        own, cumulative, name = line.split('|', 2)
+        rows.append((int(cumulative), int(own.split(':')[1]), name[1:]))
+    top = [r for r in rows if not r[2].startswith(' ')]
+    print('\n   imports of one warm prepare: %d modules, top level %s '
+          '(cumulative)' % (len(rows), ms(sum(r[0] for r in top) / 1e6)))
+    for cumulative, own, name in sorted(rows, reverse=True)[:n]:
+        print('   %9s %9s  %s' % (ms(cumulative / 1e6), ms(own / 1e6),
+                                  name.rstrip()))
 
 
 def recording(root, profile, config, settings_file, state_dir, n):
