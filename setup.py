@@ -3,6 +3,7 @@ way OpenStack Placement expects."""
 
 import glob
 import os
+import re
 
 import setuptools
 
@@ -15,6 +16,12 @@ def _requirements(name):
                 if line.strip() and not line.startswith('#')]
 
 
+def _version():
+    with open(os.path.join(HERE, 'libvirt_gpu', '__init__.py')) as f:
+        found = re.search(r"^__version__ = '([^']+)'$", f.read(), re.M)
+    return found.group(1)
+
+
 def _data(directory):
     return [p for p in glob.glob(os.path.join(directory, '**', '*'),
                                  recursive=True) if os.path.isfile(p)]
@@ -22,7 +29,7 @@ def _data(directory):
 
 setuptools.setup(
     name='libvirt-gpu',
-    version='0.1.0',
+    version=_version(),
     description=__doc__.replace('\n', ' '),
     python_requires='>=3.9',
     packages=setuptools.find_packages(include=['libvirt_gpu', 'libvirt_gpu.*']),

@@ -51,7 +51,7 @@ from libvirt_gpu import objects  # noqa: E402
 from libvirt_gpu import simulator  # noqa: E402
 from libvirt_gpu import sysfs  # noqa: E402
 from libvirt_gpu.placement import model  # noqa: E402
-from libvirt_gpu.simulator import profile as profile_mod  # noqa: E402
+from libvirt_gpu.simulator import loading  # noqa: E402
 
 
 def _read_all_files(root):
@@ -74,7 +74,7 @@ def _quiet(_ctx, _err):
 def a100_host(gpus=8):
     """``gpus`` A100 PCIe 40GB, each with its 16 VFs enabled, built from the
     bundled ``a100`` profile's first GPU (its types, ids and VF layout)."""
-    with open(os.path.join(profile_mod.profile_dir(), 'a100.json')) as f:
+    with open(os.path.join(loading.profile_dir(), 'a100.json')) as f:
         data = json.load(f)
     pf = dict(data['devices'][0])
     vf_template = dict(data['devices'][1])
@@ -97,7 +97,7 @@ def a100_host(gpus=8):
             group += 1
     data.update(name='a100-x%d' % gpus, hostname='sim-a100-x%d' % gpus,
                 devices=devices)
-    return profile_mod.profile_from_dict(data, source='a100_host(%d)' % gpus)
+    return loading.profile_from_dict(data, source='a100_host(%d)' % gpus)
 
 
 def bench_a100(gpus, runs):

@@ -17,6 +17,7 @@ import errno
 import os
 import sys
 
+import libvirt_gpu
 from libvirt_gpu import capacity as capacity_mod
 from libvirt_gpu import confcache
 from libvirt_gpu import conffile
@@ -822,6 +823,9 @@ def _build_parser(only):
         prog=PROG, description='Hand NVIDIA GPUs and vGPUs to libvirt/KVM '
         'guests and report them the way OpenStack Placement expects.',
         epilog=EPILOG, formatter_class=_RawDescriptionHelpFormatter)
+    parser.add_argument('--version', action='version',
+                        version='%(prog)s ' + libvirt_gpu.__version__,
+                        help="print libvirt-gpu's version and exit")
     parser.add_argument('-c', '--connect', metavar='URI',
                         help='discover through libvirt at URI only '
                              '(default: [libvirt]/connection_uri, with '

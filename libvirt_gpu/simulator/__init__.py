@@ -21,13 +21,13 @@ import os
 
 from libvirt_gpu.simulator.capacity import available_instances
 from libvirt_gpu.simulator.nodexml import node_xml
-from libvirt_gpu.simulator.profile import list_profiles
-from libvirt_gpu.simulator.profile import load_profile
+from libvirt_gpu.simulator.loading import list_profiles
+from libvirt_gpu.simulator.loading import load_profile
 from libvirt_gpu.simulator.profile import Profile
 from libvirt_gpu.simulator.profile import SimDevice
 from libvirt_gpu.simulator.profile import SimMdev
 from libvirt_gpu.simulator.profile import SimType
-from libvirt_gpu.simulator.profile import synthetic_profile
+from libvirt_gpu.simulator.synthetic import synthetic_profile
 from libvirt_gpu.simulator.sysfs_tree import write_sysfs
 
 NODE_XML = 'node.xml'

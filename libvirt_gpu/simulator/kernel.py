@@ -83,6 +83,7 @@ import threading
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import capacity
+from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu import records
 import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
@@ -232,7 +233,7 @@ class SimKernel(object):
     any thread (the FUSE server runs one thread per request)."""
 
     def __init__(self, profile, busy_remove=None):
-        self.profile = profile_mod.load_profile(profile)
+        self.profile = loading.load_profile(profile)
         if busy_remove is None:
             busy_remove = self.profile.busy_remove
         if busy_remove not in BUSY_MODES:

@@ -74,7 +74,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import kernel as kernel_mod
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import sysfs_tree
 from libvirt_gpu.simulator import uevent as uevent_mod
 from libvirt_gpu import records
@@ -135,7 +135,7 @@ class LiveTree(object):
 
     def __init__(self, profile, busy_remove=None, uevents=True,
                  workdir=None, probe_delay=PROBE_DELAY):
-        self.profile = profile_mod.load_profile(profile)
+        self.profile = loading.load_profile(profile)
         self.probe_delay = probe_delay
         self.kernel = kernel_mod.SimKernel(self.profile,
                                            busy_remove=busy_remove)

@@ -48,7 +48,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.simulator import kernel as kernel_mod
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import sysfs_tree
 from tests.doubles import poll
 from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
@@ -83,7 +83,7 @@ class TreeKernel(object):
 
     def __init__(self, root, profile):
         self.root = os.path.realpath(os.fspath(root))
-        self.profile = profile_mod.load_profile(profile)
+        self.profile = loading.load_profile(profile)
         self.kernel = kernel_mod.SimKernel(self.profile)
         self.dirs = sysfs_tree.device_dirs(self.profile)
         self._by_dir = {os.path.join(self.root, d): a

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 from libvirt_gpu import simulator
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 
 FAST_TMP = '/dev/shm'
 
@@ -21,7 +21,7 @@ FAST_TMP = '/dev/shm'
 def profile_file(name, path, without_mdevs=False):
     """Write bundled profile ``name`` as a JSON file at ``path`` (optionally
     without its pre-existing mdevs) and return ``path``."""
-    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
         data = json.load(f)
     if without_mdevs:
         for device in data['devices']:

@@ -27,6 +27,8 @@ import tempfile
 import time
 import uuid as uuidlib
 
+from tests.doubles.ports import free_port
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 VENV_ENV = 'LIBVIRT_GPU_CYBORG_VENV'
@@ -206,12 +208,6 @@ RABBITMQ_DIR = os.path.join(REPO, '.cache', 'rabbitmq')
 STOP_TIMEOUT = 20.0
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def _port_open(port):
     with socket.socket() as s:
         s.settimeout(1)
@@ -266,7 +262,7 @@ def rabbitmq():
     URL.  Stopped, epmd included, and removed on exit."""
     root = ensure_rabbitmq()
     workdir = tempfile.mkdtemp(prefix='rabbitmq-')
-    port, dist, epmd = _free_port(), _free_port(), _free_port()
+    port, dist, epmd = free_port(), free_port(), free_port()
     erl_bin = os.path.join(root, 'usr', 'lib', 'erlang', 'bin')
     e = dict(os.environ, HOME=workdir,
              PATH='%s:%s' % (erl_bin, os.environ['PATH']),

@@ -911,7 +911,26 @@ class _Holder:
                 _kill(pid, signal.SIGKILL)
             time.sleep(0.05)
             self.reap()
-        self.reap()
+        self.reap_all(timeout=10)
+
+    def reap_all(self, timeout):
+        """Wait (bounded) until this sub-reaper has no child left: every
+        process of ours is killed by now, but a grandchild killed with its
+        parent is handed to us only when the parent exits, so a single
+        non-blocking reap can leave a zombie that init inherits when we
+        exit (and reaps when it gets to it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if pid == self.daemon:
+                self.exited[pid] = status
+            if pid == 0:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
 
     def serve(self):
         out = sys.stdout

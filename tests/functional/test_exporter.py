@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import uuid as uuidlib
 import pytest
 
 from tests.doubles import poll
+from tests.doubles.ports import free_port
 from tests.functional import hook_guests as hg
 from tests.functional import live_sysfs as ls
 
@@ -63,12 +63,6 @@ class GatedSetup(hg.HookSetup):
     def extra_hooks(self):
         # qemu.d hooks run in name order: ours first
         return {'qemu.d/zz-gate': GATE_HOOK % {'gate': self.gate}}
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def get(url, timeout=10):

@@ -26,7 +26,7 @@ from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import uevent
 from tests.doubles import trees
 from tests.functional import live_sysfs as ls
@@ -114,13 +114,13 @@ snapshot = trees.snapshot
 
 def static_tree(tmp_path, extra_mdevs=()):
     """The static writer's tree of t4 (plus mdevs appended on B)."""
-    with open(os.path.join(profile_mod.profile_dir(), 't4.json')) as f:
+    with open(os.path.join(loading.profile_dir(), 't4.json')) as f:
         data = json.load(f)
     for uuid, type_id in extra_mdevs:
         data['devices'][1]['mdevs'].append({'uuid': uuid,
                                             'type_id': type_id})
     root = str(tmp_path / ('static-%d' % len(extra_mdevs)))
-    simulator.write_sysfs(profile_mod.profile_from_dict(data), root)
+    simulator.write_sysfs(loading.profile_from_dict(data), root)
     return root
 
 
@@ -668,13 +668,13 @@ L40S_BUSY = '0000:3d:00.0'
 
 
 def _bundled(name):
-    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
         return json.load(f)
 
 
 def _static(tmp_path, name, data, tag):
     root = str(tmp_path / ('static-%s-%s' % (name, tag)))
-    simulator.write_sysfs(profile_mod.profile_from_dict(data), root)
+    simulator.write_sysfs(loading.profile_from_dict(data), root)
     return snapshot(root)
 
 

@@ -15,7 +15,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.placement import model
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 
 HOSTNAME = 'cn1'
 
@@ -27,7 +27,7 @@ def hosts():
     base = '/dev/shm' if os.access('/dev/shm', os.W_OK) else None
     tmp = tempfile.mkdtemp(prefix='lgpu-capacity-', dir=base)
     found = {}
-    for name in profile_mod.list_profiles():
+    for name in loading.list_profiles():
         root = os.path.join(tmp, name, 'sys')
         simulator.write_sysfs(simulator.load_profile(name), root)
         sysfs = sysfs_mod.Sysfs(root)
@@ -72,7 +72,7 @@ def _held(gpu, type_id):
     return used.count(type_id), other
 
 
-@pytest.mark.parametrize('name', profile_mod.list_profiles())
+@pytest.mark.parametrize('name', loading.list_profiles())
 def test_placement_and_allocator_agree_on_every_profile(hosts, name):
     env, gpus = hosts[name]
     checked = 0
@@ -86,7 +86,7 @@ def test_placement_and_allocator_agree_on_every_profile(hosts, name):
     assert checked > 0
 
 
-@pytest.mark.parametrize('name', profile_mod.list_profiles())
+@pytest.mark.parametrize('name', loading.list_profiles())
 def test_both_follow_the_one_rule(hosts, name, monkeypatch):
     """Change the rule (a limit of one vGPU per GPU) and both answers
     change with it: neither computes capacity on its own."""

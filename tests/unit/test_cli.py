@@ -157,3 +157,14 @@ def test_simulate_live_help():
                          text=True, check=True).stdout
     for word in ('--live', '--busy-remove', '--no-uevents', 'mount point'):
         assert word in out
+
+
+def test_version_is_the_package_version():
+    import libvirt_gpu
+    from importlib import metadata
+    out = subprocess.run([sys.executable, '-m', 'libvirt_gpu.cmd.main',
+                          '--version'], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == 'libvirt-gpu %s\n' % libvirt_gpu.__version__
+    # setup.py takes it from the package: what pip installed says the same
+    assert metadata.version('libvirt-gpu') == libvirt_gpu.__version__

@@ -14,7 +14,7 @@ import pytest
 
 from libvirt_gpu import exception
 from libvirt_gpu import simulator
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
@@ -185,11 +185,11 @@ def test_two_processes_share_one_kernel(t4):
 def _static(tmp_path, name, change):
     """``write_sysfs``'s tree of bundled profile ``name`` after
     ``change(data)``, as a snapshot."""
-    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
         data = json.load(f)
     change(data)
     root = str(tmp_path / name)
-    simulator.write_sysfs(profile_mod.profile_from_dict(data), root)
+    simulator.write_sysfs(loading.profile_from_dict(data), root)
     return trees.snapshot(root)
 
 

@@ -215,13 +215,13 @@ def test_hook_rolls_back_when_the_gpu_is_full(l40s):
 def _l40s_vfs_off(tmp):
     """An l40s host whose second GPU (L2) has its VFs disabled, as a boot
     leaves it, with the hook configured for nvidia-1145 on every GPU."""
-    with open(os.path.join(simulator.profile.profile_dir(),
+    with open(os.path.join(simulator.loading.profile_dir(),
                            'l40s.json')) as f:
         data = json.load(f)
     for dev in data['devices']:
         if dev['address'] == str(L2):
             dev['sriov_numvfs'] = 0
-    profile = simulator.profile.profile_from_dict(data)
+    profile = simulator.loading.profile_from_dict(data)
     world = World('l40s', tmp, 'nvidia-1145', '%s, %s' % (L1, L2))
     shutil.rmtree(world.root)
     simulator.write_sysfs(profile, world.root)

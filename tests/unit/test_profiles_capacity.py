@@ -29,7 +29,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.placement import model
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 
 A100 = {'nvidia-468': 10, 'nvidia-469': 8, 'nvidia-470': 5,
         'nvidia-471': 4, 'nvidia-472': 2, 'nvidia-473': 1}
@@ -59,13 +59,13 @@ def fast_dir():
 
 def _empty(name):
     """The bundled profile with every VF enabled and no vGPU anywhere."""
-    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
         data = json.load(f)
     for dev in data['devices']:
         dev.pop('mdevs', None)
         dev.pop('held_type', None)
         dev.pop('sriov_numvfs', None)
-    return profile_mod.profile_from_dict(data, source=name + '-empty')
+    return loading.profile_from_dict(data, source=name + '-empty')
 
 
 def _discover(profile, root):

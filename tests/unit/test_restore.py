@@ -18,7 +18,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from tests.doubles import kernel_sysfs
 from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
 from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
@@ -42,14 +42,14 @@ def fast_tmp(tmp_path):
 
 def rebooted(name):
     """The bundled profile as a boot leaves it: VFs off, no vGPU."""
-    with open(os.path.join(profile_mod.profile_dir(), name + '.json')) as f:
+    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
         data = json.load(f)
     for dev in data['devices']:
         dev.pop('mdevs', None)
         dev.pop('held_type', None)
         if dev.get('virtfns'):
             dev['sriov_numvfs'] = 0
-    return profile_mod.profile_from_dict(data, source=name + '-rebooted')
+    return loading.profile_from_dict(data, source=name + '-rebooted')
 
 
 def host(profile, fast_tmp):

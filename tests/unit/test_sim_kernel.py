@@ -12,9 +12,10 @@ import pytest
 
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import kernel as kernel_mod
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import uevent
 from tests.doubles import trees
+from tests.doubles.poll import wait_for
 
 A = '0000:3b:00.0'          # empty T4
 B = '0000:af:00.0'          # T4 holding two nvidia-223
@@ -26,7 +27,7 @@ def new_uuid():
 
 
 def t4_data():
-    path = profile_mod.profile_dir() + '/t4.json'
+    path = loading.profile_dir() + '/t4.json'
     with open(path) as f:
         return json.load(f)
 
@@ -92,7 +93,7 @@ def test_no_capacity_answers_the_profiles_errno(k):
     assert code == errno.EINVAL                    # NVIDIA's answer
     data = t4_data()
     data['no_capacity_errno'] = 'EUSERS'           # the mdev core's answer
-    other = kernel_mod.SimKernel(profile_mod.profile_from_dict(data))
+    other = kernel_mod.SimKernel(loading.profile_from_dict(data))
     other.create_mdev(A, 'nvidia-234', new_uuid())
     assert errno_of(other.create_mdev, A, 'nvidia-234',
                     new_uuid()) == errno.EUSERS
@@ -226,10 +227,10 @@ def test_unbind_waits_for_busy_mdevs_and_refuses_creates(k):
     k.mark_busy(EXISTING)
     t = threading.Thread(target=k.unbind_parent, args=(B,))
     t.start()
-    time.sleep(0.2)
-    assert k.parent_state(B) == kernel_mod.GOING
-    # the idle one went at once, the busy one waits
-    assert [m.uuid for m in k.mdevs(B)] == [EXISTING]
+    # the idle one goes at once, the busy one waits (polled: the thread
+    # may not have run yet on a loaded machine)
+    assert wait_for(lambda: k.parent_state(B) == kernel_mod.GOING
+                    and [m.uuid for m in k.mdevs(B)] == [EXISTING])
     assert errno_of(k.create_mdev, B, 'nvidia-223', new_uuid()) == \
         errno.ENODEV
     assert k.available_instances(B, 'nvidia-223') == 0
@@ -551,7 +552,7 @@ def test_l40s_racing_writers_for_the_last_vgpu():
 def _t4_with(**top):
     data = t4_data()
     data.update(top)
-    return profile_mod.profile_from_dict(data)
+    return loading.profile_from_dict(data)
 
 
 def test_busy_remove_defaults_to_block():
@@ -597,10 +598,10 @@ def test_busy_remove_block_from_the_profile():
 
 
 def test_busy_remove_applies_to_vendor_vgpus_too():
-    with open(profile_mod.profile_dir() + '/l40s.json') as f:
+    with open(loading.profile_dir() + '/l40s.json') as f:
         data = json.load(f)
     data['busy_remove'] = 'ebusy'
-    k = kernel_mod.SimKernel(profile_mod.profile_from_dict(data))
+    k = kernel_mod.SimKernel(loading.profile_from_dict(data))
     vf = '0000:3d:00.4'
     k.mark_busy(vf)
     assert errno_of(k.set_vgpu_type, vf, b'0') == errno.EBUSY

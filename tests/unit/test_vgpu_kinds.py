@@ -21,7 +21,7 @@ from libvirt_gpu import host as host_mod
 from libvirt_gpu import objects
 from libvirt_gpu import reconcile
 from libvirt_gpu import simulator
-from libvirt_gpu.simulator import profile as profile_mod
+from libvirt_gpu.simulator import loading
 from libvirt_gpu import sysfs as sysfs_mod
 from tests.doubles import domains
 from tests.doubles import fake_libvirt
@@ -130,11 +130,11 @@ def world(tmp_path, monkeypatch):
     """A simulated T4 host (no vGPUs) whose first GPU is the dummy kind's,
     one running guest in a fake libvirt, and the dummy kind registered."""
     root = str(tmp_path / 'sys')
-    with open(os.path.join(profile_mod.profile_dir(), 't4.json')) as f:
+    with open(os.path.join(loading.profile_dir(), 't4.json')) as f:
         data = json.load(f)
     for dev in data['devices']:
         dev.pop('mdevs', None)      # nothing else for reconcile to judge
-    simulator.write_sysfs(profile_mod.profile_from_dict(data, 't4-empty'),
+    simulator.write_sysfs(loading.profile_from_dict(data, 't4-empty'),
                           root)
     sysfs = sysfs_mod.Sysfs(root)
     parent = discovery.from_sysfs(sysfs).gpus[0].address
