@@ -392,7 +392,8 @@ def test_hook_with_stdin_closed(tmp_path):
 
 
 def test_every_command_that_prints_a_result_takes_json():
-    # README: every command that prints a result takes --json (agent, a
+    # README ("The command at a glance") and docs/admin/configure-types.md:
+    # every command that prints a result takes --json (agent, a
     # service that logs, does not)
     from libvirt_gpu.cmd import main as cli_main
     parser = cli_main.build_parser()

@@ -5,8 +5,8 @@ simulated host (``tests/tools/capture_cyborg_golden.py`` captured it, and
 says how to regenerate it).  Here, without Cyborg, our driver reads the
 same hosts with the same configuration, and every object must be equal
 field by field, JSON strings byte for byte, except where Cyborg's driver
-is wrong; each such difference is named (README, "With OpenStack Cyborg")
-and checked to be what it says:
+is wrong; each such difference is named (docs/admin/cyborg.md, "What is
+reported") and checked to be what it says:
 
 - ``vf``: Cyborg reports every SR-IOV VF as a whole GPU of its own (its
   ``[gpu_devices]/filter_sriov_vfs`` is off by default); a VF is part of
