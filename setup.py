@@ -41,6 +41,9 @@ setuptools.setup(
         ('share/libvirt-gpu/hooks', _data('hooks')),
         ('share/libvirt-gpu/templates', _data('templates')),
         ('share/libvirt-gpu/etc', _data('etc')),
+        # the guides the systemd units' Documentation= lines name
+        ('share/doc/libvirt-gpu', ['README.md']),
+        ('share/doc/libvirt-gpu/admin', _data('docs/admin')),
     ],
     entry_points={
         'console_scripts': [

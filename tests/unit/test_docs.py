@@ -361,3 +361,20 @@ def test_the_readme_s_simulated_host_commands_run(tmp_path):
         ran += 1
     assert ran >= 3
     assert '0000:af:00.0' in text
+
+
+def test_the_units_documentation_lines_name_installed_guides():
+    # setup.py installs docs/admin/ as <prefix>/share/doc/libvirt-gpu/admin
+    units = glob.glob(os.path.join(ROOT, 'etc', 'libvirt-gpu', 'systemd',
+                                   '*.service'))
+    assert len(units) == 3
+    for unit in units:
+        with open(unit) as f:
+            lines = [line for line in f if line.startswith('Documentation=')]
+        assert len(lines) == 1, unit
+        prefix = 'Documentation=file:///opt/libvirt-gpu/share/doc/' \
+                 'libvirt-gpu/admin/'
+        assert lines[0].startswith(prefix), (unit, lines[0])
+        guide = lines[0].strip()[len(prefix):]
+        assert os.path.isfile(os.path.join(ROOT, 'docs', 'admin', guide)), \
+            (unit, guide)
