@@ -573,3 +573,29 @@ def test_no_lspci_nor_any_other_program(tmp_path, hosts, monkeypatch):
     monkeypatch.setattr(os, 'fork', refuse)
     got = ours(tmp_path, hosts, CASES['t4-vgpu'])
     assert [address_of(d) for d in got] == ['0000:3b:00.0', '0000:af:00.0']
+
+
+def test_one_cyborg_model():
+    # placement/cyborg_objects.py is the one Cyborg model: the look-alike
+    # (placement/cyborg.py, what discover printed) is gone for good.
+    placement_dir = os.path.join(REPO, 'libvirt_gpu', 'placement')
+    assert sorted(n for n in os.listdir(placement_dir)
+                  if n.startswith('cyborg')) == ['cyborg_objects.py']
+
+
+def test_discover_text_names_every_device_and_why(tmp_path, hosts, capsys):
+    # t4-grouped: two T4s that cannot be passed through whole: each is a
+    # row with no deployable ('-'), and a note says why.
+    root, node_xml = hosts('tests/data/cyborg/t4-grouped.json')
+    conf = write_conf(str(tmp_path / 'libvirt-gpu.conf'), root, node_xml, {})
+    code = cli.main(['--config-file', conf, '--hostname', 'h', 'discover'])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines()
+            if re.fullmatch(r'0000:..:00\.0', line.split(' ')[0])]
+    assert [(r[0], r[-4:]) for r in rows] == [
+        ('0000:3b:00.0', ['-'] * 4), ('0000:af:00.0', ['-'] * 4)]
+    notes = [line for line in out.splitlines() if 'nothing offered' in line]
+    assert [n.split(':', 3)[:3] for n in notes] == [
+        ['0000', '3b', '00.0'], ['0000', 'af', '00.0']]
+    assert 'not offered whole: ' in notes[0]
