@@ -160,7 +160,6 @@ def cyborg_devices_text(devices):
     """``discover``: one row per Cyborg device (``cyborg_objects``
     records), its deployable's name, resource class, count and handles
     ('-' where it has none)."""
-    import json
     rows = []
     for device in devices:
         info = json.loads(device.controlpath_id.cpid_info)
