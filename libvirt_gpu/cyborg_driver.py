@@ -15,8 +15,11 @@ Cyborg's agent loads it through stevedore (entry point
 - The GPUs are read as ``libvirt-gpu`` reads them: libvirt at
   ``[libvirt]/connection_uri`` when the libvirt binding is installed
   beside Cyborg, else sysfs at ``[DEFAULT]/sysfs_root``; never ``lspci``.
-- The objects are ``placement.cyborg_objects`` records turned into
-  Cyborg's own objects here.
+- The objects are ``placement.cyborg_objects`` records (the records
+  ``libvirt-gpu discover --json`` prints) turned into Cyborg's own objects
+  here.  Every GPU we manage is a device; one of which nothing can go to a
+  guest through Cyborg (a vendor-interface vGPU type among them) has no
+  deployable, and the log says why (that module's doc).
 
 Cyborg is not a requirement of ours: this module is the only one that
 imports it, and only when Cyborg asks for ``LibvirtGPUDriver`` (the class
@@ -57,14 +60,14 @@ def discover_records(hostname, config_file=None, environ=None):
         pci_ids=pciids.PciIds(conf.pci_ids_file),
         nvml=nvml.source(conf.gpu.nvml, sysfs_root=conf.sysfs_root))
     enabled = enablement.resolve(conf, result.gpus)
-    for gpu in result.gpus:
-        why = cyborg_objects.vendor_interface_refusal(
-            gpu, enabled.get(gpu.address))
-        if why is not None:
-            LOG.warning('%s', why)
-    return cyborg_objects.driver_devices(
-        hostname, result.gpus, enabled, conf.gpu.report_gpu_traits,
-        conf.gpu.pgpu_vendor_ids)
+    devices, withheld = cyborg_objects.host_devices(
+        hostname, result.gpus, enabled, conf.gpu)
+    for address, why in withheld.items():
+        # A warning where the operator enabled a vGPU type (a vendor
+        # interface's, or one with no room left); the host's state else.
+        log = LOG.warning if address in enabled else LOG.info
+        log('%s: reported to Cyborg with nothing to offer: %s', address, why)
+    return devices
 
 
 def to_cyborg(device):

@@ -292,29 +292,17 @@ def cmd_agent(ctx):
 
 
 def cmd_discover(ctx):
-    from libvirt_gpu.placement import cyborg
-    gpus, enabled = ctx.result.gpus, ctx.enabled
-    devices = cyborg.driver_devices(ctx.hostname, gpus, enabled,
-                                    ctx.conf.gpu.report_gpu_traits,
-                                    ctx.conf.gpu.pgpu_vendor_ids)
+    from libvirt_gpu.placement import cyborg_objects
+    devices, withheld = cyborg_objects.host_devices(
+        ctx.hostname, ctx.result.gpus, ctx.enabled, ctx.conf.gpu)
     ctx.say_source()
-    document = {
-        'agent_report': cyborg.agent_report(gpus, enabled),
-        'driver_devices': [cyborg.to_dict(d) for d in devices],
-    }
     if ctx.args.json:
-        output.emit_json(document)
-        return 0
-    rows = []
-    for device in devices:
-        for dep in device.deployables:
-            attrs = {a.key: a.value for a in dep.attributes}
-            rows.append([dep.name, device.vendor, device.model, attrs['rc'],
-                         dep.num_accelerators,
-                         ','.join(sorted({h.attach_type
-                                          for h in dep.attach_handles}))])
-    output.emit_text(output.table(['DEPLOYABLE', 'VENDOR', 'MODEL', 'RC',
-                                   'COUNT', 'ATTACH'], rows))
+        output.emit_json(output.cyborg_devices_to_json(devices))
+    else:
+        output.emit_text(output.cyborg_devices_text(devices))
+    for address, why in withheld.items():
+        output.emit_note('%s: nothing offered to Cyborg: %s' % (address, why),
+                         as_json=ctx.args.json)
     return 0
 
 
@@ -862,8 +850,9 @@ def _build_parser(only):
     p.set_defaults(snapshot=True)
     p.add_argument('address', nargs='?', metavar='ADDRESS',
                    help='only this GPU (PCI address, e.g. 0000:af:00.0)')
-    add('discover', cmd_discover, 'the Cyborg view: agent-driver report and '
-        'driver objects').set_defaults(snapshot=True)
+    add('discover', cmd_discover, 'the Cyborg view: the driver objects '
+        'Cyborg\'s agent gets from libvirt_gpu_driver').set_defaults(
+            snapshot=True)
     placement = sub.add_parser('placement', help='the Placement provider '
                                'tree', description='The Placement provider '
                                'tree of this host.')

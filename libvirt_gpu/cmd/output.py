@@ -156,6 +156,26 @@ def provider_tree_text(provider_tree):
     return '\n'.join(lines)
 
 
+def cyborg_devices_text(devices):
+    """``discover``: one row per Cyborg device (``cyborg_objects``
+    records), its deployable's name, resource class, count and handles
+    ('-' where it has none)."""
+    rows = []
+    for device in devices:
+        info = json.loads(device.controlpath_id.cpid_info)
+        address = '%(domain)s:%(bus)s:%(device)s.%(function)s' % info
+        deps = device.deployable_list or (None,)
+        for dep in deps:
+            attrs = {a.key: a.value for a in dep.attribute_list} if dep else {}
+            rows.append([
+                address, device.model, dep and dep.name, attrs.get('rc'),
+                dep and dep.num_accelerators,
+                dep and ','.join(sorted({h.attach_type
+                                         for h in dep.attach_handle_list}))])
+    return table(['DEVICE', 'MODEL', 'DEPLOYABLE', 'RC', 'COUNT', 'ATTACH'],
+                 rows)
+
+
 def attachment_text(verb, done):
     """``attached vGPU U (nvidia-223 on 0000:af:00.0) to vm1 (live)``."""
     where = ', '.join(w for w, on in (('live', done.live),
@@ -203,6 +223,13 @@ def installed_text(done):
 
 
 # --- JSON documents ----------------------------------------------------------
+
+def cyborg_devices_to_json(devices):
+    """``discover --json``: the Cyborg driver's ``DriverDevice`` records as
+    plain data, field for field (``cyborg_objects.to_primitive``)."""
+    from libvirt_gpu.placement import cyborg_objects
+    return cyborg_objects.to_primitive(tuple(devices))
+
 
 def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None):
     """One entry of ``libvirt-gpu list --json``, its keys sorted (as every

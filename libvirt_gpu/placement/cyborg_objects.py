@@ -1,34 +1,73 @@
-"""The GPUs as OpenStack Cyborg's driver objects, field for field.
+"""The GPUs as OpenStack Cyborg's driver objects: the one Cyborg model.
 
 What our Cyborg driver (``libvirt_gpu.cyborg_driver``) hands to Cyborg's
-agent, without importing Cyborg: records named and shaped like Cyborg's
-``cyborg.objects.driver_objects`` (``DriverDevice`` -> ``DriverDeployable``
--> ``DriverAttribute``/``DriverAttachHandle``, ``DriverControlPathID``),
-whose JSON fields are already the strings Cyborg stores.  Cyborg's
-conductor matches control paths and attach handles by string equality, so
-they are written exactly as Cyborg's own NVIDIA driver writes them
-(``cyborg.accelerator.common.utils.pci_str_to_json``/``mdev_str_to_json``:
-sorted keys; ``std_board_info``: ``product_id`` then ``controller``).
+agent and what ``libvirt-gpu discover --json`` prints (``to_primitive`` of
+the same records), without importing Cyborg: records named and shaped like
+Cyborg's ``cyborg.objects.driver_objects`` (``DriverDevice`` ->
+``DriverDeployable`` -> ``DriverAttribute``/``DriverAttachHandle``,
+``DriverControlPathID``), whose JSON fields are already the strings Cyborg
+stores.
 
-Equal to Cyborg 17's ``nvidia_gpu_driver`` on the same host, except where
-that driver is wrong (README, "With OpenStack Cyborg"; pinned by
-tests/unit/test_cyborg_golden.py):
+Field values are Cyborg 17's own, as its NVIDIA driver
+(``cyborg/accelerator/drivers/gpu/nvidia/sysinfo.py``) writes them from a
+line of ``lspci -nn -D`` (``cyborg/accelerator/common/utils.py``
+``parse_lspci_line``), and as Cyborg's unit tests pin them for a P100 and
+a T4 (tests/unit/test_cyborg_golden.py):
 
-- a VF is never a device of its own (its physical GPU is);
-- a GPU that cannot be offered (no IOMMU group, a host device in its group,
-  a vendor we do not pass through, no capacity for its enabled type, a
-  whole GPU that holds vGPUs now) is left out, never reported with a total
-  of 0 or as free;
-- a vGPU on a vendor interface of SR-IOV VFs (NVIDIA's vGPU 17+, or any
-  vGPU kind of that shape) is not offered to Cyborg: Cyborg creates a vGPU
-  only for an MDEV handle, and nothing would set a VF's vGPU type
-  (``vendor_interface_refusal``);
-- names come from libvirt or pci.ids, never from ``lspci``.
+- ``vendor``: the vendor id, ``10de``; ``type``: ``GPU``;
+- ``model``: lspci's device name, vendor and device as pci.ids names them:
+  ``NVIDIA Corporation GP100GL [Tesla P100 PCIe 12GB]`` (``NVIDIA
+  Corporation Device`` for a device pci.ids does not know);
+- ``std_board_info``: ``{"product_id": "15f7", "controller": "3D
+  controller"}``, in that order: the device id and lspci's name of the PCI
+  class (``VGA compatible controller`` or ``3D controller``);
+- ``vendor_board_info``: ``{"vendor_info": "gpu_vb_info"}`` (Cyborg needs
+  it set: an unset one breaks every report after the first); ``stub``:
+  false;
+- ``controlpath_id``: ``PCI``, ``{"bus": "00", "device": "06", "domain":
+  "0000", "function": "0"}`` (``pci_str_to_json``: sorted keys; Cyborg's
+  conductor matches control paths and attach handles by string equality);
+- a deployable named ``<host>_<address>`` (its Placement provider is
+  ``uuid3(NAMESPACE_DNS, name)``, in Cyborg's conductor and in our own tree,
+  ``placement.model``), ``driver_name`` ``NVIDIA``, attributes ``rc``
+  (``PGPU`` or ``VGPU``) then ``trait0``, ``trait1``...: ``OWNER_CYBORG``,
+  ``CUSTOM_NVIDIA_15F7`` (``CUSTOM_NVIDIA_1EB8_T4_1B`` for a vGPU type),
+  then, with ``[gpu]/report_gpu_traits``, the os-traits display traits;
+- attach handles, ``in_use`` always false: one ``PCI`` handle with the
+  GPU's address (what Nova reads to build a ``<hostdev>``) for a whole GPU;
+  one ``MDEV`` handle per vGPU (``mdev_str_to_json``: the address, plus
+  ``asked_type`` and ``vgpu_mark`` ``nvidia-223_<n>``) for an mdev type.
 
-Deployable names are Cyborg's (``<host>_<address>``); the Placement
-provider of a deployable is ``uuid3(NAMESPACE_DNS, name)`` in Cyborg's
-conductor and in our own tree (``placement.model``), so a host moves
-between Cyborg and ``libvirt-gpu agent`` without new providers.
+Where this differs from Cyborg's driver on the same host, on purpose
+(each difference is named and checked by tests/unit/test_cyborg_golden.py):
+
+- a VF is never a device of its own (its physical GPU is); Cyborg's
+  driver reports each VF as a whole GPU unless
+  ``[gpu_devices]/filter_sriov_vfs`` is set;
+- names come from libvirt or pci.ids, never from ``lspci``;
+- every GPU we manage is a device (``reported``), but a GPU of which
+  nothing can go to a guest through Cyborg has **no deployable**
+  (``withheld`` says why): no IOMMU group or a device the host uses in its
+  group, a whole GPU that holds vGPUs now (our own tree reserves it;
+  Cyborg cannot reserve, and would hand it out), an enabled type with no
+  room left (Placement refuses a total of 0), and a vendor-interface vGPU
+  type (below).  Cyborg then lists the GPU, but has no provider, handle or
+  accelerator of it to schedule or bind.
+
+Vendor-interface vGPUs (NVIDIA vGPU 17+ on kernel >= 6.8: the vGPU is an
+SR-IOV VF whose type is written to a file of the VF's ``nvidia/`` folder,
+or any other kind of that shape) cannot be carried by the Cyborg route
+today, so such a GPU is reported with no deployable and a warning.
+Not ``MDEV`` handles: Cyborg binds one by writing a UUID to the named address's
+``mdev_supported_types/<type>/create``, which a VF of this kind does not
+have, and Nova drops every ``MDEV`` handle anyway.  Not ``PCI`` handles
+naming the VFs: nothing in Cyborg or Nova sets a VF's vGPU type, and Nova
+composes a Cyborg ``PCI`` handle as ``<hostdev managed='yes'>``, so
+libvirt would take the VF from NVIDIA's driver (which must keep it:
+``managed='no'``) and the guest would get a VF without its vGPU.  Such
+GPUs go to Nova as PCI devices (``[pci] device_spec`` with ``"managed":
+"no"``) or to ``libvirt-gpu agent``'s own Placement tree, which offers
+them.
 """
 
 from __future__ import annotations
@@ -56,6 +95,8 @@ CLASS_NAMES = {
     '0302': '3D controller',
     '0380': 'Display controller',
 }
+# lspci's name of the display class, for a subclass pci.ids does not name.
+DISPLAY_CLASS = 'Display controller'
 
 
 @records.record
@@ -91,10 +132,10 @@ class DriverDevice:
     vendor: str
     model: str
     type: str
-    std_board_info: str
-    vendor_board_info: str
+    std_board_info: str         # JSON: product_id, then controller
+    vendor_board_info: str      # JSON
     controlpath_id: DriverControlPathID
-    deployable_list: tuple[DriverDeployable, ...]
+    deployable_list: tuple[DriverDeployable, ...]   # () when withheld
     stub: bool = False
 
 
@@ -116,6 +157,7 @@ def pci_info(address):
 
 
 def mdev_info(address, type_id, index):
+    """An MDEV handle's: the address, ``asked_type``, ``vgpu_mark``."""
     return _dumps(dict(_bdf(address), asked_type=type_id,
                        vgpu_mark='%s_%d' % (type_id, index)), sort_keys=True)
 
@@ -135,29 +177,31 @@ def ordered_traits(trait_set):
 
 def model_name(gpu):
     """What ``lspci -nn`` prints before the ids: vendor and device names
-    (``NVIDIA Corporation TU104GL [Tesla T4]``; ``Device`` when pci.ids
-    does not name it)."""
-    vendor = gpu.vendor_name or 'Vendor %s' % gpu.vendor_id
-    return '%s %s' % (vendor, gpu.product_name or 'Device')
+    (``NVIDIA Corporation TU104GL [Tesla T4]``; ``Device`` for a device,
+    or a vendor, that pci.ids does not name)."""
+    return ' '.join(n for n in (gpu.vendor_name, gpu.product_name or 'Device')
+                    if n)
 
 
 def controller(gpu):
-    return CLASS_NAMES.get(gpu.class_code[2:6], 'Display controller')
+    """lspci's name of the GPU's PCI class (``3D controller``)."""
+    return CLASS_NAMES.get(gpu.class_code[2:6].lower(), DISPLAY_CLASS)
 
 
 def vendor_interface_refusal(gpu, setting):
     """Why a GPU's enabled type cannot go to Cyborg, or None: its vGPUs
     are not mdevs but VFs whose type a vendor interface sets (NVIDIA's
-    vGPU 17+, or any other kind of that shape), and Cyborg creates vGPUs
-    only as mdevs."""
+    vGPU 17+, or any other kind of that shape): see the module doc."""
     interface = gpu.vgpu_interface
     if setting is None or interface in (None, objects.MDEV_INTERFACE):
         return None
-    return ('%s: vGPU type %s is made through the %s vendor interface of '
-            'its SR-IOV VFs (NVIDIA\'s is vGPU 17+); Cyborg creates vGPUs '
-            'only as mdevs and could not set a VF\'s type, so this GPU is '
-            'not reported to Cyborg' % (gpu.address, setting.type_id,
-                                        interface))
+    return ('vGPU type %s is made through the %s vendor interface of the '
+            'GPU\'s SR-IOV VFs (NVIDIA\'s is vGPU 17+): Cyborg binds vGPUs '
+            'only as mdevs, and Nova would pass a VF from Cyborg with '
+            'managed=yes, taking it from the vendor\'s driver; the GPU is '
+            'reported to Cyborg with nothing to offer (give its VFs to Nova '
+            'as PCI devices with "managed": "no", or use libvirt-gpu '
+            'agent)' % (setting.type_id, interface))
 
 
 def mdev_parents(gpu, type_id, count):
@@ -175,11 +219,41 @@ def mdev_parents(gpu, type_id, count):
     return [vf.address for vf in usable][:count]
 
 
+def reported(gpu, setting, pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
+    """Whether ``gpu`` is a Cyborg device at all: a physical GPU (a VF is
+    part of its physical GPU) of a vendor we pass through whole, or with a
+    vGPU type enabled.  (Cyborg's NVIDIA driver reports its vendor's.)"""
+    if gpu.is_vf:
+        return False
+    return setting is not None or gpu.vendor_id in pgpu_vendors
+
+
+def withheld(gpu, setting):
+    """Why nothing of a reported GPU goes to Cyborg (its device then has no
+    deployable), or None when it has one: the rules of our own Placement
+    tree (``placement.model``: whole-GPU refusals, capacity above 0), less
+    a whole GPU holding vGPUs now and a vendor-interface vGPU type."""
+    if setting is None:
+        refusal = model.pgpu_refusal(gpu)
+        if refusal is not None:
+            return 'not offered whole: %s' % refusal
+        if model.holds_vgpus(gpu):
+            return ('not offered whole: it holds vGPUs now (Cyborg could '
+                    'not reserve it)')
+        return None
+    refusal = vendor_interface_refusal(gpu, setting)
+    if refusal is not None:
+        return refusal
+    if not mdev_parents(gpu, setting.type_id,
+                        model.vgpu_total(gpu, setting)):
+        return 'vGPU type %s: no room left' % setting.type_id
+    return None
+
+
 def _deployable(hostname, gpu, setting, gpu_traits):
     if setting is None:
         rc = model.PGPU
         trait_set = traits_mod.pgpu_traits(gpu)
-        count = 1
         handles = (DriverAttachHandle(AH_PCI, pci_info(gpu.address)),)
     else:
         rc = setting.resource_class
@@ -189,7 +263,6 @@ def _deployable(hostname, gpu, setting, gpu_traits):
         # a request to a free handle.
         parents = mdev_parents(gpu, setting.type_id,
                                model.vgpu_total(gpu, setting))
-        count = len(parents)
         handles = tuple(
             DriverAttachHandle(AH_MDEV, mdev_info(parent, setting.type_id, i))
             for i, parent in enumerate(parents))
@@ -198,25 +271,28 @@ def _deployable(hostname, gpu, setting, gpu_traits):
         for i, t in enumerate(ordered_traits(trait_set))]
     return DriverDeployable(
         name=model.gpu_provider_name(hostname, gpu.address),
-        num_accelerators=count, attribute_list=tuple(attributes),
+        num_accelerators=len(handles), attribute_list=tuple(attributes),
         attach_handle_list=handles,
         driver_name=DRIVER_NAMES.get(gpu.vendor_id,
                                      traits_mod.vendor_word(gpu.vendor_id)))
 
 
-def reportable(gpu, setting, pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
-    """Whether a GPU becomes a Cyborg device: what our own Placement tree
-    offers (``model.offered``, capacity above 0), less the vendor
-    interface and less a whole GPU that holds vGPUs now (our tree reserves
-    it; Cyborg cannot reserve, and would hand it out)."""
-    if not model.offered(gpu, setting, pgpu_vendors):
-        return False
-    if setting is None:
-        return not model.holds_vgpus(gpu)
-    if vendor_interface_refusal(gpu, setting) is not None:
-        return False
-    return bool(mdev_parents(gpu, setting.type_id,
-                             model.vgpu_total(gpu, setting)))
+def driver_device(hostname, gpu, setting, gpu_traits=True):
+    """The ``DriverDevice`` of one reported GPU."""
+    deployables = ()
+    if withheld(gpu, setting) is None:
+        deployables = (_deployable(hostname, gpu, setting, gpu_traits),)
+    return DriverDevice(
+        vendor=gpu.vendor_id,
+        model=model_name(gpu),
+        type=DEVICE_TYPE,
+        std_board_info=_dumps({'product_id': gpu.product_id,
+                               'controller': controller(gpu)},
+                              sort_keys=False),
+        vendor_board_info=_dumps(VENDOR_BOARD_INFO, sort_keys=False),
+        controlpath_id=DriverControlPathID(CPID_TYPE, pci_info(gpu.address)),
+        deployable_list=deployables,
+        stub=False)
 
 
 def driver_devices(hostname, gpus, enabled, gpu_traits=True,
@@ -225,25 +301,32 @@ def driver_devices(hostname, gpus, enabled, gpu_traits=True,
 
     ``enabled``: ``{PciAddress: EnabledType}`` (``enablement.resolve``);
     ``hostname``: Cyborg's ``[DEFAULT]/host``."""
-    devices = []
+    return tuple(
+        driver_device(hostname, gpu, enabled.get(gpu.address), gpu_traits)
+        for gpu in sorted(gpus, key=lambda g: g.address)
+        if reported(gpu, enabled.get(gpu.address), pgpu_vendors))
+
+
+def withheld_gpus(gpus, enabled, pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
+    """``{address: why}`` of the reported GPUs that have no deployable."""
+    found = {}
     for gpu in sorted(gpus, key=lambda g: g.address):
         setting = enabled.get(gpu.address)
-        if not reportable(gpu, setting, pgpu_vendors):
-            continue
-        devices.append(DriverDevice(
-            vendor=gpu.vendor_id,
-            model=model_name(gpu),
-            type=DEVICE_TYPE,
-            std_board_info=_dumps({'product_id': gpu.product_id,
-                                   'controller': controller(gpu)},
-                                  sort_keys=False),
-            vendor_board_info=_dumps(VENDOR_BOARD_INFO, sort_keys=False),
-            controlpath_id=DriverControlPathID(CPID_TYPE,
-                                               pci_info(gpu.address)),
-            deployable_list=(_deployable(hostname, gpu, setting,
-                                         gpu_traits),),
-            stub=False))
-    return tuple(devices)
+        if reported(gpu, setting, pgpu_vendors):
+            why = withheld(gpu, setting)
+            if why is not None:
+                found[gpu.address] = why
+    return found
+
+
+def host_devices(hostname, gpus, enabled, gpu_options):
+    """``driver_devices`` as libvirt-gpu's ``[gpu]`` options ask: what the
+    Cyborg driver reports and ``discover`` prints, built in one place.
+    Returns ``(devices, {address: why withheld})``."""
+    return (driver_devices(hostname, gpus, enabled,
+                           gpu_options.report_gpu_traits,
+                           gpu_options.pgpu_vendor_ids),
+            withheld_gpus(gpus, enabled, gpu_options.pgpu_vendor_ids))
 
 
 def to_primitive(record):

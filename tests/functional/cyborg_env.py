@@ -92,11 +92,12 @@ def ensure_venv():
 
 
 def env(lg_conf):
-    """The environment of a Cyborg process: our configuration file, and
-    no warning noise (eventlet's deprecation on every start)."""
-    e = dict(os.environ, LIBVIRT_GPU_CONFIG=lg_conf, PYTHONWARNINGS='ignore')
-    e.pop('PYTHONPATH', None)
-    return e
+    """The environment of a Cyborg process: our configuration file, this
+    checkout's code first (the venv's editable install may be another
+    checkout's), and no warning noise (eventlet's deprecation on every
+    start)."""
+    return dict(os.environ, LIBVIRT_GPU_CONFIG=lg_conf,
+                PYTHONWARNINGS='ignore', PYTHONPATH=REPO)
 
 
 def create_schema(venv, workdir):
@@ -163,9 +164,11 @@ class CyborgHost:
         assert resp.status_code == 200, resp.text
         return self.root_uuid
 
-    def report(self):
+    def report(self, objects=False):
         """One agent report through the real conductor (in one process);
-        returns the drivers Cyborg's ResourceTracker loaded."""
+        returns the drivers Cyborg's ResourceTracker loaded, or with
+        ``objects``, the Cyborg objects our driver's ``discover()`` gave it
+        (plain fields, as ``discover --json`` prints them)."""
         result = subprocess.run(
             [os.path.join(self.venv, 'bin', 'python'), REPORT_SCRIPT,
              self.conf], capture_output=True, text=True, timeout=300,
@@ -179,7 +182,8 @@ class CyborgHost:
                       known in line for known in KNOWN_ERRORS)]
         if errors:
             raise CyborgError('Cyborg logged errors:\n' + '\n'.join(errors))
-        return json.loads(result.stdout.strip().splitlines()[-1])['drivers']
+        done = json.loads(result.stdout.strip().splitlines()[-1])
+        return done['objects'] if objects else done['drivers']
 
     def log_text(self):
         if not os.path.exists(self.log):

@@ -134,6 +134,19 @@ def test_cyborg_reports_our_gpus_as_our_own_sync_would(host, placement):
         'HW_GPU_MAX_DISPLAY_HEADS_4'}
 
 
+def test_discover_json_is_what_cyborg_gets(host):
+    # The objects Cyborg's agent got from our driver (real Cyborg objects,
+    # their fields) are what ``libvirt-gpu discover --json`` prints, field
+    # by field, on the same host and configuration.
+    got = host.report(objects=True)
+    printed = json.loads(host.libvirt_gpu('discover', '--json'))
+    assert got == printed
+    assert [d['model'] for d in got] == [
+        'NVIDIA Corporation TU104GL [Tesla T4]'] * 2
+    assert [json.loads(d['std_board_info'])['controller']
+            for d in got] == ['3D controller'] * 2
+
+
 def test_a_second_report_changes_nothing(host, placement):
     host.report()
     rows = host.rows('select id, name from deployables order by id')
@@ -212,9 +225,10 @@ def test_cyborgs_own_gpu_options_are_warned_about(venv, server, schema):
         assert ('libvirt_gpu_driver does not read '
                 '[gpu_devices]/enabled_vgpu_types' in h.log_text())
         # libvirt-gpu's configuration is what counts: both GPUs whole
-        # but af:00.0, which holds vGPUs (left out, README).
+        # but af:00.0, which holds vGPUs (a device with nothing to offer).
         assert h.rows('select name from deployables') == [
             ('cy-warn_%s' % B3,)]
+        assert len(h.rows('select id from devices')) == 2
 
 
 def test_real_conductor_and_agent_over_rabbitmq(venv, server, schema,
@@ -263,17 +277,25 @@ def test_a_broken_configuration_removes_nothing(host, placement):
 def test_vendor_interface_vgpus_stay_out_of_cyborg(venv, server, schema,
                                                    placement, tmp_path):
     # L40S, vGPU 17+: a vGPU is a VF whose type NVIDIA's interface sets,
-    # which nothing in Cyborg does; the GPU with a type enabled is left
-    # out (with the reason in Cyborg's log), the other one stays whole.
+    # which nothing in Cyborg does (and Nova would pass a VF from Cyborg
+    # managed): the GPU with a type enabled is a device with nothing to
+    # offer (the reason in Cyborg's log), the other one stays whole.
     # 3d:00.0 holds vGPUs, so it is not offered whole either.
     h = cyborg_env.CyborgHost(venv, str(tmp_path), 'cy-l40s', server.url,
                               schema)
     h.write_host('l40s')
     h.configure({'nvidia-1145': ['0000:bd:00.0']})
     h.make_compute_node(server.adapter())
-    h.report()
+    got = h.report(objects=True)
+    assert got == json.loads(h.libvirt_gpu('discover', '--json'))
+    assert [d['deployable_list'] for d in got] == [[], []]
     assert placement.children(h.root_uuid) == {}
-    assert 'through the nvidia vendor interface' in h.log_text()
+    assert h.rows('select count(*) from devices') == [(2,)]
+    assert h.rows('select count(*) from deployables') == [(0,)]
+    assert h.rows('select count(*) from attach_handles') == [(0,)]
+    assert ('0000:bd:00.0: reported to Cyborg with nothing to offer: vGPU '
+            'type nvidia-1145 is made through the nvidia vendor interface'
+            in h.log_text())
     h.configure({})
     h.report()
     got = placement.children(h.root_uuid)

@@ -21,7 +21,7 @@ from libvirt_gpu.cmd import output
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
                       'golden')
 NOT_FOR_LIST = ('keystoneauth1', 'libvirt', 'lxml', 'libvirt_gpu.simulator',
-                'libvirt_gpu.placement.cyborg', 'libvirt_gpu.host')
+                'libvirt_gpu.placement.cyborg_objects', 'libvirt_gpu.host')
 # Once the settings snapshot is written (the first run loads oslo.config,
 # which imports logging and typing itself), not even these.
 NOT_FOR_WARM_LIST = NOT_FOR_LIST + ('oslo_config', 'logging', 'dataclasses',

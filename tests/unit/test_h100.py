@@ -11,7 +11,7 @@ from libvirt_gpu import pciids
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu.placement import cyborg
+from libvirt_gpu.placement import cyborg_objects
 from libvirt_gpu.placement import model
 from tests.doubles import h100
 from tests.doubles import tables
@@ -53,11 +53,11 @@ def test_no_iommu_group_is_not_offered(h100_sysfs):
     assert model.pgpu_refusal(gpus[0]) == model.NO_IOMMU_GROUP
     tree = model.build_tree('h100', gpus, {})
     assert tree.children == ()
-    (device,) = cyborg.driver_devices('h100', gpus, {})
-    assert device.deployables == ()
-    report = cyborg.agent_report(gpus, {})
-    assert report[h100.GPU]['assignable'] is False
-    assert report[h100.GPU]['iommu_group'] is None
+    # Cyborg gets the GPU with nothing to offer, and we say why
+    (device,) = cyborg_objects.driver_devices('h100', gpus, {})
+    assert device.deployable_list == ()
+    assert cyborg_objects.withheld_gpus(gpus, {}) == {
+        gpus[0].address: 'not offered whole: %s' % model.NO_IOMMU_GROUP}
 
 
 def test_vgpu_parent_needs_no_group():
@@ -94,9 +94,10 @@ def test_cli_placement_and_discover(capsys, h100_sysfs):
     doc = json.loads(_cli(capsys, h100_sysfs, 'placement', 'show', '--json'))
     assert [p['name'] for p in doc['resource_providers']] == ['h100']
     doc = json.loads(_cli(capsys, h100_sysfs, 'discover', '--json'))
-    (device,) = doc['driver_devices']
-    assert device['deployables'] == []
-    assert NAME.fullmatch(device['model'])
+    (device,) = doc
+    assert device['deployable_list'] == []
+    vendor, _, product = device['model'].partition(' Corporation ')
+    assert vendor == 'NVIDIA' and NAME.fullmatch(product)
 
 
 # -- with IOMMU groups added --------------------------------------------------

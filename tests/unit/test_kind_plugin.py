@@ -92,14 +92,12 @@ def test_placement_and_cyborg_views_count_the_toy_vfs(toy, capsys):
     # the published maximum of toy-1 (4), on the GPU's four toy VFs
     assert toy_rp['inventories']['VGPU']['total'] == 4
     assert 'CUSTOM_NVIDIA_26B9_TOY_1G' in toy_rp['traits']
-    # Cyborg's view: one PCI attach handle per toy VF, as for a vendor VF
+    # Cyborg's view: the toy GPU is a device with nothing to offer, as
+    # any GPU whose vGPUs a vendor interface of its VFs makes
     report = json.loads(cli(toy, capsys, 'discover', '--json'))
-    handles = [h for dev in report['driver_devices']
-               for dep in dev['deployables'] for h in dep['attach_handles']
-               if h['attach_info'].get('asked_type') == TYPE]
-    assert [(h['attach_type'], h['attach_info']['bus'],
-             h['attach_info']['function']) for h in handles] == [
-        ('PCI', 'bd', str(n)) for n in (4, 5, 6, 7)]
+    by_bus = {json.loads(d['controlpath_id']['cpid_info'])['bus']: d
+              for d in report}
+    assert by_bus['bd']['deployable_list'] == []
 
 
 def test_without_its_registration_line_the_toy_kind_is_unseen(
@@ -194,15 +192,16 @@ def test_restore_recreates_and_resets_toy_vgpus(toy, tmp_path):
 
 def test_cyborg_is_not_offered_the_toy_vgpus(toy):
     # Our Cyborg driver offers vGPUs only as mdevs (Cyborg creates nothing
-    # else): a new kind of the vendor-interface shape is left out of
-    # Cyborg's report, with its reason, without the driver naming it,
+    # else): a new kind of the vendor-interface shape is reported with
+    # nothing to offer, with its reason, without the driver naming it,
     # while our own tree offers it (above).  (The other L40S holds vGPUs:
     # not offered whole either.)
     from libvirt_gpu import cyborg_driver
     from libvirt_gpu import discovery
     from libvirt_gpu.placement import cyborg_objects
     root, _, config = toy
-    assert cyborg_driver.discover_records('vm', config) == ()
+    found = cyborg_driver.discover_records('vm', config)
+    assert [d.deployable_list for d in found] == [(), ()]
     gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
     toy_gpu = [g for g in gpus if str(g.address) == GPU][0]
     why = cyborg_objects.vendor_interface_refusal(

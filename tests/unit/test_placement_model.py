@@ -1,7 +1,9 @@
+import json
+
 import pytest
 
 from libvirt_gpu import objects
-from libvirt_gpu.placement import cyborg
+from libvirt_gpu.placement import cyborg_objects
 from libvirt_gpu.placement import model
 from libvirt_gpu.placement import traits
 from libvirt_gpu.placement import tree
@@ -99,24 +101,20 @@ def test_pgpu_holding_mdevs_is_reserved():
 def test_cyborg_report_and_objects():
     gpus = [fakes.gpu('0000:af:00.0'), fakes.gpu('0000:3b:00.0')]
     enabled = {AF: objects.EnabledType('nvidia-223')}
-    report = cyborg.agent_report(gpus, enabled)
-    assert report['0000:af:00.0']['type'] == 'GPU'
-    assert report['0000:af:00.0']['vendor'] == '10de'
-    assert report['0000:af:00.0']['product'] == '1eb8'
-    assert report['0000:af:00.0']['vgpu_total'] == 8
-    assert 'vgpu_type' not in report['0000:3b:00.0']
-    devices = {d.controlpath_id.cpid_info['bus']: d for d in
-               cyborg.driver_devices('h', gpus, enabled)}
-    vdep = devices['af'].deployables[0]
+    devices = {json.loads(d.controlpath_id.cpid_info)['bus']: d for d in
+               cyborg_objects.driver_devices('h', gpus, enabled)}
+    assert {d.vendor for d in devices.values()} == {'10de'}
+    vdep = devices['af'].deployable_list[0]
     assert vdep.num_accelerators == 8
-    assert [h.attach_info['vgpu_mark'] for h in vdep.attach_handles][:2] == \
-        ['nvidia-223_0', 'nvidia-223_1']
-    assert {h.attach_type for h in vdep.attach_handles} == {'MDEV'}
-    attrs = {a.key: a.value for a in vdep.attributes}
+    assert [json.loads(h.attach_info)['vgpu_mark']
+            for h in vdep.attach_handle_list][:2] == [
+                'nvidia-223_0', 'nvidia-223_1']
+    assert {h.attach_type for h in vdep.attach_handle_list} == {'MDEV'}
+    attrs = {a.key: a.value for a in vdep.attribute_list}
     assert attrs['rc'] == 'VGPU'
     assert 'CUSTOM_NVIDIA_1EB8_T4_2B' in attrs.values()
-    pdep = devices['3b'].deployables[0]
-    assert [h.attach_type for h in pdep.attach_handles] == ['PCI']
+    pdep = devices['3b'].deployable_list[0]
+    assert [h.attach_type for h in pdep.attach_handle_list] == ['PCI']
     assert devices['3b'].controlpath_id.cpid_type == 'PCI'
-    assert devices['3b'].controlpath_id.cpid_info == {
-        'domain': '0000', 'bus': '3b', 'device': '00', 'function': '0'}
+    assert devices['3b'].controlpath_id.cpid_info == (
+        '{"bus": "3b", "device": "00", "domain": "0000", "function": "0"}')

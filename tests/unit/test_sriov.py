@@ -17,7 +17,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu.placement import cyborg
+from libvirt_gpu.placement import cyborg_objects
 from libvirt_gpu.placement import model
 from tests.doubles import kernel_sysfs
 from tests.doubles import tables
@@ -166,20 +166,16 @@ def test_capacity_without_any_maximum_never_sums_vfs():
 def test_cyborg_sees_one_device_per_gpu(a100, l40s):
     gpus = _gpus(l40s[0]).gpus
     enabled = {L1: objects.EnabledType('nvidia-1145')}
-    devices = cyborg.driver_devices('h', gpus, enabled)
+    devices = cyborg_objects.driver_devices('h', gpus, enabled)
     assert len(devices) == 2                      # two L40S, no VF devices
-    handles = devices[0].deployables[0].attach_handles
-    # the vendor interface hands out VFs: PCI handles, the held ones in use
-    assert len(handles) == 32 and {h.attach_type for h in handles} == {'PCI'}
-    assert [h.in_use for h in handles[:3]] == [True, True, False]
-    assert handles[0].attach_info['function'] == '4'
-    report = cyborg.agent_report(gpus, enabled)
-    assert report[str(L1)]['virtfns'] == 32
-    assert report['0000:3d:00.4']['physfn'] == str(L1)
-    assert report['0000:3d:00.4']['assignable'] is False
-    a100_devices = cyborg.driver_devices(
+    # the vendor interface's vGPUs cannot go through Cyborg (see
+    # cyborg_objects): the GPU is reported with nothing to offer
+    assert devices[0].deployable_list == ()
+    assert 'vendor interface' in cyborg_objects.withheld_gpus(
+        gpus, enabled)[L1]
+    a100_devices = cyborg_objects.driver_devices(
         'h', _gpus(a100[0]).gpus, {A: objects.EnabledType('nvidia-472')})
-    handles = a100_devices[0].deployables[0].attach_handles
+    handles = a100_devices[0].deployable_list[0].attach_handle_list
     assert [h.attach_type for h in handles] == ['MDEV', 'MDEV']
 
 
