@@ -18,7 +18,8 @@ strings byte for byte:
   says how to regenerate it).  Our driver reads the same hosts with the
   same configuration, and every object must be equal, except where
   Cyborg's driver is wrong; each such difference is named
-  (``placement/cyborg_objects.py``, docs/admin/cyborg.md) and checked to be what it says:
+  (``placement/cyborg_objects.py``, docs/admin/cyborg.md) and checked to
+  be what it says:
 
   - ``vf``: Cyborg reports every SR-IOV VF as a whole GPU of its own (its
     ``[gpu_devices]/filter_sriov_vfs`` is off by default); a VF is part of
