@@ -164,7 +164,7 @@ def domain_refs(host):
                       unreadable=tuple(bad))
 
 
-def _all_mdevs(vgpus):
+def _all_vgpus(vgpus):
     """``{uuid: (parent, type_id)}`` of every vGPU of every kind now."""
     return vgpus.existing()
 
@@ -221,11 +221,11 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     covered = frozenset(objects.PciAddress.parse(a) for a in covered)
     if env.remove_timeout is None:
         env = env.replace(remove_timeout=REMOVE_TIMEOUT)
-    remove_timeout, mdevctl_dir = env.remove_timeout, env.mdevctl_dir
+    remove_timeout = env.remove_timeout
     store = env.store
     backend = env.vgpus
     started = time.time()
-    mdevs_before = _all_mdevs(backend)
+    vgpus_before = _all_vgpus(backend)
     refs = domain_refs(host)
     findings = list(refs.unreadable)
     planned = []              # (uuid, parent, type_id, domain, reason, what)
@@ -233,14 +233,14 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     # it never holds up a guest start (``libvirt-gpu exporter`` runs one
     # per scrape).
     with (store.snapshot() if dry_run else store.transaction()) as txn:
-        mdevs = _all_mdevs(backend)
-        leased = _judge_leases(txn, refs, mdevs, started, stuck_after,
+        vgpus = _all_vgpus(backend)
+        leased = _judge_leases(txn, refs, vgpus, started, stuck_after,
                                dry_run, findings, planned)
         findings.extend(_return_borrowed(txn, refs, started, dry_run))
-        unleased = {uuid: where for uuid, where in mdevs_before.items()
-                    if uuid not in leased and uuid in mdevs}
-        _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
-                        dry_run, findings, planned)
+        unleased = {uuid: where for uuid, where in vgpus_before.items()
+                    if uuid not in leased and uuid in vgpus}
+        _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
+                        findings, planned)
     if on_plan is not None and planned and not dry_run:
         on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
                          type_id=type_id, domain_uuid=domain)
@@ -250,7 +250,7 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     return Report(dry_run=dry_run, findings=tuple(findings))
 
 
-def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
+def _judge_leases(txn, refs, vgpus, started, stuck_after, dry_run, findings,
                   planned):
     """Every lease: stuck (a live holder for too long), used (judged by
     ``_judge_used``), or planned for removal (nobody runs it, its holder
@@ -276,10 +276,10 @@ def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
             continue          # changed after the domains were read
         users = refs.running.get(lease.vgpu_uuid, frozenset())
         if users:
-            findings.extend(_judge_used(txn, lease, users, mdevs,
+            findings.extend(_judge_used(txn, lease, users, vgpus,
                                         dry_run, where))
             continue
-        exists = lease.vgpu_uuid in mdevs
+        exists = lease.vgpu_uuid in vgpus
         reason = ('no running domain uses it (lease %s for domain %s, '
                   'its process gone)' % (lease.state,
                                          lease.domain_uuid or '-'))
@@ -291,8 +291,8 @@ def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
     return leased
 
 
-def _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
-                    dry_run, findings, planned):
+def _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
+                    findings, planned):
     """Every vGPU without a lease (``{uuid: (parent, type_id)}``): kept
     when it is not ours to judge, used, possibly used, or defined; else
     planned for removal."""
@@ -320,11 +320,11 @@ def _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
                 'but some domain XML could not be read', parent=parent,
                 type_id=type_id))
             continue
-        if backend.definition(uuid) is not None:
+        definition = backend.definition(uuid)
+        if definition is not None:
             findings.append(Finding(
-                KEPT, 'mdev', uuid, 'unreferenced, but defined by '
-                'mdevctl (%s)' % mdevctl_dir, parent=parent,
-                type_id=type_id))
+                KEPT, 'mdev', uuid, 'unreferenced, but defined by %s'
+                % definition.source, parent=parent, type_id=type_id))
             continue
         planned.append((uuid, parent, type_id, None,
                         'no domain references it and it has no lease',
@@ -360,7 +360,7 @@ def _carry_out(store, backend, planned, dry_run, remove_timeout):
     return findings
 
 
-def _judge_used(txn, lease, users, mdevs, dry_run, where):
+def _judge_used(txn, lease, users, vgpus, dry_run, where):
     """A lease whose vGPU a running domain uses."""
     found = []
     if lease.domain_uuid not in users:
@@ -372,7 +372,7 @@ def _judge_used(txn, lease, users, mdevs, dry_run, where):
         found.append(Finding(CONFLICT, 'mdev', lease.vgpu_uuid,
                              'used by %d running domains' % len(users),
                              **where))
-    if lease.vgpu_uuid not in mdevs:
+    if lease.vgpu_uuid not in vgpus:
         found.append(Finding(STUCK, 'mdev', lease.vgpu_uuid,
                              'a running domain uses it but it does not '
                              'exist', **where))

@@ -18,8 +18,8 @@ libvirt 9 keeps it; proved against a real daemon by
 tests/functional/test_libvirtd_fixture.py):
 
 ``prepare begin``  create every vGPU the domain asks for: each
-    ``<gpu:vgpu>`` of its metadata that has its ``<hostdev type='mdev'>``,
-    and each mdev hostdev that an mdevctl definition describes; check each
+    ``<gpu:vgpu>`` of its metadata that has its ``<hostdev>``, and each
+    mdev hostdev that a vGPU kind defines persistently; check each
     ``<gpu:pgpu>``.  One failure removes what this call created and exits 1
     with a message for the operator (libvirt refuses the start and shows
     it).
@@ -49,7 +49,6 @@ it logs also goes to ``<state_dir>/hook.log`` (libvirt discards a
 successful hook's stderr).
 """
 
-from libvirt_gpu.backends import mdev as mdev_backend  # noqa: F401
 from libvirt_gpu import exception  # noqa: F401
 from libvirt_gpu.hook.log import HookLog  # noqa: F401
 from libvirt_gpu.hook.log import LOG_LINE_MAX  # noqa: F401

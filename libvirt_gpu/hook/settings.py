@@ -109,7 +109,7 @@ def read_settings(config_file):
     # is no mdev parent.
     from libvirt_gpu import discovery
     sysfs = sysfs_mod.Sysfs(conf.sysfs_root)
-    gpus = discovery.from_sysfs(sysfs).gpus
+    gpus = discovery.from_sysfs(sysfs, kinds=registry.kind_classes()).gpus
     return HookSettings(sysfs_root=conf.sysfs_root,
                         state_dir=conf.state_dir,
                         enabled=enablement.resolve(conf, gpus)), (
