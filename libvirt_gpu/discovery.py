@@ -408,11 +408,15 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
                      nvml, kinds)
 
 
-def _named(result, pci_ids, kinds):
+def with_names(result, pci_ids, kinds=None):
+    """``result`` with its GPUs named from the PCI ID database
+    (``pci_ids``, None: as they are) where the source left them unnamed."""
+    if pci_ids is None:
+        return result
     named = tuple(with_pci_names(g, pci_ids) for g in result.gpus)
     if all(a is b for a, b in zip(named, result.gpus)):
         return result          # libvirt named them all (the usual case)
-    return records.replace(result, gpus=group_sriov(named, kinds))
+    return records.replace(result, gpus=group_sriov(named, _kinds(kinds)))
 
 
 def is_local_uri(uri):
@@ -453,7 +457,7 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
     if uri is not None:
         sysfs = _sysfs_beside(uri, sysfs_root, default_sysfs_root)
         with host_mod.Host(uri, read_only=True) as h:
-            return _named(from_libvirt(h, sysfs, kinds), pci_ids, kinds)
+            return with_names(from_libvirt(h, sysfs, kinds), pci_ids, kinds)
     try:
         with host_mod.Host(default_uri, read_only=True) as h:
             # The configuration names this host's libvirt and its sysfs
@@ -461,7 +465,7 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
             # they describe one host, whatever the URI's form (a test:///
             # file of a simulated host, say).  Only a URI given on the
             # command line may name another host.
-            return _named(from_libvirt(h, sysfs_mod.Sysfs(
+            return with_names(from_libvirt(h, sysfs_mod.Sysfs(
                 default_sysfs_root), kinds), pci_ids, kinds)
     except exception.LibvirtUnavailable as e:
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',

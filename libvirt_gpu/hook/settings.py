@@ -97,7 +97,7 @@ def read_settings(config_file):
     key, sysfs key)`` taken before what they guard was read."""
     config_key = _config_key(config_file)
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu import enablement
+    from libvirt_gpu import environment
     if config_file == DEFAULT_CONFIG_FILE and not os.path.exists(
             config_file):
         conf = conf_mod.load(None, environ={})
@@ -107,13 +107,9 @@ def read_settings(config_file):
     # Every GPU, read from sysfs (no libvirt: the hook never imports it):
     # a GPU whose vGPUs live on SR-IOV VFs is configured by its PF, which
     # is no mdev parent.
-    from libvirt_gpu import discovery
-    sysfs = sysfs_mod.Sysfs(conf.sysfs_root)
-    gpus = discovery.from_sysfs(sysfs, kinds=registry.kind_classes()).gpus
-    return HookSettings(sysfs_root=conf.sysfs_root,
-                        state_dir=conf.state_dir,
-                        enabled=enablement.resolve(conf, gpus)), (
-                            config_key, sysfs_key)
+    env = environment.Environment.from_conf(conf)
+    return HookSettings(sysfs_root=env.sysfs_root, state_dir=env.state_dir,
+                        enabled=env.enabled), (config_key, sysfs_key)
 
 
 def _settings_to_json(settings, config_file, config_key, sysfs_key):

@@ -57,3 +57,94 @@ def test_discovery_sees_a_kind_s_functions_only_through_the_kinds_given():
         unseen = discovery.from_sysfs(sysfs, kinds=()).gpus
     assert any(g.vendor_vf is not None for g in seen)
     assert all(g.vendor_vf is None for g in unseen)
+
+
+# --- the parts it keeps ------------------------------------------------------
+
+PARTS = ('sysfs', 'discovered', 'enabled', 'vgpus', 'pci', 'store',
+         'allocator', 'pci_ids', 'nvml')
+
+
+@pytest.fixture
+def t4_env(tmp_path):
+    from tests.doubles import trees
+    from libvirt_gpu import conf as conf_mod
+    with trees.simulated_tree('t4') as (root, _):
+        config = tmp_path / 'libvirt-gpu.conf'
+        config.write_text('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                          '[gpu]\nenabled_vgpu_types = nvidia-223\n'
+                          % (root, tmp_path / 'state'))
+        yield environment.Environment.from_conf(conf_mod.load(str(config)))
+
+
+@pytest.mark.parametrize('part', PARTS)
+def test_a_part_is_built_once_and_kept(t4_env, part):
+    assert getattr(t4_env, part) is getattr(t4_env, part)
+
+
+def test_the_enabled_types_are_resolved_once(t4_env, monkeypatch):
+    from libvirt_gpu import enablement
+    calls = []
+    real = enablement.resolve
+    monkeypatch.setattr(enablement, 'resolve',
+                        lambda *a: calls.append(a) or real(*a))
+    assert t4_env.enabled and t4_env.allocator.enabled == t4_env.enabled
+    t4_env.enabled
+    t4_env.allocator
+    assert len(calls) == 1
+
+
+def test_rediscover_keeps_the_host_and_forgets_what_was_discovered(t4_env):
+    before = {part: getattr(t4_env, part) for part in PARTS}
+    again = t4_env.rediscover()
+    for part in ('sysfs', 'vgpus', 'pci', 'store', 'pci_ids', 'nvml'):
+        assert getattr(again, part) is before[part], part
+    for part in ('discovered', 'enabled', 'allocator'):
+        assert getattr(again, part) is not before[part], part
+    assert again.enabled == before['enabled']
+
+
+def test_given_enabled_types_survive_rediscover(tmp_path):
+    given = {}
+    env = environment.Environment(str(tmp_path), sysfs_root=str(tmp_path),
+                                  enabled=given)
+    assert env.rediscover().enabled == given
+    assert env.replace(sysfs_root=str(tmp_path / 'x')).enabled == given
+
+
+def test_replace_resolves_again_when_the_host_read_changes(
+        t4_env, monkeypatch):
+    from libvirt_gpu import enablement
+    enabled = t4_env.enabled
+    calls = []
+    real = enablement.resolve
+    monkeypatch.setattr(enablement, 'resolve',
+                        lambda *a: calls.append(a) or real(*a))
+    assert t4_env.replace(remove_timeout=1.0).enabled == enabled
+    assert calls == []
+    assert t4_env.replace(source=None, parallel=False).enabled == enabled
+    assert len(calls) == 1
+
+
+def test_the_api_takes_the_environment_as_its_connection(t4_env):
+    from libvirt_gpu import api
+    # without a libvirt host the API cannot act: said at once
+    with pytest.raises(TypeError, match='no libvirt host'):
+        api.list_devices(t4_env, 'guest')
+    with pytest.raises(TypeError, match='not both'):
+        api.list_devices(t4_env, 'guest', env=t4_env)
+
+
+def test_the_cli_builds_one_environment(t4_env, tmp_path):
+    from libvirt_gpu.cmd import main as cli
+    args = cli.build_parser().parse_args(
+        ['--sysfs-root', t4_env.sysfs_root, 'list'])
+    args.config_file = None
+    ctx = cli.Context(args)
+    assert ctx.env is ctx.env
+    assert ctx.result is ctx.env.discovered
+    assert ctx.enabled is ctx.env.enabled
+    # the lifecycle commands get the same host read from its sysfs
+    lifecycle = ctx.environment()
+    assert lifecycle.source is None and lifecycle.sysfs_root == \
+        ctx.env.sysfs_root
