@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from libvirt_gpu.backends import base
 from libvirt_gpu import capacity
-from libvirt_gpu import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import records
@@ -120,6 +119,8 @@ class Allocator(object):
         more vGPUs of ``type_id`` it can take, and the VF the next one goes
         to (``vf`` when given and usable; ``uuid``'s own recorded VF
         counts as usable).  ``(0, None)`` when none."""
+        # imported here: only an SR-IOV GPU is read as discovery reads it
+        from libvirt_gpu import discovery
         view = discovery.gpu_view(self.backend.sysfs, gpu,
                                   self.backend.kind_classes, mdevs)
         total = capacity.vgpu_total(view, self._setting(gpu, type_id))

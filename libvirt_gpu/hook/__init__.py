@@ -37,16 +37,18 @@ Input is refused before anything is written when it is malformed or hostile
 (DOCTYPE, entities, oversize, a UUID/type/address that does not validate).
 
 Configuration: importing oslo.config takes longer than a whole ``prepare``
-may (``bench/hook.py`` measures both), so the hook reads a snapshot of what
-it needs (``HookSettings``: sysfs root, state dir, enabled types resolved
-per GPU), kept as JSON and refreshed through oslo.config whenever the config
-file or the parents of a registered vGPU kind changed
-(``VgpuKind.parents_now``: the mdev parents in ``class/mdev_bus``, the VFs
-with NVIDIA's vGPU 17+ vendor interface, which appear when ``sriov-manage
--e`` enables them). The parents are taken before the configuration is read,
-so a change while it is read makes the next call read it again. Every line
-it logs also goes to ``<state_dir>/hook.log`` (libvirt discards a
-successful hook's stderr).
+may (``bench/hook.py`` measures both), so the hook reads the
+configuration's snapshot (``confcache``, the CLI's form and staleness
+rule, kept in the state directory) with the enabled types resolved per GPU
+beside it (``HookSettings``: sysfs root, state dir, enabled types).  The
+configuration file changed: it is read again through oslo.config.  The
+parents of a registered vGPU kind changed (``VgpuKind.parents_now``: the
+mdev parents in ``class/mdev_bus``, the VFs with NVIDIA's vGPU 17+ vendor
+interface, which appear when ``sriov-manage -e`` enables them): the
+enabled types are resolved again from the snapshot's values.  The keys
+are taken before what they guard is read, so a change meanwhile makes the
+next call read it again.  Every line it logs also goes to
+``<state_dir>/hook.log`` (libvirt discards a successful hook's stderr).
 """
 
 from libvirt_gpu import exception  # noqa: F401

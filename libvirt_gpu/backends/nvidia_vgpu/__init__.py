@@ -58,9 +58,15 @@ from libvirt_gpu.backends.nvidia_vgpu.statefile import STARTS  # noqa: F401
 from libvirt_gpu.backends.nvidia_vgpu.statefile import STATE_NAME  # noqa
 from libvirt_gpu.backends.nvidia_vgpu.statefile import VendorState  # noqa
 from libvirt_gpu.backends.nvidia_vgpu.statefile import VendorVgpu  # noqa
-from libvirt_gpu.backends.nvidia_vgpu.table import complete_types  # noqa
-from libvirt_gpu.backends.nvidia_vgpu.table import GpuModel  # noqa: F401
-from libvirt_gpu.backends.nvidia_vgpu.table import KNOWN_GPUS  # noqa: F401
-from libvirt_gpu.backends.nvidia_vgpu.table import model_of  # noqa: F401
-from libvirt_gpu.backends.nvidia_vgpu.table import published_max  # noqa
-from libvirt_gpu.backends.nvidia_vgpu.table import type_framebuffer_gb  # noqa
+
+_TABLE = ('complete_types', 'GpuModel', 'KNOWN_GPUS', 'model_of',
+          'published_max', 'type_framebuffer_gb')
+
+
+def __getattr__(name):
+    """NVIDIA's table (``table``), imported when first asked for: the
+    hook never needs it."""
+    if name in _TABLE:
+        from libvirt_gpu.backends.nvidia_vgpu import table
+        return getattr(table, name)
+    raise AttributeError('module %r has no attribute %r' % (__name__, name))

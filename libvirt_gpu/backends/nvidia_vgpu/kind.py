@@ -13,7 +13,6 @@ from libvirt_gpu import config_xml
 from libvirt_gpu.backends.nvidia_vgpu import files
 from libvirt_gpu.backends.nvidia_vgpu import names
 from libvirt_gpu.backends.nvidia_vgpu import statefile
-from libvirt_gpu.backends.nvidia_vgpu import table
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import records
@@ -77,6 +76,9 @@ class NvidiaVgpuBackend(base.VgpuKind):
 
     @classmethod
     def complete_types(cls, pf, vfs):
+        # NVIDIA's table only where discovery completes types (the hook
+        # never does: it imports nothing it does not use)
+        from libvirt_gpu.backends.nvidia_vgpu import table
         return table.complete_types(pf, vfs)
 
     def hostdev_xml(self, device):
