@@ -1,13 +1,14 @@
 """Find and repair what crashes and reboots leave behind.
 
-An mdev or lease is an orphan when no running domain uses it and no live
-process is working on it:
+A vGPU (of any kind: ``backends.registry.Vgpus``) or lease is an orphan
+when no running domain uses it and no live process is working on it:
 
 * a lease whose holder process died (a crash in attach or in the hook's
   prepare, a release that could not remove its vGPU) and whose vGPU no
   running domain uses: the vGPU is removed if it exists, then the lease;
-* an mdev with no lease that no domain (running, or defined and stopped)
-  references and that mdevctl does not define: removed;
+* a vGPU with no lease that no domain (running, or defined and stopped)
+  references and that no kind defines persistently (``Vgpus.definition``:
+  mdevctl's definitions, the vendor interface's state file): removed;
 * a lease whose vGPU a running domain uses but that was left ``reserved``:
   marked ``created``.
 
@@ -20,15 +21,11 @@ Reported, not touched: a lease whose holder is still running after
 ``stuck_after`` seconds, a removal that does not finish (a process may hold
 the device), a running domain that uses a vGPU that does not exist, a vGPU
 used by two running domains or leased to another domain than the one using
-it, and a domain whose XML cannot be read (then no unleased mdev is
-removed: we could not prove nobody references it).
+it, and a domain whose XML cannot be read (then no unleased vGPU is
+removed: we could not prove nobody references it).  The report calls a
+vGPU an ``mdev`` whatever its kind (its findings' ``what``).
 
-vGPUs of NVIDIA's vGPU 17+ vendor interface are judged the same way: the
-ones our state file records that exist now (a VF's ``CURRENT_TYPE``)
-count as "mdevs", a persistent one (``define``) as an mdevctl definition,
-and removing one writes 0 to its VF (``backends.registry``).
-
-Ordering, so that reconcile never races a guest start: mdevs are listed,
+Ordering, so that reconcile never races a guest start: vGPUs are listed,
 then domains (libvirt is never called under the lease lock: a starting
 guest's hook may be waiting for that lock while libvirt waits for the
 hook), then under the lock every lease still untouched since that moment
