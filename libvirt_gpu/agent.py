@@ -28,10 +28,9 @@ from libvirt_gpu.placement import tree as tree_mod
 
 LOG = logs.getLogger(__name__)
 
-# discover_fn() -> ProviderTree: discovery + configuration + build_tree, e.g.
-#   lambda: model.build_tree(conf.host, discovery.discover(...).gpus,
-#                            enabled, conf.gpu.report_gpu_traits, ...)
-# It runs every cycle, so GPUs that appear or vanish are noticed.
+# discover_fn() -> ProviderTree: discovery + configuration + build_tree
+# (``serve``: ``model.host_tree`` of the host discovered anew).  It runs
+# every cycle, so GPUs that appear or vanish are noticed.
 DiscoverFn = typing.Callable[[], tree_mod.ProviderTree]
 
 
@@ -155,6 +154,23 @@ class Agent:
                 break
             self.stop_event.wait(delay)
         return self.last_report
+
+
+def serve(env, hostname, once=False, url=None, client=None,
+          stop_event=None):
+    """``libvirt-gpu agent`` on the host ``env`` (an
+    ``environment.Environment``): every cycle discovers it anew
+    (``Environment.rediscover``) and syncs its provider tree
+    (``model.host_tree``) as ``hostname`` to Placement (``url``: instead
+    of the configured endpoint).  Returns the last SyncReport."""
+    from libvirt_gpu.placement import model
+
+    def discover():
+        return model.host_tree(env.rediscover(), hostname)
+    if client is None:
+        client = make_client(env.conf, url=url)
+    return run(env.conf, discover, once=once, client=client,
+               stop_event=stop_event)
 
 
 def run(conf, discover_fn, once=False, client=None, stop_event=None):

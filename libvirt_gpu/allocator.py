@@ -42,7 +42,6 @@ lease's ``parent`` is that VF (one vGPU per VF).
 from __future__ import annotations
 
 from libvirt_gpu.backends import base
-from libvirt_gpu.backends import registry
 from libvirt_gpu import capacity
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -120,7 +119,10 @@ class Allocator(object):
         more vGPUs of ``type_id`` it can take, and the VF the next one goes
         to (``vf`` when given and usable; ``uuid``'s own recorded VF
         counts as usable).  ``(0, None)`` when none."""
-        view = registry.gpu_view(self.backend.sysfs, gpu, mdevs)
+        # imported here: only an SR-IOV GPU is read as discovery reads it
+        from libvirt_gpu import discovery
+        view = discovery.gpu_view(self.backend.sysfs, gpu,
+                                  self.backend.kind_classes, mdevs)
         total = capacity.vgpu_total(view, self._setting(gpu, type_id))
         vfs = {f.address for f in view.vf_gpus}
         existing = {u for u, (a, _) in

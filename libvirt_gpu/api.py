@@ -99,10 +99,23 @@ class DomainGpus:
 
 
 def _environment(conn, conf, sysfs, env):
-    """The caller's ``env``, else the host of ``conn`` as configured."""
-    if env is not None:
-        return env
-    return environment.Environment.from_conf(conf, conn=conn, sysfs=sysfs)
+    """The host the call acts on: ``conn`` itself when it is an
+    ``environment.Environment`` (with its libvirt ``host``), else the
+    caller's ``env``, else the host of ``conn`` (a libvirt connection or
+    ``host.Host``) as configured (``conf``, ``sysfs``)."""
+    if isinstance(conn, environment.Environment):
+        if env is not None or conf is not None or sysfs is not None:
+            raise TypeError('give an Environment as conn, or conf/sysfs/'
+                            'env beside a connection, not both')
+        env = conn
+    elif env is None:
+        return environment.Environment.from_conf(conf, conn=conn,
+                                                 sysfs=sysfs)
+    if env.host is None:
+        raise TypeError('the Environment has no libvirt host: build it '
+                        'with its connection (Environment.from_conf(conn=)'
+                        ' or env.replace(host=))')
+    return env
 
 
 def _guest(env, domain):
@@ -136,9 +149,10 @@ def attach(conn, domain, vgpu_type=None, address=None, parent=None,
            env=None):
     """Give ``domain`` (name, UUID or virDomain) a vGPU of ``vgpu_type``
     (optionally on GPU ``parent``, with vGPU ``uuid``) or the whole GPU at
-    ``address``.  Returns an Attachment.  ``env``: an
-    ``environment.Environment`` (else one is made from ``conn``, ``conf``
-    and ``sysfs``)."""
+    ``address``.  Returns an Attachment.  ``conn``: a libvirt connection,
+    a ``host.Host``, or the ``environment.Environment`` of the host (with
+    its libvirt ``host``); ``env``: the host beside a connection (else one
+    is made from ``conn``, ``conf`` and ``sysfs``)."""
     if (vgpu_type is None) == (address is None):
         raise exception.InvalidInput(
             reason='give either a vGPU type or a GPU address')

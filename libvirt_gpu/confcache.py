@@ -1,5 +1,5 @@
-"""The CLI's settings snapshot: the configuration's values without
-importing oslo.config.
+"""The configuration's snapshot: its values without importing
+oslo.config, for the CLI and the qemu hook alike.
 
 Importing oslo.config costs a read-only command more than the command
 itself (``libvirt-gpu list`` on a large host).  So once oslo.config has
@@ -23,12 +23,16 @@ snapshot; a snapshot that does not match is ignored and rewritten by the
 next command that reads the file through oslo.config (which pays the
 import once).
 
-The snapshot lives in ``$LIBVIRT_GPU_CACHE_DIR`` when set (empty: no
-snapshot), else ``/var/cache/libvirt-gpu`` for root and
-``$XDG_CACHE_HOME/libvirt-gpu`` (``~/.cache/libvirt-gpu``) for other
-users.  It is used only when it is a regular file owned by this user and
-writable by no one else; a directory that cannot be written means no
-snapshot, never an error.
+This is the one staleness rule (``key``) and the one form on disk
+(``document``/``parse``: the key, the values, and what a reader derived
+from them and keeps beside them, ``extra``).  The CLI's snapshot lives in
+``$LIBVIRT_GPU_CACHE_DIR`` when set (empty: no snapshot), else
+``/var/cache/libvirt-gpu`` for root and ``$XDG_CACHE_HOME/libvirt-gpu``
+(``~/.cache/libvirt-gpu``) for other users.  It is used only when it is a
+regular file owned by this user and writable by no one else; a directory
+that cannot be written means no snapshot, never an error.  The qemu
+hook's is the same document in the state directory (``hook.settings``),
+with the enabled types resolved against the host as its ``extra``.
 """
 
 import json
@@ -37,20 +41,22 @@ import stat
 
 from libvirt_gpu import conffile
 from libvirt_gpu import fileutil
+from libvirt_gpu import records
 
 try:
-    # CPython's own SHA-256 (3.11 and older; 3.12 names it _sha2): hashlib
-    # loads OpenSSL first, which a ``list`` that reads this key would pay.
-    from _sha256 import sha256 as _sha256
+    # CPython's own SHA-256 (3.12 names it _sha2, 3.11 and older _sha256):
+    # hashlib loads OpenSSL first, about 3 ms that every guest start (the
+    # hook) and every ``list`` would pay for the same digest.
+    from _sha2 import sha256 as _sha256
 except ImportError:
     try:
-        from _sha2 import sha256 as _sha256
+        from _sha256 import sha256 as _sha256
     except ImportError:
         from hashlib import sha256 as _sha256
 
 CACHE_ENV = 'LIBVIRT_GPU_CACHE_DIR'
 ROOT_CACHE_DIR = '/var/cache/libvirt-gpu'
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 _MAX_SNAPSHOT_BYTES = 1024 * 1024
 _CONF_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                              'conf')
@@ -64,6 +70,12 @@ class Values(object):
         self._options = options
         self._groups = {name: Values(opts)
                         for name, opts in (groups or {}).items()}
+
+    def plain(self):
+        """``(options, groups)`` as JSON keeps them (``document``)."""
+        return (dict(self._options),
+                {name: dict(group._options)
+                 for name, group in self._groups.items()})
 
     def __getitem__(self, name):
         if name in self._groups:
@@ -97,20 +109,33 @@ def snapshot_path(directory, path):
                         % int(_sha256(os.fsencode(path)).hexdigest()[:8], 16))
 
 
-def _file_key(path, present):
-    if not present:
+def file_key(path):
+    """``[dev, inode, size, mtime_ns, ctime_ns, sha256]`` of the
+    configuration file ``path``; None when there is none to read (missing,
+    ``/dev/null``, not a regular file, larger than a configuration file
+    can be, unreadable).  The digest notices an edit that keeps the size
+    and lands within one tick of the file system's clock."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or \
+                st.st_size > conffile.MAX_CONFIG_BYTES:
             return None
-        with os.fdopen(os.dup(fd), 'rb') as f:
-            data = f.read(conffile.MAX_CONFIG_BYTES + 1)
+        digest = _sha256()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            digest.update(chunk)
+    except OSError:
+        return None
     finally:
         os.close(fd)
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-            st.st_ctime_ns, _sha256(data).hexdigest()]
+            st.st_ctime_ns, digest.hexdigest()]
 
 
 def _options_key():
@@ -123,11 +148,12 @@ def _options_key():
     return key
 
 
-def key(path, present):
-    """What the snapshot of ``path`` must match (``present``: whether the
-    file is read, ``conffile.check_config_file``)."""
+def key(path):
+    """What a snapshot of the configuration file ``path`` must match: the
+    file (``file_key``), the modules that declare the options, the host
+    name (the default of ``[DEFAULT]/host``)."""
     return {'version': SNAPSHOT_VERSION, 'config_file': path,
-            'file': _file_key(path, present), 'options': _options_key(),
+            'file': file_key(path), 'options': _options_key(),
             'hostname': os.uname().nodename}
 
 
@@ -160,7 +186,49 @@ def values_of(conf):
     return options, groups
 
 
-def read(path, present, environ=None):
+@records.record
+class Snapshot:
+    """A current snapshot (``parse``): the configuration's ``values``,
+    the ``key`` they were kept under, and the reader's ``extra``."""
+
+    values: Values
+    key: dict
+    extra: object = None
+
+
+def document(snapshot_key, conf, extra=None):
+    """The snapshot of ``conf`` (a loaded ConfigOpts, or the ``Values``
+    of a snapshot) under ``snapshot_key`` (taken before the file was
+    read), with ``extra`` (a reader's own JSON, kept beside the values);
+    None when a value would not survive JSON."""
+    values = conf.plain() if isinstance(conf, Values) else values_of(conf)
+    if values is None:
+        return None
+    found = {'key': snapshot_key, 'options': values[0], 'groups': values[1]}
+    if extra is not None:
+        found['extra'] = extra
+    return found
+
+
+def parse(data, path):
+    """The ``Snapshot`` in a document (JSON text) of the configuration
+    file ``path`` when it is current (``key``), else None."""
+    try:
+        data = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    expected = key(path)
+    if not isinstance(data, dict) or data.get('key') != expected:
+        return None
+    options, groups = data.get('options'), data.get('groups')
+    if not isinstance(options, dict) or not isinstance(groups, dict) or \
+            not all(isinstance(g, dict) for g in groups.values()):
+        return None
+    return Snapshot(values=Values(options, groups), key=expected,
+                    extra=data.get('extra'))
+
+
+def read(path, environ=None):
     """The snapshot's Values for ``path``, or None when there is none that
     matches."""
     directory = cache_dir(environ)
@@ -178,19 +246,13 @@ def read(path, present, environ=None):
                 st.st_mode & 0o022 or st.st_size > _MAX_SNAPSHOT_BYTES):
             return None
         with os.fdopen(os.dup(fd), 'rb') as f:
-            data = json.loads(f.read(_MAX_SNAPSHOT_BYTES + 1))
-        expected = key(path, present)
-    except (OSError, ValueError, UnicodeDecodeError):
+            raw = f.read(_MAX_SNAPSHOT_BYTES + 1)
+    except OSError:
         return None
     finally:
         os.close(fd)
-    if not isinstance(data, dict) or data.get('key') != expected:
-        return None
-    options, groups = data.get('options'), data.get('groups')
-    if not isinstance(options, dict) or not isinstance(groups, dict) or \
-            not all(isinstance(g, dict) for g in groups.values()):
-        return None
-    return Values(options, groups)
+    found = parse(raw, path)
+    return found.values if found is not None else None
 
 
 def write(path, snapshot_key, conf, environ=None):
@@ -198,15 +260,13 @@ def write(path, snapshot_key, conf, environ=None):
     ``snapshot_key``, taken before the file was read.  Quietly nothing
     when the cache directory cannot be written."""
     directory = cache_dir(environ)
-    values = values_of(conf)
-    if directory is None or values is None:
+    found = document(snapshot_key, conf)
+    if directory is None or found is None:
         return False
-    document = {'key': snapshot_key, 'options': values[0],
-                'groups': values[1]}
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         fileutil.write_atomic(snapshot_path(directory, path),
-                              json.dumps(document, sort_keys=True),
+                              json.dumps(found, sort_keys=True),
                               mode=0o600)
     except OSError:
         return False
@@ -218,17 +278,13 @@ def load(config_file=None, environ=None):
     else through ``libvirt_gpu.conf.load`` (a ConfigOpts, which is then
     snapshotted).  The file checks of ``conffile`` apply either way."""
     path, required = conffile.config_path(config_file, environ)
-    present = conffile.check_config_file(path, required)
-    values = read(path, present)
+    conffile.check_config_file(path, required)
+    values = read(path)
     if values is not None:
         conffile.check_state_dir(values.state_dir, path)
         return values
-    try:
-        snapshot_key = key(path, present)
-    except OSError:
-        snapshot_key = None
+    snapshot_key = key(path)
     from libvirt_gpu import conf as conf_mod
     conf = conf_mod.load(config_file, environ)
-    if snapshot_key is not None:
-        write(path, snapshot_key, conf)
+    write(path, snapshot_key, conf)
     return conf

@@ -12,7 +12,11 @@ whole and never take a VF for a GPU of its own.  A VF with NVIDIA's vGPU
 17+ vendor interface carries what its ``nvidia/`` directory says
 (``Gpu.vendor_vf``, sysfs only: libvirt does not report it), its listed
 types - only those - named and given their maximum from NVML or, by type
-name, the vendor backend's table (``backends.nvidia_vgpu.complete_types``).
+name, the kind's table.  Discovery never names a kind: the caller hands it
+the vGPU kinds (``kinds``: ``VgpuKind`` classes, an ``Environment``'s
+``kind_classes``), and each reads its own functions
+(``VgpuKind.read_function``) and completes its types
+(``VgpuKind.complete_types``).
 
 IOMMU groups: each GPU carries every function of its group
 (``Gpu.iommu_members``), each judged a companion of the GPU (another
@@ -39,7 +43,8 @@ GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
 is_gpu_class = objects.is_gpu_class
 
 
-def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False):
+def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False,
+               kinds=None):
     """Discover GPUs by reading a sysfs tree (``Sysfs``).
 
     ``share_type_text``: read a type's name, description and device_api
@@ -58,13 +63,17 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False):
     most 4); the result, and the warnings in their order, are those of
     one process.  For a command run once (the CLI), not for a long-lived
     process with threads or the hook.
+
+    ``kinds``: the vGPU kinds (see the module doc).
     """
+    kinds = _kinds(kinds)
     skipped = []
     mdevs = sysfs.mdevs_by_parent(skipped=skipped)
     addresses = sysfs.pci_addresses()
 
     def read(part):
-        return _read_gpus(sysfs, part, mdevs, share_type_text, pci_ids)
+        return _read_gpus(sysfs, part, mdevs, share_type_text, pci_ids,
+                          kinds)
     workers = 1
     if parallel:
         from libvirt_gpu import fanout
@@ -85,7 +94,7 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False):
         for error in part_skipped:
             _warn_skipped('sysfs entry', error)
     return objects.DiscoveryResult(source='sysfs',
-                                   gpus=group_sriov(_unique(gpus)))
+                                   gpus=group_sriov(_unique(gpus), kinds))
 
 
 def _unique(gpus):
@@ -109,7 +118,7 @@ def _unique(gpus):
     return kept
 
 
-def _read_gpus(sysfs, addresses, mdevs, share_type_text, pci_ids):
+def _read_gpus(sysfs, addresses, mdevs, share_type_text, pci_ids, kinds):
     """The GPUs among ``addresses``, read with their IOMMU groups, names
     and vendor-interface state: ``(gpus, refused, skipped)``, where
     ``refused`` holds ``(what, message)`` of a device that could not be
@@ -138,7 +147,7 @@ def _read_gpus(sysfs, addresses, mdevs, share_type_text, pci_ids):
                         sysfs.iommu_group_addresses(gpu.iommu_group)]
                 gpu = with_iommu_members(gpu, groups[gpu.iommu_group])
             gpu = with_pci_names(gpu, pci_ids)
-            gpus.append(with_vendor_vf(gpu, sysfs))
+            gpus.append(with_vendor_vf(gpu, sysfs, kinds))
         except exception.SysfsError as e:
             refused.append(('PCI device %s' % address, str(e)))
     return gpus, refused, [str(e) for e in skipped]
@@ -180,40 +189,36 @@ def with_iommu_members(gpu, functions):
     return records.replace(gpu, iommu_members=tuple(sorted(members)))
 
 
-def with_vendor_vf(gpu, sysfs):
+def with_vendor_vf(gpu, sysfs, kinds):
     """A VF with its vendor-interface state (``<VF>/nvidia/``) read.  An
     mdev parent never has one (NVIDIA: the vendor-specific framework does
     not support mdev), so only VFs without mdev types are looked at."""
     if gpu.physfn is None or gpu.mdev_types or gpu.vendor_vf is not None:
         return gpu
-    state = read_function(sysfs, gpu.address)
+    state = read_function(sysfs, gpu.address, kinds)
     return gpu if state is None else records.replace(gpu, vendor_vf=state)
 
 
-def read_function(sysfs, address):
-    """The ``objects.VendorVf`` the first registered vGPU kind reads on the
-    VF ``address`` (``VgpuKind.read_function``), or None."""
-    # Imported here: discovery sits below the kinds (the one door up).
-    from libvirt_gpu.backends import registry
-    for kind in registry.kind_classes():
+def read_function(sysfs, address, kinds):
+    """The ``objects.VendorVf`` the first of ``kinds`` reads on the VF
+    ``address`` (``VgpuKind.read_function``), or None."""
+    for kind in kinds:
         state = kind.read_function(sysfs, address)
         if state is not None:
             return state
     return None
 
 
-def group_sriov(gpus):
+def group_sriov(gpus, kinds):
     """``gpus`` (a tuple, order kept) with each PF's ``vf_gpus`` set and the
-    vendor-interface types of its VFs completed."""
+    vendor-interface types of its VFs completed by ``kinds``."""
     by_address = {g.address: g for g in gpus}
     for pf in gpus:
         if not pf.virtfns or pf.is_vf:
             continue
         vfs = [by_address[a] for a in pf.virtfns if a in by_address]
         if any(vf.vendor_vf is not None for vf in vfs):
-            # Imported here: discovery sits below the kinds.
-            from libvirt_gpu.backends import registry
-            for kind in registry.kind_classes():
+            for kind in kinds:
                 vfs = kind.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
@@ -221,7 +226,35 @@ def group_sriov(gpus):
     return tuple(by_address[g.address] for g in gpus)
 
 
-def _supplement(gpu, sysfs):
+def gpu_view(sysfs, gpu, kinds, mdevs_by_parent=None):
+    """The ``objects.Gpu`` of the physical GPU ``gpu`` with its VFs
+    (``vf_gpus``, vendor state and completed types), read from ``sysfs``
+    alone and grouped as discovery groups them (``group_sriov``): how the
+    allocator counts a GPU's capacity with the function Placement's
+    inventory uses."""
+    if mdevs_by_parent is None:
+        mdevs_by_parent = sysfs.mdevs_by_parent()
+    found = [sysfs.read_gpu(gpu, mdevs_by_parent=mdevs_by_parent)]
+    for vf in sysfs.virtfns(gpu):
+        found.append(with_vendor_vf(
+            sysfs.read_gpu(vf, mdevs_by_parent=mdevs_by_parent), sysfs,
+            kinds))
+    return group_sriov(tuple(found), kinds)[0]
+
+
+def _kinds(kinds):
+    """``kinds``, or the registered ones when the caller gave None.
+
+    Transitional: a caller with an ``Environment`` passes its
+    ``kind_classes``; the Cyborg driver does not yet (issue 27), so None
+    still means the registry's.  This is discovery's one door up."""
+    if kinds is not None:
+        return tuple(kinds)
+    from libvirt_gpu.backends import registry
+    return tuple(registry.kind_classes())
+
+
+def _supplement(gpu, sysfs, kinds):
     """Fill what libvirt does not report from sysfs, where sysfs has it.
 
     libvirt has no type descriptions, and its test driver (unlike the udev
@@ -231,7 +264,7 @@ def _supplement(gpu, sysfs):
         return gpu
     changes = {}
     if gpu.physfn is not None and not gpu.mdev_types:
-        state = read_function(sysfs, gpu.address)
+        state = read_function(sysfs, gpu.address, kinds)
         if state is not None:
             changes['vendor_vf'] = state
     if gpu.driver is None:
@@ -254,11 +287,13 @@ def _supplement(gpu, sysfs):
     return records.replace(gpu, **changes)
 
 
-def from_libvirt(host, sysfs=None):
+def from_libvirt(host, sysfs=None, kinds=None):
     """Discover GPUs through libvirt's node-device API (``host.Host``).
 
-    ``sysfs``, when given, supplies what libvirt lacks (``_supplement``).
+    ``sysfs``, when given, supplies what libvirt lacks (``_supplement``);
+    ``kinds``: the vGPU kinds (see the module doc).
     """
+    kinds = _kinds(kinds)
     # Imported here: node-device XML is read with libvirt only.
     from libvirt_gpu import nodedev
     mdevs = {}
@@ -279,7 +314,7 @@ def from_libvirt(host, sysfs=None):
         else:
             gpu = nodedev.parse_pci(xml)
         try:
-            gpu = _supplement(gpu, sysfs)
+            gpu = _supplement(gpu, sysfs, kinds)
         except exception.SysfsError as e:
             _warn_skipped('PCI device %s' % gpu.address, e)
             continue
@@ -288,7 +323,7 @@ def from_libvirt(host, sysfs=None):
             for gpu in _unique(gpus)]
     gpus.sort(key=lambda g: g.address)
     return objects.DiscoveryResult(source='libvirt',
-                                   gpus=group_sriov(tuple(gpus)))
+                                   gpus=group_sriov(tuple(gpus), kinds))
 
 
 def _classless_gpu(xml, function, sysfs):
@@ -336,7 +371,7 @@ def _with_mdevs(gpu, mdevs):
     return records.replace(gpu, mdevs=tuple(sorted(mdevs)))
 
 
-def with_nvml(result, nvml):
+def with_nvml(result, nvml, kinds=None):
     """``result`` with what NVML (``nvml.Nvml``) says about each GPU it
     sees (``Gpu.nvml``), and NVML's name for a GPU the PCI ID database
     did not name.  NVML absent: ``result`` unchanged."""
@@ -350,12 +385,13 @@ def with_nvml(result, nvml):
             gpu = records.replace(
                 gpu, nvml=info, product_name=gpu.product_name or info.name)
         gpus.append(gpu)
-    return records.replace(result, gpus=group_sriov(tuple(gpus)))
+    return records.replace(result, gpus=group_sriov(tuple(gpus),
+                                                    _kinds(kinds)))
 
 
 def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
              default_sysfs_root='/sys', pci_ids=None, nvml=None,
-             parallel=False):
+             parallel=False, kinds=None):
     """Discover with the source the operator chose.
 
     ``uri`` given: libvirt only (errors are errors).  ``sysfs_root`` given:
@@ -363,17 +399,24 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
     at ``default_sysfs_root`` when libvirt cannot be reached; the result's
     ``source`` and the log say which was used.  ``pci_ids`` names what
     the source left unnamed; ``nvml`` (``nvml.Nvml``) adds NVML's view;
-    ``parallel``: see ``from_sysfs``.
+    ``parallel``: see ``from_sysfs``; ``kinds``: the vGPU kinds (see the
+    module doc).
     """
+    kinds = _kinds(kinds)
     return with_nvml(_discover(uri, sysfs_root, default_uri,
-                               default_sysfs_root, pci_ids, parallel), nvml)
+                               default_sysfs_root, pci_ids, parallel, kinds),
+                     nvml, kinds)
 
 
-def _named(result, pci_ids):
+def with_names(result, pci_ids, kinds=None):
+    """``result`` with its GPUs named from the PCI ID database
+    (``pci_ids``, None: as they are) where the source left them unnamed."""
+    if pci_ids is None:
+        return result
     named = tuple(with_pci_names(g, pci_ids) for g in result.gpus)
     if all(a is b for a, b in zip(named, result.gpus)):
         return result          # libvirt named them all (the usual case)
-    return records.replace(result, gpus=group_sriov(named))
+    return records.replace(result, gpus=group_sriov(named, _kinds(kinds)))
 
 
 def is_local_uri(uri):
@@ -404,17 +447,17 @@ def _sysfs_beside(uri, sysfs_root, default_sysfs_root):
 
 
 def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
-              parallel):
+              parallel, kinds):
     if sysfs_root is not None and uri is None:
         return from_sysfs(sysfs_mod.Sysfs(sysfs_root), pci_ids=pci_ids,
-                          parallel=parallel)
+                          parallel=parallel, kinds=kinds)
     # Imported here: reading sysfs needs no libvirt (the qemu hook reads
     # GPUs with from_sysfs and must never import libvirt).
     from libvirt_gpu import host as host_mod
     if uri is not None:
         sysfs = _sysfs_beside(uri, sysfs_root, default_sysfs_root)
         with host_mod.Host(uri, read_only=True) as h:
-            return _named(from_libvirt(h, sysfs), pci_ids)
+            return with_names(from_libvirt(h, sysfs, kinds), pci_ids, kinds)
     try:
         with host_mod.Host(default_uri, read_only=True) as h:
             # The configuration names this host's libvirt and its sysfs
@@ -422,10 +465,10 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
             # they describe one host, whatever the URI's form (a test:///
             # file of a simulated host, say).  Only a URI given on the
             # command line may name another host.
-            return _named(from_libvirt(h, sysfs_mod.Sysfs(
-                default_sysfs_root)), pci_ids)
+            return with_names(from_libvirt(h, sysfs_mod.Sysfs(
+                default_sysfs_root), kinds), pci_ids, kinds)
     except exception.LibvirtUnavailable as e:
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
                     e, default_sysfs_root)
         return from_sysfs(sysfs_mod.Sysfs(default_sysfs_root),
-                          pci_ids=pci_ids, parallel=parallel)
+                          pci_ids=pci_ids, parallel=parallel, kinds=kinds)

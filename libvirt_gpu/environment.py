@@ -1,29 +1,65 @@
 """What a host is, built once: the composition root of every entry point.
 
 An ``Environment`` names the host's places (the sysfs root, the state
-directory, mdevctl's directory), its libvirt ``host.Host`` when there is
-one, and its configuration; the parts made from them are built on first
-use and kept:
+directory, and the places a vGPU kind keeps its own files in, each
+declared by its kind: ``VgpuKind.places``), its libvirt ``host.Host`` when
+there is one, its configuration and where discovery reads the host
+(``Source``); the parts made from them are built on first use and kept:
 
-``sysfs``      ``sysfs.Sysfs`` of the sysfs root
-``vgpus``      every vGPU kind behind one object (``backends.registry``)
-``pci``        whole GPUs by PCI passthrough (``backends.pci``)
-``store``      the lease store (``state.LeaseStore``)
-``enabled``    ``{PciAddress: EnabledType}``: the enabled vGPU type of
-               each GPU, resolved against this host
-``allocator``  ``allocator.Allocator`` of the above
+``sysfs``       ``sysfs.Sysfs`` of the sysfs root
+``pci_ids``     the PCI ID database that names the GPUs (``pciids``)
+``nvml``        NVIDIA's management library, where the configuration and
+                the host allow it (``nvml.source``), else None
+``discovered``  the host as discovered (``objects.DiscoveryResult``:
+                the GPUs, named, with what NVML says)
+``enabled``     ``{PciAddress: EnabledType}``: the enabled vGPU type of
+                each GPU, resolved against this host (the one place it
+                is: ``enablement.resolve``)
+``vgpus``       every vGPU kind behind one object (``backends.registry``)
+``pci``         whole GPUs by PCI passthrough (``backends.pci``)
+``store``       the lease store (``state.LeaseStore``)
+``allocator``   ``allocator.Allocator`` of the above
 
-reconcile and restore receive one and wire nothing themselves; the API
-takes one or builds it.  ``from_conf`` builds it from oslo.config (the CLI,
-the API); ``for_hook`` from the hook's settings snapshot, without
-importing oslo.config or libvirt (the hook runs on every guest start).
+Every entry point takes one and builds none of these itself: the CLI
+(``cmd.main.Context.env``), the agent (``agent.serve``), the exporter
+(``exporter.HostCollector``), the API (its ``conn`` may be one), the hook
+(``for_hook``), reconcile and restore.  ``from_conf`` builds it from
+oslo.config (or the CLI's snapshot of it); ``for_hook`` from the hook's
+settings snapshot, without importing oslo.config or libvirt (the hook runs
+on every guest start).  A long-lived process that must see the host anew
+(the agent every cycle, the exporter every scrape) asks for
+``rediscover()``: the same host, its discovery and what follows from it
+forgotten.
 """
+
+from __future__ import annotations
 
 import functools
 
-from libvirt_gpu.backends import mdev as mdev_backend
+from libvirt_gpu import records
 
-MDEVCTL_DIR = mdev_backend.MDEVCTL_DIR
+
+@records.record
+class Source:
+    """Where discovery reads the host (the CLI's choice): libvirt at
+    ``uri`` (``fallback``: sysfs at the sysfs root when libvirt cannot be
+    reached; no ``fallback``: libvirt only, the command line's ``-c``),
+    completed by ``sysfs_root`` when one was named.  An ``Environment``
+    without a ``Source`` reads its sysfs only (the hook, the API,
+    reconcile, the exporter)."""
+
+    uri: str
+    fallback: bool = True
+    sysfs_root: str | None = None
+
+
+# Parts that follow from discovery: rediscover() builds them again.
+_DISCOVERED = ('_found', 'discovered', 'enabled', 'allocator')
+# What the enabled types are resolved from: replace() changing one of
+# these resolves them again.
+_RESOLVED_FROM = {'sysfs', 'sysfs_root', 'conf', 'kinds', 'source'}
+# Parts of the host itself, kept by rediscover().
+_KEPT = ('sysfs', 'pci_ids', 'nvml', 'vgpus', 'pci', 'store')
 
 
 class Environment(object):
@@ -31,25 +67,47 @@ class Environment(object):
         None to read ``sysfs_root``.
     :param state_dir: ``[DEFAULT]/state_dir``.
     :param host: a ``host.Host``, or None (the hook: no libvirt).
-    :param conf: the oslo.config object, or None (the hook).
+    :param conf: the oslo.config object (or the CLI's snapshot of its
+        values), or None (the hook).
     :param enabled: the resolved enabled types, or None to resolve them
         from ``conf`` against this host on first use.
     :param kinds: the vGPU kinds (``registry.KINDS`` form).
     :param remove_timeout: seconds a vGPU removal may take (None: each
         kind's default).
+    :param source: where discovery reads the host (a ``Source``), or None:
+        its sysfs.
+    :param parallel: whether discovery may read a large host in several
+        processes (a command run once; not a long-lived process).
+    :param places: a path for a place a kind declares (``VgpuKind.places``,
+        by its name), instead of the kind's default; a name no kind
+        declares is refused (TypeError, as for any unknown argument).
     """
 
     def __init__(self, state_dir, sysfs=None, sysfs_root='/sys',
-                 mdevctl_dir=MDEVCTL_DIR, host=None, conf=None,
-                 enabled=None, kinds=None, remove_timeout=None):
+                 host=None, conf=None, enabled=None, kinds=None,
+                 remove_timeout=None, source=None, parallel=False,
+                 **places):
         self.state_dir = state_dir
         self.sysfs_root = sysfs.root if sysfs is not None else sysfs_root
-        self.mdevctl_dir = mdevctl_dir
+        self._kinds = kinds
+        defaults = {place.name: place.default
+                    for kind in self.kind_classes for place in kind.places}
+        unknown = sorted(set(places) - set(defaults))
+        if unknown:
+            raise TypeError(
+                'Environment() got unexpected keyword argument(s) %s: no '
+                'vGPU kind declares such a place (known: %s)'
+                % (', '.join(unknown), ', '.join(sorted(defaults))))
+        self.places = {name: (places[name] if places.get(name) is not None
+                              else default)
+                       for name, default in defaults.items()}
         self.host = host
         self.conf = conf
         self.remove_timeout = remove_timeout
-        self._kinds = kinds
+        self.source = source
+        self.parallel = parallel
         # given parts take the place of those built on first use
+        self._given_enabled = enabled is not None
         if sysfs is not None:
             self.sysfs = sysfs
         if enabled is not None:
@@ -57,40 +115,71 @@ class Environment(object):
 
     @classmethod
     def from_conf(cls, conf=None, conn=None, sysfs=None, sysfs_root=None,
-                  state_dir=None, mdevctl_dir=None, **kwargs):
+                  state_dir=None, **kwargs):
         """The host as configured: ``conf`` (default ``conf.load()``),
         ``conn`` (a libvirt connection or ``host.Host``, optional), and the
-        overrides of the command line."""
+        overrides of the command line (a place given as None: the kind's
+        default)."""
         if conf is None:
             from libvirt_gpu import conf as conf_mod
             conf = conf_mod.load()
-        host = None
-        if conn is not None:
-            from libvirt_gpu import host as host_mod
-            host = (conn if isinstance(conn, host_mod.Host)
-                    else host_mod.Host.from_connection(conn))
         return cls(state_dir=state_dir or conf.state_dir, sysfs=sysfs,
                    sysfs_root=sysfs_root or conf.sysfs_root,
-                   mdevctl_dir=mdevctl_dir or MDEVCTL_DIR, host=host,
-                   conf=conf, **kwargs)
+                   host=_as_host(conn), conf=conf, **kwargs)
 
     @classmethod
-    def for_hook(cls, settings, sysfs, mdevctl_dir=MDEVCTL_DIR):
+    def for_hook(cls, settings, sysfs, **places):
         """The hook's host: its settings snapshot, no libvirt."""
         return cls(state_dir=settings.state_dir, sysfs=sysfs,
-                   mdevctl_dir=mdevctl_dir, enabled=settings.enabled)
+                   enabled=settings.enabled, **places)
+
+    def _arguments(self):
+        return dict(self.places, state_dir=self.state_dir,
+                    sysfs=self.__dict__.get('sysfs'),
+                    sysfs_root=self.sysfs_root, host=self.host,
+                    conf=self.conf, kinds=self._kinds,
+                    remove_timeout=self.remove_timeout, source=self.source,
+                    parallel=self.parallel)
 
     def replace(self, **changes):
         """The same host with ``changes`` (arguments of the constructor);
         the parts given or built so far are kept unless changed, the
-        others are built again on first use."""
-        args = dict(state_dir=self.state_dir, sysfs=self.__dict__.get('sysfs'),
-                    sysfs_root=self.sysfs_root, mdevctl_dir=self.mdevctl_dir,
-                    host=self.host, conf=self.conf,
-                    enabled=self.__dict__.get('enabled'), kinds=self._kinds,
-                    remove_timeout=self.remove_timeout)
+        others are built again on first use (the enabled types too when
+        what they were resolved from changed)."""
+        args = self._arguments()
+        if self._given_enabled or not set(changes) & _RESOLVED_FROM:
+            args['enabled'] = self.__dict__.get('enabled')
+        if 'host' in changes:
+            changes['host'] = _as_host(changes['host'])
         args.update(changes)
         return type(self)(**args)
+
+    def rediscover(self):
+        """The same host to be discovered again (the agent's next cycle,
+        the exporter's next scrape): what follows from discovery (the
+        GPUs, the enabled types unless they were given, the allocator) is
+        built anew; the host's own parts (its sysfs, PCI names, NVML, vGPU
+        kinds, lease store) are kept."""
+        args = self._arguments()
+        if self._given_enabled:
+            args['enabled'] = self.enabled
+        fresh = type(self)(**args)
+        for name in _KEPT:
+            if name in self.__dict__ and name not in fresh.__dict__:
+                fresh.__dict__[name] = self.__dict__[name]
+        return fresh
+
+    def place(self, name):
+        """The path of the place a kind declared as ``name``
+        (``VgpuKind.places``): the one given, else the kind's default."""
+        return self.places[name]
+
+    @property
+    def kind_classes(self):
+        """The ``VgpuKind`` subclasses of this host, in order (the
+        registry's, loaded once per list)."""
+        from libvirt_gpu.backends import registry
+        return registry.kind_classes(self._kinds)
 
     # -- the parts, built on first use and kept -------------------------
 
@@ -98,6 +187,53 @@ class Environment(object):
     def sysfs(self):
         from libvirt_gpu import sysfs as sysfs_mod
         return sysfs_mod.Sysfs(self.sysfs_root)
+
+    @functools.cached_property
+    def pci_ids(self):
+        """``pciids.PciIds`` of ``[DEFAULT]/pci_ids_file``; None without a
+        configuration (numbers only, as sysfs has them)."""
+        if self.conf is None:
+            return None
+        from libvirt_gpu import pciids
+        return pciids.PciIds(self.conf.pci_ids_file)
+
+    @functools.cached_property
+    def nvml(self):
+        """``nvml.Nvml`` where ``[gpu]/nvml`` allows it and the GPUs are
+        this machine's (its own sysfs; libvirt named on the command line
+        describes another host); None otherwise."""
+        if self.conf is None:
+            return None
+        from libvirt_gpu import nvml as nvml_mod
+        local = self.source is None or self.source.fallback
+        return nvml_mod.source(self.conf.gpu.nvml,
+                               sysfs_root=self.sysfs_root if local else None)
+
+    @functools.cached_property
+    def _found(self):
+        """The GPUs as the source reports them: what the enabled types are
+        resolved against (no names looked up, no NVML asked)."""
+        from libvirt_gpu import discovery
+        kinds = self.kind_classes
+        source = self.source
+        if source is None:
+            return discovery.from_sysfs(self.sysfs, parallel=self.parallel,
+                                        kinds=kinds)
+        return discovery.discover(
+            uri=None if source.fallback else source.uri,
+            sysfs_root=source.sysfs_root, default_uri=source.uri,
+            default_sysfs_root=self.sysfs_root, parallel=self.parallel,
+            kinds=kinds)
+
+    @functools.cached_property
+    def discovered(self):
+        """The host as discovered (``objects.DiscoveryResult``): its GPUs,
+        named from the PCI ID database, with what NVML says of them."""
+        from libvirt_gpu import discovery
+        kinds = self.kind_classes
+        return discovery.with_nvml(
+            discovery.with_names(self._found, self.pci_ids, kinds),
+            self.nvml, kinds)
 
     @functools.cached_property
     def vgpus(self):
@@ -116,13 +252,22 @@ class Environment(object):
 
     @functools.cached_property
     def enabled(self):
-        """``{PciAddress: EnabledType}`` resolved against this host."""
-        from libvirt_gpu import discovery
+        """``{PciAddress: EnabledType}`` resolved against this host: the
+        one place the configuration's enabled types meet the GPUs."""
         from libvirt_gpu import enablement
-        gpus = discovery.from_sysfs(self.sysfs).gpus
-        return enablement.resolve(self.conf, gpus)
+        return enablement.resolve(self.conf, self._found.gpus)
 
-    @property
+    @functools.cached_property
     def allocator(self):
         from libvirt_gpu import allocator as allocator_mod
         return allocator_mod.Allocator(self.vgpus, self.store, self.enabled)
+
+
+def _as_host(conn):
+    """``conn`` (a libvirt connection, a ``host.Host`` or None) as a
+    ``host.Host`` or None."""
+    if conn is None:
+        return None
+    from libvirt_gpu import host as host_mod
+    return (conn if isinstance(conn, host_mod.Host)
+            else host_mod.Host.from_connection(conn))

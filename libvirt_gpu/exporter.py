@@ -1,8 +1,8 @@
 """``libvirt-gpu exporter``: this host's GPUs, vGPUs and the hook's health
 as Prometheus metrics (text format, served by ``prometheus_client``).
 
-Every scrape reads the host afresh: the GPUs from sysfs (``discovery``),
-the enabled types (``enablement``), the leases through
+Every scrape reads the host afresh (``Environment.rediscover``): the GPUs
+from sysfs, the enabled types, the leases through
 ``LeaseStore.snapshot`` (a read-only SQLite read: no flock, so a scrape
 never holds up a guest's ``prepare``), the running domains through libvirt
 when there is a connection, what ``reconcile --dry-run`` would report (the
@@ -27,10 +27,7 @@ import threading
 
 from prometheus_client import core as prom
 
-from libvirt_gpu import allocator as allocator_mod
 from libvirt_gpu import capacity
-from libvirt_gpu import discovery
-from libvirt_gpu import enablement
 from libvirt_gpu import exception
 from libvirt_gpu import figures
 from libvirt_gpu import logs
@@ -100,22 +97,19 @@ class Scrape(object):
 class HostCollector(object):
     """A ``prometheus_client`` collector of one host.
 
-    :param env: the host's ``environment.Environment`` (its ``conf`` gives
-        the enabled types; no libvirt needed).
-    :param host: a ``host.Host`` to name domains, or None.
+    :param env: the host's ``environment.Environment``: read afresh at
+        each scrape (``rediscover``: its GPUs named by its ``pci_ids``, the
+        enabled types, the allocator's count), its ``host`` (a
+        ``host.Host`` to name domains, or None) and its ``nvml`` (or None).
     :param survey: ``survey()`` -> ``reconcile.Report`` of a dry run, or
         None (no libvirt: no reconcile series).
-    :param nvml: an ``nvml.Nvml``, or None.
-    :param pci_ids: a ``pciids.PciIds`` to name the GPUs, or None.
     """
 
-    def __init__(self, env, host=None, survey=None, nvml=None,
-                 pci_ids=None):
+    def __init__(self, env, survey=None):
         self.env = env
-        self.pci_ids = pci_ids
-        self.host = host
+        self.host = env.host
         self.survey = survey
-        self.nvml = nvml
+        self.nvml = env.nvml
         # libvirt's connection is not for two threads at once
         self._libvirt_lock = threading.Lock()
 
@@ -124,13 +118,11 @@ class HostCollector(object):
 
     def collect(self):
         scrape = Scrape(self)
-        env = self.env
-        gpus = scrape.part('host', lambda: discovery.from_sysfs(
-            env.sysfs, pci_ids=self.pci_ids).gpus)
+        env = self.env.rediscover()
+        gpus = scrape.part('host', lambda: env.discovered.gpus)
         enabled = {}
         if gpus is not None:
-            enabled = scrape.part('host', lambda: enablement.resolve(
-                env.conf, gpus)) or {}
+            enabled = scrape.part('host', lambda: env.enabled) or {}
         domains = None
         survey = None
         if self.host is not None:
@@ -195,7 +187,6 @@ def _read_leases(env, enabled):
     """Under a lock-free snapshot of the lease file: every lease, the
     borrowed vGPUs, ``{gpu: free}`` of the enabled GPUs (the allocator's
     own count) and every vGPU that exists (``{uuid: (parent, type)}``)."""
-    allocator = allocator_mod.Allocator(env.vgpus, env.store, enabled)
     with env.store.snapshot() as txn:
         # an mdev removed while it is listed (a guest stopping) is left
         # out, not an error: the next scrape sees the host settled
@@ -204,8 +195,8 @@ def _read_leases(env, enabled):
         free = {}
         for address, setting in sorted(enabled.items()):
             try:
-                free[address] = allocator.free(txn, address, setting.type_id,
-                                               mdevs)
+                free[address] = env.allocator.free(
+                    txn, address, setting.type_id, mdevs)
             except exception.SysfsError as e:
                 LOG.warning('scrape: no free count of %s: %s', address, e)
         return tuple(txn.all()), txn.borrowed(), free, existing

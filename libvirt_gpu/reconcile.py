@@ -1,13 +1,14 @@
 """Find and repair what crashes and reboots leave behind.
 
-An mdev or lease is an orphan when no running domain uses it and no live
-process is working on it:
+A vGPU (of any kind: ``backends.registry.Vgpus``) or lease is an orphan
+when no running domain uses it and no live process is working on it:
 
 * a lease whose holder process died (a crash in attach or in the hook's
   prepare, a release that could not remove its vGPU) and whose vGPU no
   running domain uses: the vGPU is removed if it exists, then the lease;
-* an mdev with no lease that no domain (running, or defined and stopped)
-  references and that mdevctl does not define: removed;
+* a vGPU with no lease that no domain (running, or defined and stopped)
+  references and that no kind defines persistently (``Vgpus.definition``:
+  mdevctl's definitions, the vendor interface's state file): removed;
 * a lease whose vGPU a running domain uses but that was left ``reserved``:
   marked ``created``.
 
@@ -20,15 +21,11 @@ Reported, not touched: a lease whose holder is still running after
 ``stuck_after`` seconds, a removal that does not finish (a process may hold
 the device), a running domain that uses a vGPU that does not exist, a vGPU
 used by two running domains or leased to another domain than the one using
-it, and a domain whose XML cannot be read (then no unleased mdev is
-removed: we could not prove nobody references it).
+it, and a domain whose XML cannot be read (then no unleased vGPU is
+removed: we could not prove nobody references it).  The report calls a
+vGPU an ``mdev`` whatever its kind (its findings' ``what``).
 
-vGPUs of NVIDIA's vGPU 17+ vendor interface are judged the same way: the
-ones our state file records that exist now (a VF's ``CURRENT_TYPE``)
-count as "mdevs", a persistent one (``define``) as an mdevctl definition,
-and removing one writes 0 to its VF (``backends.registry``).
-
-Ordering, so that reconcile never races a guest start: mdevs are listed,
+Ordering, so that reconcile never races a guest start: vGPUs are listed,
 then domains (libvirt is never called under the lease lock: a starting
 guest's hook may be waiting for that lock while libvirt waits for the
 hook), then under the lock every lease still untouched since that moment
@@ -164,7 +161,7 @@ def domain_refs(host):
                       unreadable=tuple(bad))
 
 
-def _all_mdevs(vgpus):
+def _all_vgpus(vgpus):
     """``{uuid: (parent, type_id)}`` of every vGPU of every kind now."""
     return vgpus.existing()
 
@@ -221,11 +218,11 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     covered = frozenset(objects.PciAddress.parse(a) for a in covered)
     if env.remove_timeout is None:
         env = env.replace(remove_timeout=REMOVE_TIMEOUT)
-    remove_timeout, mdevctl_dir = env.remove_timeout, env.mdevctl_dir
+    remove_timeout = env.remove_timeout
     store = env.store
     backend = env.vgpus
     started = time.time()
-    mdevs_before = _all_mdevs(backend)
+    vgpus_before = _all_vgpus(backend)
     refs = domain_refs(host)
     findings = list(refs.unreadable)
     planned = []              # (uuid, parent, type_id, domain, reason, what)
@@ -233,14 +230,14 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     # it never holds up a guest start (``libvirt-gpu exporter`` runs one
     # per scrape).
     with (store.snapshot() if dry_run else store.transaction()) as txn:
-        mdevs = _all_mdevs(backend)
-        leased = _judge_leases(txn, refs, mdevs, started, stuck_after,
+        vgpus = _all_vgpus(backend)
+        leased = _judge_leases(txn, refs, vgpus, started, stuck_after,
                                dry_run, findings, planned)
         findings.extend(_return_borrowed(txn, refs, started, dry_run))
-        unleased = {uuid: where for uuid, where in mdevs_before.items()
-                    if uuid not in leased and uuid in mdevs}
-        _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
-                        dry_run, findings, planned)
+        unleased = {uuid: where for uuid, where in vgpus_before.items()
+                    if uuid not in leased and uuid in vgpus}
+        _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
+                        findings, planned)
     if on_plan is not None and planned and not dry_run:
         on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
                          type_id=type_id, domain_uuid=domain)
@@ -250,7 +247,7 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     return Report(dry_run=dry_run, findings=tuple(findings))
 
 
-def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
+def _judge_leases(txn, refs, vgpus, started, stuck_after, dry_run, findings,
                   planned):
     """Every lease: stuck (a live holder for too long), used (judged by
     ``_judge_used``), or planned for removal (nobody runs it, its holder
@@ -276,10 +273,10 @@ def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
             continue          # changed after the domains were read
         users = refs.running.get(lease.vgpu_uuid, frozenset())
         if users:
-            findings.extend(_judge_used(txn, lease, users, mdevs,
+            findings.extend(_judge_used(txn, lease, users, vgpus,
                                         dry_run, where))
             continue
-        exists = lease.vgpu_uuid in mdevs
+        exists = lease.vgpu_uuid in vgpus
         reason = ('no running domain uses it (lease %s for domain %s, '
                   'its process gone)' % (lease.state,
                                          lease.domain_uuid or '-'))
@@ -291,8 +288,8 @@ def _judge_leases(txn, refs, mdevs, started, stuck_after, dry_run, findings,
     return leased
 
 
-def _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
-                    dry_run, findings, planned):
+def _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
+                    findings, planned):
     """Every vGPU without a lease (``{uuid: (parent, type_id)}``): kept
     when it is not ours to judge, used, possibly used, or defined; else
     planned for removal."""
@@ -320,11 +317,11 @@ def _judge_unleased(txn, refs, backend, covered, mdevctl_dir, unleased,
                 'but some domain XML could not be read', parent=parent,
                 type_id=type_id))
             continue
-        if backend.definition(uuid) is not None:
+        definition = backend.definition(uuid)
+        if definition is not None:
             findings.append(Finding(
-                KEPT, 'mdev', uuid, 'unreferenced, but defined by '
-                'mdevctl (%s)' % mdevctl_dir, parent=parent,
-                type_id=type_id))
+                KEPT, 'mdev', uuid, 'unreferenced, but defined by %s'
+                % definition.source, parent=parent, type_id=type_id))
             continue
         planned.append((uuid, parent, type_id, None,
                         'no domain references it and it has no lease',
@@ -360,7 +357,7 @@ def _carry_out(store, backend, planned, dry_run, remove_timeout):
     return findings
 
 
-def _judge_used(txn, lease, users, mdevs, dry_run, where):
+def _judge_used(txn, lease, users, vgpus, dry_run, where):
     """A lease whose vGPU a running domain uses."""
     found = []
     if lease.domain_uuid not in users:
@@ -372,7 +369,7 @@ def _judge_used(txn, lease, users, mdevs, dry_run, where):
         found.append(Finding(CONFLICT, 'mdev', lease.vgpu_uuid,
                              'used by %d running domains' % len(users),
                              **where))
-    if lease.vgpu_uuid not in mdevs:
+    if lease.vgpu_uuid not in vgpus:
         found.append(Finding(STUCK, 'mdev', lease.vgpu_uuid,
                              'a running domain uses it but it does not '
                              'exist', **where))

@@ -5,11 +5,11 @@ service``, and safe to run any time: a second run changes nothing).
 Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
 
 1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
-   the PFs named by ``[vgpu_<type>]/device_addresses`` (every NVIDIA
-   SR-IOV PF on the ``nvidia`` driver when an enabled type names no
-   addresses) and the GPUs the kinds' own records mention
-   (``VgpuKind.recorded_gpus``).  A PF with
-   ``sriov_numvfs`` 0 gets all of ``sriov_totalvfs``::
+   the PFs named by ``[vgpu_<type>]/device_addresses`` (when an enabled
+   type names no addresses, the PFs the kinds say their vGPUs live on:
+   ``VgpuKind.sriov_pfs``) and the GPUs the kinds' own records mention
+   (``VgpuKind.recorded_gpus``).  A PF with ``sriov_numvfs`` 0 gets all
+   of ``sriov_totalvfs``::
 
        bus/pci/devices/0000:41:00.0/sriov_numvfs  <-  16
 
@@ -18,20 +18,16 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    the same write after preparing the driver), and write ``sriov_numvfs``
    ourselves otherwise (any sysfs root but ``/sys``, or no script).  A PF
    with some but not all VFs enabled is left as it is, and reported.
-2. **Classic mdevs** defined persistently (mdevctl's
-   ``/etc/mdevctl.d/<parent>/<uuid>`` JSON, written by ``mdevctl define``
-   or libvirt's ``nodeDeviceDefineXML``) with ``"start": "auto"`` are
-   created where they do not exist.  (mdevctl's own udev rule may have done
-   it already: then there is nothing to do.)  ``manual`` ones are left for
-   their guest's hook to create.
-3. **Vendor-interface vGPUs** our state file (``<state_dir>/
-   nvidia-vgpu.json``) marks ``auto`` are created on their VF again, with
-   their plugin parameters.
-4. **Stale vGPUs.**  A VF whose ``CURRENT_TYPE`` is set for one of our
-   transient vGPUs whose owner (the domain of its lease) is not running is
-   reset to 0; a transient state entry whose VF holds nothing is
-   forgotten.  vGPUs that are not ours are reported, never touched;
-   without libvirt to ask, nothing is reset.
+2. **Persistent vGPUs.**  What each kind records to start with the host
+   (``VgpuKind.restorable``: the kind's persistent definitions marked to
+   start at boot) is created where it does not exist; what a kind leaves
+   alone is reported with its reason.  The kinds are asked from the last
+   (the fallback, whose definitions an operator wrote) to the first.
+3. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
+   a vGPU of ours whose owner (the domain of its lease) is not running is
+   reset, a record of one that is gone is forgotten.  vGPUs that are not
+   ours are reported, never touched; without libvirt to ask, nothing is
+   reset.
 
 Every step is reported (``RestoreReport``): what changed, what was already
 right, what failed and why.
@@ -44,7 +40,6 @@ import subprocess
 import time
 
 from libvirt_gpu.backends import base
-from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import figures
 from libvirt_gpu import logs
@@ -54,9 +49,7 @@ from libvirt_gpu import sysfs as sysfs_mod
 
 LOG = logs.getLogger(__name__)
 
-MDEVCTL_DIR = environment.MDEVCTL_DIR
 SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'
-NVIDIA_VENDOR = objects.NVIDIA_VENDOR_ID
 
 # Actions (``Action.action``).
 ENABLED_VFS = 'enabled-vfs'
@@ -75,7 +68,7 @@ class Action:
     """One thing restore looked at."""
 
     action: str            # one of the constants above
-    what: str              # 'vfs', 'mdev', 'vgpu'
+    what: str              # 'vfs', or a kind's noun ('vgpu')
     target: str            # PF address, vGPU UUID, VF address
     detail: str
 
@@ -123,14 +116,6 @@ class RestoreReport:
 
 # --- which GPUs need VFs -----------------------------------------------------
 
-def _is_sriov_pf(sysfs, address):
-    try:
-        total = sysfs.sriov_totalvfs(address)
-    except exception.SysfsReadError:
-        return False
-    return bool(total) and sysfs.physfn(address) is None
-
-
 def vf_targets(env):
     """PF addresses whose VFs restore enables on the host ``env`` (step 1
     of the module doc), sorted."""
@@ -150,24 +135,12 @@ def vf_targets(env):
                     reason='[%s]/device_addresses: %s'
                     % (vgpu_conf.group_name(type_id), e))
     if everywhere:
-        for address in sysfs.pci_addresses():
-            base_dir = sysfs.pci_dir(address)
-            try:
-                vendor = sysfs.read(os.path.join(base_dir, 'vendor'),
-                                    optional=True)
-                if not vendor or objects.normalize_hex_id(vendor) != \
-                        NVIDIA_VENDOR:
-                    continue
-            except (exception.SysfsReadError, exception.InvalidInput) as e:
-                LOG.warning('PCI device %s skipped: %s', address, e)
-                continue
-            driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
-            if driver == 'nvidia' and _is_sriov_pf(sysfs, address):
-                targets.add(address)
+        for kind in env.kind_classes:
+            targets.update(kind.sriov_pfs(sysfs))
     for kind in env.vgpus.kinds:
         targets.update(kind.recorded_gpus())
     return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
-                  and _is_sriov_pf(sysfs, t))
+                  and base.is_sriov_pf(sysfs, t))
 
 
 # --- the steps ---------------------------------------------------------------
@@ -176,8 +149,8 @@ class Restore(object):
     """One restore run.
 
     :param env: the host (``environment.Environment``: its sysfs, state
-        directory, mdevctl's directory, its vGPU kinds; no libvirt:
-        restore runs before libvirtd).
+        directory, its vGPU kinds; no libvirt: restore runs before
+        libvirtd).
     :param owner_running: ``f(uuid) -> True | False | None``: whether the
         guest that holds our vGPU ``uuid`` runs (None: cannot tell).
     :param sriov_manage: path of NVIDIA's script, or None to write
@@ -192,19 +165,10 @@ class Restore(object):
         self.env = env
         self.sysfs = env.sysfs
         self.state_dir = env.state_dir
-        self.mdevctl_dir = env.mdevctl_dir
         self.owner_running = owner_running or (lambda uuid: None)
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
-        self._mdev = None
         self.actions = []
-
-    @property
-    def mdev(self):
-        """The classic mdev kind (mdevctl's definitions)."""
-        if self._mdev is None:
-            self._mdev = self.env.vgpus.kind('mdev')
-        return self._mdev
 
     def _note(self, action, what, target, detail):
         self.actions.append(Action(action, what, str(target), detail))
@@ -213,7 +177,6 @@ class Restore(object):
     def run(self, vf_pfs):
         for pf in vf_pfs:
             self.enable_vfs(pf)
-        self.restore_mdevs()
         self.restore_persistent()
         self.reset_stale()
         return RestoreReport(actions=tuple(self.actions))
@@ -281,66 +244,6 @@ class Restore(object):
                 return missing
             time.sleep(0.1)
 
-    # 2. classic mdevs ----------------------------------------------------
-
-    def definitions(self):
-        """``(parent, uuid)`` of every mdevctl definition of a PCI parent,
-        sorted."""
-        found = []
-        try:
-            parents = os.listdir(self.mdevctl_dir)
-        except FileNotFoundError:
-            return found
-        for name in parents:
-            try:
-                parent = objects.PciAddress.parse(name)
-            except exception.InvalidPciAddress:
-                continue          # ccw/ap parents, stray files
-            path = os.path.join(self.mdevctl_dir, name)
-            if not os.path.isdir(path):
-                continue
-            for entry in os.listdir(path):
-                try:
-                    found.append((parent, objects.validate_uuid(entry)))
-                except exception.InvalidUuid:
-                    continue
-        return sorted(found)
-
-    def restore_mdevs(self):
-        for parent, uuid in self.definitions():
-            try:
-                definition = self.mdev.definition(uuid)
-            except exception.LibvirtGpuError as e:
-                self._note(FAILED, 'mdev', uuid, str(e))
-                continue
-            if definition is None or definition.parent != parent:
-                self._note(SKIPPED, 'mdev', uuid, 'defined under %s and '
-                           'elsewhere; left to mdevctl' % parent)
-                continue
-            where = '%s on %s' % (definition.type_id, parent)
-            if definition.start != 'auto':
-                self._note(SKIPPED, 'mdev', uuid, '%s is defined with start '
-                           '%s: its guest creates it' % (
-                               where, definition.start))
-                continue
-            if definition.attrs:
-                self._note(SKIPPED, 'mdev', uuid, '%s sets attributes: '
-                           '`mdevctl start -u %s` applies them' % (
-                               where, uuid))
-                continue
-            device = base.VgpuDevice(uuid=uuid, parent=parent,
-                                     type_id=definition.type_id)
-            if self.dry_run:
-                self._dry_create(self.mdev, device, 'mdev', where)
-                continue
-            try:
-                created = self.mdev.prepare(device)
-            except exception.LibvirtGpuError as e:
-                self._note(FAILED, 'mdev', uuid, '%s: %s' % (where, e))
-                continue
-            self._note(CREATED if created else OK, 'mdev', uuid,
-                       ('created ' if created else 'exists: ') + where)
-
     def _dry_create(self, backend, device, what, where):
         """``--dry-run``: what creating ``device`` would do."""
         if backend.lookup(device.uuid) is not None:
@@ -348,33 +251,39 @@ class Restore(object):
         else:
             self._note(WOULD, what, device.uuid, 'would create ' + where)
 
-    # 3. persistent vGPUs of the kinds that keep their own records ---------
+    # 2. persistent vGPUs ----------------------------------------------------
 
     def restore_persistent(self):
-        for kind in self.env.vgpus.kinds:
-            for device in kind.persistent():
-                where = '%s on %s %s' % (device.type_id, kind.parent_noun,
-                                         device.parent)
-                if self.dry_run:
-                    self._dry_create(kind, device, 'vgpu', where)
-                    continue
-                try:
-                    created = kind.prepare(device)
-                except exception.LibvirtGpuError as e:
-                    self._note(FAILED, 'vgpu', device.uuid,
-                               '%s: %s' % (where, e))
-                    continue
-                self._note(CREATED if created else OK, 'vgpu', device.uuid,
-                           ('created ' if created else 'exists: ') + where)
+        # the fallback kind first: an operator's definitions before ours
+        for kind in reversed(self.env.vgpus.kinds):
+            for item in kind.restorable():
+                self._restore_one(kind, item)
 
-    # 4. stale vGPUs ----------------------------------------------------------
+    def _restore_one(self, kind, item):
+        if item.device is None:
+            self._note(FAILED if item.failed else SKIPPED, kind.noun,
+                       item.uuid, item.detail)
+            return
+        if self.dry_run:
+            self._dry_create(kind, item.device, kind.noun, item.detail)
+            return
+        try:
+            created = kind.prepare(item.device)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, kind.noun, item.uuid,
+                       '%s: %s' % (item.detail, e))
+            return
+        self._note(CREATED if created else OK, kind.noun, item.uuid,
+                   ('created ' if created else 'exists: ') + item.detail)
+
+    # 3. stale vGPUs ----------------------------------------------------------
 
     def reset_stale(self):
         """Each kind's own clean-up after a reboot
         (``VgpuKind.boot_cleanup``)."""
         for kind in self.env.vgpus.kinds:
             for note in kind.boot_cleanup(self.owner_running, self.dry_run):
-                self._note(note.action, 'vgpu', note.target, note.detail)
+                self._note(note.action, kind.noun, note.target, note.detail)
 
 
 def restore(env, vf_pfs=(), **kwargs):

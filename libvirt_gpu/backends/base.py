@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import abc
 import errno
+import os
 
 from libvirt_gpu import exception
+from libvirt_gpu import logs
 from libvirt_gpu import objects
 from libvirt_gpu import records
+
+LOG = logs.getLogger(__name__)
 
 # Answers that mean "not now" (the driver or libvirt is busy), never "no".
 TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
@@ -50,6 +54,38 @@ def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
         wait=tenacity.wait_exponential(multiplier=first_wait, max=max_wait),
         reraise=True)
     return retrying(func)
+
+
+def is_sriov_pf(sysfs, address):
+    """Whether ``address`` is a physical function with VFs to enable."""
+    try:
+        total = sysfs.sriov_totalvfs(address)
+    except exception.SysfsReadError:
+        return False
+    return bool(total) and sysfs.physfn(address) is None
+
+
+def nvidia_sriov_pfs(sysfs):
+    """Every NVIDIA SR-IOV physical function of ``sysfs`` on the
+    ``nvidia`` driver (Ampere and later: their vGPUs, mdev or vendor
+    interface, live on VFs), sorted; a device whose files cannot be read
+    is skipped with a warning."""
+    found = []
+    for address in sysfs.pci_addresses():
+        base_dir = sysfs.pci_dir(address)
+        try:
+            vendor = sysfs.read(os.path.join(base_dir, 'vendor'),
+                                optional=True)
+            if not vendor or objects.normalize_hex_id(vendor) != \
+                    objects.NVIDIA_VENDOR_ID:
+                continue
+        except (exception.SysfsReadError, exception.InvalidInput) as e:
+            LOG.warning('PCI device %s skipped: %s', address, e)
+            continue
+        driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
+        if driver == 'nvidia' and is_sriov_pf(sysfs, address):
+            found.append(address)
+    return sorted(found)
 
 
 # What each field of the device records holds, and the function that makes
@@ -121,13 +157,38 @@ class PgpuDevice:
 @records.record
 class VgpuDefinition:
     """A persistent vGPU: created at boot (``start='auto'``) or on demand
-    (``'manual'``); an mdevctl definition, or a vendor-interface entry."""
+    (``'manual'``), as its kind records it; ``source`` says where, for an
+    operator (``'mdevctl (/etc/mdevctl.d)'``)."""
 
     uuid: str
     parent: objects.PciAddress
     type_id: str
     start: str
     attrs: tuple[tuple[str, str], ...] = ()
+    source: str = ''
+
+
+@records.record
+class Restorable:
+    """One persistent vGPU a kind records (``VgpuKind.restorable``):
+    ``device`` to create again after a reboot, described by ``detail``
+    (``'nvidia-223 on 0000:af:00.0'``); or, with no ``device``, one left
+    alone, ``detail`` saying why (``failed``: its record cannot be read)."""
+
+    uuid: str
+    detail: str
+    device: VgpuDevice | None = None
+    failed: bool = False
+
+
+@records.record
+class Place:
+    """A place on the host a kind keeps its own files in (mdevctl's
+    directory, say): the name an ``Environment`` knows it by (its keyword
+    argument and ``Environment.place``), and its default path."""
+
+    name: str
+    default: str
 
 
 @records.record
@@ -209,11 +270,58 @@ class VgpuKind(DeviceBackend):
     #: What the parent is called in ``restore``'s report (``'VF'``).
     parent_noun = 'parent'
 
+    #: What one of this kind's vGPUs is called in ``restore``'s report.
+    noun = 'vgpu'
+
+    #: The places on the host the kind keeps its own files in
+    #: (``Place``s): an ``Environment`` takes each as a keyword argument
+    #: (a test's own directory) and hands it on (``Environment.place``);
+    #: nothing outside the kind names them.
+    places = ()
+
     def persistent(self):
         """The vGPUs (``VgpuDevice``) this kind records to start with the
         host, which ``restore`` creates again after a reboot.  Default:
-        none (classic mdev's are mdevctl's definitions, which ``restore``
-        reads itself)."""
+        none."""
+        return ()
+
+    def restorable(self):
+        """``Restorable``s: what ``restore`` creates again after a reboot
+        (and what it leaves alone, and why).  Default: each of
+        ``persistent()``, on its ``parent_noun``."""
+        return tuple(
+            Restorable(uuid=device.uuid, device=device, detail='%s on %s %s'
+                       % (device.type_id, self.parent_noun, device.parent))
+            for device in self.persistent())
+
+    def defined_device(self, uuid):
+        """The vGPU ``uuid`` as this kind's persistent definition describes
+        it (a ``VgpuDevice``), for a guest whose XML names it without our
+        metadata; None when the kind defines no such vGPU.  A definition
+        the hook cannot honour (it sets attributes) is refused
+        (``MdevCreateFailed``, saying what to do: ``attrs_refusal``)."""
+        definition = self.definition(uuid)
+        if definition is None:
+            return None
+        if definition.attrs:
+            raise exception.MdevCreateFailed(
+                uuid=uuid, type_id=definition.type_id,
+                parent=definition.parent,
+                reason=self.attrs_refusal(definition))
+        return VgpuDevice(uuid=uuid, parent=definition.parent,
+                          type_id=definition.type_id)
+
+    def attrs_refusal(self, definition):
+        """Why the hook does not create a vGPU whose ``definition`` sets
+        attributes, and what to do instead."""
+        return ('its definition (%s) sets attributes, which this hook does '
+                'not apply' % definition.source)
+
+    @classmethod
+    def sriov_pfs(cls, sysfs):
+        """The physical GPUs whose VFs this kind makes vGPUs on, when the
+        configuration names no addresses (``restore`` enables their VFs
+        after a reboot).  Default: none."""
         return ()
 
     def recorded_gpus(self):

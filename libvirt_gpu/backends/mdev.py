@@ -86,7 +86,9 @@ class MdevBackend(base.VgpuKind):
 
     kind = 'mdev'
     name = 'mdev'
+    noun = 'mdev'
     parents_key = 'mdev_parents'
+    places = (base.Place('mdevctl_dir', MDEVCTL_DIR),)
 
     @classmethod
     def parents_now(cls, sysfs):
@@ -98,8 +100,14 @@ class MdevBackend(base.VgpuKind):
     def from_environment(cls, env):
         extra = ({} if env.remove_timeout is None
                  else {'remove_timeout': env.remove_timeout})
-        return cls(env.sysfs, host=env.host, mdevctl_dir=env.mdevctl_dir,
-                   **extra)
+        return cls(env.sysfs, host=env.host,
+                   mdevctl_dir=env.place('mdevctl_dir'), **extra)
+
+    @classmethod
+    def sriov_pfs(cls, sysfs):
+        """NVIDIA's SR-IOV GPUs: from Ampere on, classic mdevs live on
+        their VFs."""
+        return base.nvidia_sriov_pfs(sysfs)
 
     def __init__(self, sysfs, host=None, mdevctl_dir=MDEVCTL_DIR,
                  appear_timeout=5.0, remove_timeout=10.0,
@@ -396,6 +404,79 @@ class MdevBackend(base.VgpuKind):
                             str(objects.PciAddress.parse(parent)),
                             objects.validate_uuid(uuid))
 
+    def _parents(self):
+        """``(parent, directory)`` of each PCI parent under mdevctl's
+        directory, sorted by name (mdevctl also keeps ccw/ap parents, and
+        a stray file may lie there: both skipped)."""
+        try:
+            names = sorted(os.listdir(self.mdevctl_dir))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise exception.ConfigError(reason='%s: %s' % (self.mdevctl_dir,
+                                                           e.strerror))
+        found = []
+        for name in names:
+            try:
+                parent = objects.PciAddress.parse(name)
+            except exception.InvalidPciAddress:
+                continue
+            found.append((parent, os.path.join(self.mdevctl_dir, name)))
+        return found
+
+    def definitions(self):
+        """``(parent, uuid)`` of every mdevctl definition of a PCI parent,
+        sorted."""
+        found = []
+        for parent, path in self._parents():
+            if not os.path.isdir(path):
+                continue
+            for entry in os.listdir(path):
+                try:
+                    found.append((parent, objects.validate_uuid(entry)))
+                except exception.InvalidUuid:
+                    continue
+        return sorted(found)
+
+    def restorable(self):
+        """mdevctl's definitions with ``"start": "auto"``, to create after
+        a reboot; ``manual`` ones are left for their guest's hook, ones
+        that set attributes for ``mdevctl start`` (which applies them), a
+        UUID defined under two parents for mdevctl."""
+        found = []
+        for parent, uuid in self.definitions():
+            try:
+                definition = self.definition(uuid)
+            except exception.LibvirtGpuError as e:
+                found.append(base.Restorable(uuid=uuid, detail=str(e),
+                                             failed=True))
+                continue
+            if definition is None or definition.parent != parent:
+                found.append(base.Restorable(
+                    uuid=uuid, detail='defined under %s and elsewhere; left '
+                    'to mdevctl' % parent))
+                continue
+            where = '%s on %s' % (definition.type_id, parent)
+            if definition.start != 'auto':
+                found.append(base.Restorable(
+                    uuid=uuid, detail='%s is defined with start %s: its '
+                    'guest creates it' % (where, definition.start)))
+            elif definition.attrs:
+                found.append(base.Restorable(
+                    uuid=uuid, detail='%s sets attributes: `mdevctl start '
+                    '-u %s` applies them' % (where, uuid)))
+            else:
+                found.append(base.Restorable(
+                    uuid=uuid, detail=where, device=base.VgpuDevice(
+                        uuid=uuid, parent=parent,
+                        type_id=definition.type_id)))
+        return tuple(found)
+
+    def attrs_refusal(self, definition):
+        """mdevctl applies a definition's attributes: ``mdevctl start``."""
+        return ('its mdevctl definition sets attributes; start it with '
+                '`mdevctl start -u %s` instead' % definition.uuid)
+
     def definition(self, uuid):
         """The mdevctl definition of ``uuid``, or None.
 
@@ -403,18 +484,7 @@ class MdevBackend(base.VgpuKind):
         not a PCI address are skipped (mdevctl also keeps ccw/ap parents).
         """
         uuid = objects.validate_uuid(uuid)
-        try:
-            parents = os.listdir(self.mdevctl_dir)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise exception.ConfigError(reason='%s: %s' % (self.mdevctl_dir,
-                                                           e.strerror))
-        for name in sorted(parents):
-            try:
-                parent = objects.PciAddress.parse(name)
-            except exception.InvalidPciAddress:
-                continue
+        for parent, _ in self._parents():
             path = self._definition_path(parent, uuid)
             if os.path.isfile(path):
                 return self._read_definition(path, parent, uuid)
@@ -451,7 +521,8 @@ class MdevBackend(base.VgpuKind):
             (key, value), = item.items()
             attrs.append((str(key), str(value)))
         return MdevDefinition(uuid=uuid, parent=parent, type_id=type_id,
-                              start=start, attrs=tuple(attrs))
+                              start=start, attrs=tuple(attrs),
+                              source='mdevctl (%s)' % self.mdevctl_dir)
 
     def define(self, device, start='manual'):
         """Make ``device`` persistent (not started): libvirt's

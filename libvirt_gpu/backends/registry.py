@@ -25,9 +25,8 @@ wrong (ParentGone, not found).  Today:
 
 SR-IOV GPUs are configured, reported and counted per physical GPU (the PF);
 their vGPUs live on VFs, one each.  ``parents_of(gpu)`` lists the functions
-vGPUs are made on; ``gpu_view`` reads one physical GPU with its VFs the way
-discovery does, so that the allocator counts its capacity with the function
-Placement's inventory uses (``capacity.vgpu_total``).
+vGPUs are made on (``discovery.gpu_view`` reads one physical GPU with its
+VFs, given the kinds: ``Vgpus.kind_classes``).
 """
 
 import importlib
@@ -84,6 +83,12 @@ class Vgpus(object):
         """Every kind of ``kinds`` (default: ``KINDS``) for ``env``."""
         return cls(env.sysfs, [kind.from_environment(env)
                                for kind in kind_classes(kinds)])
+
+    @property
+    def kind_classes(self):
+        """The classes of this host's kinds, in order (what discovery
+        takes)."""
+        return tuple(type(kind) for kind in self.kinds)
 
     def kind(self, name):
         """The kind registered as ``name``; KeyError when none is."""
@@ -159,6 +164,16 @@ class Vgpus(object):
         first: an operator's definition wins), else None."""
         for kind in reversed(self.kinds):
             found = kind.definition(uuid)
+            if found is not None:
+                return found
+        return None
+
+    def defined_device(self, uuid):
+        """The vGPU ``uuid`` as the first kind that defines it describes
+        it (``VgpuKind.defined_device``: the fallback's first), else
+        None."""
+        for kind in reversed(self.kinds):
+            found = kind.defined_device(uuid)
             if found is not None:
                 return found
         return None
@@ -257,21 +272,3 @@ class Vgpus(object):
         its VFs when it has any, else the GPU itself."""
         gpu = objects.PciAddress.parse(gpu)
         return self.sysfs.virtfns(gpu) or (gpu,)
-
-    def gpu_view(self, gpu, mdevs_by_parent=None):
-        return gpu_view(self.sysfs, gpu, mdevs_by_parent)
-
-
-def gpu_view(sysfs, gpu, mdevs_by_parent=None):
-    """The ``objects.Gpu`` of the physical GPU ``gpu`` with its VFs
-    (``vf_gpus``, vendor state and completed types), read from ``sysfs``
-    alone and grouped by discovery's own ``group_sriov``."""
-    from libvirt_gpu import discovery
-    gpu = objects.PciAddress.parse(gpu)
-    if mdevs_by_parent is None:
-        mdevs_by_parent = sysfs.mdevs_by_parent()
-    records = [sysfs.read_gpu(gpu, mdevs_by_parent=mdevs_by_parent)]
-    for vf in sysfs.virtfns(gpu):
-        records.append(discovery.with_vendor_vf(
-            sysfs.read_gpu(vf, mdevs_by_parent=mdevs_by_parent), sysfs))
-    return discovery.group_sriov(tuple(records))[0]

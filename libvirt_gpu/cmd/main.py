@@ -14,6 +14,7 @@ over in a fraction of the time of importing everything (see
 
 import argparse
 import errno
+import functools
 import os
 import sys
 
@@ -23,9 +24,7 @@ from libvirt_gpu import confcache
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
 from libvirt_gpu import logs
-from libvirt_gpu import nvml
 from libvirt_gpu import pci_classes
-from libvirt_gpu import pciids
 from libvirt_gpu import records
 from libvirt_gpu.cmd import output
 from libvirt_gpu.cmd import simulate_live
@@ -47,7 +46,9 @@ $LIBVIRT_GPU_CONFIG, or --config-file.
 
 
 class Context(object):
-    """What a command needs: parsed config and, on demand, discovery.
+    """What a command needs: the parsed configuration and the host
+    (``env``, an ``environment.Environment``: discovery, NVML, the PCI
+    names and the enabled types, each built once when first used).
 
     A command that only reads option values (``snapshot=True`` in its
     parser defaults) gets them from the settings snapshot when it is
@@ -61,53 +62,39 @@ class Context(object):
         else:
             from libvirt_gpu import conf as conf_mod
             self.conf = conf_mod.load(args.config_file)
-        self._result = None
-        # A command run once may read a large host in several processes
-        # (``discovery.from_sysfs``); the agent, which lives on, does not.
-        self.parallel = True
 
-    def reset(self):
-        """Forget the last discovery (the agent discovers every cycle)."""
-        self._result = None
+    @functools.cached_property
+    def env(self):
+        """The host as this command line names it: libvirt at ``-c`` only,
+        sysfs at ``--sysfs-root`` only, or neither: libvirt at
+        [libvirt]/connection_uri, falling back to sysfs.  A command run
+        once may read a large host in several processes."""
+        from libvirt_gpu import environment
+        source = environment.Source(
+            uri=self.args.connect or self.conf.libvirt.connection_uri,
+            fallback=not self.args.connect, sysfs_root=self.args.sysfs_root)
+        return environment.Environment.from_conf(
+            self.conf, sysfs_root=self.args.sysfs_root, source=source,
+            parallel=True, mdevctl_dir=getattr(self.args, 'mdevctl_dir',
+                                               None))
 
     @property
     def result(self):
-        if self._result is None:
-            from libvirt_gpu import discovery
-            self._result = discovery.discover(
-                uri=self.args.connect, sysfs_root=self.args.sysfs_root,
-                default_uri=self.conf.libvirt.connection_uri,
-                default_sysfs_root=self.conf.sysfs_root,
-                pci_ids=pciids.PciIds(self.conf.pci_ids_file),
-                nvml=nvml.source(self.conf.gpu.nvml,
-                                 sysfs_root=self._nvml_sysfs_root()),
-                parallel=self.parallel)
-        return self._result
-
-    def _nvml_sysfs_root(self):
-        """The sysfs the GPUs are read from (None: through libvirt, which
-        describes this host)."""
-        if self.args.connect:
-            return None
-        return self.args.sysfs_root or self.conf.sysfs_root
+        return self.env.discovered
 
     @property
     def enabled(self):
-        from libvirt_gpu import enablement
-        return enablement.resolve(self.conf, self.result.gpus)
+        return self.env.enabled
 
     @property
     def hostname(self):
         return self.args.hostname or self.conf.host
 
     def environment(self, host=None):
-        """The host as configured, with this command line's
-        ``--sysfs-root``/``--mdevctl-dir`` (``environment.Environment``);
-        ``host``: its libvirt ``Host``, when the command has one."""
-        from libvirt_gpu import environment
-        return environment.Environment.from_conf(
-            self.conf, conn=host, sysfs_root=self.args.sysfs_root,
-            mdevctl_dir=getattr(self.args, 'mdevctl_dir', None))
+        """The host that the lifecycle commands act on: ``env`` read from
+        its sysfs (what the allocator and the kinds work with), with
+        ``host``, its libvirt ``Host``, when the command has one."""
+        return self.env.replace(host=host, source=None, parallel=False)
 
     def say_source(self):
         where = (self.args.connect or self.conf.libvirt.connection_uri
@@ -238,9 +225,7 @@ def cmd_types(ctx):
 
 def _tree(ctx):
     from libvirt_gpu.placement import model
-    return model.build_tree(ctx.hostname, ctx.result.gpus, ctx.enabled,
-                            ctx.conf.gpu.report_gpu_traits,
-                            ctx.conf.gpu.pgpu_vendor_ids)
+    return model.host_tree(ctx.env, ctx.hostname)
 
 
 def cmd_placement_show(ctx):
@@ -279,15 +264,9 @@ def cmd_placement_sync(ctx):
 def cmd_agent(ctx):
     from libvirt_gpu import agent
     _check_url(ctx.args.url)
-
-    def discover_tree():
-        ctx.reset()
-        return _tree(ctx)
-
-    ctx.parallel = False
-    client = agent.make_client(ctx.conf, url=ctx.args.url)
-    report = agent.run(ctx.conf, discover_tree, once=ctx.args.once,
-                       client=client)
+    # a process that lives on reads the host in one process
+    report = agent.serve(ctx.env.replace(parallel=False), ctx.hostname,
+                         once=ctx.args.once, url=ctx.args.url)
     return 1 if report is not None and report.failed else 0
 
 
@@ -368,11 +347,10 @@ def cmd_attach(ctx):
     from libvirt_gpu import host as host_mod
     live, config = _flags(ctx.args)
     with host_mod.Host(_uri(ctx)) as host:
-        done = api.attach(host, ctx.args.domain,
+        done = api.attach(ctx.environment(host), ctx.args.domain,
                           vgpu_type=ctx.args.vgpu_type,
                           address=ctx.args.address, parent=ctx.args.parent,
-                          uuid=ctx.args.uuid, live=live, config=config,
-                          env=ctx.environment(host))
+                          uuid=ctx.args.uuid, live=live, config=config)
     _say_attachment(ctx, 'attached', done)
     return 0
 
@@ -384,10 +362,10 @@ def cmd_detach(ctx):
     # With libvirt's event loop: a live detach waits for the guest's
     # device-removed event before it removes the vGPU.
     with host_mod.Host(_uri(ctx), events=True) as host:
-        done = api.detach(host, ctx.args.domain, uuid=ctx.args.uuid,
-                          address=ctx.args.address,
+        done = api.detach(ctx.environment(host), ctx.args.domain,
+                          uuid=ctx.args.uuid, address=ctx.args.address,
                           vgpu_type=ctx.args.vgpu_type, live=live,
-                          config=config, env=ctx.environment(host))
+                          config=config)
     _say_attachment(ctx, 'detached', done)
     return 0
 
@@ -396,9 +374,8 @@ def cmd_domgpus(ctx):
     from libvirt_gpu import api
     from libvirt_gpu import host as host_mod
     with host_mod.Host(_uri(ctx)) as host:
-        got = api.list_devices(host, ctx.args.domain,
-                               inactive=ctx.args.inactive,
-                               env=ctx.environment(host))
+        got = api.list_devices(ctx.environment(host), ctx.args.domain,
+                               inactive=ctx.args.inactive)
     if ctx.args.json:
         output.emit_json(output.domain_devices_to_json(got))
     else:
@@ -541,8 +518,12 @@ def _survey(env, uri):
     from libvirt_gpu import reconcile
     if uri.startswith('test:'):
         return None
-    return lambda: reconcile.reconcile(env, dry_run=True,
-                                       covered=set(env.enabled))
+
+    def survey():
+        fresh = env.rediscover()
+        return reconcile.reconcile(fresh, dry_run=True,
+                                   covered=set(fresh.enabled))
+    return survey
 
 
 def cmd_exporter(ctx):
@@ -558,11 +539,7 @@ def cmd_exporter(ctx):
         host = host_mod.Host(_uri(ctx), read_only=True)
         env = ctx.environment(host)
         survey = _survey(env, _uri(ctx))
-    source = nvml.source(ctx.conf.gpu.nvml,
-                         sysfs_root=args.sysfs_root or ctx.conf.sysfs_root)
-    collector = exporter.HostCollector(
-        env, host=host, survey=survey, nvml=source,
-        pci_ids=pciids.PciIds(ctx.conf.pci_ids_file))
+    collector = exporter.HostCollector(env, survey=survey)
     if args.once:
         sys.stdout.write(exporter.exposition(collector))
         return 0

@@ -18,8 +18,8 @@ libvirt 9 keeps it; proved against a real daemon by
 tests/functional/test_libvirtd_fixture.py):
 
 ``prepare begin``  create every vGPU the domain asks for: each
-    ``<gpu:vgpu>`` of its metadata that has its ``<hostdev type='mdev'>``,
-    and each mdev hostdev that an mdevctl definition describes; check each
+    ``<gpu:vgpu>`` of its metadata that has its ``<hostdev>``, and each
+    mdev hostdev that a vGPU kind defines persistently; check each
     ``<gpu:pgpu>``.  One failure removes what this call created and exits 1
     with a message for the operator (libvirt refuses the start and shows
     it).
@@ -37,19 +37,20 @@ Input is refused before anything is written when it is malformed or hostile
 (DOCTYPE, entities, oversize, a UUID/type/address that does not validate).
 
 Configuration: importing oslo.config takes longer than a whole ``prepare``
-may (``bench/hook.py`` measures both), so the hook reads a snapshot of what
-it needs (``HookSettings``: sysfs root, state dir, enabled types resolved
-per GPU), kept as JSON and refreshed through oslo.config whenever the config
-file or the parents of a registered vGPU kind changed
-(``VgpuKind.parents_now``: the mdev parents in ``class/mdev_bus``, the VFs
-with NVIDIA's vGPU 17+ vendor interface, which appear when ``sriov-manage
--e`` enables them). The parents are taken before the configuration is read,
-so a change while it is read makes the next call read it again. Every line
-it logs also goes to ``<state_dir>/hook.log`` (libvirt discards a
-successful hook's stderr).
+may (``bench/hook.py`` measures both), so the hook reads the
+configuration's snapshot (``confcache``, the CLI's form and staleness
+rule, kept in the state directory) with the enabled types resolved per GPU
+beside it (``HookSettings``: sysfs root, state dir, enabled types).  The
+configuration file changed: it is read again through oslo.config.  The
+parents of a registered vGPU kind changed (``VgpuKind.parents_now``: the
+mdev parents in ``class/mdev_bus``, the VFs with NVIDIA's vGPU 17+ vendor
+interface, which appear when ``sriov-manage -e`` enables them): the
+enabled types are resolved again from the snapshot's values.  The keys
+are taken before what they guard is read, so a change meanwhile makes the
+next call read it again.  Every line it logs also goes to
+``<state_dir>/hook.log`` (libvirt discards a successful hook's stderr).
 """
 
-from libvirt_gpu.backends import mdev as mdev_backend  # noqa: F401
 from libvirt_gpu import exception  # noqa: F401
 from libvirt_gpu.hook.log import HookLog  # noqa: F401
 from libvirt_gpu.hook.log import LOG_LINE_MAX  # noqa: F401

@@ -91,13 +91,15 @@ def targets(req):
     for entry in req.meta.vgpus:
         element = next(e for e in elements
                        if _same_uuid(e.attrib.get('uuid'), entry.uuid))
-        mdev = next((s for kind, s in sources if kind == 'mdev'
-                     and _same_uuid(s.attrib.get('uuid'), entry.uuid)), None)
+        # <hostdev type='mdev'> names the vGPU's UUID; type='pci' its VF
+        by_uuid = next((s for kind, s in sources if kind == 'mdev'
+                        and _same_uuid(s.attrib.get('uuid'), entry.uuid)),
+                       None)
         vf = next((s for kind, s in sources if kind == 'pci'
                    and entry.parent is not None
                    and _pci_of(s) == entry.parent), None)
-        if mdev is not None:
-            found.append(Target(entry, element, mdev, vf=False))
+        if by_uuid is not None:
+            found.append(Target(entry, element, by_uuid, vf=False))
         elif vf is not None:
             found.append(Target(entry, element, vf, vf=True))
     return found

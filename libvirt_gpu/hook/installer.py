@@ -113,7 +113,7 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
         raise exception.InvalidInput(
             reason='python %r must be an absolute path' % python)
     config_file = os.path.abspath(config_file)
-    settings, keys = settings_mod.read_settings(config_file)
+    settings, document = settings_mod.read_settings(config_file)
     settings_file = os.path.join(settings.state_dir,
                                  settings_mod.SETTINGS_NAME)
     package_path = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -155,7 +155,8 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
                 % (python, probe.stderr.strip()[-500:]
                    or 'exit status %d' % probe.returncode))
     restart_needed = not hooks_enabled(hooks_dir)
-    settings_mod.write_settings(settings, config_file, settings_file, keys)
+    if document is not None:
+        settings_mod.write_settings(document, settings_file)
     drop_ins = os.path.join(hooks_dir, 'qemu.d')
     os.makedirs(drop_ins, mode=0o755, exist_ok=True)
     target = os.path.join(drop_ins, INSTALL_NAME)

@@ -103,7 +103,8 @@ class Hook(object):
     # prepare ------------------------------------------------------------
 
     def claims(self, req):
-        """VgpuClaims of the domain: metadata first, then mdevctl."""
+        """VgpuClaims of the domain: metadata first, then the hostdevs a
+        vGPU kind defines persistently (``VgpuKind.defined_device``)."""
         claims = []
         listed = set()
         for entry in req.meta.vgpus:
@@ -120,20 +121,14 @@ class Hook(object):
         for uuid in req.domain.mdev_uuids:
             if uuid in listed:
                 continue
-            definition = self.vgpus.definition(uuid)
-            if definition is None:
-                self.log.info('mdev %s is neither in our metadata nor '
-                              'defined by mdevctl: left to libvirt' % uuid)
+            device = self.vgpus.defined_device(uuid)
+            if device is None:
+                self.log.info('vGPU %s is neither in our metadata nor '
+                              'defined persistently: left to libvirt' % uuid)
                 continue
-            if definition.attrs:
-                raise exception.MdevCreateFailed(
-                    uuid=uuid, type_id=definition.type_id,
-                    parent=definition.parent,
-                    reason='its mdevctl definition sets attributes; start it '
-                           'with `mdevctl start -u %s` instead' % uuid)
             claims.append(allocator_mod.VgpuClaim(
-                uuid=uuid, type_id=definition.type_id,
-                parent=definition.parent, managed=False))
+                uuid=uuid, type_id=device.type_id, parent=device.parent,
+                managed=False))
         return claims
 
     def check_pgpus(self, req):
@@ -313,12 +308,13 @@ def operation(name, table=OPERATIONS):
 
 
 def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
-        settings_file=None, sysfs=None, stderr=None,
-        mdevctl_dir=environment.MDEVCTL_DIR, stdout=None,
-        table=OPERATIONS):
+        settings_file=None, sysfs=None, stderr=None, stdout=None,
+        table=OPERATIONS, **places):
     """One hook call; returns the exit status.  ``sysfs`` replaces the
-    configured ``Sysfs`` (tests); a rewritten domain XML goes to
-    ``stdout`` (a binary stream), and nothing else ever does."""
+    configured ``Sysfs`` and ``places`` the places the vGPU kinds keep
+    their files in (``Environment``'s keyword arguments: tests); a
+    rewritten domain XML goes to ``stdout`` (a binary stream), and nothing
+    else ever does."""
     stderr = stderr if stderr is not None else sys.stderr
     log = log_mod.HookLog(argv, stderr)
     op = operation(argv[2] if len(argv) > 2 else '', table)
@@ -344,7 +340,7 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     outcome = figures.ERROR
     try:
         output = _call(op, req, log, config_file, settings_file, sysfs,
-                       mdevctl_dir)
+                       places)
         outcome = figures.ERROR if log.errors else figures.OK
     except exception.LibvirtGpuError as e:
         outcome = figures.REFUSED if op.may_refuse else figures.ERROR
@@ -364,7 +360,7 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     return 0
 
 
-def _call(op, req, log, config_file, settings_file, sysfs, mdevctl_dir):
+def _call(op, req, log, config_file, settings_file, sysfs, places):
     """The row's function on a host built from the settings snapshot;
     its ``xmledit.Document`` when it may rewrite the XML, else None."""
     settings, note = settings_mod.load_settings(config_file, settings_file)
@@ -375,8 +371,7 @@ def _call(op, req, log, config_file, settings_file, sysfs, mdevctl_dir):
     if note:
         log.info(note)
     env = environment.Environment.for_hook(
-        settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root),
-        mdevctl_dir=mdevctl_dir)
+        settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root), **places)
     output = op.function(Hook(env, log), req)
     if output is not None and not op.rewrites:
         raise TypeError('operation %s returned XML but its row does not '

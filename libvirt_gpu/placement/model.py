@@ -82,6 +82,15 @@ def offered(gpu, enabled, pgpu_vendors=DEFAULT_PGPU_VENDORS):
     return gpu.vendor_id in pgpu_vendors and pgpu_refusal(gpu) is None
 
 
+def host_tree(env, hostname):
+    """The provider tree of the host ``env`` (an
+    ``environment.Environment``, handed in: its GPUs as discovered, its
+    enabled types and its configuration's ``[gpu]`` options)."""
+    return build_tree(hostname, env.discovered.gpus, env.enabled,
+                      env.conf.gpu.report_gpu_traits,
+                      env.conf.gpu.pgpu_vendor_ids)
+
+
 def build_tree(hostname, gpus, enabled, gpu_traits=True,
                pgpu_vendors=DEFAULT_PGPU_VENDORS):
     """``enabled``: ``{PciAddress: EnabledType}`` from enablement.resolve

@@ -403,7 +403,9 @@ def test_define_writes_mdevctl_json_and_undefine_removes(backend, tmp_path):
     assert found == mdev.MdevDefinition(uuid=dev.uuid,
                                         parent=objects.PciAddress.parse(
                                             GPU_A),
-                                        type_id='nvidia-223', start='auto')
+                                        type_id='nvidia-223', start='auto',
+                                        source='mdevctl (%s)'
+                                        % backend.mdevctl_dir)
     with pytest.raises(exception.MdevConflict):
         backend.define(vgpu(uuid=dev.uuid, type_id='nvidia-222'))
     assert backend.undefine(dev.uuid) is True

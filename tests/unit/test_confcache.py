@@ -151,13 +151,13 @@ def test_snapshot_of_another_owner_or_mode_is_ignored(tmp_path,
     path = settings_snapshot_dir / snapshot
     assert isinstance(confcache.load(str(conf)), confcache.Values)
     os.chmod(str(path), 0o622)
-    assert confcache.read(str(conf), True) is None
+    assert confcache.read(str(conf)) is None
     os.chmod(str(path), 0o600)
-    assert confcache.read(str(conf), True) is not None
+    assert confcache.read(str(conf)) is not None
     data = json.loads(path.read_text())
     data['key']['options'] = {}
     path.write_text(json.dumps(data))
-    assert confcache.read(str(conf), True) is None
+    assert confcache.read(str(conf)) is None
 
 
 def test_cache_dir_choice(monkeypatch):
@@ -202,3 +202,57 @@ def test_host_name_change_is_seen(tmp_path, monkeypatch):
         nodename='renamed-host'))
     assert not isinstance(confcache.load(str(conf)), confcache.Values)
     assert isinstance(confcache.load(str(conf)), confcache.Values)
+
+
+def test_the_hook_keeps_the_same_snapshot_under_the_same_key(tmp_path,
+                                                             sim):
+    """One snapshot: the hook's settings file is a confcache document,
+    current by confcache's one rule, readable as the CLI reads its own."""
+    from libvirt_gpu import hook
+    state_dir = tmp_path / 'state'
+    conf = tmp_path / 'a.conf'
+    conf.write_text('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\n'
+                    'enabled_vgpu_types = nvidia-223\n' % (sim, state_dir))
+    settings_file = str(state_dir / hook.SETTINGS_NAME)
+    settings, note = hook.load_settings(str(conf), settings_file)
+    with open(settings_file, 'rb') as f:
+        raw = f.read()
+    found = confcache.parse(raw, str(conf))
+    assert found is not None and found.key == confcache.key(str(conf))
+    assert found.values.sysfs_root == sim == settings.sysfs_root
+    assert found.values.gpu.enabled_vgpu_types == ['nvidia-223']
+    assert sorted(found.extra['enabled']) == sorted(map(str,
+                                                        settings.enabled))
+    # the same edit makes both stale
+    conf.write_text(conf.read_text().replace('223', '222'))
+    assert confcache.parse(raw, str(conf)) is None
+    assert hook.load_settings(str(conf), settings_file)[1] is not None
+
+
+def test_one_sha256_one_key():
+    """The configuration's key and its SHA-256 import are confcache's
+    alone (the hook had its own copy of both)."""
+    import ast
+    package = os.path.join(ROOT, 'libvirt_gpu')
+    found = []
+    for directory, _, files in os.walk(package):
+        for name in files:
+            path = os.path.join(directory, name)
+            if not name.endswith('.py') or path.endswith(
+                    os.path.join('libvirt_gpu', 'confcache.py')):
+                continue
+            with open(path) as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names]
+                         if isinstance(node, ast.Import) else
+                         [node.module or ''] if isinstance(
+                             node, ast.ImportFrom) else [])
+                found.extend('%s: %s' % (os.path.relpath(path, ROOT), n)
+                             for n in names
+                             if n in ('hashlib', '_sha2', '_sha256'))
+                if isinstance(node, ast.FunctionDef) and node.name in (
+                        '_config_key', 'file_key', '_file_key'):
+                    found.append('%s: def %s' % (
+                        os.path.relpath(path, ROOT), node.name))
+    assert found == []

@@ -45,9 +45,11 @@ def host(tmp_path):
         yield Env(root, profile, tmp_path)
 
 
-def collector(host, **kwargs):
+def collector(host, nvml=None, **kwargs):
     conf = conf_mod.load(host.config)
     env = environment.Environment.from_conf(conf, sysfs=host.sysfs)
+    if nvml is not None:
+        env.nvml = nvml              # the part a test gives
     return exporter.HostCollector(env, **kwargs), env
 
 
@@ -198,8 +200,10 @@ def test_a_whole_gpu_is_shown_with_why_it_is_not_offered(tmp_path):
         {'gpu': h100.GPU, 'reason': capacity.NO_IOMMU_GROUP}]
     assert value(found, 'libvirt_gpu_gpu_capacity', gpu=h100.GPU,
                  mode='pgpu', type='') == 0
+    # named as `libvirt-gpu list` names it: from the configured pci.ids
     assert value(found, 'libvirt_gpu_gpu_info', gpu=h100.GPU,
-                 vendor_id='10de', product_id='2330', product='',
+                 vendor_id='10de', product_id='2330',
+                 product=env.pci_ids.device('10de', '2330') or '',
                  mode='pgpu', enabled_type='') == 1
 
 

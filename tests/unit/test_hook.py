@@ -15,6 +15,7 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu.backends import mdev as mdev_backend
 from libvirt_gpu import config_xml
 from libvirt_gpu import hook
 from libvirt_gpu import metadata
@@ -282,7 +283,7 @@ def test_release_survives_a_stuck_device(env, monkeypatch):
 
     def stuck(uuid):
         raise hook.exception.MdevRemoveFailed(uuid=uuid, reason='busy')
-    monkeypatch.setattr(hook.mdev_backend.MdevBackend, 'remove',
+    monkeypatch.setattr(mdev_backend.MdevBackend, "remove",
                         lambda self, uuid: stuck(uuid))
     rc, err = env.run('release', xml)
     assert rc == 0 and 'stays' in err

@@ -264,7 +264,7 @@ def test_snapshot_follows_vfs_enabled_after_it_was_taken(fast_tmp):
     settings, note = hook.load_settings(world.config, world.settings_file)
     assert note is None and sorted(settings.enabled) == [L1, L2]
     with open(world.settings_file) as f:
-        key = json.load(f)['sysfs_key']
+        key = json.load(f)['extra']['sysfs_key']
     assert key['mdev_parents'] == []
     assert len(key['vendor_vfs']) == 64 and '0000:bd:00.6' in \
         key['vendor_vfs']
@@ -302,9 +302,8 @@ def test_snapshot_of_an_older_version_is_rebuilt(fast_tmp):
     hook.load_settings(world.config, world.settings_file)
     with open(world.settings_file) as f:
         data = json.load(f)
-    # version 1 had no vendor VFs in its key
-    data['version'] = 1
-    data['mdev_parents'] = data.pop('sysfs_key')['mdev_parents']
+    # an older snapshot's form: version 1 of the key
+    data['key']['version'] = 1
     with open(world.settings_file, 'w') as f:
         json.dump(data, f)
     _, note = hook.load_settings(world.config, world.settings_file)
@@ -421,3 +420,26 @@ def test_a_vf_holding_a_vgpu_is_never_chosen_even_if_it_lists_the_type(a100):
     (grant,) = a100.allocator().reserve(DOM, [allocator_mod.VgpuClaim(
         new_uuid(), 'nvidia-472', parent=A)])
     assert str(grant.device.parent) == '0000:41:00.5'
+
+
+def test_vfs_enabled_are_resolved_from_the_snapshot_without_oslo(
+        fast_tmp, monkeypatch):
+    # Only the host's vGPU parents changed: the configuration's values
+    # come from the snapshot; oslo.config is not read again.
+    from libvirt_gpu.hook import settings as settings_mod
+    world = _l40s_vfs_off(fast_tmp)
+    hook.load_settings(world.config, world.settings_file)
+    world.sysfs.set_sriov_numvfs(str(L2), 32)
+
+    def no_oslo(config_file):
+        raise AssertionError('oslo.config read for a change of parents')
+    monkeypatch.setattr(settings_mod, '_load_conf', no_oslo)
+    settings, note = hook.load_settings(world.config, world.settings_file)
+    assert 'resolved again' in note and 'refreshed' in note
+    assert sorted(settings.enabled) == [L1, L2]
+    assert hook.load_settings(world.config, world.settings_file)[1] is None
+    # a change of the file itself still reads it
+    with open(world.config, 'a') as f:
+        f.write('\n')
+    with pytest.raises(AssertionError, match='oslo.config read'):
+        hook.load_settings(world.config, world.settings_file)
