@@ -43,29 +43,22 @@ def discover_records(hostname, config_file=None, environ=None):
     """The ``cyborg_objects.DriverDevice`` records of this host, as
     libvirt-gpu's configuration (``conf.load``) offers them."""
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu import discovery
-    from libvirt_gpu import enablement
-    from libvirt_gpu import nvml
+    from libvirt_gpu import environment
     from libvirt_gpu.placement import cyborg_objects
-    from libvirt_gpu import pciids
 
     conf = conf_mod.load(config_file, environ=environ)
-    sysfs_root = None
-    if importlib.util.find_spec('libvirt') is None:
-        # Cyborg's environment without the libvirt binding: sysfs only.
-        sysfs_root = conf.sysfs_root
-    result = discovery.discover(
-        sysfs_root=sysfs_root, default_uri=conf.libvirt.connection_uri,
-        default_sysfs_root=conf.sysfs_root,
-        pci_ids=pciids.PciIds(conf.pci_ids_file),
-        nvml=nvml.source(conf.gpu.nvml, sysfs_root=conf.sysfs_root))
-    enabled = enablement.resolve(conf, result.gpus)
+    source = None
+    if importlib.util.find_spec('libvirt') is not None:
+        # libvirt first, sysfs when it cannot be reached; Cyborg's
+        # environment without the libvirt binding reads sysfs only.
+        source = environment.Source(uri=conf.libvirt.connection_uri)
+    env = environment.Environment.from_conf(conf, source=source)
     devices, withheld = cyborg_objects.host_devices(
-        hostname, result.gpus, enabled, conf.gpu)
+        hostname, env.discovered.gpus, env.enabled, conf.gpu)
     for address, why in withheld.items():
         # A warning where the operator enabled a vGPU type (a vendor
         # interface's, or one with no room left); the host's state else.
-        log = LOG.warning if address in enabled else LOG.info
+        log = LOG.warning if address in env.enabled else LOG.info
         log('%s: reported to Cyborg with nothing to offer: %s', address, why)
     return devices
 

@@ -679,11 +679,8 @@ ROOT_CALLS = ('enablement.resolve', 'discovery.from_sysfs',
               'discovery.from_libvirt', 'discovery.discover',
               'pciids.PciIds', 'nvml.source', 'Allocator')
 ROOT_MODULE = 'environment'
-# Transitional: the Cyborg driver, whose module another change owns,
-# still builds its own host (issue 27); it should take an Environment
-# (``Environment.from_conf(conf, source=Source(uri, fallback))`` and its
-# ``discovered``/``enabled``).
-ROOT_CALLS_ELSEWHERE = {'cyborg_driver'}
+# Modules allowed to build a part of the host besides the root: none.
+ROOT_CALLS_ELSEWHERE = set()
 
 
 def root_calls(path):
