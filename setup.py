@@ -56,7 +56,7 @@ setuptools.setup(
         # libvirt_gpu_driver); Cyborg is not a requirement of ours.
         'cyborg.accelerator.driver': [
             'libvirt_gpu_driver = '
-            'libvirt_gpu.cyborg_driver:LibvirtGPUDriver',
+            'libvirt_gpu.openstack.cyborg_driver:LibvirtGPUDriver',
         ],
     },
 )

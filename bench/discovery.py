@@ -17,7 +17,7 @@ one printed counted to prove they read the same thing.  mdevctl reads only
 bind-mounted over ``/sys`` (root and ``unshare`` needed; skipped with a
 note otherwise).  ``--before DIR`` adds a column for the package in DIR (an
 older checkout) run the same way, for a before/after in one run.  The CLI
-reads a host this large in several processes (``libvirt_gpu/fanout.py``),
+reads a host this large in several processes (``libvirt_gpu/util/fanout.py``),
 so its CPU time (user + system, the children's included) is printed
 beside the wall time, and the same command runs again restricted to one
 CPU, where it reads in one process.
@@ -45,12 +45,12 @@ import timing     # bench/timing.py: this directory is first on sys.path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from libvirt_gpu import discovery  # noqa: E402
-from libvirt_gpu import host  # noqa: E402
+from libvirt_gpu.devices import discovery  # noqa: E402
+from libvirt_gpu.virt import host  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
 from libvirt_gpu import simulator  # noqa: E402
-from libvirt_gpu import sysfs  # noqa: E402
-from libvirt_gpu.placement import model  # noqa: E402
+from libvirt_gpu.devices import sysfs  # noqa: E402
+from libvirt_gpu.openstack.placement import model  # noqa: E402
 from libvirt_gpu.simulator import loading  # noqa: E402
 
 

@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
 import hook as hook_bench  # noqa: E402 - bench/hook.py: its guest XML
-from libvirt_gpu import hook  # noqa: E402
+from libvirt_gpu.guests import hook  # noqa: E402
 from tests.doubles import kernel_sysfs  # noqa: E402
 from tests.doubles import trees  # noqa: E402
 

@@ -35,13 +35,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from libvirt_gpu import discovery  # noqa: E402
+from libvirt_gpu.devices import discovery  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
 from libvirt_gpu import simulator  # noqa: E402
-from libvirt_gpu import sysfs as sysfs_mod  # noqa: E402
-from libvirt_gpu import records  # noqa: E402
-from libvirt_gpu.placement import model  # noqa: E402
-from libvirt_gpu.placement import sync  # noqa: E402
+from libvirt_gpu.devices import sysfs as sysfs_mod  # noqa: E402
+from libvirt_gpu.util import records  # noqa: E402
+from libvirt_gpu.openstack.placement import model  # noqa: E402
+from libvirt_gpu.openstack.placement import sync  # noqa: E402
 from tests.functional import placement_server  # noqa: E402
 
 GPUS_PER_HOST = 8

@@ -41,10 +41,10 @@ import timing     # bench/timing.py: this directory is first on sys.path
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
-from libvirt_gpu import config_xml  # noqa: E402
-from libvirt_gpu import figures  # noqa: E402
-from libvirt_gpu import hook  # noqa: E402
-from libvirt_gpu import metadata  # noqa: E402
+from libvirt_gpu.virt import config_xml  # noqa: E402
+from libvirt_gpu.store import figures  # noqa: E402
+from libvirt_gpu.guests import hook  # noqa: E402
+from libvirt_gpu.virt import metadata  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
 from tests.doubles import kernel_sysfs  # noqa: E402
 from tests.doubles import trees  # noqa: E402
@@ -107,7 +107,7 @@ def install_from(package_dir, hooks_dir, config):
     """Install the hook of the libvirt_gpu package in ``package_dir``;
     returns its path."""
     code = ('import sys; sys.path.insert(0, %r); '
-            'from libvirt_gpu import hook; '
+            'from libvirt_gpu.guests import hook; '
             'print(hook.install(%r, %r).path)'
             % (package_dir, hooks_dir, config))
     return subprocess.run([sys.executable, '-c', code], check=True,

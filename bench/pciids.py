@@ -24,7 +24,7 @@ import timing     # bench/timing.py: this directory is first on sys.path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from libvirt_gpu import pciids  # noqa: E402
+from libvirt_gpu.devices import pciids  # noqa: E402
 
 # (vendor, device, subvendor, subdevice): an H100, a T4, an L40S, an A100,
 # the virtio NIC of the H100 capture, an Intel X710.

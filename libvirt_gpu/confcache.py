@@ -40,8 +40,8 @@ import os
 import stat
 
 from libvirt_gpu import conffile
-from libvirt_gpu import fileutil
-from libvirt_gpu import records
+from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import records
 
 try:
     # CPython's own SHA-256 (3.12 names it _sha2, 3.11 and older _sha256):

@@ -9,7 +9,7 @@ import os
 import stat
 
 from libvirt_gpu import exception
-from libvirt_gpu import filetype
+from libvirt_gpu.util import filetype
 
 DEFAULT_CONFIG_FILE = '/etc/libvirt-gpu/libvirt-gpu.conf'
 CONFIG_ENV = 'LIBVIRT_GPU_CONFIG'

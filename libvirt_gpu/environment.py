@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 
 @records.record
@@ -178,14 +178,14 @@ class Environment(object):
     def kind_classes(self):
         """The ``VgpuKind`` subclasses of this host, in order (the
         registry's, loaded once per list)."""
-        from libvirt_gpu.backends import registry
+        from libvirt_gpu.devices.backends import registry
         return registry.kind_classes(self._kinds)
 
     # -- the parts, built on first use and kept -------------------------
 
     @functools.cached_property
     def sysfs(self):
-        from libvirt_gpu import sysfs as sysfs_mod
+        from libvirt_gpu.devices import sysfs as sysfs_mod
         return sysfs_mod.Sysfs(self.sysfs_root)
 
     @functools.cached_property
@@ -194,7 +194,7 @@ class Environment(object):
         configuration (numbers only, as sysfs has them)."""
         if self.conf is None:
             return None
-        from libvirt_gpu import pciids
+        from libvirt_gpu.devices import pciids
         return pciids.PciIds(self.conf.pci_ids_file)
 
     @functools.cached_property
@@ -204,7 +204,7 @@ class Environment(object):
         describes another host); None otherwise."""
         if self.conf is None:
             return None
-        from libvirt_gpu import nvml as nvml_mod
+        from libvirt_gpu.devices import nvml as nvml_mod
         local = self.source is None or self.source.fallback
         return nvml_mod.source(self.conf.gpu.nvml,
                                sysfs_root=self.sysfs_root if local else None)
@@ -213,7 +213,7 @@ class Environment(object):
     def _found(self):
         """The GPUs as the source reports them: what the enabled types are
         resolved against (no names looked up, no NVML asked)."""
-        from libvirt_gpu import discovery
+        from libvirt_gpu.devices import discovery
         kinds = self.kind_classes
         source = self.source
         if source is None:
@@ -229,7 +229,7 @@ class Environment(object):
     def discovered(self):
         """The host as discovered (``objects.DiscoveryResult``): its GPUs,
         named from the PCI ID database, with what NVML says of them."""
-        from libvirt_gpu import discovery
+        from libvirt_gpu.devices import discovery
         kinds = self.kind_classes
         return discovery.with_nvml(
             discovery.with_names(self._found, self.pci_ids, kinds),
@@ -237,29 +237,29 @@ class Environment(object):
 
     @functools.cached_property
     def vgpus(self):
-        from libvirt_gpu.backends import registry
+        from libvirt_gpu.devices.backends import registry
         return registry.Vgpus.from_environment(self, kinds=self._kinds)
 
     @functools.cached_property
     def pci(self):
-        from libvirt_gpu.backends import pci as pci_backend
+        from libvirt_gpu.devices.backends import pci as pci_backend
         return pci_backend.PciBackend(self.sysfs)
 
     @functools.cached_property
     def store(self):
-        from libvirt_gpu import state
+        from libvirt_gpu.store import state
         return state.LeaseStore(self.state_dir, sysfs_root=self.sysfs.root)
 
     @functools.cached_property
     def enabled(self):
         """``{PciAddress: EnabledType}`` resolved against this host: the
         one place the configuration's enabled types meet the GPUs."""
-        from libvirt_gpu import enablement
+        from libvirt_gpu.devices import enablement
         return enablement.resolve(self.conf, self._found.gpus)
 
     @functools.cached_property
     def allocator(self):
-        from libvirt_gpu import allocator as allocator_mod
+        from libvirt_gpu.store import allocator as allocator_mod
         return allocator_mod.Allocator(self.vgpus, self.store, self.enabled)
 
 
@@ -268,6 +268,6 @@ def _as_host(conn):
     ``host.Host`` or None."""
     if conn is None:
         return None
-    from libvirt_gpu import host as host_mod
+    from libvirt_gpu.virt import host as host_mod
     return (conn if isinstance(conn, host_mod.Host)
             else host_mod.Host.from_connection(conn))

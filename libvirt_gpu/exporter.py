@@ -27,12 +27,12 @@ import threading
 
 from prometheus_client import core as prom
 
-from libvirt_gpu import capacity
+from libvirt_gpu.devices import capacity
 from libvirt_gpu import exception
-from libvirt_gpu import figures
-from libvirt_gpu import logs
+from libvirt_gpu.store import figures
+from libvirt_gpu.util import logs
 from libvirt_gpu import objects
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 LOG = logs.getLogger(__name__)
 

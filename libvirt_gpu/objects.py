@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from libvirt_gpu import bounds
+from libvirt_gpu.util import bounds
 from libvirt_gpu import exception
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 # Patterns, not compiled objects: ``re`` compiles one when it is first used
 # (and keeps it), so a process such as the qemu hook pays only for those it

@@ -19,13 +19,13 @@ import os
 import sys
 
 import libvirt_gpu
-from libvirt_gpu import capacity as capacity_mod
+from libvirt_gpu.devices import capacity as capacity_mod
 from libvirt_gpu import confcache
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
-from libvirt_gpu import logs
-from libvirt_gpu import pci_classes
-from libvirt_gpu import records
+from libvirt_gpu.util import logs
+from libvirt_gpu.devices import pci_classes
+from libvirt_gpu.util import records
 from libvirt_gpu.cmd import output
 from libvirt_gpu.cmd import simulate_live
 from libvirt_gpu.cmd import term
@@ -132,7 +132,7 @@ def cmd_list(ctx):
                 type_memo=type_memo))
         output.emit_gpus_json(documents)
         return 0
-    from libvirt_gpu.placement import model
+    from libvirt_gpu.openstack.placement import model
     rows = []
     notes = []
     for gpu in gpus:
@@ -187,7 +187,7 @@ def _gpu_types(gpu):
         return gpu.vgpu_types if gpu.is_vf else gpu.offered_types()
 
     from libvirt_gpu import objects
-    from libvirt_gpu.placement import model
+    from libvirt_gpu.openstack.placement import model
     shown = []
     for mtype in gpu.offered_types():
         used = sum(f.used_type_ids.count(mtype.id) for f in gpu.functions)
@@ -224,7 +224,7 @@ def cmd_types(ctx):
 
 
 def _tree(ctx):
-    from libvirt_gpu.placement import model
+    from libvirt_gpu.openstack.placement import model
     return model.host_tree(ctx.env, ctx.hostname)
 
 
@@ -253,7 +253,7 @@ def _check_url(url):
 
 
 def cmd_placement_sync(ctx):
-    from libvirt_gpu import agent
+    from libvirt_gpu.openstack import agent
     _check_url(ctx.args.url)
     report = agent.sync_once(ctx.conf, url=ctx.args.url,
                              dry_run=ctx.args.dry_run, tree=_tree(ctx))
@@ -262,7 +262,7 @@ def cmd_placement_sync(ctx):
 
 
 def cmd_agent(ctx):
-    from libvirt_gpu import agent
+    from libvirt_gpu.openstack import agent
     _check_url(ctx.args.url)
     # a process that lives on reads the host in one process
     report = agent.serve(ctx.env.replace(parallel=False), ctx.hostname,
@@ -271,7 +271,7 @@ def cmd_agent(ctx):
 
 
 def cmd_discover(ctx):
-    from libvirt_gpu.placement import cyborg_objects
+    from libvirt_gpu.openstack.placement import cyborg_objects
     devices, withheld = cyborg_objects.host_devices(
         ctx.hostname, ctx.result.gpus, ctx.enabled, ctx.conf.gpu)
     ctx.say_source()
@@ -343,8 +343,8 @@ def _say_attachment(ctx, verb, done):
 
 
 def cmd_attach(ctx):
-    from libvirt_gpu import api
-    from libvirt_gpu import host as host_mod
+    from libvirt_gpu.guests import api
+    from libvirt_gpu.virt import host as host_mod
     live, config = _flags(ctx.args)
     with host_mod.Host(_uri(ctx)) as host:
         done = api.attach(ctx.environment(host), ctx.args.domain,
@@ -356,8 +356,8 @@ def cmd_attach(ctx):
 
 
 def cmd_detach(ctx):
-    from libvirt_gpu import api
-    from libvirt_gpu import host as host_mod
+    from libvirt_gpu.guests import api
+    from libvirt_gpu.virt import host as host_mod
     live, config = _flags(ctx.args)
     # With libvirt's event loop: a live detach waits for the guest's
     # device-removed event before it removes the vGPU.
@@ -371,8 +371,8 @@ def cmd_detach(ctx):
 
 
 def cmd_domgpus(ctx):
-    from libvirt_gpu import api
-    from libvirt_gpu import host as host_mod
+    from libvirt_gpu.guests import api
+    from libvirt_gpu.virt import host as host_mod
     with host_mod.Host(_uri(ctx)) as host:
         got = api.list_devices(ctx.environment(host), ctx.args.domain,
                                inactive=ctx.args.inactive)
@@ -384,8 +384,8 @@ def cmd_domgpus(ctx):
 
 
 def cmd_migrate(ctx):
-    from libvirt_gpu import api
-    from libvirt_gpu import host as host_mod
+    from libvirt_gpu.guests import api
+    from libvirt_gpu.virt import host as host_mod
     as_json = ctx.args.json
 
     def show(plan):
@@ -415,7 +415,7 @@ def cmd_migrate(ctx):
 
 
 def cmd_hook_install(ctx):
-    from libvirt_gpu import hook
+    from libvirt_gpu.guests import hook
     path, _ = conffile.config_path(ctx.args.config_file)
     done = hook.install(ctx.args.dir, path, python=ctx.args.python)
     if ctx.args.json:
@@ -426,8 +426,8 @@ def cmd_hook_install(ctx):
 
 
 def cmd_reconcile(ctx):
-    from libvirt_gpu import host as host_mod
-    from libvirt_gpu import reconcile
+    from libvirt_gpu.virt import host as host_mod
+    from libvirt_gpu.guests import reconcile
     with host_mod.Host(_uri(ctx)) as host:
         env = ctx.environment(host)
         report = reconcile.reconcile(
@@ -447,7 +447,7 @@ def _say_plan(ctx, plan):
 
 
 def cmd_restore(ctx):
-    from libvirt_gpu import restore
+    from libvirt_gpu.guests import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
     owner = None
@@ -515,7 +515,7 @@ def _survey(env, uri):
     """What ``reconcile --dry-run`` reports, for each scrape; None on
     libvirt's test driver, which reconcile refuses (it knows none of this
     host's guests)."""
-    from libvirt_gpu import reconcile
+    from libvirt_gpu.guests import reconcile
     if uri.startswith('test:'):
         return None
 
@@ -535,7 +535,7 @@ def cmd_exporter(ctx):
     host = None
     survey = None
     if not args.no_libvirt:
-        from libvirt_gpu import host as host_mod
+        from libvirt_gpu.virt import host as host_mod
         host = host_mod.Host(_uri(ctx), read_only=True)
         env = ctx.environment(host)
         survey = _survey(env, _uri(ctx))

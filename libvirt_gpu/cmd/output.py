@@ -21,7 +21,7 @@ import json
 import sys
 
 from libvirt_gpu.cmd import term
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 
 # --- writers -----------------------------------------------------------------
@@ -227,7 +227,7 @@ def installed_text(done):
 def cyborg_devices_to_json(devices):
     """``discover --json``: the Cyborg driver's ``DriverDevice`` records as
     plain data, field for field (``cyborg_objects.to_primitive``)."""
-    from libvirt_gpu.placement import cyborg_objects
+    from libvirt_gpu.openstack.placement import cyborg_objects
     return cyborg_objects.to_primitive(tuple(devices))
 
 

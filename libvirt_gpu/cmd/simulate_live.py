@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from libvirt_gpu import exception
-from libvirt_gpu import logs
+from libvirt_gpu.util import logs
 from libvirt_gpu.cmd import output
 
 # Defaults of the live tree, kept equal to simulator.kernel.BUSY_MODES and

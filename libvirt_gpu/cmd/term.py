@@ -12,7 +12,7 @@ every one of them).
 import contextlib
 import sys
 
-from libvirt_gpu import textutil
+from libvirt_gpu.util import textutil
 
 escape = textutil.escape
 

@@ -12,7 +12,7 @@ from oslo_config import cfg
 
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
-from libvirt_gpu import logs
+from libvirt_gpu.util import logs
 from libvirt_gpu.conf import agent
 from libvirt_gpu.conf import default
 from libvirt_gpu.conf import gpu

@@ -8,7 +8,7 @@ under the example section ``[vgpu_nvidia-223]``.
 
 from oslo_config import cfg
 
-from libvirt_gpu import enablement
+from libvirt_gpu.devices import enablement
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 

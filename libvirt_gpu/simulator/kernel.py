@@ -85,8 +85,8 @@ from libvirt_gpu import objects
 from libvirt_gpu.simulator import capacity
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import profile as profile_mod
-from libvirt_gpu import records
-import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
+from libvirt_gpu.util import records
+import libvirt_gpu.devices.backends.nvidia_vgpu.names as vendor_names
 
 UUID_STRING_LEN = 36
 

@@ -71,14 +71,14 @@ import threading
 import time
 
 from libvirt_gpu import exception
-from libvirt_gpu import logs
+from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import sysfs_tree
 from libvirt_gpu.simulator import uevent as uevent_mod
-from libvirt_gpu import records
-import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
+from libvirt_gpu.util import records
+import libvirt_gpu.devices.backends.nvidia_vgpu.names as vendor_names
 
 LOG = logs.getLogger(__name__)
 

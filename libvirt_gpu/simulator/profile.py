@@ -12,7 +12,7 @@ import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 
 # What an implied upstream port looks like (Skylake-SP root port).

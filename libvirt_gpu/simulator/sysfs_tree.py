@@ -42,8 +42,8 @@ import shutil
 
 from libvirt_gpu import exception
 from libvirt_gpu.simulator import capacity
-from libvirt_gpu import records
-import libvirt_gpu.backends.nvidia_vgpu.names as vendor_names
+from libvirt_gpu.util import records
+import libvirt_gpu.devices.backends.nvidia_vgpu.names as vendor_names
 
 # A file at the top of every tree we write; its presence lets us rewrite it.
 MARKER = '.libvirt-gpu-simulator'

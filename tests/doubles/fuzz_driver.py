@@ -63,7 +63,7 @@ def main(argv):
     config, settings, mdevctl, profile, xml_path = argv[1:6]
     with open(xml_path, 'rb') as f:
         data = f.read()
-    from libvirt_gpu import hook
+    from libvirt_gpu.guests import hook
     with open(config) as f:
         root = [line.split('=', 1)[1].strip() for line in f
                 if line.startswith('sysfs_root')][0]

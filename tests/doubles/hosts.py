@@ -51,7 +51,7 @@ class SimulatedHost(object):
         return self.watcher.kernel.mdevs()
 
     def leases(self):
-        from libvirt_gpu import state
+        from libvirt_gpu.store import state
         return state.LeaseStore(self.state_dir).leases()
 
     def hook_log(self):

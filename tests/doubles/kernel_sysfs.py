@@ -46,12 +46,12 @@ import typing
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import sysfs_tree
 from tests.doubles import poll
-from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 LOCK_NAME = '.sim-kernel.lock'
 TYPES_DIR = 'mdev_supported_types'

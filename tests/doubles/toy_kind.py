@@ -22,10 +22,10 @@ is read and written through the ``Sysfs`` the kind is given.
 import json
 import os
 
-from libvirt_gpu.backends import base
-from libvirt_gpu import config_xml
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
-from libvirt_gpu import fileutil
+from libvirt_gpu.util import fileutil
 from libvirt_gpu import objects
 
 SPEC = 'tests.doubles.toy_kind:ToyKind'

@@ -22,9 +22,9 @@ from libvirt_gpu import exception
 
 
 def main(argv=None):
-    from libvirt_gpu import api
+    from libvirt_gpu.guests import api
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu import hook
+    from libvirt_gpu.guests import hook
     from tests.doubles import fake_libvirt
     from tests.doubles import kernel_sysfs
 

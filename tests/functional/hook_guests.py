@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from libvirt_gpu import config_xml
-from libvirt_gpu import hook
-from libvirt_gpu import metadata
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
-from libvirt_gpu import state
-from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.store import state
+from libvirt_gpu.devices.backends import nvidia_vgpu
 from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
 

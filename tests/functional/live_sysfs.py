@@ -33,7 +33,7 @@ import threading
 
 from libvirt_gpu import exception
 from libvirt_gpu.simulator import live as live_mod
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import poll
 from tests.doubles import trees
 

@@ -28,8 +28,8 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import session as ks_session
 from keystoneauth1 import token_endpoint
 
-from libvirt_gpu import records
-from libvirt_gpu.placement import client as placement_client
+from libvirt_gpu.util import records
+from libvirt_gpu.openstack.placement import client as placement_client
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

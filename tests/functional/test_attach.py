@@ -15,10 +15,10 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import hook
-from libvirt_gpu import metadata
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
-from libvirt_gpu import xmlutil
+from libvirt_gpu.util import xmlutil
 from tests.doubles import hosts
 from tests.doubles import poll
 from tests.functional import libvirtd

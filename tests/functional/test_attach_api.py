@@ -1,5 +1,5 @@
-"""libvirt_gpu.api against a file-backed libvirt stand-in and a simulated
-T4 host whose sysfs writes act like the kernel's.
+"""libvirt_gpu.guests.api against a file-backed libvirt stand-in and a
+simulated T4 host whose sysfs writes act like the kernel's.
 
 What stays here is what a real libvirtd and kernel cannot be made to do on
 cue: libvirt refusing a hot-plug, metadata that cannot be written, the
@@ -14,15 +14,15 @@ import uuid as uuidlib
 import pytest
 import xml.etree.ElementTree as ET
 
-from libvirt_gpu import api
+from libvirt_gpu.guests import api
 from libvirt_gpu import conf as conf_mod
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import metadata
+from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import state
-from libvirt_gpu import xmlutil
+from libvirt_gpu.store import state
+from libvirt_gpu.util import xmlutil
 from tests.doubles import fake_libvirt
 from tests.doubles import kernel_sysfs
 from tests.functional import libvirtd

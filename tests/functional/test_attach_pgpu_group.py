@@ -11,14 +11,14 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import api
+from libvirt_gpu.guests import api
 from libvirt_gpu import environment
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import metadata
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
-from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu import xmlutil
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from libvirt_gpu.util import xmlutil
 from tests.doubles import h100
 from tests.functional import libvirtd as libvirtd_mod
 

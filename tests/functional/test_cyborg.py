@@ -108,7 +108,7 @@ def without_generations(children):
 
 def test_cyborg_reports_our_gpus_as_our_own_sync_would(host, placement):
     drivers = host.report()
-    assert drivers == ['libvirt_gpu.cyborg_driver.LibvirtGPUDriver']
+    assert drivers == ['libvirt_gpu.openstack.cyborg_driver.LibvirtGPUDriver']
     # Cyborg's rows
     assert host.rows('select vendor, model, type, hostname, std_board_info '
                      'from devices order by id') == [

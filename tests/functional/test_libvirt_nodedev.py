@@ -17,14 +17,14 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu import config_xml
-from libvirt_gpu import discovery
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import mdev as mdev_backend
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
+from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
-from libvirt_gpu import pciids
+from libvirt_gpu.devices import pciids
 from tests.functional import live_sysfs as ls
 
 A = '0000:3b:00.0'

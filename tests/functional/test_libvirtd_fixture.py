@@ -1,6 +1,6 @@
 """The private libvirtd fixture, and the qemu hook contract (which
 operations libvirt runs the hook for, in which order, and what a non-zero
-exit does: see libvirt_gpu/hook/) proved against the real daemon with a
+exit does: see libvirt_gpu/guests/hook/) proved against the real daemon with a
 recording hook that never calls libvirt."""
 
 import os

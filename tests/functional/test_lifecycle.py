@@ -22,8 +22,8 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import config_xml
-from libvirt_gpu import metadata
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu.virt import metadata
 from tests.doubles import hosts
 from tests.doubles import poll
 from tests.functional import libvirtd

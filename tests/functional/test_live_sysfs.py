@@ -20,9 +20,9 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu import discovery
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import mdev as mdev_backend
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
@@ -30,8 +30,9 @@ from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import uevent
 from tests.doubles import trees
 from tests.functional import live_sysfs as ls
-from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
-from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 
 @pytest.fixture(scope='session')

@@ -29,8 +29,9 @@ from libvirt_gpu import objects
 from tests.functional import hook_guests as hg
 from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
-from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
-from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 PCI_VFIO_ERROR = "host doesn't support passthrough of host PCI devices"
 MDEV_VFIO_ERROR = 'Mediated host device assignment requires VFIO support'

@@ -12,9 +12,9 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu import discovery
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import mdev as mdev_backend
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import objects
 from tests.functional import live_sysfs as ls
 

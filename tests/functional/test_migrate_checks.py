@@ -11,10 +11,10 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import api
+from libvirt_gpu.guests import api
 from libvirt_gpu import exception
-from libvirt_gpu import metadata
-from libvirt_gpu import migration
+from libvirt_gpu.virt import metadata
+from libvirt_gpu.guests import migration
 from tests.functional import libvirtd as libvirtd_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(

@@ -10,15 +10,15 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import agent
-from libvirt_gpu import discovery
+from libvirt_gpu.openstack import agent
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu.placement import client as placement_client
-from libvirt_gpu.placement import model
-from libvirt_gpu.placement import sync
-from libvirt_gpu.placement import tree as tree_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from libvirt_gpu.openstack.placement import client as placement_client
+from libvirt_gpu.openstack.placement import model
+from libvirt_gpu.openstack.placement import sync
+from libvirt_gpu.openstack.placement import tree as tree_mod
 from tests.functional import placement_server
 from tests.doubles import fakes
 

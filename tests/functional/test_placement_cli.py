@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from libvirt_gpu import figures
+from libvirt_gpu.store import figures
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from tests.functional import placement_server

@@ -8,7 +8,7 @@ attach, a file-backed libvirt stand-in (the real daemon cannot hot-plug
 here: no VFIO).
 
 Crashes are SIGKILLs injected with LIBVIRT_GPU_TEST_CRASH_AT (see
-libvirt_gpu/state.py crash_point): the process dies at that step, holding
+libvirt_gpu/store/state.py crash_point): the process dies at that step, holding
 whatever it held.  After each, ``reconcile`` must leave no orphan and no
 double allocation.
 """
@@ -22,13 +22,13 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import config_xml
+from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
-from libvirt_gpu import hook
-from libvirt_gpu import metadata
-from libvirt_gpu import reconcile
-from libvirt_gpu import state
-from libvirt_gpu import xmlutil
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import metadata
+from libvirt_gpu.guests import reconcile
+from libvirt_gpu.store import state
+from libvirt_gpu.util import xmlutil
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 from tests.doubles import fake_libvirt
@@ -95,7 +95,7 @@ class World(object):
     def attach(self, domain):
         """api.attach in this process (no crash wanted); the error's
         class name or the Attachment."""
-        from libvirt_gpu import api
+        from libvirt_gpu.guests import api
         from libvirt_gpu import conf as conf_mod
         from libvirt_gpu import exception
         try:
@@ -111,7 +111,7 @@ class World(object):
                             config_file=self.config, sysfs=self.sysfs)
 
     def reconcile(self, **kwargs):
-        from libvirt_gpu import host as host_mod
+        from libvirt_gpu.virt import host as host_mod
         # The configuration enables TYPE on both GPUs.
         kwargs.setdefault('covered', ('0000:3b:00.0', '0000:af:00.0'))
         return reconcile.reconcile(environment.Environment(
@@ -282,8 +282,8 @@ def test_retried_prepare_after_a_crash_allocates_nothing_twice(world):
     assert sorted(lease.vgpu_uuid for lease in leases) == sorted(uuids)
     assert {lease.state for lease in leases} == {state.CREATED}
     # the capacity left is exactly 8 - 3
-    from libvirt_gpu import allocator
-    from libvirt_gpu.backends import mdev
+    from libvirt_gpu.store import allocator
+    from libvirt_gpu.devices.backends import mdev
     from libvirt_gpu import objects
     alloc = allocator.Allocator(mdev.MdevBackend(world.sysfs), world.store,
                                 {objects.PciAddress.parse(a):

@@ -7,13 +7,13 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import config_xml
+from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import metadata
-from libvirt_gpu import reconcile
-from libvirt_gpu import state
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.virt import metadata
+from libvirt_gpu.guests import reconcile
+from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 from tests.doubles import fake_libvirt

@@ -2,8 +2,8 @@
 
 Each runs *inside* the test VM, against its real kernel and libvirtd: the
 CLI (``.venv/bin/libvirt-gpu``) or a short Python program calling the
-public API (``libvirt_gpu.api``) or the mdev backend.  Results come back as
-JSON.  When the product's names change, this is the file to fix.
+public API (``libvirt_gpu.guests.api``) or the mdev backend.  Results come
+back as JSON.  When the product's names change, this is the file to fix.
 """
 
 import json
@@ -18,7 +18,7 @@ PYTHON = os.path.join(VENV_BIN, 'python')
 CONFIG = '/etc/libvirt-gpu/libvirt-gpu.conf'
 STATE_DIR = '/var/lib/libvirt-gpu'
 URI = 'qemu:///system'
-# the product's test-only crash points (libvirt_gpu.state.crash_point)
+# the product's test-only crash points (libvirt_gpu.store.state.crash_point)
 CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
 
 
@@ -64,7 +64,9 @@ def _answer(r, what):
 
 _API = '''
 import libvirt
-from libvirt_gpu import api, exception, records
+from libvirt_gpu.guests import api
+from libvirt_gpu import exception
+from libvirt_gpu.util import records
 conn = libvirt.open(%r)
 try:
     done = getattr(api, P.pop('call'))(conn, P.pop('domain'), **P)
@@ -77,19 +79,20 @@ else:
 
 
 def api(vm, call, domain, **kwargs):
-    """``libvirt_gpu.api.<call>(conn, domain, **kwargs)``: its result as a
-    dict, or ``{'error': class name, 'message': ...}``."""
+    """``libvirt_gpu.guests.api.<call>(conn, domain, **kwargs)``: its result
+    as a dict, or ``{'error': class name, 'message': ...}``."""
     return _answer(python(vm, _API, call=call, domain=domain, **kwargs),
                    'api.%s' % call)
 
 
 _BACKEND = '''
 import libvirt
-from libvirt_gpu import exception, objects
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import mdev
 host = None
 if P['libvirt']:
     host = host_mod.Host.from_connection(libvirt.open(%r))

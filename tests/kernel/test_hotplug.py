@@ -107,7 +107,7 @@ def test_attach_killed_at_each_step_then_reconcile(lab, os_guest):
     for step in ('attach:reserved', 'attach:created', 'attach:marked',
                  'attach:attached'):
         r = product.python(
-            lab.vm, 'import libvirt\nfrom libvirt_gpu import api\n'
+            lab.vm, 'import libvirt\nfrom libvirt_gpu.guests import api\n'
             'api.attach(libvirt.open("qemu:///system"), P["d"], '
             'vgpu_type="nvidia-223", live=True)\n', d=os_guest,
             env={product.CRASH_ENV: step})

@@ -4,11 +4,11 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import allocator
-from libvirt_gpu.backends import mdev
+from libvirt_gpu.store import allocator
+from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import state
+from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 

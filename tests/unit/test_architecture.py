@@ -31,76 +31,123 @@ PACKAGE = 'libvirt_gpu'
 # rooms below; only the CLI (cmd) reaches them.  cyborg_driver is reached
 # by nothing of ours: Cyborg's agent loads it (entry point
 # libvirt_gpu_driver in cyborg.accelerator.driver).
-ENTRY = ('api', 'hook', 'reconcile', 'restore', 'agent', 'exporter',
-         'cyborg_driver', 'cmd')
+ENTRY = ('guests.api', 'guests.hook', 'guests.reconcile', 'guests.restore',
+         'openstack.agent', 'exporter', 'openstack.cyborg_driver', 'cmd')
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
-    'backends': ENTRY + ('allocator', 'state', 'environment', 'placement',
-                         'host', 'guest', 'simulator'),
-    'placement': ENTRY + ('backends', 'allocator', 'state', 'environment',
-                          'host', 'guest', 'discovery', 'simulator'),
-    'simulator': ENTRY + ('backends', 'allocator', 'state', 'environment',
-                          'placement', 'host', 'guest', 'discovery',
-                          'sysfs', 'conf'),
-    'allocator': ENTRY + ('environment', 'host', 'guest', 'placement'),
-    'state': ENTRY + ('backends', 'allocator', 'environment', 'host',
-                      'guest', 'placement'),
+    'devices.backends': ENTRY + ('store.allocator', 'store.state',
+                                 'environment', 'openstack.placement',
+                                 'virt.host', 'virt.guest', 'simulator'),
+    'openstack.placement': ENTRY + ('devices.backends', 'store.allocator',
+                                    'store.state', 'environment',
+                                    'virt.host', 'virt.guest',
+                                    'devices.discovery', 'simulator'),
+    'simulator': ENTRY + ('devices.backends', 'store.allocator',
+                          'store.state', 'environment',
+                          'openstack.placement', 'virt.host', 'virt.guest',
+                          'devices.discovery', 'devices.sysfs', 'conf'),
+    'store.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
+                                'openstack.placement'),
+    'store.state': ENTRY + ('devices.backends', 'store.allocator',
+                            'environment', 'virt.host', 'virt.guest',
+                            'openstack.placement'),
     'environment': ENTRY,
-    'discovery': ENTRY + ('allocator', 'state', 'environment', 'placement'),
-    'conf': ENTRY + ('backends', 'allocator', 'state', 'environment',
-                     'placement', 'host', 'guest', 'discovery'),
+    'devices.discovery': ENTRY + ('store.allocator', 'store.state',
+                                  'environment', 'openstack.placement'),
+    'conf': ENTRY + ('devices.backends', 'store.allocator', 'store.state',
+                     'environment', 'openstack.placement', 'virt.host',
+                     'virt.guest', 'devices.discovery'),
 }
 
 # The one door into a forbidden room: the simulator builds and serves a
 # vGPU kind's sysfs interface, so it takes the file names from the kind's
 # ``names`` module (data only, importing nothing), never spelling them.
-NAME_DOORS = {('simulator', 'backends.nvidia_vgpu.names')}
+NAME_DOORS = {('simulator', 'devices.backends.nvidia_vgpu.names')}
 
 # rooms at the floor -> the only rooms of ours they may import
 ONLY = {
     'exception': (),
-    'records': (),
-    'logs': (),
-    'capacity': (),
-    'fileutil': (),
-    'figures': ('exception', 'statedir'),
-    'fanout': (),
-    'safeopen': (),
-    'filetype': (),
-    'textutil': (),
-    'pciids': (),
-    'objects': ('exception', 'records', 'bounds'),
-    'xmlutil': ('exception',),
-    'statedir': ('exception', 'filetype'),
-    'bounds': ('exception',),
-    'xmledit': ('exception', 'xmlutil'),
-    'backends.nvidia_vgpu.names': (),
+    'util.records': (),
+    'util.logs': (),
+    'devices.capacity': (),
+    'util.fileutil': (),
+    'store.figures': ('exception', 'store.statedir'),
+    'util.fanout': (),
+    'util.safeopen': (),
+    'util.filetype': (),
+    'util.textutil': (),
+    'devices.pciids': (),
+    'objects': ('exception', 'util.records', 'util.bounds'),
+    'util.xmlutil': ('exception',),
+    'store.statedir': ('exception', 'util.filetype'),
+    'util.bounds': ('exception',),
+    'util.xmledit': ('exception', 'util.xmlutil'),
+    'devices.backends.nvidia_vgpu.names': (),
 }
 
 # The rooms from the floor up, as docs/architecture.md's table lists them
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
-    ('exception', 'records', 'logs', 'bounds'), ('objects',), ('capacity',),
-    ('fileutil', 'filetype', 'textutil', 'fanout', 'safeopen'),
-    ('xmlutil', 'statedir', 'xmledit', 'conffile', 'enablement'),
-    ('figures',),
-    ('pci_classes', 'pciids'),
-    ('sysfs',), ('nodedev',), ('config_xml',), ('metadata',),
-    ('host', 'guest'), ('nvml',), ('discovery',), ('conf', 'confcache'),
-    ('backends',), ('state',), ('allocator',), ('placement',),
-    ('environment',), ('migration',), ('api',), ('hook',), ('reconcile',),
-    ('restore',),
-    ('agent',), ('exporter',), ('cyborg_driver',), ('simulator',), ('cmd',),
+    ('exception', 'util.records', 'util.logs', 'util.bounds'), ('objects',),
+    ('devices.capacity',),
+    ('util.fileutil', 'util.filetype', 'util.textutil', 'util.fanout',
+     'util.safeopen'),
+    ('util.xmlutil', 'store.statedir', 'util.xmledit', 'conffile',
+     'devices.enablement'),
+    ('store.figures',), ('devices.pci_classes', 'devices.pciids'),
+    ('devices.sysfs',), ('virt.nodedev',), ('virt.config_xml',),
+    ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),
+    ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
+    ('store.state',), ('store.allocator',), ('openstack.placement',),
+    ('environment',), ('guests.migration',), ('guests.api',), ('guests.hook',),
+    ('guests.reconcile',), ('guests.restore',), ('openstack.agent',),
+    ('exporter',), ('openstack.cyborg_driver',), ('simulator',), ('cmd',),
 )
 # discovery takes the vGPU kinds from its caller (an Environment's
 # kind_classes) and never names one.  The one door left up: a caller that
 # passes no kinds gets the registry's (discovery._kinds, inside a
 # function), kept while the Cyborg driver, whose module another change
 # owns, calls discovery without them (issue 27).  Remove it then.
-LEVEL_EXCEPTIONS = {('discovery', 'backends'),
-                    ('discovery', 'backends.registry')}
+LEVEL_EXCEPTIONS = {('devices.discovery', 'devices.backends'),
+                    ('devices.discovery', 'devices.backends.registry')}
+
+# The folders that group the rooms by layer: packages that hold rooms and
+# nothing else (their __init__ is a docstring), so no room of their own.
+FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
+           'virt': 'the libvirt layer: connection, domain, XML',
+           'devices': 'the host side: its GPUs and the vGPU kinds',
+           'store': "the host's state: leases, the allocator, figures",
+           'guests': 'the guest side: API, migration, hook, recovery',
+           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
+
+# The folders that group the rooms by layer: packages that hold rooms and
+# nothing else (their __init__ is a docstring), so no room of their own.
+FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
+           'virt': 'the libvirt layer: connection, domain, XML',
+           'devices': 'the host side: its GPUs and the vGPU kinds',
+           'store': "the host's state: leases, the allocator, figures",
+           'guests': 'the guest side: API, migration, hook, recovery',
+           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
+
+# The folders that group the rooms by layer: packages that hold rooms and
+# nothing else (their __init__ is a docstring), so no room of their own.
+FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
+           'virt': 'the libvirt layer: connection, domain, XML',
+           'devices': 'the host side: its GPUs and the vGPU kinds',
+           'store': "the host's state: leases, the allocator, figures",
+           'guests': 'the guest side: API, migration, hook, recovery',
+           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
+
+# The folders that group the rooms by layer: packages that hold rooms and
+# nothing else (their __init__ is a docstring), so no room of their own.
+FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
+           'virt': 'the libvirt layer: connection, domain, XML',
+           'devices': 'the host side: its GPUs and the vGPU kinds',
+           'store': "the host's state: leases, the allocator, figures",
+           'guests': 'the guest side: API, migration, hook, recovery',
+           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
 
 # What the hook may not load when Python imports it (every guest start pays
 # for what it imports).
@@ -156,8 +203,11 @@ def door_graph():
         # ``from libvirt_gpu import x`` names the package itself too: the
         # package's __init__ holds nothing, so it is no room.
         graph[_short(name)] = {_short(m) for m in imports_of(path, package)
-                               if m in modules and m not in (name, PACKAGE)}
+                               if m in modules and m not in (name, PACKAGE)
+                               and _short(m) not in FOLDERS}
     graph.pop(_short(PACKAGE))
+    for folder in FOLDERS:
+        graph.pop(folder, None)
     return graph
 
 
@@ -170,28 +220,33 @@ def _in(name, room):
 
 
 def _room_of(name):
-    return name.split('.')[0]
+    """The room ``name`` belongs to: the longest room of LEVELS it is in
+    (``devices.backends.mdev`` -> ``devices.backends``)."""
+    found = [room for rank in LEVELS for room in rank if _in(name, room)]
+    return max(found, key=len) if found else name.split('.')[0]
 
 
 def test_the_walk_sees_the_package():
     graph = door_graph()
     assert len(graph) > 40
     # edges known to exist, at module level and inside functions
-    assert 'allocator' in graph['api']
-    assert 'backends.registry' in graph['environment']   # in a property
-    assert 'discovery' in graph['allocator']
-    assert 'hook.operations' in graph['hook.__main__']
+    assert 'store.allocator' in graph['guests.api']
+    # in a property
+    assert 'devices.backends.registry' in graph['environment']
+    assert 'devices.discovery' in graph['store.allocator']
+    assert 'guests.hook.operations' in graph['guests.hook.__main__']
 
 
 def test_the_walk_resolves_relative_and_nested_imports(tmp_path):
     probe = tmp_path / 'probe.py'
-    probe.write_text('from . import capacity\n'
+    probe.write_text('from .devices import capacity\n'
                      'def f():\n'
-                     '    from .backends import mdev\n'
-                     '    import libvirt_gpu.api\n')
+                     '    from .devices.backends import mdev\n'
+                     '    import libvirt_gpu.guests.api\n')
     names = imports_of(str(probe), 'libvirt_gpu')
-    assert {'libvirt_gpu.capacity', 'libvirt_gpu.backends.mdev',
-            'libvirt_gpu.api'} <= names
+    assert {'libvirt_gpu.devices.capacity',
+            'libvirt_gpu.devices.backends.mdev',
+            'libvirt_gpu.guests.api'} <= names
 
 
 @pytest.mark.parametrize('room', sorted(FORBIDDEN))
@@ -237,9 +292,12 @@ def test_the_product_never_imports_the_simulator():
 def test_importing_the_hook_loads_no_oslo_config_or_libvirt():
     # A fresh interpreter: this test process has loaded all of them.
     code = ('import sys\n'
-            'import libvirt_gpu.hook, libvirt_gpu.hook.__main__\n'
-            'import libvirt_gpu.hook.operations, libvirt_gpu.hook.settings\n'
-            'import libvirt_gpu.hook.log, libvirt_gpu.hook.installer\n'
+            'import libvirt_gpu.guests.hook\n'
+            'import libvirt_gpu.guests.hook.__main__\n'
+            'import libvirt_gpu.guests.hook.operations\n'
+            'import libvirt_gpu.guests.hook.settings\n'
+            'import libvirt_gpu.guests.hook.log\n'
+            'import libvirt_gpu.guests.hook.installer\n'
             'print(" ".join(sorted(m for m in %r if m in sys.modules)))\n'
             % (HOOK_MUST_NOT_LOAD,))
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -282,12 +340,12 @@ def test_only_the_cyborg_driver_imports_cyborg_and_lazily():
         found = _third_party_imports(path)
         if 'cyborg' in found:
             importers[_short(name)] = found['cyborg']
-    assert importers == {'cyborg_driver': False}
+    assert importers == {'openstack.cyborg_driver': False}
 
 
 def test_importing_the_cyborg_driver_loads_no_cyborg():
     code = ('import sys\n'
-            'import libvirt_gpu.cyborg_driver as d\n'
+            'import libvirt_gpu.openstack.cyborg_driver as d\n'
             'print(d.ENTRY_POINT, "cyborg" in sys.modules)\n')
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env,
@@ -366,12 +424,13 @@ def test_no_import_circle():
 def test_the_circle_check_sees_a_circle():
     assert import_circles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'},
                            'e': set()}) == [['a', 'b', 'c']]
-    assert import_circles({'discovery': {'backends.registry'},
-                           'backends.registry': {'discovery'}}) == \
-        [['backends.registry', 'discovery']]
+    assert import_circles({
+        'devices.discovery': {'devices.backends.registry'},
+        'devices.backends.registry': {'devices.discovery'}}) == \
+        [['devices.backends.registry', 'devices.discovery']]
     # a package's module importing its siblings through the package
-    assert import_circles({'hook': {'hook.operations'},
-                           'hook.operations': {'hook'}}) == []
+    assert import_circles({'guests.hook': {'guests.hook.operations'},
+                           'guests.hook.operations': {'guests.hook'}}) == []
 
 
 # --- the modules that never name a vGPU kind ---------------------------------
@@ -379,7 +438,8 @@ def test_the_circle_check_sees_a_circle():
 # The composition root and the entry points that drive every kind alike:
 # they talk to ``registry.Vgpus`` and the kinds' hooks (backends.base),
 # never to one kind.
-KIND_AGNOSTIC = ('environment', 'hook', 'restore', 'reconcile')
+KIND_AGNOSTIC = ('environment', 'guests.hook', 'guests.restore',
+                 'guests.reconcile')
 # Words of a kind's own vocabulary (classic mdev, mdevctl, NVIDIA's
 # vendor interface), in an identifier split at '_' and case changes.
 KIND_WORDS = {'mdev', 'mdevs', 'mdevctl', 'nvidia', 'vendor'}
@@ -389,8 +449,8 @@ KIND_WORDS = {'mdev', 'mdevs', 'mdevctl', 'nvidia', 'vendor'}
 KIND_WORDS_ALLOWED = {'mdev_uuids'}
 # What of backends/ they may import: the contract, the registry, and
 # whole GPUs (``backends.pci``: a device backend, no vGPU kind).
-KIND_CONTRACT = ('backends', 'backends.base', 'backends.registry',
-                 'backends.pci')
+KIND_CONTRACT = ('devices.backends', 'devices.backends.base',
+                 'devices.backends.registry', 'devices.backends.pci')
 
 
 def _words(identifier):
@@ -422,7 +482,8 @@ def kind_names_in(path, package):
     for name in imports_of(path, package):
         short = name[len(PACKAGE) + 1:] if name.startswith(
             PACKAGE + '.') else None
-        if short and _in(short, 'backends') and short not in KIND_CONTRACT:
+        if short and _in(short, 'devices.backends') \
+                and short not in KIND_CONTRACT:
             found.add('import %s' % name)
     docs = _docstrings(tree)
     for node in ast.walk(tree):
@@ -474,8 +535,8 @@ def test_the_kind_name_check_can_fail(tmp_path):
     probe = tmp_path / 'probe.py'
     probe.write_text(
         '"""mdevctl in a docstring is prose."""\n'
-        'from libvirt_gpu.backends import mdev as mdev_backend\n'
-        'from libvirt_gpu.backends import registry\n'
+        'from libvirt_gpu.devices.backends import mdev as mdev_backend\n'
+        'from libvirt_gpu.devices.backends import registry\n'
         'def f(env, devices, mdevctl_dir):\n'
         '    """Reads mdevctl\'s directory."""\n'
         '    env.vgpus.kind("mdev")\n'
@@ -483,7 +544,7 @@ def test_the_kind_name_check_can_fail(tmp_path):
         '    return "defined by mdevctl", NVIDIA_VENDOR\n')
     found = kind_names_in(str(probe), 'libvirt_gpu')
     assert found == sorted([
-        'import libvirt_gpu.backends.mdev', '2: mdev_backend',
+        'import libvirt_gpu.devices.backends.mdev', '2: mdev_backend',
         '4: mdevctl_dir', '6: kind(\'mdev\')', '7: vendorState',
         "8: string 'defined by mdevctl'", '8: NVIDIA_VENDOR'])
 
@@ -539,7 +600,7 @@ def _kind_home(cls):
     is a package of ``backends/`` (its class in one of the package's
     modules)."""
     path = os.path.abspath(sys.modules[cls.__module__].__file__)
-    backends = os.path.join(PACKAGE_DIR, 'backends')
+    backends = os.path.join(PACKAGE_DIR, 'devices', 'backends')
     parent = os.path.dirname(path)
     if os.path.basename(path) == '__init__.py' or os.path.dirname(
             parent) == backends:
@@ -567,7 +628,7 @@ def names_outside_kinds(kinds):
 
 
 def test_no_file_outside_a_kind_names_its_sysfs_files():
-    from libvirt_gpu.backends import registry
+    from libvirt_gpu.devices.backends import registry
     kinds = registry.kind_classes()
     assert any(cls.sysfs_names for cls in kinds)
     assert names_outside_kinds(kinds) == []
@@ -576,14 +637,15 @@ def test_no_file_outside_a_kind_names_its_sysfs_files():
 def test_the_name_check_sees_a_kind_s_names(tmp_path):
     """The check can fail: a kind whose home is elsewhere is caught by its
     names where they really are."""
-    from libvirt_gpu.backends import nvidia_vgpu
+    from libvirt_gpu.devices.backends import nvidia_vgpu
 
     class Elsewhere(nvidia_vgpu.NvidiaVgpuBackend):
         pass
 
-    Elsewhere.__module__ = 'libvirt_gpu.backends.mdev'
+    Elsewhere.__module__ = 'libvirt_gpu.devices.backends.mdev'
     found = names_outside_kinds([Elsewhere])
-    assert any(line.startswith('libvirt_gpu/backends/nvidia_vgpu/names.py')
+    assert any(line.startswith(
+        'libvirt_gpu/devices/backends/nvidia_vgpu/names.py')
                for line in found)
 
 
@@ -594,7 +656,7 @@ FILE_CALLS = {'open', 'io.open', 'os.open', 'os.listdir', 'os.scandir',
               'os.path.isdir', 'os.path.isfile', 'os.path.islink',
               'os.path.realpath'}
 # The safe reader, and the simulator, which writes and serves the trees.
-READERS = ('sysfs.reader', 'simulator')
+READERS = ('devices.sysfs.reader', 'simulator')
 
 
 def _dotted(node):
@@ -644,7 +706,8 @@ def test_the_rest_of_sysfs_opens_nothing_itself():
     (``sysfs.parsers``) go through the reader for every file."""
     found = {}
     for name, path in _our_modules().items():
-        if not _in(_short(name), 'sysfs') or _short(name) == 'sysfs.reader':
+        if not _in(_short(name), 'devices.sysfs') \
+                or _short(name) == 'devices.sysfs.reader':
             continue
         with open(path) as f:
             tree = ast.parse(f.read(), path)
@@ -655,7 +718,7 @@ def test_the_rest_of_sysfs_opens_nothing_itself():
         if calls:
             found[_short(name)] = calls
     assert found == {}
-    assert 'sysfs.devices' in door_graph()
+    assert 'devices.sysfs.devices' in door_graph()
 
 
 def test_the_reader_check_sees_a_direct_read(tmp_path):
@@ -712,7 +775,7 @@ def test_only_the_composition_root_builds_the_host():
     found = {}
     for name, path in _our_modules().items():
         short = _short(name) if name != PACKAGE else ''
-        if short in (ROOT_MODULE, 'allocator', 'discovery') \
+        if short in (ROOT_MODULE, 'store.allocator', 'devices.discovery') \
                 or short in ROOT_CALLS_ELSEWHERE:
             continue
         calls = root_calls(path)
@@ -738,3 +801,31 @@ def test_the_root_check_sees_an_entry_point_building_its_own(tmp_path):
     assert root_calls(str(probe)) == [
         '2: allocator_mod.Allocator', '3: enablement.resolve',
         '4: discovery.from_sysfs', '5: nvml_mod.source']
+
+
+# --- the folders say what the layers are -------------------------------------
+
+# The modules left at the package root: the shared vocabulary (errors,
+# records), the composition root, the configuration file's choice and its
+# snapshot (read by the hook without the conf package's oslo.config), and
+# the exporter (an entry point of its own).
+ROOT_MODULES = {'__init__', 'exception', 'objects', 'environment',
+                'conffile', 'confcache', 'exporter'}
+
+
+def test_the_package_root_holds_only_the_shared_modules():
+    found = {name[:-len('.py')] for name in os.listdir(PACKAGE_DIR)
+             if name.endswith('.py')}
+    assert found == ROOT_MODULES
+
+
+@pytest.mark.parametrize('folder', sorted(FOLDERS))
+def test_each_layer_folder_is_a_docstring_and_its_rooms(folder):
+    path = os.path.join(PACKAGE_DIR, folder, '__init__.py')
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    # a docstring, nothing else: the folder is no room of its own
+    assert len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr), path
+    rooms = [room for rank in LEVELS for room in rank
+             if _in(room, folder)]
+    assert rooms, 'folder %s holds no room of LEVELS' % folder

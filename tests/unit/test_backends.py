@@ -8,12 +8,12 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import mdev
-from libvirt_gpu.backends import pci
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import mdev
+from libvirt_gpu.devices.backends import pci
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 

@@ -1,6 +1,6 @@
 """One capacity rule: what Placement is told a GPU holds and what the
-allocator lets it hold both come from ``libvirt_gpu.capacity``, on every
-simulated profile (``libvirt-gpu simulate --list``)."""
+allocator lets it hold both come from ``libvirt_gpu.devices.capacity``, on
+every simulated profile (``libvirt-gpu simulate --list``)."""
 
 import os
 import shutil
@@ -8,13 +8,13 @@ import tempfile
 
 import pytest
 
-from libvirt_gpu import capacity
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import capacity
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import environment
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu.placement import model
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.simulator import loading
 
 HOSTNAME = 'cn1'

@@ -21,7 +21,8 @@ from libvirt_gpu.cmd import output
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
                       'golden')
 NOT_FOR_LIST = ('keystoneauth1', 'libvirt', 'lxml', 'libvirt_gpu.simulator',
-                'libvirt_gpu.placement.cyborg_objects', 'libvirt_gpu.host')
+                'libvirt_gpu.openstack.placement.cyborg_objects',
+                'libvirt_gpu.virt.host')
 # Once the settings snapshot is written (the first run loads oslo.config,
 # which imports logging and typing itself), not even these.
 NOT_FOR_WARM_LIST = NOT_FOR_LIST + ('oslo_config', 'logging', 'dataclasses',
@@ -161,8 +162,8 @@ def test_gpus_json_text_is_the_encoders_text(documents):
 
 
 def test_type_memo_changes_nothing_in_the_document(tmp_path):
-    from libvirt_gpu import discovery
-    from libvirt_gpu import sysfs
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs
     root = tmp_path / 'sys'
     simulator.write_host(simulator.synthetic_profile(8, types=5), root)
     gpus = discovery.from_sysfs(sysfs.Sysfs(root)).gpus

@@ -10,7 +10,7 @@ import pytest
 
 from libvirt_gpu import confcache
 from libvirt_gpu import exception
-from libvirt_gpu import nvml
+from libvirt_gpu.devices import nvml
 from libvirt_gpu import simulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -208,7 +208,7 @@ def test_the_hook_keeps_the_same_snapshot_under_the_same_key(tmp_path,
                                                              sim):
     """One snapshot: the hook's settings file is a confcache document,
     current by confcache's one rule, readable as the CLI reads its own."""
-    from libvirt_gpu import hook
+    from libvirt_gpu.guests import hook
     state_dir = tmp_path / 'state'
     conf = tmp_path / 'a.conf'
     conf.write_text('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\n'

@@ -15,7 +15,7 @@ import pytest
 
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
-from libvirt_gpu import hook
+from libvirt_gpu.guests import hook
 from tests.doubles import hang
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(

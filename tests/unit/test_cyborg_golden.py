@@ -50,15 +50,15 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import cyborg_driver
-from libvirt_gpu import discovery
+from libvirt_gpu.openstack import cyborg_driver
+from libvirt_gpu.devices import discovery
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu import objects
-from libvirt_gpu.placement import cyborg_objects
-from libvirt_gpu.placement import model
-from libvirt_gpu import records
+from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack.placement import model
+from libvirt_gpu.util import records
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -525,7 +525,7 @@ def test_mdevs_on_vfs_get_one_handle_per_vf(tmp_path, hosts):
 
 def _tree_and_records(tmp_path, hosts, case):
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu import enablement
+    from libvirt_gpu.devices import enablement
     root, node_xml = hosts(case['profile'])
     path = write_conf(str(tmp_path / 'libvirt-gpu.conf'), root, node_xml,
                       case['enabled'], gpu_traits=True)
@@ -579,7 +579,7 @@ def test_no_lspci_nor_any_other_program(tmp_path, hosts, monkeypatch):
 def test_one_cyborg_model():
     # placement/cyborg_objects.py is the one Cyborg model: the look-alike
     # (placement/cyborg.py, what discover printed) is gone for good.
-    placement_dir = os.path.join(REPO, 'libvirt_gpu', 'placement')
+    placement_dir = os.path.join(REPO, 'libvirt_gpu', 'openstack', 'placement')
     assert sorted(n for n in os.listdir(placement_dir)
                   if n.startswith('cyborg')) == ['cyborg_objects.py']
 

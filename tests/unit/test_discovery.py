@@ -4,12 +4,12 @@ import os
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import host
+from libvirt_gpu.virt import host
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu import records
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from libvirt_gpu.util import records
 
 PROFILES = simulator.list_profiles()
 

@@ -6,7 +6,7 @@ in tests/functional/test_attach_api.py."""
 
 import pytest
 
-from libvirt_gpu.backends import mdev
+from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import exception
 from tests.doubles import trees
 from tests.unit import test_hook as th

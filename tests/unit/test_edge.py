@@ -14,13 +14,13 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import allocator
-from libvirt_gpu import api
-from libvirt_gpu.backends import mdev
+from libvirt_gpu.store import allocator
+from libvirt_gpu.guests import api
+from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import state
+from libvirt_gpu.store import state
 from tests.doubles import domains
 from tests.doubles import fake_libvirt
 from tests.doubles import kernel_sysfs

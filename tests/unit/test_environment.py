@@ -4,8 +4,8 @@ without naming them."""
 
 import pytest
 
-from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu.backends import registry
+from libvirt_gpu.devices.backends import mdev as mdev_backend
+from libvirt_gpu.devices.backends import registry
 from libvirt_gpu import environment
 
 
@@ -47,8 +47,8 @@ def test_places_are_the_registered_kinds_own(tmp_path):
 def test_discovery_sees_a_kind_s_functions_only_through_the_kinds_given():
     """Discovery names no kind: the VFs of NVIDIA's vendor interface are
     read by the kinds its caller hands it, and by none without them."""
-    from libvirt_gpu import discovery
-    from libvirt_gpu import sysfs as sysfs_mod
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
     from tests.doubles import trees
     with trees.simulated_tree('l40s', without_mdevs=True) as (root, _):
         sysfs = sysfs_mod.Sysfs(root)
@@ -83,7 +83,7 @@ def test_a_part_is_built_once_and_kept(t4_env, part):
 
 
 def test_the_enabled_types_are_resolved_once(t4_env, monkeypatch):
-    from libvirt_gpu import enablement
+    from libvirt_gpu.devices import enablement
     calls = []
     real = enablement.resolve
     monkeypatch.setattr(enablement, 'resolve',
@@ -114,7 +114,7 @@ def test_given_enabled_types_survive_rediscover(tmp_path):
 
 def test_replace_resolves_again_when_the_host_read_changes(
         t4_env, monkeypatch):
-    from libvirt_gpu import enablement
+    from libvirt_gpu.devices import enablement
     enabled = t4_env.enabled
     calls = []
     real = enablement.resolve
@@ -127,7 +127,7 @@ def test_replace_resolves_again_when_the_host_read_changes(
 
 
 def test_the_api_takes_the_environment_as_its_connection(t4_env):
-    from libvirt_gpu import api
+    from libvirt_gpu.guests import api
     # without a libvirt host the API cannot act: said at once
     with pytest.raises(TypeError, match='no libvirt host'):
         api.list_devices(t4_env, 'guest')

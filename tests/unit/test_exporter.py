@@ -17,14 +17,14 @@ import sys
 import pytest
 from prometheus_client import parser as prom_parser
 
-from libvirt_gpu import agent
-from libvirt_gpu import capacity
+from libvirt_gpu.openstack import agent
+from libvirt_gpu.devices import capacity
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import exporter
-from libvirt_gpu import figures
-from libvirt_gpu import state
+from libvirt_gpu.store import figures
+from libvirt_gpu.store import state
 from tests.doubles import h100
 from tests.doubles import trees
 from tests.unit.test_hook import domain_xml
@@ -92,7 +92,7 @@ def test_hook_calls_are_counted_by_operation_and_outcome(host):
 
 
 def test_an_internal_error_counts_as_an_error(host, monkeypatch):
-    from libvirt_gpu import allocator
+    from libvirt_gpu.store import allocator
 
     def broken(self, *args, **kwargs):
         raise RuntimeError('boom')
@@ -121,7 +121,7 @@ def test_a_state_dir_that_cannot_be_written_costs_a_warning(host):
 
 
 def test_the_operations_served_are_the_hooks():
-    from libvirt_gpu import hook
+    from libvirt_gpu.guests import hook
     assert figures.OPERATIONS == hook.HANDLED
 
 
@@ -402,7 +402,7 @@ def nvml_spec(u1, stranger):
 
 
 def test_nvml_usage_is_joined_to_the_vgpu_and_its_domain(host):
-    from libvirt_gpu import nvml
+    from libvirt_gpu.devices import nvml
     from tests.doubles import nvml_fake
     u1 = new_uuid()
     assert host.run('prepare', domain_xml([(u1, 'nvidia-223', B)]))[0] == 0
@@ -434,7 +434,7 @@ def test_nvml_usage_is_joined_to_the_vgpu_and_its_domain(host):
 
 
 def test_without_nvml_its_series_are_absent(host):
-    from libvirt_gpu import nvml
+    from libvirt_gpu.devices import nvml
     from tests.doubles import nvml_fake
     fake = nvml_fake.module({'init_error': 9, 'gpus': []})
     found = scrape(collector(host, nvml=nvml.Nvml(fake))[0])
@@ -459,7 +459,8 @@ def test_figures_file_that_is_not_a_regular_file_is_refused_at_once(
         else:
             os.symlink(target, state_dir / name)
     code = ('import sys\n'
-            'from libvirt_gpu import exception, figures\n'
+            'from libvirt_gpu import exception\n'
+            'from libvirt_gpu.store import figures\n'
             'try:\n'
             '    figures.record_hook_call(sys.argv[1], "prepare", "ok", 0.1)\n'
             'except exception.StateError as e:\n'

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from libvirt_gpu import discovery
-from libvirt_gpu import fanout
+from libvirt_gpu.devices import discovery
+from libvirt_gpu.util import fanout
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.unit import test_sysfs_hostile as hostile
 from tests.doubles import trees
 

@@ -4,19 +4,19 @@ IOMMU groups added (tests/h100.py): IOMMU groups, NUMA, names."""
 import json
 import re
 
-from libvirt_gpu import discovery
-from libvirt_gpu import nodedev
+from libvirt_gpu.devices import discovery
+from libvirt_gpu.virt import nodedev
 from libvirt_gpu import objects
-from libvirt_gpu import pciids
+from libvirt_gpu.devices import pciids
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu.placement import cyborg_objects
-from libvirt_gpu.placement import model
+from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack.placement import model
 from tests.doubles import h100
 from tests.doubles import tables
 from tests.doubles import fakes
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 NAME = re.compile(r'GH100 ?\[H100 SXM5 80GB\]')   # see test_pciids
 
@@ -155,7 +155,7 @@ def test_libvirt_reports_the_same_members(tmp_path):
     agree on the members and their judgement."""
     node_xml = simulator.write_host(simulator.load_profile('mixed'),
                                     tmp_path)
-    from libvirt_gpu import host
+    from libvirt_gpu.virt import host
     by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
     with host.Host('test://' + node_xml, read_only=True) as h:
         by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(tmp_path))

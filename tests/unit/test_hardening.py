@@ -12,17 +12,17 @@ import time
 
 import pytest
 
-from libvirt_gpu import allocator as allocator_mod
-from libvirt_gpu.backends import mdev
-from libvirt_gpu import bounds
-from libvirt_gpu import discovery
+from libvirt_gpu.store import allocator as allocator_mod
+from libvirt_gpu.devices.backends import mdev
+from libvirt_gpu.util import bounds
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import environment
 from libvirt_gpu import exception
-from libvirt_gpu import hook
-from libvirt_gpu import nodedev
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import nodedev
 from libvirt_gpu import objects
-from libvirt_gpu import state
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.store import state
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 from tests.unit import test_hook as th
@@ -65,7 +65,7 @@ def test_huge_cpuset_refused_by_the_hook_in_bounded_time(tmp_path):
         xml = th.domain_xml([(th.new_uuid(), 'nvidia-223', None)]).replace(
             b'<devices>', b"<vcpu cpuset='%s'>2</vcpu><devices>"
             % cpuset.encode())
-        code = ('import sys; from libvirt_gpu import hook; '
+        code = ('import sys; from libvirt_gpu.guests import hook; '
                 'sys.exit(hook.run(["qemu", "vm1", sys.argv[1], "begin", '
                 '"-"], sys.stdin.buffer.read(), config_file=%r, '
                 'settings_file=None))' % env.config)
@@ -142,7 +142,7 @@ def test_available_instances_in_the_billions_from_libvirt_refused():
 def test_fifo_in_place_of_the_hook_log_is_refused_not_waited_on(tmp_path):
     fifo = str(tmp_path / 'hook.log')
     os.mkfifo(fifo)
-    code = ('import sys; from libvirt_gpu import hook; '
+    code = ('import sys; from libvirt_gpu.guests import hook; '
             'log = hook.HookLog(["qemu", "vm1", "release", "end"], '
             'sys.stderr); log.path = %r; log.info("x"); log.flush()' % fifo)
     done = subprocess.run([sys.executable, '-c', code], capture_output=True,
@@ -169,7 +169,7 @@ def test_fifo_in_place_of_the_vendor_state_file_is_refused(tmp_path):
     state_dir = tmp_path / 'state'
     state_dir.mkdir(mode=0o700)
     os.mkfifo(state_dir / 'nvidia-vgpu.json')
-    code = ('from libvirt_gpu.backends import nvidia_vgpu; '
+    code = ('from libvirt_gpu.devices.backends import nvidia_vgpu; '
             'from libvirt_gpu import exception\n'
             'try:\n    nvidia_vgpu.VendorState(%r).read()\n'
             'except exception.StateError as e:\n    print(e)' % str(state_dir))
@@ -299,7 +299,7 @@ def _lock_holder(tmp_path, seconds):
     store = state.LeaseStore(tmp_path / 'state')
     store.leases()
     holder = subprocess.Popen([sys.executable, '-c', (
-        'import time\nfrom libvirt_gpu import state\n'
+        'import time\nfrom libvirt_gpu.store import state\n'
         's = state.LeaseStore(%r)\n'
         'with s.transaction():\n'
         '    print("locked", flush=True)\n'
@@ -322,7 +322,8 @@ def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
             impatient.leases()
         message = str(e.value)
         assert 'process %d (' % holder.pid in message
-        assert 'from libvirt_gpu import state' in message      # its command
+        # its command
+        assert 'from libvirt_gpu.store import state' in message
         assert 'ps -o pid,stat,args -p %d' % holder.pid in message
     finally:
         holder.kill()
@@ -333,7 +334,7 @@ def test_a_lock_wait_names_the_holder_and_what_to_run(tmp_path):
 
 @pytest.mark.parametrize('use_openat2', [True, False])
 def test_open_beneath_follows_no_link(tmp_path, use_openat2):
-    from libvirt_gpu import safeopen
+    from libvirt_gpu.util import safeopen
     (tmp_path / 'root' / 'a').mkdir(parents=True)
     (tmp_path / 'outside').mkdir()
     (tmp_path / 'outside' / 'f').write_text('')
@@ -405,7 +406,7 @@ def test_a_vgpu_is_removed_only_through_its_own_directory(tmp_path):
         ksysfs = kernel_sysfs.KernelSysfs(*tree)
         backend = mdev.MdevBackend(ksysfs)
         mine, other = th.new_uuid(), th.new_uuid()
-        from libvirt_gpu.backends import base
+        from libvirt_gpu.devices.backends import base
         backend.prepare(base.VgpuDevice(uuid=other, parent=A,
                                         type_id='nvidia-223'))
         # a link bus/mdev/devices/<mine> that leads to the other vGPU
@@ -467,7 +468,7 @@ def test_gpus_recognised_without_class_in_node_device_xml(tmp_path):
     """libvirt < 5.2 writes no <class>: NVIDIA GPUs are still found, by
     their class in sysfs where it has them, else by vendor and function
     or mdev capability; their audio functions are not taken for GPUs."""
-    from libvirt_gpu import host
+    from libvirt_gpu.virt import host
     with host.Host(_sim_uri(tmp_path), read_only=True) as h:
         expected = [g.address for g in discovery.from_libvirt(h).gpus]
     assert expected
@@ -549,7 +550,7 @@ def test_a_stopped_lock_holder_is_named_at_once(tmp_path):
     store, holder = _lock_holder(tmp_path, 600)
     try:
         os.kill(holder.pid, signal.SIGSTOP)
-        code = ('from libvirt_gpu import state\n'
+        code = ('from libvirt_gpu.store import state\n'
                 'try:\n'
                 '    state.LeaseStore(%r, lock_timeout=3600).leases()\n'
                 'except Exception as e:\n'

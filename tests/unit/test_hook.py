@@ -15,11 +15,11 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import mdev as mdev_backend
-from libvirt_gpu import config_xml
-from libvirt_gpu import hook
-from libvirt_gpu import metadata
-from libvirt_gpu import state
+from libvirt_gpu.devices.backends import mdev as mdev_backend
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import metadata
+from libvirt_gpu.store import state
 from tests.doubles import hostile
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
@@ -418,7 +418,7 @@ def test_slow_path_never_imports_libvirt(env):
         assert r.returncode == 1, r.stderr[-2000:]
         assert b'nvidia-999 is not enabled' in r.stderr
         names = imported_modules(r.stderr.decode())
-        assert ('libvirt_gpu.hook' in names
+        assert ('libvirt_gpu.guests.hook' in names
                 and 'xml.etree.ElementTree' in names)
         # nor lxml (30 ms of imports, a third of a prepare: see xmlutil)
         assert not {n for n in names if n.split('.')[0] in (

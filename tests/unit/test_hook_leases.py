@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from libvirt_gpu import allocator
-from libvirt_gpu import hook
-from libvirt_gpu import state
+from libvirt_gpu.store import allocator
+from libvirt_gpu.guests import hook
+from libvirt_gpu.store import state
 from tests.doubles import trees
 from tests.unit import test_hook as th
 

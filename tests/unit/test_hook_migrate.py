@@ -13,11 +13,11 @@ import time
 import pytest
 
 from libvirt_gpu import environment
-from libvirt_gpu import hook
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import reconcile
-from libvirt_gpu import state
-from libvirt_gpu.hook import incoming
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.guests import reconcile
+from libvirt_gpu.store import state
+from libvirt_gpu.guests.hook import incoming
 from tests.doubles import fake_libvirt
 from tests.doubles import trees
 from tests.unit import test_hook as th
@@ -107,7 +107,7 @@ def test_prepare_turns_the_reservation_into_the_vgpu(env):
 
 def _capacity(env):
     """``{GPU: free}`` for nvidia-223, as the hook's allocator counts."""
-    from libvirt_gpu.hook import settings as settings_mod
+    from libvirt_gpu.guests.hook import settings as settings_mod
     settings, _ = settings_mod.load_settings(env.config, env.settings_file)
     return environment.Environment.for_hook(
         settings, env.sysfs, mdevctl_dir=env.mdevctl_dir

@@ -6,8 +6,8 @@ function passes."""
 
 import io
 
-from libvirt_gpu import hook
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.guests import hook
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import h100
 
 DOM = '6b1f0c4e-2a55-4f34-9b8e-0d5f5a9f1c11'

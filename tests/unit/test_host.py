@@ -7,8 +7,8 @@ import libvirt
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import host
-from libvirt_gpu import nodedev
+from libvirt_gpu.virt import host
+from libvirt_gpu.virt import nodedev
 
 MDEV_XML = """<device>
   <name>mdev_%(u)s</name><parent>%(parent)s</parent>
@@ -102,7 +102,7 @@ def test_mdev_name_of_libvirt_before_7_7_gives_the_uuid():
 
 LIBVIRT_ERROR_PROBE = '''
 import sys, libvirt
-import libvirt_gpu.host as host_mod
+import libvirt_gpu.virt.host as host_mod
 if sys.argv[1] == 'host':
     try:
         host_mod.Host('test:///no/such/file.xml').connect()
@@ -128,8 +128,8 @@ def test_importing_host_leaves_libvirts_error_handler_alone(first, printed):
 
 EVENTS_PROBE = '''
 import sys
-from libvirt_gpu import guest as guest_mod
-from libvirt_gpu import host as host_mod
+from libvirt_gpu.virt import guest as guest_mod
+from libvirt_gpu.virt import host as host_mod
 with host_mod.Host('test:///default', events=sys.argv[1] == 'on') as h:
     dom = h.connect().lookupByName('test')
     with guest_mod.Guest(dom).device_removals() as removals:

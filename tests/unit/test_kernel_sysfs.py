@@ -17,7 +17,8 @@ from libvirt_gpu import simulator
 from libvirt_gpu.simulator import loading
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
 
 A = '0000:3b:00.0'          # T4, empty
 B = '0000:af:00.0'          # T4, holds two nvidia-223

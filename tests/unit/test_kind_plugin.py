@@ -15,19 +15,19 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import registry
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.cmd import main
-from libvirt_gpu import config_xml
+from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
-from libvirt_gpu import hook
-from libvirt_gpu import host as host_mod
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
-from libvirt_gpu import reconcile
-from libvirt_gpu import restore
+from libvirt_gpu.guests import reconcile
+from libvirt_gpu.guests import restore
 from libvirt_gpu import simulator
-from libvirt_gpu import state
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.store import state
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import domains
 from tests.doubles import fake_libvirt
 from tests.doubles import tables
@@ -196,9 +196,9 @@ def test_cyborg_is_not_offered_the_toy_vgpus(toy):
     # nothing to offer, with its reason, without the driver naming it,
     # while our own tree offers it (above).  (The other L40S holds vGPUs:
     # not offered whole either.)
-    from libvirt_gpu import cyborg_driver
-    from libvirt_gpu import discovery
-    from libvirt_gpu.placement import cyborg_objects
+    from libvirt_gpu.openstack import cyborg_driver
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.openstack.placement import cyborg_objects
     root, _, config = toy
     found = cyborg_driver.discover_records('vm', config)
     assert [d.deployable_list for d in found] == [(), ()]

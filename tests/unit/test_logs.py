@@ -6,7 +6,7 @@ import sys
 
 PROGRAM = r'''
 import sys
-from libvirt_gpu import logs
+from libvirt_gpu.util import logs
 LOG = logs.getLogger('libvirt_gpu.example')
 logs.configure(level='WARNING', format='%(levelname)s: %(message)s')
 print('loaded before use:', 'logging' in sys.modules)
@@ -33,7 +33,7 @@ def test_logging_loaded_on_first_use_and_configured_then():
 
 def test_configure_applies_at_once_when_logging_is_loaded():
     done = run('import logging, sys\n'
-               'from libvirt_gpu import logs\n'
+               'from libvirt_gpu.util import logs\n'
                "logs.configure(level='ERROR', format='[%(message)s]')\n"
                "logging.getLogger('x').error('now')\n"
                "logging.getLogger('x').warning('below the level')\n")

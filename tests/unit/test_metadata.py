@@ -3,9 +3,9 @@
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import metadata
+from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
-from libvirt_gpu import xmlutil
+from libvirt_gpu.util import xmlutil
 
 UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 UUID2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'

@@ -12,8 +12,8 @@ import pytest
 
 from libvirt_gpu.cmd import output
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import migration
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.guests import migration
 
 DOM_UUID = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 GIB = 1 << 30

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from libvirt_gpu import config_xml
+from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import xmlutil
+from libvirt_gpu.util import xmlutil
 from tests.doubles import trees
 from tests.unit import test_hook as th
 

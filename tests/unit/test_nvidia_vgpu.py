@@ -10,15 +10,16 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from tests.doubles import kernel_sysfs
-from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
-from libvirt_gpu.backends.nvidia_vgpu import files as vendor_files
-from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
+from libvirt_gpu.devices.backends.nvidia_vgpu import files as vendor_files
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 GPU1 = '0000:3d:00.0'          # holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
 GPU2 = '0000:bd:00.0'          # empty

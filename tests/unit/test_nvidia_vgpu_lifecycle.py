@@ -12,21 +12,22 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import allocator as allocator_mod
-from libvirt_gpu import api
+from libvirt_gpu.store import allocator as allocator_mod
+from libvirt_gpu.guests import api
 from libvirt_gpu import environment
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
-from libvirt_gpu import hook
+from libvirt_gpu.guests import hook
 from libvirt_gpu import objects
-from libvirt_gpu import reconcile
+from libvirt_gpu.guests import reconcile
 from libvirt_gpu import simulator
-from libvirt_gpu import state
-from libvirt_gpu import xmlutil
+from libvirt_gpu.store import state
+from libvirt_gpu.util import xmlutil
 from tests.doubles import fake_libvirt
 from tests.doubles import domains
 from tests.doubles import kernel_sysfs
-from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
 
 DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 L1 = objects.PciAddress.parse('0000:3d:00.0')     # 2 x L40S-1B not ours
@@ -74,7 +75,7 @@ class World(object):
 
     def allocator(self):
         from libvirt_gpu.conf import vgpu as vgpu_conf
-        from libvirt_gpu import discovery
+        from libvirt_gpu.devices import discovery
         enabled = vgpu_conf.resolve(self.conf,
                                     discovery.from_sysfs(self.sysfs).gpus)
         return allocator_mod.Allocator(self.backend(),
@@ -279,7 +280,7 @@ def test_snapshot_follows_vfs_enabled_after_it_was_taken(fast_tmp):
 def test_vfs_enabled_while_the_snapshot_is_built(fast_tmp, monkeypatch):
     # The keys are taken before discovery reads sysfs: VFs that appear
     # after discovery looked leave a snapshot that the next call refreshes.
-    from libvirt_gpu import discovery
+    from libvirt_gpu.devices import discovery
     world = _l40s_vfs_off(fast_tmp)
     real = discovery.from_sysfs
 
@@ -365,7 +366,7 @@ def test_api_config_attach_records_the_vf_and_hook_creates_it(l40s):
 # --- reconcile ------------------------------------------------------------
 
 def test_reconcile_removes_an_orphaned_vendor_vgpu(l40s):
-    from libvirt_gpu import host as host_mod
+    from libvirt_gpu.virt import host as host_mod
     uuid = new_uuid()
     assert l40s.hook('prepare', vf_domain_xml(uuid, '0000:bd:00.4'))[0] == 0
     # the guest is gone (libvirt never heard of it); the lease's holder
@@ -426,7 +427,7 @@ def test_vfs_enabled_are_resolved_from_the_snapshot_without_oslo(
         fast_tmp, monkeypatch):
     # Only the host's vGPU parents changed: the configuration's values
     # come from the snapshot; oslo.config is not read again.
-    from libvirt_gpu.hook import settings as settings_mod
+    from libvirt_gpu.guests.hook import settings as settings_mod
     world = _l40s_vfs_off(fast_tmp)
     hook.load_settings(world.config, world.settings_file)
     world.sysfs.set_sriov_numvfs(str(L2), 32)

@@ -4,12 +4,12 @@ capture) and as NVML's API reference describes a vGPU host."""
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import nvml
+from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects
-from libvirt_gpu import pciids
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import pciids
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import h100
 from tests.doubles import nvml_fake
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from libvirt_gpu import pciids
+from libvirt_gpu.devices import pciids
 
 SMALL = '''#
 #\tList of PCI ID's

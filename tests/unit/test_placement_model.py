@@ -3,10 +3,10 @@ import json
 import pytest
 
 from libvirt_gpu import objects
-from libvirt_gpu.placement import cyborg_objects
-from libvirt_gpu.placement import model
-from libvirt_gpu.placement import traits
-from libvirt_gpu.placement import tree
+from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack.placement import model
+from libvirt_gpu.openstack.placement import traits
+from libvirt_gpu.openstack.placement import tree
 from tests.doubles import fakes
 
 AF = objects.PciAddress.parse('0000:af:00.0')

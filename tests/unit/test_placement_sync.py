@@ -20,14 +20,14 @@ from keystoneauth1 import exceptions as ks_exc
 from oslo_config import cfg
 import pytest
 
-from libvirt_gpu import agent
+from libvirt_gpu.openstack import agent
 from libvirt_gpu import exception
 from libvirt_gpu.cmd import output
 from libvirt_gpu.conf import agent as agent_conf
 from libvirt_gpu.conf import placement as placement_conf
-from libvirt_gpu.placement import client as pc
-from libvirt_gpu.placement import sync
-from libvirt_gpu.placement import tree as tree_mod
+from libvirt_gpu.openstack.placement import client as pc
+from libvirt_gpu.openstack.placement import sync
+from libvirt_gpu.openstack.placement import tree as tree_mod
 
 VERSIONS = {'versions': [{'id': 'v1.0', 'min_version': '1.0',
                           'max_version': '1.39', 'status': 'CURRENT'}]}
@@ -720,10 +720,10 @@ class TestAgent:
 AGENT_SCRIPT = '''
 import logging, sys
 from oslo_config import cfg
-from libvirt_gpu import agent
+from libvirt_gpu.openstack import agent
 from libvirt_gpu.conf import agent as agent_conf
 from libvirt_gpu.conf import placement as placement_conf
-from libvirt_gpu.placement import tree
+from libvirt_gpu.openstack.placement import tree
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 conf = cfg.ConfigOpts()
 placement_conf.register_opts(conf)

@@ -24,11 +24,11 @@ import tempfile
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
-from libvirt_gpu.placement import model
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.simulator import loading
 
 A100 = {'nvidia-468': 10, 'nvidia-469': 8, 'nvidia-470': 5,

@@ -13,7 +13,7 @@ import pickle
 
 import pytest
 
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 
 @records.record(order=True)

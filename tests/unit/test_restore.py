@@ -10,18 +10,19 @@ import tempfile
 
 import pytest
 
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import nvidia_vgpu
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import objects
-from libvirt_gpu import restore
+from libvirt_gpu.guests import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import loading
 from tests.doubles import kernel_sysfs
-from libvirt_gpu.backends.nvidia_vgpu.files import VendorFiles as vendor
-from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
 U2 = 'c73f1fa6-489e-4834-9476-d70dabd98c40'

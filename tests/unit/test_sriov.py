@@ -10,15 +10,15 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
+from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu.placement import cyborg_objects
-from libvirt_gpu.placement import model
+from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack.placement import model
 from tests.doubles import kernel_sysfs
 from tests.doubles import tables
 

@@ -11,8 +11,8 @@ import textwrap
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import state
-from libvirt_gpu import records
+from libvirt_gpu.store import state
+from libvirt_gpu.util import records
 
 U1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 U2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
@@ -94,7 +94,7 @@ def test_bad_uuid_refused(store, bad):
 def test_sigkill_inside_a_transaction_leaves_nothing_and_no_lock(store):
     r = run_child('''
         import os, signal
-        from libvirt_gpu import state
+        from libvirt_gpu.store import state
         s = state.LeaseStore(%r)
         with s.transaction() as txn:
             txn.add(%r, %r, '0000:af:00.0', 'nvidia-223')
@@ -114,7 +114,7 @@ def test_sigkill_inside_a_transaction_leaves_nothing_and_no_lock(store):
 def test_sigkill_after_commit_leaves_a_lease_with_a_dead_holder(store):
     r = run_child('''
         import os, signal
-        from libvirt_gpu import state
+        from libvirt_gpu.store import state
         s = state.LeaseStore(%r)
         with s.transaction() as txn:
             txn.add(%r, %r, '0000:af:00.0', 'nvidia-223')
@@ -129,7 +129,7 @@ def test_lock_excludes_other_processes(store):
     store.leases()
     holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent('''
         import sys, time
-        from libvirt_gpu import state
+        from libvirt_gpu.store import state
         s = state.LeaseStore(%r)
         with s.transaction() as txn:
             print('locked', flush=True)
@@ -178,7 +178,7 @@ def test_garbage_state_file_is_a_clear_error(store):
 
 def test_crash_point_kills_at_the_named_occurrence():
     code = '''
-        from libvirt_gpu import state
+        from libvirt_gpu.store import state
         for i in range(3):
             print(i, flush=True)
             state.crash_point('attach:created')

@@ -16,11 +16,11 @@ import stat
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import trees
 from tests.unit import test_sysfs_hostile as hostile
 

@@ -26,14 +26,14 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import hook
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.guests import hook
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import hang
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from libvirt_gpu import records
+from libvirt_gpu.util import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

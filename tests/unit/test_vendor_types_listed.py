@@ -13,13 +13,13 @@ import os
 import pytest
 
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu import discovery
-from libvirt_gpu import nvml
+from libvirt_gpu.devices import discovery
+from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import nvml_fake
 from tests.doubles import trees
-from libvirt_gpu.backends.nvidia_vgpu import names as vendor_names
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 NUMBER = 4711
 NAME = 'NVIDIA L40S-4Q'

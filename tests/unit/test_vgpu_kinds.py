@@ -9,20 +9,20 @@ import uuid as uuidlib
 
 import pytest
 
-from libvirt_gpu import api
-from libvirt_gpu.backends import base
-from libvirt_gpu.backends import registry
-from libvirt_gpu import config_xml
-from libvirt_gpu import discovery
+from libvirt_gpu.guests import api
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import registry
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import environment
 from libvirt_gpu import exception
-from libvirt_gpu import hook
-from libvirt_gpu import host as host_mod
+from libvirt_gpu.guests import hook
+from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
-from libvirt_gpu import reconcile
+from libvirt_gpu.guests import reconcile
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import loading
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import domains
 from tests.doubles import fake_libvirt
 
@@ -221,7 +221,7 @@ def test_reconcile_removes_a_dummy_vgpu_of_a_stopped_guest(world):
 def _record_waits(monkeypatch):
     """What each wait for a device removal returned (True: woken by the
     event)."""
-    from libvirt_gpu import guest as guest_mod
+    from libvirt_gpu.virt import guest as guest_mod
     woken = []
     real = guest_mod.DeviceRemovals.wait
 

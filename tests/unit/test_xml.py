@@ -6,11 +6,11 @@ import os
 import pytest
 from lxml import etree
 
-from libvirt_gpu import config_xml
+from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
-from libvirt_gpu import metadata
+from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
-from libvirt_gpu import xmlutil
+from libvirt_gpu.util import xmlutil
 
 SCHEMAS = '/usr/share/libvirt/schemas'
 UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'

@@ -9,9 +9,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import metadata
-from libvirt_gpu import xmledit
-from libvirt_gpu import xmlutil
+from libvirt_gpu.virt import metadata
+from libvirt_gpu.util import xmledit
+from libvirt_gpu.util import xmlutil
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), 'data', 'domains', 'nova-vgpu.xml')

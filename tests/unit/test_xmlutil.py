@@ -1,7 +1,7 @@
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import xmlutil
+from libvirt_gpu.util import xmlutil
 
 HOSTILE = [
     # external entity

@@ -1,0 +1,433 @@
+"""What every device kind offers, in the manner of os-vif's plugins.
+
+A device kind (whole GPU by PCI passthrough, mdev vGPU, ...) is one module
+with one ``DeviceBackend`` subclass.  The callers (the hook, the API)
+never look inside: they ask a backend to ``prepare`` a device before a guest
+uses it, to ``release`` it afterwards, and for the ``<hostdev>`` XML that
+hands it to the guest.  Backends hold no libvirt domain logic and no
+allocation policy (``allocator`` chooses, ``guest`` attaches).
+"""
+
+from __future__ import annotations
+
+import abc
+import errno
+import os
+
+from libvirt_gpu import exception
+from libvirt_gpu.util import logs
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+
+LOG = logs.getLogger(__name__)
+
+# Answers that mean "not now" (the driver or libvirt is busy), never "no".
+TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
+
+
+def is_transient(exc):
+    """Whether ``exc`` is worth retrying: EBUSY/EAGAIN/EINTR from sysfs, or
+    a libvirt operation timeout."""
+    if isinstance(exc, exception.LibvirtTimeout):
+        return True
+    return (isinstance(exc, exception.SysfsWriteError)
+            and exc.kwargs.get('errno') in TRANSIENT_ERRNOS)
+
+
+def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
+    """``func()``, retried while it fails with a transient answer.
+
+    The first call is made without tenacity (the hook's fast path must not
+    import it); a transient failure imports it and retries with exponential
+    waits until ``stop_after`` seconds have passed, then re-raises the last
+    error.  Anything else is raised at once.
+    """
+    try:
+        return func()
+    except (exception.SysfsWriteError, exception.LibvirtTimeout) as e:
+        if not is_transient(e):
+            raise
+    import tenacity
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(is_transient),
+        stop=tenacity.stop_after_delay(stop_after),
+        wait=tenacity.wait_exponential(multiplier=first_wait, max=max_wait),
+        reraise=True)
+    return retrying(func)
+
+
+def is_sriov_pf(sysfs, address):
+    """Whether ``address`` is a physical function with VFs to enable."""
+    try:
+        total = sysfs.sriov_totalvfs(address)
+    except exception.SysfsReadError:
+        return False
+    return bool(total) and sysfs.physfn(address) is None
+
+
+def nvidia_sriov_pfs(sysfs):
+    """Every NVIDIA SR-IOV physical function of ``sysfs`` on the
+    ``nvidia`` driver (Ampere and later: their vGPUs, mdev or vendor
+    interface, live on VFs), sorted; a device whose files cannot be read
+    is skipped with a warning."""
+    found = []
+    for address in sysfs.pci_addresses():
+        base_dir = sysfs.pci_dir(address)
+        try:
+            vendor = sysfs.read(os.path.join(base_dir, 'vendor'),
+                                optional=True)
+            if not vendor or objects.normalize_hex_id(vendor) != \
+                    objects.NVIDIA_VENDOR_ID:
+                continue
+        except (exception.SysfsReadError, exception.InvalidInput) as e:
+            LOG.warning('PCI device %s skipped: %s', address, e)
+            continue
+        driver = sysfs.link_name(os.path.join(base_dir, 'driver'))
+        if driver == 'nvidia' and is_sriov_pf(sysfs, address):
+            found.append(address)
+    return sorted(found)
+
+
+# What each field of the device records holds, and the function that makes
+# one from text where a value enters the program.
+_PARSERS = {
+    'uuid': (str, 'a str', 'objects.validate_uuid'),
+    'parent': (objects.PciAddress, 'an objects.PciAddress',
+               'objects.PciAddress.parse'),
+    'address': (objects.PciAddress, 'an objects.PciAddress',
+                'objects.PciAddress.parse'),
+    'type_id': (str, 'a str', 'objects.validate_type_id'),
+}
+
+
+def refuse_untyped(record, optional=()):
+    """TypeError naming the first field of ``record`` (a ``uuid``,
+    ``parent``, ``address`` or ``type_id``; None allowed for the names in
+    ``optional``) that does not hold its type: a programming error, a
+    caller passed raw text inward."""
+    for f in records.fields(record):
+        if f.name not in _PARSERS:
+            continue
+        expected, what, parser = _PARSERS[f.name]
+        value = getattr(record, f.name)
+        if value is None and f.name in optional:
+            continue
+        if not isinstance(value, expected):
+            raise TypeError(
+                '%s.%s must be %s, not %s %r: parse it with %s where it '
+                'enters the program (CLI, API, hook input, state load, '
+                'sysfs) and pass the result' % (
+                    type(record).__name__, f.name, what,
+                    type(value).__name__, value, parser))
+
+
+@records.record
+class VgpuDevice:
+    """A vGPU with every choice made: which UUID, on which GPU, which type.
+
+    Plain typed values, parsed and validated where they entered the
+    program: ``uuid`` by ``objects.validate_uuid`` (so lowercase),
+    ``parent`` by ``objects.PciAddress.parse``, ``type_id`` by
+    ``objects.validate_type_id``.  Construction only refuses a value of
+    the wrong type (a programming error); it does not parse again."""
+
+    uuid: str
+    parent: objects.PciAddress
+    type_id: str
+
+    def __post_init__(self):
+        if not (isinstance(self.parent, objects.PciAddress)
+                and isinstance(self.uuid, str)
+                and isinstance(self.type_id, str)):
+            refuse_untyped(self)
+
+
+@records.record
+class PgpuDevice:
+    """A whole GPU handed to one guest: ``address`` parsed by
+    ``objects.PciAddress.parse`` where it entered the program."""
+
+    address: objects.PciAddress
+
+    def __post_init__(self):
+        if not isinstance(self.address, objects.PciAddress):
+            refuse_untyped(self)
+
+
+@records.record
+class VgpuDefinition:
+    """A persistent vGPU: created at boot (``start='auto'``) or on demand
+    (``'manual'``), as its kind records it; ``source`` says where, for an
+    operator (``'mdevctl (/etc/mdevctl.d)'``)."""
+
+    uuid: str
+    parent: objects.PciAddress
+    type_id: str
+    start: str
+    attrs: tuple[tuple[str, str], ...] = ()
+    source: str = ''
+
+
+@records.record
+class Restorable:
+    """One persistent vGPU a kind records (``VgpuKind.restorable``):
+    ``device`` to create again after a reboot, described by ``detail``
+    (``'nvidia-223 on 0000:af:00.0'``); or, with no ``device``, one left
+    alone, ``detail`` saying why (``failed``: its record cannot be read)."""
+
+    uuid: str
+    detail: str
+    device: VgpuDevice | None = None
+    failed: bool = False
+
+
+@records.record
+class Place:
+    """A place on the host a kind keeps its own files in (mdevctl's
+    directory, say): the name an ``Environment`` knows it by (its keyword
+    argument and ``Environment.place``), and its default path."""
+
+    name: str
+    default: str
+
+
+@records.record
+class BootNote:
+    """What a kind did, or would do, to one vGPU after a reboot
+    (``VgpuKind.boot_cleanup``), for ``restore``'s report."""
+
+    action: str        # 'reset', 'forgot', 'would', 'ok', 'skipped', 'failed'
+    target: str        # a vGPU's UUID, or the parent holding one
+    detail: str
+
+
+class DeviceBackend(abc.ABC):
+    """One device kind."""
+
+    #: ``'mdev'`` or ``'pci'``: the ``<hostdev type=...>`` it produces.
+    kind = None
+
+    @abc.abstractmethod
+    def hostdev_xml(self, device):
+        """The ``<hostdev>`` element that gives ``device`` to a guest."""
+
+    @abc.abstractmethod
+    def exists(self, device):
+        """Whether the host has ``device`` now, ready to be used."""
+
+    @abc.abstractmethod
+    def prepare(self, device):
+        """Make ``device`` usable by a guest.  Returns True when this call
+        changed the host (so a rollback must undo it), False when it was
+        ready already.  Idempotent."""
+
+    @abc.abstractmethod
+    def release(self, device):
+        """Undo ``prepare``.  Returns True when something was removed.
+        Idempotent: releasing what is not there is not an error."""
+
+
+class VgpuKind(DeviceBackend):
+    """One way of making vGPUs (classic mdev, NVIDIA's vendor interface on
+    VFs, ...), in the manner of os-vif's ``PluginBase``.
+
+    A kind is one module with one subclass, named in
+    ``backends.registry.KINDS``; ``registry.Vgpus`` asks each kind which
+    parents and UUIDs are its own and hands each call to that kind, so that
+    the API, the allocator, the hook and reconcile never ask which kind
+    they hold.  ``device`` arguments are ``VgpuDevice``s; ``parent``
+    arguments are ``objects.PciAddress``es and ``uuid`` arguments UUIDs
+    that ``objects.validate_uuid`` accepted (lowercase), all parsed at the
+    edge (``registry.Vgpus`` validates the UUIDs it is handed, once).  A
+    ``VgpuDevice`` a kind returns holds the same: what it reads from sysfs
+    or its own files it parses there.
+    """
+
+    #: The kind's name in ``registry.KINDS`` (e.g. ``'mdev'``).
+    name = None
+
+    #: True when the guest's persistent XML names the parent (the vGPU's
+    #: hostdev is the parent itself): a ``config``-only attach must then
+    #: choose and record a parent (``choose_parent``, ``define``).
+    binds_parent = False
+
+    #: The name of this kind's entry in the qemu hook's settings key.
+    parents_key = None
+
+    #: The file names of the kind's own sysfs interface: spelled in the
+    #: kind's module (or package) and nowhere else in the repository
+    #: (tests/unit/test_architecture.py).  Classic mdev declares none: its
+    #: interface is the kernel's, read by ``sysfs``.
+    sysfs_names = ()
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        """Names of this kind's parents on the host ``sysfs`` now, sorted,
+        read cheaply: when they change, the qemu hook's settings snapshot
+        (enabled types resolved per parent) is stale.  Default: none."""
+        return []
+
+    #: What the parent is called in ``restore``'s report (``'VF'``).
+    parent_noun = 'parent'
+
+    #: What one of this kind's vGPUs is called in ``restore``'s report.
+    noun = 'vgpu'
+
+    #: The places on the host the kind keeps its own files in
+    #: (``Place``s): an ``Environment`` takes each as a keyword argument
+    #: (a test's own directory) and hands it on (``Environment.place``);
+    #: nothing outside the kind names them.
+    places = ()
+
+    def persistent(self):
+        """The vGPUs (``VgpuDevice``) this kind records to start with the
+        host, which ``restore`` creates again after a reboot.  Default:
+        none."""
+        return ()
+
+    def restorable(self):
+        """``Restorable``s: what ``restore`` creates again after a reboot
+        (and what it leaves alone, and why).  Default: each of
+        ``persistent()``, on its ``parent_noun``."""
+        return tuple(
+            Restorable(uuid=device.uuid, device=device, detail='%s on %s %s'
+                       % (device.type_id, self.parent_noun, device.parent))
+            for device in self.persistent())
+
+    def defined_device(self, uuid):
+        """The vGPU ``uuid`` as this kind's persistent definition describes
+        it (a ``VgpuDevice``), for a guest whose XML names it without our
+        metadata; None when the kind defines no such vGPU.  A definition
+        the hook cannot honour (it sets attributes) is refused
+        (``MdevCreateFailed``, saying what to do: ``attrs_refusal``)."""
+        definition = self.definition(uuid)
+        if definition is None:
+            return None
+        if definition.attrs:
+            raise exception.MdevCreateFailed(
+                uuid=uuid, type_id=definition.type_id,
+                parent=definition.parent,
+                reason=self.attrs_refusal(definition))
+        return VgpuDevice(uuid=uuid, parent=definition.parent,
+                          type_id=definition.type_id)
+
+    def attrs_refusal(self, definition):
+        """Why the hook does not create a vGPU whose ``definition`` sets
+        attributes, and what to do instead."""
+        return ('its definition (%s) sets attributes, which this hook does '
+                'not apply' % definition.source)
+
+    @classmethod
+    def sriov_pfs(cls, sysfs):
+        """The physical GPUs whose VFs this kind makes vGPUs on, when the
+        configuration names no addresses (``restore`` enables their VFs
+        after a reboot).  Default: none."""
+        return ()
+
+    def recorded_gpus(self):
+        """Physical GPUs the kind's own records mention: ``restore``
+        enables their VFs.  Default: none."""
+        return ()
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        """After a reboot: reset this kind's vGPUs whose guest does not run
+        (``owner_running(uuid)``: True, False, or None when it cannot tell)
+        and forget records of vGPUs that are gone; ``BootNote``s of what
+        was done (``dry_run``: would be done).  Default: nothing."""
+        return ()
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        """This kind's ``objects.VendorVf`` of the PCI function ``address``
+        (a VF without mdev types) when its own interface is there, else
+        None: how discovery (``list``, ``types``, ``discover``, Placement)
+        sees the kind's types.  Read through ``sysfs`` only.  Default:
+        None (classic mdev is read by ``sysfs`` itself)."""
+        return None
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        """The VF records of the physical GPU ``pf`` with this kind's
+        types completed (names, maxima), the others unchanged.  Default:
+        as they are."""
+        return vfs
+
+    @classmethod
+    @abc.abstractmethod
+    def from_environment(cls, env):
+        """The kind for the host ``env`` (``environment.Environment``)."""
+
+    @abc.abstractmethod
+    def is_parent(self, address):
+        """Whether vGPUs of this kind are made on the PCI function
+        ``address`` now."""
+
+    @abc.abstractmethod
+    def owns(self, uuid):
+        """Whether ``uuid`` is a vGPU of this kind (existing or recorded)."""
+
+    @abc.abstractmethod
+    def lookup(self, uuid):
+        """``uuid`` as a VgpuDevice when it exists now, else None."""
+
+    @abc.abstractmethod
+    def remove(self, uuid):
+        """Remove ``uuid``; False when it did not exist."""
+
+    @abc.abstractmethod
+    def check_type(self, parent, type_id):
+        """ParentGone / UnknownType unless ``parent`` offers ``type_id``."""
+
+    @abc.abstractmethod
+    def available(self, parent, type_id):
+        """How many more vGPUs of ``type_id`` ``parent`` can make now."""
+
+    @abc.abstractmethod
+    def vgpu_type(self, parent, type_id):
+        """``type_id`` as ``parent`` offers it now (``objects.VgpuType``:
+        available instances and maximum), None when it does not."""
+
+    @abc.abstractmethod
+    def existing(self, mdevs_by_parent=None):
+        """``{uuid: (parent, type_id)}`` of the vGPUs of this kind that
+        exist now (``mdevs_by_parent``: the mdevs, when already read)."""
+
+    @abc.abstractmethod
+    def definition(self, uuid):
+        """The persistent definition of ``uuid`` (``uuid``, ``parent``,
+        ``type_id``, ``start``, ``attrs``), else None."""
+
+    @abc.abstractmethod
+    def define(self, device, start='manual'):
+        """Make ``device`` persistent without creating it."""
+
+    @abc.abstractmethod
+    def undefine(self, uuid):
+        """Drop the persistent definition of ``uuid``; False when none."""
+
+    def in_devices(self, devices, uuid, parent):
+        """Whether a domain's ``config_xml.DomainDevices`` hold the hostdev
+        of vGPU ``uuid`` (on ``parent``, None when unknown)."""
+        if self.kind == 'pci':
+            return (parent is not None and parent in devices.pci_addresses
+                    and self.is_parent(parent))
+        return uuid in devices.mdev_uuids
+
+    def recorded(self, uuid):
+        """Whether this kind keeps its own record of ``uuid`` as a vGPU
+        libvirt-gpu made (so that it is ours to judge even on a GPU the
+        configuration no longer covers).  Kinds whose vGPUs only the kernel
+        and mdevctl record keep none."""
+        return False
+
+    def reserved_parents(self):
+        """``{parent: uuid}`` of parents recorded for a vGPU of this kind
+        that may not exist yet (no other vGPU may take them)."""
+        return {}
+
+    def choose_parent(self, gpu, type_id):
+        """The parent of the physical GPU ``gpu`` a ``config``-only vGPU of
+        ``type_id`` goes to (kinds that ``binds_parent``); NoCapacity when
+        none can take it."""
+        raise NotImplementedError(
+            '%s does not choose parents at define time' % self.name)

@@ -1,0 +1,495 @@
+"""The vendor interface as a vGPU kind (``NvidiaVgpuBackend``): see the
+package's doc for the interface, ``table`` for NVIDIA's published types,
+``statefile`` for our record of the vGPUs.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu.devices.backends.nvidia_vgpu import files
+from libvirt_gpu.devices.backends.nvidia_vgpu import names
+from libvirt_gpu.devices.backends.nvidia_vgpu import statefile
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+
+_GONE_ERRNOS = (errno.ENODEV, errno.ENOENT)
+
+
+# --- the backend -------------------------------------------------------------
+
+def vf_hostdev(address):
+    """``<hostdev type='pci' managed='no'>`` of a VF (see the module doc):
+    libvirt must not rebind it, NVIDIA's driver keeps it."""
+    return config_xml.pci_hostdev(address, managed=False)
+
+
+class NvidiaVgpuBackend(base.VgpuKind):
+    """vGPUs on VFs through NVIDIA's vendor interface.
+
+    :param sysfs: the host's ``Sysfs``.
+    :param state_dir: ``[DEFAULT]/state_dir`` (the state file lives there).
+    :param remove_timeout: seconds to keep retrying a busy destroy.
+    :param retry_stop: seconds to keep retrying a busy create.
+    """
+
+    kind = 'pci'
+    name = objects.VENDOR_INTERFACE
+    interface = objects.VENDOR_INTERFACE
+    binds_parent = True
+
+    @classmethod
+    def from_environment(cls, env):
+        extra = ({} if env.remove_timeout is None
+                 else {'remove_timeout': env.remove_timeout})
+        return cls(env.sysfs, env.state_dir, **extra)
+
+    def __init__(self, sysfs, state_dir, remove_timeout=10.0,
+                 retry_stop=5.0):
+        self.sysfs = sysfs
+        self.files = files.VendorFiles(sysfs)
+        self.state = statefile.VendorState(state_dir)
+        self.remove_timeout = remove_timeout
+        self.retry_stop = retry_stop
+
+    # -- reading ------------------------------------------------------------
+
+    parents_key = 'vendor_vfs'
+    sysfs_names = names.SYSFS_NAMES
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        return files.VendorFiles(sysfs).vf_names()
+
+    @classmethod
+    def sriov_pfs(cls, sysfs):
+        """NVIDIA's SR-IOV GPUs: the interface lives on their VFs."""
+        return base.nvidia_sriov_pfs(sysfs)
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        return files.VendorFiles(sysfs).read_vf(address)
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        # NVIDIA's table only where discovery completes types (the hook
+        # never does: it imports nothing it does not use)
+        from libvirt_gpu.devices.backends.nvidia_vgpu import table
+        return table.complete_types(pf, vfs)
+
+    def hostdev_xml(self, device):
+        return vf_hostdev(device.parent)
+
+    def is_parent(self, address):
+        """Whether ``address`` is a VF with the vendor interface."""
+        return self.files.has_interface(
+            objects.PciAddress.parse(address))
+
+    def check_type(self, parent, type_id):
+        """ParentGone unless ``parent`` is a VF with the vendor interface;
+        UnknownType unless the VF lists ``type_id`` (as creatable now, or as
+        its current type) or its GPU holds vGPUs: a GPU in equal-size mode
+        lists only the types that fit beside them, so the kernel's answer
+        to the create then says whether the type is unknown or does not
+        fit (no table of type numbers here: they change between driver
+        releases)."""
+        parent = objects.PciAddress.parse(parent)
+        try:
+            number = objects.vendor_type_number(type_id)
+        except exception.InvalidTypeId:
+            raise exception.UnknownType(type_id=type_id, address=parent)
+        if not self.is_parent(parent):
+            raise exception.ParentGone(
+                address=parent, uuid=None,
+                reason='%s has no nvidia/ directory (are its VFs enabled and '
+                       'the vGPU manager loaded?)' % parent)
+        listed = {n for n, _ in self.files.creatable_types(parent)}
+        listed.add(self.files.current_type(parent))
+        if number not in listed and not self._gpu_holds_vgpus(parent):
+            raise exception.UnknownType(type_id=type_id, address=parent)
+
+    def _gpu_holds_vgpus(self, vf):
+        pf = self.sysfs.physfn(vf)
+        return any(self.is_parent(other)
+                   and self.files.current_type(other)
+                   for other in (self.sysfs.virtfns(pf) if pf else (vf,)))
+
+    def available(self, parent, type_id):
+        """1 when the VF is free and lists ``type_id`` as creatable, else
+        0 (one vGPU per VF)."""
+        parent = objects.PciAddress.parse(parent)
+        number = objects.vendor_type_number(type_id)
+        if self.files.current_type(parent):
+            return 0
+        return int(any(n == number for n, _ in
+                       self.files.creatable_types(parent)))
+
+    def lookup(self, uuid):
+        """Our vGPU ``uuid`` as a VgpuDevice (parent: its VF) when it exists
+        now, else None."""
+        uuid = objects.validate_uuid(uuid)
+        entry = self.state.read().get(uuid)
+        if entry is None or not self.is_parent(entry.vf):
+            return None
+        current = self.files.current_type(entry.vf)
+        if current != objects.vendor_type_number(entry.type_id):
+            return None
+        return entry.device()
+
+    def owns(self, uuid):
+        """Whether the state file records ``uuid`` (a cheap read of one
+        JSON file, absent on hosts that never used the interface)."""
+        return uuid in self.state.read()
+
+    def recorded(self, uuid):
+        return self.owns(uuid)
+
+    def existing(self, mdevs_by_parent=None):
+        return {uuid: (entry.vf, entry.type_id)
+                for uuid, entry in self.state.read().items()
+                if self.lookup(uuid) is not None}
+
+    def reserved_parents(self):
+        return {entry.vf: entry.uuid for entry in self.state.read().values()}
+
+    def vgpu_type(self, parent, type_id):
+        """One instance when the VF is free and lists the type, named as
+        the VF lists it."""
+        number = objects.vendor_type_number(type_id)
+        names = dict(self.files.creatable_types(parent))
+        return objects.VgpuType(
+            id=type_id, name=names.get(number),
+            description=None, device_api='vfio-pci',
+            available_instances=self.available(parent, type_id))
+
+    def definition(self, uuid):
+        """A persistent state entry as a definition (the fields that
+        matter: uuid, parent, type_id, start), else None."""
+        entry = self.state.read().get(uuid)
+        if entry is None or not entry.persistent:
+            return None
+        return base.VgpuDefinition(
+            uuid=entry.uuid, parent=entry.vf, type_id=entry.type_id,
+            start=entry.start, source='the state file %s' % self.state.path)
+
+    def choose_parent(self, gpu, type_id):
+        return self.choose_vf(gpu, type_id)
+
+    def exists(self, device):
+        found = self.lookup(device.uuid)
+        return (found is not None and found.parent == device.parent
+                and found.type_id == device.type_id)
+
+    def vgpus(self):
+        """Every entry of the state file (``{uuid: VendorVgpu}``)."""
+        return self.state.read()
+
+    # -- after a reboot (restore) -------------------------------------------
+
+    parent_noun = 'VF'
+
+    def persistent(self):
+        return tuple(entry.device() for _, entry
+                     in sorted(self.state.read().items())
+                     if entry.start == 'auto')
+
+    def recorded_gpus(self):
+        return tuple(entry.gpu for entry in self.state.read().values()
+                     if entry.gpu is not None)
+
+    def _interface_vfs(self):
+        """Every VF with the vendor interface, sorted."""
+        found = []
+        for name in self.files.vf_names():
+            try:
+                address = objects.PciAddress.parse(name)
+            except exception.InvalidPciAddress:
+                continue
+            if self.sysfs.physfn(address) is not None:
+                found.append(address)
+        return sorted(found)
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        """A VF whose type is set for one of our transient vGPUs whose
+        guest is not running is reset to 0; a transient entry whose VF
+        holds nothing is forgotten; a VF holding a vGPU that is not ours is
+        reported, never touched; when whether a guest runs cannot be told,
+        nothing is reset."""
+        entries = self.state.read()
+        vfs = self._interface_vfs()
+        notes, reset = self._reset_stale(entries, vfs, owner_running,
+                                         dry_run)
+        notes.extend(self._forget_gone(entries, vfs, reset, dry_run))
+        return notes
+
+    def _reset_stale(self, entries, vfs, owner_running, dry_run):
+        """``(notes, UUIDs reset)`` of the VFs that hold a vGPU now."""
+        notes, reset = [], set()
+        by_vf = {e.vf: e for e in entries.values()}
+        for vf in vfs:
+            try:
+                current = self.files.current_type(vf)
+            except exception.SysfsReadError as e:
+                notes.append(base.BootNote('failed', str(vf), str(e)))
+                continue
+            entry = by_vf.get(vf)
+            if not current or (entry is not None and entry.persistent):
+                continue      # restore reports persistent ones itself
+            held = objects.vendor_type_id(current)
+            note = self._judge_held(entry, vf, held, owner_running, dry_run)
+            if note.action == 'reset':
+                reset.add(entry.uuid)
+            notes.append(note)
+        return notes, reset
+
+    def _judge_held(self, entry, vf, held, owner_running, dry_run):
+        """The BootNote of a VF holding type ``held`` for ``entry`` (None:
+        not ours), after resetting it when its guest is gone."""
+        if entry is None:
+            return base.BootNote('skipped', str(vf), 'holds %s, not one of '
+                                 'ours: left alone' % held)
+        running = owner_running(entry.uuid)
+        if running is None:
+            return base.BootNote('skipped', entry.uuid, '%s on VF %s: cannot '
+                                 'tell whether its guest runs; kept'
+                                 % (held, vf))
+        if running:
+            return base.BootNote('ok', entry.uuid, '%s on VF %s is in use by '
+                                 'a running guest' % (held, vf))
+        if dry_run:
+            return base.BootNote(
+                'would', entry.uuid, 'would reset VF %s (write 0 to its %s: '
+                'it holds %s for a guest that is not running)'
+                % (vf, names.CURRENT_TYPE, held))
+        try:
+            self.remove(entry.uuid)
+        except exception.LibvirtGpuError as e:
+            return base.BootNote('failed', entry.uuid, str(e))
+        return base.BootNote('reset', entry.uuid, 'reset VF %s (held %s for '
+                             'a guest that is not running)' % (vf, held))
+
+    def _forget_gone(self, entries, vfs, reset, dry_run):
+        """Notes of the transient entries whose VF holds nothing now."""
+        notes = []
+        present = set(vfs)
+        for uuid, entry in sorted(entries.items()):
+            if entry.persistent or uuid in reset:
+                continue
+            gone = entry.vf not in present
+            if not gone:
+                try:
+                    gone = not self.files.current_type(entry.vf)
+                except exception.SysfsReadError:
+                    gone = False
+            if not gone:
+                continue
+            if dry_run:
+                notes.append(base.BootNote(
+                    'would', uuid, 'would forget it: its VF %s holds no '
+                    'vGPU any more' % entry.vf))
+                continue
+            with self.state.locked() as live:
+                if uuid in live and not live[uuid].persistent:
+                    del live[uuid]
+            notes.append(base.BootNote(
+                'forgot', uuid, 'its VF %s holds no vGPU any more'
+                % entry.vf))
+        return notes
+
+    def choose_vf(self, gpu, type_id, exclude=()):
+        """The first VF of the physical GPU ``gpu`` that is free (holds no
+        vGPU, is not recorded for one of ours, not in ``exclude``) and lists
+        ``type_id`` as creatable; NoCapacity when there is none."""
+        gpu = objects.PciAddress.parse(gpu)
+        number = objects.vendor_type_number(type_id)
+        taken = {e.vf for e in self.state.read().values()}
+        taken.update(objects.PciAddress.parse(a) for a in exclude)
+        looked = 0
+        for vf in self.sysfs.virtfns(gpu):
+            if vf in taken or not self.is_parent(vf):
+                continue
+            looked += 1
+            if self.files.current_type(vf):
+                continue
+            if any(n == number for n, _ in
+                   self.files.creatable_types(vf)):
+                return vf
+        raise exception.NoCapacity(
+            uuid=None, type_id=type_id, where='the GPU %s' % gpu,
+            reason='none of its %d free VFs lists the type as creatable (the '
+                   'GPU is full, or holds vGPUs of another framebuffer size)'
+                   % looked)
+
+    # -- create -------------------------------------------------------------
+
+    def prepare(self, device, start=None, params=None):
+        """Create the vGPU on its VF (``device.parent``).  True: created
+        now; False: the VF already held it for us.  Idempotent.  A VF that
+        holds a vGPU we did not record is an MdevConflict.
+
+        ``start``/``params`` are kept in the state file (``define``).
+        """
+        vf = device.parent
+        number = objects.vendor_type_number(device.type_id)
+        self.check_type(vf, device.type_id)
+        added = self._claim(device, start, params)
+        try:
+            current = self.files.current_type(vf)
+            if current == number and not added:
+                return False          # ours, made earlier
+            if current:
+                # A vGPU we have no record of is someone else's (nvidia-smi,
+                # another tool): never taken over, never removed by us.
+                raise exception.MdevConflict(
+                    uuid=device.uuid,
+                    existing_type=objects.vendor_type_id(current),
+                    existing_parent=vf, type_id=device.type_id, parent=vf)
+            self._write_type(device, vf, number)
+            entry = self.state.read().get(device.uuid)
+            if entry is not None and entry.params:
+                self.files.write_params(vf, entry.params)
+            return True
+        except BaseException:
+            if added:
+                with self.state.locked() as entries:
+                    entries.pop(device.uuid, None)
+            raise
+
+    def _claim(self, device, start, params):
+        """Record ``device`` on its VF; True when the entry is new.  A VF
+        recorded for another of our vGPUs, or this UUID on another VF, is
+        an MdevConflict."""
+        vf = device.parent
+        with self.state.locked() as entries:
+            for other in entries.values():
+                if other.vf == vf and other.uuid != device.uuid:
+                    raise exception.MdevConflict(
+                        uuid=device.uuid, existing_type=other.type_id,
+                        existing_parent='%s (as vGPU %s)' % (vf, other.uuid),
+                        type_id=device.type_id, parent=vf)
+            old = entries.get(device.uuid)
+            if old is not None and (old.vf != vf
+                                    or old.type_id != device.type_id):
+                raise exception.MdevConflict(
+                    uuid=device.uuid, existing_type=old.type_id,
+                    existing_parent=old.vf, type_id=device.type_id,
+                    parent=vf)
+            entries[device.uuid] = statefile.VendorVgpu(
+                uuid=device.uuid, vf=vf, gpu=self.sysfs.physfn(vf),
+                type_id=device.type_id,
+                start=start if start is not None else (
+                    old.start if old else None),
+                params=params if params is not None else (
+                    old.params if old else None))
+            return old is None
+
+    def _write_type(self, device, vf, number):
+        # <VF>/nvidia/current_vgpu_type  <-  "1145"
+        try:
+            base.retry_transient(lambda: self.files.set_current_type(
+                vf, number), stop_after=self.retry_stop)
+        except exception.UnsafePath:
+            raise
+        except exception.SysfsWriteError as e:
+            code = e.kwargs.get('errno')
+            name = errno.errorcode.get(code, str(code))
+            if code in _GONE_ERRNOS or not self.is_parent(vf):
+                raise exception.ParentGone(
+                    address=vf, uuid=device.uuid,
+                    reason='the driver answered %s' % name)
+            if not self.available(vf, device.type_id):
+                raise exception.NoCapacity(
+                    uuid=device.uuid, type_id=device.type_id,
+                    where='the GPU of VF %s' % vf,
+                    reason='the driver answered %s and no longer lists the '
+                           'type as creatable' % name)
+            raise exception.MdevCreateFailed(
+                uuid=device.uuid, type_id=device.type_id, parent=vf,
+                reason='the driver answered %s' % name)
+        if self.files.current_type(vf) != number:
+            raise exception.MdevCreateFailed(
+                uuid=device.uuid, type_id=device.type_id, parent=vf,
+                reason='current_vgpu_type does not read %d after the write'
+                % number)
+
+    # -- remove -------------------------------------------------------------
+
+    def release(self, device):
+        return self.remove(device.uuid)
+
+    def remove(self, uuid):
+        """Destroy our vGPU ``uuid`` (write 0); False when it did not
+        exist.  A persistent one keeps its state entry (it is defined, not
+        running); a transient one loses it."""
+        uuid = objects.validate_uuid(uuid)
+        entry = self.state.read().get(uuid)
+        if entry is None:
+            return False
+        removed = False
+        if self.is_parent(entry.vf):
+            current = self.files.current_type(entry.vf)
+            if current == objects.vendor_type_number(entry.type_id):
+                self.reset_vf(entry.vf, uuid=uuid)
+                removed = True
+        if not entry.persistent:
+            with self.state.locked() as entries:
+                if uuid in entries and not entries[uuid].persistent:
+                    del entries[uuid]
+        return removed
+
+    def reset_vf(self, vf, uuid=None):
+        """Write 0 to a VF's ``current_vgpu_type``, retrying while the
+        driver is busy (it may still be releasing the guest's vGPU) for up
+        to ``remove_timeout`` seconds; MdevRemoveFailed after that."""
+        vf = objects.PciAddress.parse(vf)
+        label = uuid or 'on VF %s' % vf
+        try:
+            base.retry_transient(
+                lambda: self.files.set_current_type(vf, 0),
+                stop_after=self.remove_timeout)
+        except exception.UnsafePath:
+            raise
+        except exception.SysfsWriteError as e:
+            code = e.kwargs.get('errno')
+            if code in _GONE_ERRNOS:
+                return        # the VF went away: the vGPU with it
+            raise exception.MdevRemoveFailed(
+                uuid=label, reason='the driver answered %s for %.0f s; is a '
+                'guest still using VF %s?' % (
+                    errno.errorcode.get(code, code), self.remove_timeout, vf))
+        deadline = time.monotonic() + self.remove_timeout
+        while self.files.current_type(vf) != 0:
+            if time.monotonic() >= deadline:
+                raise exception.MdevRemoveFailed(
+                    uuid=label, reason='current_vgpu_type of %s is not 0 '
+                                       'after the write' % vf)
+            time.sleep(0.05)
+
+    # -- persistence ----------------------------------------------------------
+
+    def define(self, device, start='auto', params=None):
+        """Make ``device`` persistent: recorded with ``start`` (``auto``:
+        ``libvirt-gpu restore`` creates it at boot) without creating it."""
+        if start not in statefile.STARTS:
+            raise exception.InvalidInput(reason='start must be auto or '
+                                                'manual, not %r' % (start,))
+        self.check_type(device.parent, device.type_id)
+        self._claim(device, start, params)
+
+    def undefine(self, uuid):
+        """Forget that ``uuid`` is persistent; False when it was not.  An
+        existing vGPU stays (transient) until it is removed."""
+        uuid = objects.validate_uuid(uuid)
+        with self.state.locked() as entries:
+            entry = entries.get(uuid)
+            if entry is None or not entry.persistent:
+                return False
+            entries[uuid] = records.replace(entry, start=None)
+        if self.lookup(uuid) is None:
+            with self.state.locked() as entries:
+                entries.pop(uuid, None)
+        return True

@@ -1,0 +1,140 @@
+"""The vendor interface's state file: which of our vGPUs lives on which VF.
+
+A vGPU of the vendor interface has no UUID of its own: ours (the one in
+the domain's ``<gpu:vgpu uuid=...>``) is kept with the VF it lives on in
+``<state_dir>/nvidia-vgpu.json`` (see the package's doc for its form),
+under an exclusive ``flock`` of ``<state_dir>/nvidia-vgpu.lock``.  Its
+values are parsed here, where they enter the program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu import exception
+from libvirt_gpu.util import fileutil
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.store import statedir
+
+
+STATE_NAME = 'nvidia-vgpu.json'
+LOCK_NAME = 'nvidia-vgpu.lock'
+STATE_VERSION = 1
+STARTS = ('auto', 'manual')
+_MAX_STATE_BYTES = 4 * 1024 * 1024
+
+
+@records.record
+class VendorVgpu:
+    """One of our vGPUs on the vendor interface (a state file entry)."""
+
+    uuid: str
+    vf: objects.PciAddress
+    gpu: objects.PciAddress | None
+    type_id: str
+    start: str | None = None       # None: transient
+    params: str | None = None      # vgpu_params to write
+
+    @property
+    def persistent(self):
+        return self.start is not None
+
+    def device(self):
+        return base.VgpuDevice(uuid=self.uuid, parent=self.vf,
+                               type_id=self.type_id)
+
+    def to_json(self):
+        return {'vf': str(self.vf),
+                'gpu': str(self.gpu) if self.gpu else None,
+                'type_id': self.type_id, 'start': self.start,
+                'params': self.params}
+
+
+class VendorState(object):
+    """``<state_dir>/nvidia-vgpu.json`` under an exclusive ``flock`` of
+    ``<state_dir>/nvidia-vgpu.lock``; written to a temporary file and
+    renamed, so a crash leaves the old or the new file, never half of one.
+    """
+
+    def __init__(self, state_dir):
+        if not state_dir or not os.path.isabs(os.fspath(state_dir)):
+            raise exception.ConfigError(
+                reason='state_dir %r must be an absolute path' % (state_dir,))
+        self.state_dir = os.fspath(state_dir)
+        self.path = os.path.join(self.state_dir, STATE_NAME)
+        self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
+
+    def _error(self, reason):
+        return exception.StateError(path=self.path, reason=reason)
+
+    @contextlib.contextmanager
+    def locked(self):
+        """``{uuid: VendorVgpu}`` to read and change; saved on exit."""
+        # the state directory only root steers; no link, no FIFO (statedir)
+        statedir.ensure_dir(self.state_dir)
+        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            entries = self._load()
+            before = dict(entries)
+            yield entries
+            if entries != before:
+                self._save(entries)
+        finally:
+            os.close(fd)
+
+    def read(self):
+        """A snapshot, read under the lock ({} without creating anything
+        when there is no state file yet)."""
+        if not os.path.exists(self.path):
+            return {}
+        with self.locked() as entries:
+            return dict(entries)
+
+    def _load(self):
+        try:
+            raw = statedir.read_file(self.path, _MAX_STATE_BYTES)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise self._error(e.strerror)
+        if len(raw) > _MAX_STATE_BYTES:
+            raise self._error('larger than %d bytes' % _MAX_STATE_BYTES)
+        try:
+            data = json.loads(raw.decode('utf-8'))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self._error('not JSON: %s' % e)
+        if not isinstance(data, dict) or data.get('version') != \
+                STATE_VERSION or not isinstance(data.get('vgpus'), dict):
+            raise self._error('not a version %d state file' % STATE_VERSION)
+        entries = {}
+        for uuid, entry in data['vgpus'].items():
+            try:
+                uuid = objects.validate_uuid(uuid)
+                start = entry.get('start')
+                if start is not None and start not in STARTS:
+                    raise exception.InvalidInput(reason='start %r' % start)
+                params = entry.get('params')
+                if params is not None and not isinstance(params, str):
+                    raise exception.InvalidInput(reason='params')
+                entries[uuid] = VendorVgpu(
+                    uuid=uuid, vf=objects.PciAddress.parse(entry['vf']),
+                    gpu=(objects.PciAddress.parse(entry['gpu'])
+                         if entry.get('gpu') else None),
+                    type_id=objects.validate_type_id(entry['type_id']),
+                    start=start, params=params)
+            except (exception.InvalidInput, KeyError, TypeError,
+                    AttributeError) as e:
+                raise self._error('entry %r is invalid: %s' % (uuid, e))
+        return entries
+
+    def _save(self, entries):
+        data = {'version': STATE_VERSION,
+                'vgpus': {u: e.to_json() for u, e in sorted(entries.items())}}
+        fileutil.write_atomic(self.path, json.dumps(
+            data, indent=1, sort_keys=True) + '\n', mode=0o600)

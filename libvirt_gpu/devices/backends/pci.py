@@ -1,0 +1,86 @@
+"""Whole GPUs by PCI passthrough (``<hostdev type='pci' managed='yes'>``).
+
+With ``managed='yes'`` libvirt itself unbinds the GPU from its host driver
+and binds it to vfio-pci when the guest starts, and gives it back when the
+guest stops, so there is nothing to create or remove.  What this backend
+adds is the check libvirt cannot make: the device is a GPU of this host
+(PCI class 0x03xxxx, read from ``bus/pci/devices/<address>/class``) and
+holds no vGPUs (``bus/mdev/devices/*`` whose parent it is) - passing
+through a GPU that slices vGPUs for other guests would take theirs away.
+
+VFIO hands a guest a whole IOMMU group or nothing, so the GPU must have a
+group, and no other member of it may be a device the host uses (a NIC, a
+disk controller): ``capacity.pgpu_refusal`` says why not.  The other
+functions of the GPU's own device in that group (its HDMI audio ``.1``)
+are its companions: they go to the guest with it (``companions``).
+"""
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices import capacity
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
+
+
+class PciBackend(base.DeviceBackend):
+
+    kind = 'pci'
+
+    def __init__(self, sysfs):
+        self.sysfs = sysfs
+
+    def hostdev_xml(self, device):
+        return config_xml.pci_hostdev(device.address)
+
+    def check(self, device):
+        """Raise DeviceNotFound or GpuInUse unless ``device`` can be passed
+        through whole; return the GPU (``objects.Gpu``) with its IOMMU
+        group's members judged."""
+        address = device.address
+        class_code = self.sysfs.read(
+            self.sysfs.pci_dir(address) + '/class', optional=True)
+        if not objects.is_gpu_class(class_code):
+            raise exception.DeviceNotFound(address=address)
+        mdevs = self.sysfs.mdevs_by_parent().get(address, ())
+        if mdevs:
+            raise exception.GpuInUse(
+                address=address,
+                reason='it holds %d vGPU(s) (%s); a GPU that is sliced into '
+                       'vGPUs cannot also be passed through whole'
+                       % (len(mdevs), ', '.join(m.uuid for m in mdevs)))
+        gpu = self._read_gpu(address)
+        refusal = capacity.pgpu_refusal(gpu)
+        if refusal is not None:
+            raise exception.GpuInUse(address=address, reason=refusal)
+        return gpu
+
+    def _read_gpu(self, address):
+        from libvirt_gpu.devices import (  # not on the vGPU hook path
+            discovery)
+        gpu = self.sysfs.read_gpu(address)
+        if gpu.iommu_group is None:
+            return gpu
+        return discovery.with_iommu_members(gpu, [
+            self.sysfs.pci_function(a)
+            for a in self.sysfs.iommu_group_addresses(gpu.iommu_group)])
+
+    def companions(self, device):
+        """The functions that go to the guest with the GPU ``device`` (see
+        the module doc); raises what ``check`` raises."""
+        return capacity.pgpu_companions(self.check(device))
+
+    def exists(self, device):
+        try:
+            self.check(device)
+        except (exception.DeviceNotFound, exception.GpuInUse):
+            return False
+        return True
+
+    def prepare(self, device):
+        self.check(device)
+        return False    # libvirt (managed='yes') does the binding
+
+    def release(self, device):
+        return False    # libvirt gives the GPU back to its driver

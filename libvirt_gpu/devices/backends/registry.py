@@ -1,0 +1,274 @@
+"""The vGPU kinds of this project, and the one object callers talk to.
+
+``KINDS`` lists every vGPU kind (``base.VgpuKind``), as data: the module
+and class of each, in the order they are asked.  Adding a kind (say
+MIG-backed vGPUs) is one module with one ``VgpuKind`` subclass plus one
+line here::
+
+    KINDS = (
+        'libvirt_gpu.devices.backends.nvidia_vgpu:NvidiaVgpuBackend',
+        'libvirt_gpu.devices.backends.mdev:MdevBackend',
+    )
+
+``Vgpus`` holds one instance of each and hands every call to the kind it is
+about: by parent (the first kind whose ``is_parent`` answers yes), by UUID
+(the first kind that ``owns`` it).  The last kind is the fallback: a parent
+or UUID no kind claims is classic mdev's, whose answers then say what is
+wrong (ParentGone, not found).  Today:
+
+* a VF with NVIDIA's vGPU 17+ vendor interface (``<VF>/nvidia/``):
+  ``nvidia_vgpu.NvidiaVgpuBackend`` (``<hostdev type='pci' managed='no'>``
+  of the VF); a vGPU is found by UUID in its state file first (a cheap read
+  of one JSON file, absent on hosts that never used it);
+* anything else (a T4, an Ampere VF that is an mdev parent):
+  ``mdev.MdevBackend``.
+
+SR-IOV GPUs are configured, reported and counted per physical GPU (the PF);
+their vGPUs live on VFs, one each.  ``parents_of(gpu)`` lists the functions
+vGPUs are made on (``discovery.gpu_view`` reads one physical GPU with its
+VFs, given the kinds: ``Vgpus.kind_classes``).
+"""
+
+import importlib
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+
+KINDS = (
+    'libvirt_gpu.devices.backends.nvidia_vgpu:NvidiaVgpuBackend',
+    'libvirt_gpu.devices.backends.mdev:MdevBackend',
+)
+
+
+def load_kind(spec):
+    """``'module:Class'`` -> the VgpuKind subclass."""
+    module, _, name = spec.partition(':')
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, base.VgpuKind)):
+        raise exception.ConfigError(
+            reason='%s is not a vGPU kind (a backends.base.VgpuKind)' % spec)
+    return cls
+
+
+_loaded = {}
+
+
+def kind_classes(kinds=None):
+    """The VgpuKind subclasses of ``kinds`` (default: ``KINDS``), in order;
+    loaded once per list of specs."""
+    specs = tuple(kinds or KINDS)
+    if specs not in _loaded:
+        _loaded[specs] = [load_kind(spec) for spec in specs]
+    return _loaded[specs]
+
+
+class Vgpus(object):
+    """Every vGPU kind of a host behind one object.
+
+    :param sysfs: the host's ``Sysfs``.
+    :param kinds: ``VgpuKind`` instances, in the order they are asked; the
+        last is the fallback (see the module doc).
+    """
+
+    def __init__(self, sysfs, kinds):
+        if not kinds:
+            raise exception.ConfigError(reason='no vGPU kind is registered')
+        self.sysfs = sysfs
+        self.kinds = tuple(kinds)
+
+    @classmethod
+    def from_environment(cls, env, kinds=None):
+        """Every kind of ``kinds`` (default: ``KINDS``) for ``env``."""
+        return cls(env.sysfs, [kind.from_environment(env)
+                               for kind in kind_classes(kinds)])
+
+    @property
+    def kind_classes(self):
+        """The classes of this host's kinds, in order (what discovery
+        takes)."""
+        return tuple(type(kind) for kind in self.kinds)
+
+    def kind(self, name):
+        """The kind registered as ``name``; KeyError when none is."""
+        for kind in self.kinds:
+            if kind.name == name:
+                return kind
+        raise KeyError(name)
+
+    # -- which kind -------------------------------------------------------
+
+    def kind_of(self, parent):
+        """The kind whose vGPUs are made on ``parent``."""
+        for kind in self.kinds[:-1]:
+            if kind.is_parent(parent):
+                return kind
+        return self.kinds[-1]
+
+    def kind_owning(self, uuid):
+        """The kind vGPU ``uuid`` belongs to."""
+        for kind in self.kinds[:-1]:
+            if kind.owns(uuid):
+                return kind
+        return self.kinds[-1]
+
+    # -- the DeviceBackend interface, by parent or by UUID ----------------
+
+    def hostdev_xml(self, device):
+        return self.kind_of(device.parent).hostdev_xml(device)
+
+    def hostdev_for(self, uuid, parent=None, type_id=None):
+        """The hostdev of vGPU ``uuid``: on ``parent`` when the kind there
+        names its parent in the guest XML, else the fallback kind's (an
+        mdev hostdev names only the UUID)."""
+        if parent is not None and self.kind_of(parent).binds_parent:
+            return self.kind_of(parent).hostdev_xml(base.VgpuDevice(
+                uuid=uuid, parent=parent, type_id=type_id))
+        return config_xml.mdev_hostdev(uuid)
+
+    def exists(self, device):
+        return self.kind_of(device.parent).exists(device)
+
+    def prepare(self, device):
+        return self.kind_of(device.parent).prepare(device)
+
+    def release(self, device):
+        return self.remove(device.uuid)
+
+    def lookup(self, uuid):
+        """The existing vGPU ``uuid`` as a ``base.VgpuDevice``, or None;
+        ``uuid`` is validated (and lowercased) once here, and the kinds
+        get the validated value."""
+        uuid = objects.validate_uuid(uuid)
+        return self.kind_owning(uuid).lookup(uuid)
+
+    def remove(self, uuid):
+        uuid = objects.validate_uuid(uuid)
+        return self.kind_owning(uuid).remove(uuid)
+
+    def is_parent(self, address):
+        return any(kind.is_parent(address) for kind in self.kinds)
+
+    def check_type(self, parent, type_id):
+        return self.kind_of(parent).check_type(parent, type_id)
+
+    def available(self, parent, type_id):
+        return self.kind_of(parent).available(parent, type_id)
+
+    def vgpu_type(self, parent, type_id):
+        return self.kind_of(parent).vgpu_type(parent, type_id)
+
+    def definition(self, uuid):
+        """The first definition of ``uuid`` any kind keeps (mdevctl's
+        first: an operator's definition wins), else None."""
+        for kind in reversed(self.kinds):
+            found = kind.definition(uuid)
+            if found is not None:
+                return found
+        return None
+
+    def defined_device(self, uuid):
+        """The vGPU ``uuid`` as the first kind that defines it describes
+        it (``VgpuKind.defined_device``: the fallback's first), else
+        None."""
+        for kind in reversed(self.kinds):
+            found = kind.defined_device(uuid)
+            if found is not None:
+                return found
+        return None
+
+    def existing(self, mdevs_by_parent=None):
+        """``{uuid: (parent, type_id)}`` of every vGPU of every kind."""
+        found = {}
+        for kind in reversed(self.kinds):
+            found.update(kind.existing(mdevs_by_parent))
+        return found
+
+    def recorded(self, uuid):
+        """Whether any kind records ``uuid`` as ours (see VgpuKind)."""
+        return any(kind.recorded(uuid) for kind in self.kinds)
+
+    def reserved_parents(self):
+        """``{parent: uuid}`` recorded by every kind (see VgpuKind)."""
+        found = {}
+        for kind in self.kinds:
+            found.update(kind.reserved_parents())
+        return found
+
+    def in_devices(self, devices, uuid, parent=None):
+        """Whether a domain's devices hold the hostdev of vGPU ``uuid``."""
+        return any(kind.in_devices(devices, uuid, parent)
+                   for kind in self.kinds)
+
+    def hostdev_function(self, uuid, parent, devices):
+        """The PCI function a domain's devices hand over as vGPU ``uuid``
+        (a kind that ``binds_parent``), else None."""
+        if parent is None:
+            return None
+        kind = self.kind_of(parent)
+        if kind.binds_parent and kind.in_devices(devices, uuid, parent):
+            return parent
+        return None
+
+    # -- vGPUs of the persistent configuration ------------------------------
+
+    def binds_parent(self, parent):
+        return self.kind_of(parent).binds_parent
+
+    def keep_for_config(self, device):
+        """Record ``device`` for a guest's persistent XML when its kind
+        names the parent there; True when something was recorded."""
+        kind = self.kind_of(device.parent)
+        if not kind.binds_parent:
+            return False
+        kind.define(device, start='manual')
+        return True
+
+    def forget_for_config(self, uuid, parent):
+        """Undo ``keep_for_config``."""
+        kind = self.kind_of(parent)
+        if kind.binds_parent:
+            kind.undefine(uuid)
+
+    def bind_for_config(self, gpus, type_id, parent, uuid):
+        """The parent a ``config``-only vGPU goes to, recorded for it, when
+        the kind of the GPUs ``gpus`` (physical GPUs, in order) names the
+        parent in the guest XML; None otherwise (it is chosen at start).
+        ``parent``: the caller's choice, a physical GPU or one function."""
+        gpus = [g for g in gpus if self.kind_of(self.parents_of(g)[0])
+                .binds_parent]
+        if not gpus:
+            return None
+        if parent is not None and parent != gpus[0]:
+            chosen = parent                 # a function named by the caller
+        else:
+            chosen = None
+            problems = []
+            for gpu in gpus:
+                try:
+                    chosen = self.kind_of(self.parents_of(gpu)[0]
+                                          ).choose_parent(gpu, type_id)
+                    break
+                except exception.NoCapacity as e:
+                    problems.append(str(e))
+            if chosen is None:
+                raise exception.NoCapacity(uuid=uuid, type_id=type_id,
+                                           where='any GPU of this host',
+                                           reason='; '.join(problems))
+        self.keep_for_config(base.VgpuDevice(uuid=uuid, parent=chosen,
+                                             type_id=type_id))
+        return chosen
+
+    # -- physical GPUs -------------------------------------------------------
+
+    def physical(self, address):
+        """The physical GPU (PF) of a VF, else ``address`` itself."""
+        address = objects.PciAddress.parse(address)
+        return self.sysfs.physfn(address) or address
+
+    def parents_of(self, gpu):
+        """The PCI functions vGPUs of the physical GPU ``gpu`` are made on:
+        its VFs when it has any, else the GPU itself."""
+        gpu = objects.PciAddress.parse(gpu)
+        return self.sysfs.virtfns(gpu) or (gpu,)

@@ -1,0 +1,125 @@
+"""What the configuration enables on each GPU: ``resolve``.
+
+The rules that read ``[gpu]/enabled_vgpu_types`` and the ``[vgpu_<type>]``
+sections against the discovered GPUs.  No oslo.config here: ``conf`` is
+anything that reads like a ConfigOpts (``conf.gpu.enabled_vgpu_types``,
+``conf['vgpu_<type>'].device_addresses``), the CLI's settings snapshot
+(``confcache.Values``) included.  The options themselves are declared in
+``libvirt_gpu.conf.vgpu``.
+"""
+
+import re
+
+import os_resource_classes
+
+from libvirt_gpu import exception
+from libvirt_gpu.util import logs
+from libvirt_gpu import objects
+
+LOG = logs.getLogger(__name__)
+_CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]+')
+
+
+def group_name(type_id):
+    return 'vgpu_%s' % type_id
+
+
+def _resource_class(type_id, value):
+    if value in os_resource_classes.STANDARDS or (
+            _CUSTOM_RC.fullmatch(value) and len(value) <= 255):
+        return value
+    raise exception.ConfigError(
+        reason='[%s]/resource_class %r is neither a standard resource class '
+               '(VGPU) nor a valid CUSTOM_ name' % (group_name(type_id),
+                                                    value))
+
+
+def _warn_not_offered(type_id, gpus):
+    """A single enabled type, without addresses, that no GPU offers: every
+    GPU stays whole (PGPU), which is rarely what was meant."""
+    offered = sorted({t.id for gpu in gpus for t in gpu.offered_types()})
+    LOG.warning('[gpu]/enabled_vgpu_types names %s, but no GPU of this host '
+                'offers it, so every GPU is offered whole (PGPU); the GPUs '
+                'offer: %s', type_id, ', '.join(offered) or 'no vGPU type')
+
+
+def resolve(conf, gpus):
+    """Map each GPU address to what configuration enables on it.
+
+    ``gpus`` are the discovered ``objects.Gpu``.  Returns
+    ``{PciAddress: EnabledType}``, keyed by *physical* GPU: a GPU with
+    SR-IOV is named by its PF address, and the type counts as offered when
+    the PF or any of its VFs offers it (``Gpu.offered_type``).  Raises
+    ConfigError for: an invalid address, an address claimed by two types, a
+    type the GPU at an address does not offer (or no GPU there), the
+    address of a VF (name its physical GPU instead: capacity, the Placement
+    provider and the configuration are per physical GPU), and several
+    enabled types of which one lists no addresses.
+    """
+    types = list(conf.gpu.enabled_vgpu_types)
+    if len(set(types)) != len(types):
+        raise exception.ConfigError(
+            reason='[gpu]/enabled_vgpu_types lists a type twice: %s'
+            % ', '.join(types))
+    by_address = {gpu.address: gpu for gpu in gpus}
+    enabled = {}
+    claimed_by = {}
+    for type_id in types:
+        section = conf[group_name(type_id)]
+        setting = objects.EnabledType(
+            type_id=type_id,
+            resource_class=_resource_class(type_id, section.resource_class),
+            max_instances=section.max_instances)
+        if not section.device_addresses:
+            if len(types) > 1:
+                raise exception.ConfigError(
+                    reason='several types are enabled (%s) but [%s] lists no '
+                           'device_addresses; with more than one type each '
+                           'needs its own list of GPUs'
+                           % (', '.join(types), group_name(type_id)))
+            for gpu in gpus:
+                if not gpu.is_vf and gpu.offered_type(type_id) is not None:
+                    enabled[gpu.address] = setting
+            if not enabled:
+                _warn_not_offered(type_id, gpus)
+            continue
+        for raw in section.device_addresses:
+            try:
+                address = objects.PciAddress.parse(raw)
+            except exception.InvalidPciAddress as e:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses: %s'
+                    % (group_name(type_id), e))
+            if address in claimed_by:
+                raise exception.ConfigError(
+                    reason='GPU %s is claimed by two types: %s and %s; give '
+                           'each GPU to one type only'
+                           % (address, claimed_by[address], type_id))
+            claimed_by[address] = type_id
+            gpu = by_address.get(address)
+            if gpu is None:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses names %s, but this host '
+                           'has no GPU there (`libvirt-gpu list` shows the '
+                           'GPUs)' % (group_name(type_id), address))
+            if gpu.is_vf:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses names %s, a virtual '
+                           'function of the GPU %s; name the physical GPU '
+                           '(%s): its VFs are used as one'
+                           % (group_name(type_id), address, gpu.physfn,
+                              gpu.physfn))
+            if gpu.offered_type(type_id) is None:
+                offered = ', '.join(t.id for t in gpu.offered_types()) \
+                    or 'none'
+                hint = ''
+                if not gpu.offered_types():
+                    hint = ('; if its vGPUs live on SR-IOV VFs (Ampere and '
+                            'later), are the VFs enabled? (`libvirt-gpu '
+                            'restore`, or NVIDIA\'s sriov-manage -e %s)'
+                            % address)
+                raise exception.ConfigError(
+                    reason='the GPU at %s does not offer type %s (it offers: '
+                           '%s)%s' % (address, type_id, offered, hint))
+            enabled[address] = setting
+    return enabled

@@ -1,0 +1,233 @@
+"""Live migration of a guest with vGPUs: the operator's side.
+
+``check`` looks, before anything starts, at what VFIO migration of a
+vGPU needs, through both hosts' libvirt connections:
+
+* libvirt >= 8.6 and QEMU >= 8.1 on both sides (``MIN_LIBVIRT``,
+  ``MIN_QEMU``; the versions from which libvirt and QEMU migrate VFIO
+  devices, the ones nova requires for mdev live migration);
+* no post-copy (QEMU refuses VFIO devices with post-copy);
+* the guest runs and holds no whole GPU (VFIO cannot migrate one);
+* the destination offers each mdev vGPU type of the guest with room
+  enough, as libvirt's node devices there say (``availableInstances``
+  of its mdev types); NVIDIA's vendor-interface vGPUs, on VFs, are not
+  listed there and are left to the destination's hook.  Which types the
+  destination *enables* is its own configuration: its ``migrate`` hook
+  enforces that, and a refusal there cancels the migration with the
+  guest running on here, untouched.
+
+``migrate`` then runs libvirt's peer-to-peer live migration while a
+caller's ``progress`` sees the job's statistics, and aborts the job
+(``abortJob``) when interrupted.
+"""
+
+import threading
+
+from libvirt_gpu import exception
+from libvirt_gpu.virt import guest as guest_mod
+from libvirt_gpu.virt import nodedev
+from libvirt_gpu.util import records
+
+MIN_LIBVIRT = (8, 6, 0)
+MIN_QEMU = (8, 1, 0)
+# Seconds between two reads of the job's statistics.
+POLL_SECONDS = 0.5
+
+
+def version(number):
+    """libvirt's encoded version (major * 1000000 + minor * 1000 +
+    release) as a tuple."""
+    return (number // 1000000, number // 1000 % 1000, number % 1000)
+
+
+def _dotted(parts):
+    return '.'.join(str(p) for p in parts)
+
+
+@records.record
+class Check:
+    """One thing looked at before a migration."""
+
+    what: str
+    ok: bool
+    detail: str
+
+
+@records.record
+class Plan:
+    """What ``check`` found: the checks in order, the guest's vGPUs by
+    type (``((type_id, count), ...)``)."""
+
+    domain: str
+    dest_uri: str
+    checks: tuple
+    vgpus: tuple = ()
+
+    @property
+    def ok(self):
+        return all(c.ok for c in self.checks)
+
+    @property
+    def refusals(self):
+        return [c for c in self.checks if not c.ok]
+
+
+def _version_checks(side, host):
+    lib, hyp = host.versions()
+    found = []
+    for name, have, need in (('libvirt', version(lib), MIN_LIBVIRT),
+                             ('QEMU', version(hyp), MIN_QEMU)):
+        ok = have >= need
+        found.append(Check(
+            what='%s %s' % (side, name), ok=ok,
+            detail='%s%s' % (_dotted(have), '' if ok else
+                             ' (VFIO migration needs %s >= %s: upgrade it '
+                             'on the %s host)'
+                             % (name, _dotted(need), side))))
+    return found
+
+
+def _room(dest_host):
+    """``{type_id: available instances}`` over the destination's GPUs, as
+    its libvirt's node devices say."""
+    room = {}
+    for xml in dest_host.pci_devices():
+        try:
+            gpu = nodedev.parse_pci(xml)
+        except (ValueError, exception.InvalidInput):
+            continue            # not a PCI function we can read: no room
+        for t in gpu.mdev_types:
+            room[t.id] = room.get(t.id, 0) + t.available_instances
+    return room
+
+
+def check(source_host, dest_host, dest_uri, domain, postcopy=False):
+    """The ``Plan`` of migrating ``domain`` (name or UUID, on
+    ``source_host``) to ``dest_host`` (reached by the source's libvirtd at
+    ``dest_uri``)."""
+    guest = guest_mod.Guest(source_host.lookup_domain(domain))
+    checks = []
+    checks.extend(_version_checks('source', source_host))
+    checks.extend(_version_checks('destination', dest_host))
+    checks.append(Check(
+        what='post-copy', ok=not postcopy,
+        detail='not asked for' if not postcopy else
+        'asked for, but QEMU refuses VFIO devices with post-copy: '
+        'migrate with pre-copy (leave post-copy out)'))
+    running = guest.is_active()
+    checks.append(Check(what='guest running', ok=running,
+                        detail='yes' if running else
+                        'no: a stopped guest is not migrated live; start '
+                        'it, or move its definition instead'))
+    devices, meta = guest.devices()
+    for entry in meta.pgpus:
+        checks.append(Check(
+            what='whole GPU %s' % entry.address, ok=False,
+            detail='VFIO cannot migrate a whole GPU: detach it '
+                   '(`libvirt-gpu detach --address %s`) first'
+                   % entry.address))
+    wanted = {}
+    for entry in meta.vgpus:
+        wanted[entry.type_id] = wanted.get(entry.type_id, 0) + 1
+    # A vendor-interface vGPU is a VF (a PCI hostdev), not an mdev: the
+    # destination's libvirt lists no mdev type for it, its hook judges it.
+    on_vfs = {e.type_id for e in meta.vgpus
+              if e.parent is not None and e.parent in devices.pci_addresses}
+    as_mdev = set(wanted) - on_vfs
+    room = _room(dest_host) if as_mdev else {}
+    for type_id, count in sorted(wanted.items()):
+        free = room.get(type_id)
+        if type_id not in as_mdev:
+            ok = True
+            detail = ('%d needed, on VFs (vendor interface): libvirt does '
+                      'not list them; the destination\'s hook checks the '
+                      'room' % count)
+        elif free is None:
+            ok = False
+            detail = ('the destination offers no %s (libvirt lists no GPU '
+                      'with that mdev type there)' % type_id)
+        else:
+            ok = free >= count
+            detail = '%d needed, %d available%s' % (
+                count, free, '' if ok else ': free vGPUs there first')
+        checks.append(Check(what='destination room for %s' % type_id,
+                            ok=ok, detail=detail))
+    return Plan(domain=guest.name, dest_uri=dest_uri, checks=tuple(checks),
+                vgpus=tuple(sorted(wanted.items())))
+
+
+def _runs_here(guest):
+    try:
+        return guest.is_active()
+    except exception.DomainNotFound:
+        return False            # a transient guest that left
+
+
+@records.record
+class Outcome:
+    """How a migration ended: ``done`` or aborted, and what libvirt
+    measured (None where it did not say): the downtime and the job's whole
+    time (ms), the bytes of memory in play."""
+
+    done: bool
+    downtime_ms: int | None = None
+    data_total: int | None = None
+    elapsed_ms: int | None = None
+    # why libvirt did not abort when asked (the job was past the point)
+    abort_refused: str | None = None
+
+
+def migrate(source_host, dest_host, dest_uri, domain, progress=None,
+            poll=POLL_SECONDS, interrupt=KeyboardInterrupt,
+            migrate_uri=None):
+    """Migrate ``domain`` live to ``dest_uri`` (check it first: ``check``),
+    its memory over ``migrate_uri`` when given (``Guest.migrate_live``).
+    ``progress(stats)`` is called with the job's statistics while it runs;
+    an ``interrupt`` (Ctrl-C) aborts the job and waits for libvirt to put
+    the guest back, running, on the source.  Returns an ``Outcome``;
+    libvirt's refusal is a LibvirtError that says why."""
+    guest = guest_mod.Guest(source_host.lookup_domain(domain))
+    uuid = guest.uuid
+    failed = []
+
+    def run():
+        try:
+            guest.migrate_live(dest_uri, migrate_uri=migrate_uri)
+        except exception.LibvirtGpuError as e:
+            failed.append(e)
+
+    worker = threading.Thread(target=run, name='migrate', daemon=True)
+    worker.start()
+    aborted = False
+    refused = None
+    while worker.is_alive():
+        try:
+            worker.join(poll)
+            if worker.is_alive() and progress is not None:
+                stats = guest.job_stats()
+                if stats:
+                    progress(stats)
+        except interrupt:
+            aborted = True
+            refused = guest.abort_job()
+    worker.join()
+    if failed:
+        if aborted:
+            return Outcome(done=False)
+        raise failed[0]
+    if aborted and refused is None and _runs_here(guest):
+        # libvirt 9.0 took the abort while the destination was preparing
+        # and then returned from the migration without an error: the guest
+        # running on here is the answer.
+        return Outcome(done=False)
+    # Done (also when an abort came too late to stop it).  The source
+    # keeps the completed job's statistics (downtime included) while its
+    # domain is defined; the destination's incoming job has fewer.
+    stats = guest.job_stats(completed=True)
+    if 'downtime' not in stats:
+        stats = guest_mod.Guest(dest_host.lookup_domain(uuid)).job_stats(
+            completed=True) or stats
+    return Outcome(done=True, downtime_ms=stats.get('downtime'),
+                   data_total=stats.get('data_total'),
+                   elapsed_ms=stats.get('time_elapsed'),
+                   abort_refused=refused or None)

@@ -1,0 +1,410 @@
+"""Find and repair what crashes and reboots leave behind.
+
+A vGPU (of any kind: ``backends.registry.Vgpus``) or lease is an orphan
+when no running domain uses it and no live process is working on it:
+
+* a lease whose holder process died (a crash in attach or in the hook's
+  prepare, a release that could not remove its vGPU) and whose vGPU no
+  running domain uses: the vGPU is removed if it exists, then the lease;
+* a vGPU with no lease that no domain (running, or defined and stopped)
+  references and that no kind defines persistently (``Vgpus.definition``:
+  mdevctl's definitions, the vendor interface's state file): removed;
+* a lease whose vGPU a running domain uses but that was left ``reserved``:
+  marked ``created``.
+
+A reservation for an incoming live migration (``Lease.held``: the
+destination's ``migrate`` hook made it and exited) is left alone until it
+expires; then, when its ``prepare`` never came, it is an orphan like any
+other lease whose process is gone.
+
+Reported, not touched: a lease whose holder is still running after
+``stuck_after`` seconds, a removal that does not finish (a process may hold
+the device), a running domain that uses a vGPU that does not exist, a vGPU
+used by two running domains or leased to another domain than the one using
+it, and a domain whose XML cannot be read (then no unleased vGPU is
+removed: we could not prove nobody references it).  The report calls a
+vGPU an ``mdev`` whatever its kind (its findings' ``what``).
+
+Ordering, so that reconcile never races a guest start: vGPUs are listed,
+then domains (libvirt is never called under the lease lock: a starting
+guest's hook may be waiting for that lock while libvirt waits for the
+hook), then under the lock every lease still untouched since that moment
+is judged and the ones to remove are claimed (``removing``, held by this
+process; an unleased orphan gets such a lease too, so no prepare can adopt
+it meanwhile).  Removal happens outside the lock; the leases of what was
+removed are dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.store import state
+
+REMOVED = 'removed'
+WOULD_REMOVE = 'would remove'
+REPAIRED = 'repaired'
+WOULD_REPAIR = 'would repair'
+KEPT = 'kept'
+STUCK = 'stuck'
+CONFLICT = 'conflict'
+# Seconds a removal may take, where the Environment does not say.
+REMOVE_TIMEOUT = 15.0
+
+
+@records.record
+class Finding:
+    action: str          # one of the constants above
+    what: str            # 'mdev', 'lease', 'mdev+lease', 'domain'
+    uuid: str
+    reason: str
+    parent: objects.PciAddress | None = None
+    type_id: str | None = None
+    domain_uuid: str | None = None
+
+
+@records.record
+class Report:
+    """What ``reconcile`` found; the report shape of the CLI (``summary``,
+    ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
+
+    dry_run: bool
+    findings: tuple[Finding, ...]
+
+    COLUMNS = ('ACTION', 'WHAT', 'UUID', 'GPU', 'TYPE', 'REASON')
+
+    def of(self, *actions):
+        return [f for f in self.findings if f.action in actions]
+
+    def would_remove(self, *whats):
+        """What a dry run found to remove, of these kinds (``what``):
+        ``'lease'``/``'mdev+lease'``, a lease whose holder died and that
+        no running domain uses; ``'mdev'``, a vGPU no lease or domain
+        explains."""
+        return [f for f in self.findings
+                if f.action == WOULD_REMOVE and f.what in whats]
+
+    @property
+    def stuck(self):
+        return self.of(STUCK, CONFLICT)
+
+    def summary(self):
+        if not self.findings:
+            return 'nothing to do: every vGPU and lease is accounted for'
+        counts = {}
+        for f in self.findings:
+            counts[f.action] = counts.get(f.action, 0) + 1
+        return '%s%s' % (', '.join('%d %s' % (n, a)
+                                   for a, n in sorted(counts.items())),
+                         ' [dry run]' if self.dry_run else '')
+
+    def rows(self):
+        return [(f.action, f.what, f.uuid, f.parent, f.type_id, f.reason)
+                for f in self.findings]
+
+    def details(self):
+        return ()
+
+    def to_json(self):
+        return {'dry_run': self.dry_run, 'findings': [
+            {'action': f.action, 'what': f.what, 'uuid': f.uuid,
+             'parent': str(f.parent) if f.parent else None,
+             'type': f.type_id, 'domain_uuid': f.domain_uuid,
+             'reason': f.reason} for f in self.findings]}
+
+
+@records.record
+class DomainRefs:
+    """Which mdev UUIDs the domains reference (hostdevs and metadata)."""
+
+    running: dict[str, frozenset[str]]   # uuid -> domains
+    defined: dict[str, frozenset[str]]   # uuid -> domains
+    unreadable: tuple[Finding, ...]
+
+
+def _uuids_of(guest, inactive):
+    """The vGPU UUIDs one XML of ``guest`` names (hostdevs, metadata)."""
+    devices, meta = guest.devices(inactive=inactive)
+    return set(devices.mdev_uuids) | {v.uuid for v in meta.vgpus}
+
+
+def domain_refs(host):
+    """Read every domain's live and persistent XML through libvirt."""
+    running, defined, bad = {}, {}, []
+    for guest in host.list_guests():
+        try:
+            dom_uuid = guest.uuid
+            xmls = []
+            if guest.is_active():
+                xmls.append((running, False))
+            if guest.is_persistent():
+                xmls.append((defined, True))
+            for target, inactive in xmls:
+                try:
+                    uuids = _uuids_of(guest, inactive)
+                except exception.InvalidInput as e:
+                    bad.append(Finding(CONFLICT, 'domain', dom_uuid,
+                                       'its XML cannot be read: %s' % e,
+                                       domain_uuid=dom_uuid))
+                    continue
+                for uuid in uuids:
+                    target.setdefault(uuid, set()).add(dom_uuid)
+        except exception.DomainNotFound:
+            continue              # undefined while we listed
+    freeze = (lambda d: {k: frozenset(v) for k, v in d.items()})
+    return DomainRefs(running=freeze(running), defined=freeze(defined),
+                      unreadable=tuple(bad))
+
+
+def _all_vgpus(vgpus):
+    """``{uuid: (parent, type_id)}`` of every vGPU of every kind now."""
+    return vgpus.existing()
+
+
+def _remove_with_timeout(backend, uuid, timeout):
+    """Remove in a thread: a remove the kernel blocks (a process holds the
+    device) must not hang reconcile.  Returns None or the reason."""
+    outcome = {}
+
+    def work():
+        try:
+            backend.remove(uuid)
+            outcome['ok'] = True
+        except exception.LibvirtGpuError as e:
+            outcome['error'] = str(e)
+    thread = threading.Thread(target=work, daemon=True,
+                              name='remove-%s' % uuid)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return ('its removal did not finish within %.0f s; a process may '
+                'still hold the device' % timeout)
+    return outcome.get('error')
+
+
+def check_connection(host):
+    """Refuse a libvirt connection that cannot know this host's domains:
+    libvirt's test driver (``test:///...``) has its own made-up ones, so
+    every mdev of the host would look unused."""
+    uri = host.connect().getURI() or ''
+    if uri.split(':', 1)[0] == 'test':
+        raise exception.InvalidInput(
+            reason='reconcile needs the libvirt that runs this host\'s '
+                   'guests; %s is libvirt\'s test driver, which knows none '
+                   'of them (every vGPU would look unused): connect to '
+                   'qemu:///system with -c' % uri)
+
+
+def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
+              on_plan=None):
+    """Repair what can be repaired on the host ``env`` (an
+    ``environment.Environment`` with its libvirt ``host``; nothing when
+    ``dry_run``); a Report of every finding.  A removal may take
+    ``env.remove_timeout`` seconds (``REMOVE_TIMEOUT`` when it is None).
+
+    ``covered``: the physical GPUs (``PciAddress``) the configuration
+    enables; an mdev nobody leased is judged only on those (or when it is
+    one of our recorded vendor-interface vGPUs): reconcile never removes
+    what someone else made on a GPU we do not manage.  ``on_plan(findings)``
+    is called with what will be removed before anything is.
+    """
+    host = env.host
+    check_connection(host)
+    covered = frozenset(objects.PciAddress.parse(a) for a in covered)
+    if env.remove_timeout is None:
+        env = env.replace(remove_timeout=REMOVE_TIMEOUT)
+    remove_timeout = env.remove_timeout
+    store = env.store
+    backend = env.vgpus
+    started = time.time()
+    vgpus_before = _all_vgpus(backend)
+    refs = domain_refs(host)
+    findings = list(refs.unreadable)
+    planned = []              # (uuid, parent, type_id, domain, reason, what)
+    # A dry run writes nothing: it reads the leases without the lock, so
+    # it never holds up a guest start (``libvirt-gpu exporter`` runs one
+    # per scrape).
+    with (store.snapshot() if dry_run else store.transaction()) as txn:
+        vgpus = _all_vgpus(backend)
+        leased = _judge_leases(txn, refs, vgpus, started, stuck_after,
+                               dry_run, findings, planned)
+        findings.extend(_return_borrowed(txn, refs, started, dry_run))
+        unleased = {uuid: where for uuid, where in vgpus_before.items()
+                    if uuid not in leased and uuid in vgpus}
+        _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
+                        findings, planned)
+    if on_plan is not None and planned and not dry_run:
+        on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
+                         type_id=type_id, domain_uuid=domain)
+                 for uuid, parent, type_id, domain, reason, what in planned])
+    findings.extend(_carry_out(store, backend, planned, dry_run,
+                               remove_timeout))
+    return Report(dry_run=dry_run, findings=tuple(findings))
+
+
+def _judge_leases(txn, refs, vgpus, started, stuck_after, dry_run, findings,
+                  planned):
+    """Every lease: stuck (a live holder for too long), used (judged by
+    ``_judge_used``), or planned for removal (nobody runs it, its holder
+    is gone).  A lease changed after the domains were listed is left
+    alone.  Returns the leased UUIDs."""
+    me = os.getpid()
+    leased = set()
+    for lease in txn.all():
+        leased.add(lease.vgpu_uuid)
+        where = dict(parent=lease.parent, type_id=lease.type_id,
+                     domain_uuid=lease.domain_uuid)
+        if lease.held(started):
+            continue          # an incoming migration's, until it expires
+        if lease.holder_alive() and lease.pid != me:
+            if started - lease.updated_at > stuck_after:
+                findings.append(Finding(
+                    STUCK, 'lease', lease.vgpu_uuid,
+                    'process %d has held it (%s) for %.0f s'
+                    % (lease.pid, lease.state,
+                       started - lease.updated_at), **where))
+            continue
+        if lease.updated_at >= started:
+            continue          # changed after the domains were read
+        users = refs.running.get(lease.vgpu_uuid, frozenset())
+        if users:
+            findings.extend(_judge_used(txn, lease, users, vgpus,
+                                        dry_run, where))
+            continue
+        exists = lease.vgpu_uuid in vgpus
+        reason = ('no running domain uses it (lease %s for domain %s, '
+                  'its process gone)' % (lease.state,
+                                         lease.domain_uuid or '-'))
+        planned.append((lease.vgpu_uuid, lease.parent, lease.type_id,
+                        lease.domain_uuid, reason,
+                        'mdev+lease' if exists else 'lease'))
+        if not dry_run:
+            txn.update(lease.vgpu_uuid, state=state.REMOVING)
+    return leased
+
+
+def _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
+                    findings, planned):
+    """Every vGPU without a lease (``{uuid: (parent, type_id)}``): kept
+    when it is not ours to judge, used, possibly used, or defined; else
+    planned for removal."""
+    for uuid, (parent, type_id) in sorted(unleased.items()):
+        users = refs.running.get(uuid, frozenset()) | refs.defined.get(
+            uuid, frozenset())
+        if not users and not _managed(backend.sysfs, backend, uuid, parent,
+                                      covered):
+            findings.append(Finding(
+                KEPT, 'mdev', uuid, 'unreferenced, but on a GPU the '
+                'configuration does not enable and not made by us',
+                parent=parent, type_id=type_id))
+            continue
+        if len(refs.running.get(uuid, ())) > 1:
+            findings.append(Finding(
+                CONFLICT, 'mdev', uuid, 'used by %d running domains: %s'
+                % (len(refs.running[uuid]),
+                   ', '.join(sorted(refs.running[uuid]))),
+                parent=parent, type_id=type_id))
+        if users:
+            continue          # someone's: not ours to judge
+        if refs.unreadable:
+            findings.append(Finding(
+                KEPT, 'mdev', uuid, 'no readable domain references it, '
+                'but some domain XML could not be read', parent=parent,
+                type_id=type_id))
+            continue
+        definition = backend.definition(uuid)
+        if definition is not None:
+            findings.append(Finding(
+                KEPT, 'mdev', uuid, 'unreferenced, but defined by %s'
+                % definition.source, parent=parent, type_id=type_id))
+            continue
+        planned.append((uuid, parent, type_id, None,
+                        'no domain references it and it has no lease',
+                        'mdev'))
+        if not dry_run:
+            txn.add(uuid, None, parent, type_id, state.REMOVING)
+
+
+def _carry_out(store, backend, planned, dry_run, remove_timeout):
+    """Remove what was planned (or say what would be), then drop the
+    leases this process marked for removal.  Returns the findings."""
+    me = os.getpid()
+    findings = []
+    removed = []
+    for uuid, parent, type_id, domain, reason, what in planned:
+        where = dict(parent=parent, type_id=type_id, domain_uuid=domain)
+        if dry_run:
+            findings.append(Finding(WOULD_REMOVE, what, uuid, reason,
+                                    **where))
+            continue
+        problem = _remove_with_timeout(backend, uuid, remove_timeout)
+        if problem:
+            findings.append(Finding(STUCK, what, uuid, problem, **where))
+            continue
+        removed.append(uuid)
+        findings.append(Finding(REMOVED, what, uuid, reason, **where))
+    if removed:
+        with store.transaction() as txn:
+            for uuid in removed:
+                lease = txn.get(uuid)
+                if lease is not None and lease.pid == me:
+                    txn.delete(uuid)
+    return findings
+
+
+def _judge_used(txn, lease, users, vgpus, dry_run, where):
+    """A lease whose vGPU a running domain uses."""
+    found = []
+    if lease.domain_uuid not in users:
+        found.append(Finding(
+            CONFLICT, 'lease', lease.vgpu_uuid,
+            'leased to domain %s but used by running domain(s) %s'
+            % (lease.domain_uuid, ', '.join(sorted(users))), **where))
+    if len(users) > 1:
+        found.append(Finding(CONFLICT, 'mdev', lease.vgpu_uuid,
+                             'used by %d running domains' % len(users),
+                             **where))
+    if lease.vgpu_uuid not in vgpus:
+        found.append(Finding(STUCK, 'mdev', lease.vgpu_uuid,
+                             'a running domain uses it but it does not '
+                             'exist', **where))
+    elif lease.state != state.CREATED:
+        if not dry_run:
+            txn.update(lease.vgpu_uuid, state=state.CREATED)
+        found.append(Finding(REPAIRED if not dry_run else WOULD_REPAIR,
+                             'lease', lease.vgpu_uuid,
+                             'in use by its running domain: %s -> created'
+                             % lease.state, **where))
+    return found
+
+
+def _return_borrowed(txn, refs, started, dry_run):
+    """Forget that a domain uses an mdev someone else made once that domain
+    no longer runs (its release never came: a crash)."""
+    found = []
+    for uuid, (domain, since) in sorted(txn.borrowed().items()):
+        if since >= started or domain in refs.running.get(uuid, ()):
+            continue
+        if not dry_run:
+            txn.give_back(domain, [uuid])
+        found.append(Finding(REPAIRED if not dry_run else WOULD_REPAIR,
+                             'borrowed', uuid, 'domain %s no longer runs: it '
+                             'no longer holds this existing vGPU' % domain,
+                             domain_uuid=domain))
+    return found
+
+
+def _managed(sysfs, backend, uuid, parent, covered):
+    """Whether an unleased mdev is ours to judge: on a GPU the
+    configuration enables (a VF counts as its physical GPU), or one of our
+    recorded vGPUs (a kind that keeps its own records, such as the vendor
+    interface's)."""
+    if backend.recorded(uuid):
+        return True
+    gpu = sysfs.physfn(parent) or parent
+    return gpu in covered or parent in covered

@@ -1,0 +1,358 @@
+"""Put back, after a reboot, what the operator configured: ``libvirt-gpu
+restore`` (run at boot by ``etc/libvirt-gpu/systemd/libvirt-gpu-restore.
+service``, and safe to run any time: a second run changes nothing).
+
+Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
+
+1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
+   the PFs named by ``[vgpu_<type>]/device_addresses`` (when an enabled
+   type names no addresses, the PFs the kinds say their vGPUs live on:
+   ``VgpuKind.sriov_pfs``) and the GPUs the kinds' own records mention
+   (``VgpuKind.recorded_gpus``).  A PF with ``sriov_numvfs`` 0 gets all
+   of ``sriov_totalvfs``::
+
+       bus/pci/devices/0000:41:00.0/sriov_numvfs  <-  16
+
+   NVIDIA asks for its ``/usr/lib/nvidia/sriov-manage -e <pf>`` instead:
+   on the real ``/sys`` we run that script when it is installed (it ends in
+   the same write after preparing the driver), and write ``sriov_numvfs``
+   ourselves otherwise (any sysfs root but ``/sys``, or no script).  A PF
+   with some but not all VFs enabled is left as it is, and reported.
+2. **Persistent vGPUs.**  What each kind records to start with the host
+   (``VgpuKind.restorable``: the kind's persistent definitions marked to
+   start at boot) is created where it does not exist; what a kind leaves
+   alone is reported with its reason.  The kinds are asked from the last
+   (the fallback, whose definitions an operator wrote) to the first.
+3. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
+   a vGPU of ours whose owner (the domain of its lease) is not running is
+   reset, a record of one that is gone is forgotten.  vGPUs that are not
+   ours are reported, never touched; without libvirt to ask, nothing is
+   reset.
+
+Every step is reported (``RestoreReport``): what changed, what was already
+right, what failed and why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu import exception
+from libvirt_gpu.store import figures
+from libvirt_gpu.util import logs
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.devices import sysfs as sysfs_mod
+
+LOG = logs.getLogger(__name__)
+
+SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'
+
+# Actions (``Action.action``).
+ENABLED_VFS = 'enabled-vfs'
+CREATED = 'created'
+RESET = 'reset'
+WOULD = 'would'          # --dry-run: what a real run would change
+FORGOT = 'forgot'
+OK = 'ok'
+SKIPPED = 'skipped'
+FAILED = 'failed'
+CHANGES = (ENABLED_VFS, CREATED, RESET, FORGOT)
+
+
+@records.record
+class Action:
+    """One thing restore looked at."""
+
+    action: str            # one of the constants above
+    what: str              # 'vfs', or a kind's noun ('vgpu')
+    target: str            # PF address, vGPU UUID, VF address
+    detail: str
+
+    @property
+    def changed(self):
+        return self.action in CHANGES
+
+    def to_json(self):
+        return {'action': self.action, 'what': self.what,
+                'target': self.target, 'detail': self.detail,
+                'changed': self.changed}
+
+
+@records.record
+class RestoreReport:
+    """What ``restore`` did; the report shape of the CLI (``summary``,
+    ``COLUMNS`` and ``rows``, ``details``, ``to_json``)."""
+
+    actions: tuple[Action, ...]
+
+    COLUMNS = ('ACTION', 'WHAT', 'TARGET', 'DETAIL')
+
+    @property
+    def changed(self):
+        return tuple(a for a in self.actions if a.changed)
+
+    @property
+    def failed(self):
+        return tuple(a for a in self.actions if a.action == FAILED)
+
+    def summary(self):
+        return '%d change(s), %d failure(s)' % (
+            len(self.changed), len(self.failed))
+
+    def rows(self):
+        return [(a.action, a.what, a.target, a.detail) for a in self.actions]
+
+    def details(self):
+        return ()
+
+    def to_json(self):
+        return {'changed': len(self.changed), 'failed': len(self.failed),
+                'actions': [a.to_json() for a in self.actions]}
+
+
+# --- which GPUs need VFs -----------------------------------------------------
+
+def vf_targets(env):
+    """PF addresses whose VFs restore enables on the host ``env`` (step 1
+    of the module doc), sorted."""
+    conf, sysfs = env.conf, env.sysfs
+    targets = set()
+    everywhere = False
+    for type_id in conf.gpu.enabled_vgpu_types:
+        from libvirt_gpu.conf import vgpu as vgpu_conf
+        addresses = conf[vgpu_conf.group_name(type_id)].device_addresses
+        if not addresses:
+            everywhere = True
+        for raw in addresses:
+            try:
+                targets.add(objects.PciAddress.parse(raw))
+            except exception.InvalidPciAddress as e:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses: %s'
+                    % (vgpu_conf.group_name(type_id), e))
+    if everywhere:
+        for kind in env.kind_classes:
+            targets.update(kind.sriov_pfs(sysfs))
+    for kind in env.vgpus.kinds:
+        targets.update(kind.recorded_gpus())
+    return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
+                  and base.is_sriov_pf(sysfs, t))
+
+
+# --- the steps ---------------------------------------------------------------
+
+class Restore(object):
+    """One restore run.
+
+    :param env: the host (``environment.Environment``: its sysfs, state
+        directory, its vGPU kinds; no libvirt: restore runs before
+        libvirtd).
+    :param owner_running: ``f(uuid) -> True | False | None``: whether the
+        guest that holds our vGPU ``uuid`` runs (None: cannot tell).
+    :param sriov_manage: path of NVIDIA's script, or None to write
+        ``sriov_numvfs`` directly.
+    :param settle_timeout: seconds to wait for enabled VFs to show their
+        vGPU interface (the driver registers them after the VFs appear).
+    """
+
+    def __init__(self, env, owner_running=None, sriov_manage=None,
+                 settle_timeout=30.0, dry_run=False):
+        self.dry_run = dry_run
+        self.env = env
+        self.sysfs = env.sysfs
+        self.state_dir = env.state_dir
+        self.owner_running = owner_running or (lambda uuid: None)
+        self.sriov_manage = sriov_manage
+        self.settle_timeout = settle_timeout
+        self.actions = []
+
+    def _note(self, action, what, target, detail):
+        self.actions.append(Action(action, what, str(target), detail))
+        LOG.info('%s %s %s: %s', action, what, target, detail)
+
+    def run(self, vf_pfs):
+        for pf in vf_pfs:
+            self.enable_vfs(pf)
+        self.restore_persistent()
+        self.reset_stale()
+        return RestoreReport(actions=tuple(self.actions))
+
+    # 1. VFs ------------------------------------------------------------------
+
+    def enable_vfs(self, pf):
+        pf = objects.PciAddress.parse(pf)
+        total = self.sysfs.sriov_totalvfs(pf)
+        current = self.sysfs.sriov_numvfs(pf) or 0
+        if not total:
+            self._note(SKIPPED, 'vfs', pf, 'not an SR-IOV PF')
+            return
+        if current == total:
+            self._note(OK, 'vfs', pf, 'all %d VFs enabled' % total)
+            return
+        if current:
+            self._note(SKIPPED, 'vfs', pf, '%d of %d VFs enabled by someone '
+                       'else: left as they are' % (current, total))
+            return
+        if self.dry_run:
+            self._note(WOULD, 'vfs', pf, 'would enable %d VFs (%s)' % (
+                total, self.sriov_manage + ' -e' if self.sriov_manage
+                else 'write %d to sriov_numvfs' % total))
+            return
+        try:
+            how = self._enable(pf, total)
+        except (exception.LibvirtGpuError, OSError,
+                subprocess.SubprocessError) as e:
+            self._note(FAILED, 'vfs', pf, 'cannot enable VFs: %s' % e)
+            return
+        missing = self._settle(pf, total)
+        detail = 'enabled %d VFs (%s)' % (total, how)
+        if missing:
+            detail += '; %d VF(s) show no vGPU interface yet' % missing
+        self._note(ENABLED_VFS, 'vfs', pf, detail)
+
+    def _enable(self, pf, total):
+        if self.sriov_manage:
+            # /usr/lib/nvidia/sriov-manage -e 0000:41:00.0
+            proc = subprocess.run([self.sriov_manage, '-e', str(pf)],
+                                  capture_output=True, text=True,
+                                  timeout=300)
+            if proc.returncode != 0:
+                raise exception.SysfsWriteError(
+                    path=str(pf), reason='%s -e exited %d: %s' % (
+                        self.sriov_manage, proc.returncode,
+                        (proc.stderr or proc.stdout).strip()[-300:]))
+            return self.sriov_manage + ' -e'
+        self.sysfs.set_sriov_numvfs(pf, total)
+        return 'sriov_numvfs'
+
+    def _ready(self, vf):
+        return (self.sysfs.isdir(self.sysfs.types_dir(vf))
+                or self.env.vgpus.is_parent(vf))
+
+    def _settle(self, pf, total):
+        """Wait until the PF has ``total`` VFs that each show mdev types or
+        the vendor interface; returns how many do not."""
+        deadline = time.monotonic() + self.settle_timeout
+        while True:
+            vfs = self.sysfs.virtfns(pf)
+            missing = total - sum(1 for vf in vfs if self._ready(vf))
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.1)
+
+    def _dry_create(self, backend, device, what, where):
+        """``--dry-run``: what creating ``device`` would do."""
+        if backend.lookup(device.uuid) is not None:
+            self._note(OK, what, device.uuid, 'exists: ' + where)
+        else:
+            self._note(WOULD, what, device.uuid, 'would create ' + where)
+
+    # 2. persistent vGPUs ----------------------------------------------------
+
+    def restore_persistent(self):
+        # the fallback kind first: an operator's definitions before ours
+        for kind in reversed(self.env.vgpus.kinds):
+            for item in kind.restorable():
+                self._restore_one(kind, item)
+
+    def _restore_one(self, kind, item):
+        if item.device is None:
+            self._note(FAILED if item.failed else SKIPPED, kind.noun,
+                       item.uuid, item.detail)
+            return
+        if self.dry_run:
+            self._dry_create(kind, item.device, kind.noun, item.detail)
+            return
+        try:
+            created = kind.prepare(item.device)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, kind.noun, item.uuid,
+                       '%s: %s' % (item.detail, e))
+            return
+        self._note(CREATED if created else OK, kind.noun, item.uuid,
+                   ('created ' if created else 'exists: ') + item.detail)
+
+    # 3. stale vGPUs ----------------------------------------------------------
+
+    def reset_stale(self):
+        """Each kind's own clean-up after a reboot
+        (``VgpuKind.boot_cleanup``)."""
+        for kind in self.env.vgpus.kinds:
+            for note in kind.boot_cleanup(self.owner_running, self.dry_run):
+                self._note(note.action, kind.noun, note.target, note.detail)
+
+
+def restore(env, vf_pfs=(), **kwargs):
+    """Run every step (see the module doc) on the host ``env``; returns a
+    RestoreReport.  A run that is not a dry run leaves its outcome for
+    ``libvirt-gpu exporter`` (``figures``)."""
+    dry_run = kwargs.get('dry_run', False)
+    try:
+        report = Restore(env, **kwargs).run(vf_pfs)
+    except exception.LibvirtGpuError as e:
+        if not dry_run:
+            figures.record_outcome(env.state_dir, figures.RESTORE, error=e)
+        raise
+    if not dry_run:
+        figures.record_outcome(
+            env.state_dir, figures.RESTORE, changes=len(report.changed),
+            error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
+                             for a in report.failed) or None))
+    return report
+
+
+def lease_owner_check(state_dir, uri):
+    """``owner_running`` for a real host: the lease of a vGPU names its
+    domain (``state.LeaseStore``); libvirt at ``uri`` says whether that
+    domain runs.  None when libvirt cannot be asked."""
+    from libvirt_gpu.virt import host as host_mod
+    from libvirt_gpu.store import state
+
+    cache = {}
+
+    def running_domains():
+        if 'running' not in cache:
+            try:
+                with host_mod.Host(uri, read_only=True) as h:
+                    cache['running'] = {d.UUIDString() for d in
+                                        h.list_domains() if d.isActive()}
+            except exception.LibvirtGpuError as e:
+                LOG.warning('cannot ask libvirt which guests run (%s): no '
+                            'vGPU is reset', e)
+                cache['running'] = None
+        return cache['running']
+
+    def check(uuid):
+        try:
+            leases = {lease.vgpu_uuid: lease for lease in
+                      state.LeaseStore(state_dir).leases()}
+        except exception.LibvirtGpuError as e:
+            LOG.warning('cannot read leases: %s', e)
+            return None
+        lease = leases.get(uuid)
+        if lease is None or lease.domain_uuid is None:
+            return False
+        running = running_domains()
+        if running is None:
+            return None
+        return lease.domain_uuid in running
+
+    return check
+
+
+def sriov_manage_for(sysfs_root, requested='auto'):
+    """Which way to enable VFs: ``requested`` a path (use it), ``none``
+    (write sysfs), or ``auto``: NVIDIA's script on the real /sys when it is
+    installed, sysfs otherwise."""
+    if requested in (None, 'none'):
+        return None
+    if requested != 'auto':
+        return requested
+    if sysfs_mod.Sysfs.is_host_sysfs(sysfs_root) and \
+            os.access(SRIOV_MANAGE, os.X_OK):
+        return SRIOV_MANAGE
+    return None

@@ -1,0 +1,2 @@
+"""The OpenStack side: Placement (provider tree, client, sync), our
+Cyborg driver, the agent."""

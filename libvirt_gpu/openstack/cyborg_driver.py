@@ -1,0 +1,157 @@
+"""Our driver for OpenStack Cyborg's agent: ``libvirt_gpu_driver``.
+
+Cyborg's agent loads it through stevedore (entry point
+``libvirt_gpu_driver`` in ``cyborg.accelerator.driver``, turned on by
+``[agent] enabled_drivers = libvirt_gpu_driver`` in cyborg.conf) and calls
+``discover()`` about every minute; the conductor turns the
+``DriverDevice`` objects into its database rows and Placement providers.
+
+- What is offered comes from libvirt-gpu's own configuration (the file
+  ``$LIBVIRT_GPU_CONFIG`` names, else ``/etc/libvirt-gpu/libvirt-gpu.conf``),
+  read again at every discovery, so the qemu hook, ``libvirt-gpu agent``
+  and Cyborg offer the same vGPU types.  Cyborg's own ``[gpu_devices]``
+  and ``[vgpu_<type>]`` options are not read (a warning says so when set).
+- Deployable names use Cyborg's ``[DEFAULT]/host``.
+- The GPUs are read as ``libvirt-gpu`` reads them: libvirt at
+  ``[libvirt]/connection_uri`` when the libvirt binding is installed
+  beside Cyborg, else sysfs at ``[DEFAULT]/sysfs_root``; never ``lspci``.
+- The objects are ``placement.cyborg_objects`` records (the records
+  ``libvirt-gpu discover --json`` prints) turned into Cyborg's own objects
+  here.  Every GPU we manage is a device; one of which nothing can go to a
+  guest through Cyborg (a vendor-interface vGPU type among them) has no
+  deployable, and the log says why (that module's doc).
+
+Cyborg is not a requirement of ours: this module is the only one that
+imports it, and only when Cyborg asks for ``LibvirtGPUDriver`` (the class
+is built on first access, PEP 562), so importing this module needs no
+Cyborg and nothing of ours imports it.
+"""
+
+import importlib.util
+
+from libvirt_gpu import conffile
+from libvirt_gpu import exception
+from libvirt_gpu.util import logs
+
+LOG = logs.getLogger(__name__)
+
+ENTRY_POINT = 'libvirt_gpu_driver'
+NAMESPACE = 'cyborg.accelerator.driver'
+
+
+def discover_records(hostname, config_file=None, environ=None):
+    """The ``cyborg_objects.DriverDevice`` records of this host, as
+    libvirt-gpu's configuration (``conf.load``) offers them."""
+    from libvirt_gpu import conf as conf_mod
+    from libvirt_gpu import environment
+    from libvirt_gpu.openstack.placement import cyborg_objects
+
+    conf = conf_mod.load(config_file, environ=environ)
+    source = None
+    if importlib.util.find_spec('libvirt') is not None:
+        # libvirt first, sysfs when it cannot be reached; Cyborg's
+        # environment without the libvirt binding reads sysfs only.
+        source = environment.Source(uri=conf.libvirt.connection_uri)
+    env = environment.Environment.from_conf(conf, source=source)
+    devices, withheld = cyborg_objects.host_devices(
+        hostname, env.discovered.gpus, env.enabled, conf.gpu)
+    for address, why in withheld.items():
+        # A warning where the operator enabled a vGPU type (a vendor
+        # interface's, or one with no room left); the host's state else.
+        log = LOG.warning if address in env.enabled else LOG.info
+        log('%s: reported to Cyborg with nothing to offer: %s', address, why)
+    return devices
+
+
+def to_cyborg(device):
+    """One ``cyborg_objects.DriverDevice`` as Cyborg's ``DriverDevice``."""
+    from cyborg.objects.driver_objects import driver_attach_handle
+    from cyborg.objects.driver_objects import driver_attribute
+    from cyborg.objects.driver_objects import driver_controlpath_id
+    from cyborg.objects.driver_objects import driver_deployable
+    from cyborg.objects.driver_objects import driver_device
+
+    deployables = [driver_deployable.DriverDeployable(
+        name=d.name, num_accelerators=d.num_accelerators,
+        driver_name=d.driver_name,
+        attribute_list=[driver_attribute.DriverAttribute(
+            key=a.key, value=a.value) for a in d.attribute_list],
+        attach_handle_list=[driver_attach_handle.DriverAttachHandle(
+            attach_type=h.attach_type, attach_info=h.attach_info,
+            in_use=h.in_use) for h in d.attach_handle_list])
+        for d in device.deployable_list]
+    return driver_device.DriverDevice(
+        vendor=device.vendor, model=device.model, type=device.type,
+        std_board_info=device.std_board_info,
+        vendor_board_info=device.vendor_board_info,
+        stub=device.stub,
+        controlpath_id=driver_controlpath_id.DriverControlPathID(
+            cpid_type=device.controlpath_id.cpid_type,
+            cpid_info=device.controlpath_id.cpid_info),
+        deployable_list=deployables)
+
+
+def ignored_cyborg_options(cyborg_conf):
+    """Cyborg's own GPU options that are set, which this driver does not
+    read (its configuration is libvirt-gpu's)."""
+    group = getattr(cyborg_conf, 'gpu_devices', None)
+    if group is None:
+        return []
+    found = []
+    if group.enabled_vgpu_types:
+        found.append('[gpu_devices]/enabled_vgpu_types')
+    if group.filter_sriov_vfs:
+        found.append('[gpu_devices]/filter_sriov_vfs')
+    return found
+
+
+def _build_class():
+    from cyborg.accelerator.drivers import driver as cyborg_driver
+    from cyborg.conf import CONF
+
+    class LibvirtGPUDriver(cyborg_driver.GenericDriver):
+        """Cyborg's ``GenericDriver`` over libvirt-gpu's discovery."""
+
+        def __init__(self, config_file=None):
+            self.config_file = config_file
+            ignored = ignored_cyborg_options(CONF)
+            if ignored:
+                LOG.warning(
+                    'libvirt_gpu_driver does not read %s: the GPUs and vGPU '
+                    'types offered come from libvirt-gpu\'s configuration '
+                    '([gpu]/enabled_vgpu_types, [vgpu_<type>]); remove '
+                    'them from cyborg.conf', ', '.join(ignored))
+
+        def discover(self):
+            try:
+                found = discover_records(CONF.host, self.config_file)
+            except exception.LibvirtGpuError as e:
+                # Raised, never an empty list: Cyborg would delete every
+                # device and provider of the host.
+                path, _ = conffile.config_path(self.config_file)
+                LOG.error('libvirt_gpu_driver: nothing reported, Cyborg '
+                          'keeps what it has: %s (libvirt-gpu '
+                          'configuration: %s)', e, path)
+                raise
+            return [to_cyborg(d) for d in found]
+
+        def update(self, control_path, image_path):
+            raise NotImplementedError(
+                'libvirt_gpu_driver: GPUs have no image to program')
+
+        def get_stats(self):
+            return {}
+
+    LibvirtGPUDriver.__module__ = __name__
+    LibvirtGPUDriver.__qualname__ = 'LibvirtGPUDriver'
+    return LibvirtGPUDriver
+
+
+def __getattr__(name):
+    # PEP 562: stevedore's ``getattr(module, 'LibvirtGPUDriver')`` builds
+    # the class, importing Cyborg only then.
+    if name == 'LibvirtGPUDriver':
+        cls = _build_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError('module %r has no attribute %r' % (__name__, name))

@@ -1,0 +1,519 @@
+"""Choose a GPU for each vGPU and take its capacity, under the lease lock.
+
+``Allocator.reserve`` runs in one ``LeaseStore`` transaction (an exclusive
+flock, then SQLite ``BEGIN IMMEDIATE``), so racing processes queue and each
+sees the leases of the ones before it.  What a GPU can still give to type T
+is ``capacity.free`` of its capacity (``capacity.vgpu_total``, the number
+Placement is told; for a GPU without VFs ``capacity.parent_total`` of the
+type as the GPU lists it now):
+
+    total = available_instances(T) + existing vGPUs of T on it
+            (capped by the type's maximum and [vgpu_T]/max_instances)
+    used  = | existing vGPU UUIDs on it  U  leased UUIDs on it |
+    free  = total - used,   or 0 while the GPU holds (or has leased) any
+            vGPU of another type (NVIDIA's time-sliced vGPUs share one
+            type per GPU)
+
+The mdev list is read before ``available_instances``: an mdev created by
+another process in between then makes the count low, never high.  Reading
+and then creating is still a race with anyone outside our leases, so the
+kernel's answer to the create stays the final word (``backends.mdev``).
+
+A vGPU without a parent goes to the enabled GPU with the most free
+instances (lowest address on a tie).  A guest pinned to host NUMA nodes
+(``objects.NumaPinning``: its ``<numatune>`` nodeset, its ``<vcpu>``
+cpuset) gets a GPU on those nodes first (one whose ``numa_node`` is in the
+nodeset or whose ``local_cpulist`` holds a pinned CPU), then the most room;
+a GPU elsewhere only when none near has room.  Nothing here creates a
+device.
+
+A GPU whose vGPUs live on SR-IOV VFs (Ampere mdev on VFs, the vGPU 17+
+vendor interface) is enabled, and counted, as one physical GPU (its PF
+address): its capacity is ``capacity.vgpu_total`` of the GPU read with
+all its VFs (the number Placement is told), less the vGPUs of the type
+that exist on its VFs and the leases on its VFs not created yet; a lease of
+another type not created yet makes it 0.  The vGPU then goes to the first
+VF of that GPU that holds no vGPU, carries no lease, is not recorded for
+another vGPU (``reserved_parents``) and can take the type now: the
+lease's ``parent`` is that VF (one vGPU per VF).
+"""
+
+
+from __future__ import annotations
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices import capacity
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.store import state
+
+
+@records.record
+class VgpuClaim:
+    """One vGPU a domain asks for, with values parsed where they entered
+    the program (the API's arguments, the hook's metadata, an mdevctl
+    definition): ``uuid`` by ``objects.validate_uuid``, ``type_id`` by
+    ``objects.validate_type_id``, ``parent`` an ``objects.PciAddress`` or
+    None.  Construction refuses only a value of the wrong type.
+
+    ``managed``: the type must be enabled by configuration on the GPU
+    (False for an operator's own mdevctl definition, which names its GPU
+    and type itself).
+    """
+
+    uuid: str
+    type_id: str
+    parent: objects.PciAddress | None = None
+    managed: bool = True
+
+    def __post_init__(self):
+        if not (isinstance(self.uuid, str) and isinstance(self.type_id, str)
+                and (self.parent is None
+                     or isinstance(self.parent, objects.PciAddress))):
+            base.refuse_untyped(self, optional=('parent',))
+
+
+@records.record
+class Grant:
+    """A claim with its GPU chosen.
+
+    ``existed``: the mdev was already there (nothing to create, nothing to
+    roll back).  ``lease`` is None for an mdev that exists without a lease of
+    ours (made by someone else): we use it but will never remove it.
+    """
+
+    device: base.VgpuDevice
+    existed: bool
+    lease: state.Lease | None
+
+
+class Allocator(object):
+    """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
+    :param store: the host's ``LeaseStore``.
+    :param enabled: ``{PciAddress: EnabledType}`` (``enablement.resolve``).
+    """
+
+    def __init__(self, backend, store, enabled):
+        self.backend = backend
+        self.store = store
+        self.enabled = dict(enabled)
+
+    def _enabled_types(self):
+        return ', '.join(sorted({e.type_id for e in self.enabled.values()})
+                         ) or 'none'
+
+    def _sriov_gpu(self, address):
+        """``(physical GPU, VF or None)`` when vGPUs of the GPU at
+        ``address`` (a PF with VFs, or a VF) live on VFs, else None."""
+        sysfs = self.backend.sysfs
+        pf = sysfs.physfn(address)
+        if pf is not None:
+            return pf, address
+        if sysfs.virtfns(address):
+            return address, None
+        return None
+
+    def _gpu_free(self, txn, gpu, type_id, mdevs, vf=None, uuid=None):
+        """``(free, VF)`` of an SR-IOV GPU (see the module doc): how many
+        more vGPUs of ``type_id`` it can take, and the VF the next one goes
+        to (``vf`` when given and usable; ``uuid``'s own recorded VF
+        counts as usable).  ``(0, None)`` when none."""
+        # imported here: only an SR-IOV GPU is read as discovery reads it
+        from libvirt_gpu.devices import discovery
+        view = discovery.gpu_view(self.backend.sysfs, gpu,
+                                  self.backend.kind_classes, mdevs)
+        total = capacity.vgpu_total(view, self._setting(gpu, type_id))
+        vfs = {f.address for f in view.vf_gpus}
+        existing = {u for u, (a, _) in
+                    self.backend.existing(mdevs).items() if a in vfs}
+        recorded = {a: u for a, u in self.backend.reserved_parents().items()
+                    if a in vfs}
+        leases = [lease for a in sorted(vfs) for lease in txn.for_parent(a)]
+        pending = [lease for lease in leases
+                   if lease.vgpu_uuid not in existing]
+        used = sum(f.used_type_ids.count(type_id) for f in view.functions)
+        free = capacity.free(total, used, len(pending), other_types=any(
+            lease.type_id != type_id for lease in pending))
+        if free < 1:
+            return 0, None
+        leased = {lease.parent for lease in leases}
+
+        def usable(function):
+            return (not function.used_type_ids
+                    and function.address not in leased
+                    and recorded.get(function.address, uuid) == uuid
+                    and any(t.id == type_id and t.available_instances > 0
+                            for t in function.vgpu_types))
+        chosen = None
+        for function in view.vf_gpus:
+            if (vf is None or function.address == vf) and usable(function):
+                chosen = function.address
+                break
+        if free < 1 or chosen is None:
+            return 0, None
+        return free, chosen
+
+    def free(self, txn, parent, type_id, mdevs_by_parent):
+        """Instances of ``type_id`` ``parent`` can still give (see module
+        doc); ``mdevs_by_parent`` must be read before this is called."""
+        parent = objects.PciAddress.parse(parent)
+        sriov = self._sriov_gpu(parent)
+        if sriov is not None:
+            return self._gpu_free(txn, sriov[0], type_id, mdevs_by_parent,
+                                  vf=sriov[1])[0]
+        on_parent = {u: t for u, (p, t) in
+                     self.backend.existing(mdevs_by_parent).items()
+                     if p == parent}
+        same = sum(1 for t in on_parent.values() if t == type_id)
+        total = capacity.parent_total(
+            self.backend.vgpu_type(parent, type_id), same,
+            self._setting(parent, type_id))
+        leases = txn.for_parent(parent)
+        used = set(on_parent)
+        pending = {lease.vgpu_uuid for lease in leases} - used
+        other_types = (set(on_parent.values())
+                       | {lease.type_id for lease in leases}) - {type_id}
+        return capacity.free(total, len(used), len(pending),
+                             other_types=bool(other_types))
+
+    def _setting(self, gpu, type_id):
+        """``type_id`` as enabled on ``gpu`` (its max_instances), or with
+        no setting of ours when another type is enabled there."""
+        setting = self.enabled.get(gpu)
+        if setting is not None and setting.type_id == type_id:
+            return setting
+        return objects.EnabledType(type_id)
+
+    def capacity(self, type_id):
+        """``{PciAddress: free}`` of every GPU that has ``type_id``
+        enabled, read under the lock."""
+        with self.store.transaction() as txn:
+            mdevs = self.backend.sysfs.mdevs_by_parent()
+            return {address: self.free(txn, address, type_id, mdevs)
+                    for address, setting in sorted(self.enabled.items())
+                    if setting.type_id == type_id
+                    and (self.backend.is_parent(address)
+                         or self._sriov_gpu(address) is not None)}
+
+    # -- reserve --------------------------------------------------------
+
+    def reserve(self, domain_uuid, claims, pinning=objects.UNPINNED):
+        """Grant every claim or none (one transaction); ``pinning``: where
+        the domain is pinned (see the module doc).  Raises the first
+        claim's error: NoCapacity, TypeNotEnabled, UnknownType, ParentGone,
+        MdevConflict, LeaseConflict."""
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        grants = []
+        # Where each GPU is, read and parsed before the lock: nothing that
+        # grows with input (a long local_cpulist) runs inside it.
+        nearness = self._nearness(pinning)
+        with self.store.transaction() as txn:
+            mdevs = self.backend.sysfs.mdevs_by_parent()
+            for claim in claims:
+                try:
+                    grants.append(self._grant(txn, domain_uuid, claim,
+                                              mdevs, nearness))
+                except exception.NoCapacity as e:
+                    if grants:
+                        same = sum(1 for c in claims
+                                   if c.type_id == claim.type_id)
+                        e = exception.NoCapacity(
+                            uuid=claim.uuid, type_id=claim.type_id,
+                            where=e.kwargs['where'],
+                            reason='the domain asks for %d vGPUs of this '
+                                   'type and %d of its vGPUs fit before this '
+                                   'one; %s' % (same, len(grants),
+                                                e.kwargs['reason']))
+                    raise _naming_stale_leases(txn, e)
+        return grants
+
+    def reserve_incoming(self, domain_uuid, claims, expires_at,
+                         pinning=objects.UNPINNED, new_uuid=None):
+        """Reserve here, for a domain migrating in, a GPU for every claim
+        or for none (one transaction), by the rules of ``reserve`` (the
+        enabled type, room, ``pinning``); a claim's ``parent`` (the
+        source's) is ignored.  Each lease stands until ``expires_at``
+        although this process exits (``state.Lease.held``).
+
+        A claim's UUID is kept when it is free here (no vGPU, no lease);
+        else ``new_uuid()`` names the vGPU.  A reservation this domain
+        already holds for the UUID (a retried migration) is renewed.
+        Returns the Grants in the claims' order; raises NoCapacity or
+        TypeNotEnabled.
+        """
+        import uuid as uuidlib     # only here: prepare does not pay for it
+        new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        grants = []
+        # Where each GPU is, read before the lock (as ``reserve`` does).
+        nearness = self._nearness(pinning)
+        with self.store.transaction() as txn:
+            mdevs = self.backend.sysfs.mdevs_by_parent()
+            for claim in claims:
+                uuid = claim.uuid
+                lease = txn.get(uuid)
+                exists = self.backend.lookup(uuid) is not None
+                if (lease is not None and not exists
+                        and lease.domain_uuid == domain_uuid
+                        and lease.state == state.RESERVED
+                        and lease.type_id == claim.type_id):
+                    lease = txn.update(uuid, expires_at=expires_at)
+                    grants.append(Grant(device=base.VgpuDevice(
+                        uuid=uuid, parent=lease.parent,
+                        type_id=lease.type_id), existed=False, lease=lease))
+                    continue
+                if lease is not None or exists or uuid in {
+                        g.device.uuid for g in grants}:
+                    uuid = objects.validate_uuid(new_uuid())
+                try:
+                    parent = self._choose_parent(
+                        txn, records.replace(claim, uuid=uuid, parent=None),
+                        mdevs, nearness)
+                except exception.NoCapacity as e:
+                    raise _naming_stale_leases(txn, e)
+                lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
+                                state.RESERVED, expires_at=expires_at)
+                grants.append(Grant(device=base.VgpuDevice(
+                    uuid=uuid, parent=parent, type_id=claim.type_id),
+                    existed=False, lease=lease))
+        return grants
+
+    def _grant(self, txn, domain_uuid, claim, mdevs, nearness=None):
+        uuid = claim.uuid
+        lease = txn.get(uuid)
+        if lease is not None:
+            return self._grant_leased(txn, domain_uuid, claim, lease)
+        existing = self.backend.lookup(uuid)
+        if existing is not None:
+            self._check_fits(claim, existing)
+            _borrow(txn, existing, domain_uuid)
+            return Grant(device=existing, existed=True, lease=None)
+        parent = (self._check_parent(txn, claim, mdevs)
+                  if claim.parent is not None
+                  else self._choose_parent(txn, claim, mdevs, nearness))
+        device = base.VgpuDevice(uuid=uuid, parent=parent,
+                                 type_id=claim.type_id)
+        lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
+                        state.RESERVED)
+        return Grant(device=device, existed=False, lease=lease)
+
+    def _check_fits(self, claim, existing):
+        if existing.type_id != claim.type_id or (
+                claim.parent is not None and existing.parent != claim.parent):
+            raise exception.MdevConflict(
+                uuid=existing.uuid, existing_type=existing.type_id,
+                existing_parent=existing.parent, type_id=claim.type_id,
+                parent=claim.parent or 'any GPU')
+
+    def _grant_leased(self, txn, domain_uuid, claim, lease):
+        """A lease exists for the claim's UUID: ours to take over only if it
+        is this domain's (or a dead reconcile's) and nobody works on it."""
+        mine = lease.domain_uuid == domain_uuid
+        orphaned = lease.domain_uuid is None and lease.state == state.REMOVING
+        if lease.holder_alive() and lease.pid != txn.pid:
+            raise exception.LeaseConflict(
+                uuid=lease.vgpu_uuid,
+                holder='process %d (%s for domain %s), still running'
+                % (lease.pid, lease.state, lease.domain_uuid or '-'))
+        if not (mine or orphaned):
+            raise exception.LeaseConflict(
+                uuid=lease.vgpu_uuid, holder='domain %s' % lease.domain_uuid)
+        existing = self.backend.lookup(lease.vgpu_uuid)
+        if existing is not None:
+            self._check_fits(claim, existing)
+            lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
+                               parent=existing.parent, state=state.CREATED)
+            return Grant(device=existing, existed=True, lease=lease)
+        # A lease row enters the program here, where it is used: its type
+        # is parsed now (the parent was, when the row was read).  Reading
+        # the table does not refuse a corrupt row, so reconcile can still
+        # list and clean it.
+        objects.validate_type_id(lease.type_id)
+        self._check_fits(claim, base.VgpuDevice(
+            uuid=lease.vgpu_uuid, parent=lease.parent, type_id=lease.type_id))
+        # The lease already counts against its GPU: no new capacity needed.
+        self.backend.check_type(lease.parent, lease.type_id)
+        lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
+                           state=state.RESERVED)
+        return Grant(device=base.VgpuDevice(uuid=lease.vgpu_uuid,
+                                            parent=lease.parent,
+                                            type_id=lease.type_id),
+                     existed=False, lease=lease)
+
+    def _check_enabled(self, claim, gpu):
+        """A managed claim must ask for the type enabled on ``gpu`` (the
+        physical GPU: an SR-IOV GPU's setting covers its VFs)."""
+        if not claim.managed:
+            return
+        setting = self.enabled.get(gpu)
+        if setting is None or setting.type_id != claim.type_id:
+            raise exception.TypeNotEnabled(
+                type_id=claim.type_id, where='the GPU %s' % gpu,
+                enabled=(setting.type_id if setting is not None
+                         else 'none on that GPU'))
+
+    def _check_parent(self, txn, claim, mdevs):
+        parent = claim.parent
+        sriov = self._sriov_gpu(parent)
+        if sriov is not None:
+            return self._check_sriov_parent(txn, claim, mdevs, *sriov)
+        self.backend.check_type(parent, claim.type_id)
+        self._check_enabled(claim, parent)
+        if self.free(txn, parent, claim.type_id, mdevs) < 1:
+            raise exception.NoCapacity(
+                uuid=claim.uuid, type_id=claim.type_id,
+                where='the GPU %s' % parent,
+                reason='its vGPUs and leases take every instance')
+        return parent
+
+    def _check_sriov_parent(self, txn, claim, mdevs, gpu, vf):
+        """A claim naming an SR-IOV GPU (its PF: any of its VFs) or one of
+        its VFs; returns the VF."""
+        if vf is not None:
+            self.backend.check_type(vf, claim.type_id)
+        self._check_enabled(claim, gpu)
+        free, chosen = self._gpu_free(txn, gpu, claim.type_id, mdevs,
+                                      vf=vf, uuid=claim.uuid)
+        if free < 1:
+            raise exception.NoCapacity(
+                uuid=claim.uuid, type_id=claim.type_id,
+                where='the GPU %s' % gpu,
+                reason='its vGPUs and leases take every instance%s' % (
+                    ' or VF %s is taken' % vf if vf is not None else ''))
+        return chosen
+
+    def _near(self, address, pinning):
+        """Whether the GPU at ``address`` is on the nodes of ``pinning``
+        (always False for an unpinned guest: every GPU ranks the same)."""
+        if not pinning.pinned:
+            return False
+        try:
+            return pinning.is_near(*self.backend.sysfs.locality(address))
+        except exception.SysfsError:
+            return False              # unknown: not preferred
+
+    def _nearness(self, pinning):
+        """``{address: near}`` of every enabled GPU (``_near``); empty
+        for an unpinned guest."""
+        if not pinning.pinned:
+            return {}
+        return {address: self._near(address, pinning)
+                for address in self.enabled}
+
+    def _choose_parent(self, txn, claim, mdevs, nearness=None):
+        candidates = sorted(a for a, s in self.enabled.items()
+                            if s.type_id == claim.type_id)
+        if not candidates:
+            raise exception.TypeNotEnabled(
+                type_id=claim.type_id, where='this host',
+                enabled=self._enabled_types())
+        best = None           # ((near, free), parent)
+        looked = []
+        for address in candidates:
+            near = (nearness or {}).get(address, False)
+            if self._sriov_gpu(address) is not None:
+                free, chosen = self._gpu_free(txn, address, claim.type_id,
+                                              mdevs, uuid=claim.uuid)
+                looked.append('%s (%d free)' % (address, free))
+                if free > 0 and (best is None or (near, free) > best[0]):
+                    best = ((near, free), chosen)
+                continue
+            if not self.backend.is_parent(address):
+                looked.append('%s (gone)' % address)
+                continue
+            if self.backend.vgpu_type(address, claim.type_id) is None:
+                looked.append('%s (type not offered)' % address)
+                continue
+            free = self.free(txn, address, claim.type_id, mdevs)
+            looked.append('%s (%d free)' % (address, free))
+            if free > 0 and (best is None or (near, free) > best[0]):
+                best = ((near, free), address)
+        if best is None:
+            raise exception.NoCapacity(
+                uuid=claim.uuid, type_id=claim.type_id,
+                where='any GPU of this host',
+                reason='looked at %s' % ', '.join(looked))
+        return best[1]
+
+    # -- after the devices were made ------------------------------------
+
+    def mark_created(self, uuids):
+        """``reserved`` -> ``created`` for leases this process holds."""
+        with self.store.transaction() as txn:
+            for uuid in uuids:
+                txn.update(uuid, state=state.CREATED)
+
+    def forget(self, uuids):
+        """Drop leases (the devices are gone or were never made)."""
+        with self.store.transaction() as txn:
+            for uuid in uuids:
+                txn.delete(uuid)
+
+    def give_back(self, domain_uuid, uuids):
+        """A domain no longer uses these existing, unleased mdevs (its
+        start failed)."""
+        with self.store.transaction() as txn:
+            txn.give_back(domain_uuid, uuids)
+
+    def begin_release(self, domain_uuid, uuids=None):
+        """Mark a domain's leases ``removing`` (held by this process) and
+        return them; ``uuids`` limits them to those vGPUs."""
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        wanted = (None if uuids is None
+                  else {objects.validate_uuid(u) for u in uuids})
+        taken = []
+        with self.store.transaction() as txn:
+            for lease in txn.for_domain(domain_uuid):
+                if wanted is not None and lease.vgpu_uuid not in wanted:
+                    continue
+                if lease.holder_alive() and lease.pid != txn.pid \
+                        and lease.state != state.CREATED:
+                    # Another process is creating it right now (a start
+                    # racing a stop cannot happen in libvirt; be safe).
+                    raise exception.LeaseConflict(
+                        uuid=lease.vgpu_uuid,
+                        holder='process %d (%s), still running'
+                        % (lease.pid, lease.state))
+                taken.append(txn.update(lease.vgpu_uuid,
+                                        state=state.REMOVING))
+            txn.give_back(domain_uuid, wanted)
+        return taken
+
+
+def _borrow(txn, existing, domain_uuid):
+    """An mdev without a lease (someone else made it) is used, never
+    removed; but only by one domain at a time."""
+    holder = txn.borrower(existing.uuid)
+    if holder is not None and holder != domain_uuid:
+        raise exception.LeaseConflict(
+            uuid=existing.uuid,
+            holder='domain %s, which already uses this existing vGPU (it is '
+                   'given back when that domain stops)' % holder)
+    txn.borrow(existing.uuid, domain_uuid)
+
+
+STALE_LISTED = 5
+
+
+def _naming_stale_leases(txn, error):
+    """``error`` (NoCapacity), naming the leases whose holder process died
+    before it finished (a killed prepare or release): they still count
+    against capacity until ``reconcile`` settles them."""
+    stale = [lease for lease in txn.all()
+             if lease.state != state.CREATED and not lease.holder_alive()
+             and not lease.held(txn.now)]
+    if not stale:
+        return error
+    named = ', '.join('%s (%s for domain %s by process %d, gone)'
+                      % (lease.vgpu_uuid, lease.state,
+                         lease.domain_uuid or '-', lease.pid)
+                      for lease in stale[:STALE_LISTED])
+    if len(stale) > STALE_LISTED:
+        named += ' and %d more' % (len(stale) - STALE_LISTED)
+    kwargs = dict(error.kwargs)
+    kwargs['reason'] = ('%s; %d lease(s) left by processes that died may be '
+                        'stale: %s; `libvirt-gpu reconcile --dry-run` shows '
+                        'what `libvirt-gpu reconcile` would free'
+                        % (kwargs['reason'], len(stale), named))
+    return exception.NoCapacity(**kwargs)

@@ -1,0 +1,247 @@
+"""Figures that short-lived processes leave in the state directory for
+``libvirt-gpu exporter`` to serve: the hook's calls and latencies, and the
+outcome of the last Placement sync and restore.
+
+The standard library and ``statedir`` only (the qemu hook imports this on
+every guest start); every file is opened by ``statedir.open_file``, as
+every state file is (no link followed, no wait on a FIFO).
+The hook's file is one small JSON document that each hook call rewrites in
+place under an exclusive ``flock`` of the file (one small
+read-modify-write; ``bench/hook.py`` measures it); the exporter reads it
+under a shared one, held for one read.  Nothing else takes that lock: a
+scrape waits at most for one hook call's write, never for the lease
+lock.  The outcome files are
+replaced whole (a temporary file, then ``rename``): their writers are not
+on a guest's path.
+
+``<state_dir>/hook-figures.json``::
+
+    {"version": 1, "buckets": [0.005, ...],
+     "operations": {"prepare": {"calls": 3, "refusals": 1, "errors": 0,
+                                "seconds_sum": 0.12,
+                                "counts": [0, 2, 1, ...]}}}
+
+``counts`` has one entry per bucket (calls that took at most that many
+seconds and more than the bucket before) and a last one for longer calls.
+
+``<state_dir>/outcome-<task>.json`` (``placement-sync``, ``restore``)::
+
+    {"version": 1, "runs": 5, "failures": 1, "last_run": 1700000000.0,
+     "last_success": 1700000000.0, "last_error": null,
+     "last_error_time": 1699990000.0, "last_changes": 2,
+     "changes_total": 7}
+"""
+
+import fcntl
+import json
+import os
+import time
+
+from libvirt_gpu import exception
+from libvirt_gpu.store import statedir
+
+VERSION = 1
+HOOK_FIGURES = 'hook-figures.json'
+OUTCOME = 'outcome-%s.json'
+PLACEMENT_SYNC = 'placement-sync'
+RESTORE = 'restore'
+TASKS = (PLACEMENT_SYNC, RESTORE)
+# The hook's operations, each served from the first scrape on (at 0), so
+# that the first error is an increase Prometheus sees (kept equal to
+# hook.HANDLED by a test).
+OPERATIONS = ('prepare', 'release', 'reconnect', 'migrate')
+# Upper bounds, in seconds, of the hook's latency histogram: from a call
+# that finds nothing to do to a prepare that waits for the lease lock
+# (bench/hook.py measures the ones in between).
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+           2.5, 5.0, 10.0, 30.0)
+# What one hook call ended in.
+OK = 'ok'
+REFUSED = 'refused'     # the input or the guest refused, with a reason
+ERROR = 'error'         # an internal error, or a release that failed
+OUTCOMES = (OK, REFUSED, ERROR)
+MAX_BYTES = 64 * 1024   # a figures file is never larger; bigger is junk
+
+
+def _parse(data):
+    """The JSON document in ``data`` (bytes), or None when it is not one
+    of ours (a reader treats that as "nothing recorded yet")."""
+    if len(data) > MAX_BYTES:
+        return None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get('version') != VERSION:
+        return None
+    return doc
+
+
+def _read(path):
+    """The document at ``path``, or None (none, or not one of ours)."""
+    try:
+        fd = statedir.open_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return _parse(os.pread(fd, MAX_BYTES + 1, 0))
+    finally:
+        os.close(fd)
+
+
+def _replace(path, doc):
+    tmp = '%s.%d.tmp' % (path, os.getpid())
+    fd = statedir.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                            0o644)
+    try:
+        os.write(fd, json.dumps(doc, separators=(',', ':')).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _bucket(seconds):
+    for index, bound in enumerate(BUCKETS):
+        if seconds <= bound:
+            return index
+    return len(BUCKETS)
+
+
+def _operation(doc, operation):
+    ops = doc.setdefault('operations', {})
+    entry = ops.get(operation)
+    if not (isinstance(entry, dict) and isinstance(entry.get('counts'), list)
+            and len(entry['counts']) == len(BUCKETS) + 1):
+        entry = ops[operation] = _zero()
+    return entry
+
+
+def record_hook_call(state_dir, operation, outcome, seconds):
+    """Count one hook call of ``operation`` that ended in ``outcome`` (one
+    of ``OUTCOMES``) after ``seconds``.  Raises OSError when the state
+    directory cannot be written, StateError when something other than a
+    regular file stands in the file's place (the hook logs either and goes
+    on).
+
+    The file is rewritten in place under an exclusive ``flock`` of its
+    own, never renamed over nor truncated: on ext4 either makes the
+    kernel write the new data out first (``auto_da_alloc``), which a
+    guest start would wait for on a busy disk (``bench/hook.py``).  A
+    shorter document is padded with spaces (JSON allows them)."""
+    path = os.path.join(state_dir, HOOK_FIGURES)
+    flags = os.O_RDWR | os.O_CREAT
+    try:
+        fd = statedir.open_file(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = statedir.open_file(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        old = os.pread(fd, MAX_BYTES + 1, 0)
+        doc = _parse(old)
+        if doc is None or doc.get('buckets') != list(BUCKETS):
+            doc = {'version': VERSION, 'buckets': list(BUCKETS)}
+        entry = _operation(doc, operation)
+        entry['calls'] += 1
+        if outcome == REFUSED:
+            entry['refusals'] += 1
+        elif outcome == ERROR:
+            entry['errors'] += 1
+        entry['seconds_sum'] += seconds
+        entry['counts'][_bucket(seconds)] += 1
+        data = json.dumps(doc, separators=(',', ':')).encode()
+        if len(old) > MAX_BYTES:
+            os.ftruncate(fd, 0)         # junk: start afresh (rare)
+        elif len(data) < len(old):
+            data = data.ljust(len(old))
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)        # also drops the flock
+
+
+class HookTimer(object):
+    """Times one hook call: ``timer = HookTimer(operation)`` when it
+    starts, ``timer.done(state_dir, outcome)`` when it ends."""
+
+    def __init__(self, operation):
+        self.operation = operation
+        self.started = time.monotonic()
+
+    def done(self, state_dir, outcome):
+        record_hook_call(state_dir, self.operation, outcome,
+                         time.monotonic() - self.started)
+
+
+def _zero():
+    return {'calls': 0, 'refusals': 0, 'errors': 0, 'seconds_sum': 0.0,
+            'counts': [0] * (len(BUCKETS) + 1)}
+
+
+def hook_figures(state_dir):
+    """``{operation: {calls, refusals, errors, seconds_sum, counts}}`` as
+    recorded, every one of ``OPERATIONS`` at least (at 0).  Read under a
+    shared ``flock`` of the file, held for one read: it waits at most for
+    one hook call's write, and a hook call waits at most for one read."""
+    found = {operation: _zero() for operation in OPERATIONS}
+    try:
+        fd = statedir.open_file(os.path.join(state_dir, HOOK_FIGURES),
+                                os.O_RDONLY)
+    except FileNotFoundError:
+        return found
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        doc = _parse(os.pread(fd, MAX_BYTES + 1, 0))
+    finally:
+        os.close(fd)
+    if doc is None or doc.get('buckets') != list(BUCKETS):
+        return found
+    for operation, entry in sorted(doc.get('operations', {}).items()):
+        try:
+            counts = [int(c) for c in entry['counts']]
+            found[str(operation)] = {
+                'calls': int(entry['calls']),
+                'refusals': int(entry['refusals']),
+                'errors': int(entry['errors']),
+                'seconds_sum': float(entry['seconds_sum']),
+                'counts': counts}
+        except (KeyError, TypeError, ValueError):
+            continue        # a damaged entry: the others still count
+    return found
+
+
+def record_outcome(state_dir, task, error=None, changes=0, now=None):
+    """Record one run of ``task`` (``TASKS``): ``error`` (text) when it
+    failed, else how many ``changes`` it made.  Never raises for a state
+    directory that cannot be written: the figures are for watching, the
+    task's own result is what counts."""
+    path = os.path.join(state_dir, OUTCOME % task)
+    now = time.time() if now is None else now
+    try:
+        doc = _read(path)
+    except (OSError, exception.StateError):
+        return False
+    doc = doc or {'version': VERSION, 'runs': 0, 'failures': 0,
+                  'last_success': None, 'last_error': None,
+                  'last_error_time': None, 'last_changes': 0,
+                  'changes_total': 0}
+    doc['runs'] = int(doc.get('runs', 0)) + 1
+    doc['last_run'] = now
+    if error is not None:
+        doc['failures'] = int(doc.get('failures', 0)) + 1
+        doc['last_error'] = str(error)[:500]
+        doc['last_error_time'] = now
+    else:
+        doc['last_success'] = now
+        doc['last_changes'] = int(changes)
+        doc['changes_total'] = int(doc.get('changes_total', 0)) + changes
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        _replace(path, doc)
+    except (OSError, exception.StateError):
+        return False
+    return True
+
+
+def outcome(state_dir, task):
+    """The recorded outcome document of ``task``, or None."""
+    return _read(os.path.join(state_dir, OUTCOME % task))

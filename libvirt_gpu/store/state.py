@@ -1,0 +1,622 @@
+"""Leases: which vGPU (by UUID, any kind) is held for which domain, and by
+whom.
+
+One SQLite file per host, ``<state_dir>/leases.sqlite3``, next to a lock
+file ``<state_dir>/leases.lock`` and ``<state_dir>/boot_id`` (leases are
+only meaningful within one boot: mdevs do not survive a reboot).  Every
+change happens inside ``LeaseStore.transaction()``: an exclusive ``flock``
+on the lock file (so processes queue in the kernel, and a process killed
+while holding it lets go at once), then ``BEGIN IMMEDIATE`` ... ``COMMIT``
+(so a process killed in the middle leaves the file as it was before the
+transaction).
+
+A lease row::
+
+    mdev_uuid   4b20d080-1b54-4048-85b3-a6a62d165c01   (primary key; the
+                vGPU's UUID, of any kind: ``Lease.vgpu_uuid``)
+    domain_uuid c7a5fdbd-cdaf-9455-926a-d65c16db1809   (NULL: reconcile's)
+    parent      0000:af:00.0
+    type_id     nvidia-223
+    state       reserved | created | removing
+    pid, pid_start   the process working on it (start time guards against
+                     PID reuse); once it has exited the lease is settled
+    created_at, updated_at   seconds since the epoch
+    expires_at  NULL, or (a reservation for an incoming live migration,
+                made by the destination's ``migrate`` hook, whose process
+                exits at once) the time until which the reservation stands
+                although its holder is gone; any later change of the lease
+                (``prepare`` taking it over) ends it
+
+``reserved``: capacity taken, the mdev may not exist yet.  ``created``: the
+mdev exists for the domain.  ``removing``: reconcile is removing it.  A
+process killed mid-way leaves its lease behind with a dead holder; the
+allocator still counts it (never over-commit) and ``reconcile`` resolves it.
+
+Test-only crash points: ``crash_point('attach:created')`` kills the process
+with SIGKILL when the environment variable ``LIBVIRT_GPU_TEST_CRASH_AT``
+names that step (``attach:created``, or ``attach:created@2`` for its second
+occurrence).  Unset, it costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import sqlite3
+import time
+import urllib.parse
+
+from libvirt_gpu import exception
+from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import filetype
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.store import statedir
+from libvirt_gpu.util import textutil
+
+DB_NAME = 'leases.sqlite3'
+LOCK_NAME = 'leases.lock'
+BOOT_ID_NAME = 'boot_id'
+BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
+SCHEMA_VERSION = 2
+# A SQLite file is at least its 100-byte header (in practice a page).
+_SQLITE_HEADER_BYTES = 100
+
+RESERVED = 'reserved'
+CREATED = 'created'
+REMOVING = 'removing'
+STATES = (RESERVED, CREATED, REMOVING)
+
+CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
+_crash_counts = {}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    mdev_uuid   TEXT PRIMARY KEY NOT NULL,
+    domain_uuid TEXT,
+    parent      TEXT NOT NULL,
+    type_id     TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('reserved', 'created',
+                                               'removing')),
+    pid         INTEGER NOT NULL,
+    pid_start   INTEGER,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    expires_at  REAL
+);
+CREATE INDEX IF NOT EXISTS leases_domain ON leases (domain_uuid);
+CREATE INDEX IF NOT EXISTS leases_parent ON leases (parent);
+CREATE TABLE IF NOT EXISTS borrowed (
+    mdev_uuid   TEXT PRIMARY KEY NOT NULL,
+    domain_uuid TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
+"""
+_COLUMNS = ('mdev_uuid', 'domain_uuid', 'parent', 'type_id', 'state', 'pid',
+            'pid_start', 'created_at', 'updated_at', 'expires_at')
+# The Lease fields of those columns: a vGPU of any kind is keyed by its
+# UUID; the column keeps its first name so existing lease files still open.
+_FIELDS = ('vgpu_uuid',) + _COLUMNS[1:]
+
+
+def crash_point(step):
+    """Test-only: SIGKILL this process at ``step`` (see module doc)."""
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition('@')
+    if name != step:
+        return
+    _crash_counts[step] = _crash_counts.get(step, 0) + 1
+    if _crash_counts[step] == (int(nth) if nth.isdigit() else 1):
+        import signal     # only here: the hook does not pay for it
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def process_start(pid):
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat``
+    field 22), or None when there is no such process."""
+    try:
+        with open('/proc/%d/stat' % pid, 'rb') as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    # "pid (comm) state ppid ..." - comm may hold spaces and parentheses.
+    fields = stat.rsplit(b')', 1)[-1].split()
+    try:
+        if fields[0] == b'Z':
+            return None      # a zombie holds nothing any more
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+_my_start_cache = {}
+
+
+def _my_start():
+    pid = os.getpid()
+    if pid not in _my_start_cache:
+        _my_start_cache[pid] = process_start(pid)
+    return _my_start_cache[pid]
+
+
+@records.record
+class Lease:
+    vgpu_uuid: str
+    domain_uuid: str | None
+    parent: objects.PciAddress
+    type_id: str
+    state: str
+    pid: int
+    pid_start: int | None
+    created_at: float
+    updated_at: float
+    expires_at: float | None = None
+
+    def held(self, now):
+        """Whether an incoming migration's reservation still stands at
+        ``now`` (its holder, the ``migrate`` hook, has exited by design)."""
+        return self.expires_at is not None and now < self.expires_at
+
+    def holder_alive(self):
+        """Whether the process that last worked on this lease still runs."""
+        start = process_start(self.pid)
+        return start is not None and (self.pid_start is None
+                                      or start == self.pid_start)
+
+    def held_by_me(self):
+        return self.pid == os.getpid() and self.holder_alive()
+
+
+def _row_to_lease(row):
+    values = dict(zip(_FIELDS, row))
+    values['parent'] = objects.PciAddress.parse(values['parent'])
+    return Lease(**values)
+
+
+class Transaction(object):
+    """Reads and writes of one locked transaction (``LeaseStore``)."""
+
+    def __init__(self, db):
+        self._db = db
+        self.now = time.time()
+        self.pid = os.getpid()
+        self.pid_start = _my_start()
+
+    def _select(self, where='', args=()):
+        rows = self._db.execute(
+            'SELECT %s FROM leases %s ORDER BY created_at, mdev_uuid'
+            % (', '.join(_COLUMNS), where), args).fetchall()
+        return [_row_to_lease(r) for r in rows]
+
+    def all(self):
+        return self._select()
+
+    def get(self, vgpu_uuid):
+        found = self._select('WHERE mdev_uuid = ?',
+                             (objects.validate_uuid(vgpu_uuid),))
+        return found[0] if found else None
+
+    def for_domain(self, domain_uuid):
+        return self._select('WHERE domain_uuid = ?',
+                            (objects.validate_uuid(domain_uuid),))
+
+    def for_parent(self, parent):
+        return self._select('WHERE parent = ?',
+                            (str(objects.PciAddress.parse(parent)),))
+
+    def add(self, vgpu_uuid, domain_uuid, parent, type_id, state=RESERVED,
+            expires_at=None):
+        """Insert a lease held by this process (and, with ``expires_at``,
+        until then whatever becomes of it); a UUID already leased is a
+        LeaseConflict."""
+        if state not in STATES:
+            raise ValueError(state)
+        lease = Lease(
+            vgpu_uuid=objects.validate_uuid(vgpu_uuid),
+            domain_uuid=(objects.validate_uuid(domain_uuid)
+                         if domain_uuid is not None else None),
+            parent=objects.PciAddress.parse(parent),
+            type_id=objects.validate_type_id(type_id), state=state,
+            pid=self.pid, pid_start=self.pid_start, created_at=self.now,
+            updated_at=self.now, expires_at=expires_at)
+        try:
+            self._db.execute(
+                'INSERT INTO leases (%s) VALUES (%s)'
+                % (', '.join(_COLUMNS), ', '.join('?' * len(_COLUMNS))),
+                (lease.vgpu_uuid, lease.domain_uuid, str(lease.parent),
+                 lease.type_id, lease.state, lease.pid, lease.pid_start,
+                 lease.created_at, lease.updated_at, lease.expires_at))
+        except sqlite3.IntegrityError:
+            other = self.get(lease.vgpu_uuid)
+            raise exception.LeaseConflict(
+                uuid=lease.vgpu_uuid,
+                holder='domain %s' % (other.domain_uuid if other else '?'))
+        return lease
+
+    def update(self, vgpu_uuid, **changes):
+        """Change fields of a lease and take it over (pid = this process).
+        Returns the new lease; a missing lease is a StateError.  The
+        lease's ``expires_at`` is cleared unless given: the process taking
+        it over holds it now."""
+        allowed = {'domain_uuid', 'parent', 'type_id', 'state', 'expires_at'}
+        if set(changes) - allowed:
+            raise ValueError(sorted(set(changes) - allowed))
+        if changes.get('state', RESERVED) not in STATES:
+            raise ValueError(changes['state'])
+        if 'parent' in changes:
+            changes['parent'] = str(objects.PciAddress.parse(
+                changes['parent']))
+        changes.setdefault('expires_at', None)
+        changes.update(pid=self.pid, pid_start=self.pid_start,
+                       updated_at=self.now)
+        names = sorted(changes)
+        cur = self._db.execute(
+            'UPDATE leases SET %s WHERE mdev_uuid = ?'
+            % ', '.join('%s = ?' % n for n in names),
+            [changes[n] for n in names] + [objects.validate_uuid(vgpu_uuid)])
+        if cur.rowcount != 1:
+            raise exception.StateError(path='leases',
+                                       reason='no lease for %s' % vgpu_uuid)
+        return self.get(vgpu_uuid)
+
+    # An mdev someone else made (no lease) that a domain uses: recorded so
+    # that a second domain naming it is refused.  Never removed by us.
+
+    def borrower(self, vgpu_uuid):
+        """The domain UUID that uses the unleased mdev, or None."""
+        row = self._db.execute(
+            'SELECT domain_uuid FROM borrowed WHERE mdev_uuid = ?',
+            (objects.validate_uuid(vgpu_uuid),)).fetchone()
+        return row[0] if row else None
+
+    def borrow(self, vgpu_uuid, domain_uuid):
+        self._db.execute(
+            'INSERT OR REPLACE INTO borrowed (mdev_uuid, domain_uuid, '
+            'created_at) VALUES (?, ?, ?)',
+            (objects.validate_uuid(vgpu_uuid),
+             objects.validate_uuid(domain_uuid), self.now))
+
+    def give_back(self, domain_uuid, vgpu_uuids=None):
+        """Forget what ``domain_uuid`` borrowed (only ``vgpu_uuids`` when
+        given)."""
+        domain_uuid = objects.validate_uuid(domain_uuid)
+        if vgpu_uuids is None:
+            self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ?',
+                             (domain_uuid,))
+            return
+        for uuid in vgpu_uuids:
+            self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ? '
+                             'AND mdev_uuid = ?',
+                             (domain_uuid, objects.validate_uuid(uuid)))
+
+    def borrowed(self):
+        """``{vgpu_uuid: (domain_uuid, created_at)}`` of every borrowed
+        mdev."""
+        return {u: (d, t) for u, d, t in self._db.execute(
+            'SELECT mdev_uuid, domain_uuid, created_at FROM borrowed')}
+
+    def delete(self, vgpu_uuid):
+        """Drop a lease; True when there was one."""
+        cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
+                               (objects.validate_uuid(vgpu_uuid),))
+        return cur.rowcount == 1
+
+
+def _add_missing_columns(db):
+    """A lease file of schema 1 (no ``expires_at``) gains the column; its
+    leases keep NULL (no migration reservation)."""
+    have = {row[1] for row in db.execute('PRAGMA table_info(leases)')}
+    if 'expires_at' not in have:
+        db.execute('ALTER TABLE leases ADD COLUMN expires_at REAL')
+
+
+_MAX_HOLDER_BYTES = 512
+
+
+def _record_holder(fd):
+    """Write this process (PID and command) into the lock file it has
+    just locked, so that one waiting for it can name it."""
+    try:
+        with open('/proc/self/cmdline', 'rb') as f:
+            command = f.read(400).replace(b'\0', b' ').strip()
+    except OSError:
+        command = b'?'
+    line = b'%d %s\n' % (os.getpid(), command[:400])
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+    except OSError:
+        pass                # naming the holder is a courtesy
+
+
+def _holder_stopped(fd):
+    """The PID of the lock's holder when it is stopped (SIGSTOP, a
+    debugger: state ``T``/``t`` in ``/proc/<pid>/stat``), else None.  A
+    stopped holder never lets go by itself: waiting for it is waiting for
+    the timeout."""
+    try:
+        pid = os.pread(fd, 32, 0).split(b' ', 1)[0]
+        if not pid.isdigit():
+            return None
+        with open('/proc/%d/stat' % int(pid), 'rb') as f:
+            stat = f.read(1024)
+    except OSError:
+        return None
+    # "<pid> (<comm>) <state> ...": the command may hold spaces and ')'
+    state = stat[stat.rfind(b')') + 2:][:1]
+    return int(pid) if state in (b'T', b't') else None
+
+
+def _holder(fd, path):
+    """Who holds the lock (as ``_record_holder`` wrote it), in words,
+    with what to run."""
+    try:
+        text = os.pread(fd, _MAX_HOLDER_BYTES, 0).decode('utf-8', 'replace')
+    except OSError:
+        text = ''
+    pid, _, command = text.strip().partition(' ')
+    if not pid.isdigit():
+        return 'another process; find it with `fuser -v %s`' % path
+    return ('process %s (%s); see what it does with `ps -o pid,stat,args -p '
+            '%s` (state T: stopped, `kill -CONT %s`)'
+            % (pid, textutil.escape(command[:200], newline=True) or '?',
+               pid, pid))
+
+
+class LeaseStore(object):
+    """The lease file of one host (``[DEFAULT]/state_dir``)."""
+
+    def __init__(self, state_dir, lock_timeout=60.0,
+                 boot_id_path=BOOT_ID_PATH, sysfs_root=None):
+        self.state_dir = os.path.abspath(os.fspath(state_dir))
+        # The host the leases belong to (statedir.check_owner); None: any
+        # (a reader that does not act on the host, such as a test).
+        self.owner = (statedir.owner_text(sysfs_root)
+                      if sysfs_root is not None else None)
+        self._owner_checked = False
+        self.boot_id_path = boot_id_path
+        self.db_path = os.path.join(self.state_dir, DB_NAME)
+        self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
+        self.lock_timeout = lock_timeout
+        self._ready = False
+        self._db = None
+        self._db_pid = None
+
+    def __repr__(self):
+        return 'LeaseStore(%r)' % self.state_dir
+
+    def _open_dir(self):
+        statedir.ensure_dir(self.state_dir)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        self._open_dir()
+        try:
+            fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
+        except OSError as e:
+            raise exception.StateError(path=self.lock_path,
+                                       reason=e.strerror)
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise exception.StateError(path=self.lock_path,
+                                                   reason=e.strerror)
+                if delay >= 0.05 and _holder_stopped(fd) is not None:
+                    raise exception.StateError(
+                        path=self.lock_path,
+                        reason='locked by a stopped %s' % _holder(
+                            fd, self.lock_path))
+                if time.monotonic() > deadline:
+                    raise exception.StateError(
+                        path=self.lock_path,
+                        reason='still locked after %.0f s by %s'
+                               % (self.lock_timeout,
+                                  _holder(fd, self.lock_path)))
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            _record_holder(fd)
+            if self.owner is not None and not self._owner_checked:
+                statedir.check_owner(self.state_dir, self.owner)
+                self._owner_checked = True
+            yield
+        finally:
+            os.close(fd)    # also drops the flock
+
+    def _check_boot(self):
+        """Set the lease file of an earlier boot aside (under the lock).
+
+        ``<state_dir>/boot_id`` holds the kernel's boot id of the boot that
+        wrote the leases; when it differs from the current one, every lease
+        is void (its mdev is gone) and the file, however it was left by the
+        power cut or crash that ended that boot, is renamed to
+        ``leases.sqlite3.previous-boot``.
+        """
+        if self._ready:
+            return
+        try:
+            with open(self.boot_id_path) as f:
+                current = f.read().strip()
+        except OSError:
+            return          # no boot id (not Linux?): nothing to compare
+        marker = os.path.join(self.state_dir, BOOT_ID_NAME)
+        try:
+            with open(marker) as f:
+                recorded = f.read().strip()
+        except FileNotFoundError:
+            recorded = None
+        except OSError as e:
+            raise exception.StateError(path=marker, reason=e.strerror)
+        if recorded == current:
+            return
+        try:
+            if os.path.exists(self.db_path):
+                for suffix in ('', '-wal', '-shm'):
+                    if os.path.exists(self.db_path + suffix):
+                        os.replace(self.db_path + suffix, self.db_path
+                                   + '.previous-boot' + suffix)
+            fileutil.write_atomic(marker, current + '\n')
+        except OSError as e:
+            raise exception.StateError(path=self.state_dir,
+                                       reason=e.strerror)
+
+    def _connect(self):
+        self._check_boot()
+        try:
+            # Created private before SQLite opens it (its WAL and shm files
+            # take the same mode).  Only when missing (O_EXCL): closing any
+            # descriptor of a database file would drop the POSIX locks a
+            # SQLite connection of this process holds on it.
+            os.close(os.open(self.db_path, os.O_RDWR | os.O_CREAT
+                             | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            if not self._ready:
+                self._check_db_file()
+        except OSError as e:
+            raise exception.StateError(path=self.db_path, reason=e.strerror)
+        try:
+            db = sqlite3.connect(self.db_path, timeout=self.lock_timeout,
+                                 isolation_level=None)
+        except sqlite3.Error as e:
+            raise exception.StateError(path=self.db_path, reason=str(e))
+        try:
+            # WAL without fsync: a commit is one append to the page cache,
+            # which a killed process cannot take back; a half-written one
+            # fails its checksum and is rolled back.  Only a power cut could
+            # hurt the file, and after a reboot it is set aside unread
+            # (_check_boot): mdevs do not survive a reboot, nor do leases.
+            db.execute('PRAGMA journal_mode = WAL')
+            db.execute('PRAGMA synchronous = OFF')
+            if not self._ready:
+                version = db.execute('PRAGMA user_version').fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise exception.StateError(
+                        path=self.db_path,
+                        reason='written by a newer libvirt-gpu (schema %d, '
+                               'this one knows %d)'
+                               % (version, SCHEMA_VERSION))
+                db.executescript(_SCHEMA)
+                _add_missing_columns(db)
+                db.execute('PRAGMA user_version = %d' % SCHEMA_VERSION)
+                self._ready = True
+        except sqlite3.Error as e:
+            db.close()
+            raise exception.StateError(path=self.db_path, reason=str(e))
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _check_db_file(self):
+        """An existing lease file must be a regular file and not empty:
+        SQLite would read an emptied (truncated) file as "no leases" and
+        every vGPU it held would be handed out again.  Checked by ``lstat``:
+        opening it here and closing that descriptor would drop the POSIX
+        locks another connection of this process holds on it."""
+        try:
+            st = os.lstat(self.db_path)
+        except OSError as e:
+            raise exception.StateError(path=self.db_path, reason=e.strerror)
+        reason = filetype.not_regular(st.st_mode)
+        if reason is not None:
+            raise exception.StateError(path=self.db_path,
+                                       reason='%s; remove it' % reason)
+        if st.st_size < _SQLITE_HEADER_BYTES:
+            raise exception.StateError(
+                path=self.db_path,
+                reason='it is %s (%d bytes), so the leases it held are '
+                       'lost; move it aside (`mv %s %s.broken`), then run '
+                       '`libvirt-gpu reconcile --dry-run`'
+                       % ('empty' if st.st_size == 0 else 'truncated',
+                          st.st_size, self.db_path, self.db_path))
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """``with store.transaction() as txn:`` under the lock; commits on
+        success, rolls back on any exception (and on SIGKILL, by SQLite's
+        journal)."""
+        with self._locked():
+            # One connection per store and process, opened on first use.
+            if self._db is None or self._db_pid != os.getpid():
+                self._db = self._connect()
+                self._db_pid = os.getpid()
+            db = self._db
+            try:
+                db.execute('BEGIN IMMEDIATE')
+                txn = Transaction(db)
+                try:
+                    yield txn
+                except BaseException:
+                    db.execute('ROLLBACK')
+                    raise
+                db.execute('COMMIT')
+            except sqlite3.Error as e:
+                self.close()
+                raise exception.StateError(path=self.db_path, reason=str(e))
+
+    @contextlib.contextmanager
+    def snapshot(self):
+        """``with store.snapshot() as txn:`` reads the leases as they are
+        now without the lock: no flock, a read-only SQLite connection
+        whose read transaction (WAL) never holds up a writer.  Writing
+        through it fails.  For readers that must never block a guest
+        start (``libvirt-gpu exporter``, ``reconcile --dry-run``).  No
+        lease file, or one of an earlier boot (set aside by the next
+        writer), reads as no leases."""
+        if self._current_boot():
+            try:
+                db = sqlite3.connect('file:%s?mode=ro' % urllib.parse.quote(
+                    self.db_path), uri=True, timeout=self.lock_timeout,
+                    isolation_level=None)
+            except sqlite3.Error as e:
+                raise exception.StateError(path=self.db_path, reason=str(e))
+        else:
+            db = sqlite3.connect(':memory:', isolation_level=None)
+            db.executescript(_SCHEMA)
+        try:
+            db.execute('BEGIN')
+            yield Transaction(db)
+            db.execute('ROLLBACK')
+        except sqlite3.Error as e:
+            raise exception.StateError(path=self.db_path, reason=str(e))
+        finally:
+            db.close()
+
+    def _current_boot(self):
+        """Whether a lease file exists and was written in this boot."""
+        if not os.path.isfile(self.db_path):
+            return False
+        try:
+            with open(self.boot_id_path) as f:
+                current = f.read().strip()
+        except OSError:
+            return True         # no boot id (not Linux?): nothing to compare
+        try:
+            with open(os.path.join(self.state_dir, BOOT_ID_NAME)) as f:
+                return f.read().strip() == current
+        except OSError:
+            return False
+
+    def close(self):
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass        # closing a broken connection: nothing to keep
+            self._db = None
+
+    def leases(self):
+        """Every lease, read in one (locked) transaction."""
+        with self.transaction() as txn:
+            return txn.all()

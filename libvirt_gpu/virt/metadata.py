@@ -1,0 +1,231 @@
+"""What a domain asks of us, kept in its ``<metadata>``.
+
+The format (namespace ``urn:libvirt-gpu:1``; the prefix is free)::
+
+    <metadata>
+      <gpu:gpus xmlns:gpu="urn:libvirt-gpu:1">
+        <gpu:vgpu uuid="4b20d080-1b54-4048-85b3-a6a62d165c01"
+                  type="nvidia-223" parent="0000:af:00.0"/>
+        <gpu:pgpu address="0000:3b:00.0"/>
+      </gpu:gpus>
+    </metadata>
+
+with, for each entry, the matching ``<hostdev>`` in ``<devices>``.  A
+``vgpu`` without ``parent`` means "any GPU of this host that offers this
+enabled type": the GPU is chosen when the vGPU is created.  Parsing is
+strict: an unknown element or attribute in our namespace, a duplicate, or a
+value that is not a UUID / type id / PCI address is refused with the reason,
+because the hook acts on this and must never act on a guess.
+"""
+
+
+from __future__ import annotations
+
+from libvirt_gpu.virt import config_xml
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+
+NAMESPACE = 'urn:libvirt-gpu:1'
+# The prefix libvirt writes when we call setMetadata(key=PREFIX).
+PREFIX = 'gpu'
+ROOT = 'gpus'
+_NS = '{%s}' % NAMESPACE
+_VGPU_ATTRS = {'uuid', 'type', 'parent'}
+_PGPU_ATTRS = {'address', 'companions'}
+
+
+@records.record
+class VgpuEntry:
+    """``<gpu:vgpu uuid=... type=... [parent=...]/>``"""
+
+    uuid: str
+    type_id: str
+    parent: objects.PciAddress | None = None
+
+
+@records.record
+class PgpuEntry:
+    """``<gpu:pgpu address=... companions=.../>``: a whole GPU and the
+    functions of its IOMMU group handed over with it (its HDMI audio),
+    comma-separated, so that a detach takes them all back."""
+
+    address: objects.PciAddress
+    companions: tuple[objects.PciAddress, ...] = ()
+
+
+@records.record
+class GpuMetadata:
+    """Everything in one domain's ``<gpu:gpus>`` element."""
+
+    vgpus: tuple[VgpuEntry, ...] = ()
+    pgpus: tuple[PgpuEntry, ...] = ()
+
+    @property
+    def empty(self):
+        return not self.vgpus and not self.pgpus
+
+    def vgpu(self, uuid):
+        uuid = objects.validate_uuid(uuid)
+        for entry in self.vgpus:
+            if entry.uuid == uuid:
+                return entry
+        return None
+
+    def pgpu(self, address):
+        address = objects.PciAddress.parse(address)
+        for entry in self.pgpus:
+            if entry.address == address:
+                return entry
+        return None
+
+    def with_vgpu(self, entry):
+        if self.vgpu(entry.uuid) is not None:
+            raise exception.MetadataError(
+                reason='vGPU %s is listed already' % entry.uuid)
+        return records.replace(self, vgpus=self.vgpus + (entry,))
+
+    def without_vgpu(self, uuid):
+        uuid = objects.validate_uuid(uuid)
+        return records.replace(
+            self, vgpus=tuple(e for e in self.vgpus if e.uuid != uuid))
+
+    def with_pgpu(self, entry):
+        if self.pgpu(entry.address) is not None:
+            raise exception.MetadataError(
+                reason='GPU %s is listed already' % entry.address)
+        return records.replace(self, pgpus=self.pgpus + (entry,))
+
+    def without_pgpu(self, address):
+        address = objects.PciAddress.parse(address)
+        return records.replace(
+            self, pgpus=tuple(e for e in self.pgpus if e.address != address))
+
+
+def _check_attrs(elem, allowed, what):
+    unknown = sorted(set(elem.attrib) - allowed)
+    if unknown:
+        raise exception.MetadataError(
+            reason='<%s> has unknown attribute(s) %s; allowed: %s'
+            % (what, ', '.join(repr(a)[:60] for a in unknown),
+               ', '.join(sorted(allowed))))
+
+
+def _required(elem, name, what):
+    value = elem.get(name)
+    if value is None:
+        raise exception.MetadataError(reason='<%s> lacks %s=' % (what, name))
+    return value
+
+
+def _entry(what, build):
+    """``build()``, its invalid values reported as ``<what>: ...``."""
+    try:
+        return build()
+    except exception.MetadataError:
+        raise
+    except exception.InvalidInput as e:
+        raise exception.MetadataError(reason='<%s>: %s' % (what, e))
+
+
+def _once(seen, key, what):
+    """Refuse a second entry for the same vGPU UUID or GPU address."""
+    if key in seen:
+        raise exception.MetadataError(
+            reason='%s %s is listed twice' % (what, key))
+    seen.add(key)
+
+
+def parse_element(gpus):
+    """``GpuMetadata`` of one ``<gpu:gpus>`` element (ElementTree,
+    ``xmlutil.parse``)."""
+    vgpus = []
+    pgpus = []
+    seen_uuids = set()
+    seen_addresses = set()
+    if len(gpus.attrib):
+        _check_attrs(gpus, set(), 'gpus')
+    for child in gpus:
+        if not isinstance(child.tag, str):
+            continue   # comments and processing instructions
+        if child.tag == _NS + 'vgpu':
+            _check_attrs(child, _VGPU_ATTRS, 'vgpu')
+            entry = _entry('vgpu', lambda: VgpuEntry(
+                uuid=objects.validate_uuid(_required(child, 'uuid', 'vgpu')),
+                type_id=objects.validate_type_id(
+                    _required(child, 'type', 'vgpu')),
+                parent=(objects.PciAddress.parse(child.get('parent'))
+                        if child.get('parent') is not None else None)))
+            _once(seen_uuids, entry.uuid, 'vGPU')
+            vgpus.append(entry)
+        elif child.tag == _NS + 'pgpu':
+            _check_attrs(child, _PGPU_ATTRS, 'pgpu')
+            entry = _entry('pgpu', lambda: PgpuEntry(
+                address=objects.PciAddress.parse(
+                    _required(child, 'address', 'pgpu')),
+                companions=tuple(
+                    objects.PciAddress.parse(a) for a in
+                    (child.get('companions') or '').split(',') if a)))
+            _once(seen_addresses, entry.address, 'GPU')
+            pgpus.append(entry)
+        else:
+            raise exception.MetadataError(
+                reason='unknown element %s; expected <vgpu> or <pgpu> in '
+                       'namespace %s' % (str(child.tag)[:80], NAMESPACE))
+    return GpuMetadata(vgpus=tuple(vgpus), pgpus=tuple(pgpus))
+
+
+def parse(domain):
+    """``GpuMetadata`` of a parsed ``<domain>`` (empty when it has none)."""
+    found = domain.findall('metadata/%s%s' % (_NS, ROOT))
+    if not found:
+        return GpuMetadata()
+    if len(found) > 1:
+        raise exception.MetadataError(
+            reason='the domain has %d <gpus> elements; libvirt keeps one '
+                   'per namespace' % len(found))
+    return parse_element(found[0])
+
+
+def _attr(value):
+    return '"%s"' % config_xml.escape(value)
+
+
+def render(meta):
+    """The element to hand to ``virDomainSetMetadata(key='gpu',
+    uri=NAMESPACE)``, unprefixed (libvirt puts every element of it into our
+    namespace)::
+
+        <gpus><vgpu uuid="..." type="nvidia-223"/><pgpu address="..."/></gpus>
+    """
+    parts = ['<%s>' % ROOT]
+    for entry in meta.vgpus:
+        parent = (' parent=%s' % _attr(entry.parent)
+                  if entry.parent is not None else '')
+        parts.append('<vgpu uuid=%s type=%s%s/>' % (
+            _attr(objects.validate_uuid(entry.uuid)),
+            _attr(objects.validate_type_id(entry.type_id)), parent))
+    for entry in meta.pgpus:
+        companions = (' companions=%s' % _attr(','.join(
+            str(objects.PciAddress.parse(a)) for a in entry.companions))
+            if entry.companions else '')
+        parts.append('<pgpu address=%s%s/>' % (_attr(entry.address),
+                                               companions))
+    parts.append('</%s>' % ROOT)
+    return ''.join(parts)
+
+
+def render_document(meta, prefix=PREFIX):
+    """The same element as it appears inside a domain's ``<metadata>``,
+    namespaced (for hand-written XML and tests)::
+
+        <gpu:gpus xmlns:gpu="urn:libvirt-gpu:1">
+          <gpu:vgpu uuid="..." type="nvidia-223"/>
+        </gpu:gpus>
+    """
+    body = render(meta)
+    body = body.replace('<gpus>', '<%s:gpus xmlns:%s="%s">'
+                        % (prefix, prefix, NAMESPACE), 1)
+    body = body.replace('</gpus>', '</%s:gpus>' % prefix)
+    body = body.replace('<vgpu ', '<%s:vgpu ' % prefix)
+    return body.replace('<pgpu ', '<%s:pgpu ' % prefix)

@@ -1,0 +1,188 @@
+"""libvirt node-device XML -> records.  Parsing only, no policy.
+
+A PCI node device (libvirt ``nodedev.rng``)::
+
+    <device>
+      <name>pci_0000_af_00_0</name>
+      <parent>pci_0000_ae_00_0</parent>
+      <driver><name>nvidia</name></driver>
+      <capability type='pci'>
+        <class>0x030200</class>
+        <domain>0</domain><bus>175</bus><slot>0</slot><function>0</function>
+        <product id='0x1eb8'>TU104GL [Tesla T4]</product>
+        <vendor id='0x10de'>NVIDIA Corporation</vendor>
+        <capability type='mdev_types'>
+          <type id='nvidia-223'><name>GRID T4-2B</name>
+            <deviceAPI>vfio-pci</deviceAPI>
+            <availableInstances>8</availableInstances></type>
+        </capability>
+        <capability type='virt_functions' maxCount='16'>...
+        <capability type='phys_function'><address .../></capability>
+        <iommuGroup number='58'>...</iommuGroup>
+        <numa node='1'/>
+      </capability>
+    </device>
+
+An mdev node device::
+
+    <device>
+      <name>mdev_<uuid with _>[_<parent address>]</name>
+      <parent>pci_0000_af_00_0</parent>
+      <capability type='mdev'><type id='nvidia-223'/><uuid>...</uuid>
+        <iommuGroup number='...'/></capability>
+    </device>
+"""
+
+
+from __future__ import annotations
+
+from libvirt_gpu.util import bounds
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.util import xmlutil
+
+
+@records.record
+class MdevNode:
+    """An mdev node device as libvirt describes it.
+
+    ``parent`` is None when libvirt names no PCI parent (``computer``: it
+    did not see the parent device, e.g. a parent without a ``config``).
+    """
+
+    name: str
+    parent: objects.PciAddress | None
+    mdev: objects.Mdev
+
+
+def _text(elem, path):
+    found = elem.find(path)
+    if found is None or found.text is None:
+        return None
+    return found.text.strip()
+
+
+def _instances(elem, type_id):
+    """``availableInstances`` of a type, at most bounds.MAX_INSTANCES."""
+    text = _text(elem, 'availableInstances') or '0'
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise exception.InvalidInput(
+            reason='availableInstances of vGPU type %s is %r, not a count'
+                   % (type_id, text[:40]))
+    return bounds.check_instances(
+        int(text), 'availableInstances of vGPU type %s' % type_id)
+
+
+def _address(elem):
+    """``<address domain='0x0000' bus='0xaf' slot='0x00' function='0x0'/>``"""
+    return objects.PciAddress(int(elem.get('domain'), 16),
+                              int(elem.get('bus'), 16),
+                              int(elem.get('slot'), 16),
+                              int(elem.get('function'), 16))
+
+
+def pci_class(xml):
+    """Return the ``<class>`` of a PCI node device (``0x030200``)."""
+    root = xmlutil.parse(xml, 'node-device XML')
+    return _text(root, "capability[@type='pci']/class")
+
+
+def _pci_address(cap):
+    return objects.PciAddress(int(_text(cap, 'domain')),
+                              int(_text(cap, 'bus')),
+                              int(_text(cap, 'slot')),
+                              int(_text(cap, 'function')))
+
+
+def parse_function(xml):
+    """Any PCI node device as an IommuMember: address, ids, class and
+    driver (None where libvirt reports none)."""
+    root = xmlutil.parse(xml, 'node-device XML')
+    cap = root.find("capability[@type='pci']")
+    if cap is None:
+        raise ValueError('%s is not a PCI device' % _text(root, 'name'))
+    vendor = cap.find('vendor')
+    product = cap.find('product')
+    return objects.IommuMember(
+        address=_pci_address(cap),
+        vendor_id=(objects.normalize_hex_id(vendor.get('id'))
+                   if vendor is not None else None),
+        product_id=(objects.normalize_hex_id(product.get('id'))
+                    if product is not None else None),
+        class_code=_text(cap, 'class'),
+        driver=_text(root, 'driver/name'))
+
+
+def parse_pci(xml, descriptions=None):
+    """Build a Gpu from a PCI node device's XML.
+
+    libvirt does not report a type's description; ``descriptions`` maps a
+    type id to one read elsewhere (sysfs) when the caller has it.
+    """
+    root = xmlutil.parse(xml, 'node-device XML')
+    cap = root.find("capability[@type='pci']")
+    if cap is None:
+        raise ValueError('%s is not a PCI device' % _text(root, 'name'))
+    address = _pci_address(cap)
+    vendor = cap.find('vendor')
+    product = cap.find('product')
+    numa = cap.find('numa')
+    group = cap.find('iommuGroup')
+    physfn = cap.find("capability[@type='phys_function']/address")
+    descriptions = descriptions or {}
+    types = []
+    for t in cap.iterfind("capability[@type='mdev_types']/type"):
+        type_id = t.get('id')
+        types.append(objects.VgpuType(
+            id=type_id,
+            name=_text(t, 'name'),
+            description=descriptions.get(type_id),
+            device_api=_text(t, 'deviceAPI'),
+            available_instances=_instances(t, type_id),
+        ))
+    node = int(numa.get('node')) if numa is not None else -1
+    members = () if group is None else tuple(sorted(
+        objects.IommuMember(address=_address(a), vendor_id=None,
+                            product_id=None, class_code=None, driver=None)
+        for a in group.iterfind('address')))
+    return objects.Gpu(
+        address=address,
+        vendor_id=objects.normalize_hex_id(vendor.get('id')),
+        product_id=objects.normalize_hex_id(product.get('id')),
+        class_code=_text(cap, 'class'),
+        driver=_text(root, 'driver/name'),
+        numa_node=node if node >= 0 else None,     # -1: unknown
+        iommu_group=int(group.get('number')) if group is not None else None,
+        vendor_name=(vendor.text or '').strip() or None,
+        product_name=(product.text or '').strip() or None,
+        physfn=_address(physfn) if physfn is not None else None,
+        virtfns=tuple(sorted(_address(a) for a in cap.iterfind(
+            "capability[@type='virt_functions']/address"))),
+        mdev_types=tuple(sorted(types, key=lambda m: m.id)),
+        iommu_members=members,
+    )
+
+
+def parse_mdev(xml):
+    """Build an MdevNode from an mdev node device's XML."""
+    root = xmlutil.parse(xml, 'node-device XML')
+    name = _text(root, 'name')
+    cap = root.find("capability[@type='mdev']")
+    if cap is None:
+        raise ValueError('%s is not an mdev' % name)
+    uuid = _text(cap, 'uuid')
+    if uuid is None:
+        # libvirt < 7.7 has no <uuid>: the name is mdev_<uuid with _>.
+        uuid = name[len('mdev_'):len('mdev_') + 36].replace('_', '-')
+    type_elem = cap.find('type')
+    try:
+        parent = objects.PciAddress.from_libvirt_name(_text(root, 'parent'))
+    except exception.InvalidPciAddress:
+        parent = None
+    return MdevNode(
+        name=name,
+        parent=parent,
+        mdev=objects.Mdev(uuid=objects.validate_uuid(uuid),
+                          type_id=type_elem.get('id')),
+    )
