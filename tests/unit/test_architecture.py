@@ -122,33 +122,6 @@ FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
            'guests': 'the guest side: API, migration, hook, recovery',
            'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
 
-# The folders that group the rooms by layer: packages that hold rooms and
-# nothing else (their __init__ is a docstring), so no room of their own.
-FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
-           'virt': 'the libvirt layer: connection, domain, XML',
-           'devices': 'the host side: its GPUs and the vGPU kinds',
-           'store': "the host's state: leases, the allocator, figures",
-           'guests': 'the guest side: API, migration, hook, recovery',
-           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
-
-# The folders that group the rooms by layer: packages that hold rooms and
-# nothing else (their __init__ is a docstring), so no room of their own.
-FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
-           'virt': 'the libvirt layer: connection, domain, XML',
-           'devices': 'the host side: its GPUs and the vGPU kinds',
-           'store': "the host's state: leases, the allocator, figures",
-           'guests': 'the guest side: API, migration, hook, recovery',
-           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
-
-# The folders that group the rooms by layer: packages that hold rooms and
-# nothing else (their __init__ is a docstring), so no room of their own.
-FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
-           'virt': 'the libvirt layer: connection, domain, XML',
-           'devices': 'the host side: its GPUs and the vGPU kinds',
-           'store': "the host's state: leases, the allocator, figures",
-           'guests': 'the guest side: API, migration, hook, recovery',
-           'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
-
 # What the hook may not load when Python imports it (every guest start pays
 # for what it imports).
 HOOK_MUST_NOT_LOAD = ('oslo_config', 'libvirt', 'keystoneauth1', 'tenacity')
