@@ -18,7 +18,7 @@ is told) and ``Allocator.free`` (what a guest start can still get).
 A part that cannot be read (libvirt down, a damaged state file) is left
 out of the scrape and ``libvirt_gpu_exporter_read_ok{part=...}`` says 0;
 the error is logged.  The metric names and what they mean are listed in
-the README ("Metrics").
+docs/admin/metrics.md.
 """
 
 from __future__ import annotations

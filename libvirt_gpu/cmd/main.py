@@ -472,8 +472,8 @@ instances the driver can still make; per vGPU its type, GPU, holding
 domain and lease state; what `reconcile --dry-run` would remove; the
 hook's calls, refusals, errors and latency; the last Placement sync and
 restore; NVML's utilisation and memory where NVML answers.  Each scrape
-reads the host afresh and takes no lock a guest start waits for.  The
-README's "Metrics" section lists every series with a sample query.
+reads the host afresh and takes no lock a guest start waits for.
+docs/admin/metrics.md lists every series with sample queries.
 
 examples:
   libvirt-gpu exporter                          127.0.0.1:%d, libvirt at

@@ -13,7 +13,7 @@ billions of entries.  So:
   ``MAX_INSTANCES`` and a Placement total at most ``PLACEMENT_MAX`` (the
   32-bit limit of Placement's inventory fields).
 
-The README lists these bounds.
+docs/admin/configure-types.md ("Bounds") lists them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A test-only vGPU kind with a sysfs interface of its own (made up): the
-proof that a kind is a plugin (docs/architecture.md, "A new vGPU kind").
+proof that a kind is a plugin (docs/dev/architecture.md, "A new vGPU kind").
 
 Nothing outside this module and its registration (one spec prepended to
 ``backends.registry.KINDS``) knows it.  Its interface, on an SR-IOV VF::

@@ -1,4 +1,5 @@
-"""The one-way doors between the rooms of libvirt_gpu (docs/architecture.md).
+"""The one-way doors between the rooms of libvirt_gpu
+(docs/dev/architecture.md).
 
 A walk over every module's imports (``import`` statements at any depth,
 so an import inside a function counts too) checks that no room imports
@@ -86,7 +87,7 @@ ONLY = {
     'devices.backends.nvidia_vgpu.names': (),
 }
 
-# The rooms from the floor up, as docs/architecture.md's table lists them
+# The rooms from the floor up, as docs/dev/architecture.md's table lists them
 # (rooms on one row share a rank): a room imports only rooms of its rank or
 # below, but for the door in LEVEL_EXCEPTIONS.
 LEVELS = (
@@ -332,7 +333,7 @@ def _rank(name):
     for rank, rooms in enumerate(LEVELS):
         if room in rooms:
             return rank
-    raise AssertionError('room %s is not in LEVELS (docs/architecture.md '
+    raise AssertionError('room %s is not in LEVELS (docs/dev/architecture.md '
                          'lists every room): add it' % room)
 
 
