@@ -182,6 +182,33 @@ def test_explicit_uri_does_not_fall_back(tmp_path):
                            kinds=kinds.registered())
 
 
+# Discovery sits below the kinds and imports none: each public function
+# that reads or regroups VFs takes them from its caller.
+TAKE_KINDS = ('from_sysfs', 'from_libvirt', 'discover', 'with_names',
+              'with_nvml', 'group_sriov', 'gpu_view')
+
+
+def test_discovery_takes_the_kinds_and_defaults_none():
+    import inspect
+    for name in TAKE_KINDS:
+        param = inspect.signature(getattr(discovery, name)).parameters[
+            'kinds']
+        assert param.default is inspect.Parameter.empty, name
+
+
+def test_discovery_refuses_no_kinds(tmp_path):
+    simulator.write_host(simulator.load_profile('t4'), tmp_path)
+    tree = sysfs_mod.Sysfs(tmp_path)
+    found = discovery.from_sysfs(tree, kinds=())
+    for call in (lambda: discovery.from_sysfs(tree, kinds=None),
+                 lambda: discovery.discover(sysfs_root=str(tmp_path),
+                                            kinds=None),
+                 lambda: discovery.with_names(found, None, None),
+                 lambda: discovery.with_nvml(found, None, None)):
+        with pytest.raises(TypeError, match="pass kinds= an Environment"):
+            call()
+
+
 def test_sysfs_path_refuses_traversal(tmp_path):
     tree = sysfs_mod.Sysfs(tmp_path)
     for part in ('..', '../etc', '/etc', 'a/b', ''):
