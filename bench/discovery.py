@@ -52,6 +52,7 @@ from libvirt_gpu import simulator  # noqa: E402
 from libvirt_gpu.devices import sysfs  # noqa: E402
 from libvirt_gpu.openstack.placement import model  # noqa: E402
 from libvirt_gpu.simulator import loading  # noqa: E402
+from tests.doubles import kinds  # noqa: E402
 
 
 def _read_all_files(root):
@@ -106,7 +107,7 @@ def bench_a100(gpus, runs):
     with tempfile.TemporaryDirectory() as tmp:
         node_xml = simulator.write_host(profile, tmp)
         tree = sysfs.Sysfs(tmp)
-        result = discovery.from_sysfs(tree)
+        result = discovery.from_sysfs(tree, kinds=kinds.registered())
         pfs = [g for g in result.gpus if not g.is_vf]
         parents = sum(1 for g in result.gpus if g.mdev_types)
         enabled = {g.address: objects.EnabledType('nvidia-472')
@@ -114,14 +115,17 @@ def bench_a100(gpus, runs):
         providers = model.build_tree('h', result.gpus, enabled).children
         totals = sorted({p.inventories_api()['VGPU']['total']
                          for p in providers})
-        t_sysfs = timing.median_ms(lambda: discovery.from_sysfs(tree), runs)
+        kind_classes = kinds.registered()
+        t_sysfs = timing.median_ms(lambda: discovery.from_sysfs(
+            tree, kinds=kind_classes), runs)
         t_tree = timing.median_ms(lambda: model.build_tree(
-            'h', discovery.from_sysfs(tree).gpus, enabled), runs)
+            'h', discovery.from_sysfs(tree, kinds=kind_classes).gpus,
+            enabled), runs)
         uri = 'test://' + node_xml
 
         def via_libvirt():
             with host.Host(uri, read_only=True) as h:
-                discovery.from_libvirt(h, tree)
+                discovery.from_libvirt(h, tree, kinds=kinds.registered())
         t_libvirt = timing.median_ms(via_libvirt, runs)
     print()
     print('%d x A100 PCIe 40GB, all VFs enabled, median of %d runs (ms)'
@@ -294,17 +298,17 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as tmp:
             node_xml = simulator.write_host(profile, tmp)
             tree = sysfs.Sysfs(tmp)
-            result = discovery.from_sysfs(tree)
+            result = discovery.from_sysfs(tree, kinds=kinds.registered())
             n_parents = sum(1 for g in result.gpus if g.mdev_types)
             n_types = sum(len(g.mdev_types) for g in result.gpus)
-            t_sysfs = timing.median_ms(lambda: discovery.from_sysfs(tree),
-                                       args.runs)
+            t_sysfs = timing.median_ms(lambda: discovery.from_sysfs(
+                tree, kinds=kinds.registered()), args.runs)
             t_floor = timing.median_ms(lambda: _read_all_files(tmp), args.runs)
             uri = 'test://' + node_xml
 
             def via_libvirt():
                 with host.Host(uri, read_only=True) as h:
-                    discovery.from_libvirt(h)
+                    discovery.from_libvirt(h, kinds=kinds.registered())
             t_libvirt = timing.median_ms(via_libvirt, args.runs)
             rows.append((parents, n_parents, n_types, t_sysfs, t_floor,
                          t_libvirt))

@@ -42,6 +42,7 @@ from libvirt_gpu.devices import sysfs as sysfs_mod  # noqa: E402
 from libvirt_gpu.util import records  # noqa: E402
 from libvirt_gpu.openstack.placement import model  # noqa: E402
 from libvirt_gpu.openstack.placement import sync  # noqa: E402
+from tests.doubles import kinds  # noqa: E402
 from tests.functional import placement_server  # noqa: E402
 
 GPUS_PER_HOST = 8
@@ -62,7 +63,8 @@ def discover_gpus():
     with tempfile.TemporaryDirectory(prefix='fleet-sysfs-') as root:
         simulator.write_sysfs(simulator.synthetic_profile(GPUS_PER_HOST),
                               root)
-        gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+        gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                    kinds=kinds.registered()).gpus
     if len(gpus) != GPUS_PER_HOST:
         raise SystemExit('simulator gave %d GPUs, expected %d'
                          % (len(gpus), GPUS_PER_HOST))

@@ -44,7 +44,7 @@ is_gpu_class = objects.is_gpu_class
 
 
 def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False,
-               kinds=None):
+               *, kinds):
     """Discover GPUs by reading a sysfs tree (``Sysfs``).
 
     ``share_type_text``: read a type's name, description and device_api
@@ -64,7 +64,7 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False,
     one process.  For a command run once (the CLI), not for a long-lived
     process with threads or the hook.
 
-    ``kinds``: the vGPU kinds (see the module doc).
+    ``kinds``: the vGPU kinds (see the module doc), required.
     """
     kinds = _kinds(kinds)
     skipped = []
@@ -243,15 +243,12 @@ def gpu_view(sysfs, gpu, kinds, mdevs_by_parent=None):
 
 
 def _kinds(kinds):
-    """``kinds``, or the registered ones when the caller gave None.
-
-    Transitional: a caller with an ``Environment`` passes its
-    ``kind_classes``; the Cyborg driver does not yet (issue 27), so None
-    still means the registry's.  This is discovery's one door up."""
-    if kinds is not None:
-        return tuple(kinds)
-    from libvirt_gpu.devices.backends import registry
-    return tuple(registry.kind_classes())
+    """``kinds`` as a tuple; None refused.  Discovery imports no kind and
+    no registry (it sits below them): its caller hands it the kinds."""
+    if kinds is None:
+        raise TypeError("discovery needs the vGPU kinds: pass kinds= an "
+                        "Environment's kind_classes (() for none)")
+    return tuple(kinds)
 
 
 def _supplement(gpu, sysfs, kinds):
@@ -287,11 +284,11 @@ def _supplement(gpu, sysfs, kinds):
     return records.replace(gpu, **changes)
 
 
-def from_libvirt(host, sysfs=None, kinds=None):
+def from_libvirt(host, sysfs=None, *, kinds):
     """Discover GPUs through libvirt's node-device API (``host.Host``).
 
     ``sysfs``, when given, supplies what libvirt lacks (``_supplement``);
-    ``kinds``: the vGPU kinds (see the module doc).
+    ``kinds``: the vGPU kinds (see the module doc), required.
     """
     kinds = _kinds(kinds)
     # Imported here: node-device XML is read with libvirt only.
@@ -371,10 +368,12 @@ def _with_mdevs(gpu, mdevs):
     return records.replace(gpu, mdevs=tuple(sorted(mdevs)))
 
 
-def with_nvml(result, nvml, kinds=None):
+def with_nvml(result, nvml, kinds):
     """``result`` with what NVML (``nvml.Nvml``) says about each GPU it
     sees (``Gpu.nvml``), and NVML's name for a GPU the PCI ID database
-    did not name.  NVML absent: ``result`` unchanged."""
+    did not name, its VFs regrouped by ``kinds`` (the vGPU kinds).  NVML
+    absent: ``result`` unchanged."""
+    kinds = _kinds(kinds)
     found = nvml.query() if nvml is not None else {}
     if not found:
         return result
@@ -385,13 +384,12 @@ def with_nvml(result, nvml, kinds=None):
             gpu = records.replace(
                 gpu, nvml=info, product_name=gpu.product_name or info.name)
         gpus.append(gpu)
-    return records.replace(result, gpus=group_sriov(tuple(gpus),
-                                                    _kinds(kinds)))
+    return records.replace(result, gpus=group_sriov(tuple(gpus), kinds))
 
 
 def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
              default_sysfs_root='/sys', pci_ids=None, nvml=None,
-             parallel=False, kinds=None):
+             parallel=False, *, kinds):
     """Discover with the source the operator chose.
 
     ``uri`` given: libvirt only (errors are errors).  ``sysfs_root`` given:
@@ -400,7 +398,7 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
     ``source`` and the log say which was used.  ``pci_ids`` names what
     the source left unnamed; ``nvml`` (``nvml.Nvml``) adds NVML's view;
     ``parallel``: see ``from_sysfs``; ``kinds``: the vGPU kinds (see the
-    module doc).
+    module doc), required.
     """
     kinds = _kinds(kinds)
     return with_nvml(_discover(uri, sysfs_root, default_uri,
@@ -408,15 +406,17 @@ def discover(uri=None, sysfs_root=None, default_uri='qemu:///system',
                      nvml, kinds)
 
 
-def with_names(result, pci_ids, kinds=None):
+def with_names(result, pci_ids, kinds):
     """``result`` with its GPUs named from the PCI ID database
-    (``pci_ids``, None: as they are) where the source left them unnamed."""
+    (``pci_ids``, None: as they are) where the source left them unnamed,
+    its VFs regrouped by ``kinds`` (the vGPU kinds)."""
+    kinds = _kinds(kinds)
     if pci_ids is None:
         return result
     named = tuple(with_pci_names(g, pci_ids) for g in result.gpus)
     if all(a is b for a, b in zip(named, result.gpus)):
         return result          # libvirt named them all (the usual case)
-    return records.replace(result, gpus=group_sriov(named, _kinds(kinds)))
+    return records.replace(result, gpus=group_sriov(named, kinds))
 
 
 def is_local_uri(uri):
@@ -457,7 +457,8 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
     if uri is not None:
         sysfs = _sysfs_beside(uri, sysfs_root, default_sysfs_root)
         with host_mod.Host(uri, read_only=True) as h:
-            return with_names(from_libvirt(h, sysfs, kinds), pci_ids, kinds)
+            return with_names(from_libvirt(h, sysfs, kinds=kinds), pci_ids,
+                              kinds)
     try:
         with host_mod.Host(default_uri, read_only=True) as h:
             # The configuration names this host's libvirt and its sysfs
@@ -466,7 +467,7 @@ def _discover(uri, sysfs_root, default_uri, default_sysfs_root, pci_ids,
             # file of a simulated host, say).  Only a URI given on the
             # command line may name another host.
             return with_names(from_libvirt(h, sysfs_mod.Sysfs(
-                default_sysfs_root), kinds), pci_ids, kinds)
+                default_sysfs_root), kinds=kinds), pci_ids, kinds)
     except exception.LibvirtUnavailable as e:
         LOG.warning('libvirt unavailable (%s); reading sysfs at %s instead',
                     e, default_sysfs_root)

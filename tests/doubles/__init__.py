@@ -11,6 +11,8 @@
 * ``domains``: tiny domain XML for that connection.
 * ``fakes``: hand-built records for tests that need no simulated host.
 * ``hostile``: hostile input for the qemu hook.
+* ``kinds``: the registered vGPU kinds, which discovery takes from its
+  caller.
 
 Nothing here imports from ``tests.unit`` or ``tests.functional``, and
 nothing in ``tests.unit`` imports from ``tests.functional``

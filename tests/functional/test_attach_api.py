@@ -25,6 +25,7 @@ from libvirt_gpu.store import state
 from libvirt_gpu.util import xmlutil
 from tests.doubles import fake_libvirt
 from tests.doubles import kernel_sysfs
+from tests.doubles import kinds
 from tests.functional import libvirtd
 
 A = objects.PciAddress.parse('0000:3b:00.0')
@@ -69,7 +70,8 @@ class World(object):
     def mdevs(self):
         """{uuid: (parent, type)} as the simulated kernel holds them."""
         return {m.uuid: (g.address, m.type_id)
-                for g in discovery.from_sysfs(self.sysfs).gpus
+                for g in discovery.from_sysfs(self.sysfs,
+                                              kinds=kinds.registered()).gpus
                 for m in g.mdevs}
 
     def leases(self):

@@ -25,6 +25,7 @@ from libvirt_gpu import exception
 from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
 from libvirt_gpu.devices import pciids
+from tests.doubles import kinds
 from tests.functional import live_sysfs as ls
 
 A = '0000:3b:00.0'
@@ -115,13 +116,15 @@ def settled(fn, tries=20):
 def libvirt_view(host):
     def view():
         with host_mod.Host(host.uri) as h:
-            return discovery.from_libvirt(h, host.live.sysfs)
+            return discovery.from_libvirt(h, host.live.sysfs,
+                                          kinds=kinds.registered())
     return settled(view)
 
 
 def sysfs_view(host):
     # Named from the PCI ID database libvirtd names devices from.
-    return discovery.from_sysfs(host.live.sysfs, pci_ids=pciids.PciIds())
+    return discovery.from_sysfs(host.live.sysfs, pci_ids=pciids.PciIds(),
+                                kinds=kinds.registered())
 
 
 def libvirt_mdevs(host, active_only=True):

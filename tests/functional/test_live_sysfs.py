@@ -28,6 +28,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import uevent
+from tests.doubles import kinds
 from tests.doubles import trees
 from tests.functional import live_sysfs as ls
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
@@ -97,7 +98,7 @@ def assert_consistent(live, expected):
     """The kernel and every place of the tree agree on ``expected``."""
     assert kernel_mdevs(live) == sorted(expected)
     assert listed_mdevs(live) == sorted(expected)
-    found = discovery.from_sysfs(live.sysfs)
+    found = discovery.from_sysfs(live.sysfs, kinds=kinds.registered())
     assert sorted(m.uuid for g in found.gpus for m in g.mdevs) == \
         sorted(expected)
 
@@ -340,14 +341,14 @@ def test_parent_removed_while_in_use(live_sysfs):
     t.join(10)
     assert finished == [True]
     assert_consistent(live, [])
-    gpu = discovery.from_sysfs(live.sysfs).gpu(B)
+    gpu = discovery.from_sysfs(live.sysfs, kinds=kinds.registered()).gpu(B)
     assert (gpu.driver, gpu.mdev_types, gpu.mdevs) == (None, (), ())
     with pytest.raises(exception.ParentGone):
         backend(live).prepare(vgpu_device(u, B, 'nvidia-223'))
     # the driver binds again: full capacity, nothing survived
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'bind'),
                      B + '\n')
-    gpu = discovery.from_sysfs(live.sysfs).gpu(B)
+    gpu = discovery.from_sysfs(live.sysfs, kinds=kinds.registered()).gpu(B)
     assert gpu.driver == 'nvidia' and gpu.mdevs == ()
     assert gpu.mdev_type('nvidia-223').available_instances == 8
 
@@ -767,7 +768,7 @@ def test_a100_vfs_share_the_gpu_on_the_live_tree(live_sysfs_factory):
                                'remove'), '1')
     winner = [vf for vf, code in results.items() if code == 0][0]
     assert avail('nvidia-472') == {vf: int(vf != winner) for vf in vfs}
-    found = discovery.from_sysfs(live.sysfs)
+    found = discovery.from_sysfs(live.sysfs, kinds=kinds.registered())
     (gpu,) = [g for g in found.gpus if str(g.address) == A100_PF]
     assert len(gpu.vf_gpus) == 16
 

@@ -16,6 +16,7 @@ from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import mdev as mdev_backend
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import objects
+from tests.doubles import kinds
 from tests.functional import live_sysfs as ls
 
 A = '0000:3b:00.0'
@@ -78,12 +79,14 @@ def our_types(host):
         'available_instances': t.available_instances,
         'device_api': t.device_api, 'name': t.name,
         'description': t.description} for t in g.mdev_types}
-        for g in discovery.from_sysfs(host.live.sysfs).gpus if g.mdev_types}
+        for g in discovery.from_sysfs(
+            host.live.sysfs, kinds=kinds.registered()).gpus if g.mdev_types}
 
 
 def our_mdevs(host):
     return {str(g.address): {m.uuid: m.type_id for m in g.mdevs}
-            for g in discovery.from_sysfs(host.live.sysfs).gpus if g.mdevs}
+            for g in discovery.from_sysfs(
+                host.live.sysfs, kinds=kinds.registered()).gpus if g.mdevs}
 
 
 def mdevctl_active(host):

@@ -21,6 +21,7 @@ from libvirt_gpu.openstack.placement import sync
 from libvirt_gpu.openstack.placement import tree as tree_mod
 from tests.functional import placement_server
 from tests.doubles import fakes
+from tests.doubles import kinds
 
 AF = objects.PciAddress.parse('0000:af:00.0')
 B3 = objects.PciAddress.parse('0000:3b:00.0')
@@ -369,7 +370,8 @@ def test_two_hosts_allocation_candidates(client, raw, tmp_path):
     for host in ('host-a', 'host-b'):
         root = tmp_path / host
         simulator.write_sysfs(profile, root)
-        found = discovery.from_sysfs(sysfs_mod.Sysfs(str(root)))
+        found = discovery.from_sysfs(sysfs_mod.Sysfs(str(root)),
+                                     kinds=kinds.registered())
         assert found.gpus
         gpus[host] = found.gpus
     addrs = [g.address for g in gpus['host-a'] if g.mdev_type('nvidia-223')]

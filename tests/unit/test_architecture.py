@@ -89,7 +89,7 @@ ONLY = {
 
 # The rooms from the floor up, as docs/dev/architecture.md's table lists them
 # (rooms on one row share a rank): a room imports only rooms of its rank or
-# below, but for the door in LEVEL_EXCEPTIONS.
+# below, with no exception.
 LEVELS = (
     ('exception', 'util.records', 'util.logs', 'util.bounds'), ('objects',),
     ('devices.capacity',),
@@ -106,13 +106,8 @@ LEVELS = (
     ('guests.reconcile',), ('guests.restore',), ('openstack.agent',),
     ('exporter',), ('openstack.cyborg_driver',), ('simulator',), ('cmd',),
 )
-# discovery takes the vGPU kinds from its caller (an Environment's
-# kind_classes) and never names one.  The one door left up: a caller that
-# passes no kinds gets the registry's (discovery._kinds, inside a
-# function), kept while the Cyborg driver, whose module another change
-# owns, calls discovery without them (issue 27).  Remove it then.
-LEVEL_EXCEPTIONS = {('devices.discovery', 'devices.backends'),
-                    ('devices.discovery', 'devices.backends.registry')}
+# discovery, below the kinds, takes them from its caller (an Environment's
+# kind_classes) and imports no kind and no registry (issue 27).
 
 # The folders that group the rooms by layer: packages that hold rooms and
 # nothing else (their __init__ is a docstring), so no room of their own.
@@ -341,7 +336,10 @@ def test_rooms_import_only_rooms_below_them():
     graph = door_graph()
     upward = {(m, target) for m, targets in graph.items()
               for target in targets if _rank(target) > _rank(m)}
-    assert upward == LEVEL_EXCEPTIONS
+    assert upward == set(), (
+        'an upward import (at any depth, inside a function too): move the '
+        'work to the higher room, or hand the lower one what it needs as an '
+        'argument, as discovery takes the kinds')
 
 
 def import_circles(graph):

@@ -16,6 +16,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.simulator import loading
+from tests.doubles import kinds
 
 HOSTNAME = 'cn1'
 
@@ -33,7 +34,8 @@ def hosts():
         sysfs = sysfs_mod.Sysfs(root)
         env = environment.Environment(os.path.join(tmp, name, 'state'),
                                       sysfs=sysfs, enabled={})
-        found[name] = (env, discovery.from_sysfs(sysfs).gpus)
+        found[name] = (env, discovery.from_sysfs(
+            sysfs, kinds=kinds.registered()).gpus)
     yield found
     shutil.rmtree(tmp, ignore_errors=True)
 

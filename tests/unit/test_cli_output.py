@@ -163,10 +163,12 @@ def test_gpus_json_text_is_the_encoders_text(documents):
 
 def test_type_memo_changes_nothing_in_the_document(tmp_path):
     from libvirt_gpu.devices import discovery
+    from tests.doubles import kinds
     from libvirt_gpu.devices import sysfs
     root = tmp_path / 'sys'
     simulator.write_host(simulator.synthetic_profile(8, types=5), root)
-    gpus = discovery.from_sysfs(sysfs.Sysfs(root)).gpus
+    gpus = discovery.from_sysfs(sysfs.Sysfs(root),
+                                kinds=kinds.registered()).gpus
     memo = {}
     with_memo = [output.gpu_to_json(g, type_memo=memo) for g in gpus]
     assert with_memo == [output.gpu_to_json(g) for g in gpus]

@@ -59,6 +59,7 @@ from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.util import records
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
+from tests.doubles import kinds
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -186,7 +187,8 @@ def differences(got, want, path=''):
 
 def sysfs_gpus(hosts, profile):
     root, _ = hosts(profile)
-    return discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+    return discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                kinds=kinds.registered()).gpus
 
 
 @pytest.mark.parametrize('name', sorted(CASES))
@@ -233,7 +235,8 @@ def test_a_withheld_gpu_says_why(tmp_path, hosts):
     # The device is Cyborg's, its deployable is gone, and the reason is
     # the rule's own.
     root, _ = hosts('tests/data/cyborg/t4-grouped.json')
-    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                kinds=kinds.registered()).gpus
     assert {str(a): w for a, w in cyborg_objects.withheld_gpus(
         gpus, {}).items()} == {
         str(g.address): 'not offered whole: %s' % model.pgpu_refusal(g)
@@ -530,7 +533,8 @@ def _tree_and_records(tmp_path, hosts, case):
     path = write_conf(str(tmp_path / 'libvirt-gpu.conf'), root, node_xml,
                       case['enabled'], gpu_traits=True)
     conf = conf_mod.load(path)
-    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                kinds=kinds.registered()).gpus
     tree = model.build_tree(case['hostname'], gpus,
                             enablement.resolve(conf, gpus), True,
                             conf.gpu.pgpu_vendor_ids)

@@ -10,6 +10,7 @@ from libvirt_gpu.virt import host
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.util import records
+from tests.doubles import kinds
 
 PROFILES = simulator.list_profiles()
 
@@ -44,9 +45,11 @@ def sim_host(request, tmp_path):
 
 def test_parity_libvirt_with_sysfs(sim_host):
     profile, root, uri = sim_host
-    by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(root))
+    by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                    kinds=kinds.registered())
     with host.Host(uri, read_only=True) as h:
-        by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(root))
+        by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(root),
+                                            kinds=kinds.registered())
     assert by_sysfs.source == 'sysfs' and by_libvirt.source == 'libvirt'
     assert by_sysfs.gpus, 'profile %s has GPUs' % profile.name
     # Names come from libvirt only (sysfs has no pci.ids); all else equal.
@@ -59,9 +62,10 @@ def test_parity_libvirt_alone(sim_host):
     """Without sysfs, libvirt lacks descriptions and (test driver) drivers
     but agrees on everything else."""
     _profile, root, uri = sim_host
-    by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(root))
+    by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                    kinds=kinds.registered())
     with host.Host(uri, read_only=True) as h:
-        alone = discovery.from_libvirt(h)
+        alone = discovery.from_libvirt(h, kinds=kinds.registered())
     assert _without(alone.gpus, 'vendor_name', 'product_name', 'driver',
                     'description') == \
         _without(by_sysfs.gpus, 'driver', 'description')
@@ -70,13 +74,16 @@ def test_parity_libvirt_alone(sim_host):
 def test_shared_type_text_equals_full_read(sim_host):
     _profile, root, _uri = sim_host
     tree = sysfs_mod.Sysfs(root)
-    assert discovery.from_sysfs(tree, share_type_text=True) == \
-        discovery.from_sysfs(tree, share_type_text=False)
+    assert discovery.from_sysfs(tree, share_type_text=True,
+                                kinds=kinds.registered()) == \
+        discovery.from_sysfs(tree, share_type_text=False,
+                             kinds=kinds.registered())
 
 
 def test_gpu_classes_only_and_fields(tmp_path):
     simulator.write_host(simulator.load_profile('mixed'), tmp_path)
-    result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
+    result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path),
+                                  kinds=kinds.registered())
     assert all(g.class_code.startswith('0x03') for g in result.gpus)
     assert '8086' not in {g.vendor_id for g in result.gpus}
     drivers = {str(g.address): g.driver for g in result.gpus}
@@ -88,7 +95,8 @@ def test_gpu_classes_only_and_fields(tmp_path):
 
 def test_non_zero_domain(tmp_path):
     simulator.write_host(simulator.load_profile('domain'), tmp_path)
-    result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
+    result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path),
+                                  kinds=kinds.registered())
     assert '0001:01:00.0' in {str(g.address) for g in result.gpus}
     assert result.gpu('0001:01:00.0').mdevs
 
@@ -115,7 +123,8 @@ def _hand_made_tree(root):
 
 def test_any_sysfs_shaped_tree(tmp_path):
     _hand_made_tree(str(tmp_path))
-    result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
+    result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path),
+                                  kinds=kinds.registered())
     (gpu,) = result.gpus
     assert (str(gpu.address), gpu.product_id, gpu.driver, gpu.numa_node,
             gpu.iommu_group, gpu.mdevs) == ('0000:01:00.0', '1bb3', None,
@@ -139,7 +148,7 @@ def test_unreadable_file_is_typed_error_naming_path(tmp_path, caplog):
         tree.mdev_types('0000:01:00.0')
     # discovery skips the type (one bad type must not hide the host) and
     # warns with the same error
-    (gpu,) = discovery.from_sysfs(tree).gpus
+    (gpu,) = discovery.from_sysfs(tree, kinds=kinds.registered()).gpus
     assert gpu.mdev_types == ()
     assert 'nvidia-63/available_instances' in caplog.text
 
@@ -154,7 +163,7 @@ def test_garbage_number_is_typed_error(tmp_path, caplog):
     with pytest.raises(exception.SysfsReadError, match='numa_node'):
         tree.read_gpu('0000:01:00.0')
     # discovery skips the device and warns with the same error
-    assert discovery.from_sysfs(tree).gpus == ()
+    assert discovery.from_sysfs(tree, kinds=kinds.registered()).gpus == ()
     assert 'numa_node' in caplog.text and "'lots'" in caplog.text
 
 
@@ -162,14 +171,42 @@ def test_discover_falls_back_to_sysfs(tmp_path):
     simulator.write_host(simulator.load_profile('t4'), tmp_path)
     result = discovery.discover(
         default_uri='qemu:///system?socket=%s/none' % tmp_path,
-        default_sysfs_root=str(tmp_path))
+        default_sysfs_root=str(tmp_path), kinds=kinds.registered())
     assert result.source == 'sysfs'
     assert len(result.gpus) == 2
 
 
 def test_explicit_uri_does_not_fall_back(tmp_path):
     with pytest.raises(exception.LibvirtUnavailable, match='sysfs-root'):
-        discovery.discover(uri='qemu:///system?socket=%s/none' % tmp_path)
+        discovery.discover(uri='qemu:///system?socket=%s/none' % tmp_path,
+                           kinds=kinds.registered())
+
+
+# Discovery sits below the kinds and imports none: each public function
+# that reads or regroups VFs takes them from its caller.
+TAKE_KINDS = ('from_sysfs', 'from_libvirt', 'discover', 'with_names',
+              'with_nvml', 'group_sriov', 'gpu_view')
+
+
+def test_discovery_takes_the_kinds_and_defaults_none():
+    import inspect
+    for name in TAKE_KINDS:
+        param = inspect.signature(getattr(discovery, name)).parameters[
+            'kinds']
+        assert param.default is inspect.Parameter.empty, name
+
+
+def test_discovery_refuses_no_kinds(tmp_path):
+    simulator.write_host(simulator.load_profile('t4'), tmp_path)
+    tree = sysfs_mod.Sysfs(tmp_path)
+    found = discovery.from_sysfs(tree, kinds=())
+    for call in (lambda: discovery.from_sysfs(tree, kinds=None),
+                 lambda: discovery.discover(sysfs_root=str(tmp_path),
+                                            kinds=None),
+                 lambda: discovery.with_names(found, None, None),
+                 lambda: discovery.with_nvml(found, None, None)):
+        with pytest.raises(TypeError, match="pass kinds= an Environment"):
+            call()
 
 
 def test_sysfs_path_refuses_traversal(tmp_path):

@@ -12,6 +12,7 @@ from libvirt_gpu.util import fanout
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.unit import test_sysfs_hostile as hostile
+from tests.doubles import kinds
 from tests.doubles import trees
 
 PARENT = os.getpid()
@@ -153,8 +154,9 @@ def three_workers(monkeypatch):
 def test_parallel_discovery_equals_serial(tmp_path, profile, three_workers):
     simulator.write_host(simulator.load_profile(profile), tmp_path)
     reader = sysfs_mod.Sysfs(tmp_path)
-    serial = discovery.from_sysfs(reader)
-    assert discovery.from_sysfs(reader, parallel=True) == serial
+    serial = discovery.from_sysfs(reader, kinds=kinds.registered())
+    assert discovery.from_sysfs(reader, parallel=True,
+                                kinds=kinds.registered()) == serial
     assert three_workers and serial.gpus
 
 
@@ -162,9 +164,10 @@ def test_parallel_discovery_of_a_large_host(tmp_path):
     simulator.write_host(simulator.synthetic_profile(130, types=3),
                          tmp_path)
     reader = sysfs_mod.Sysfs(tmp_path)
-    serial = discovery.from_sysfs(reader)
+    serial = discovery.from_sysfs(reader, kinds=kinds.registered())
     assert sum(len(g.mdev_types) for g in serial.gpus) == 130 * 3
-    assert discovery.from_sysfs(reader, parallel=True) == serial
+    assert discovery.from_sysfs(reader, parallel=True,
+                                kinds=kinds.registered()) == serial
 
 
 @pytest.mark.parametrize('case', hostile.CASES,
@@ -174,10 +177,11 @@ def test_parallel_discovery_warns_as_serial(case, three_workers, caplog):
         case.apply(hostile.Tree(root, profile))
         reader = sysfs_mod.Sysfs(root)
         with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
-            serial = discovery.from_sysfs(reader)
+            serial = discovery.from_sysfs(reader, kinds=kinds.registered())
             serial_log = [r.getMessage() for r in caplog.records]
             caplog.clear()
-            parallel = discovery.from_sysfs(reader, parallel=True)
+            parallel = discovery.from_sysfs(reader, parallel=True,
+                                            kinds=kinds.registered())
             parallel_log = [r.getMessage() for r in caplog.records]
     assert parallel == serial
     assert parallel_log == serial_log and serial_log

@@ -16,6 +16,7 @@ from libvirt_gpu.openstack.placement import model
 from tests.doubles import h100
 from tests.doubles import tables
 from tests.doubles import fakes
+from tests.doubles import kinds
 from libvirt_gpu.util import records
 
 NAME = re.compile(r'GH100 ?\[H100 SXM5 80GB\]')   # see test_pciids
@@ -23,7 +24,8 @@ NAME = re.compile(r'GH100 ?\[H100 SXM5 80GB\]')   # see test_pciids
 
 def _gpus(root):
     return discovery.from_sysfs(sysfs_mod.Sysfs(root),
-                                pci_ids=pciids.PciIds()).gpus
+                                pci_ids=pciids.PciIds(),
+                                kinds=kinds.registered()).gpus
 
 
 def _cli(capsys, root, *argv):
@@ -156,9 +158,11 @@ def test_libvirt_reports_the_same_members(tmp_path):
     node_xml = simulator.write_host(simulator.load_profile('mixed'),
                                     tmp_path)
     from libvirt_gpu.virt import host
-    by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path))
+    by_sysfs = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path),
+                                    kinds=kinds.registered())
     with host.Host('test://' + node_xml, read_only=True) as h:
-        by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(tmp_path))
+        by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(tmp_path),
+                                            kinds=kinds.registered())
     for result in (by_sysfs, by_libvirt):
         gpu = result.gpu('0000:d8:00.0')
         assert [(str(m.address), m.companion, m.host_uses)

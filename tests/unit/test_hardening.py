@@ -24,6 +24,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.store import state
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
+from tests.doubles import kinds
 from tests.doubles import trees
 from tests.unit import test_hook as th
 
@@ -118,7 +119,7 @@ def test_available_instances_in_the_billions_skips_the_type(caplog):
         types = os.path.join(sysfs.pci_dir(B), 'mdev_supported_types')
         _write(os.path.join(types, 'nvidia-223', 'available_instances'),
                '3000000000\n')
-        gpu = discovery.from_sysfs(sysfs).gpu(B)
+        gpu = discovery.from_sysfs(sysfs, kinds=kinds.registered()).gpu(B)
         assert 'nvidia-223' not in [t.id for t in gpu.mdev_types]
         assert gpu.mdev_types                # the others are still there
         assert 'at most %d' % bounds.MAX_INSTANCES in caplog.text
@@ -427,7 +428,8 @@ def test_one_bad_mdev_entry_costs_only_that_entry(env):
     base = os.path.join(env.root, 'bus', 'mdev', 'devices')
     # a directory where the kernel makes a link: unreadable
     os.mkdir(os.path.join(base, th.new_uuid()))
-    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(env.root)).gpus
+    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(env.root),
+                                kinds=kinds.registered()).gpus
     assert gpus
     uuid = th.new_uuid()
     rc, err = env.run('prepare', th.domain_xml([(uuid, 'nvidia-223', None)]))
@@ -442,7 +444,8 @@ def test_duplicate_pci_addresses_are_refused(caplog):
         devices = os.path.join(root, 'bus', 'pci', 'devices')
         os.symlink(os.readlink(os.path.join(devices, str(B))),
                    os.path.join(devices, str(B).upper()))
-        result = discovery.from_sysfs(sysfs_mod.Sysfs(root))
+        result = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                      kinds=kinds.registered())
         addresses = [g.address for g in result.gpus]
         assert B not in addresses and A in addresses
         assert caplog.text.count('listed 2 times') == 1
@@ -470,14 +473,17 @@ def test_gpus_recognised_without_class_in_node_device_xml(tmp_path):
     or mdev capability; their audio functions are not taken for GPUs."""
     from libvirt_gpu.virt import host
     with host.Host(_sim_uri(tmp_path), read_only=True) as h:
-        expected = [g.address for g in discovery.from_libvirt(h).gpus]
+        expected = [g.address for g in discovery.from_libvirt(
+            h, kinds=kinds.registered()).gpus]
     assert expected
     classless = tmp_path / 'classless'
     classless.mkdir()
     with host.Host(_sim_uri(classless, strip_class=True),
                    read_only=True) as h:
-        alone = [g.address for g in discovery.from_libvirt(h).gpus]
-        beside = discovery.from_libvirt(h, sysfs_mod.Sysfs(str(classless)))
+        alone = [g.address for g in discovery.from_libvirt(
+            h, kinds=kinds.registered()).gpus]
+        beside = discovery.from_libvirt(h, sysfs_mod.Sysfs(str(classless)),
+                                        kinds=kinds.registered())
     assert alone == expected
     assert [g.address for g in beside.gpus] == expected
     assert all(g.class_code for g in beside.gpus)
@@ -496,9 +502,11 @@ def test_connect_uri_reads_libvirt_only(tmp_path):
     """-c URI of a host that is not this machine: this machine's sysfs is
     not mixed in (the test driver keeps no <driver>: none comes back)."""
     uri = _sim_uri(tmp_path)
-    alone = discovery.discover(uri=uri, default_sysfs_root=str(tmp_path))
+    alone = discovery.discover(uri=uri, default_sysfs_root=str(tmp_path),
+                               kinds=kinds.registered())
     assert alone.gpus and all(g.driver is None for g in alone.gpus)
-    both = discovery.discover(uri=uri, sysfs_root=str(tmp_path))
+    both = discovery.discover(uri=uri, sysfs_root=str(tmp_path),
+                              kinds=kinds.registered())
     assert all(g.driver for g in both.gpus)
 
 

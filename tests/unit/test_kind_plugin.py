@@ -198,11 +198,13 @@ def test_cyborg_is_not_offered_the_toy_vgpus(toy):
     # not offered whole either.)
     from libvirt_gpu.openstack import cyborg_driver
     from libvirt_gpu.devices import discovery
+    from tests.doubles import kinds
     from libvirt_gpu.openstack.placement import cyborg_objects
     root, _, config = toy
     found = cyborg_driver.discover_records('vm', config)
     assert [d.deployable_list for d in found] == [(), ()]
-    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+    gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                kinds=kinds.registered()).gpus
     toy_gpu = [g for g in gpus if str(g.address) == GPU][0]
     why = cyborg_objects.vendor_interface_refusal(
         toy_gpu, objects.EnabledType(TYPE))

@@ -76,8 +76,9 @@ class World(object):
     def allocator(self):
         from libvirt_gpu.conf import vgpu as vgpu_conf
         from libvirt_gpu.devices import discovery
-        enabled = vgpu_conf.resolve(self.conf,
-                                    discovery.from_sysfs(self.sysfs).gpus)
+        from tests.doubles import kinds
+        enabled = vgpu_conf.resolve(self.conf, discovery.from_sysfs(
+            self.sysfs, kinds=kinds.registered()).gpus)
         return allocator_mod.Allocator(self.backend(),
                                        state.LeaseStore(self.state_dir),
                                        enabled)

@@ -11,6 +11,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices import pciids
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import h100
+from tests.doubles import kinds
 from tests.doubles import nvml_fake
 
 GPU = objects.PciAddress.parse(h100.GPU)
@@ -111,25 +112,28 @@ def test_unexpected_error_skips_that_gpu_only(caplog):
 def test_discovery_supplement_on_the_capture(h100_sysfs):
     tree = sysfs_mod.Sysfs(h100_sysfs)
     named = discovery.with_nvml(discovery.from_sysfs(
-        tree, pci_ids=pciids.PciIds()), nvml.Nvml(_h100()))
+        tree, pci_ids=pciids.PciIds(), kinds=kinds.registered()),
+        nvml.Nvml(_h100()), kinds=kinds.registered())
     (gpu,) = named.gpus
     assert gpu.nvml.memory_total_mib == 81559
     assert gpu.nvml.virtualization_mode == 'passthrough'
     # The database's name is kept (libvirt's); NVML's is in gpu.nvml.
     assert gpu.product_name == pciids.PciIds().device('10de', '2330')
     # Without the database NVML names the GPU.
-    unnamed = discovery.with_nvml(discovery.from_sysfs(tree),
-                                  nvml.Nvml(_h100()))
+    unnamed = discovery.with_nvml(discovery.from_sysfs(
+        tree, kinds=kinds.registered()), nvml.Nvml(_h100()),
+        kinds=kinds.registered())
     assert unnamed.gpus[0].product_name == 'NVIDIA H100 80GB HBM3'
 
 
 def test_discovery_without_nvml_is_unchanged(h100_sysfs):
-    plain = discovery.from_sysfs(sysfs_mod.Sysfs(h100_sysfs))
+    plain = discovery.from_sysfs(sysfs_mod.Sysfs(h100_sysfs),
+                                 kinds=kinds.registered())
     spec = dict(nvml_fake.h100_spec(h100.NVML_JSON),
                 init_error=nvml_fake.pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     assert discovery.with_nvml(plain, nvml.Nvml(
-        nvml_fake.module(spec))) is plain
-    assert discovery.with_nvml(plain, None) is plain
+        nvml_fake.module(spec)), kinds=kinds.registered()) is plain
+    assert discovery.with_nvml(plain, None, kinds=kinds.registered()) is plain
     assert plain.gpus[0].nvml is None
 
 

@@ -30,6 +30,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.simulator import loading
+from tests.doubles import kinds
 
 A100 = {'nvidia-468': 10, 'nvidia-469': 8, 'nvidia-470': 5,
         'nvidia-471': 4, 'nvidia-472': 2, 'nvidia-473': 1}
@@ -70,7 +71,8 @@ def _empty(name):
 
 def _discover(profile, root):
     simulator.write_sysfs(profile, root)
-    return discovery.from_sysfs(sysfs_mod.Sysfs(root)).gpus
+    return discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                kinds=kinds.registered()).gpus
 
 
 @pytest.fixture(scope='module')

@@ -20,6 +20,7 @@ from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.openstack.placement import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from tests.doubles import kernel_sysfs
+from tests.doubles import kinds
 from tests.doubles import tables
 
 A = objects.PciAddress.parse('0000:41:00.0')       # A100, 16 VFs, 1 vGPU
@@ -50,7 +51,8 @@ def l40s(fast_dir):
 
 
 def _gpus(root):
-    return discovery.from_sysfs(sysfs_mod.Sysfs(root))
+    return discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                                kinds=kinds.registered())
 
 
 def _conf(tmp_path, text):
@@ -97,8 +99,9 @@ def test_vendor_state_parity_libvirt_with_sysfs(l40s):
     root, uri = l40s
     by_sysfs = _gpus(root)
     with host_mod.Host(uri, read_only=True) as h:
-        by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(root))
-        alone = discovery.from_libvirt(h)
+        by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(root),
+                                            kinds=kinds.registered())
+        alone = discovery.from_libvirt(h, kinds=kinds.registered())
     # vendor_vf is not part of Gpu equality: compare it explicitly
     assert [g.vendor_vf for g in by_libvirt.gpus] == \
         [g.vendor_vf for g in by_sysfs.gpus]
@@ -220,7 +223,8 @@ def test_sriov_numvfs_follows_the_kernel(fast_dir):
     sysfs.set_sriov_numvfs(B, 16)
     assert len(sysfs.virtfns(B)) == 16
     assert sysfs.physfn('0000:c1:00.4') == B
-    assert discovery.from_sysfs(sysfs).gpu(B).offered_type('nvidia-472')
+    assert discovery.from_sysfs(sysfs, kinds=kinds.registered()).gpu(
+        B).offered_type('nvidia-472')
     with pytest.raises(exception.SysfsWriteError) as info:
         sysfs.set_sriov_numvfs(B, 8)               # VFs on: change is EBUSY
     assert info.value.kwargs['errno'] == 16

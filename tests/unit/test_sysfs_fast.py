@@ -21,6 +21,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
+from tests.doubles import kinds
 from tests.doubles import trees
 from tests.unit import test_sysfs_hostile as hostile
 
@@ -83,17 +84,19 @@ def test_a_warm_pass_refuses_what_a_cold_one_does(tree, case, monkeypatch):
 
 def test_a_warm_discovery_equals_a_cold_one(tree):
     reader = sysfs_mod.Sysfs(tree.root)
-    cold = discovery.from_sysfs(reader, share_type_text=False)
-    assert discovery.from_sysfs(reader) == cold
-    assert discovery.from_sysfs(reader) == cold
+    cold = discovery.from_sysfs(reader, share_type_text=False,
+                                kinds=kinds.registered())
+    assert discovery.from_sysfs(reader, kinds=kinds.registered()) == cold
+    assert discovery.from_sysfs(reader, kinds=kinds.registered()) == cold
 
 
 def test_synthetic_host_reads_the_same_every_way(tmp_path):
     simulator.write_host(simulator.synthetic_profile(6, types=5), tmp_path)
     reader = sysfs_mod.Sysfs(tmp_path)
-    cold = discovery.from_sysfs(reader, share_type_text=False)
+    cold = discovery.from_sysfs(reader, share_type_text=False,
+                                kinds=kinds.registered())
     assert sum(len(g.mdev_types) for g in cold.gpus) == 6 * 5
-    assert discovery.from_sysfs(reader) == cold
+    assert discovery.from_sysfs(reader, kinds=kinds.registered()) == cold
     for gpu in cold.gpus:
         assert reader.read_gpu(gpu.address, class_filter=lambda c: True) \
             == reader.read_gpu(gpu.address)

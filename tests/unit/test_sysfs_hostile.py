@@ -32,6 +32,7 @@ from libvirt_gpu.guests import hook
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import hang
 from tests.doubles import kernel_sysfs
+from tests.doubles import kinds
 from tests.doubles import trees
 from libvirt_gpu.util import records
 
@@ -247,7 +248,8 @@ def _clean(text):
 def test_discovery_skips_the_bad_entry_and_names_it(tree, case, caplog):
     case.apply(tree)
     gpus = {str(g.address): g for g in
-            discovery.from_sysfs(sysfs_mod.Sysfs(tree.root)).gpus}
+            discovery.from_sysfs(sysfs_mod.Sysfs(tree.root),
+                                 kinds=kinds.registered()).gpus}
     assert B in gpus
     assert ENABLED in {t.id for t in gpus[B].mdev_types}
     if case.scope == 'device':

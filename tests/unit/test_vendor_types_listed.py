@@ -17,6 +17,7 @@ from libvirt_gpu.devices import discovery
 from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects
 from libvirt_gpu.devices import sysfs as sysfs_mod
+from tests.doubles import kinds
 from tests.doubles import nvml_fake
 from tests.doubles import trees
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
@@ -87,8 +88,9 @@ def test_nvml_names_and_counts_only_the_types_the_host_lists(l40s_one_type):
                    'max_instances': 1},
         }}]})
     result = discovery.with_nvml(
-        discovery.from_sysfs(sysfs_mod.Sysfs(l40s_one_type)),
-        nvml.Nvml(fake))
+        discovery.from_sysfs(sysfs_mod.Sysfs(l40s_one_type),
+                             kinds=kinds.registered()),
+        nvml.Nvml(fake), kinds=kinds.registered())
     pf = result.gpu(objects.PciAddress.parse('0000:3d:00.0'))
     assert pf.nvml is not None
     assert sorted((t.id, t.name, t.max_instance)

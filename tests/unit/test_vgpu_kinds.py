@@ -25,6 +25,7 @@ from libvirt_gpu.simulator import loading
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import domains
 from tests.doubles import fake_libvirt
+from tests.doubles import kinds
 
 TYPE = 'dummy-1'
 CAPACITY = 2
@@ -137,7 +138,8 @@ def world(tmp_path, monkeypatch):
     simulator.write_sysfs(loading.profile_from_dict(data, 't4-empty'),
                           root)
     sysfs = sysfs_mod.Sysfs(root)
-    parent = discovery.from_sysfs(sysfs).gpus[0].address
+    parent = discovery.from_sysfs(sysfs,
+                                  kinds=kinds.registered()).gpus[0].address
     monkeypatch.setattr(DummyKind, 'PARENT', parent)
     # The one registration line of a new kind:
     monkeypatch.setattr(registry, 'KINDS', (SPEC,) + registry.KINDS)
