@@ -394,8 +394,7 @@ def cmd_migrate(ctx):
 
     def progress(stats):
         if not as_json:
-            sys.stderr.write('\r' + output.migration_progress_text(stats))
-            sys.stderr.flush()
+            output.emit_progress(output.migration_progress_text(stats))
 
     with host_mod.Host(_uri(ctx)) as host:
         # A refused check raises MigrationRefused (exit status 1) after
@@ -408,7 +407,7 @@ def cmd_migrate(ctx):
     if done.outcome is None:                        # --dry-run
         return 0 if done.plan.ok else 1
     if not as_json:
-        sys.stderr.write('\n')
+        output.end_progress()
         output.emit_text(output.migration_outcome_text(done.plan,
                                                        done.outcome))
     return 0 if done.outcome.done else 130
@@ -432,18 +431,10 @@ def cmd_reconcile(ctx):
         env = ctx.environment(host)
         report = reconcile.reconcile(
             env, dry_run=ctx.args.dry_run, covered=set(env.enabled),
-            on_plan=lambda plan: _say_plan(ctx, plan))
+            on_plan=lambda plan: output.emit_removal_plan(
+                plan, as_json=ctx.args.json))
     output.emit_report(report, as_json=ctx.args.json)
     return 3 if report.stuck else 0
-
-
-def _say_plan(ctx, plan):
-    """reconcile says what it is about to remove before it does."""
-    for f in plan:
-        output.emit_note('will remove %s %s%s: %s' % (
-            f.what, f.uuid, ' on %s' % f.parent if f.parent else '',
-            f.reason), as_json=ctx.args.json)
-    (sys.stderr if ctx.args.json else sys.stdout).flush()
 
 
 def cmd_restore(ctx):
@@ -541,7 +532,7 @@ def cmd_exporter(ctx):
         survey = _survey(env, _uri(ctx))
     collector = exporter.HostCollector(env, survey=survey)
     if args.once:
-        sys.stdout.write(exporter.exposition(collector))
+        output.emit_exposition(exporter.exposition(collector))
         return 0
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -912,25 +903,15 @@ def main(argv=None):
     except OSError as e:
         # A path the operator named that cannot be used (a file where a
         # directory belongs, no permission): one line, not a traceback.
-        print('%s: error: %s' % (PROG, _os_error_text(e)), file=sys.stderr)
+        output.emit_error(PROG, output.os_error_text(e))
         if args.debug:
             raise
         return 1
     except Exception as e:  # noqa: BLE001 - the CLI's edge: one line
-        print('%s: internal error: %s: %s (run with --debug for the '
-              'traceback)' % (PROG, type(e).__name__, e), file=sys.stderr)
+        output.emit_internal_error(PROG, e)
         if args.debug:
             raise
         return 1
-
-
-def _os_error_text(e):
-    where = ' -> '.join(str(f) for f in (e.filename, e.filename2)
-                        if f is not None)
-    text = e.strerror or str(e)
-    if e.errno in (errno.EACCES, errno.EPERM):
-        text += ' (run as a user allowed to write there, e.g. root)'
-    return '%s: %s' % (where, text) if where else text
 
 
 def run():
