@@ -1,7 +1,12 @@
-"""The CLI's modules: only ``cmd/output.py`` writes to stdout or stderr."""
+"""The CLI's modules: one per command group, each naming its commands in
+``PARSERS``, and only ``cmd/output.py`` writes to stdout or stderr."""
 
 import ast
 import os
+
+import pytest
+
+from libvirt_gpu.cmd import main as cli_main
 
 CMD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'libvirt_gpu', 'cmd')
@@ -64,3 +69,37 @@ stream.write('x')             # a stream handed in: output's business
         (3, 'from sys import stderr'), (4, 'print()'),
         (5, 'sys.stdout.write()'), (6, 'sys.stderr.write()'),
         (7, 'sys.stderr.flush()'), (8, 'sys.__stdout__.writelines()')]
+
+
+def _groups():
+    return sorted(set(module for _, module in cli_main.COMMANDS))
+
+
+@pytest.mark.parametrize('module', _groups())
+def test_each_group_names_its_commands_in_the_table(module):
+    """A command a group adds but ``COMMANDS`` lacks would never be
+    built; one the table gives the wrong group would fail to build."""
+    table = sorted(name for name, group in cli_main.COMMANDS
+                   if group == module)
+    assert sorted(cli_main.group(module).PARSERS) == table
+
+
+def test_every_command_module_is_a_group_of_the_table():
+    """A module named ``*_cmds.py`` that the table does not name holds
+    commands no parser offers."""
+    on_disk = sorted(name[:-3] for name in os.listdir(CMD)
+                     if name.endswith('_cmds.py'))
+    assert on_disk == _groups()
+
+
+def test_a_command_runs_with_only_its_group_imported():
+    import subprocess
+    import sys
+    code = ('import sys\n'
+            'from libvirt_gpu.cmd import main\n'
+            'main.build_parser(only="list")\n'
+            'print(sorted(m for m in sys.modules\n'
+            '             if m.endswith("_cmds")))\n')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "['libvirt_gpu.cmd.host_cmds']"
