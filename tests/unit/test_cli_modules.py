@@ -103,3 +103,44 @@ def test_a_command_runs_with_only_its_group_imported():
     done = subprocess.run([sys.executable, '-c', code], capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "['libvirt_gpu.cmd.host_cmds']"
+
+
+# --- the writers that main.py and demo.py once wrote inline ------------------
+
+def test_progress_is_one_line_written_over(capsys):
+    from libvirt_gpu.cmd import output
+    output.emit_progress('migrating: 12%')
+    output.emit_progress('migrating: 50%')
+    output.end_progress()
+    assert capsys.readouterr() == ('', '\rmigrating: 12%\rmigrating: 50%\n')
+
+
+def test_removal_plan_goes_where_the_notes_go(capsys):
+    from libvirt_gpu import objects
+    from libvirt_gpu.cmd import output
+    from libvirt_gpu.guests import reconcile
+    plan = [reconcile.Finding(reconcile.WOULD_REMOVE, 'mdev', 'u-1', 'gone',
+                              parent=objects.PciAddress.parse(
+                                  '0000:af:00.0')),
+            reconcile.Finding(reconcile.WOULD_REMOVE, 'lease', 'u-2', 'idle')]
+    lines = ('will remove mdev u-1 on 0000:af:00.0: gone\n'
+             'will remove lease u-2: idle\n')
+    output.emit_removal_plan(plan)
+    assert capsys.readouterr() == (lines, '')
+    output.emit_removal_plan(plan, as_json=True)
+    assert capsys.readouterr() == ('', lines)
+
+
+def test_the_edge_and_exporter_lines(capsys):
+    import errno
+    from libvirt_gpu.cmd import output
+    output.emit_exposition('# HELP x\nx 1\n')
+    output.emit_internal_error('libvirt-gpu', KeyError('k'))
+    output.emit_error('libvirt-gpu', output.os_error_text(
+        PermissionError(errno.EACCES, 'Permission denied', '/etc/x')))
+    assert capsys.readouterr() == (
+        '# HELP x\nx 1\n',
+        "libvirt-gpu: internal error: KeyError: 'k' (run with --debug for "
+        'the traceback)\n'
+        'libvirt-gpu: error: /etc/x: Permission denied (run as a user '
+        'allowed to write there, e.g. root)\n')
