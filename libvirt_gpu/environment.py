@@ -21,7 +21,7 @@ there is one, its configuration and where discovery reads the host
 ``allocator``   ``allocator.Allocator`` of the above
 
 Every entry point takes one and builds none of these itself: the CLI
-(``cmd.main.Context.env``), the agent (``agent.serve``), the exporter
+(``cmd.context.Context.env``), the agent (``agent.serve``), the exporter
 (``exporter.HostCollector``), the API (its ``conn`` may be one), the hook
 (``for_hook``), reconcile and restore.  ``from_conf`` builds it from
 oslo.config (or the CLI's snapshot of it); ``for_hook`` from the hook's

@@ -13,6 +13,7 @@ import tempfile
 
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
+from libvirt_gpu.cmd import output
 
 DEMO_CONF = """\
 [gpu]
@@ -21,11 +22,6 @@ enabled_vgpu_types = nvidia-223
 [vgpu_nvidia-223]
 device_addresses = 0000:af:00.0
 """
-
-
-def _section(title):
-    print('\n== %s\n' % title)
-    sys.stdout.flush()
 
 
 def main():
@@ -37,8 +33,8 @@ def main():
             f.write(DEMO_CONF)
         base = ['--config-file', conf, '--hostname', 'compute-1',
                 '-c', 'test://' + node_xml, '--sysfs-root', root]
-        print('Simulated host: profile t4 in %s' % root)
-        print('Configuration (%s):\n%s' % (conf, DEMO_CONF))
+        output.emit_text('Simulated host: profile t4 in %s' % root)
+        output.emit_text('Configuration (%s):\n%s' % (conf, DEMO_CONF))
         steps = [
             ('GPUs (libvirt-gpu list)', ['list']),
             ('vGPU types of 0000:af:00.0 (libvirt-gpu types 0000:af:00.0)',
@@ -47,12 +43,12 @@ def main():
              ['placement', 'show']),
         ]
         for title, argv in steps:
-            _section(title)
+            output.emit_section(title)
             code = cli.main(base + argv)
             if code:
                 return code
-        print('\nScripts: add --json to any command that prints a result. '
-              'Try: libvirt-gpu simulate --list')
+        output.emit_text('\nScripts: add --json to any command that prints '
+                         'a result. Try: libvirt-gpu simulate --list')
     return 0
 
 

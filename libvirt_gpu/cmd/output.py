@@ -10,6 +10,11 @@ Commands hand records to this module and never ``print`` themselves:
 - ``emit_text(text)`` writes text for people, and ``emit_note`` and
   ``emit_error`` a line on stderr: the only writers of human-readable text
   (what names from sysfs or libvirt may contain passes through them).
+  The rest write one command's stream: ``emit_progress`` (``migrate``'s
+  line on stderr), ``emit_exposition`` (``exporter --once``),
+  ``emit_removal_plan`` (``reconcile``), ``emit_section`` (the demo) and
+  ``emit_internal_error`` (the CLI's edge).  No other module of ``cmd``
+  writes to stdout or stderr (``tests/unit/test_cli_modules.py``).
 - ``*_to_json`` build the documents of ``--json``, ``*_text`` the text.
 
 Reports (``restore``, ``reconcile``, ``placement sync``) share one shape:
@@ -17,6 +22,7 @@ Reports (``restore``, ``reconcile``, ``placement sync``) share one shape:
 (more lines) and ``to_json()``; ``emit_report`` prints any of them.
 """
 
+import errno
 import json
 import sys
 
@@ -103,11 +109,51 @@ def emit_error(prog, error):
     emit_text('%s: error: %s' % (prog, error), sys.stderr)
 
 
+def emit_internal_error(prog, error):
+    """The one line of an error the CLI did not expect (its edge)."""
+    emit_text('%s: internal error: %s: %s (run with --debug for the '
+              'traceback)' % (prog, type(error).__name__, error), sys.stderr)
+
+
 def emit_report(report, as_json=False):
     if as_json:
         emit_json(report.to_json())
     else:
         emit_text(report_text(report))
+
+
+def emit_removal_plan(plan, as_json=False):
+    """What ``reconcile`` is about to remove, said (and flushed) before it
+    does."""
+    for f in plan:
+        emit_note('will remove %s %s%s: %s' % (
+            f.what, f.uuid, ' on %s' % f.parent if f.parent else '',
+            f.reason), as_json=as_json)
+    (sys.stderr if as_json else sys.stdout).flush()
+
+
+def emit_progress(text):
+    """A progress line on stderr, written over by the next one;
+    ``end_progress`` ends it."""
+    sys.stderr.write('\r' + text)
+    sys.stderr.flush()
+
+
+def end_progress():
+    sys.stderr.write('\n')
+
+
+def emit_exposition(text):
+    """``exporter --once``: one scrape, Prometheus' text format as the
+    exporter wrote it."""
+    sys.stdout.write(text)
+
+
+def emit_section(title):
+    """``make demo``'s heading of each step, on stdout before the step's
+    own output."""
+    emit_text('\n== %s\n' % title)
+    sys.stdout.flush()
 
 
 # --- text --------------------------------------------------------------------
@@ -205,6 +251,16 @@ def domain_devices_text(got):
     rows += [['pgpu', None, None, a, None, None, None] for a in got.pgpus]
     return '%s\n%s' % (head, table(['KIND', 'UUID', 'TYPE', 'GPU', 'EXISTS',
                                     'LEASE', 'SOURCE'], rows))
+
+
+def os_error_text(e):
+    """An ``OSError`` on a path the operator named, as one line."""
+    where = ' -> '.join(str(f) for f in (e.filename, e.filename2)
+                        if f is not None)
+    text = e.strerror or str(e)
+    if e.errno in (errno.EACCES, errno.EPERM):
+        text += ' (run as a user allowed to write there, e.g. root)'
+    return '%s: %s' % (where, text) if where else text
 
 
 def installed_text(done):

@@ -10,7 +10,7 @@ Also runnable on its own (the test fixture does)::
         block|ebusy] [--no-uevents] [--probe-delay S] [--control-stdio]
         [--workdir DIR]
 
-``cmd.main`` takes the options from ``add_live_arguments`` here; the
+``cmd.host_cmds`` takes the options from ``add_live_arguments`` here; the
 simulator (and the FUSE binding) is imported only when a tree is served.
 """
 

@@ -79,11 +79,12 @@ def test_commands_needing_oslo_never_use_it(tmp_path):
     conf = tmp_path / 'a.conf'
     conf.write_text('')
     confcache.load(str(conf))
+    from libvirt_gpu.cmd import context
     from libvirt_gpu.cmd import main
     args = main.build_parser().parse_args(
         ['--config-file', str(conf), 'placement', 'sync', '--dry-run'])
     from oslo_config import cfg
-    assert isinstance(main.Context(args).conf, cfg.ConfigOpts)
+    assert isinstance(context.Context(args).conf, cfg.ConfigOpts)
 
 
 def test_values_match_oslo(tmp_path):

@@ -136,11 +136,12 @@ def test_the_api_takes_the_environment_as_its_connection(t4_env):
 
 
 def test_the_cli_builds_one_environment(t4_env, tmp_path):
+    from libvirt_gpu.cmd import context
     from libvirt_gpu.cmd import main as cli
     args = cli.build_parser().parse_args(
         ['--sysfs-root', t4_env.sysfs_root, 'list'])
     args.config_file = None
-    ctx = cli.Context(args)
+    ctx = context.Context(args)
     assert ctx.env is ctx.env
     assert ctx.result is ctx.env.discovered
     assert ctx.enabled is ctx.env.enabled

@@ -311,7 +311,7 @@ def test_a_port_in_use_is_a_one_line_error(host):
 def test_a_port_without_permission_is_a_one_line_error():
     # As a user without CAP_NET_BIND_SERVICE (the test runs as root):
     # the real bind's answer, mapped the way the command maps it.
-    from libvirt_gpu.cmd import main
+    from libvirt_gpu.cmd import service_cmds
     code = ('import socket, os; os.setuid(65534); s = socket.socket()\n'
             'try:\n s.bind(("127.0.0.1", 81))\nexcept OSError as e:\n'
             ' print(e.errno)\n')
@@ -321,8 +321,8 @@ def test_a_port_without_permission_is_a_one_line_error():
                           text=True, timeout=60)
     got = int(done.stdout)
     assert got == errno.EACCES
-    error = main._listen_error('127.0.0.1', 81, OSError(got,
-                                                        os.strerror(got)))
+    error = service_cmds._listen_error('127.0.0.1', 81, OSError(
+        got, os.strerror(got)))
     assert str(error) == (
         'cannot listen on 127.0.0.1 port 81: Permission denied (ports '
         'below 1024 need root: pick a --port above 1023)')
