@@ -1,0 +1,104 @@
+"""xmledit behaviours no other test pinned (issue 30, section 6): each of
+these was changed alone in the product code and the suite stayed green.
+Every test here fails under the change named in its docstring."""
+
+import pytest
+
+from libvirt_gpu import exception
+from libvirt_gpu import xmledit
+
+
+def _doc(text):
+    return xmledit.Document.parse(text.encode(), 'test XML')
+
+
+def test_two_insertions_at_one_offset_are_refused():
+    """Two new attributes of one name land at one offset: refused, never a
+    start tag with a duplicate attribute (broken by dropping the
+    zero-width case of ``_edit``'s overlap test)."""
+    doc = _doc('<domain><devices a="1"/></domain>')
+    devices = doc.root.find('devices')
+    doc.set_attribute(devices, 'b', '2')
+    with pytest.raises(exception.InvalidXml) as e:
+        doc.set_attribute(devices, 'b', '3')
+    assert 'two edits' in str(e.value)
+    assert doc.tobytes() == b'<domain><devices a="1" b="2"/></domain>'
+
+
+def test_an_insertion_inside_a_replaced_span_is_refused():
+    doc = _doc('<domain><devices a="1"></devices></domain>')
+    devices = doc.root.find('devices')
+    doc.replace(devices, '<devices/>')
+    with pytest.raises(exception.InvalidXml):
+        doc.append(devices, '<x/>')
+
+
+@pytest.mark.parametrize('tag', [
+    '<devices path="/dev/">', "<devices path='/'>", '<devices p="a/b" >'])
+def test_a_slash_in_an_attribute_value_is_not_self_closing(tag):
+    """A start tag whose attribute value holds ``/`` (even just before the
+    closing quote) has content and an end tag (broken by taking any ``/``
+    of the start tag as ``/>``, in the parser or in ``set_attribute``)."""
+    text = '<domain>%s<hostdev/></devices><name>x</name></domain>' % tag
+    doc = _doc(text)
+    devices = doc.root.find('devices')
+    assert not devices.empty
+    assert [c.tag for c in devices.children] == ['hostdev']
+    assert doc.bytes_of(devices) == (
+        tag + '<hostdev/></devices>').encode()
+    doc.set_attribute(devices, 'n', '1')
+    doc.append(devices, '<x/>')
+    out = doc.tobytes().decode()
+    head = tag[:-1] + ' n="1">'        # a new attribute goes last
+    assert out == text.replace(tag, head).replace(
+        '<hostdev/></devices>', '<hostdev/><x/></devices>')
+    assert xmledit.Document.parse(out.encode()).root.find(
+        'devices').attrib['n'] == '1'
+
+
+@pytest.mark.parametrize('name', ['UTF-8', 'utf-8', 'Utf8', 'UTF8'])
+def test_the_encoding_declaration_is_read_whatever_its_case(name):
+    """libvirt writes ``UTF-8``; the check of the declared encoding must
+    not care for case (broken by dropping its ``lower()``)."""
+    text = '<?xml version="1.0" encoding="%s"?>\n<domain/>' % name
+    doc = _doc(text)
+    doc.set_attribute(doc.root, 'type', 'kvm')
+    assert doc.tobytes() == text.replace(
+        '<domain/>', '<domain type="kvm"/>').encode()
+
+
+@pytest.mark.parametrize('name', ['ISO-8859-1', 'utf-16', 'UTF-16'])
+def test_other_encodings_are_refused(name):
+    with pytest.raises(exception.InvalidXml) as e:
+        xmledit.Document.parse(
+            ('<?xml version="1.0" encoding="%s"?><domain/>' % name).encode())
+    assert 'only UTF-8' in str(e.value) and name in str(e.value)
+
+
+@pytest.mark.parametrize('tag, name', [
+    ('<devices a="1" b=\'2\'/>', 'devices'),
+    ('<devices a="1"  />', 'devices'),
+    ('<g:gpus xmlns:g="urn:libvirt-gpu:1"/>', 'g:gpus'),
+    ('<devices\n  a="1"/>', 'devices')])
+def test_appending_to_an_empty_parent_with_attributes(tag, name):
+    """The empty parent gains an end tag of its name alone, its start tag
+    kept byte for byte (broken by taking the end tag's name from the
+    whole start tag, attributes included)."""
+    text = '<domain>%s<name>x</name></domain>' % tag
+    doc = _doc(text)
+    parent = doc.root.children[0]
+    assert parent.empty
+    doc.append(parent, '<x/>')
+    head = tag[:-2].rstrip()
+    out = doc.tobytes()
+    assert out == text.replace(
+        tag, '%s><x/></%s>' % (head, name)).encode()
+    again = xmledit.Document.parse(out).root.children[0]
+    assert [c.local for c in again.children] == ['x']
+    assert again.attrib == parent.attrib
+
+
+def test_set_text_on_an_empty_element_with_attributes():
+    doc = _doc('<domain><name a="1"/></domain>')
+    doc.set_text(doc.root.find('name'), 'vm')
+    assert doc.tobytes() == b'<domain><name a="1">vm</name></domain>'
