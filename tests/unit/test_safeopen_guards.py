@@ -53,8 +53,8 @@ def test_a_plain_path_opens(tree, use_openat2):
 
 
 @pytest.mark.parametrize('name', ['sub/inside', 'sub/outside'])
-def test_a_link_in_the_last_component_is_never_followed(tree, use_openat2,
-                                                         name):
+def test_a_link_in_the_last_component_is_never_followed(
+        tree, use_openat2, name):
     """Broken (the walk) by opening the last component without
     ``O_NOFOLLOW``."""
     with pytest.raises(OSError) as e:
