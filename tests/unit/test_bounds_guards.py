@@ -85,3 +85,96 @@ def test_sysfs_saying_exactly_max_instances_is_accepted(share_type_text):
                 assert found['nvidia-223'] == top
             else:
                 assert 'nvidia-223' not in found
+
+
+# --- found by `make mutation` on bounds.py ----------------------------------
+
+@pytest.mark.parametrize('text, ranges', [
+    ('0-15,^3-5,^10', ((0, 2), (6, 9), (11, 15))),
+    ('0-3,8-11,^2-9', ((0, 1), (10, 11))),
+    ('0-3,^0-3', ()),
+    ('0-3,^5', ((0, 3),)),
+    ('4-7,^0-4', ((5, 7),)),
+    ('0-9,^3,^4,^5', ((0, 2), (6, 9))),
+    ('0-1,3-4,6-7,^1-6', ((0, 0), (7, 7))),
+    ('0-2,^2', ((0, 1),)),
+    ('5,^5', ()),
+    (' 0 - 3 , 5 ', ((0, 3), (5, 5))),
+    ('0-3,,5', ((0, 3), (5, 5))),
+    ('', ()),
+    (None, ()),
+])
+def test_exclusions_are_cut_out_of_the_ranges(text, ranges):
+    assert bounds.parse_cpulist(text).ranges == ranges
+
+
+def test_the_largest_cpu_number_is_accepted_and_one_more_refused():
+    top = bounds.MAX_CPU - 1
+    assert bounds.parse_cpulist('%d' % top).ranges == ((top, top),)
+    assert bounds.parse_cpulist('0-%d' % top).ranges == ((0, top),)
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist('%d' % bounds.MAX_CPU, 'cpuset')
+    assert str(e.value).endswith(
+        "cpuset '%d' is not a list of numbers and ranges (0-15,32) below %d"
+        % (bounds.MAX_CPU, bounds.MAX_CPU))
+
+
+@pytest.mark.parametrize('bad', [
+    '1-', '-1', 'a', '1-a', '3-1', '1.5', '١', '0000001', '1-0000002',
+    '1--2', '^'])
+def test_what_is_not_a_number_or_range_is_refused(bad):
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist(bad, 'nodeset')
+    assert "nodeset %r is not a list of numbers" % bad in str(e.value)
+
+
+def test_six_digits_are_read():
+    assert bounds.parse_cpulist('000001-000002').ranges == ((1, 2),)
+
+
+def test_the_longest_text_is_accepted_and_one_character_more_refused():
+    longest = ('0,' * bounds.MAX_CPULIST_PARTS)[:bounds.MAX_CPULIST_CHARS]
+    longest = longest.rstrip(',').ljust(bounds.MAX_CPULIST_CHARS, ' ')
+    assert bounds.parse_cpulist(longest).ranges == ((0, 0),)
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist(longest + ' ', 'cpuset')
+    assert str(e.value).endswith(
+        'cpuset is %d characters long, more than the %d allowed'
+        % (bounds.MAX_CPULIST_CHARS + 1, bounds.MAX_CPULIST_CHARS))
+
+
+def test_the_most_parts_are_accepted_and_one_more_refused():
+    most = ','.join(['1'] * bounds.MAX_CPULIST_PARTS)
+    assert bounds.parse_cpulist(most).ranges == ((1, 1),)
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist(most + ',1', 'cpuset')
+    assert str(e.value).endswith(
+        'cpuset has %d parts, more than the %d allowed'
+        % (bounds.MAX_CPULIST_PARTS + 1, bounds.MAX_CPULIST_PARTS))
+
+
+def test_the_instances_message_names_the_count_and_the_bound():
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.check_instances(bounds.MAX_INSTANCES + 1, 'max_instance')
+    assert str(e.value).endswith(
+        'max_instance is %d, more than the %d instances of one type a GPU '
+        'can hold' % (bounds.MAX_INSTANCES + 1, bounds.MAX_INSTANCES))
+
+
+def test_a_cpu_list_answers_membership_overlap_and_length():
+    cpus = bounds.parse_cpulist('0-3,8-11,20')
+    members = [n for n in range(25) if n in cpus]
+    assert members == [0, 1, 2, 3, 8, 9, 10, 11, 20]
+    assert len(cpus) == 9 and cpus and not bounds.EMPTY
+    assert cpus == {0, 1, 2, 3, 8, 9, 10, 11, 20}
+    assert cpus != {0, 1, 2, 3, 8, 9, 10, 11, 21}
+    assert cpus != {0, 1, 2, 3, 8, 9, 10, 11}
+    assert (cpus == 'x') is False
+    assert cpus.intersects(bounds.parse_cpulist('4-8'))
+    assert cpus.intersects(bounds.parse_cpulist('12-19,20'))
+    assert not cpus.intersects(bounds.parse_cpulist('4-7,12-19,21'))
+    assert not bounds.parse_cpulist('4-7').intersects(cpus)
+    assert cpus.intersects({11}) and not cpus.intersects({12, 13})
+    assert not cpus.intersects(bounds.EMPTY)
+    assert repr(bounds.parse_cpulist('1-2')) == 'CpuList(((1, 2),))'
+    assert hash(cpus) != hash(bounds.parse_cpulist('0-3'))

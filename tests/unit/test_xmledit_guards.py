@@ -102,3 +102,62 @@ def test_set_text_on_an_empty_element_with_attributes():
     doc = _doc('<domain><name a="1"/></domain>')
     doc.set_text(doc.root.find('name'), 'vm')
     assert doc.tobytes() == b'<domain><name a="1">vm</name></domain>'
+
+
+# --- found by `make mutation` on xmledit.py ---------------------------------
+
+@pytest.mark.parametrize('order', ['a first', 'b first'])
+def test_edits_of_adjacent_spans_are_both_kept(order):
+    """Spans that touch do not overlap: ``<a/>`` ends where ``<b/>``
+    starts."""
+    doc = _doc('<r><a/><b/></r>')
+    a, b = doc.root.children
+    edits = [(a, '<a1/>'), (b, '<b1/>')]
+    if order == 'b first':
+        edits.reverse()
+    for elem, text in edits:
+        doc.replace(elem, text)
+    assert doc.tobytes() == b'<r><a1/><b1/></r>'
+
+
+def test_find_findall_and_remove():
+    doc = _doc('<r><a n="1"/><b/><a n="2"/></r>')
+    assert [e.attrib['n'] for e in doc.root.findall('a')] == ['1', '2']
+    assert doc.root.find('c') is None
+    assert doc.root.find('b', 'x') is None
+    assert [e.tag for e in doc.root.iter()] == ['r', 'a', 'b', 'a']
+    doc.remove(doc.root.find('b'))
+    assert doc.tobytes() == b'<r><a n="1"/><a n="2"/></r>'
+
+
+def test_prefixes_are_read_as_written():
+    doc = _doc('<r xmlns:g="urn:g"><plain/><g:x/><y xmlns="urn:y"/></r>')
+    plain, x, y = doc.root.children
+    assert (plain.tag, plain.prefix) == ('plain', '')
+    assert (x.tag, x.prefix) == ('{urn:g}x', 'g')
+    assert (y.tag, y.prefix) == ('{urn:y}y', '')
+
+
+def test_a_quoted_gt_in_an_element_named_with_an_x():
+    doc = _doc('<r><X p="a>b" q=\'X>\'/><Xy>t</Xy></r>')
+    x, xy = doc.root.children
+    assert doc.bytes_of(x) == b'<X p="a>b" q=\'X>\'/>'
+    assert doc.bytes_of(xy) == b'<Xy>t</Xy>'
+
+
+def test_set_text_on_an_empty_element_spaced_before_its_slash():
+    doc = _doc('<r><name a="1"  /></r>')
+    doc.set_text(doc.root.find('name'), 'vm')
+    assert doc.tobytes() == b'<r><name a="1">vm</name></r>'
+
+
+@pytest.mark.parametrize('bad, said', [
+    ('<domain><devices>', 'domain XML is malformed: '),
+    ('<domain><devices></domain>', 'domain XML is malformed: '),
+    ('<?xml version="1.0" encoding="latin-1"?><domain/>',
+     'domain XML is in latin-1; only UTF-8 can be edited'),
+])
+def test_refusals_say_what_and_why(bad, said):
+    with pytest.raises(exception.InvalidXml) as e:
+        xmledit.Document.parse(bad.encode(), 'domain XML')
+    assert said in str(e.value)
