@@ -98,6 +98,8 @@ def test_sysfs_saying_exactly_max_instances_is_accepted(share_type_text):
     ('0-9,^3,^4,^5', ((0, 2), (6, 9))),
     ('0-1,3-4,6-7,^1-6', ((0, 0), (7, 7))),
     ('0-2,^2', ((0, 1),)),
+    ('0-1,10-20,^2-3,^11,^15', ((0, 1), (10, 10), (12, 14), (16, 20))),
+    ('0-1,20-30,^2,^4,^6,^25', ((0, 1), (20, 24), (26, 30))),
     ('5,^5', ()),
     (' 0 - 3 , 5 ', ((0, 3), (5, 5))),
     ('0-3,,5', ((0, 3), (5, 5))),
@@ -126,6 +128,14 @@ def test_what_is_not_a_number_or_range_is_refused(bad):
     with pytest.raises(exception.InvalidInput) as e:
         bounds.parse_cpulist(bad, 'nodeset')
     assert "nodeset %r is not a list of numbers" % bad in str(e.value)
+
+
+def test_the_default_name_in_a_refusal():
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist('x' * 50)
+    assert str(e.value).endswith(
+        "cpulist %r is not a list of numbers and ranges (0-15,32) below %d"
+        % ('x' * 40, bounds.MAX_CPU))
 
 
 def test_six_digits_are_read():
