@@ -161,3 +161,44 @@ def test_refusals_say_what_and_why(bad, said):
     with pytest.raises(exception.InvalidXml) as e:
         xmledit.Document.parse(bad.encode(), 'domain XML')
     assert said in str(e.value)
+
+
+def test_refusals_word_for_word():
+    """The exact lines an operator sees (a test of a substring lets a
+    mangled message through)."""
+    def said(data, *args):
+        with pytest.raises(exception.InvalidXml) as e:
+            xmledit.Document.parse(data, *args)
+        return str(e.value)
+
+    assert said(b'<?xml version="1.0" encoding="latin-1"?><d/>', 'stdin') \
+        == 'Refused XML: stdin is in latin-1; only UTF-8 can be edited'
+    # the declaration is found after leading blanks too
+    assert said(b'\n <?xml version="1.0" encoding="latin-1"?><d/>') == \
+        'Refused XML: XML is in latin-1; only UTF-8 can be edited'
+    long_name = 'x' * 50
+    assert said(('<?xml version="1.0" encoding="%s"?><d/>'
+                 % long_name).encode(), 'stdin') == (
+        'Refused XML: stdin is in %s; only UTF-8 can be edited'
+        % long_name[:40])
+    assert said('<?xml version="1.0" encoding="ütf-8"?><d/>'.encode(),
+                'stdin') == ('Refused XML: stdin is in \ufffd\ufffdtf-8; '
+                             'only UTF-8 can be edited')
+    assert said(b'<d><e></d>', 'stdin').startswith(
+        'Refused XML: stdin is malformed: mismatched tag')
+    assert said(b'<d>' + b' ' * 100 + b'</d>', 'stdin', 50) == (
+        'Refused XML: stdin is 107 bytes, more than the 50 allowed')
+    doc = _doc('<r><a/></r>')
+    doc.set_attribute(doc.root.find('a'), 'x', '1')
+    with pytest.raises(exception.InvalidXml) as e:
+        doc.set_attribute(doc.root.find('a'), 'x', '2')
+    assert str(e.value) == 'Refused XML: two edits of bytes 5-5 of the ' \
+        'document'
+
+
+def test_set_text_and_append_on_an_empty_element_with_two_attributes():
+    doc = _doc('<r><name a="1" b="2"/><devices a="1" b="2"/></r>')
+    doc.set_text(doc.root.find('name'), 'vm')
+    doc.append(doc.root.find('devices'), '<x/>')
+    assert doc.tobytes() == (b'<r><name a="1" b="2">vm</name>'
+                             b'<devices a="1" b="2"><x/></devices></r>')
