@@ -17,6 +17,7 @@ STAMP_PIP := $(VENV)/.pip-stamp
 
 include Makefile.placement
 include Makefile.cyborg
+include Makefile.mutation
 
 deps: $(STAMP_PIP)
 

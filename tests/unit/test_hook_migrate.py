@@ -8,6 +8,7 @@ GPU; 0000:3b:00.0 empty, 0000:af:00.0 holding two vGPUs, one of them
 import io
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -312,10 +313,19 @@ def test_a_lease_file_of_schema_1_gains_the_expiry(tmp_path):
     assert lease.expires_at is None and not lease.held(time.time())
 
 
-def test_the_hook_script_lists_migrate():
-    assert 'migrate' in hook.HANDLED
-    with open(os.path.join(th.ROOT, 'hooks', 'qemu')) as f:
-        assert "'migrate'" in f.read()
+@pytest.mark.parametrize('op', hook.HANDLED)
+def test_the_script_run_without_stdin_follows_the_table(op):
+    """hooks/qemu answers a call with stdin closed before importing
+    anything, by its own list of the operations that may refuse: it must
+    be the table's (``migrate`` and ``prepare`` exit 1, the others 0)."""
+    done = subprocess.run(
+        [sys.executable, '-IS', os.path.join(th.ROOT, 'hooks', 'qemu'),
+         'vm1', op, 'begin', '-'], preexec_fn=lambda: os.close(0),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == hook.operation(op).failure_rc
+    assert b'no domain XML on stdin' in done.stderr
+    assert done.stdout == b''
 
 
 def test_the_installed_hook_prints_the_rewritten_xml(env, tmp_path):

@@ -102,14 +102,19 @@ def test_our_element_replaced_keeps_everything_else(nova):
     assert metadata.parse(xmlutil.parse(out)) == moved
 
 
-def test_elementtree_would_not_keep_the_input(nova):
-    """Why the editor exists: written back through ElementTree, nova's
-    prefix, the comment and our prefix are lost (so the byte comparisons
-    above can fail)."""
-    written = ET.tostring(ET.fromstring(nova))
-    assert b'nova:instance' not in written
-    assert b'AUTO-GENERATED' not in written
-    assert b'lgpu:' not in written
+def test_edits_made_in_any_order_land_in_document_order(nova):
+    """Edits are spliced by position, not in the order they were made
+    (the migrate hook edits the metadata, then the hostdev before it or
+    after it)."""
+    doc = xmledit.Document.parse(nova, 'domain')
+    doc.append(doc.root.find('devices'), b'<hostdev/>')
+    doc.set_attribute(doc.root.find('metadata', GPUS, VGPU), 'parent',
+                      '0000:bd:00.5')
+    doc.set_text(doc.root.find('name'), 'vm2')
+    assert doc.tobytes() == nova.replace(
+        b'<name>instance-0000002a</name>', b'<name>vm2</name>').replace(
+        b'parent="0000:3d:00.4"', b'parent="0000:bd:00.5"').replace(
+        b'</devices>', b'<hostdev/></devices>')
 
 
 def test_text_and_children_edits(nova):

@@ -1,0 +1,216 @@
+"""``make mutation``: mutmut on the modules a change touches.
+
+    python tests/tools/mutation.py [--base REF] [--modules M ...]
+                                   [--tests T ...] [--jobs N] [--keep]
+
+The modules: those named (``libvirt_gpu/bounds.py`` or
+``libvirt_gpu.bounds``), else every ``libvirt_gpu`` module changed since
+the merge base with ``--base`` (default ``origin/main``, else ``main``),
+committed or not.  The tests: those named, else for each module the unit
+tests named after it (``tests/unit/test_<module>.py``,
+``test_<module>_*.py``), else the unit tests that import it.  Small on
+purpose: mutmut first runs the selection once to learn which test calls
+which function, then runs, for each mutant, the tests that call it.
+
+mutmut's own settings are in setup.cfg's ``[mutmut]``; the modules and
+the tests are set here, on mutmut's loaded configuration (``only_mutate``
+and ``pytest_add_cli_args_test_selection``), so that nothing tracked
+changes during a run.  mutmut works in ``mutants/`` (a copy of the tree,
+ignored by git), emptied first unless ``--keep``.
+
+Prints, per module and in all, the kill ratio (killed, timed out or
+caught, over every mutant tried) and the surviving mutants; ``mutmut
+show NAME`` prints one's diff.  Exits 0 whatever the ratio (a report,
+not a gate), 2 when nothing could be run.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+PACKAGE = 'libvirt_gpu'
+UNIT = os.path.join('tests', 'unit')
+KILLED = ('killed', 'timeout', 'caught by type check', 'segfault')
+NOT_TRIED = ('not checked', 'skipped', 'check was interrupted by user')
+
+
+def _git(*args):
+    return subprocess.run(['git'] + list(args), cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.split()
+
+
+def _base(ref):
+    for candidate in ([ref] if ref else ['origin/main', 'main']):
+        try:
+            _git('rev-parse', '--verify', '-q', candidate + '^{commit}')
+            return candidate
+        except subprocess.CalledProcessError:
+            continue
+    sys.exit('mutation: no base %s to compare with: name one (BASE=REF) '
+             'or name the modules (MODULES=...)' % (ref or 'origin/main'))
+
+
+def changed_modules(ref):
+    """``libvirt_gpu`` modules changed since the merge base with ``ref``,
+    in the working tree (committed, staged or not) or new."""
+    base = _git('merge-base', _base(ref), 'HEAD')[0]
+    names = set(_git('diff', '--name-only', '--diff-filter=d', base, '--',
+                     PACKAGE))
+    names |= set(_git('ls-files', '--others', '--exclude-standard', '--',
+                      PACKAGE))
+    return sorted(n for n in names if n.endswith('.py')
+                  and os.path.isfile(os.path.join(ROOT, n)))
+
+
+def module_path(name):
+    """``libvirt_gpu/x/y.py`` for a path or a dotted name."""
+    path = name if name.endswith('.py') else name.replace('.', '/') + '.py'
+    path = os.path.relpath(os.path.join(ROOT, path), ROOT)
+    if not (path.startswith(PACKAGE + os.sep)
+            and os.path.isfile(os.path.join(ROOT, path))):
+        sys.exit('mutation: %s is not a module of %s' % (name, PACKAGE))
+    return path
+
+
+def _imports(text, path):
+    """Whether test source ``text`` imports the module at ``path``."""
+    parts = path[:-3].split(os.sep)
+    if parts[-1] == '__init__':
+        parts = parts[:-1]
+    dotted = '.'.join(parts)
+    parent, leaf = '.'.join(parts[:-1]), parts[-1]
+    patterns = [r'^\s*import %s\b' % re.escape(dotted),
+                r'^\s*from %s import' % re.escape(dotted)]
+    if parent:
+        patterns.append(r'^\s*from %s import (\(\s*)?([\w, \t]*\b)?%s\b'
+                        % (re.escape(parent), re.escape(leaf)))
+    return any(re.search(p, text, re.M) for p in patterns)
+
+
+def tests_for(path):
+    """The unit tests of the module at ``path`` (see the module doc)."""
+    unit = os.path.join(ROOT, UNIT)
+    leaf = os.path.basename(path)[:-3]
+    if leaf == '__init__':
+        leaf = os.path.basename(os.path.dirname(path))
+    found = []
+    for f in sorted(os.listdir(unit)):
+        if not (f.startswith('test_') and f.endswith('.py')):
+            continue
+        if f == 'test_%s.py' % leaf or f.startswith('test_%s_' % leaf):
+            found.append(f)
+            continue
+        with open(os.path.join(unit, f)) as fh:
+            if _imports(fh.read(), path):
+                found.append(f)
+    return [os.path.join(UNIT, f) for f in found]
+
+
+def _results(paths):
+    """``{module path: {mutant name: status}}`` from mutants/."""
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.stats import status_by_exit_code
+    found = {}
+    for path in paths:
+        data = SourceFileMutationData(path=path)
+        try:
+            data.load()
+        except FileNotFoundError:
+            found[path] = {}
+            continue
+        found[path] = {name: status_by_exit_code[code]
+                       for name, code in data.exit_code_by_key.items()}
+    return found
+
+
+def report(found, out=sys.stdout):
+    """Print the ratio per module and in all; returns (killed, tried)."""
+    all_killed = all_tried = 0
+    survivors = []
+    for path, statuses in sorted(found.items()):
+        tried = {n: s for n, s in statuses.items() if s not in NOT_TRIED}
+        killed = sum(1 for s in tried.values() if s in KILLED)
+        all_killed += killed
+        all_tried += len(tried)
+        ratio = '%5.1f%%' % (100.0 * killed / len(tried)) if tried else '  n/a'
+        print('%s  %4d/%-4d killed  %s' % (ratio, killed, len(tried), path),
+              file=out)
+        survivors += sorted((n, s) for n, s in tried.items()
+                            if s not in KILLED)
+    if all_tried:
+        print('%5.1f%%  %4d/%-4d killed  in all'
+              % (100.0 * all_killed / all_tried, all_killed, all_tried),
+              file=out)
+    if survivors:
+        print('\nsurvivors (`.venv/bin/mutmut show NAME` for the diff):',
+              file=out)
+        for name, status in survivors:
+            print('  %-14s %s' % (status, name), file=out)
+    return all_killed, all_tried
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0])
+    parser.add_argument('--base', default=None)
+    parser.add_argument('--modules', nargs='*', default=None)
+    parser.add_argument('--tests', nargs='*', default=None)
+    parser.add_argument('--jobs', type=int, default=2)
+    parser.add_argument('--keep', action='store_true')
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    if args.modules:
+        paths = sorted({module_path(m) for m in args.modules})
+    else:
+        paths = changed_modules(args.base)
+    if not paths:
+        print('mutation: no %s module changed; name some (MODULES=...)'
+              % PACKAGE)
+        return 0
+    tests = list(args.tests or [])
+    if not tests:
+        for path in paths:
+            found = tests_for(path)
+            if not found:
+                print('mutation: no unit test imports %s' % path)
+            tests += [t for t in found if t not in tests]
+    if not tests:
+        print('mutation: no tests to run; name some (TESTS=...)')
+        return 2
+    print('mutation: modules %s' % ' '.join(paths))
+    print('mutation: tests   %s' % ' '.join(tests))
+    if not args.keep:
+        shutil.rmtree('mutants', ignore_errors=True)
+
+    from mutmut import configuration
+    from mutmut import __main__ as mutmut_main
+    config = configuration.config()
+    config.only_mutate = list(paths)
+    config.pytest_add_cli_args_test_selection = tests
+    # mutmut copies tests/ following links, and the captured sysfs trees
+    # of tests/data link in cycles (a device's driver links back to it):
+    # copied here instead, links as links.
+    config.also_copy = [p for p in config.also_copy
+                        if os.path.normpath(str(p)) != 'tests']
+    shutil.copytree('tests', os.path.join('mutants', 'tests'),
+                    symlinks=True, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    try:
+        mutmut_main.cli(['run', '--max-children', str(args.jobs)],
+                        standalone_mode=False)
+    except SystemExit as e:
+        if e.code not in (0, None):
+            print('mutation: mutmut stopped (exit %s)' % e.code)
+            return 2
+    print()
+    killed, tried = report(_results(paths))
+    return 0 if tried else 2
+
+
+if __name__ == '__main__':
+    sys.exit(main())
