@@ -3,8 +3,8 @@
     python tests/tools/mutation.py [--base REF] [--modules M ...]
                                    [--tests T ...] [--jobs N] [--keep]
 
-The modules: those named (``libvirt_gpu/bounds.py`` or
-``libvirt_gpu.bounds``), else every ``libvirt_gpu`` module changed since
+The modules: those named (``libvirt_gpu/util/bounds.py`` or
+``libvirt_gpu.util.bounds``), else every ``libvirt_gpu`` module changed since
 the merge base with ``--base`` (default ``origin/main``, else ``main``),
 committed or not.  The tests: those named, else for each module the unit
 tests named after it (``tests/unit/test_<module>.py``,

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from libvirt_gpu import bounds
-from libvirt_gpu import discovery
+from libvirt_gpu.util import bounds
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
-from libvirt_gpu import nodedev
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.virt import nodedev
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import trees
 
 B = '0000:af:00.0'

@@ -7,8 +7,6 @@ vGPUs nothing can make).
 
 Written against the public ``cyborg_objects.driver_devices`` on an
 SR-IOV host of the simulator: an A100 whose three VFs are mdev parents.
-libvirt_gpu/placement/cyborg*.py is being rewritten (issue 30, section
-2): this file may need adapting to its new names at merge.
 """
 
 import json
@@ -17,11 +15,11 @@ import shutil
 
 import pytest
 
-from libvirt_gpu import discovery
+from libvirt_gpu.devices import discovery
 from libvirt_gpu import objects
-from libvirt_gpu.placement import cyborg_objects
+from libvirt_gpu.openstack.placement import cyborg_objects
 from libvirt_gpu import simulator
-from libvirt_gpu import sysfs as sysfs_mod
+from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import trees
 
 PF = '0000:3d:00.0'

@@ -13,9 +13,9 @@ from prometheus_client import parser as prom_parser
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exporter
-from libvirt_gpu import figures
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import state
+from libvirt_gpu.store import figures
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
 from tests.doubles import trees
 from tests.unit import test_hook as th

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from libvirt_gpu import state
+from libvirt_gpu.store import state
 from tests.doubles import trees
 from tests.unit import test_hook as th
 from tests.unit import test_hook_migrate as tm

@@ -9,9 +9,9 @@ import io
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import figures
-from libvirt_gpu import hook
-from libvirt_gpu.hook import operations
+from libvirt_gpu.store import figures
+from libvirt_gpu.guests import hook
+from libvirt_gpu.guests.hook import operations
 from tests.doubles import trees
 from tests.unit import test_hook as th
 

@@ -11,7 +11,7 @@ import libvirt
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import host as host_mod
+from libvirt_gpu.virt import host as host_mod
 
 NAME = 'mdev_4b20d080_1b54_4048_85b3_a6a62d165c01_0000_af_00_0'
 

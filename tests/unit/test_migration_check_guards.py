@@ -9,8 +9,8 @@ the side that has it."""
 import libvirt
 import pytest
 
-from libvirt_gpu import host as host_mod
-from libvirt_gpu import migration
+from libvirt_gpu.virt import host as host_mod
+from libvirt_gpu.guests import migration
 from tests.unit import test_hook as th
 
 DEST_URI = 'qemu+ssh://b/system'

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from libvirt_gpu import safeopen
+from libvirt_gpu.util import safeopen
 
 REFUSED = (errno.ELOOP, errno.EXDEV, errno.ENOTDIR)
 

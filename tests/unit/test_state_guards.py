@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import state
+from libvirt_gpu.store import state
 
 U1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import statedir
+from libvirt_gpu.store import statedir
 
 OTHER = 4242            # a uid and gid nobody here has
 

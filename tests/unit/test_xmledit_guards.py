@@ -5,7 +5,7 @@ Every test here fails under the change named in its docstring."""
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu import xmledit
+from libvirt_gpu.util import xmledit
 
 
 def _doc(text):
