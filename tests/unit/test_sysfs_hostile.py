@@ -22,6 +22,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import uuid as uuidlib
 
 import pytest
@@ -51,11 +52,12 @@ class Tree(object):
     """A simulated T4 host under ``top/sys`` with ``top/sys2`` (a sibling
     of the root) and ``top/etc`` (elsewhere) holding secrets."""
 
-    def __init__(self, root, profile, state_dir):
+    def __init__(self, root, profile, state_dir=None):
         self.root = root
         # not beside the tree on /dev/shm: a state directory below a
         # directory anyone can write is refused (statedir.check_dir)
-        self.state_dir = state_dir
+        self.state_dir = state_dir or os.path.join(
+            tempfile.mkdtemp(prefix='lgpu-hostile-'), 'state')
         self.profile = profile
         self.top = os.path.dirname(root)
         self.sibling = os.path.join(self.top, 'sys2')
