@@ -110,22 +110,30 @@ def check_dir(path):
     if reason is not None:
         raise Refused(path, reason)
     absolute = os.path.abspath(path)
-    seen = set()
-    # The parents as named and as they really are (a link on the way,
-    # such as /var/run, is judged where it points too).
-    for start in (os.path.realpath(absolute), absolute):
-        for parent in _ancestors(start):
-            if parent in seen:
-                continue
-            seen.add(parent)
-            try:
-                st = os.stat(parent)
-            except OSError as e:
-                raise exception.StateError(path=path, reason='%s: %s'
-                                           % (parent, e.strerror))
-            reason = _dir_reason(st, parent, 'its parent %s' % parent)
-            if reason is not None:
-                raise Refused(path, reason)
+    linked = _check_parents(path, absolute, os.lstat)
+    if linked:
+        # a link on the way (such as /var/run): judged where it points
+        # too, every directory there (a few more stat calls, only then)
+        _check_parents(path, os.path.realpath(absolute), os.stat)
+
+
+def _check_parents(path, start, stat_call):
+    """Check every directory above ``start``; whether one was a link
+    (``os.lstat``: then not judged here)."""
+    linked = False
+    for parent in _ancestors(start):
+        try:
+            st = stat_call(parent)
+        except OSError as e:
+            raise exception.StateError(path=path, reason='%s: %s'
+                                       % (parent, e.strerror))
+        if stat.S_ISLNK(st.st_mode):
+            linked = True
+            continue
+        reason = _dir_reason(st, parent, 'its parent %s' % parent)
+        if reason is not None:
+            raise Refused(path, reason)
+    return linked
 
 
 def ensure_dir(path):
