@@ -375,8 +375,9 @@ def _move_aside(path):
 def _schema_refusal(db, path):
     """Why the SQLite file open as ``db`` is not a lease file this
     libvirt-gpu may use, or None (ours, or new and empty)."""
+    # a view, a trigger first: named before the tables they stand on
     objects_ = db.execute('SELECT type, name, tbl_name FROM sqlite_master '
-                          'ORDER BY type, name').fetchall()
+                          'ORDER BY type = \'table\', type, name').fetchall()
     for kind, name, table in objects_:
         if (kind, name) in _OBJECTS and table in _REQUIRED_COLUMNS:
             continue
@@ -391,7 +392,9 @@ def _schema_refusal(db, path):
         have = {row[1] for row in db.execute('PRAGMA table_info(%s)'
                                              % table)}
         if not have:
-            if objects_:
+            # ``borrowed`` came after the first lease files: _SCHEMA makes
+            # it; a file of other things without ``leases`` is not ours
+            if objects_ and table == 'leases':
                 return ('it has no table %s, so it is not a lease file of '
                         'libvirt-gpu; %s' % (table, _move_aside(path)))
             continue        # a new, empty file: made below

@@ -507,3 +507,16 @@ def test_lock_holders_names_the_kernels_holder(tmp_path):
 def test_an_unknown_holder_is_said_unknown(tmp_path):
     assert 'an unknown process; find it with `fuser -v /x`' in \
         statedir.describe_holder(None, '/x')
+
+
+def test_a_lease_file_of_schema_1_still_opens(tmp_path):
+    """No ``expires_at``, no ``borrowed`` table: an older file of ours,
+    upgraded, not refused."""
+    sd = _state_dir(tmp_path)
+    db_path = sd / state.DB_NAME
+    _sqlite(db_path, state._SCHEMA.split('CREATE TABLE IF NOT EXISTS '
+                                         'borrowed')[0].replace(
+        ',\n    expires_at  REAL\n', '\n') + 'PRAGMA user_version = 1;')
+    assert 'expires_at' not in str(_schema(db_path))
+    assert state.LeaseStore(sd).leases() == []
+    assert 'borrowed' in str(_schema(db_path))
