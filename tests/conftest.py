@@ -1,14 +1,31 @@
 """Fixtures shared by unit and functional tests: the real H100 capture
 (see tests/doubles/h100.py)."""
 
+import os
+import tempfile
+
 import pytest
 
 from tests.doubles import h100
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Captured sysfs trees hold the kernel's link cycles (a device's
 # ``driver`` links to the driver, whose entry links back to the device):
 # never walk them looking for tests.
 collect_ignore = ['data']
+
+
+def pytest_configure(config):
+    """Every temporary file of the tests (``tmp_path``, ``tempfile``, and
+    those of the processes they start) under ``.cache/tmp`` of the
+    checkout, not /tmp: a state directory must sit below directories only
+    root (or its user) can write (``statedir.check_dir``), and /tmp,
+    writable by anyone, is refused as a state directory's parent."""
+    path = os.path.join(ROOT, '.cache', 'tmp')
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ['TMPDIR'] = path
+    tempfile.tempdir = None         # gettempdir() looks again
 
 
 @pytest.fixture(autouse=True)

@@ -2,9 +2,13 @@
 ``libvirt-gpu exporter`` to serve: the hook's calls and latencies, and the
 outcome of the last Placement sync and restore.
 
-The standard library and ``statedir`` only (the qemu hook imports this on
-every guest start); every file is opened by ``statedir.open_file``, as
-every state file is (no link followed, no wait on a FIFO).
+The standard library, ``statedir`` and ``fileutil`` only (the qemu hook
+imports this on every guest start); every file is opened by
+``statedir.open_file``, as every state file is (no link followed, no wait
+on a FIFO, only a regular file of the directory's owner with one link).
+The hook's file is private (0600: no other user can open it to hold its
+lock) and every wait for its lock is bounded (``statedir.lock``,
+``LOCK_TIMEOUT``), naming the holder when it ends.
 The hook's file is one small JSON document that each hook call rewrites in
 place under an exclusive ``flock`` of the file (one small
 read-modify-write; ``bench/hook.py`` measures it); the exporter reads it
@@ -32,12 +36,12 @@ seconds and more than the bucket before) and a last one for longer calls.
      "changes_total": 7}
 """
 
-import fcntl
 import json
 import os
 import time
 
 from libvirt_gpu import exception
+from libvirt_gpu.util import fileutil
 from libvirt_gpu.store import statedir
 
 VERSION = 1
@@ -61,6 +65,10 @@ REFUSED = 'refused'     # the input or the guest refused, with a reason
 ERROR = 'error'         # an internal error, or a release that failed
 OUTCOMES = (OK, REFUSED, ERROR)
 MAX_BYTES = 64 * 1024   # a figures file is never larger; bigger is junk
+# The longest a hook call or a scrape waits for the figures' lock (each
+# holder keeps it for one small read or write): then it gives up, naming
+# the holder, rather than hold up a guest's start.
+LOCK_TIMEOUT = 2.0
 
 
 def _parse(data):
@@ -90,14 +98,11 @@ def _read(path):
 
 
 def _replace(path, doc):
-    tmp = '%s.%d.tmp' % (path, os.getpid())
-    fd = statedir.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                            0o644)
-    try:
-        os.write(fd, json.dumps(doc, separators=(',', ':')).encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    # the directory's checks first: a temporary file is never made in a
+    # directory that is not to be trusted
+    os.close(statedir.open_dir(os.path.dirname(path))[0])
+    fileutil.write_atomic(path, json.dumps(doc, separators=(',', ':')),
+                          mode=0o600)
 
 
 def _bucket(seconds):
@@ -131,12 +136,12 @@ def record_hook_call(state_dir, operation, outcome, seconds):
     path = os.path.join(state_dir, HOOK_FIGURES)
     flags = os.O_RDWR | os.O_CREAT
     try:
-        fd = statedir.open_file(path, flags, 0o644)
+        fd = statedir.open_file(path, flags, 0o600)
     except FileNotFoundError:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = statedir.open_file(path, flags, 0o644)
+        fd = statedir.open_file(path, flags, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        statedir.lock(fd, path, exclusive=True, timeout=LOCK_TIMEOUT)
         old = os.pread(fd, MAX_BYTES + 1, 0)
         doc = _parse(old)
         if doc is None or doc.get('buckets') != list(BUCKETS):
@@ -183,13 +188,13 @@ def hook_figures(state_dir):
     shared ``flock`` of the file, held for one read: it waits at most for
     one hook call's write, and a hook call waits at most for one read."""
     found = {operation: _zero() for operation in OPERATIONS}
+    path = os.path.join(state_dir, HOOK_FIGURES)
     try:
-        fd = statedir.open_file(os.path.join(state_dir, HOOK_FIGURES),
-                                os.O_RDONLY)
+        fd = statedir.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return found
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        statedir.lock(fd, path, exclusive=False, timeout=LOCK_TIMEOUT)
         doc = _parse(os.pread(fd, MAX_BYTES + 1, 0))
     finally:
         os.close(fd)

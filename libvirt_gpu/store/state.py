@@ -41,8 +41,6 @@ occurrence).  Unset, it costs one dictionary lookup.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import sqlite3
 import time
@@ -61,6 +59,8 @@ LOCK_NAME = 'leases.lock'
 BOOT_ID_NAME = 'boot_id'
 BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
 SCHEMA_VERSION = 2
+# A boot id is 36 characters and a newline; a longer file is not one.
+_MAX_BOOT_ID_BYTES = 64
 # A SQLite file is at least its 100-byte header (in practice a page).
 _SQLITE_HEADER_BYTES = 100
 
@@ -335,38 +335,86 @@ def _record_holder(fd):
         pass                # naming the holder is a courtesy
 
 
-def _holder_stopped(fd):
-    """The PID of the lock's holder when it is stopped (SIGSTOP, a
-    debugger: state ``T``/``t`` in ``/proc/<pid>/stat``), else None.  A
-    stopped holder never lets go by itself: waiting for it is waiting for
-    the timeout."""
+def _recorded_holder(fd):
+    """The PID the lock file records (``_record_holder``), or None.  Only
+    a fallback where the kernel does not say who holds the lock
+    (``statedir.lock_holders``): a holder stopped before writing its PID
+    leaves its predecessor's there."""
     try:
         pid = os.pread(fd, 32, 0).split(b' ', 1)[0]
-        if not pid.isdigit():
-            return None
-        with open('/proc/%d/stat' % int(pid), 'rb') as f:
-            stat = f.read(1024)
     except OSError:
         return None
-    # "<pid> (<comm>) <state> ...": the command may hold spaces and ')'
-    state = stat[stat.rfind(b')') + 2:][:1]
-    return int(pid) if state in (b'T', b't') else None
+    return int(pid) if pid.isdigit() else None
 
 
 def _holder(fd, path):
-    """Who holds the lock (as ``_record_holder`` wrote it), in words,
-    with what to run."""
-    try:
-        text = os.pread(fd, _MAX_HOLDER_BYTES, 0).decode('utf-8', 'replace')
-    except OSError:
-        text = ''
-    pid, _, command = text.strip().partition(' ')
-    if not pid.isdigit():
-        return 'another process; find it with `fuser -v %s`' % path
-    return ('process %s (%s); see what it does with `ps -o pid,stat,args -p '
-            '%s` (state T: stopped, `kill -CONT %s`)'
-            % (pid, textutil.escape(command[:200], newline=True) or '?',
-               pid, pid))
+    """Who holds the lock, in words, with what to run."""
+    pids = statedir.lock_holders(fd)
+    return statedir.describe_holder(
+        pids[0] if pids else _recorded_holder(fd), path)
+
+
+# What ``_SCHEMA`` makes (and SQLite for its primary keys): a lease file
+# holding anything else is another program's, or was altered (a view, a
+# trigger that deletes leases or sleeps under the lock): never used.
+_OBJECTS = {('table', 'leases'), ('table', 'borrowed'),
+            ('index', 'leases_domain'), ('index', 'leases_parent'),
+            ('index', 'sqlite_autoindex_leases_1'),
+            ('index', 'sqlite_autoindex_borrowed_1')}
+# Columns each table must have (``expires_at`` is added to a schema 1
+# file by _add_missing_columns).
+_REQUIRED_COLUMNS = {'leases': set(_COLUMNS) - {'expires_at'},
+                     'borrowed': {'mdev_uuid', 'domain_uuid', 'created_at'}}
+
+
+def _move_aside(path):
+    return ('move it aside (`mv %s %s.broken`), then run `libvirt-gpu '
+            'reconcile --dry-run`' % (path, path))
+
+
+def _schema_refusal(db, path):
+    """Why the SQLite file open as ``db`` is not a lease file this
+    libvirt-gpu may use, or None (ours, or new and empty)."""
+    # a view, a trigger first: named before the tables they stand on
+    objects_ = db.execute('SELECT type, name, tbl_name FROM sqlite_master '
+                          'ORDER BY type = \'table\', type, name').fetchall()
+    for kind, name, table in objects_:
+        if (kind, name) in _OBJECTS and table in _REQUIRED_COLUMNS:
+            continue
+        if kind == 'table' and name.startswith('sqlite_stat'):
+            continue        # ANALYZE's statistics: harmless
+        return ('it holds %s %s that libvirt-gpu never makes, so it is '
+                'another program\'s file or was altered; %s'
+                % ('an index' if kind == 'index' else 'a ' + kind,
+                   textutil.escape(str(name)[:80], newline=True),
+                   _move_aside(path)))
+    for table, required in sorted(_REQUIRED_COLUMNS.items()):
+        have = {row[1] for row in db.execute('PRAGMA table_info(%s)'
+                                             % table)}
+        if not have:
+            # ``borrowed`` came after the first lease files: _SCHEMA makes
+            # it; a file of other things without ``leases`` is not ours
+            if objects_ and table == 'leases':
+                return ('it has no table %s, so it is not a lease file of '
+                        'libvirt-gpu; %s' % (table, _move_aside(path)))
+            continue        # a new, empty file: made below
+        missing = sorted(required - have)
+        if missing:
+            return ('its table %s lacks the column(s) %s, so it is not a '
+                    'lease file of libvirt-gpu; %s'
+                    % (table, ', '.join(missing), _move_aside(path)))
+    return None
+
+
+def _sqlite_reason(error, path):
+    """A SQLite error in words that say what to do."""
+    text = str(error)
+    if 'file is not a database' in text or 'file is encrypted' in text:
+        return ('it is not a SQLite file (garbage, or another program\'s); '
+                + _move_aside(path))
+    if 'malformed' in text or 'corrupt' in text:
+        return 'it is damaged; ' + _move_aside(path)
+    return 'SQLite failed on it (%s)' % text[:200]
 
 
 class LeaseStore(object):
@@ -398,34 +446,18 @@ class LeaseStore(object):
     def _locked(self):
         self._open_dir()
         try:
+            # private (0600), ours, one link, created O_EXCL (statedir)
             fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
+        except exception.StateError:
+            raise
         except OSError as e:
             raise exception.StateError(path=self.lock_path,
                                        reason=e.strerror)
         try:
-            deadline = time.monotonic() + self.lock_timeout
-            delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as e:
-                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise exception.StateError(path=self.lock_path,
-                                                   reason=e.strerror)
-                if delay >= 0.05 and _holder_stopped(fd) is not None:
-                    raise exception.StateError(
-                        path=self.lock_path,
-                        reason='locked by a stopped %s' % _holder(
-                            fd, self.lock_path))
-                if time.monotonic() > deadline:
-                    raise exception.StateError(
-                        path=self.lock_path,
-                        reason='still locked after %.0f s by %s'
-                               % (self.lock_timeout,
-                                  _holder(fd, self.lock_path)))
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+            # bounded; the holder named by the kernel (/proc/locks), so a
+            # stopped one is seen at once even before it wrote its PID
+            statedir.lock(fd, self.lock_path, timeout=self.lock_timeout,
+                          holder=_recorded_holder)
             _record_holder(fd)
             if self.owner is not None and not self._owner_checked:
                 statedir.check_owner(self.state_dir, self.owner)
@@ -445,19 +477,11 @@ class LeaseStore(object):
         """
         if self._ready:
             return
-        try:
-            with open(self.boot_id_path) as f:
-                current = f.read().strip()
-        except OSError:
+        current = self._kernel_boot_id()
+        if current is None:
             return          # no boot id (not Linux?): nothing to compare
         marker = os.path.join(self.state_dir, BOOT_ID_NAME)
-        try:
-            with open(marker) as f:
-                recorded = f.read().strip()
-        except FileNotFoundError:
-            recorded = None
-        except OSError as e:
-            raise exception.StateError(path=marker, reason=e.strerror)
+        recorded = self._recorded_boot_id()
         if recorded == current:
             return
         try:
@@ -470,6 +494,41 @@ class LeaseStore(object):
         except OSError as e:
             raise exception.StateError(path=self.state_dir,
                                        reason=e.strerror)
+
+    def _kernel_boot_id(self):
+        """This boot's id (bounded read of a regular file: a FIFO or a
+        device in its place is refused, never waited on nor read to the
+        end), or None when there is none."""
+        try:
+            data = statedir.read_system_file(self.boot_id_path,
+                                             _MAX_BOOT_ID_BYTES)
+        except exception.StateError:
+            raise
+        except OSError:
+            return None
+        if len(data) > _MAX_BOOT_ID_BYTES:
+            raise exception.StateError(
+                path=self.boot_id_path,
+                reason='longer than a boot id (%d bytes or more)'
+                       % _MAX_BOOT_ID_BYTES)
+        return data.decode('ascii', 'replace').strip()
+
+    def _recorded_boot_id(self):
+        """The boot id ``<state_dir>/boot_id`` records (a state file:
+        ``statedir.read_file``), None when missing; a longer file reads
+        as another boot's."""
+        marker = os.path.join(self.state_dir, BOOT_ID_NAME)
+        try:
+            data = statedir.read_file(marker, _MAX_BOOT_ID_BYTES)
+        except FileNotFoundError:
+            return None
+        except exception.StateError:
+            raise
+        except OSError as e:
+            raise exception.StateError(path=marker, reason=e.strerror)
+        if len(data) > _MAX_BOOT_ID_BYTES:
+            return ''
+        return data.decode('ascii', 'replace').strip()
 
     def _connect(self):
         self._check_boot()
@@ -489,8 +548,16 @@ class LeaseStore(object):
             db = sqlite3.connect(self.db_path, timeout=self.lock_timeout,
                                  isolation_level=None)
         except sqlite3.Error as e:
-            raise exception.StateError(path=self.db_path, reason=str(e))
+            raise exception.StateError(path=self.db_path,
+                                       reason=_sqlite_reason(e, self.db_path))
         try:
+            if not self._ready:
+                # before anything writes to it: a foreign or altered file
+                # is refused, never adopted nor "upgraded"
+                reason = _schema_refusal(db, self.db_path)
+                if reason is not None:
+                    raise exception.StateError(path=self.db_path,
+                                               reason=reason)
             # WAL without fsync: a commit is one append to the page cache,
             # which a killed process cannot take back; a half-written one
             # fails its checksum and is rolled back.  Only a power cut could
@@ -512,7 +579,8 @@ class LeaseStore(object):
                 self._ready = True
         except sqlite3.Error as e:
             db.close()
-            raise exception.StateError(path=self.db_path, reason=str(e))
+            raise exception.StateError(path=self.db_path,
+                                       reason=_sqlite_reason(e, self.db_path))
         except BaseException:
             db.close()
             raise
@@ -525,13 +593,20 @@ class LeaseStore(object):
         opening it here and closing that descriptor would drop the POSIX
         locks another connection of this process holds on it."""
         try:
+            owner = os.stat(self.state_dir).st_uid
             st = os.lstat(self.db_path)
         except OSError as e:
             raise exception.StateError(path=self.db_path, reason=e.strerror)
-        reason = filetype.not_regular(st.st_mode)
-        if reason is not None:
-            raise exception.StateError(path=self.db_path,
-                                       reason='%s; remove it' % reason)
+        self._check_db_companion(self.db_path, st, owner)
+        for suffix in ('-wal', '-shm'):
+            try:
+                other = os.lstat(self.db_path + suffix)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise exception.StateError(path=self.db_path + suffix,
+                                           reason=e.strerror)
+            self._check_db_companion(self.db_path + suffix, other, owner)
         if st.st_size < _SQLITE_HEADER_BYTES:
             raise exception.StateError(
                 path=self.db_path,
@@ -540,6 +615,22 @@ class LeaseStore(object):
                        '`libvirt-gpu reconcile --dry-run`'
                        % ('empty' if st.st_size == 0 else 'truncated',
                           st.st_size, self.db_path, self.db_path))
+
+    @staticmethod
+    def _check_db_companion(path, st, owner):
+        """The lease file (or its WAL, its shm) as ``statedir.open_at``
+        wants a state file: regular, the directory owner's, one link."""
+        reason = filetype.not_regular(st.st_mode)
+        if reason is None and st.st_uid != owner:
+            reason = ('it is owned by uid %d, not uid %d (the owner of its '
+                      'directory): another user\'s file is not trusted'
+                      % (st.st_uid, owner))
+        if reason is None and st.st_nlink != 1:
+            reason = ('it has %d hard links: writing it would write a '
+                      'file elsewhere' % st.st_nlink)
+        if reason is not None:
+            raise exception.StateError(path=path, reason='%s; remove it'
+                                       % reason)
 
     @contextlib.contextmanager
     def transaction(self):
@@ -563,7 +654,8 @@ class LeaseStore(object):
                 db.execute('COMMIT')
             except sqlite3.Error as e:
                 self.close()
-                raise exception.StateError(path=self.db_path, reason=str(e))
+                raise exception.StateError(
+                    path=self.db_path, reason=_sqlite_reason(e, self.db_path))
 
     @contextlib.contextmanager
     def snapshot(self):
@@ -580,7 +672,15 @@ class LeaseStore(object):
                     self.db_path), uri=True, timeout=self.lock_timeout,
                     isolation_level=None)
             except sqlite3.Error as e:
-                raise exception.StateError(path=self.db_path, reason=str(e))
+                raise exception.StateError(
+                    path=self.db_path, reason=_sqlite_reason(e, self.db_path))
+            try:
+                reason = _schema_refusal(db, self.db_path)
+            except sqlite3.Error as e:
+                reason = _sqlite_reason(e, self.db_path)
+            if reason is not None:
+                db.close()
+                raise exception.StateError(path=self.db_path, reason=reason)
         else:
             db = sqlite3.connect(':memory:', isolation_level=None)
             db.executescript(_SCHEMA)
@@ -589,7 +689,8 @@ class LeaseStore(object):
             yield Transaction(db)
             db.execute('ROLLBACK')
         except sqlite3.Error as e:
-            raise exception.StateError(path=self.db_path, reason=str(e))
+            raise exception.StateError(path=self.db_path,
+                                       reason=_sqlite_reason(e, self.db_path))
         finally:
             db.close()
 
@@ -597,14 +698,13 @@ class LeaseStore(object):
         """Whether a lease file exists and was written in this boot."""
         if not os.path.isfile(self.db_path):
             return False
-        try:
-            with open(self.boot_id_path) as f:
-                current = f.read().strip()
-        except OSError:
+        current = self._kernel_boot_id()
+        if current is None:
             return True         # no boot id (not Linux?): nothing to compare
         try:
-            with open(os.path.join(self.state_dir, BOOT_ID_NAME)) as f:
-                return f.read().strip() == current
+            return self._recorded_boot_id() == current
+        except exception.StateError:
+            raise
         except OSError:
             return False
 

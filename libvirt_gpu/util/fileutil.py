@@ -5,13 +5,35 @@
 asked), then renames it over the target: a reader or a crash sees the old
 file or the new one, never half of one.  On any failure the temporary file
 is removed and the target is left as it was.
+
+The temporary file has a random name and is created with ``O_EXCL |
+O_NOFOLLOW`` relative to a descriptor of its directory: a link or file
+planted under a name we might pick is never opened, written nor
+``chmod``-ed (the mode and owner are set on the descriptor), and a
+directory renamed or swapped meanwhile cannot redirect the rename.
 """
 
 import os
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _create_temporary(dir_fd, name):
+    """``(fd, temporary name)``: a new file in ``dir_fd``, never one that
+    was there."""
+    for _ in range(100):
+        tmp = '.%s.%s.tmp' % (name, os.urandom(8).hex())
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                           | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                           dir_fd=dir_fd), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError('no free temporary name for %s' % name)
+
 
 def write_atomic(path, text, mode=0o600, tmp_dir=None, root_owned=False):
-    """Replace ``path`` with ``text`` (str) atomically.
+    """Replace ``path`` with ``text`` (str, written as UTF-8) atomically.
 
     :param mode: the new file's permission bits.
     :param tmp_dir: where the temporary file is made (same file system as
@@ -19,21 +41,36 @@ def write_atomic(path, text, mode=0o600, tmp_dir=None, root_owned=False):
         program scans (libvirt's ``qemu.d``) must not see it.
     :param root_owned: chown the file to root:root when running as root.
     """
-    directory = tmp_dir or os.path.dirname(path) or '.'
-    tmp = os.path.join(directory, '.%s.%d.tmp' % (os.path.basename(path),
-                                                  os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                 0o600)
+    directory, name = os.path.split(os.fspath(path))
+    dir_fd = os.open(directory or '.', _DIR_FLAGS)
     try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if root_owned and os.geteuid() == 0:
-            os.chown(tmp, 0, 0)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        tmp_fd = dir_fd if tmp_dir is None else os.open(tmp_dir, _DIR_FLAGS)
+        try:
+            _write_replace(dir_fd, name, tmp_fd, text, mode, root_owned)
+        finally:
+            if tmp_fd != dir_fd:
+                os.close(tmp_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_replace(dir_fd, name, tmp_fd, text, mode, root_owned):
+    fd, tmp = _create_temporary(tmp_fd, name)
+    try:
+        try:
+            data = memoryview(text.encode('utf-8'))
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+            if root_owned and os.geteuid() == 0:
+                os.fchown(fd, 0, 0)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        try:
+            os.unlink(tmp, dir_fd=tmp_fd)
+        except OSError:
+            pass
         raise

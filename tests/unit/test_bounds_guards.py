@@ -11,6 +11,7 @@ from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
 from libvirt_gpu.virt import nodedev
 from libvirt_gpu.devices import sysfs as sysfs_mod
+from tests.doubles import kinds
 from tests.doubles import trees
 
 B = '0000:af:00.0'
@@ -79,7 +80,8 @@ def test_sysfs_saying_exactly_max_instances_is_accepted(share_type_text):
             with open(path, 'w') as f:
                 f.write('%d\n' % count)
             gpu = discovery.from_sysfs(
-                sysfs, share_type_text=share_type_text).gpu(B)
+                sysfs, share_type_text=share_type_text,
+                kinds=kinds.registered()).gpu(B)
             found = {t.id: t.available_instances for t in gpu.mdev_types}
             if kept:
                 assert found['nvidia-223'] == top

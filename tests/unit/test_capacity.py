@@ -25,8 +25,9 @@ HOSTNAME = 'cn1'
 def hosts():
     """``{profile: (Environment, gpus)}`` of every bundled profile, written
     to a plain directory (no leases, no vendor state)."""
-    base = '/dev/shm' if os.access('/dev/shm', os.W_OK) else None
-    tmp = tempfile.mkdtemp(prefix='lgpu-capacity-', dir=base)
+    # not /dev/shm: a state directory below a directory anyone can write
+    # (sticky) is refused (statedir.check_dir)
+    tmp = tempfile.mkdtemp(prefix='lgpu-capacity-')
     found = {}
     for name in loading.list_profiles():
         root = os.path.join(tmp, name, 'sys')

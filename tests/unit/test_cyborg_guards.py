@@ -20,6 +20,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.openstack.placement import cyborg_objects
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
+from tests.doubles import kinds
 from tests.doubles import trees
 
 PF = '0000:3d:00.0'
@@ -55,7 +56,7 @@ def sriov(tmp_path):
 
 
 def _deployable(sysfs):
-    gpus = discovery.from_sysfs(sysfs).gpus
+    gpus = discovery.from_sysfs(sysfs, kinds=kinds.registered()).gpus
     pf = next(g for g in gpus if str(g.address) == PF)
     (device,) = [d for d in cyborg_objects.driver_devices(
         'host1', gpus, {pf.address: objects.EnabledType(TYPE)})

@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from prometheus_client import parser as prom_parser
@@ -127,36 +126,16 @@ def test_the_operations_served_are_the_hooks():
     assert figures.OPERATIONS == hook.HANDLED
 
 
-def _record_one(state_dir, go=None, started=None):
-    if go is not None:
-        go.wait(60)
-        started.set()
-    figures.record_hook_call(state_dir, 'prepare', figures.OK, 0.003)
-
-
-def _waits(pid, process, steady=0.2, limit=60.0):
-    """Whether ``pid`` sleeps (state S: waiting for the lock) for
-    ``steady`` seconds in a row; False as soon as it has exited.  A
-    writer that takes no lock never sleeps: it runs and exits."""
-    since = None
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if not process.is_alive():
-            return False
-        try:
-            with open('/proc/%d/stat' % pid) as f:
-                sleeping = f.read().rsplit(')', 1)[1].split()[0] == 'S'
-        except OSError:
-            return False
-        now = time.monotonic()
-        if not sleeping:
-            since = None
-        elif since is None:
-            since = now
-        elif now - since >= steady:
-            return True
-        time.sleep(0.01)
-    return False
+def _record_one(state_dir, timeout=None):
+    """A hook call's recording in a forked child: exit 0 when it wrote,
+    3 when its wait for the lock ran out (``timeout``), 1 else."""
+    if timeout is not None:
+        figures.LOCK_TIMEOUT = timeout
+    try:
+        figures.record_hook_call(state_dir, 'prepare', figures.OK, 0.003)
+    except exception.StateError:
+        os._exit(3)
+    os._exit(0)
 
 
 @pytest.mark.parametrize('holder', ['hook call', 'scrape'])
@@ -164,24 +143,23 @@ def test_a_hook_call_waits_for_the_figures_lock_and_loses_no_count(
         tmp_path, holder):
     """Forced interleaving, not chance: while another hook call holds the
     figures file's lock (exclusive) or a scrape reads it (shared), a hook
-    call waits, reading nothing yet; an update made under the lock is
-    then read and kept (broken by writing without the lock, or under a
-    shared one: the call then runs to its end at once)."""
+    call waits and writes nothing: its bounded wait runs out (broken by
+    writing without the lock, or under a shared one: the call then
+    writes and succeeds).  An update made under the lock is kept, and the
+    next call counts on top of it."""
     state_dir = str(tmp_path)
-    _record_one(state_dir)
-    # Forked before the lock is taken: a child would share a lock it
-    # inherited (flock belongs to the open file, which fork shares).
+    figures.record_hook_call(state_dir, 'prepare', figures.OK, 0.003)
     ctx = multiprocessing.get_context('fork')
-    go, started = ctx.Event(), ctx.Event()
-    writer = ctx.Process(target=_record_one, args=(state_dir, go, started))
-    writer.start()
     fd = os.open(os.path.join(state_dir, figures.HOOK_FIGURES), os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if holder == 'hook call'
                     else fcntl.LOCK_SH)
-        go.set()
-        assert started.wait(60)
-        assert _waits(writer.pid, writer), 'wrote without waiting'
+        # forked while we hold the lock: flock belongs to the open file,
+        # which the child does not open through this descriptor
+        writer = ctx.Process(target=_record_one, args=(state_dir, 0.3))
+        writer.start()
+        writer.join(60)
+        assert writer.exitcode == 3, 'wrote without waiting'
         old = os.pread(fd, figures.MAX_BYTES + 1, 0)
         doc = json.loads(old)
         assert doc['operations']['prepare']['calls'] == 1
@@ -190,7 +168,8 @@ def test_a_hook_call_waits_for_the_figures_lock_and_loses_no_count(
             os.pwrite(fd, json.dumps(doc).encode().ljust(len(old)), 0)
     finally:
         os.close(fd)                # drops the lock
-        go.set()
+    writer = ctx.Process(target=_record_one, args=(state_dir,))
+    writer.start()
     writer.join(60)
     assert writer.exitcode == 0
     entry = figures.hook_figures(state_dir)['prepare']

@@ -43,11 +43,11 @@ def pgpu_host(tmp_path):
 
 def scrape(host, conn=None):
     """``{(name, frozenset(labels.items())): value}`` of one scrape."""
-    env = environment.Environment.from_conf(conf_mod.load(host.config),
-                                            sysfs=host.sysfs)
     libvirt_host = (host_mod.Host.from_connection(conn)
                     if conn is not None else None)
-    col = exporter.HostCollector(env, host=libvirt_host)
+    env = environment.Environment.from_conf(
+        conf_mod.load(host.config), sysfs=host.sysfs, conn=libvirt_host)
+    col = exporter.HostCollector(env)
     found = {}
     for family in prom_parser.text_string_to_metric_families(
             exporter.exposition(col)):

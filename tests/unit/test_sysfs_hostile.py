@@ -22,6 +22,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import uuid as uuidlib
 
 import pytest
@@ -52,8 +53,12 @@ class Tree(object):
     """A simulated T4 host under ``top/sys`` with ``top/sys2`` (a sibling
     of the root) and ``top/etc`` (elsewhere) holding secrets."""
 
-    def __init__(self, root, profile):
+    def __init__(self, root, profile, state_dir=None):
         self.root = root
+        # not beside the tree on /dev/shm: a state directory below a
+        # directory anyone can write is refused (statedir.check_dir)
+        self.state_dir = state_dir or os.path.join(
+            tempfile.mkdtemp(prefix='lgpu-hostile-'), 'state')
         self.profile = profile
         self.top = os.path.dirname(root)
         self.sibling = os.path.join(self.top, 'sys2')
@@ -219,10 +224,10 @@ def hang_detector():
 
 
 @pytest.fixture
-def tree():
+def tree(tmp_path):
     # made under /dev/shm where there is one (see simulated_tree)
     with trees.simulated_tree('t4') as (root, profile):
-        yield Tree(root, profile)
+        yield Tree(root, profile, str(tmp_path / 'state'))
 
 
 def _config(t, path):
@@ -230,7 +235,7 @@ def _config(t, path):
     with open(path, 'w') as f:
         f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
                 '[gpu]\nenabled_vgpu_types = %s\n'
-                % (t.root, os.path.join(t.top, 'state'), ENABLED))
+                % (t.root, t.state_dir, ENABLED))
     return path
 
 
@@ -425,7 +430,7 @@ def _domain_xml(mdev_uuid):
 
 
 def _hook_script(t, config):
-    settings = os.path.join(t.top, 'state', hook.SETTINGS_NAME)
+    settings = os.path.join(t.state_dir, hook.SETTINGS_NAME)
     with open(hook.hook_source()) as f:
         text = hook.render_hook(
             f.read(), sys.executable, config, settings,

@@ -88,7 +88,9 @@ class HookLog(object):
         data = text.encode('utf-8', 'replace')
         try:
             # Never through a link, never waiting on a FIFO: only a
-            # regular file (statedir.open_file).
+            # regular file of the directory's owner with one link (a hard
+            # link planted here would make root append to a file
+            # elsewhere), private (statedir.open_file).
             fd = statedir.open_file(self.path, os.O_WRONLY | os.O_APPEND
                                     | os.O_CREAT)
             if os.fstat(fd).st_size + len(data) > LOG_MAX_BYTES:

@@ -10,7 +10,6 @@ values are parsed here, where they enter the program.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 
@@ -79,7 +78,8 @@ class VendorState(object):
         statedir.ensure_dir(self.state_dir)
         fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            # bounded, its holder named (a stopped holder at once)
+            statedir.lock(fd, self.lock_path, timeout=60.0)
             entries = self._load()
             before = dict(entries)
             yield entries
