@@ -22,10 +22,32 @@ def pytest_configure(config):
     checkout, not /tmp: a state directory must sit below directories only
     root (or its user) can write (``statedir.check_dir``), and /tmp,
     writable by anyone, is refused as a state directory's parent."""
-    path = os.path.join(ROOT, '.cache', 'tmp')
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    path = _private_tmp()
     os.environ['TMPDIR'] = path
     tempfile.tempdir = None         # gettempdir() looks again
+
+
+def _private_tmp():
+    """``.cache/tmp`` of the checkout when every directory above it is
+    one only root (or this user) can write; else (a clone under /tmp, or
+    in a group-writable directory) a directory of this user's own home,
+    named after the checkout."""
+    from libvirt_gpu import exception
+    from libvirt_gpu.store import statedir
+    path = os.path.join(ROOT, '.cache', 'tmp')
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        statedir.check_dir(path)
+        return path
+    except exception.StateError:
+        pass
+    import hashlib
+    name = hashlib.sha256(ROOT.encode()).hexdigest()[:12]
+    path = os.path.join(os.path.expanduser('~'), '.cache',
+                        'libvirt-gpu-tests', name)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    statedir.check_dir(path)        # the home too: say so, plainly
+    return path
 
 
 @pytest.fixture(autouse=True)
