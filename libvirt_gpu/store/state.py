@@ -46,7 +46,6 @@ import fcntl
 import os
 import sqlite3
 import time
-import urllib.parse
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
@@ -306,6 +305,21 @@ class Transaction(object):
         cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
                                (objects.validate_uuid(vgpu_uuid),))
         return cur.rowcount == 1
+
+
+# What a path keeps unquoted in an SQLite URI (RFC 3986's unreserved
+# characters and the separator); ``?``, ``#`` and ``%`` would end or
+# change it.
+_URI_SAFE = frozenset(b'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+                      b'0123456789-._~/')
+
+
+def _uri_path(path):
+    """``path`` percent-encoded for a ``file:`` URI (byte for byte, as
+    ``urllib.parse.quote`` does, without importing it: the hook imports
+    this module on every guest start)."""
+    return ''.join(chr(b) if b in _URI_SAFE else '%%%02X' % b
+                   for b in os.fsencode(path))
 
 
 def _add_missing_columns(db):
@@ -576,7 +590,7 @@ class LeaseStore(object):
         writer), reads as no leases."""
         if self._current_boot():
             try:
-                db = sqlite3.connect('file:%s?mode=ro' % urllib.parse.quote(
+                db = sqlite3.connect('file:%s?mode=ro' % _uri_path(
                     self.db_path), uri=True, timeout=self.lock_timeout,
                     isolation_level=None)
             except sqlite3.Error as e:
