@@ -343,8 +343,11 @@ def _record_holder(fd):
         command = b'?'
     line = b'%d %s\n' % (os.getpid(), command[:400])
     try:
-        os.ftruncate(fd, 0)
+        # Written over the last holder's line, then cut to its length:
+        # never truncated to zero first, which on ext4 (auto_da_alloc)
+        # flushes the file at close, milliseconds per transaction.
         os.pwrite(fd, line, 0)
+        os.ftruncate(fd, len(line))
     except OSError:
         pass                # naming the holder is a courtesy
 
