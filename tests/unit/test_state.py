@@ -257,8 +257,8 @@ def test_a_lease_file_written_before_the_vgpu_rename_still_opens(tmp_path):
     assert store.leases() == [] and not hasattr(lease, 'mdev_uuid')
 
 
-def test_holder_line_is_written_over_never_truncated_to_zero(tmp_path,
-                                                              monkeypatch):
+def test_holder_line_is_written_over_never_truncated_to_zero(
+        tmp_path, monkeypatch):
     # ext4 flushes a file truncated to zero at close (auto_da_alloc):
     # milliseconds on every transaction.  The line is written over the
     # last holder's, then the file is cut to its length.

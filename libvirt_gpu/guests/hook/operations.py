@@ -67,7 +67,7 @@ class Request:
     operation: str
     domain: config_xml.DomainDevices
     meta: metadata.GpuMetadata
-    document: xmledit.Document | None = None
+    document: object = None    # an xmledit.Document when read, else None
 
     @property
     def label(self):
