@@ -484,8 +484,7 @@ PREPARE_MUST_NOT_LOAD = ('ctypes', 'urllib', 'string', 'datetime', 'pickle',
                          'libvirt_gpu.util.xmledit',
                          'libvirt_gpu.guests.hook.incoming')
 # The installed hook run as its own main module in an interpreter started
-# as its #! line starts it; what it loaded goes to stderr at the end
-# (-X importtime misses what importlib.import_module loads: the kinds).
+# as its #! line starts it; what it loaded goes to stderr at the end.
 _LOADED = """import sys
 sys.argv = [%r, 'vm1', 'prepare', 'begin', '-']
 rc = 0
