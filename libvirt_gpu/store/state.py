@@ -385,9 +385,7 @@ def _holder(fd, path):
         text = os.pread(fd, _MAX_HOLDER_BYTES, 0).decode('utf-8', 'replace')
     except OSError:
         text = ''
-    # The first line: a longer line of the last holder may still follow
-    # it for the moment between _record_holder's write and its cut.
-    pid, _, command = text.split('\n', 1)[0].strip().partition(' ')
+    pid, _, command = text.strip().partition(' ')
     if not pid.isdigit():
         return 'another process; find it with `fuser -v %s`' % path
     return ('process %s (%s); see what it does with `ps -o pid,stat,args -p '
