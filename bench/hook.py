@@ -106,8 +106,14 @@ def gpu_xml(n, parent=None):
 def install_from(package_dir, hooks_dir, config):
     """Install the hook of the libvirt_gpu package in ``package_dir``;
     returns its path."""
-    code = ('import sys; sys.path.insert(0, %r); '
-            'from libvirt_gpu.guests import hook; '
+    # The hook package moved to libvirt_gpu/guests/ (aa3d4d4); an older
+    # checkout (f8d0e51, the one item 8 of issue 27 compares with) has it
+    # at the top.
+    code = ('import sys; sys.path.insert(0, %r)\n'
+            'try:\n'
+            '    from libvirt_gpu.guests import hook\n'
+            'except ImportError:\n'
+            '    from libvirt_gpu import hook\n'
             'print(hook.install(%r, %r).path)'
             % (package_dir, hooks_dir, config))
     return subprocess.run([sys.executable, '-c', code], check=True,

@@ -42,9 +42,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
-import urllib.parse
+
+try:
+    # The C module that ``sqlite3`` re-exports (connect, the errors, Row):
+    # ``sqlite3.dbapi2`` adds only the datetime adapters, and importing it
+    # (with ``datetime``) costs every guest start (the hook) about 2 ms for
+    # adapters these tables, which keep times as REAL, never use.
+    import _sqlite3 as sqlite3
+except ImportError:
+    import sqlite3
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
@@ -308,6 +315,21 @@ class Transaction(object):
         return cur.rowcount == 1
 
 
+# What a path keeps unquoted in an SQLite URI (RFC 3986's unreserved
+# characters and the separator); ``?``, ``#`` and ``%`` would end or
+# change it.
+_URI_SAFE = frozenset(b'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+                      b'0123456789-._~/')
+
+
+def _uri_path(path):
+    """``path`` percent-encoded for a ``file:`` URI (byte for byte, as
+    ``urllib.parse.quote`` does, without importing it: the hook imports
+    this module on every guest start)."""
+    return ''.join(chr(b) if b in _URI_SAFE else '%%%02X' % b
+                   for b in os.fsencode(path))
+
+
 def _add_missing_columns(db):
     """A lease file of schema 1 (no ``expires_at``) gains the column; its
     leases keep NULL (no migration reservation)."""
@@ -329,8 +351,11 @@ def _record_holder(fd):
         command = b'?'
     line = b'%d %s\n' % (os.getpid(), command[:400])
     try:
-        os.ftruncate(fd, 0)
+        # Written over the last holder's line, then cut to its length:
+        # never truncated to zero first, which on ext4 (auto_da_alloc)
+        # flushes the file at close, milliseconds per transaction.
         os.pwrite(fd, line, 0)
+        os.ftruncate(fd, len(line))
     except OSError:
         pass                # naming the holder is a courtesy
 
@@ -668,7 +693,7 @@ class LeaseStore(object):
         writer), reads as no leases."""
         if self._current_boot():
             try:
-                db = sqlite3.connect('file:%s?mode=ro' % urllib.parse.quote(
+                db = sqlite3.connect('file:%s?mode=ro' % _uri_path(
                     self.db_path), uri=True, timeout=self.lock_timeout,
                     isolation_level=None)
             except sqlite3.Error as e:

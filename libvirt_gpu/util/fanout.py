@@ -17,12 +17,11 @@ writes its answer and leaves with ``os._exit`` (no ``atexit``, no
 buffered output written twice).  Only a process with no other thread may
 fork (a thread holding a lock at the fork would leave it held in the
 child), so ``map_parts`` falls back to one process when another thread
-runs.
+runs.  ``pickle`` and ``signal`` are imported only when it forks: a
+small host, or one CPU, reads in one process and never needs them.
 """
 
 import os
-import pickle
-import signal
 import sys
 
 # One process per this many items at least: below it the fork costs more
@@ -88,6 +87,7 @@ def _may_fork():
 def _start(func, part):
     """``(pid, read end)`` of a child computing ``func(part)``, or None
     when no child can be started."""
+    import pickle         # before the fork: the child inherits it
     try:
         read_fd, write_fd = os.pipe()
     except OSError:
@@ -133,6 +133,7 @@ def _collect(child):
     if chunks is None or status != 0:
         return None
     # complete (the child exited 0 only after writing it all) and ours
+    import pickle
     return pickle.loads(b''.join(chunks))
 
 
@@ -142,6 +143,7 @@ def _abandon(child):
     if child is None:
         return
     pid, read_fd = child
+    import signal
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:

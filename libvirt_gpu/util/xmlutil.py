@@ -14,10 +14,10 @@ vGPUs, in a new process, and importing ``lxml`` (it imports ``inspect`` and
 (``bench/hook.py``). Expat resolves no external entity and loads no DTD;
 with no DOCTYPE accepted it sees no entity but the five predefined ones. The
 elements returned offer the ElementTree API (``find``, ``iterfind``,
-``findtext``, ``get``, ``attrib``, ``tag``, ``text``).
+``findtext``, ``get``, ``attrib``, ``tag``, ``text``).  ElementTree (with
+``re``, ``weakref``, ``copy``) is imported at the first parse, not with
+this module: ``libvirt-gpu list`` renders and parses no XML.
 """
-
-import xml.etree.ElementTree as ET
 
 from libvirt_gpu import exception
 
@@ -28,12 +28,20 @@ class _DoctypeSeen(Exception):
     pass
 
 
-class _Builder(ET.TreeBuilder):
+_builder = []           # the _Builder class, made at the first parse
+
+
+def _builder_class():
     """The default tree builder, refusing a DOCTYPE when the parser meets
     one (expat reports it here before any declaration inside it)."""
+    if not _builder:
+        import xml.etree.ElementTree as ET
 
-    def doctype(self, name, pubid, system):
-        raise _DoctypeSeen()
+        class _Builder(ET.TreeBuilder):
+            def doctype(self, name, pubid, system):
+                raise _DoctypeSeen()
+        _builder.append(_Builder)
+    return _builder[0]
 
 
 # xml.sax.saxutils would do, but it imports urllib (and with it http, email
@@ -81,7 +89,8 @@ def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
     declaration), or malformed XML.
     """
     data = checked_bytes(text, what, max_bytes)
-    parser = ET.XMLParser(target=_Builder())
+    import xml.etree.ElementTree as ET
+    parser = ET.XMLParser(target=_builder_class()())
     try:
         parser.feed(data)
         return parser.close()

@@ -33,7 +33,6 @@ Templates (``templates/``, installed to ``share/libvirt-gpu/templates``):
 from __future__ import annotations
 
 import os
-import string
 import sys
 
 from libvirt_gpu import exception
@@ -66,6 +65,7 @@ def template_dirs():
 
 def _template(name):
     if name not in _templates:
+        import string     # here: the hook reads domains, renders none
         for directory in template_dirs():
             path = os.path.join(directory, name)
             if os.path.isfile(path):

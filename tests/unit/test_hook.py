@@ -475,6 +475,48 @@ def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
     assert env.leases() == []
 
 
+# What a guest start with vGPUs must not load: each was loaded once and
+# cost every start milliseconds (bench/hook.py --importtime): ctypes
+# (safeopen's openat2), urllib (the read-only SQLite URI), string
+# (config_xml's templates), datetime (sqlite3's adapters), pickle (fanout),
+# and the modules only migrate uses.
+PREPARE_MUST_NOT_LOAD = ('ctypes', 'urllib', 'string', 'datetime', 'pickle',
+                         'libvirt_gpu.util.xmledit',
+                         'libvirt_gpu.guests.hook.incoming')
+# The installed hook run as its own main module in an interpreter started
+# as its #! line starts it; what it loaded goes to stderr at the end.
+_LOADED = """import sys
+sys.argv = [%r, 'vm1', 'prepare', 'begin', '-']
+rc = 0
+try:
+    with open(sys.argv[0]) as f:
+        exec(compile(f.read(), sys.argv[0], 'exec'), {'__name__': '__main__'})
+except SystemExit as e:
+    rc = e.code
+sys.stderr.write('\\nRC %%s LOADED %%s\\n' %% (rc, ' '.join(sys.modules)))
+"""
+
+
+def test_a_prepare_loads_only_what_it_uses(env, tmp_path):
+    done = hook.install(str(tmp_path / 'hooks'), env.config)
+    clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
+    u = new_uuid()
+    xml = domain_xml([(u, 'nvidia-223', None)])
+    with kernel_sysfs.KernelWatcher(env.root, env.sysfs.profile):
+        # the snapshot was written by install: this prepare is a warm one
+        r = subprocess.run([done.python, '-IS', '-c', _LOADED % done.path],
+                           input=xml, capture_output=True, env=clean_env,
+                           timeout=60)
+        subprocess.run([done.path, 'vm1', 'release', 'end', '-'], input=xml,
+                       capture_output=True, env=clean_env, timeout=60)
+    last = r.stderr.decode().rsplit('\nRC ', 1)[-1].split()
+    assert last[:2] == ['0', 'LOADED'], r.stderr[-2000:]
+    loaded = set(last[2:])
+    assert 'libvirt_gpu.devices.backends.mdev' in loaded   # it did create
+    assert sorted(n for n in loaded for m in PREPARE_MUST_NOT_LOAD
+                  if n == m or n.startswith(m + '.')) == []
+
+
 def test_install_refuses_unusable_paths(env, tmp_path):
     with pytest.raises(hook.exception.InvalidInput, match='absolute'):
         hook.install(str(tmp_path / 'hooks'), env.config,

@@ -255,3 +255,26 @@ def test_a_lease_file_written_before_the_vgpu_rename_still_opens(tmp_path):
         assert txn.update(U1, state=state.REMOVING).state == state.REMOVING
         txn.delete(U1)
     assert store.leases() == [] and not hasattr(lease, 'mdev_uuid')
+
+
+def test_holder_line_is_written_over_never_truncated_to_zero(
+        tmp_path, monkeypatch):
+    # ext4 flushes a file truncated to zero at close (auto_da_alloc):
+    # milliseconds on every transaction.  The line is written over the
+    # last holder's, then the file is cut to its length.
+    path = tmp_path / 'lock'
+    path.write_bytes(b'99999999 ' + b'x' * 300 + b'\n')
+    truncated = []
+    real_ftruncate = os.ftruncate
+    monkeypatch.setattr(os, 'ftruncate', lambda fd, size: (
+        truncated.append(size), real_ftruncate(fd, size))[1])
+    fd = os.open(path, os.O_RDWR)
+    try:
+        state._record_holder(fd)
+        assert 0 not in truncated
+        line = path.read_bytes()
+        assert line.startswith(b'%d ' % os.getpid())
+        assert b'x' * 10 not in line        # the last holder's is gone
+        assert 'process %d (' % os.getpid() in state._holder(fd, 'lock')
+    finally:
+        os.close(fd)

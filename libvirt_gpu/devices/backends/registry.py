@@ -29,7 +29,7 @@ vGPUs are made on (``discovery.gpu_view`` reads one physical GPU with its
 VFs, given the kinds: ``Vgpus.kind_classes``).
 """
 
-import importlib
+import sys
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.virt import config_xml
@@ -45,7 +45,11 @@ KINDS = (
 def load_kind(spec):
     """``'module:Class'`` -> the VgpuKind subclass."""
     module, _, name = spec.partition(':')
-    cls = getattr(importlib.import_module(module), name)
+    # The import statement's own machinery, not importlib.import_module:
+    # no importlib package to load at every guest start, and
+    # ``python -X importtime`` (bench/hook.py --importtime) sees the kinds.
+    __import__(module)
+    cls = getattr(sys.modules[module], name)
     if not (isinstance(cls, type) and issubclass(cls, base.VgpuKind)):
         raise exception.ConfigError(
             reason='%s is not a vGPU kind (a backends.base.VgpuKind)' % spec)

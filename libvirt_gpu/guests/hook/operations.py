@@ -16,7 +16,12 @@ stays empty) or, for a row with ``rewrites``, the ``xmledit.Document`` it
 edited in place (what is not ours comes back byte for byte); the
 operation's name is also listed in ``hooks/qemu``'s ``HANDLED`` (a test
 keeps the two in step).
+
+``incoming`` and ``xmledit`` serve ``migrate`` alone: they are imported
+when a row reads ``DOCUMENT`` or migrates, not at every guest start.
 """
+
+from __future__ import annotations
 
 import os
 import sys
@@ -27,7 +32,6 @@ from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu.store import figures
-from libvirt_gpu.guests.hook import incoming
 from libvirt_gpu.guests.hook import log as log_mod
 from libvirt_gpu.guests.hook import settings as settings_mod
 from libvirt_gpu.virt import metadata
@@ -35,7 +39,6 @@ from libvirt_gpu.util import records
 from libvirt_gpu.store import state
 from libvirt_gpu.store import statedir
 from libvirt_gpu.devices import sysfs as sysfs_mod
-from libvirt_gpu.util import xmledit
 from libvirt_gpu.util import xmlutil
 
 PREPARE = 'prepare'
@@ -64,7 +67,7 @@ class Request:
     operation: str
     domain: config_xml.DomainDevices
     meta: metadata.GpuMetadata
-    document: xmledit.Document | None = None
+    document: object = None    # an xmledit.Document when read, else None
 
     @property
     def label(self):
@@ -82,8 +85,10 @@ def parse_request(operation, data, reads=(DEVICES, METADATA)):
     domain = config_xml.read_domain(root)
     meta = metadata.parse(root) if METADATA in reads else \
         metadata.GpuMetadata()
-    document = (xmledit.Document.parse(data, 'domain XML on stdin')
-                if DOCUMENT in reads else None)
+    document = None
+    if DOCUMENT in reads:
+        from libvirt_gpu.util import xmledit
+        document = xmledit.Document.parse(data, 'domain XML on stdin')
     return Request(operation=operation, domain=domain, meta=meta,
                    document=document)
 
@@ -261,6 +266,7 @@ class Hook(object):
     # migrate (the destination, before prepare) ---------------------------
 
     def migrate(self, req):
+        from libvirt_gpu.guests.hook import incoming
         return incoming.migrate(self, req)
 
 
