@@ -1,5 +1,7 @@
 """``libvirt-gpu exporter``: this host's GPUs, vGPUs and the hook's health
-as Prometheus metrics (text format, served by ``prometheus_client``).
+as Prometheus metrics (text format, written by ``prometheus_client``,
+served by ``Server``: bounded connections and threads, timed-out
+requests).
 
 Every scrape reads the host afresh (``Environment.rediscover``): the GPUs
 from sysfs, the enabled types, the leases through
@@ -15,10 +17,12 @@ NVML answers.
 Capacity comes from the one rule: ``capacity.vgpu_total`` (what Placement
 is told) and ``Allocator.free`` (what a guest start can still get).
 
-A part that cannot be read (libvirt down, a damaged state file) is left
-out of the scrape and ``libvirt_gpu_exporter_read_ok{part=...}`` says 0;
-the error is logged.  The metric names and what they mean are listed in
-docs/admin/metrics.md.
+A part that cannot be read (libvirt down, a damaged state file, a lease
+file this user may not read) is left out of the scrape and
+``libvirt_gpu_exporter_read_ok{part=...}`` says 0; the error is logged.
+A value in a figures file that is not one we write is left out the same
+way (read_ok 0, a warning), the rest of its part still served.  The
+metric names and what they mean are listed in docs/admin/metrics.md.
 """
 
 from __future__ import annotations
