@@ -1,5 +1,7 @@
 """``libvirt-gpu exporter``: this host's GPUs, vGPUs and the hook's health
-as Prometheus metrics (text format, served by ``prometheus_client``).
+as Prometheus metrics (text format, written by ``prometheus_client``,
+served by ``Server``: bounded connections and threads, timed-out
+requests).
 
 Every scrape reads the host afresh (``Environment.rediscover``): the GPUs
 from sysfs, the enabled types, the leases through
@@ -15,24 +17,35 @@ NVML answers.
 Capacity comes from the one rule: ``capacity.vgpu_total`` (what Placement
 is told) and ``Allocator.free`` (what a guest start can still get).
 
-A part that cannot be read (libvirt down, a damaged state file) is left
-out of the scrape and ``libvirt_gpu_exporter_read_ok{part=...}`` says 0;
-the error is logged.  The metric names and what they mean are listed in
-docs/admin/metrics.md.
+A part that cannot be read (libvirt down, a damaged state file, a lease
+file this user may not read) is left out of the scrape and
+``libvirt_gpu_exporter_read_ok{part=...}`` says 0; the error is logged.
+A value in a figures file that is not one we write is left out the same
+way (read_ok 0, a warning), the rest of its part still served.  The
+metric names and what they mean are listed in docs/admin/metrics.md.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import resource
+import selectors
+import socket
 import threading
+import time
 
 from prometheus_client import core as prom
+from prometheus_client import exposition as expo
 
 from libvirt_gpu.devices import capacity
 from libvirt_gpu import exception
 from libvirt_gpu.store import figures
+from libvirt_gpu.store import state
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
+from libvirt_gpu.util import textutil
 
 LOG = logs.getLogger(__name__)
 
@@ -90,8 +103,17 @@ class Scrape(object):
             if name == 'libvirt' and self.c.host is not None:
                 self.c.host.close()     # reconnect at the next scrape
             return None
-        self.ok[name] = 1
+        self.ok.setdefault(name, 1)
         return value
+
+    def dropped(self, name, notes):
+        """Values of part ``name`` left out (``notes``: what was wrong):
+        each logged, and ``read_ok`` says 0 for the part."""
+        for note in notes:
+            LOG.warning('scrape: %s: left out %s; the next write of that '
+                        'file starts it afresh', name, note)
+        if notes:
+            self.ok[name] = 0
 
 
 class HostCollector(object):
@@ -137,16 +159,21 @@ class HostCollector(object):
         yield from gpu_families(gpus, enabled, free, existing, rows, domains)
         physical = {f.address: gpu.address for gpu in gpus
                     if not gpu.is_vf for f in gpu.functions}
-        yield from vgpu_families(existing, rows, borrowed, domains, physical)
+        yield from vgpu_families(existing, rows, borrowed, domains, physical,
+                                 counted=leases is not None)
         if survey is not None:
             yield from reconcile_families(survey)
+        dropped = []
         hook = scrape.part('hook', lambda: figures.hook_figures(
-            env.state_dir))
+            env.state_dir, dropped))
+        scrape.dropped('hook', dropped)
         if hook is not None:
             yield from hook_families(hook)
+        dropped = []
         tasks = scrape.part('tasks', lambda: {
-            task: figures.outcome(env.state_dir, task)
+            task: figures.outcome(env.state_dir, task, dropped)
             for task in figures.TASKS})
+        scrape.dropped('tasks', dropped)
         if tasks is not None:
             yield from task_families(tasks)
         if self.nvml is not None:
@@ -187,6 +214,7 @@ def _read_leases(env, enabled):
     """Under a lock-free snapshot of the lease file: every lease, the
     borrowed vGPUs, ``{gpu: free}`` of the enabled GPUs (the allocator's
     own count) and every vGPU that exists (``{uuid: (parent, type)}``)."""
+    _readable(env.store)
     with env.store.snapshot() as txn:
         # an mdev removed while it is listed (a guest stopping) is left
         # out, not an error: the next scrape sees the host settled
@@ -279,10 +307,12 @@ def _available(gpu):
         yield mtype, max(0, cap - used)
 
 
-def vgpu_families(existing, leases, borrowed, domains, physical):
+def vgpu_families(existing, leases, borrowed, domains, physical,
+                  counted=True):
     """Per vGPU (existing, or leased and not made yet): its type, GPU
     (``physical``: parent address -> physical GPU), holder and lease
-    state; leases by state."""
+    state; leases by state (not when the leases could not be read:
+    ``counted`` False, absent rather than 0)."""
     info = _gauge('vgpu_info', 'A vGPU (value 1): type, parent (the mdev '
                   'parent or VF), the domain that holds it (name with '
                   'libvirt only) and its lease state (none: not made by '
@@ -305,7 +335,8 @@ def vgpu_families(existing, leases, borrowed, domains, physical):
                          lease.state if lease is not None else NO_LEASE,
                          'yes' if uuid in existing else 'no'], 1)
     for name, count in sorted(counts.items()):
-        by_state.add_metric([name], count)
+        if counted:
+            by_state.add_metric([name], count)
     return info, by_state
 
 
@@ -385,10 +416,13 @@ def task_families(tasks):
     for task, doc in sorted(tasks.items()):
         if doc is None:
             continue
-        runs.add_metric([task], int(doc.get('runs', 0)))
-        failures.add_metric([task], int(doc.get('failures', 0)))
-        changes.add_metric([task], int(doc.get('changes_total', 0)))
-        last_changes.add_metric([task], int(doc.get('last_changes', 0)))
+        # a value left out (figures.outcome: not one we write) is absent,
+        # not 0: a counter served at 0 would read as a reset
+        for family, key in ((runs, 'runs'), (failures, 'failures'),
+                            (changes, 'changes_total'),
+                            (last_changes, 'last_changes')):
+            if key in doc:
+                family.add_metric([task], doc[key])
         if doc.get('last_success') is not None:
             success.add_metric([task], float(doc['last_success']))
         if doc.get('last_error_time') is not None:
@@ -432,27 +466,266 @@ def nvml_families(usage, owners):
     return util, mem_used, mem_total, vutil, vfb
 
 
-def exposition(collector):
-    """The text a scrape of ``collector`` returns."""
-    from prometheus_client import exposition as expo
+def _printable(family):
+    r"""``family`` with every label value as the CLI writes text
+    (``textutil.escape``: C0/C1 controls and the bidirectional overrides
+    as ``\xNN``/``\uNNNN``) and a lone surrogate (undecodable bytes, or
+    ``\udcxx`` in a JSON file) as ``\udcxx``: a name from libvirt or sysfs
+    reaches a terminal (``--once``) and Prometheus as the same valid,
+    inert text, and the UTF-8 encoding of the scrape cannot fail."""
+    family.samples = [sample._replace(labels={
+        key: _text(value) for key, value in sample.labels.items()})
+        for sample in family.samples]
+    return family
+
+
+def _text(value):
+    value = textutil.escape(str(value))
+    return value.encode('utf-8', 'backslashreplace').decode('utf-8')
+
+
+def _readable(store):
+    """StateError when this process may not read the lease file or the
+    boot id beside it: the snapshot would take either as "no leases"
+    (``read_ok`` would say 1 and every count 0)."""
+    for path in (store.db_path,
+                 os.path.join(store.state_dir, state.BOOT_ID_NAME)):
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            continue                # none yet: no leases, truly
+        except PermissionError:
+            pass
+        else:
+            if os.access(path, os.R_OK):
+                continue
+        raise exception.StateError(path=path, reason=(
+            'permission denied to uid %d: run the exporter as the user '
+            'that owns the state directory (root, as its systemd unit '
+            'does)' % os.getuid()))
+
+
+def render(collector):
+    """The bytes a scrape of ``collector`` returns: Prometheus' text
+    format (0.0.4), from ``prometheus_client``'s one generator, every
+    label value ``_printable``: the same for ``--once`` and HTTP."""
     registry = prom.CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return expo.generate_latest(registry).decode()
+    registry.register(_Printable(collector))
+    return expo.generate_latest(registry)
 
 
-def serve(collector, address, port, stop_event):
-    """Serve ``/metrics`` on ``address:port`` until ``stop_event`` is set.
+class _Printable(object):
+    """``collector``'s families, each through ``_printable``."""
+
+    def __init__(self, collector):
+        self.collector = collector
+
+    def collect(self):
+        for family in self.collector.collect():
+            yield _printable(family)
+
+
+def exposition(collector):
+    """The text a scrape of ``collector`` returns (``render``)."""
+    return render(collector).decode()
+
+
+# The HTTP server's bounds.  An idle or slow client costs one open file
+# and no thread; past MAX_CONNECTIONS the longest-waiting one is closed,
+# so a new scrape always gets in.  A request's whole header must arrive
+# within REQUEST_TIMEOUT, its answer be taken within SEND_TIMEOUT.
+MAX_CONNECTIONS = 256
+REQUEST_TIMEOUT = 5.0
+SEND_TIMEOUT = 10.0
+MAX_REQUEST = 8192          # a scrape's header is far smaller
+WORKERS = 2                 # scrapes answered at once (each reads the host)
+CONTENT_TYPE = expo.CONTENT_TYPE_PLAIN_0_0_4
+
+
+def connection_limit(limit=None):
+    """How many connections the server holds: ``MAX_CONNECTIONS``, less
+    where this process may open fewer files (half its soft limit less a
+    reserve for the scrape's own files)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    limit = MAX_CONNECTIONS if limit is None else limit
+    if soft != resource.RLIM_INFINITY:
+        limit = min(limit, max(1, (soft - 64) // 2))
+    return limit
+
+
+class Server(object):
+    """``/metrics`` over HTTP/1.x on one listening socket: one thread
+    reads every connection's request (``selectors``), ``WORKERS`` threads
+    answer complete ones; every connection is closed after its answer.
+
+    Raises OSError when the address cannot be bound (in use, no
+    permission, not this host's)."""
+
+    def __init__(self, collector, address, port, max_connections=None,
+                 request_timeout=None):
+        self.collector = collector
+        self.limit = connection_limit(max_connections)
+        self.timeout = (REQUEST_TIMEOUT if request_timeout is None
+                        else request_timeout)
+        info = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_PASSIVE)[0]
+        self.sock = socket.socket(info[0], socket.SOCK_STREAM)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind(info[4])
+            self.sock.listen(128)
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+        self._work = queue.Queue(maxsize=WORKERS * 4)
+        self._pending = {}      # connection -> [deadline, bytes], oldest first
+        self._lock = threading.Lock()       # one scrape at a time
+
+    def serve(self, stop_event):
+        """Answer until ``stop_event`` is set; then close every socket."""
+        workers = [threading.Thread(target=self._answer, daemon=True,
+                                    name='exporter-%d' % i)
+                   for i in range(WORKERS)]
+        for worker in workers:
+            worker.start()
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        paused = 0.0
+        try:
+            while not stop_event.is_set():
+                now = time.monotonic()
+                if paused and now >= paused:
+                    sel.register(self.sock, selectors.EVENT_READ)
+                    paused = 0.0
+                self._expire(sel, now)
+                for key, _ in sel.select(0.2):
+                    if key.fileobj is self.sock:
+                        if not self._accept(sel):
+                            # no file left: stop accepting for a moment
+                            # rather than spin on a readable socket
+                            sel.unregister(self.sock)
+                            paused = time.monotonic() + 0.2
+                    else:
+                        self._read(sel, key.fileobj)
+        finally:
+            for _ in workers:
+                self._work.put(None)
+            for conn in list(self._pending):
+                self._drop(sel, conn)
+            sel.close()
+            self.sock.close()
+            for worker in workers:
+                worker.join(SEND_TIMEOUT)
+
+    def _accept(self, sel):
+        for _ in range(64):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return True
+            except ConnectionAbortedError:
+                continue
+            except OSError as e:        # EMFILE, ENFILE, ENOBUFS
+                LOG.warning('exporter: cannot accept a connection: %s', e)
+                if self._pending:
+                    self._drop(sel, next(iter(self._pending)))
+                    continue
+                return False
+            if len(self._pending) >= self.limit:
+                self._drop(sel, next(iter(self._pending)))
+            conn.setblocking(False)
+            self._pending[conn] = [time.monotonic() + self.timeout, b'']
+            sel.register(conn, selectors.EVENT_READ)
+        return True
+
+    def _expire(self, sel, now):
+        for conn, (deadline, _) in list(self._pending.items()):
+            if deadline > now:
+                break           # oldest first: the rest are later
+            self._drop(sel, conn)
+
+    def _drop(self, sel, conn):
+        self._pending.pop(conn, None)
+        try:
+            sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+    def _read(self, sel, conn):
+        entry = self._pending.get(conn)
+        if entry is None:
+            return
+        try:
+            data = conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b''
+        entry[1] += data
+        if not data or len(entry[1]) > MAX_REQUEST:
+            self._drop(sel, conn)
+            return
+        if b'\r\n\r\n' not in entry[1] and b'\n\n' not in entry[1]:
+            return
+        self._pending.pop(conn)
+        sel.unregister(conn)
+        try:
+            self._work.put_nowait((conn, entry[1]))
+        except queue.Full:
+            conn.close()        # every worker busy and a queue waiting
+
+    def _answer(self):
+        while True:
+            job = self._work.get()
+            if job is None:
+                return
+            conn, request = job
+            try:
+                conn.setblocking(True)
+                conn.settimeout(SEND_TIMEOUT)
+                conn.sendall(self._response(request))
+            except OSError:
+                pass            # the client went, or did not read in time
+            finally:
+                conn.close()
+
+    def _response(self, request):
+        words = request.split(b'\n', 1)[0].split()
+        method = words[0] if words else b''
+        path = words[1].split(b'?', 1)[0] if len(words) > 1 else b''
+        if method not in (b'GET', b'HEAD'):
+            return _http(405, b'only GET /metrics\n')
+        if path not in (b'/metrics', b'/'):
+            return _http(404, b'not found: the metrics are at /metrics\n')
+        with self._lock:
+            try:
+                body = render(self.collector)
+            except Exception:       # the server's edge: a 500, logged
+                LOG.exception('exporter: the scrape failed')
+                return _http(500, b'the scrape failed: see the log\n')
+        return _http(200, body, CONTENT_TYPE, head=method == b'HEAD')
+
+
+_REASONS = {200: 'OK', 404: 'Not Found', 405: 'Method Not Allowed',
+            500: 'Internal Server Error'}
+
+
+def _http(status, body, content_type='text/plain; charset=utf-8',
+          head=False):
+    header = ('HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n'
+              'Connection: close\r\n\r\n' % (status, _REASONS[status],
+                                             content_type, len(body)))
+    return header.encode('ascii') + (b'' if head else body)
+
+
+def serve(collector, address, port, stop_event, **limits):
+    """Serve ``/metrics`` on ``address:port`` until ``stop_event`` is set
+    (``Server``; ``limits``: its ``max_connections``, ``request_timeout``).
     Raises OSError when the port cannot be bound (in use, no
     permission)."""
-    import prometheus_client
-    registry = prom.CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    server, thread = prometheus_client.start_http_server(
-        port, addr=address, registry=registry)
-    LOG.info('exporter: serving http://%s:%d/metrics', address, port)
-    try:
-        stop_event.wait()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    server = Server(collector, address, port, **limits)
+    LOG.info('exporter: serving http://%s:%d/metrics', address, server.port)
+    server.serve(stop_event)

@@ -37,6 +37,7 @@ seconds and more than the bucket before) and a last one for longer calls.
 """
 
 import json
+import math
 import os
 import time
 
@@ -112,11 +113,64 @@ def _bucket(seconds):
     return len(BUCKETS)
 
 
+def _count(value, what):
+    """``value`` when it is a count (an int, 0 or more), else ValueError
+    naming ``what``: JSON also holds ``Infinity``, ``-1``, ``true``."""
+    if type(value) is not int or value < 0:
+        raise ValueError('%s is %s, not a count (0 or more)'
+                         % (what, _json(value)))
+    return value
+
+
+def _json(value):
+    """``value`` as the file holds it (``Infinity``, ``true``, ``"\\ud800"``:
+    ASCII only), at most 100 characters."""
+    return json.dumps(value)[:100]
+
+
+def _seconds(value, what):
+    """``value`` as a float when it is a finite number of seconds, 0 or
+    more, else ValueError naming ``what``."""
+    if type(value) not in (int, float) or not math.isfinite(value) \
+            or value < 0:
+        raise ValueError('%s is %s, not a number of seconds (0 or more)'
+                         % (what, _json(value)))
+    return float(value)
+
+
+def _entry(operation, entry):
+    """The hook's figures of ``operation`` as served (a new dict), or
+    ValueError saying which value is not one the hook writes."""
+    if operation not in OPERATIONS:
+        raise ValueError('operation %s is not one of the hook\'s (%s)'
+                         % (_json(operation), ', '.join(OPERATIONS)))
+    if not isinstance(entry, dict):
+        raise ValueError('%s: %s is not an object' % (operation,
+                                                      _json(entry)))
+    counts = entry.get('counts')
+    if not isinstance(counts, list) or len(counts) != len(BUCKETS) + 1:
+        raise ValueError('%s: counts is not a list of %d counts'
+                         % (operation, len(BUCKETS) + 1))
+    return {'calls': _count(entry.get('calls'), operation + ': calls'),
+            'refusals': _count(entry.get('refusals'),
+                               operation + ': refusals'),
+            'errors': _count(entry.get('errors'), operation + ': errors'),
+            'seconds_sum': _seconds(entry.get('seconds_sum'),
+                                    operation + ': seconds_sum'),
+            'counts': [_count(c, operation + ': counts') for c in counts]}
+
+
 def _operation(doc, operation):
-    ops = doc.setdefault('operations', {})
-    entry = ops.get(operation)
-    if not (isinstance(entry, dict) and isinstance(entry.get('counts'), list)
-            and len(entry['counts']) == len(BUCKETS) + 1):
+    ops = doc.get('operations')
+    if not isinstance(ops, dict):
+        ops = doc['operations'] = {}
+    for other in set(ops) - set(OPERATIONS):
+        del ops[other]          # not the hook's: never served, dropped
+    try:
+        entry = ops[operation] = _entry(operation, ops.get(operation))
+    except ValueError:
+        # not a value the hook writes (damaged, or planted): counted
+        # afresh, so that one bad value does not stay for ever
         entry = ops[operation] = _zero()
     return entry
 
@@ -182,11 +236,16 @@ def _zero():
             'counts': [0] * (len(BUCKETS) + 1)}
 
 
-def hook_figures(state_dir):
+def hook_figures(state_dir, dropped=None):
     """``{operation: {calls, refusals, errors, seconds_sum, counts}}`` as
     recorded, every one of ``OPERATIONS`` at least (at 0).  Read under a
     shared ``flock`` of the file, held for one read: it waits at most for
-    one hook call's write, and a hook call waits at most for one read."""
+    one hook call's write, and a hook call waits at most for one read.
+
+    An operation whose figures are not values the hook writes (not a
+    count, ``Infinity``, below 0, an operation the hook does not have) is
+    left out, and what was wrong appended to ``dropped`` (a list) when
+    given: the others are still served."""
     found = {operation: _zero() for operation in OPERATIONS}
     path = os.path.join(state_dir, HOOK_FIGURES)
     try:
@@ -200,18 +259,22 @@ def hook_figures(state_dir):
         os.close(fd)
     if doc is None or doc.get('buckets') != list(BUCKETS):
         return found
-    for operation, entry in sorted(doc.get('operations', {}).items()):
+    operations = doc.get('operations', {})
+    if not isinstance(operations, dict):
+        operations = {}
+        _note(dropped, '%s: operations is not an object' % HOOK_FIGURES)
+    for operation, entry in sorted(operations.items()):
         try:
-            counts = [int(c) for c in entry['counts']]
-            found[str(operation)] = {
-                'calls': int(entry['calls']),
-                'refusals': int(entry['refusals']),
-                'errors': int(entry['errors']),
-                'seconds_sum': float(entry['seconds_sum']),
-                'counts': counts}
-        except (KeyError, TypeError, ValueError):
-            continue        # a damaged entry: the others still count
+            found[operation] = _entry(operation, entry)
+        except ValueError as e:
+            found.pop(operation, None)      # absent, not a counter reset
+            _note(dropped, '%s: %s' % (HOOK_FIGURES, e))
     return found
+
+
+def _note(dropped, text):
+    if dropped is not None:
+        dropped.append(text)
 
 
 def record_outcome(state_dir, task, error=None, changes=0, now=None):
@@ -225,20 +288,21 @@ def record_outcome(state_dir, task, error=None, changes=0, now=None):
         doc = _read(path)
     except (OSError, exception.StateError):
         return False
-    doc = doc or {'version': VERSION, 'runs': 0, 'failures': 0,
-                  'last_success': None, 'last_error': None,
-                  'last_error_time': None, 'last_changes': 0,
-                  'changes_total': 0}
-    doc['runs'] = int(doc.get('runs', 0)) + 1
+    # a value that is not one we write (damaged, planted) starts afresh
+    doc = dict({'version': VERSION, 'runs': 0, 'failures': 0,
+                'last_success': None, 'last_error': None,
+                'last_error_time': None, 'last_changes': 0,
+                'changes_total': 0}, **_valid_outcome(doc or {}))
+    doc['runs'] += 1
     doc['last_run'] = now
     if error is not None:
-        doc['failures'] = int(doc.get('failures', 0)) + 1
+        doc['failures'] += 1
         doc['last_error'] = str(error)[:500]
         doc['last_error_time'] = now
     else:
         doc['last_success'] = now
         doc['last_changes'] = int(changes)
-        doc['changes_total'] = int(doc.get('changes_total', 0)) + changes
+        doc['changes_total'] += int(changes)
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         _replace(path, doc)
@@ -247,6 +311,46 @@ def record_outcome(state_dir, task, error=None, changes=0, now=None):
     return True
 
 
-def outcome(state_dir, task):
-    """The recorded outcome document of ``task``, or None."""
-    return _read(os.path.join(state_dir, OUTCOME % task))
+# an outcome document's values: what each must be
+_COUNTS = ('runs', 'failures', 'last_changes', 'changes_total')
+_TIMES = ('last_run', 'last_success', 'last_error_time')
+
+
+def _valid_outcome(doc, dropped=None):
+    """The values of an outcome document that are ones we write (counts
+    0 or more, finite times or null, an error text or null); the others
+    left out, what was wrong appended to ``dropped``."""
+    valid = {'version': VERSION}
+    for key in _COUNTS + _TIMES + ('last_error',):
+        if key not in doc:
+            continue
+        value = doc[key]
+        try:
+            if key in _COUNTS:
+                valid[key] = _count(value, key)
+            elif value is None:
+                valid[key] = None
+            elif key in _TIMES:
+                valid[key] = _seconds(value, key)
+            elif isinstance(value, str):
+                valid[key] = value
+            else:
+                raise ValueError('last_error is %s, not a text'
+                                 % _json(value))
+        except ValueError as e:
+            _note(dropped, str(e))
+    return valid
+
+
+def outcome(state_dir, task, dropped=None):
+    """The recorded outcome document of ``task``, or None.  A value that
+    is not one we write is left out, and what was wrong appended to
+    ``dropped`` (a list) when given."""
+    doc = _read(os.path.join(state_dir, OUTCOME % task))
+    if doc is None:
+        return None
+    notes = []
+    doc = _valid_outcome(doc, notes)
+    for note in notes:
+        _note(dropped, '%s: %s' % (OUTCOME % task, note))
+    return doc
