@@ -31,6 +31,7 @@ import importlib.util
 
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.util import logs
 
 LOG = logs.getLogger(__name__)
@@ -78,27 +79,31 @@ def unreadable_vgpu_gpus(gpus, enabled, conf):
     enabled yet).  A GPU named in ``[vgpu_<type>]/device_addresses`` is
     refused by ``enablement.resolve`` already; this is the single enabled
     type without addresses (every GPU that offers it), which configures
-    every GPU the vGPU driver (not vfio-pci) holds."""
+    every GPU the vGPU driver (not vfio-pci) holds: one of a vendor in
+    ``[gpu]/pgpu_vendor_ids`` would be offered whole, an NVIDIA one
+    otherwise left out (and deleted by Cyborg)."""
     from libvirt_gpu.devices import enablement
     types = list(conf.gpu.enabled_vgpu_types)
     if len(types) != 1 or conf[enablement.group_name(types[0])] \
             .device_addresses:
         return {}
+    whole = set(conf.gpu.pgpu_vendor_ids)
     found = {}
     for gpu in sorted(gpus, key=lambda g: g.address):
         if (gpu.is_vf or gpu.address in enabled or gpu.offered_types()
                 or gpu.driver == 'vfio-pci'
-                or gpu.vendor_id not in conf.gpu.pgpu_vendor_ids):
+                or gpu.vendor_id not in whole | {objects.NVIDIA_VENDOR_ID}):
             continue
+        instead = ('offered whole (PGPU) instead' if gpu.vendor_id in whole
+                   else 'left out of the report (Cyborg would delete it)')
         found[gpu.address] = (
             'GPU %s lists no vGPU type now (driver %s), while '
             '[gpu]/enabled_vgpu_types = %s enables it on every GPU that '
             'offers it: its types could not be read (is its driver '
             'reloading, or are its SR-IOV VFs not enabled yet?), and it '
-            'would be offered whole (PGPU) instead; if it is meant to go '
-            'whole to guests, bind it to vfio-pci or name the vGPU GPUs in '
-            '[%s]/device_addresses'
-            % (gpu.address, gpu.driver or 'none', types[0],
+            'would be %s; if it is meant to go whole to guests, bind it to '
+            'vfio-pci or name the vGPU GPUs in [%s]/device_addresses'
+            % (gpu.address, gpu.driver or 'none', types[0], instead,
                enablement.group_name(types[0])))
     return found
 

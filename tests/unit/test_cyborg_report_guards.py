@@ -169,6 +169,18 @@ def test_a_vgpu_gpu_without_types_now_is_never_offered_whole(
     assert T4_GPUS[0] in str(e.value)
 
 
+def test_a_vgpu_only_host_never_leaves_a_flapping_gpu_out(tmp_path):
+    """With no vendor offered whole, the GPU would be missing from the
+    report instead (and Cyborg would delete its device)."""
+    path = host_conf(tmp_path, t4(vanished=T4_GPUS[:1]),
+                     SINGLE + ['pgpu_vendor_ids ='])
+    with pytest.raises(cyborg_driver.ReportRefused) as e:
+        cyborg_driver.discover_records('host-1', path)
+    assert 'left out of the report' in str(e.value)
+    assert report(host_conf(tmp_path / 'ok', gpu_lines=SINGLE + [
+        'pgpu_vendor_ids ='])) == dict.fromkeys(T4_GPUS, 'VGPU')
+
+
 def test_the_refusal_says_why_and_what_to_do(tmp_path):
     path = host_conf(tmp_path, t4(vanished=T4_GPUS[:1]), SINGLE)
     with pytest.raises(cyborg_driver.ReportRefused) as e:
