@@ -1,6 +1,30 @@
 from oslo_config import cfg
+from oslo_config import types
 
+from libvirt_gpu import exception
 from libvirt_gpu import objects
+
+VENDOR_ID_FORMS = '4 hex digits, as sysfs (0x10de) or lspci (10de, 10DE) shows'
+
+
+class PciVendorId(types.String):
+    """A PCI vendor id as an operator writes it (``0x10de``, ``10DE``,
+    ``10de``), held as discovery has it (``10de``); any other form
+    (``nvidia``) is refused by ``conf.load``, naming the option, for every
+    entry point alike (a vendor id of another form matched no GPU, and the
+    Cyborg driver then reported none)."""
+
+    def __init__(self):
+        super().__init__(type_name='PCI vendor id')
+
+    def __call__(self, value):
+        value = super().__call__(value)
+        try:
+            return objects.normalize_hex_id(value.strip().lower())
+        except exception.InvalidInput:
+            raise ValueError('%r is not a PCI vendor id: write %s'
+                             % (value, VENDOR_ID_FORMS))
+
 
 gpu_group = cfg.OptGroup('gpu', title='GPU and vGPU selection', help=(
     'Which vGPU types this host offers. A GPU that offers none of the enabled'
@@ -20,8 +44,10 @@ gpu_opts = [
                      '(HW_GPU_MAX_DISPLAY_HEADS_*, HW_GPU_RESOLUTION_*) '
                      'that a vGPU type description supports.'),
     cfg.ListOpt('pgpu_vendor_ids', default=[objects.NVIDIA_VENDOR_ID],
+                item_type=PciVendorId(),
                 help='PCI vendor ids whose GPUs are offered whole (PGPU) '
-                     'when no vGPU type is enabled on them. Other display '
+                     'when no vGPU type is enabled on them: 4 hex digits '
+                     '(10de, 10DE and 0x10de are one id). Other display '
                      'devices, such as a server\'s BMC console (ASPEED '
                      '1a03), are listed but never offered.'),
     cfg.StrOpt('nvml', default='auto', choices=('auto', 'off'),

@@ -31,6 +31,7 @@ import importlib.util
 
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.util import logs
 
 LOG = logs.getLogger(__name__)
@@ -39,20 +40,119 @@ ENTRY_POINT = 'libvirt_gpu_driver'
 NAMESPACE = 'cyborg.accelerator.driver'
 
 
+class ReportRefused(exception.LibvirtGpuError):
+    """A report that would make Cyborg remove or change devices by mistake:
+    ``discover()`` raises it instead, and Cyborg's agent keeps the devices
+    it has (its ``ResourceTracker.update_usage`` sends no report when a
+    driver raises)."""
+
+    msg_fmt = ('libvirt_gpu_driver refuses to report, so that Cyborg keeps '
+               'the devices it has: %(reason)s')
+
+
+def uri_refusal(uri):
+    """Why libvirt at ``uri`` cannot describe the host Cyborg runs on, or
+    None: libvirt's built-in test host (``test:///default``: a fake host
+    with no GPU) and another host (``qemu+ssh://other/system``,
+    ``qemu://other/system``).  A ``test:///<file>`` of a simulated host is
+    allowed (the tests' hosts)."""
+    from urllib import parse
+    try:
+        parts = parse.urlsplit(uri)
+    except ValueError as e:
+        return '[libvirt]/connection_uri %r is not a URI (%s)' % (uri, e)
+    driver, _, transport = parts.scheme.partition('+')
+    if driver == 'test' and parts.path in ('', '/default'):
+        return ('[libvirt]/connection_uri = %s is libvirt\'s built-in test '
+                'host, not this one: set qemu:///system' % uri)
+    if parts.netloc or transport not in ('', 'unix'):
+        return ('[libvirt]/connection_uri = %s names another host: Cyborg '
+                'reports the GPUs of the host it runs on; set '
+                'qemu:///system' % uri)
+    return None
+
+
+def unreadable_vgpu_gpus(gpus, enabled, conf):
+    """``{address: why}`` of the GPUs configured for vGPUs that discovery
+    saw without any vGPU type, and that would be offered whole (PGPU)
+    instead: their types could not be read now (a driver reload, VFs not
+    enabled yet).  A GPU named in ``[vgpu_<type>]/device_addresses`` is
+    refused by ``enablement.resolve`` already; this is the single enabled
+    type without addresses (every GPU that offers it), which configures
+    every GPU the vGPU driver (not vfio-pci) holds: one of a vendor in
+    ``[gpu]/pgpu_vendor_ids`` would be offered whole, an NVIDIA one
+    otherwise left out (and deleted by Cyborg)."""
+    from libvirt_gpu.devices import enablement
+    types = list(conf.gpu.enabled_vgpu_types)
+    if len(types) != 1 or conf[enablement.group_name(types[0])] \
+            .device_addresses:
+        return {}
+    whole = set(conf.gpu.pgpu_vendor_ids)
+    found = {}
+    for gpu in sorted(gpus, key=lambda g: g.address):
+        if (gpu.is_vf or gpu.address in enabled or gpu.offered_types()
+                or gpu.driver == 'vfio-pci'
+                or gpu.vendor_id not in whole | {objects.NVIDIA_VENDOR_ID}):
+            continue
+        instead = ('offered whole (PGPU) instead' if gpu.vendor_id in whole
+                   else 'left out of the report (Cyborg would delete it)')
+        found[gpu.address] = (
+            'GPU %s lists no vGPU type now (driver %s), while '
+            '[gpu]/enabled_vgpu_types = %s enables it on every GPU that '
+            'offers it: its types could not be read (is its driver '
+            'reloading, or are its SR-IOV VFs not enabled yet?), and it '
+            'would be %s; if it is meant to go whole to guests, bind it to '
+            'vfio-pci or name the vGPU GPUs in [%s]/device_addresses'
+            % (gpu.address, gpu.driver or 'none', types[0], instead,
+               enablement.group_name(types[0])))
+    return found
+
+
+def report_refusal(conf, env):
+    """Why the report of ``env`` (the host as ``discover_records`` reads
+    it) must not reach Cyborg, or None.  Cyborg deletes every device its
+    driver stops reporting, and replaces a device whose resource class
+    changes, so a host read wrongly must raise, not report."""
+    gpus = env.discovered.gpus
+    if not gpus:
+        where = ('libvirt at %s' % env.source.uri if env.source is not None
+                 else 'sysfs at %s' % env.sysfs_root)
+        return ('no GPU (PCI display controller) is visible on this host '
+                '(read from %s, [DEFAULT]/sysfs_root = %s): is this the '
+                'host\'s own sysfs, with its bus/pci/devices? Cyborg would '
+                'delete every device of the host; if the host really has '
+                'no GPU any more, remove libvirt_gpu_driver from '
+                'cyborg.conf\'s [agent]/enabled_drivers'
+                % (where, env.sysfs_root))
+    unreadable = unreadable_vgpu_gpus(gpus, env.enabled, conf)
+    if unreadable:
+        return '; '.join(unreadable.values())
+    return None
+
+
 def discover_records(hostname, config_file=None, environ=None):
     """The ``cyborg_objects.DriverDevice`` records of this host, as
-    libvirt-gpu's configuration (``conf.load``) offers them."""
+    libvirt-gpu's configuration (``conf.load``) offers them.  Raises
+    ``ReportRefused`` (``report_refusal``, ``uri_refusal``) or the
+    configuration's own error rather than return a report that would
+    remove or change devices by mistake."""
     from libvirt_gpu import conf as conf_mod
     from libvirt_gpu import environment
     from libvirt_gpu.openstack.placement import cyborg_objects
 
     conf = conf_mod.load(config_file, environ=environ)
+    refusal = uri_refusal(conf.libvirt.connection_uri)
+    if refusal is not None:
+        raise ReportRefused(reason=refusal)
     source = None
     if importlib.util.find_spec('libvirt') is not None:
         # libvirt first, sysfs when it cannot be reached; Cyborg's
         # environment without the libvirt binding reads sysfs only.
         source = environment.Source(uri=conf.libvirt.connection_uri)
     env = environment.Environment.from_conf(conf, source=source)
+    refusal = report_refusal(conf, env)
+    if refusal is not None:
+        raise ReportRefused(reason=refusal)
     devices, withheld = cyborg_objects.host_devices(
         hostname, env.discovered.gpus, env.enabled, conf.gpu)
     for address, why in withheld.items():

@@ -211,6 +211,33 @@ def test_a_gpu_removed_removes_its_provider(host, placement):
     assert without_generations(got) == ours(host)
 
 
+def test_a_refused_report_leaves_cyborgs_devices_in_place(host, placement):
+    """The host read wrongly (its bus/pci/devices empty): our driver's
+    discover() raises instead of reporting nothing, Cyborg's
+    ResourceTracker.update_usage sends no report (its agent's periodic
+    task logs the error and runs again next cycle), and every device,
+    deployable and provider stays.  Whole GPUs only: no vGPU GPU named in
+    the configuration, whose absence the configuration refuses anyway."""
+    host.configure({})
+    host.report()
+    before = placement.children(host.root_uuid)
+    rows = host.rows('select id, name from deployables order by id')
+    handles = host.rows('select id, uuid from attach_handles order by id')
+    assert len(host.rows('select id from devices')) == 2
+    devices = os.path.join(host.sysfs_root, 'bus', 'pci', 'devices')
+    for name in os.listdir(devices):
+        os.unlink(os.path.join(devices, name))
+    with pytest.raises(cyborg_env.CyborgError) as e:
+        host.report()
+    assert 'libvirt_gpu_driver refuses to report' in str(e.value)
+    assert 'no GPU' in str(e.value)
+    assert placement.children(host.root_uuid) == before
+    assert host.rows('select id, name from deployables order by id') == rows
+    assert host.rows('select id, uuid from attach_handles '
+                     'order by id') == handles
+    assert len(host.rows('select id from devices')) == 2
+
+
 def test_cyborgs_own_gpu_options_are_warned_about(venv, server, schema):
     with tempfile.TemporaryDirectory() as workdir:
         h = cyborg_env.CyborgHost(venv, workdir, 'cy-warn', server.url,
