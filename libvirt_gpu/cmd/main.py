@@ -199,7 +199,8 @@ def _gpu_types(gpu):
 
 def cmd_types(ctx):
     if ctx.args.address:
-        gpus = [ctx.result.gpu(ctx.args.address)]
+        from libvirt_gpu import objects
+        gpus = [ctx.result.gpu(objects.PciAddress.parse(ctx.args.address))]
     else:
         gpus = [g for g in ctx.result.gpus
                 if not g.is_vf and g.offered_types()]
