@@ -98,7 +98,7 @@ def test_raw_text_is_refused(store, bad):
             txn.add(bad, DOM, AF, T223)
     with pytest.raises(TypeError, match='objects.TypeId'):
         with store.transaction() as txn:
-            txn.add(U1, DOM, AF, objects.TypeId.parse('nvidia-223'))
+            txn.add(U1, DOM, AF, str(T223))
     with pytest.raises(TypeError, match='objects.PciAddress'):
         with store.transaction() as txn:
             txn.add(U1, DOM, '0000:af:00.0', T223)
