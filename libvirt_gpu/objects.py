@@ -24,6 +24,10 @@ _HEX_ID_RE = r'(?:0x)?([0-9a-fA-F]{4})'
 _PATTERNS = {}
 _PARSED_PCI = {}          # text -> PciAddress (PciAddress.parse)
 _MAX_PARSED_PCI = 4096
+# text -> Uuid (Uuid.parse): one process meets a vGPU's UUID at several
+# edges (the domain XML, our metadata, its lease row); values are immutable
+_PARSED_UUID = {}
+_MAX_PARSED = 4096
 
 
 def _pattern(name, pattern):
@@ -111,12 +115,18 @@ class Uuid(str):
         (no cost).  Raises ``InvalidUuid`` for anything else."""
         if type(value) is cls:
             return value
+        found = _PARSED_UUID.get(value) if type(value) is str else None
+        if found is not None:
+            return found
         if not isinstance(value, str) or len(value) != 36:
             raise exception.InvalidUuid(value=value)
         lowered = value.lower()
         if _pattern('uuid', _UUID_RE).fullmatch(lowered) is None:
             raise exception.InvalidUuid(value=value)
-        return str.__new__(cls, lowered)
+        found = str.__new__(cls, lowered)
+        if type(value) is str and len(_PARSED_UUID) < _MAX_PARSED:
+            _PARSED_UUID[value] = found
+        return found
 
     @classmethod
     def new(cls):
