@@ -95,7 +95,9 @@ def new_uuid():
 
 def vgpu_device(uuid, parent, type_id):
     """A VgpuDevice as the product builds one: the parent parsed."""
-    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+    return base.VgpuDevice(objects.Uuid.parse(uuid),
+                           objects.PciAddress.parse(parent),
+                           objects.TypeId.parse(type_id))
 
 
 def settled(fn, tries=20):
@@ -221,11 +223,15 @@ def test_libvirt_refusals_leave_nothing_behind(host):
     before = kernel_mdevs(host)
     # a UUID the kernel already has: mdevctl's write gets EEXIST
     with pytest.raises(exception.LibvirtError):
-        spy.create_mdev(config_xml.mdev_nodedev(A, 'nvidia-223', PRE[0]))
+        spy.create_mdev(config_xml.mdev_nodedev(
+            objects.PciAddress.parse(A), objects.TypeId.parse('nvidia-223'),
+            objects.Uuid.parse(PRE[0])))
     # another type on a GPU that holds vGPUs: NVIDIA's EINVAL
     u = new_uuid()
     with pytest.raises(exception.LibvirtError):
-        spy.create_mdev(config_xml.mdev_nodedev(B, 'nvidia-231', u))
+        spy.create_mdev(config_xml.mdev_nodedev(
+            objects.PciAddress.parse(B), objects.TypeId.parse('nvidia-231'),
+            objects.Uuid.parse(u)))
     assert kernel_mdevs(host) == before
     # libvirt may list the refused device for a moment (mdevctl's own
     # bookkeeping); it must not stay

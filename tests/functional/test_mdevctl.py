@@ -53,7 +53,9 @@ def new_uuid():
 
 def vgpu_device(uuid, parent, type_id):
     """A VgpuDevice as the product builds one: the parent parsed."""
-    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+    return base.VgpuDevice(objects.Uuid.parse(uuid),
+                           objects.PciAddress.parse(parent),
+                           objects.TypeId.parse(type_id))
 
 
 def mdevctl_json(host, *args):

@@ -18,10 +18,10 @@ import os
 import signal
 import subprocess
 import sys
-import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu.guests import hook
@@ -237,10 +237,11 @@ PREPARE_STEPS = ['prepare:reserved', 'prepare:created@1',
 
 
 def guest_xml(world, name, n=2):
-    uuids = [str(uuidlib.uuid4()) for _ in range(n)]
+    uuids = [objects.Uuid.new() for _ in range(n)]
     xml = libvirtd.tiny_domain_xml(
         name, metadata=metadata.render_document(metadata.GpuMetadata(
-            vgpus=tuple(metadata.VgpuEntry(u, TYPE) for u in uuids))),
+            vgpus=tuple(metadata.VgpuEntry(u, objects.TypeId.parse(TYPE))
+                        for u in uuids))),
         extra_devices=''.join(config_xml.mdev_hostdev(u) for u in uuids))
     path = world.tmp / ('%s.xml' % name)
     path.write_text(xml)

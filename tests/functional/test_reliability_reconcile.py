@@ -7,6 +7,7 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
@@ -47,11 +48,14 @@ class World(object):
 
     def domain(self, name, uuids=(), active=True, meta_only=()):
         meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-            metadata.VgpuEntry(u, 'nvidia-223') for u in meta_only)))
+            metadata.VgpuEntry(objects.Uuid.parse(u),
+                               objects.TypeId.parse('nvidia-223'))
+            for u in meta_only)))
         return self.conn.define(libvirtd.tiny_domain_xml(
             name, metadata=meta if meta_only else '',
-            extra_devices=''.join(config_xml.mdev_hostdev(u)
-                                  for u in uuids)), active=active)
+            extra_devices=''.join(
+                config_xml.mdev_hostdev(objects.Uuid.parse(u))
+                for u in uuids)), active=active)
 
     def create(self, parent=A):
         u = str(uuidlib.uuid4())
@@ -61,7 +65,10 @@ class World(object):
     def lease(self, uuid, domain, parent=A, st=state.CREATED, pid=None,
               age=0.0):
         with self.store.transaction() as txn:
-            txn.add(uuid, domain, parent, 'nvidia-223', st)
+            txn.add(objects.Uuid.parse(uuid),
+                    domain and objects.Uuid.parse(domain),
+                    objects.PciAddress.parse(parent),
+                    objects.TypeId.parse('nvidia-223'), st)
             txn._db.execute(
                 'UPDATE leases SET pid = ?, pid_start = NULL, '
                 'updated_at = updated_at - ? WHERE mdev_uuid = ?',
@@ -224,7 +231,9 @@ def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
         u = world.create()
         dom = str(uuidlib.uuid4())
         with world.store.transaction() as txn:
-            txn.add(u, dom, A, 'nvidia-223', state.CREATED)
+            txn.add(objects.Uuid.parse(u), objects.Uuid.parse(dom),
+                    objects.PciAddress.parse(A),
+                    objects.TypeId.parse('nvidia-223'), state.CREATED)
             # its hook process has exited (pid of no process), but the
             # lease is newer than reconcile's list of domains
             txn._db.execute('UPDATE leases SET pid = ?, pid_start = NULL '
