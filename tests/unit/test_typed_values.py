@@ -99,7 +99,7 @@ def parser_references(path):
             for name in PARSERS:
                 if dotted == name or dotted.endswith('.' + name):
                     found.append('%d: %s' % (node.lineno, dotted))
-    return sorted(set(found), key=lambda s: int(s.split(':')[0]))
+    return sorted(set(found), key=lambda s: (int(s.split(':')[0]), s))
 
 
 def _modules():
@@ -150,7 +150,7 @@ def test_the_walk_sees_calls_and_aliases(tmp_path):
         'objects.typed(1, objects.Uuid, "u")\n')
     assert parser_references(str(probe)) == [
         '3: objects.Uuid.parse', '4: objects.PciAddress.parse',
-        '5: objects.TypeId.parse', '5: validate_uuid']
+        '5: objects.TypeId.parse', '5: validate_uuid']   # line, then name
 
 
 def test_an_inner_module_that_parses_fails_the_check(tmp_path, monkeypatch):
