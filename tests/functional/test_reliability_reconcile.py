@@ -35,7 +35,8 @@ class World(object):
 
     def run(self, **kwargs):
         # Both T4s are GPUs the configuration would enable.
-        kwargs.setdefault('covered', (A, B))
+        kwargs.setdefault('covered', (objects.PciAddress.parse(A),
+                                      objects.PciAddress.parse(B)))
         return reconcile.reconcile(
             self.env(host_mod.Host.from_connection(self.conn),
                      remove_timeout=kwargs.pop('remove_timeout', None)),
@@ -242,7 +243,8 @@ def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
 
     conn = _StartsAGuestWhileListed(world.conn, guest_starts)
     report = reconcile.reconcile(
-        world.env(host_mod.Host.from_connection(conn)), covered=(A, B))
+        world.env(host_mod.Host.from_connection(conn)),
+        covered=(objects.PciAddress.parse(A), objects.PciAddress.parse(B)))
     u = taken['uuid']
     assert u not in by_uuid(report)
     assert u in world.mdevs()
@@ -257,7 +259,7 @@ def test_unleased_mdevs_on_gpus_not_configured_are_kept(world):
     # The configuration enables only GPU A; PRE1 and PRE2 (on B) were made
     # by someone else on a GPU we do not manage.
     extra = world.create(parent=A)
-    report = world.run(covered=(A,))
+    report = world.run(covered=(objects.PciAddress.parse(A),))
     assert world.mdevs() == {PRE1, PRE2}
     assert [f.uuid for f in report.of(reconcile.REMOVED)] == [extra]
     kept = by_uuid(report)
@@ -285,7 +287,8 @@ def test_removals_are_announced_before_they_happen(world):
 def test_refuses_libvirts_test_driver(world):
     with host_mod.Host('test:///default') as h:
         with pytest.raises(exception.InvalidInput) as e:
-            reconcile.reconcile(world.env(h), covered=(A, B))
+            reconcile.reconcile(world.env(h), covered=(
+                objects.PciAddress.parse(A), objects.PciAddress.parse(B)))
     assert 'test driver' in str(e.value)
     assert world.mdevs() == {PRE1, PRE2}
     assert world.store.leases() == []
@@ -294,7 +297,7 @@ def test_refuses_libvirts_test_driver(world):
 def test_borrowed_mdev_of_a_stopped_domain_is_given_back(world):
     dom = str(uuidlib.uuid4())
     with world.store.transaction() as txn:
-        txn.borrow(PRE1, dom)
+        txn.borrow(objects.Uuid.parse(PRE1), objects.Uuid.parse(dom))
     report = world.run(dry_run=True)
     (found,) = [f for f in report.findings if f.what == 'borrowed']
     assert (found.uuid, found.action, found.domain_uuid) == (
@@ -303,8 +306,9 @@ def test_borrowed_mdev_of_a_stopped_domain_is_given_back(world):
         assert txn.borrowed()[PRE1][0] == dom     # dry run: kept
     running = world.domain('running', [PRE1])
     with world.store.transaction() as txn:
-        txn.give_back(dom)
-        txn.borrow(PRE1, running.uuid)
+        txn.give_back(objects.Uuid.parse(dom))
+        txn.borrow(objects.Uuid.parse(PRE1),
+                   objects.Uuid.parse(running.uuid))
     report = world.run()
     assert PRE1 in world.mdevs()               # referenced: kept
     assert [f for f in report.findings if f.what == 'borrowed'] == []
