@@ -13,7 +13,6 @@ simulated kernel answers.  Every test leaves the host as it found it.
 import json
 import os
 import time
-import uuid as uuidlib
 
 import pytest
 
@@ -90,7 +89,7 @@ def restored(host):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def vgpu_device(uuid, parent, type_id):
@@ -144,7 +143,7 @@ def test_discovery_through_libvirtd_equals_sysfs(host):
     assert [g.address for g in via_libvirt.gpus] == [
         objects.PciAddress.parse(A), objects.PciAddress.parse(B)]
     assert via_libvirt.gpus == via_sysfs.gpus
-    gpu = via_libvirt.gpu(B)
+    gpu = via_libvirt.gpu(objects.PciAddress.parse(B))
     assert gpu.driver == 'nvidia' and gpu.iommu_group == 58
     assert sorted(m.uuid for m in gpu.mdevs) == PRE
     assert gpu.mdev_type('nvidia-223').available_instances == 6
@@ -154,7 +153,7 @@ def test_discovery_through_libvirtd_equals_sysfs(host):
     host.live.sysfs.write(host.live.type_path(A, 'nvidia-231', 'create'), u)
     assert ls.wait_for(lambda: u in libvirt_mdevs(host))
     assert libvirt_view(host).gpus == sysfs_view(host).gpus
-    assert libvirt_view(host).gpu(A).mdev_type(
+    assert libvirt_view(host).gpu(objects.PciAddress.parse(A)).mdev_type(
         'nvidia-231').available_instances == 7
 
 
@@ -267,12 +266,12 @@ def test_parent_unbind_seen_by_libvirtd(host):
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'unbind'),
                      B)
     assert ls.wait_for(lambda: not set(PRE) & set(libvirt_mdevs(host)))
-    gpu = libvirt_view(host).gpu(B)
+    gpu = libvirt_view(host).gpu(objects.PciAddress.parse(B))
     assert (gpu.driver, gpu.mdev_types, gpu.mdevs) == (None, (), ())
     assert libvirt_view(host).gpus == sysfs_view(host).gpus
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'bind'),
                      B)
-    gpu = libvirt_view(host).gpu(B)
+    gpu = libvirt_view(host).gpu(objects.PciAddress.parse(B))
     assert gpu.driver == 'nvidia'
     assert gpu.mdev_type('nvidia-223').available_instances == 8
     # the profile's two vGPUs did not survive; put them back for the others

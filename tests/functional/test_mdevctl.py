@@ -8,7 +8,6 @@ it with our own discovery; the product never parses tool output.
 
 import json
 import os
-import uuid as uuidlib
 
 import pytest
 
@@ -48,7 +47,7 @@ def restored(host):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def vgpu_device(uuid, parent, type_id):

@@ -113,7 +113,9 @@ class World(object):
     def reconcile(self, **kwargs):
         from libvirt_gpu.virt import host as host_mod
         # The configuration enables TYPE on both GPUs.
-        kwargs.setdefault('covered', ('0000:3b:00.0', '0000:af:00.0'))
+        kwargs.setdefault('covered', tuple(
+            objects.PciAddress.parse(a)
+            for a in ('0000:3b:00.0', '0000:af:00.0')))
         return reconcile.reconcile(environment.Environment(
             self.store.state_dir, sysfs=self.sysfs,
             host=host_mod.Host.from_connection(self.conn),
