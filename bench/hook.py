@@ -94,9 +94,10 @@ def timed(argv, data=b'', env=None):
 
 
 def gpu_xml(n, parent=None):
-    uuids = [str(uuidlib.uuid4()) for _ in range(n)]
+    uuids = [objects.Uuid.parse(str(uuidlib.uuid4())) for _ in range(n)]
+    type_id = objects.TypeId.parse('nvidia-223')
     meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(u, 'nvidia-223', parent) for u in uuids)))
+        metadata.VgpuEntry(u, type_id, parent) for u in uuids)))
     devices = ''.join(config_xml.mdev_hostdev(u) for u in uuids)
     xml = PLAIN_XML.decode().replace(
         '<memory ', '<metadata>%s</metadata>\n  <memory ' % meta, 1)
@@ -113,7 +114,7 @@ def install_from(package_dir, hooks_dir, config):
             'try:\n'
             '    from libvirt_gpu.guests import hook\n'
             'except ImportError:\n'
-            '    from libvirt_gpu import hook\n'
+            '    from libvirt_gpu.guests import hook\n'
             'print(hook.install(%r, %r).path)'
             % (package_dir, hooks_dir, config))
     return subprocess.run([sys.executable, '-c', code], check=True,

@@ -24,6 +24,10 @@ _HEX_ID_RE = r'(?:0x)?([0-9a-fA-F]{4})'
 _PATTERNS = {}
 _PARSED_PCI = {}          # text -> PciAddress (PciAddress.parse)
 _MAX_PARSED_PCI = 4096
+# text -> Uuid (Uuid.parse): one process meets a vGPU's UUID at several
+# edges (the domain XML, our metadata, its lease row); values are immutable
+_PARSED_UUID = {}
+_MAX_PARSED = 4096
 
 
 def _pattern(name, pattern):
@@ -93,22 +97,87 @@ class PciAddress:
                                           self.function)
 
 
-def validate_uuid(value):
-    """Return ``value`` lowercased if it is a UUID, else raise."""
-    if not isinstance(value, str) or len(value) != 36:
-        raise exception.InvalidUuid(value=value)
-    lowered = value.lower()
-    if _pattern('uuid', _UUID_RE).fullmatch(lowered) is None:
-        raise exception.InvalidUuid(value=value)
-    return lowered
+class Uuid(str):
+    """A UUID, canonical (lowercase): a ``str`` that was validated once,
+    where it entered the program (domain XML, sysfs, the lease store, the
+    CLI, the API, NVML ...).  Made only by ``Uuid.parse``; the layers below
+    the edge take a ``Uuid`` and never parse it again."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        raise TypeError('%s is made by %s.parse(text), which validates it'
+                        % (cls.__name__, cls.__name__))
+
+    @classmethod
+    def parse(cls, value):
+        """``value`` as a Uuid, lowercased; a Uuid is returned as it is
+        (no cost).  Raises ``InvalidUuid`` for anything else."""
+        if type(value) is cls:
+            return value
+        found = _PARSED_UUID.get(value) if type(value) is str else None
+        if found is not None:
+            return found
+        if not isinstance(value, str) or len(value) != 36:
+            raise exception.InvalidUuid(value=value)
+        lowered = value.lower()
+        if _pattern('uuid', _UUID_RE).fullmatch(lowered) is None:
+            raise exception.InvalidUuid(value=value)
+        found = str.__new__(cls, lowered)
+        if type(value) is str and len(_PARSED_UUID) < _MAX_PARSED:
+            _PARSED_UUID[value] = found
+        return found
+
+    @classmethod
+    def new(cls):
+        """A new random UUID (version 4): made here, so already canonical
+        (nothing to parse)."""
+        import uuid as uuidlib     # only here: the hook's prepare makes none
+        return str.__new__(cls, str(uuidlib.uuid4()))
+
+    def __reduce__(self):
+        return (type(self).parse, (str(self),))
 
 
-def validate_type_id(value):
-    """Return ``value`` if it can be a vGPU type id (``nvidia-223``)."""
-    if (not isinstance(value, str)
-            or _pattern('type', _TYPE_RE).fullmatch(value) is None):
-        raise exception.InvalidTypeId(value=value)
-    return value
+class TypeId(str):
+    """A vGPU type id (``nvidia-223``), validated once where it entered
+    the program (configuration, sysfs, domain XML, the lease store ...).
+    Made only by ``TypeId.parse``; like ``Uuid``, a ``str`` to every
+    reader."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        raise TypeError('%s is made by %s.parse(text), which validates it'
+                        % (cls.__name__, cls.__name__))
+
+    @classmethod
+    def parse(cls, value):
+        """``value`` as a TypeId; a TypeId is returned as it is (no
+        cost).  Raises ``InvalidTypeId`` for anything else."""
+        if type(value) is cls:
+            return value
+        if (not isinstance(value, str)
+                or _pattern('type', _TYPE_RE).fullmatch(value) is None):
+            raise exception.InvalidTypeId(value=value)
+        return str.__new__(cls, value)
+
+    def __reduce__(self):
+        return (type(self).parse, (str(self),))
+
+
+def typed(value, kind, what):
+    """``value`` when it is of ``kind`` (``Uuid``, ``TypeId``,
+    ``PciAddress``), else TypeError: the layers below the edge take values
+    parsed where they entered the program, never raw text.  A type check,
+    not a parse: it costs no pattern match."""
+    if type(value) is kind:
+        return value
+    raise TypeError(
+        '%s must be an objects.%s, not %s %r: parse it with '
+        'objects.%s.parse where it enters the program (CLI, API, hook '
+        'input, domain XML, sysfs, the lease store) and pass the result'
+        % (what, kind.__name__, type(value).__name__, value, kind.__name__))
 
 
 def normalize_hex_id(value):
@@ -134,7 +203,7 @@ class VgpuType:
     ``mdev_supported_types`` (the classic mdev kind), or one of the vendor
     interface's (``nvidia/CREATABLE_TYPES``, see ``VendorVf``)."""
 
-    id: str
+    id: TypeId
     name: str | None
     description: str | None
     device_api: str
@@ -159,8 +228,8 @@ class VgpuType:
 class Mdev:
     """An existing mediated device."""
 
-    uuid: str
-    type_id: str
+    uuid: Uuid
+    type_id: TypeId
 
 
 @records.record(order=True)
@@ -341,12 +410,14 @@ def vendor_type_id(number):
     if isinstance(number, bool) or not isinstance(number, int) \
             or number < 1:
         raise exception.InvalidTypeId(value=number)
-    return '%s%d' % (VENDOR_TYPE_PREFIX, number)
+    return TypeId.parse('%s%d' % (VENDOR_TYPE_PREFIX, number))
 
 
 def vendor_type_number(type_id):
-    """``'nvidia-1145'`` -> ``1145`` (what ``CURRENT_TYPE`` takes)."""
-    validate_type_id(type_id)
+    """``'nvidia-1145'`` (a ``TypeId``) -> ``1145`` (what
+    ``CURRENT_TYPE`` takes)."""
+    if not isinstance(type_id, str):
+        raise exception.InvalidTypeId(value=type_id)
     digits = type_id[len(VENDOR_TYPE_PREFIX):]
     if not type_id.startswith(VENDOR_TYPE_PREFIX) or not digits.isdigit() \
             or digits.startswith('0') or len(digits) > 9:
@@ -391,7 +462,7 @@ class DiscoveryResult:
     gpus: tuple[Gpu, ...]
 
     def gpu(self, address):
-        address = PciAddress.parse(address)
+        typed(address, PciAddress, 'address')
         for gpu in self.gpus:
             if gpu.address == address:
                 return gpu
@@ -402,7 +473,7 @@ class DiscoveryResult:
 class EnabledType:
     """What configuration enables on one GPU (``[vgpu_<type>]`` resolved)."""
 
-    type_id: str
+    type_id: TypeId
     resource_class: str = 'VGPU'
     max_instances: int | None = None
 

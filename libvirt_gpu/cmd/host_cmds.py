@@ -3,6 +3,7 @@ Cyborg view), and ``simulate``, which writes a simulated one."""
 
 from libvirt_gpu.devices import capacity as capacity_mod
 from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.devices import pci_classes
 from libvirt_gpu.util import records
 from libvirt_gpu.cmd import output
@@ -104,7 +105,7 @@ def _gpu_types(gpu):
 
 def cmd_types(ctx):
     if ctx.args.address:
-        gpus = [ctx.result.gpu(ctx.args.address)]
+        gpus = [ctx.result.gpu(objects.PciAddress.parse(ctx.args.address))]
     else:
         gpus = [g for g in ctx.result.gpus
                 if not g.is_vf and g.offered_types()]

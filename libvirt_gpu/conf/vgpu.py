@@ -46,7 +46,7 @@ def register_dynamic_opts(conf):
     """Register ``[vgpu_<type>]`` for every enabled type."""
     for type_id in conf.gpu.enabled_vgpu_types:
         try:
-            objects.validate_type_id(type_id)
+            objects.TypeId.parse(type_id)
         except exception.InvalidTypeId as e:
             raise exception.ConfigError(
                 reason='[gpu]/enabled_vgpu_types: %s' % e)

@@ -43,6 +43,21 @@ def _warn_not_offered(type_id, gpus):
                 'offer: %s', type_id, ', '.join(offered) or 'no vGPU type')
 
 
+def device_addresses(conf, type_id):
+    """``[vgpu_<type_id>]/device_addresses`` parsed, where the
+    configuration enters the program: a list of ``objects.PciAddress``
+    (empty: every GPU); ConfigError naming the option for a bad one."""
+    found = []
+    for raw in conf[group_name(type_id)].device_addresses:
+        try:
+            found.append(objects.PciAddress.parse(raw))
+        except exception.InvalidPciAddress as e:
+            raise exception.ConfigError(
+                reason='[%s]/device_addresses: %s'
+                % (group_name(type_id), e))
+    return found
+
+
 def resolve(conf, gpus):
     """Map each GPU address to what configuration enables on it.
 
@@ -67,7 +82,7 @@ def resolve(conf, gpus):
     for type_id in types:
         section = conf[group_name(type_id)]
         setting = objects.EnabledType(
-            type_id=type_id,
+            type_id=objects.TypeId.parse(type_id),
             resource_class=_resource_class(type_id, section.resource_class),
             max_instances=section.max_instances)
         if not section.device_addresses:
@@ -83,13 +98,7 @@ def resolve(conf, gpus):
             if not enabled:
                 _warn_not_offered(type_id, gpus)
             continue
-        for raw in section.device_addresses:
-            try:
-                address = objects.PciAddress.parse(raw)
-            except exception.InvalidPciAddress as e:
-                raise exception.ConfigError(
-                    reason='[%s]/device_addresses: %s'
-                    % (group_name(type_id), e))
+        for address in device_addresses(conf, type_id):
             if address in claimed_by:
                 raise exception.ConfigError(
                     reason='GPU %s is claimed by two types: %s and %s; give '

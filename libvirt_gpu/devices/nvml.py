@@ -212,7 +212,7 @@ class Nvml(object):
 def _uuid(value):
     """An mdev UUID NVML gives (parsed at this edge), or None."""
     try:
-        return objects.validate_uuid(_text(value)) if _text(value) else None
+        return objects.Uuid.parse(_text(value)) if _text(value) else None
     except exception.InvalidUuid:
         return None
 

@@ -38,7 +38,6 @@ Configuration (``conf``) defaults to ``conf.load()``: the file named by
 from __future__ import annotations
 
 import time
-import uuid as uuidlib
 
 from libvirt_gpu.store import allocator as allocator_mod
 from libvirt_gpu.devices.backends import base
@@ -139,7 +138,7 @@ def _targets(guest, live, config):
 
 
 def _new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 # --- attach ------------------------------------------------------------------
@@ -165,8 +164,8 @@ def attach(conn, domain, vgpu_type=None, address=None, parent=None,
                 reason='parent and uuid are for vGPUs, not whole GPUs')
         return _attach_pgpu(env, guest, objects.PciAddress.parse(address),
                             live, config)
-    objects.validate_type_id(vgpu_type)
-    uuid = objects.validate_uuid(uuid) if uuid else _new_uuid()
+    vgpu_type = objects.TypeId.parse(vgpu_type)
+    uuid = objects.Uuid.parse(uuid) if uuid else _new_uuid()
     parent = objects.PciAddress.parse(parent) if parent else None
     if live:
         return _attach_vgpu_live(env, guest, vgpu_type, parent, uuid, config)
@@ -379,9 +378,9 @@ def detach(conn, domain, uuid=None, address=None, vgpu_type=None,
         return _detach_pgpu(env, guest, targets, live, config,
                             objects.PciAddress.parse(address))
     if uuid is not None:
-        uuid = objects.validate_uuid(uuid)
+        uuid = objects.Uuid.parse(uuid)
     else:
-        objects.validate_type_id(vgpu_type)
+        vgpu_type = objects.TypeId.parse(vgpu_type)
     return _detach_vgpu(env, guest, targets, live, config, uuid, vgpu_type)
 
 

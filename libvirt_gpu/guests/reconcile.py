@@ -215,7 +215,8 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     """
     host = env.host
     check_connection(host)
-    covered = frozenset(objects.PciAddress.parse(a) for a in covered)
+    covered = frozenset(objects.typed(a, objects.PciAddress, 'covered[]')
+                        for a in covered)
     if env.remove_timeout is None:
         env = env.replace(remove_timeout=REMOVE_TIMEOUT)
     remove_timeout = env.remove_timeout

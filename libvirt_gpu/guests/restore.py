@@ -123,17 +123,11 @@ def vf_targets(env):
     targets = set()
     everywhere = False
     for type_id in conf.gpu.enabled_vgpu_types:
-        from libvirt_gpu.conf import vgpu as vgpu_conf
-        addresses = conf[vgpu_conf.group_name(type_id)].device_addresses
+        from libvirt_gpu.devices import enablement
+        addresses = enablement.device_addresses(conf, type_id)
         if not addresses:
             everywhere = True
-        for raw in addresses:
-            try:
-                targets.add(objects.PciAddress.parse(raw))
-            except exception.InvalidPciAddress as e:
-                raise exception.ConfigError(
-                    reason='[%s]/device_addresses: %s'
-                    % (vgpu_conf.group_name(type_id), e))
+        targets.update(addresses)
     if everywhere:
         for kind in env.kind_classes:
             targets.update(kind.sriov_pfs(sysfs))
@@ -184,7 +178,7 @@ class Restore(object):
     # 1. VFs ------------------------------------------------------------------
 
     def enable_vfs(self, pf):
-        pf = objects.PciAddress.parse(pf)
+        objects.typed(pf, objects.PciAddress, 'pf')
         total = self.sysfs.sriov_totalvfs(pf)
         current = self.sysfs.sriov_numvfs(pf) or 0
         if not total:

@@ -220,7 +220,7 @@ class LiveTree(object):
         if len(parts) >= 2 and '/'.join(parts[:-2]) in self.by_dir and \
                 name in ('remove', 'uevent'):
             try:
-                uuid = objects.validate_uuid(parts[-2])
+                uuid = objects.Uuid.parse(parts[-2])
             except exception.InvalidUuid:
                 return None
             return ('remove' if name == 'remove' else 'mdev-uevent', uuid)
@@ -448,7 +448,7 @@ class LiveTree(object):
         try:
             if cmd in ('busy', 'idle') and len(args) == 1:
                 try:
-                    uuid = objects.validate_uuid(args[0])
+                    uuid = objects.Uuid.parse(args[0])
                 except exception.InvalidUuid:
                     uuid = str(objects.PciAddress.parse(args[0]))
                 if cmd == 'busy':

@@ -236,7 +236,7 @@ def _types(ctx, entries, where):
                                  'framebuffer_mb'))
         type_id = ctx.string(entry, 'id', here)
         try:
-            objects.validate_type_id(type_id)
+            objects.TypeId.parse(type_id)
         except exception.InvalidInput as exc:
             ctx.fail('%s: %s' % (here, exc))
         api = ctx.string(entry, 'device_api', here, default='vfio-pci')
@@ -376,7 +376,7 @@ def _mdevs(ctx, where, raw, mdev_types):
         here = '%s mdev #%d' % (where, i)
         ctx.check_keys(entry, here, required=('uuid', 'type_id'))
         try:
-            uuid = objects.validate_uuid(entry['uuid'])
+            uuid = objects.Uuid.parse(entry['uuid'])
         except exception.InvalidInput as exc:
             ctx.fail('%s: %s' % (here, exc))
         type_id = ctx.string(entry, 'type_id', here)

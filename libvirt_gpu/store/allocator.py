@@ -53,8 +53,8 @@ from libvirt_gpu.store import state
 class VgpuClaim:
     """One vGPU a domain asks for, with values parsed where they entered
     the program (the API's arguments, the hook's metadata, an mdevctl
-    definition): ``uuid`` by ``objects.validate_uuid``, ``type_id`` by
-    ``objects.validate_type_id``, ``parent`` an ``objects.PciAddress`` or
+    definition): ``uuid`` by ``objects.Uuid.parse``, ``type_id`` by
+    ``objects.TypeId.parse``, ``parent`` an ``objects.PciAddress`` or
     None.  Construction refuses only a value of the wrong type.
 
     ``managed``: the type must be enabled by configuration on the GPU
@@ -62,13 +62,14 @@ class VgpuClaim:
     and type itself).
     """
 
-    uuid: str
-    type_id: str
+    uuid: objects.Uuid
+    type_id: objects.TypeId
     parent: objects.PciAddress | None = None
     managed: bool = True
 
     def __post_init__(self):
-        if not (isinstance(self.uuid, str) and isinstance(self.type_id, str)
+        if not (type(self.uuid) is objects.Uuid
+                and type(self.type_id) is objects.TypeId
                 and (self.parent is None
                      or isinstance(self.parent, objects.PciAddress))):
             base.refuse_untyped(self, optional=('parent',))
@@ -157,7 +158,7 @@ class Allocator(object):
     def free(self, txn, parent, type_id, mdevs_by_parent):
         """Instances of ``type_id`` ``parent`` can still give (see module
         doc); ``mdevs_by_parent`` must be read before this is called."""
-        parent = objects.PciAddress.parse(parent)
+        objects.typed(parent, objects.PciAddress, 'parent')
         sriov = self._sriov_gpu(parent)
         if sriov is not None:
             return self._gpu_free(txn, sriov[0], type_id, mdevs_by_parent,
@@ -203,7 +204,7 @@ class Allocator(object):
         the domain is pinned (see the module doc).  Raises the first
         claim's error: NoCapacity, TypeNotEnabled, UnknownType, ParentGone,
         MdevConflict, LeaseConflict."""
-        domain_uuid = objects.validate_uuid(domain_uuid)
+        objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
         grants = []
         # Where each GPU is, read and parsed before the lock: nothing that
         # grows with input (a long local_cpulist) runs inside it.
@@ -242,9 +243,8 @@ class Allocator(object):
         Returns the Grants in the claims' order; raises NoCapacity or
         TypeNotEnabled.
         """
-        import uuid as uuidlib     # only here: prepare does not pay for it
-        new_uuid = new_uuid or (lambda: str(uuidlib.uuid4()))
-        domain_uuid = objects.validate_uuid(domain_uuid)
+        new_uuid = new_uuid or objects.Uuid.new
+        objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
         grants = []
         # Where each GPU is, read before the lock (as ``reserve`` does).
         nearness = self._nearness(pinning)
@@ -265,7 +265,8 @@ class Allocator(object):
                     continue
                 if lease is not None or exists or uuid in {
                         g.device.uuid for g in grants}:
-                    uuid = objects.validate_uuid(new_uuid())
+                    uuid = objects.typed(new_uuid(), objects.Uuid,
+                                         'new_uuid()')
                 try:
                     parent = self._choose_parent(
                         txn, records.replace(claim, uuid=uuid, parent=None),
@@ -325,11 +326,9 @@ class Allocator(object):
             lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
                                parent=existing.parent, state=state.CREATED)
             return Grant(device=existing, existed=True, lease=lease)
-        # A lease row enters the program here, where it is used: its type
-        # is parsed now (the parent was, when the row was read).  Reading
-        # the table does not refuse a corrupt row, so reconcile can still
-        # list and clean it.
-        objects.validate_type_id(lease.type_id)
+        # A row whose type is no type id was read (so that reconcile can
+        # list and clean it) but is refused where its type would be used.
+        lease.checked_type_id()
         self._check_fits(claim, base.VgpuDevice(
             uuid=lease.vgpu_uuid, parent=lease.parent, type_id=lease.type_id))
         # The lease already counts against its GPU: no new capacity needed.
@@ -459,9 +458,10 @@ class Allocator(object):
     def begin_release(self, domain_uuid, uuids=None):
         """Mark a domain's leases ``removing`` (held by this process) and
         return them; ``uuids`` limits them to those vGPUs."""
-        domain_uuid = objects.validate_uuid(domain_uuid)
+        objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
         wanted = (None if uuids is None
-                  else {objects.validate_uuid(u) for u in uuids})
+                  else {objects.typed(u, objects.Uuid, 'uuids[]')
+                        for u in uuids})
         taken = []
         with self.store.transaction() as txn:
             for lease in txn.for_domain(domain_uuid):

@@ -154,16 +154,26 @@ def _my_start():
 
 @records.record
 class Lease:
-    vgpu_uuid: str
-    domain_uuid: str | None
+    vgpu_uuid: objects.Uuid
+    domain_uuid: objects.Uuid | None
     parent: objects.PciAddress
-    type_id: str
+    # None when the row's text is no type id (``bad_type_id`` holds it):
+    # the row can still be listed and cleaned by reconcile; whoever would
+    # use its type refuses it (``Lease.checked_type_id``).
+    type_id: objects.TypeId | None
     state: str
     pid: int
     pid_start: int | None
     created_at: float
     updated_at: float
     expires_at: float | None = None
+    bad_type_id: str | None = None
+
+    def checked_type_id(self):
+        """``type_id``, or InvalidTypeId naming the row's text."""
+        if self.type_id is None:
+            raise exception.InvalidTypeId(value=self.bad_type_id)
+        return self.type_id
 
     def held(self, now):
         """Whether an incoming migration's reservation still stands at
@@ -181,9 +191,23 @@ class Lease:
 
 
 def _row_to_lease(row):
+    # The lease store is an edge: what SQLite holds is text, parsed here
+    # once into the values the rest of the program takes.
     values = dict(zip(_FIELDS, row))
+    values['vgpu_uuid'] = objects.Uuid.parse(values['vgpu_uuid'])
+    if values['domain_uuid'] is not None:
+        values['domain_uuid'] = objects.Uuid.parse(values['domain_uuid'])
     values['parent'] = objects.PciAddress.parse(values['parent'])
+    try:
+        values['type_id'] = objects.TypeId.parse(values['type_id'])
+    except exception.InvalidTypeId:
+        values['bad_type_id'] = values['type_id']
+        values['type_id'] = None
     return Lease(**values)
+
+
+def _uuid(value, what='vgpu_uuid'):
+    return objects.typed(value, objects.Uuid, what)
 
 
 class Transaction(object):
@@ -206,16 +230,17 @@ class Transaction(object):
 
     def get(self, vgpu_uuid):
         found = self._select('WHERE mdev_uuid = ?',
-                             (objects.validate_uuid(vgpu_uuid),))
+                             (_uuid(vgpu_uuid),))
         return found[0] if found else None
 
     def for_domain(self, domain_uuid):
         return self._select('WHERE domain_uuid = ?',
-                            (objects.validate_uuid(domain_uuid),))
+                            (_uuid(domain_uuid, 'domain_uuid'),))
 
     def for_parent(self, parent):
         return self._select('WHERE parent = ?',
-                            (str(objects.PciAddress.parse(parent)),))
+                            (str(objects.typed(parent, objects.PciAddress,
+                                               'parent')),))
 
     def add(self, vgpu_uuid, domain_uuid, parent, type_id, state=RESERVED,
             expires_at=None):
@@ -225,11 +250,12 @@ class Transaction(object):
         if state not in STATES:
             raise ValueError(state)
         lease = Lease(
-            vgpu_uuid=objects.validate_uuid(vgpu_uuid),
-            domain_uuid=(objects.validate_uuid(domain_uuid)
+            vgpu_uuid=_uuid(vgpu_uuid),
+            domain_uuid=(_uuid(domain_uuid, 'domain_uuid')
                          if domain_uuid is not None else None),
-            parent=objects.PciAddress.parse(parent),
-            type_id=objects.validate_type_id(type_id), state=state,
+            parent=objects.typed(parent, objects.PciAddress, 'parent'),
+            type_id=objects.typed(type_id, objects.TypeId, 'type_id'),
+            state=state,
             pid=self.pid, pid_start=self.pid_start, created_at=self.now,
             updated_at=self.now, expires_at=expires_at)
         try:
@@ -257,8 +283,12 @@ class Transaction(object):
         if changes.get('state', RESERVED) not in STATES:
             raise ValueError(changes['state'])
         if 'parent' in changes:
-            changes['parent'] = str(objects.PciAddress.parse(
-                changes['parent']))
+            changes['parent'] = str(objects.typed(
+                changes['parent'], objects.PciAddress, 'parent'))
+        if 'type_id' in changes:
+            objects.typed(changes['type_id'], objects.TypeId, 'type_id')
+        if changes.get('domain_uuid') is not None:
+            _uuid(changes['domain_uuid'], 'domain_uuid')
         changes.setdefault('expires_at', None)
         changes.update(pid=self.pid, pid_start=self.pid_start,
                        updated_at=self.now)
@@ -266,7 +296,7 @@ class Transaction(object):
         cur = self._db.execute(
             'UPDATE leases SET %s WHERE mdev_uuid = ?'
             % ', '.join('%s = ?' % n for n in names),
-            [changes[n] for n in names] + [objects.validate_uuid(vgpu_uuid)])
+            [changes[n] for n in names] + [_uuid(vgpu_uuid)])
         if cur.rowcount != 1:
             raise exception.StateError(path='leases',
                                        reason='no lease for %s' % vgpu_uuid)
@@ -279,20 +309,19 @@ class Transaction(object):
         """The domain UUID that uses the unleased mdev, or None."""
         row = self._db.execute(
             'SELECT domain_uuid FROM borrowed WHERE mdev_uuid = ?',
-            (objects.validate_uuid(vgpu_uuid),)).fetchone()
-        return row[0] if row else None
+            (_uuid(vgpu_uuid),)).fetchone()
+        return objects.Uuid.parse(row[0]) if row else None
 
     def borrow(self, vgpu_uuid, domain_uuid):
         self._db.execute(
             'INSERT OR REPLACE INTO borrowed (mdev_uuid, domain_uuid, '
             'created_at) VALUES (?, ?, ?)',
-            (objects.validate_uuid(vgpu_uuid),
-             objects.validate_uuid(domain_uuid), self.now))
+            (_uuid(vgpu_uuid), _uuid(domain_uuid, 'domain_uuid'), self.now))
 
     def give_back(self, domain_uuid, vgpu_uuids=None):
         """Forget what ``domain_uuid`` borrowed (only ``vgpu_uuids`` when
         given)."""
-        domain_uuid = objects.validate_uuid(domain_uuid)
+        _uuid(domain_uuid, 'domain_uuid')
         if vgpu_uuids is None:
             self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ?',
                              (domain_uuid,))
@@ -300,18 +329,19 @@ class Transaction(object):
         for uuid in vgpu_uuids:
             self._db.execute('DELETE FROM borrowed WHERE domain_uuid = ? '
                              'AND mdev_uuid = ?',
-                             (domain_uuid, objects.validate_uuid(uuid)))
+                             (domain_uuid, _uuid(uuid)))
 
     def borrowed(self):
         """``{vgpu_uuid: (domain_uuid, created_at)}`` of every borrowed
         mdev."""
-        return {u: (d, t) for u, d, t in self._db.execute(
+        return {objects.Uuid.parse(u): (objects.Uuid.parse(d), t)
+                for u, d, t in self._db.execute(
             'SELECT mdev_uuid, domain_uuid, created_at FROM borrowed')}
 
     def delete(self, vgpu_uuid):
         """Drop a lease; True when there was one."""
         cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
-                               (objects.validate_uuid(vgpu_uuid),))
+                               (_uuid(vgpu_uuid),))
         return cur.rowcount == 1
 
 

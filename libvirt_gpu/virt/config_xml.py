@@ -93,7 +93,7 @@ def pci_hostdev(address, managed=True):
     """``<hostdev type='pci'>`` of a PCI function: ``managed='yes'`` for a
     whole GPU, ``'no'`` for a function libvirt must leave bound to its
     driver (a VF that holds a vendor-interface vGPU)."""
-    pci = objects.PciAddress.parse(address)
+    pci = objects.typed(address, objects.PciAddress, 'address')
     return _render(PCI_HOSTDEV, managed='yes' if managed else 'no',
                    domain='0x%04x' % pci.domain,
                    bus='0x%02x' % pci.bus, slot='0x%02x' % pci.slot,
@@ -102,7 +102,8 @@ def pci_hostdev(address, managed=True):
 
 def mdev_hostdev(uuid):
     """``<hostdev type='mdev' model='vfio-pci'>`` of a vGPU."""
-    return _render(MDEV_HOSTDEV, uuid=objects.validate_uuid(uuid))
+    return _render(MDEV_HOSTDEV,
+                   uuid=objects.typed(uuid, objects.Uuid, 'uuid'))
 
 
 def mdev_nodedev_name(uuid, parent):
@@ -111,18 +112,19 @@ def mdev_nodedev_name(uuid, parent):
     Only written into create/define input, which libvirt ignores the name
     of; lookups always go by UUID.
     """
-    pci = objects.PciAddress.parse(parent)
-    return 'mdev_%s_%s' % (objects.validate_uuid(uuid).replace('-', '_'),
+    pci = objects.typed(parent, objects.PciAddress, 'parent')
+    return 'mdev_%s_%s' % (objects.typed(uuid, objects.Uuid,
+                                         'uuid').replace('-', '_'),
                            pci.libvirt_name[len('pci_'):])
 
 
 def mdev_nodedev(parent, type_id, uuid):
     """Node-device XML that asks libvirt to create/define an mdev."""
-    pci = objects.PciAddress.parse(parent)
+    pci = objects.typed(parent, objects.PciAddress, 'parent')
     return _render(MDEV_NODEDEV, name=mdev_nodedev_name(uuid, pci),
                    parent=pci.libvirt_name,
-                   type_id=objects.validate_type_id(type_id),
-                   uuid=objects.validate_uuid(uuid))
+                   type_id=objects.typed(type_id, objects.TypeId, 'type_id'),
+                   uuid=uuid)
 
 
 # --- reading domain XML ----------------------------------------------------
@@ -173,7 +175,7 @@ def _pci_source(address):
             or parts[3] > 0x7:
         raise exception.InvalidXml(
             reason='<hostdev type=\'pci\'> source address out of range')
-    return objects.PciAddress.parse('%04x:%02x:%02x.%x' % tuple(parts))
+    return objects.PciAddress(*parts)
 
 
 def read_domain(root):
@@ -185,7 +187,7 @@ def read_domain(root):
     uuid = root.findtext('uuid')
     if uuid is None:
         raise exception.InvalidXml(reason='domain XML has no <uuid>')
-    uuid = objects.validate_uuid(uuid.strip())
+    uuid = objects.Uuid.parse(uuid.strip())
     mdevs = []
     pcis = []
     for hostdev in root.iterfind('devices/hostdev'):
@@ -198,7 +200,7 @@ def read_domain(root):
                 raise exception.InvalidXml(
                     reason="<hostdev type='mdev'> has no <source><address "
                            "uuid=.../>")
-            mdevs.append(objects.validate_uuid(address.get('uuid')))
+            mdevs.append(objects.Uuid.parse(address.get('uuid')))
         elif kind == 'pci' and address is not None:
             pcis.append(_pci_source(address))
     return DomainDevices(uuid=uuid, name=(root.findtext('name') or ''),

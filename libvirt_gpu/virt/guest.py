@@ -14,6 +14,7 @@ import libvirt
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu.virt import metadata
+from libvirt_gpu import objects
 from libvirt_gpu.util import xmlutil
 
 
@@ -121,7 +122,8 @@ class Guest(object):
 
     @property
     def uuid(self):
-        return self._domain.UUIDString()
+        # libvirt's answer enters the program here, parsed once.
+        return objects.Uuid.parse(self._domain.UUIDString())
 
     @property
     def name(self):

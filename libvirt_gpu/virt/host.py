@@ -246,7 +246,7 @@ class Host(object):
     def find_mdev(self, uuid, inactive=False):
         """The ``virNodeDevice`` of mdev ``uuid`` (looked up by UUID, never
         by a constructed name), or None."""
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         flags = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
         if inactive:
             flags |= getattr(libvirt, 'VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE',
@@ -304,7 +304,7 @@ class Host(object):
         conn = self.connect()
         try:
             try:
-                uuid = objects.validate_uuid(ident)
+                uuid = objects.Uuid.parse(ident)
             except exception.InvalidUuid:
                 return conn.lookupByName(ident)
             return conn.lookupByUUIDString(uuid)

@@ -39,8 +39,8 @@ _PGPU_ATTRS = {'address', 'companions'}
 class VgpuEntry:
     """``<gpu:vgpu uuid=... type=... [parent=...]/>``"""
 
-    uuid: str
-    type_id: str
+    uuid: objects.Uuid
+    type_id: objects.TypeId
     parent: objects.PciAddress | None = None
 
 
@@ -66,14 +66,14 @@ class GpuMetadata:
         return not self.vgpus and not self.pgpus
 
     def vgpu(self, uuid):
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         for entry in self.vgpus:
             if entry.uuid == uuid:
                 return entry
         return None
 
     def pgpu(self, address):
-        address = objects.PciAddress.parse(address)
+        objects.typed(address, objects.PciAddress, 'address')
         for entry in self.pgpus:
             if entry.address == address:
                 return entry
@@ -86,7 +86,7 @@ class GpuMetadata:
         return records.replace(self, vgpus=self.vgpus + (entry,))
 
     def without_vgpu(self, uuid):
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         return records.replace(
             self, vgpus=tuple(e for e in self.vgpus if e.uuid != uuid))
 
@@ -97,7 +97,7 @@ class GpuMetadata:
         return records.replace(self, pgpus=self.pgpus + (entry,))
 
     def without_pgpu(self, address):
-        address = objects.PciAddress.parse(address)
+        objects.typed(address, objects.PciAddress, 'address')
         return records.replace(
             self, pgpus=tuple(e for e in self.pgpus if e.address != address))
 
@@ -151,8 +151,8 @@ def parse_element(gpus):
         if child.tag == _NS + 'vgpu':
             _check_attrs(child, _VGPU_ATTRS, 'vgpu')
             entry = _entry('vgpu', lambda: VgpuEntry(
-                uuid=objects.validate_uuid(_required(child, 'uuid', 'vgpu')),
-                type_id=objects.validate_type_id(
+                uuid=objects.Uuid.parse(_required(child, 'uuid', 'vgpu')),
+                type_id=objects.TypeId.parse(
                     _required(child, 'type', 'vgpu')),
                 parent=(objects.PciAddress.parse(child.get('parent'))
                         if child.get('parent') is not None else None)))
@@ -203,11 +203,13 @@ def render(meta):
         parent = (' parent=%s' % _attr(entry.parent)
                   if entry.parent is not None else '')
         parts.append('<vgpu uuid=%s type=%s%s/>' % (
-            _attr(objects.validate_uuid(entry.uuid)),
-            _attr(objects.validate_type_id(entry.type_id)), parent))
+            _attr(objects.typed(entry.uuid, objects.Uuid, 'uuid')),
+            _attr(objects.typed(entry.type_id, objects.TypeId, 'type_id')),
+            parent))
     for entry in meta.pgpus:
         companions = (' companions=%s' % _attr(','.join(
-            str(objects.PciAddress.parse(a)) for a in entry.companions))
+            str(objects.typed(a, objects.PciAddress, 'companion'))
+            for a in entry.companions))
             if entry.companions else '')
         parts.append('<pgpu address=%s%s/>' % (_attr(entry.address),
                                                companions))

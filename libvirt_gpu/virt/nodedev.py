@@ -133,7 +133,7 @@ def parse_pci(xml, descriptions=None):
     descriptions = descriptions or {}
     types = []
     for t in cap.iterfind("capability[@type='mdev_types']/type"):
-        type_id = t.get('id')
+        type_id = objects.TypeId.parse(t.get('id'))
         types.append(objects.VgpuType(
             id=type_id,
             name=_text(t, 'name'),
@@ -183,6 +183,6 @@ def parse_mdev(xml):
     return MdevNode(
         name=name,
         parent=parent,
-        mdev=objects.Mdev(uuid=objects.validate_uuid(uuid),
-                          type_id=type_elem.get('id')),
+        mdev=objects.Mdev(uuid=objects.Uuid.parse(uuid),
+                          type_id=objects.TypeId.parse(type_elem.get('id'))),
     )

@@ -270,7 +270,7 @@ class TreeKernel(object):
                 return (CREATE, address, os.path.basename(directory))
         if name == REMOVE and os.path.dirname(directory) in self._by_dir:
             try:
-                return (REMOVE, objects.validate_uuid(
+                return (REMOVE, objects.Uuid.parse(
                     os.path.basename(directory)))
             except exception.InvalidUuid:
                 return None

@@ -41,7 +41,7 @@ def type_id(number):
 
 
 def type_number(value):
-    return int(objects.validate_type_id(value)[len('toy-'):])
+    return int(objects.TypeId.parse(value)[len('toy-'):])
 
 
 class ToyFiles(object):
@@ -136,8 +136,11 @@ class ToyKind(base.VgpuKind):
         if not os.path.exists(self.path):
             return {}
         with open(self.path) as f:
-            return {uuid: (objects.PciAddress.parse(vf), type_, start)
-                    for uuid, (vf, type_, start) in json.load(f).items()}
+            # the kind's own file: parsed here, where it enters
+            return {objects.Uuid.parse(uuid): (
+                objects.PciAddress.parse(vf), objects.TypeId.parse(type_),
+                start)
+                for uuid, (vf, type_, start) in json.load(f).items()}
 
     def _write(self, entries):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)

@@ -62,11 +62,13 @@ def guest_xml(name, vgpus, vendor=False):
     their devices: the mdev hostdev, or (``vendor``: NVIDIA's vGPU 17+
     interface) the VF as an unmanaged PCI hostdev."""
     meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(u, t, objects.PciAddress.parse(p) if p else None)
+        metadata.VgpuEntry(objects.Uuid.parse(u), objects.TypeId.parse(t),
+                           objects.PciAddress.parse(p) if p else None)
         for u, t, p in vgpus)))
-    devices = ''.join(nvidia_vgpu.vf_hostdev(p) if vendor
-                      else config_xml.mdev_hostdev(u)
-                      for u, _, p in vgpus)
+    devices = ''.join(
+        nvidia_vgpu.vf_hostdev(objects.PciAddress.parse(p)) if vendor
+        else config_xml.mdev_hostdev(objects.Uuid.parse(u))
+        for u, _, p in vgpus)
     return libvirtd.tiny_domain_xml(name, metadata=meta,
                                     extra_devices=devices)
 

@@ -13,7 +13,6 @@ simulated kernel answers.  Every test leaves the host as it found it.
 import json
 import os
 import time
-import uuid as uuidlib
 
 import pytest
 
@@ -91,12 +90,14 @@ def restored(host):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def vgpu_device(uuid, parent, type_id):
     """A VgpuDevice as the product builds one: the parent parsed."""
-    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+    return base.VgpuDevice(objects.Uuid.parse(uuid),
+                           objects.PciAddress.parse(parent),
+                           objects.TypeId.parse(type_id))
 
 
 def settled(fn, tries=20):
@@ -145,7 +146,7 @@ def test_discovery_through_libvirtd_equals_sysfs(host):
     assert [g.address for g in via_libvirt.gpus] == [
         objects.PciAddress.parse(A), objects.PciAddress.parse(B)]
     assert via_libvirt.gpus == via_sysfs.gpus
-    gpu = via_libvirt.gpu(B)
+    gpu = via_libvirt.gpu(objects.PciAddress.parse(B))
     assert gpu.driver == 'nvidia' and gpu.iommu_group == 58
     assert sorted(m.uuid for m in gpu.mdevs) == PRE
     assert gpu.mdev_type('nvidia-223').available_instances == 6
@@ -155,7 +156,7 @@ def test_discovery_through_libvirtd_equals_sysfs(host):
     host.live.sysfs.write(host.live.type_path(A, 'nvidia-231', 'create'), u)
     assert ls.wait_for(lambda: u in libvirt_mdevs(host))
     assert libvirt_view(host).gpus == sysfs_view(host).gpus
-    assert libvirt_view(host).gpu(A).mdev_type(
+    assert libvirt_view(host).gpu(objects.PciAddress.parse(A)).mdev_type(
         'nvidia-231').available_instances == 7
 
 
@@ -224,11 +225,15 @@ def test_libvirt_refusals_leave_nothing_behind(host):
     before = kernel_mdevs(host)
     # a UUID the kernel already has: mdevctl's write gets EEXIST
     with pytest.raises(exception.LibvirtError):
-        spy.create_mdev(config_xml.mdev_nodedev(A, 'nvidia-223', PRE[0]))
+        spy.create_mdev(config_xml.mdev_nodedev(
+            objects.PciAddress.parse(A), objects.TypeId.parse('nvidia-223'),
+            objects.Uuid.parse(PRE[0])))
     # another type on a GPU that holds vGPUs: NVIDIA's EINVAL
     u = new_uuid()
     with pytest.raises(exception.LibvirtError):
-        spy.create_mdev(config_xml.mdev_nodedev(B, 'nvidia-231', u))
+        spy.create_mdev(config_xml.mdev_nodedev(
+            objects.PciAddress.parse(B), objects.TypeId.parse('nvidia-231'),
+            objects.Uuid.parse(u)))
     assert kernel_mdevs(host) == before
     # libvirt may list the refused device for a moment (mdevctl's own
     # bookkeeping); it must not stay
@@ -264,12 +269,12 @@ def test_parent_unbind_seen_by_libvirtd(host):
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'unbind'),
                      B)
     assert ls.wait_for(lambda: not set(PRE) & set(libvirt_mdevs(host)))
-    gpu = libvirt_view(host).gpu(B)
+    gpu = libvirt_view(host).gpu(objects.PciAddress.parse(B))
     assert (gpu.driver, gpu.mdev_types, gpu.mdevs) == (None, (), ())
     assert libvirt_view(host).gpus == sysfs_view(host).gpus
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'bind'),
                      B)
-    gpu = libvirt_view(host).gpu(B)
+    gpu = libvirt_view(host).gpu(objects.PciAddress.parse(B))
     assert gpu.driver == 'nvidia'
     assert gpu.mdev_type('nvidia-223').available_instances == 8
     # the profile's two vGPUs did not survive; put them back for the others

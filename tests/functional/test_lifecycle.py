@@ -22,6 +22,7 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.virt import metadata
 from tests.doubles import hosts
@@ -46,12 +47,14 @@ def gpu_domain_xml(name, vgpus, hostdevs=None):
     """A tiny guest with ``<gpu:vgpu>`` entries ((uuid, type)) and, by
     default, their hostdevs."""
     meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(u, t) for u, t in vgpus)))
+        metadata.VgpuEntry(objects.Uuid.parse(u), objects.TypeId.parse(t))
+        for u, t in vgpus)))
     if hostdevs is None:
         hostdevs = [u for u, _ in vgpus]
     return libvirtd.tiny_domain_xml(
         name, metadata=meta,
-        extra_devices=''.join(config_xml.mdev_hostdev(u) for u in hostdevs))
+        extra_devices=''.join(config_xml.mdev_hostdev(objects.Uuid.parse(u))
+                              for u in hostdevs))
 
 
 class Observed(object):

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid as uuidlib
 
 import pytest
 
@@ -67,18 +66,20 @@ def live_sysfs(live_sysfs_factory):
 
 A = '0000:3b:00.0'          # empty T4
 B = '0000:af:00.0'          # T4 holding two nvidia-223
-EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
 OTHER = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
 B_DEVPATH = '/devices/pci0000:ae/0000:ae:00.0/0000:af:00.0'
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def vgpu_device(uuid, parent, type_id):
     """A VgpuDevice as the product builds one: the parent parsed."""
-    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+    return base.VgpuDevice(objects.Uuid.parse(uuid),
+                           objects.PciAddress.parse(parent),
+                           objects.TypeId.parse(type_id))
 
 
 def backend(live, **kwargs):
@@ -341,14 +342,16 @@ def test_parent_removed_while_in_use(live_sysfs):
     t.join(10)
     assert finished == [True]
     assert_consistent(live, [])
-    gpu = discovery.from_sysfs(live.sysfs, kinds=kinds.registered()).gpu(B)
+    gpu = discovery.from_sysfs(live.sysfs, kinds=kinds.registered()).gpu(
+        objects.PciAddress.parse(B))
     assert (gpu.driver, gpu.mdev_types, gpu.mdevs) == (None, (), ())
     with pytest.raises(exception.ParentGone):
         backend(live).prepare(vgpu_device(u, B, 'nvidia-223'))
     # the driver binds again: full capacity, nothing survived
     live.sysfs.write(live.path('bus', 'pci', 'drivers', 'nvidia', 'bind'),
                      B + '\n')
-    gpu = discovery.from_sysfs(live.sysfs, kinds=kinds.registered()).gpu(B)
+    gpu = discovery.from_sysfs(live.sysfs, kinds=kinds.registered()).gpu(
+        objects.PciAddress.parse(B))
     assert gpu.driver == 'nvidia' and gpu.mdevs == ()
     assert gpu.mdev_type('nvidia-223').available_instances == 8
 

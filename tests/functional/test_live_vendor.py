@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid as uuidlib
 
 import pytest
 
@@ -107,7 +106,7 @@ def a100(tmp_path_factory):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def probe(host):

@@ -8,7 +8,6 @@ it with our own discovery; the product never parses tool output.
 
 import json
 import os
-import uuid as uuidlib
 
 import pytest
 
@@ -49,12 +48,14 @@ def restored(host):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def vgpu_device(uuid, parent, type_id):
     """A VgpuDevice as the product builds one: the parent parsed."""
-    return base.VgpuDevice(uuid, objects.PciAddress.parse(parent), type_id)
+    return base.VgpuDevice(objects.Uuid.parse(uuid),
+                           objects.PciAddress.parse(parent),
+                           objects.TypeId.parse(type_id))
 
 
 def mdevctl_json(host, *args):

@@ -11,6 +11,7 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.guests import api
 from libvirt_gpu import exception
 from libvirt_gpu.virt import metadata
@@ -33,7 +34,8 @@ def running(libvirtd):
     """A running guest whose metadata lists two vGPUs of one type (no
     hostdev: this host has no GPU, and the checks read the metadata)."""
     meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-        metadata.VgpuEntry(str(uuidlib.uuid4()), 'nvidia-223')
+        metadata.VgpuEntry(objects.Uuid.new(),
+                           objects.TypeId.parse('nvidia-223'))
         for _ in range(2))))
     conn = libvirtd.connect()
     dom = conn.createXML(libvirtd_mod.tiny_domain_xml(
@@ -111,8 +113,9 @@ def test_vendor_interface_vgpus_are_left_to_the_destination_hook(libvirtd):
     # check reads a defined, stopped one and refuses it for that.)
     uuid = str(uuidlib.uuid4())
     meta = metadata.render_document(metadata.GpuMetadata(vgpus=(
-        metadata.VgpuEntry(uuid, 'nvidia-1145', metadata.objects.PciAddress
-                           .parse('0000:bd:00.4')),)))
+        metadata.VgpuEntry(objects.Uuid.parse(uuid),
+                           objects.TypeId.parse('nvidia-1145'),
+                           objects.PciAddress.parse('0000:bd:00.4')),)))
     vf = ("<hostdev mode='subsystem' type='pci' managed='no'><source>"
           "<address domain='0x0000' bus='0xbd' slot='0x00' function='0x4'/>"
           "</source></hostdev>")

@@ -18,10 +18,10 @@ import os
 import signal
 import subprocess
 import sys
-import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu.guests import hook
@@ -113,7 +113,9 @@ class World(object):
     def reconcile(self, **kwargs):
         from libvirt_gpu.virt import host as host_mod
         # The configuration enables TYPE on both GPUs.
-        kwargs.setdefault('covered', ('0000:3b:00.0', '0000:af:00.0'))
+        kwargs.setdefault('covered', tuple(
+            objects.PciAddress.parse(a)
+            for a in ('0000:3b:00.0', '0000:af:00.0')))
         return reconcile.reconcile(environment.Environment(
             self.store.state_dir, sysfs=self.sysfs,
             host=host_mod.Host.from_connection(self.conn),
@@ -237,10 +239,11 @@ PREPARE_STEPS = ['prepare:reserved', 'prepare:created@1',
 
 
 def guest_xml(world, name, n=2):
-    uuids = [str(uuidlib.uuid4()) for _ in range(n)]
+    uuids = [objects.Uuid.new() for _ in range(n)]
     xml = libvirtd.tiny_domain_xml(
         name, metadata=metadata.render_document(metadata.GpuMetadata(
-            vgpus=tuple(metadata.VgpuEntry(u, TYPE) for u in uuids))),
+            vgpus=tuple(metadata.VgpuEntry(u, objects.TypeId.parse(TYPE))
+                        for u in uuids))),
         extra_devices=''.join(config_xml.mdev_hostdev(u) for u in uuids))
     path = world.tmp / ('%s.xml' % name)
     path.write_text(xml)

@@ -7,6 +7,7 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
@@ -34,7 +35,8 @@ class World(object):
 
     def run(self, **kwargs):
         # Both T4s are GPUs the configuration would enable.
-        kwargs.setdefault('covered', (A, B))
+        kwargs.setdefault('covered', (objects.PciAddress.parse(A),
+                                      objects.PciAddress.parse(B)))
         return reconcile.reconcile(
             self.env(host_mod.Host.from_connection(self.conn),
                      remove_timeout=kwargs.pop('remove_timeout', None)),
@@ -47,11 +49,14 @@ class World(object):
 
     def domain(self, name, uuids=(), active=True, meta_only=()):
         meta = metadata.render_document(metadata.GpuMetadata(vgpus=tuple(
-            metadata.VgpuEntry(u, 'nvidia-223') for u in meta_only)))
+            metadata.VgpuEntry(objects.Uuid.parse(u),
+                               objects.TypeId.parse('nvidia-223'))
+            for u in meta_only)))
         return self.conn.define(libvirtd.tiny_domain_xml(
             name, metadata=meta if meta_only else '',
-            extra_devices=''.join(config_xml.mdev_hostdev(u)
-                                  for u in uuids)), active=active)
+            extra_devices=''.join(
+                config_xml.mdev_hostdev(objects.Uuid.parse(u))
+                for u in uuids)), active=active)
 
     def create(self, parent=A):
         u = str(uuidlib.uuid4())
@@ -61,7 +66,10 @@ class World(object):
     def lease(self, uuid, domain, parent=A, st=state.CREATED, pid=None,
               age=0.0):
         with self.store.transaction() as txn:
-            txn.add(uuid, domain, parent, 'nvidia-223', st)
+            txn.add(objects.Uuid.parse(uuid),
+                    domain and objects.Uuid.parse(domain),
+                    objects.PciAddress.parse(parent),
+                    objects.TypeId.parse('nvidia-223'), st)
             txn._db.execute(
                 'UPDATE leases SET pid = ?, pid_start = NULL, '
                 'updated_at = updated_at - ? WHERE mdev_uuid = ?',
@@ -224,7 +232,9 @@ def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
         u = world.create()
         dom = str(uuidlib.uuid4())
         with world.store.transaction() as txn:
-            txn.add(u, dom, A, 'nvidia-223', state.CREATED)
+            txn.add(objects.Uuid.parse(u), objects.Uuid.parse(dom),
+                    objects.PciAddress.parse(A),
+                    objects.TypeId.parse('nvidia-223'), state.CREATED)
             # its hook process has exited (pid of no process), but the
             # lease is newer than reconcile's list of domains
             txn._db.execute('UPDATE leases SET pid = ?, pid_start = NULL '
@@ -233,7 +243,8 @@ def test_lease_taken_after_the_domains_were_listed_is_left_alone(world):
 
     conn = _StartsAGuestWhileListed(world.conn, guest_starts)
     report = reconcile.reconcile(
-        world.env(host_mod.Host.from_connection(conn)), covered=(A, B))
+        world.env(host_mod.Host.from_connection(conn)),
+        covered=(objects.PciAddress.parse(A), objects.PciAddress.parse(B)))
     u = taken['uuid']
     assert u not in by_uuid(report)
     assert u in world.mdevs()
@@ -248,7 +259,7 @@ def test_unleased_mdevs_on_gpus_not_configured_are_kept(world):
     # The configuration enables only GPU A; PRE1 and PRE2 (on B) were made
     # by someone else on a GPU we do not manage.
     extra = world.create(parent=A)
-    report = world.run(covered=(A,))
+    report = world.run(covered=(objects.PciAddress.parse(A),))
     assert world.mdevs() == {PRE1, PRE2}
     assert [f.uuid for f in report.of(reconcile.REMOVED)] == [extra]
     kept = by_uuid(report)
@@ -276,7 +287,8 @@ def test_removals_are_announced_before_they_happen(world):
 def test_refuses_libvirts_test_driver(world):
     with host_mod.Host('test:///default') as h:
         with pytest.raises(exception.InvalidInput) as e:
-            reconcile.reconcile(world.env(h), covered=(A, B))
+            reconcile.reconcile(world.env(h), covered=(
+                objects.PciAddress.parse(A), objects.PciAddress.parse(B)))
     assert 'test driver' in str(e.value)
     assert world.mdevs() == {PRE1, PRE2}
     assert world.store.leases() == []
@@ -285,7 +297,7 @@ def test_refuses_libvirts_test_driver(world):
 def test_borrowed_mdev_of_a_stopped_domain_is_given_back(world):
     dom = str(uuidlib.uuid4())
     with world.store.transaction() as txn:
-        txn.borrow(PRE1, dom)
+        txn.borrow(objects.Uuid.parse(PRE1), objects.Uuid.parse(dom))
     report = world.run(dry_run=True)
     (found,) = [f for f in report.findings if f.what == 'borrowed']
     assert (found.uuid, found.action, found.domain_uuid) == (
@@ -294,8 +306,9 @@ def test_borrowed_mdev_of_a_stopped_domain_is_given_back(world):
         assert txn.borrowed()[PRE1][0] == dom     # dry run: kept
     running = world.domain('running', [PRE1])
     with world.store.transaction() as txn:
-        txn.give_back(dom)
-        txn.borrow(PRE1, running.uuid)
+        txn.give_back(objects.Uuid.parse(dom))
+        txn.borrow(objects.Uuid.parse(PRE1),
+                   objects.Uuid.parse(running.uuid))
     report = world.run()
     assert PRE1 in world.mdevs()               # referenced: kept
     assert [f for f in report.findings if f.what == 'borrowed'] == []

@@ -100,9 +100,9 @@ backend = mdev.MdevBackend(sysfs_mod.Sysfs('/sys'), host=host)
 answers = []
 for C in P['calls']:
     # The edge of this script: its parameters are parsed here, once.
-    device = base.VgpuDevice(objects.validate_uuid(C['uuid']),
+    device = base.VgpuDevice(objects.Uuid.parse(C['uuid']),
                              objects.PciAddress.parse(C['parent']),
-                             objects.validate_type_id(C['type']))
+                             objects.TypeId.parse(C['type']))
     try:
         if C['op'] == 'create':
             res = backend.prepare(device)

@@ -1,6 +1,5 @@
 """Allocator: which GPU, how much room, leases as the guard."""
 
-import uuid as uuidlib
 
 import pytest
 
@@ -12,15 +11,17 @@ from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 
+T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
+
 A = objects.PciAddress.parse('0000:3b:00.0')    # empty
 B = objects.PciAddress.parse('0000:af:00.0')    # holds two nvidia-223
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
-DOM2 = '0a2b8d1c-1111-4222-8333-944445555666'
-EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
+DOM2 = objects.Uuid.parse('0a2b8d1c-1111-4222-8333-944445555666')
+EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 @pytest.fixture
@@ -34,13 +35,15 @@ def store(tmp_path):
     return state.LeaseStore(tmp_path / 'state')
 
 
-def enabled(type_id='nvidia-223', addresses=(A, B), max_instances=None):
-    return {a: objects.EnabledType(type_id=type_id,
+def enabled(type_id=T_NVIDIA_223, addresses=(A, B), max_instances=None):
+    return {a: objects.EnabledType(type_id=objects.TypeId.parse(type_id),
                                    max_instances=max_instances)
             for a in addresses}
 
 
-def claim(type_id='nvidia-223', parent=None, uuid=None, managed=True):
+def claim(type_id=T_NVIDIA_223, parent=None, uuid=None, managed=True):
+    if isinstance(type_id, str):
+        type_id = objects.TypeId.parse(type_id)
     return allocator.VgpuClaim(uuid=uuid or new_uuid(), type_id=type_id,
                                parent=parent, managed=managed)
 
@@ -121,10 +124,10 @@ def test_claims_refuse_untyped_values():
                        r'objects\.PciAddress\.parse'):
         claim(parent='0000:5e:00.0')
     with pytest.raises(TypeError, match=r'^VgpuClaim\.uuid .*'
-                                        r'objects\.validate_uuid'):
-        allocator.VgpuClaim(uuid=None, type_id='nvidia-223')
+                                        r'objects\.Uuid\.parse'):
+        allocator.VgpuClaim(uuid=None, type_id=T_NVIDIA_223)
     with pytest.raises(TypeError, match=r'^VgpuClaim\.type_id .*'
-                                        r'objects\.validate_type_id'):
+                                        r'objects\.TypeId\.parse'):
         claim(type_id=223)
     assert claim().parent is None
     assert claim(parent=A).parent is A
@@ -157,7 +160,7 @@ def test_dead_holders_lease_is_taken_over_by_its_domain(backend, store):
     alloc = allocator.Allocator(backend, store, enabled())
     u = new_uuid()
     with store.transaction() as txn:
-        txn.add(u, DOM, A, 'nvidia-223')
+        txn.add(u, DOM, A, objects.TypeId.parse('nvidia-223'))
         txn._db.execute('UPDATE leases SET pid = ?', (2 ** 22 + 11,))
     assert alloc.capacity('nvidia-223')[A] == 7     # still counted
     (g,) = alloc.reserve(DOM, [claim(uuid=u)])
@@ -170,7 +173,7 @@ def test_live_holder_blocks_take_over(backend, store, tmp_path):
     alloc = allocator.Allocator(backend, store, enabled())
     u = new_uuid()
     with store.transaction() as txn:
-        txn.add(u, DOM, A, 'nvidia-223')
+        txn.add(u, DOM, A, objects.TypeId.parse('nvidia-223'))
         txn._db.execute('UPDATE leases SET pid = 1, pid_start = NULL')
     with pytest.raises(exception.LeaseConflict, match='still running'):
         alloc.reserve(DOM, [claim(uuid=u)])

@@ -4,7 +4,6 @@ answers come from the simulator's kernel (tests/doubles/kernel_sysfs.py)."""
 import errno
 import json
 import os
-import uuid as uuidlib
 
 import pytest
 
@@ -17,9 +16,13 @@ from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 
+T_NVIDIA_222 = objects.TypeId.parse('nvidia-222')
+T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
+T_NVIDIA_999 = objects.TypeId.parse('nvidia-999')
+
 GPU_A = '0000:3b:00.0'     # empty
 GPU_B = '0000:af:00.0'     # holds two nvidia-223
-EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
 
 
 @pytest.fixture
@@ -41,13 +44,13 @@ def backend(sysfs, tmp_path):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
-def vgpu(parent=GPU_A, type_id='nvidia-223', uuid=None):
-    return base.VgpuDevice(uuid=uuid or new_uuid(),
+def vgpu(parent=GPU_A, type_id=objects.TypeId.parse('nvidia-223'), uuid=None):
+    return base.VgpuDevice(uuid=objects.Uuid.parse(uuid or new_uuid()),
                            parent=objects.PciAddress.parse(parent),
-                           type_id=type_id)
+                           type_id=objects.TypeId.parse(type_id))
 
 
 def pgpu(address):
@@ -77,7 +80,7 @@ def test_create_is_idempotent_for_same_type_and_parent(backend, sysfs):
 
 def test_create_existing_uuid_with_other_type_is_conflict(backend):
     with pytest.raises(exception.MdevConflict, match='nvidia-223') as e:
-        backend.prepare(vgpu(parent=GPU_B, type_id='nvidia-222',
+        backend.prepare(vgpu(parent=GPU_B, type_id=T_NVIDIA_222,
                              uuid=EXISTING))
     assert 'nvidia-222' in str(e.value)
 
@@ -89,16 +92,16 @@ def test_create_existing_uuid_on_other_parent_is_conflict(backend):
 
 def test_unknown_type_checked_after_parent(backend, sysfs):
     with pytest.raises(exception.UnknownType, match='nvidia-999'):
-        backend.prepare(vgpu(type_id='nvidia-999'))
+        backend.prepare(vgpu(type_id=objects.TypeId.parse('nvidia-999')))
     with pytest.raises(exception.ParentGone, match='0000:5e:00.0'):
-        backend.prepare(vgpu(parent='0000:5e:00.0', type_id='nvidia-999'))
+        backend.prepare(vgpu(parent='0000:5e:00.0', type_id=T_NVIDIA_999))
     assert sysfs.writes == []
 
 
 def test_no_capacity_before_the_write(backend, sysfs):
     # GPU_B holds nvidia-223 vGPUs: NVIDIA offers no other type on it
     with pytest.raises(exception.NoCapacity, match='available_instances'):
-        backend.prepare(vgpu(parent=GPU_B, type_id='nvidia-222'))
+        backend.prepare(vgpu(parent=GPU_B, type_id=T_NVIDIA_222))
     assert sysfs.writes == []
 
 
@@ -229,12 +232,13 @@ def test_device_records_refuse_untyped_values():
     with pytest.raises(TypeError, match=r'^VgpuDevice\.parent must be an '
                        r'objects\.PciAddress, not str .*'
                        r'objects\.PciAddress\.parse'):
-        base.VgpuDevice(uuid=new_uuid(), parent=GPU_A, type_id='nvidia-223')
+        base.VgpuDevice(uuid=new_uuid(), parent=GPU_A,
+                        type_id=objects.TypeId.parse('nvidia-223'))
     with pytest.raises(TypeError, match=r'^VgpuDevice\.uuid .*'
-                                        r'objects\.validate_uuid'):
-        base.VgpuDevice(uuid=None, parent=address, type_id='nvidia-223')
+                                        r'objects\.Uuid\.parse'):
+        base.VgpuDevice(uuid=None, parent=address, type_id=T_NVIDIA_223)
     with pytest.raises(TypeError, match=r'^VgpuDevice\.type_id .*'
-                                        r'objects\.validate_type_id'):
+                                        r'objects\.TypeId\.parse'):
         base.VgpuDevice(uuid=new_uuid(), parent=address, type_id=223)
     with pytest.raises(TypeError, match=r'^PgpuDevice\.address must be an '
                        r'objects\.PciAddress, not str .*'
@@ -244,7 +248,7 @@ def test_device_records_refuse_untyped_values():
         base.PgpuDevice(None)
     # Typed values are kept as given: nothing is parsed again.
     dev = base.VgpuDevice(uuid=EXISTING, parent=address,
-                          type_id='nvidia-223')
+                          type_id=objects.TypeId.parse('nvidia-223'))
     assert dev.parent is address
     assert base.PgpuDevice(address).address is address
 
@@ -372,7 +376,7 @@ def test_libvirt_failure_falls_back_to_the_kernel(sysfs):
     assert sysfs.writes == [('create', (GPU_A, 'nvidia-223'), 0)]
     # and the kernel's refusal is the typed error
     with pytest.raises(exception.NoCapacity):
-        b.prepare(vgpu(parent=GPU_B, type_id='nvidia-222'))
+        b.prepare(vgpu(parent=GPU_B, type_id=T_NVIDIA_222))
 
 
 def test_libvirt_timeout_is_retried(sysfs):
@@ -403,11 +407,11 @@ def test_define_writes_mdevctl_json_and_undefine_removes(backend, tmp_path):
     assert found == mdev.MdevDefinition(uuid=dev.uuid,
                                         parent=objects.PciAddress.parse(
                                             GPU_A),
-                                        type_id='nvidia-223', start='auto',
+                                        type_id=T_NVIDIA_223, start='auto',
                                         source='mdevctl (%s)'
                                         % backend.mdevctl_dir)
     with pytest.raises(exception.MdevConflict):
-        backend.define(vgpu(uuid=dev.uuid, type_id='nvidia-222'))
+        backend.define(vgpu(uuid=dev.uuid, type_id=T_NVIDIA_222))
     assert backend.undefine(dev.uuid) is True
     assert not path.exists()
     assert backend.undefine(dev.uuid) is False
@@ -415,7 +419,7 @@ def test_define_writes_mdevctl_json_and_undefine_removes(backend, tmp_path):
 
 def test_define_checks_the_type(backend):
     with pytest.raises(exception.UnknownType):
-        backend.define(vgpu(type_id='nvidia-999'))
+        backend.define(vgpu(type_id=objects.TypeId.parse('nvidia-999')))
 
 
 @pytest.mark.parametrize('content,match', [

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.util import bounds
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
@@ -81,7 +82,7 @@ def test_sysfs_saying_exactly_max_instances_is_accepted(share_type_text):
                 f.write('%d\n' % count)
             gpu = discovery.from_sysfs(
                 sysfs, share_type_text=share_type_text,
-                kinds=kinds.registered()).gpu(B)
+                kinds=kinds.registered()).gpu(objects.PciAddress.parse(B))
             found = {t.id: t.available_instances for t in gpu.mdev_types}
             if kept:
                 assert found['nvidia-223'] == top

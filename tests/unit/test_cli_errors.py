@@ -280,9 +280,9 @@ def test_reconcile_refuses_the_test_driver_and_says_dry_run_first(sim,
 
 def test_type_id_text_matches_what_is_accepted():
     for good in ('nvidia-223', 'i915-GVTg_V5_4', 'vendor.type-1'):
-        assert objects.validate_type_id(good) == good
+        assert objects.TypeId.parse(good) == good
     with pytest.raises(exception.InvalidTypeId) as e:
-        objects.validate_type_id('nvidia+1')
+        objects.TypeId.parse('nvidia+1')
     text = str(e.value)
     assert "'.'" in text and "'_'" in text and "'-'" in text
     assert 'only,' not in text

@@ -6,6 +6,7 @@ import pytest
 
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.virt import host
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
@@ -98,7 +99,7 @@ def test_non_zero_domain(tmp_path):
     result = discovery.from_sysfs(sysfs_mod.Sysfs(tmp_path),
                                   kinds=kinds.registered())
     assert '0001:01:00.0' in {str(g.address) for g in result.gpus}
-    assert result.gpu('0001:01:00.0').mdevs
+    assert result.gpu(objects.PciAddress.parse('0001:01:00.0')).mdevs
 
 
 def _hand_made_tree(root):

@@ -10,7 +10,6 @@ set; mdevctl files and sysfs names: tests/unit/test_backends.py.)
 
 import os
 import sqlite3
-import uuid as uuidlib
 
 import pytest
 
@@ -26,10 +25,12 @@ from tests.doubles import fake_libvirt
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
 
+T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
+
 A = '0000:3b:00.0'          # empty T4
 B = '0000:af:00.0'          # T4 holding two nvidia-223
-EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
 
 # The values tests/unit/test_backends.py once gave the records themselves.
 BAD_UUIDS = ['../../../etc/passwd', 'x' * 36, EXISTING + '\n',
@@ -40,7 +41,7 @@ BAD_ADDRESSES = ['../0000:af:00.0', '0000:af:00.0\n', '0000:af:00.0/..',
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 class Host(object):
@@ -155,9 +156,9 @@ def leased(tmp_path):
         backend = mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
         store = state.LeaseStore(tmp_path / 'state')
         enabled = {objects.PciAddress.parse(a):
-                   objects.EnabledType(type_id='nvidia-223') for a in (A, B)}
+                   objects.EnabledType(type_id=T_NVIDIA_223) for a in (A, B)}
         alloc = allocator.Allocator(backend, store, enabled)
-        claim = allocator.VgpuClaim(uuid=new_uuid(), type_id='nvidia-223',
+        claim = allocator.VgpuClaim(uuid=new_uuid(), type_id=T_NVIDIA_223,
                                     parent=objects.PciAddress.parse(A))
         alloc.reserve(DOM, [claim])
         yield alloc, store, claim
@@ -172,7 +173,8 @@ def test_a_lease_row_with_a_bad_type_id_is_refused_where_used(leased, bad):
     with pytest.raises(exception.InvalidTypeId) as e:
         alloc.reserve(DOM, [claim])
     assert str(e.value) == str(exception.InvalidTypeId(value=bad))
-    assert [lease.type_id for lease in store.leases()] == [bad]
+    assert [(lease.type_id, lease.bad_type_id)
+            for lease in store.leases()] == [(None, bad)]
 
 
 def test_a_lease_row_with_a_bad_parent_is_refused(leased):

@@ -20,6 +20,7 @@ from prometheus_client import parser as prom_parser
 
 from libvirt_gpu.openstack import agent
 from libvirt_gpu.devices import capacity
+from libvirt_gpu import objects
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exception
@@ -34,7 +35,7 @@ from tests.unit.test_hook import new_uuid
 
 A = '0000:3b:00.0'
 B = '0000:af:00.0'
-DOM2 = '6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21'
+DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
 # the vGPUs the t4 profile holds on B (no lease, no domain)
 PRE = ['4b20d080-1b54-4048-85b3-a6a62d165c01',
        'b1ae8bf6-38b0-4c81-9d44-78ce3f520496']
@@ -247,9 +248,11 @@ def test_a_scrape_waits_for_no_lease_lock(host):
     env.store = state.LeaseStore(host.state_dir, lock_timeout=0.5)
     writer = state.LeaseStore(host.state_dir)
     with writer.transaction() as txn:
-        txn.add(new_uuid(), DOM2, B, 'nvidia-223', state.RESERVED)
+        txn.add(new_uuid(), DOM2, objects.PciAddress.parse(B),
+                objects.TypeId.parse('nvidia-223'), state.RESERVED)
     with writer.transaction() as txn:      # held across the scrape
-        txn.add(new_uuid(), DOM2, B, 'nvidia-223', state.RESERVED)
+        txn.add(new_uuid(), DOM2, objects.PciAddress.parse(B),
+                objects.TypeId.parse('nvidia-223'), state.RESERVED)
         during = scrape(col)
     assert value(during, 'libvirt_gpu_exporter_read_ok', part='leases') == 1
     assert value(during, 'libvirt_gpu_leases', state='reserved') == 1
@@ -262,10 +265,12 @@ def test_a_scrape_waits_for_no_lease_lock(host):
 def test_the_lease_snapshot_cannot_write(tmp_path):
     store = state.LeaseStore(str(tmp_path))
     with store.transaction() as txn:
-        txn.add(new_uuid(), DOM2, B, 'nvidia-223')
+        txn.add(new_uuid(), DOM2, objects.PciAddress.parse(B),
+                objects.TypeId.parse('nvidia-223'))
     with pytest.raises(Exception) as caught:
         with store.snapshot() as txn:
-            txn.add(new_uuid(), DOM2, B, 'nvidia-223')
+            txn.add(new_uuid(), DOM2, objects.PciAddress.parse(B),
+                    objects.TypeId.parse('nvidia-223'))
     assert 'readonly' in str(caught.value)
 
 

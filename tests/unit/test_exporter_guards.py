@@ -10,6 +10,7 @@ import os
 import pytest
 from prometheus_client import parser as prom_parser
 
+from libvirt_gpu import objects
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exporter
@@ -91,7 +92,8 @@ def test_exists_comes_from_sysfs_not_from_the_lease(vgpu_host):
     without a lease ``yes`` (broken by judging by the lease)."""
     pending = th.new_uuid()
     with state.LeaseStore(vgpu_host.state_dir).transaction() as txn:
-        txn.add(pending, DOM, A, 'nvidia-223', state.RESERVED)
+        txn.add(pending, DOM, objects.PciAddress.parse(A),
+                objects.TypeId.parse('nvidia-223'), state.RESERVED)
     made = th.new_uuid()
     assert vgpu_host.run('prepare', th.domain_xml(
         [(made, 'nvidia-223', B)], uuid=th.new_uuid()))[0] == 0
@@ -114,7 +116,8 @@ def test_leases_by_state_are_served_at_zero(vgpu_host):
     for name in state.STATES:
         assert value(found, 'leases', state=name) == 0
     with state.LeaseStore(vgpu_host.state_dir).transaction() as txn:
-        txn.add(th.new_uuid(), DOM, A, 'nvidia-223', state.RESERVED)
+        txn.add(th.new_uuid(), DOM, objects.PciAddress.parse(A),
+                objects.TypeId.parse('nvidia-223'), state.RESERVED)
     found = scrape(vgpu_host)
     assert [value(found, 'leases', state=name) for name in state.STATES] \
         == [1, 0, 0]

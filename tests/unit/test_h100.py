@@ -164,7 +164,7 @@ def test_libvirt_reports_the_same_members(tmp_path):
         by_libvirt = discovery.from_libvirt(h, sysfs_mod.Sysfs(tmp_path),
                                             kinds=kinds.registered())
     for result in (by_sysfs, by_libvirt):
-        gpu = result.gpu('0000:d8:00.0')
+        gpu = result.gpu(objects.PciAddress.parse('0000:d8:00.0'))
         assert [(str(m.address), m.companion, m.host_uses)
                 for m in gpu.iommu_members] == [
             ('0000:d8:00.0', False, False), ('0000:d8:00.1', True, False)]

@@ -28,6 +28,8 @@ from tests.doubles import kinds
 from tests.doubles import trees
 from tests.unit import test_hook as th
 
+T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
+
 ROOT = th.ROOT
 A = objects.PciAddress.parse('0000:3b:00.0')
 B = objects.PciAddress.parse('0000:af:00.0')
@@ -104,7 +106,7 @@ def test_local_cpulist_is_read_outside_the_lease_lock(tmp_path):
             a: objects.EnabledType('nvidia-223') for a in (A, B)})
         pinning = objects.NumaPinning(nodes=objects.parse_cpulist('1'))
         alloc.reserve(th.DOM, [allocator_mod.VgpuClaim(
-            uuid=th.new_uuid(), type_id='nvidia-223')], pinning=pinning)
+            uuid=th.new_uuid(), type_id=T_NVIDIA_223)], pinning=pinning)
         assert held and not any(held)
 
 
@@ -217,7 +219,7 @@ def test_lease_store_refuses_another_host(tmp_path):
 def test_emptied_lease_file_is_an_error_not_no_leases(tmp_path):
     store = state.LeaseStore(tmp_path / 'state')
     with store.transaction() as txn:
-        txn.add(th.new_uuid(), th.DOM, A, 'nvidia-223')
+        txn.add(th.new_uuid(), th.DOM, A, objects.TypeId.parse('nvidia-223'))
     store.close()
     for suffix in ('-wal', '-shm'):
         if os.path.exists(store.db_path + suffix):
@@ -257,7 +259,7 @@ def test_detaching_one_of_two_vgpus_leaves_the_other_lease(tmp_path):
             a: objects.EnabledType('nvidia-223') for a in (A, B)})
         one, two = th.new_uuid(), th.new_uuid()
         alloc.reserve(th.DOM, [
-            allocator_mod.VgpuClaim(uuid=u, type_id='nvidia-223', parent=A)
+            allocator_mod.VgpuClaim(uuid=u, type_id=T_NVIDIA_223, parent=A)
             for u in (one, two)])
         alloc.mark_created([one, two])
         before = {lease.vgpu_uuid: lease for lease in store.leases()}
@@ -409,7 +411,7 @@ def test_a_vgpu_is_removed_only_through_its_own_directory(tmp_path):
         mine, other = th.new_uuid(), th.new_uuid()
         from libvirt_gpu.devices.backends import base
         backend.prepare(base.VgpuDevice(uuid=other, parent=A,
-                                        type_id='nvidia-223'))
+                                        type_id=T_NVIDIA_223))
         # a link bus/mdev/devices/<mine> that leads to the other vGPU
         link = ksysfs.mdev_dir(mine)
         os.symlink(os.path.realpath(ksysfs.mdev_dir(other)), link)

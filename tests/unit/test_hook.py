@@ -11,7 +11,6 @@ import os
 import stat
 import subprocess
 import sys
-import uuid as uuidlib
 
 import pytest
 
@@ -19,6 +18,7 @@ from libvirt_gpu.devices.backends import mdev as mdev_backend
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.guests import hook
 from libvirt_gpu.virt import metadata
+from libvirt_gpu import objects
 from libvirt_gpu.store import state
 from tests.doubles import hostile
 from tests.doubles import kernel_sysfs
@@ -27,14 +27,14 @@ from tests.doubles import trees
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 HOOK = os.path.join(ROOT, 'hooks', 'qemu')
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
 A = '0000:3b:00.0'
 B = '0000:af:00.0'
-EXISTING = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 def domain_xml(vgpus=(), pgpus=(), hostdevs=None, extra_meta='',

@@ -7,12 +7,15 @@ import pytest
 
 from libvirt_gpu.store import allocator
 from libvirt_gpu.guests import hook
+from libvirt_gpu import objects
 from libvirt_gpu.store import state
 from tests.doubles import trees
 from tests.unit import test_hook as th
 
+T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
+
 A, B, EXISTING = th.A, th.B, th.EXISTING
-OTHER_DOM = '9b1c2d3e-4f50-4a6b-8c7d-0e1f2a3b4c5d'
+OTHER_DOM = objects.Uuid.parse('9b1c2d3e-4f50-4a6b-8c7d-0e1f2a3b4c5d')
 GONE_PID = 2 ** 22 + 7          # above pid_max's default: no such process
 
 
@@ -28,7 +31,8 @@ def _dead_leases(env, parent, count, st=state.RESERVED):
     uuids = [th.new_uuid() for _ in range(count)]
     with state.LeaseStore(env.state_dir).transaction() as txn:
         for u in uuids:
-            txn.add(u, OTHER_DOM, parent, 'nvidia-223', st)
+            txn.add(u, OTHER_DOM, objects.PciAddress.parse(parent),
+                    T_NVIDIA_223, st)
             txn._db.execute('UPDATE leases SET pid = ?, pid_start = NULL '
                             'WHERE mdev_uuid = ?', (GONE_PID, u))
     return uuids

@@ -9,13 +9,14 @@ import time
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu.store import state
 from tests.doubles import trees
 from tests.unit import test_hook as th
 from tests.unit import test_hook_migrate as tm
 
 A, DOM = th.A, th.DOM
-DOM2 = '6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21'
+DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
 SOURCE_VF = '0000:65:00.5'
 
 
@@ -116,7 +117,8 @@ def test_a_uuid_reserved_here_by_another_domain_gets_a_new_uuid(env):
     free by its mdev alone."""
     uuid = th.new_uuid()
     with state.LeaseStore(env.state_dir).transaction() as txn:
-        txn.add(uuid, DOM2, A, 'nvidia-223', state.RESERVED)
+        txn.add(uuid, DOM2, objects.PciAddress.parse(A),
+                objects.TypeId.parse('nvidia-223'), state.RESERVED)
     before = _lease(env, uuid)
     rc, out, err = tm.migrate(env, tm.incoming_xml(uuid))
     assert (rc, err) == (0, '')

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import shutil
-import uuid as uuidlib
 
 import pytest
 
@@ -37,8 +36,8 @@ from tests.unit import test_architecture
 GPU = '0000:bd:00.0'
 TOY_VFS = tuple(objects.PciAddress.parse(a) for a in (
     "0000:bd:00.4", "0000:bd:00.5", "0000:bd:00.6", "0000:bd:00.7"))
-TYPE = 'toy-1'
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+TYPE = objects.TypeId.parse('toy-1')
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
 
 
 @pytest.fixture
@@ -122,7 +121,7 @@ def _domain(uuid, vf):
 
 def test_the_hook_creates_and_removes_a_toy_vgpu(toy):
     root, state_dir, config = toy
-    uuid = str(uuidlib.uuid4())
+    uuid = objects.Uuid.new()
     xml = _domain(uuid, TOY_VFS[1])
     sysfs = sysfs_mod.Sysfs(root)
     files = toy_kind.ToyFiles(sysfs)
@@ -143,7 +142,7 @@ def test_the_hook_creates_and_removes_a_toy_vgpu(toy):
 
 def test_reconcile_removes_a_toy_vgpu_no_guest_uses(toy, tmp_path):
     root, state_dir, config = toy
-    uuid = str(uuidlib.uuid4())
+    uuid = objects.Uuid.new()
     xml = _domain(uuid, TOY_VFS[0])
     assert hook.run(['qemu', 'vm1', 'prepare', 'begin', '-'], xml,
                     config_file=config, stderr=io.StringIO(),
@@ -172,7 +171,7 @@ def test_restore_recreates_and_resets_toy_vgpus(toy, tmp_path):
     env = environment.Environment(state_dir, sysfs=sysfs,
                                   mdevctl_dir=str(tmp_path / 'mdevctl'))
     kind = env.vgpus.kind(toy_kind.INTERFACE)
-    keep, stale = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    keep, stale = objects.Uuid.new(), objects.Uuid.new()
     kind.define(base.VgpuDevice(uuid=keep, parent=TOY_VFS[2],
                                 type_id=TYPE), start='auto')
     kind.prepare(base.VgpuDevice(uuid=stale, parent=TOY_VFS[3],

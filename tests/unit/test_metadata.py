@@ -7,8 +7,8 @@ from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
 from libvirt_gpu.util import xmlutil
 
-UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'
-UUID2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
+UUID = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
+UUID2 = objects.Uuid.parse('b1ae8bf6-38b0-4c81-9d44-78ce3f520496')
 
 EXAMPLE = '''<domain type='kvm'>
   <name>vm1</name><uuid>c7a5fdbd-cdaf-9455-926a-d65c16db1809</uuid>
@@ -32,9 +32,9 @@ def parse(text):
 def test_parse_the_documented_example():
     meta = parse(EXAMPLE)
     assert meta.vgpus == (
-        metadata.VgpuEntry(UUID, 'nvidia-223',
+        metadata.VgpuEntry(UUID, objects.TypeId.parse('nvidia-223'),
                            objects.PciAddress.parse('0000:af:00.0')),
-        metadata.VgpuEntry(UUID2, 'nvidia-223', None))
+        metadata.VgpuEntry(UUID2, objects.TypeId.parse('nvidia-223'), None))
     assert meta.pgpus == (metadata.PgpuEntry(
         objects.PciAddress.parse('0000:3b:00.0')),)
     assert not meta.empty
@@ -67,16 +67,16 @@ def test_render_round_trip():
 
 def test_with_and_without():
     meta = metadata.GpuMetadata()
-    entry = metadata.VgpuEntry(UUID, 'nvidia-223')
+    entry = metadata.VgpuEntry(UUID, objects.TypeId.parse('nvidia-223'))
     meta = meta.with_vgpu(entry)
     with pytest.raises(exception.MetadataError, match='listed already'):
         meta.with_vgpu(entry)
-    assert meta.vgpu(UUID.upper()) == entry
+    assert meta.vgpu(objects.Uuid.parse(UUID.upper())) == entry
     assert meta.without_vgpu(UUID).empty
     pg = metadata.PgpuEntry(objects.PciAddress.parse('0000:3b:00.0'))
     meta = meta.with_pgpu(pg)
-    assert meta.pgpu('0000:3b:00.0') == pg
-    assert meta.without_pgpu('0000:3b:00.0').pgpus == ()
+    assert meta.pgpu(pg.address) == pg
+    assert meta.without_pgpu(pg.address).pgpus == ()
 
 
 @pytest.mark.parametrize('body,match', [

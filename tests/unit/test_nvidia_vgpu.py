@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid as uuidlib
 
 import pytest
 
@@ -21,11 +20,15 @@ from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
 from libvirt_gpu.devices.backends.nvidia_vgpu import files as vendor_files
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
-GPU1 = '0000:3d:00.0'          # holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
-GPU2 = '0000:bd:00.0'          # empty
-VF_BUSY = '0000:3d:00.4'
-VF_FREE = '0000:3d:00.6'
-VF2 = '0000:bd:00.4'
+T_NVIDIA_1156 = objects.TypeId.parse('nvidia-1156')
+T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
+
+# holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
+GPU1 = objects.PciAddress.parse('0000:3d:00.0')
+GPU2 = objects.PciAddress.parse('0000:bd:00.0')          # empty
+VF_BUSY = objects.PciAddress.parse('0000:3d:00.4')
+VF_FREE = objects.PciAddress.parse('0000:3d:00.6')
+VF2 = objects.PciAddress.parse('0000:bd:00.4')
 SCHEMAS = '/usr/share/libvirt/schemas'
 
 
@@ -53,10 +56,10 @@ def backend(host, fast_tmp):
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
-def vgpu(vf=VF_FREE, type_id='nvidia-1145', uuid=None):
+def vgpu(vf=VF_FREE, type_id=objects.TypeId.parse('nvidia-1145'), uuid=None):
     return base.VgpuDevice(uuid=uuid or new_uuid(),
                            parent=objects.PciAddress.parse(vf),
                            type_id=type_id)
@@ -148,14 +151,15 @@ def test_sysfs_garbage_current_type_is_typed_error(host):
 # --- the backend ------------------------------------------------------------
 
 def test_create_writes_type_and_shares_capacity(backend, host):
-    dev = vgpu(vf=VF2, type_id='nvidia-1156')          # L40S-48Q: 1 per GPU
+    dev = vgpu(vf=VF2, type_id=T_NVIDIA_1156)          # L40S-48Q: 1 per GPU
     assert backend.available(VF2, 'nvidia-1156') == 1
     assert backend.prepare(dev) is True
     assert vendor(host).current_type(VF2) == 1156
     assert backend.lookup(dev.uuid) == dev and backend.exists(dev)
     # the GPU is full now: every other VF of it lists nothing
     assert vendor(host).creatable_types('0000:bd:00.5') == ()
-    assert backend.available('0000:bd:00.5', 'nvidia-1156') == 0
+    assert backend.available(objects.PciAddress.parse('0000:bd:00.5'),
+                             'nvidia-1156') == 0
     # the other GPU is not affected
     assert backend.available(VF_FREE, 'nvidia-1145') == 1
     assert [w.detail[1] for w in host.writes
@@ -175,17 +179,17 @@ def test_create_is_idempotent(backend, host):
 def test_no_capacity_other_size_is_typed(backend):
     # GPU1 holds 1 GB vGPUs: a 48 GB one does not fit (equal-size mode)
     with pytest.raises(exception.NoCapacity):
-        backend.prepare(vgpu(type_id='nvidia-1156'))
+        backend.prepare(vgpu(type_id=objects.TypeId.parse('nvidia-1156')))
     assert backend.vgpus() == {}                   # nothing left recorded
 
 
 def test_unknown_type_and_non_vendor_parent(backend):
     with pytest.raises(exception.UnknownType):            # a T4 type on an
-        backend.prepare(vgpu(vf=VF2, type_id='nvidia-223'))  # empty GPU
+        backend.prepare(vgpu(vf=VF2, type_id=T_NVIDIA_223))  # empty GPU
     # a GPU that holds vGPUs lists only what fits beside them: a type it
     # does not list is then the kernel's to refuse
     with pytest.raises(exception.NoCapacity, match='no longer lists'):
-        backend.prepare(vgpu(type_id='nvidia-223'))
+        backend.prepare(vgpu(type_id=objects.TypeId.parse('nvidia-223')))
     assert backend.vgpus() == {}
     with pytest.raises(exception.UnknownType):
         backend.check_type(VF_FREE, 'not-nvidia')
@@ -211,7 +215,7 @@ def test_destroy_writes_zero_and_retries_while_busy(backend, host):
     assert backend.release(dev) is True
     assert vendor(host).current_type(VF_FREE) == 0
     zeros = [w for w in host.writes if w.kind == kernel_sysfs.CURRENT_VGPU_TYPE
-             and w.detail == (VF_FREE, '0')]
+             and w.detail == (str(VF_FREE), '0')]
     assert len(zeros) == 4                   # 3 EBUSY answers, then success
     assert backend.lookup(dev.uuid) is None
     assert backend.vgpus() == {}             # transient: forgotten
@@ -265,7 +269,7 @@ def test_state_file_and_persistence(backend, host, fast_tmp):
     with open(os.path.join(fast_tmp, 'state', 'nvidia-vgpu.json')) as f:
         data = json.load(f)
     assert data['vgpus'][dev.uuid] == {
-        'vf': VF_FREE, 'gpu': GPU1, 'type_id': 'nvidia-1145',
+        'vf': str(VF_FREE), 'gpu': str(GPU1), 'type_id': 'nvidia-1145',
         'start': 'auto', 'params': 'frame_rate_limiter=0'}
     assert backend.remove(dev.uuid) is True
     assert dev.uuid in backend.vgpus()            # persistent: still defined
@@ -284,10 +288,12 @@ def test_corrupt_state_is_typed_error(backend, fast_tmp):
 
 def test_choose_vf_skips_busy_and_recorded(backend):
     assert str(backend.choose_vf(GPU1, 'nvidia-1145')) == '0000:3d:00.6'
-    backend.define(vgpu(vf='0000:3d:00.6'), start='manual')
+    backend.define(vgpu(vf=objects.PciAddress.parse('0000:3d:00.6')),
+                   start='manual')
     assert str(backend.choose_vf(GPU1, 'nvidia-1145')) == '0000:3d:00.7'
     assert str(backend.choose_vf(GPU1, 'nvidia-1145',
-                                 exclude=['0000:3d:00.7'])) == '0000:3d:01.0'
+                                 exclude=[objects.PciAddress.parse(
+                                     '0000:3d:00.7')])) == '0000:3d:01.0'
 
 
 def test_published_maximums_follow_nvidia_rule():

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid as uuidlib
 
 import pytest
 
@@ -29,14 +28,17 @@ from tests.doubles import kernel_sysfs
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
 
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+T_NVIDIA_1145 = objects.TypeId.parse('nvidia-1145')
+T_NVIDIA_472 = objects.TypeId.parse('nvidia-472')
+
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
 L1 = objects.PciAddress.parse('0000:3d:00.0')     # 2 x L40S-1B not ours
 L2 = objects.PciAddress.parse('0000:bd:00.0')     # empty
 A = objects.PciAddress.parse('0000:41:00.0')      # A100, 1 x A100-20C
 
 
 def new_uuid():
-    return str(uuidlib.uuid4())
+    return objects.Uuid.new()
 
 
 @pytest.fixture
@@ -107,7 +109,7 @@ def a100(fast_tmp):
     return World('a100', fast_tmp, 'nvidia-472', str(A))
 
 
-def vf_domain_xml(uuid, vf, type_id='nvidia-1145', dom=DOM):
+def vf_domain_xml(uuid, vf, type_id=T_NVIDIA_1145, dom=DOM):
     """A domain with one vendor-interface vGPU: metadata naming its VF and
     the VF as an unmanaged PCI hostdev."""
     pci = objects.PciAddress.parse(vf)
@@ -131,27 +133,27 @@ def test_allocator_picks_a_free_vf_and_counts_the_gpu(a100):
     # although 15 VFs are free
     assert alloc.capacity('nvidia-472') == {A: 1}
     (grant,) = alloc.reserve(DOM, [allocator_mod.VgpuClaim(
-        new_uuid(), 'nvidia-472')])
+        new_uuid(), objects.TypeId.parse('nvidia-472'))])
     assert str(grant.device.parent) == '0000:41:00.5'   # first free VF
     assert grant.lease.parent == grant.device.parent
     # the lease (not created yet) takes the last instance
     assert alloc.capacity('nvidia-472') == {A: 0}
     with pytest.raises(exception.NoCapacity):
         alloc.reserve(DOM, [allocator_mod.VgpuClaim(new_uuid(),
-                                                    'nvidia-472')])
+                                                    T_NVIDIA_472)])
 
 
 def test_allocator_vendor_interface(l40s):
     alloc = l40s.allocator()
     assert alloc.capacity('nvidia-1145') == {L1: 30, L2: 32}
     (grant,) = alloc.reserve(DOM, [allocator_mod.VgpuClaim(
-        new_uuid(), 'nvidia-1145')])
+        new_uuid(), objects.TypeId.parse('nvidia-1145'))])
     # the GPU with most room, its first free VF
     assert str(grant.device.parent) == '0000:bd:00.4'
     # a claim naming a busy VF (someone else's vGPU) is refused
     with pytest.raises(exception.NoCapacity, match='VF 0000:3d:00.4'):
         alloc.reserve(DOM, [allocator_mod.VgpuClaim(
-            new_uuid(), 'nvidia-1145',
+            new_uuid(), objects.TypeId.parse('nvidia-1145'),
             parent=objects.PciAddress.parse('0000:3d:00.4'))])
 
 
@@ -384,7 +386,7 @@ def test_reconcile_removes_an_orphaned_vendor_vgpu(l40s):
     assert vendor(l40s.sysfs).current_type('0000:3d:00.4') == 1145
 
 
-def mdev_domain_xml(uuid, dom=DOM, type_id='nvidia-472'):
+def mdev_domain_xml(uuid, dom=DOM, type_id=objects.TypeId.parse('nvidia-472')):
     return ((
         "<domain type='kvm'><name>vm</name><uuid>%s</uuid><metadata>"
         "<gpu:gpus xmlns:gpu='urn:libvirt-gpu:1'><gpu:vgpu uuid='%s' "
@@ -419,7 +421,8 @@ def test_a_vf_holding_a_vgpu_is_never_chosen_even_if_it_lists_the_type(a100):
     with open(held, 'w') as f:
         f.write('1\n')
     (grant,) = a100.allocator().reserve(DOM, [allocator_mod.VgpuClaim(
-        new_uuid(), 'nvidia-472', parent=A)])
+        new_uuid(), objects.TypeId.parse('nvidia-472'),
+        parent=objects.PciAddress.parse(A))])
     assert str(grant.device.parent) == '0000:41:00.5'
 
 

@@ -38,11 +38,11 @@ def test_pci_address_libvirt_name_round_trip():
 ])
 def test_uuid_refuses(value):
     with pytest.raises(exception.InvalidUuid):
-        objects.validate_uuid(value)
+        objects.Uuid.parse(value)
 
 
 def test_uuid_lowercases():
-    assert objects.validate_uuid('C1F6B2F0-1B2C-4F8E-9D3A-2E5B7C8D9E0F') == \
+    assert objects.Uuid.parse('C1F6B2F0-1B2C-4F8E-9D3A-2E5B7C8D9E0F') == \
         'c1f6b2f0-1b2c-4f8e-9d3a-2e5b7c8d9e0f'
 
 
@@ -50,7 +50,7 @@ def test_uuid_lowercases():
                                    'n\nv'])
 def test_type_id_refuses(value):
     with pytest.raises(exception.InvalidTypeId):
-        objects.validate_type_id(value)
+        objects.TypeId.parse(value)
 
 
 def test_max_instance_from_description():

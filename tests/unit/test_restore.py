@@ -24,11 +24,13 @@ from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
-U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
-U2 = 'c73f1fa6-489e-4834-9476-d70dabd98c40'
-U3 = '3b356d38-854e-48be-b376-00c72c7d119c'
-U4 = '676428a0-2445-499f-9bfd-65cd4a9bd18f'
-U5 = '6c5954b8-5bc1-4769-b820-8099fe50aaba'
+T_NVIDIA_1145 = objects.TypeId.parse('nvidia-1145')
+
+U1 = objects.Uuid.parse('aa618089-8b16-4d01-a136-25a0f3c73123')
+U2 = objects.Uuid.parse('c73f1fa6-489e-4834-9476-d70dabd98c40')
+U3 = objects.Uuid.parse('3b356d38-854e-48be-b376-00c72c7d119c')
+U4 = objects.Uuid.parse('676428a0-2445-499f-9bfd-65cd4a9bd18f')
+U5 = objects.Uuid.parse('6c5954b8-5bc1-4769-b820-8099fe50aaba')
 
 
 @pytest.fixture
@@ -169,12 +171,12 @@ def test_stale_vendor_vgpus_reset_only_when_their_guest_is_gone(fast_tmp):
                      (U3, '0000:3d:01.0')):
         backend.prepare(base.VgpuDevice(
             uuid=uuid, parent=objects.PciAddress.parse(vf),
-            type_id='nvidia-1145'))
+            type_id=objects.TypeId.parse('nvidia-1145')))
     vf = objects.PciAddress.parse('0000:3d:01.1')
     backend.define(base.VgpuDevice(uuid=U4, parent=vf,
-                                   type_id='nvidia-1145'), start='manual')
+                                   type_id=T_NVIDIA_1145), start='manual')
     backend.prepare(base.VgpuDevice(uuid=U4, parent=vf,
-                                    type_id='nvidia-1145'))
+                                    type_id=T_NVIDIA_1145))
     running = {U1: False, U2: True, U3: None}
 
     def run():
@@ -212,7 +214,9 @@ def test_sriov_manage_is_run_and_its_failure_reported(fast_tmp):
         environment.Environment(os.path.join(fast_tmp, 'state'),
                                 sysfs=sysfs,
                                 mdevctl_dir=os.path.join(fast_tmp, 'none')),
-        vf_pfs=['0000:41:00.0', '0000:c1:00.0'], sriov_manage=script,
+        vf_pfs=[objects.PciAddress.parse(a)
+                for a in ('0000:41:00.0', '0000:c1:00.0')],
+        sriov_manage=script,
         settle_timeout=0)
     with open(log) as f:
         calls = f.read().split('\n')[:2]

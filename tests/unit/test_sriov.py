@@ -190,7 +190,7 @@ def test_simulated_vfs_share_the_gpu(fast_dir):
     simulator.write_sysfs(simulator.load_profile('a100'), root)
     sysfs = kernel_sysfs.KernelSysfs(root, 'a100')
 
-    def avail(vf, type_id='nvidia-472'):
+    def avail(vf, type_id=objects.TypeId.parse('nvidia-472')):
         return sysfs.read_int(os.path.join(sysfs.types_dir(vf), type_id,
                                            'available_instances'))
     # A100-20C: 2 per GPU, one exists on 0000:41:00.4

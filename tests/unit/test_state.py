@@ -11,12 +11,16 @@ import textwrap
 import pytest
 
 from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.store import state
 from libvirt_gpu.util import records
 
-U1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
-U2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+# The store takes values parsed where they entered the program.
+U1 = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
+U2 = objects.Uuid.parse('b1ae8bf6-38b0-4c81-9d44-78ce3f520496')
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
+AF = objects.PciAddress.parse('0000:af:00.0')
+T223 = objects.TypeId.parse('nvidia-223')
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
@@ -37,14 +41,14 @@ def run_child(code, env=None):
 
 def test_add_get_update_delete(store):
     with store.transaction() as txn:
-        lease = txn.add(U1, DOM, '0000:AF:00.0', 'nvidia-223')
+        lease = txn.add(U1, DOM, AF, T223)
     assert lease.state == state.RESERVED and lease.pid == os.getpid()
     assert str(lease.parent) == '0000:af:00.0'
     with store.transaction() as txn:
-        assert txn.get(U1.upper()) == lease
+        assert txn.get(U1) == lease
         assert txn.for_domain(DOM) == [lease]
-        assert txn.for_parent('0000:af:00.0') == [lease]
-        assert txn.for_parent('0000:3b:00.0') == []
+        assert txn.for_parent(AF) == [lease]
+        assert txn.for_parent(objects.PciAddress.parse('0000:3b:00.0')) == []
         changed = txn.update(U1, state=state.CREATED)
     assert changed.state == state.CREATED
     assert records.replace(changed, state=state.RESERVED,
@@ -64,16 +68,16 @@ def test_files_are_private(store):
 
 def test_duplicate_uuid_is_a_conflict(store):
     with store.transaction() as txn:
-        txn.add(U1, DOM, '0000:af:00.0', 'nvidia-223')
+        txn.add(U1, DOM, AF, T223)
     with pytest.raises(exception.LeaseConflict, match=DOM):
         with store.transaction() as txn:
-            txn.add(U1, None, '0000:3b:00.0', 'nvidia-223')
+            txn.add(U1, None, objects.PciAddress.parse('0000:3b:00.0'), T223)
 
 
 def test_exception_rolls_back(store):
     with pytest.raises(RuntimeError):
         with store.transaction() as txn:
-            txn.add(U1, DOM, '0000:af:00.0', 'nvidia-223')
+            txn.add(U1, DOM, AF, T223)
             raise RuntimeError('boom')
     assert store.leases() == []
 
@@ -84,20 +88,33 @@ def test_update_of_missing_lease(store):
             txn.update(U1, state=state.CREATED)
 
 
-@pytest.mark.parametrize('bad', ['../x', U1 + '\n', "'; DROP TABLE x"])
-def test_bad_uuid_refused(store, bad):
-    with pytest.raises(exception.InvalidUuid):
+@pytest.mark.parametrize('bad', ['../x', U1 + '\n', "'; DROP TABLE x",
+                                 str(U1)])
+def test_raw_text_is_refused(store, bad):
+    # Text is parsed where it enters the program, never here: even a good
+    # UUID as a plain str is a programming error.
+    with pytest.raises(TypeError, match=r'objects\.Uuid\.parse'):
         with store.transaction() as txn:
-            txn.add(bad, DOM, '0000:af:00.0', 'nvidia-223')
+            txn.add(bad, DOM, AF, T223)
+    with pytest.raises(TypeError, match='objects.TypeId'):
+        with store.transaction() as txn:
+            txn.add(U1, DOM, AF, str(T223))
+    with pytest.raises(TypeError, match='objects.PciAddress'):
+        with store.transaction() as txn:
+            txn.add(U1, DOM, '0000:af:00.0', T223)
+    assert store.leases() == []
 
 
 def test_sigkill_inside_a_transaction_leaves_nothing_and_no_lock(store):
     r = run_child('''
         import os, signal
+        from libvirt_gpu import objects
         from libvirt_gpu.store import state
         s = state.LeaseStore(%r)
         with s.transaction() as txn:
-            txn.add(%r, %r, '0000:af:00.0', 'nvidia-223')
+            txn.add(objects.Uuid.parse(%r), objects.Uuid.parse(%r),
+                    objects.PciAddress.parse('0000:af:00.0'),
+                    objects.TypeId.parse('nvidia-223'))
             os.kill(os.getpid(), signal.SIGKILL)
     ''' % (store.state_dir, U1, DOM))
     assert r.returncode == -signal.SIGKILL, r.stderr
@@ -114,10 +131,13 @@ def test_sigkill_inside_a_transaction_leaves_nothing_and_no_lock(store):
 def test_sigkill_after_commit_leaves_a_lease_with_a_dead_holder(store):
     r = run_child('''
         import os, signal
+        from libvirt_gpu import objects
         from libvirt_gpu.store import state
         s = state.LeaseStore(%r)
         with s.transaction() as txn:
-            txn.add(%r, %r, '0000:af:00.0', 'nvidia-223')
+            txn.add(objects.Uuid.parse(%r), objects.Uuid.parse(%r),
+                    objects.PciAddress.parse('0000:af:00.0'),
+                    objects.TypeId.parse('nvidia-223'))
         os.kill(os.getpid(), signal.SIGKILL)
     ''' % (store.state_dir, U1, DOM))
     assert r.returncode == -signal.SIGKILL, r.stderr
@@ -148,7 +168,7 @@ def test_lock_excludes_other_processes(store):
 
 def test_holder_alive_guards_against_pid_reuse(store):
     with store.transaction() as txn:
-        lease = txn.add(U1, DOM, '0000:af:00.0', 'nvidia-223')
+        lease = txn.add(U1, DOM, AF, T223)
     assert lease.holder_alive() and lease.held_by_me()
     reused = records.replace(lease, pid_start=lease.pid_start + 1)
     assert not reused.holder_alive()
@@ -196,7 +216,7 @@ def test_leases_of_an_earlier_boot_are_set_aside(tmp_path):
     boot.write_text('1111\n')
     first = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
     with first.transaction() as txn:
-        txn.add(U1, DOM, '0000:af:00.0', 'nvidia-223')
+        txn.add(U1, DOM, AF, T223)
     again = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
     assert [lease.vgpu_uuid for lease in again.leases()] == [U1]
     boot.write_text('2222\n')              # the host rebooted

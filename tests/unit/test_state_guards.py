@@ -8,12 +8,13 @@ import sqlite3
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu import exception
 from libvirt_gpu.store import state
 
-U1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
-DOM = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
-A = '0000:3b:00.0'
+U1 = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
+DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
+A = objects.PciAddress.parse('0000:3b:00.0')
 
 
 def _user_version(path):
@@ -27,7 +28,7 @@ def _user_version(path):
 def _written(tmp_path):
     store = state.LeaseStore(tmp_path / 'state', lock_timeout=5)
     with store.transaction() as txn:
-        txn.add(U1, DOM, A, 'nvidia-223')
+        txn.add(U1, DOM, A, objects.TypeId.parse('nvidia-223'))
     store.close()
     for suffix in ('-wal', '-shm'):
         if os.path.exists(store.db_path + suffix):

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from libvirt_gpu import objects
 from libvirt_gpu import exception
 from libvirt_gpu.store import figures
 from libvirt_gpu.util import fileutil
@@ -457,7 +458,9 @@ def test_our_own_lease_file_still_opens(tmp_path):
     sd = _state_dir(tmp_path)
     store = state.LeaseStore(sd)
     with store.transaction() as txn:
-        txn.add(th.new_uuid(), th.DOM, '0000:3b:00.0', 'nvidia-223')
+        txn.add(th.new_uuid(), th.DOM,
+                objects.PciAddress.parse('0000:3b:00.0'),
+                objects.TypeId.parse('nvidia-223'))
     store.close()
     assert len(state.LeaseStore(sd).leases()) == 1
     with state.LeaseStore(sd).snapshot() as txn:

@@ -268,7 +268,7 @@ def test_a_driver_that_is_no_link_is_no_driver(tree):
 
 # --- bus/mdev/devices --------------------------------------------------------
 
-UUID = '6b5d5a36-3f0e-4a33-a39b-6f6a2a1c0c01'
+UUID = objects.Uuid.parse('6b5d5a36-3f0e-4a33-a39b-6f6a2a1c0c01')
 
 
 @pytest.mark.parametrize('target,says', [

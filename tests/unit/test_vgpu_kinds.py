@@ -5,7 +5,6 @@ by the API, the allocator, the hook and reconcile, none of which changes."""
 import io
 import json
 import os
-import uuid as uuidlib
 
 import pytest
 
@@ -27,7 +26,7 @@ from tests.doubles import domains
 from tests.doubles import fake_libvirt
 from tests.doubles import kinds
 
-TYPE = 'dummy-1'
+TYPE = objects.TypeId.parse('dummy-1')
 CAPACITY = 2
 SPEC = 'tests.unit.test_vgpu_kinds:DummyKind'
 
@@ -68,8 +67,9 @@ class DummyKind(base.VgpuKind):
         entry = self._read().get(uuid)
         if entry is None:
             return None
+        # the kind's own file: parsed here, where it enters
         return base.VgpuDevice(uuid=uuid, parent=self.PARENT,
-                               type_id=entry)
+                               type_id=objects.TypeId.parse(entry))
 
     def exists(self, device):
         return self.lookup(device.uuid) == device
@@ -192,7 +192,7 @@ def test_the_allocator_refuses_beyond_the_kinds_capacity(world):
 
 def test_the_hook_creates_and_removes_dummy_vgpus(world):
     env, _, parent = world
-    uuid = str(uuidlib.uuid4())
+    uuid = objects.Uuid.new()
     xml = ((
         "<domain type='kvm'><name>vm2</name>"
         "<uuid>c7a5fdbd-cdaf-9455-926a-d65c16db1809</uuid><metadata>"

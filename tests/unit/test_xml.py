@@ -13,8 +13,10 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import xmlutil
 
 SCHEMAS = '/usr/share/libvirt/schemas'
-UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'
-DOMAIN_UUID = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
+AF = objects.PciAddress.parse('0000:af:00.0')
+T223 = objects.TypeId.parse('nvidia-223')
+UUID = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
+DOMAIN_UUID = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
 
 needs_schemas = pytest.mark.skipif(
     not os.path.isfile(os.path.join(SCHEMAS, 'domain.rng')),
@@ -40,12 +42,12 @@ def domain_with(devices, meta=''):
 def test_hostdevs_validate_against_domain_rng():
     schema = _schema('domain.rng')
     meta = metadata.render_document(metadata.GpuMetadata(
-        vgpus=(metadata.VgpuEntry(UUID, 'nvidia-223',
+        vgpus=(metadata.VgpuEntry(UUID, T223,
                                   objects.PciAddress.parse('0000:af:00.0')),),
         pgpus=(metadata.PgpuEntry(objects.PciAddress.parse(
             '0000:3b:00.0')),)))
     doc = etree.fromstring(domain_with(
-        config_xml.pci_hostdev('0000:3b:00.0')
+        config_xml.pci_hostdev(objects.PciAddress.parse('0000:3b:00.0'))
         + config_xml.mdev_hostdev(UUID), meta))
     assert schema.validate(doc), schema.error_log
 
@@ -64,7 +66,7 @@ def test_schema_check_is_real():
 def test_nodedev_validates_against_nodedev_rng():
     schema = _schema('nodedev.rng')
     doc = etree.fromstring(config_xml.mdev_nodedev(
-        '0000:af:00.0', 'nvidia-223', UUID))
+        objects.PciAddress.parse('0000:af:00.0'), T223, UUID))
     assert schema.validate(doc), schema.error_log
     assert doc.findtext('parent') == 'pci_0000_af_00_0'
     assert doc.find('capability/type').get('id') == 'nvidia-223'
@@ -74,7 +76,8 @@ def test_nodedev_validates_against_nodedev_rng():
 
 
 def test_pci_hostdev_fields():
-    elem = etree.fromstring(config_xml.pci_hostdev('0001:AF:1f.7'))
+    elem = etree.fromstring(config_xml.pci_hostdev(
+        objects.PciAddress.parse('0001:AF:1f.7')))
     assert elem.get('managed') == 'yes' and elem.get('type') == 'pci'
     assert dict(elem.find('source/address').attrib) == {
         'domain': '0x0001', 'bus': '0xaf', 'slot': '0x1f',
@@ -82,26 +85,31 @@ def test_pci_hostdev_fields():
 
 
 def test_mdev_hostdev_fields():
-    elem = etree.fromstring(config_xml.mdev_hostdev(UUID.upper()))
+    elem = etree.fromstring(config_xml.mdev_hostdev(
+        objects.Uuid.parse(UUID.upper())))
     assert elem.get('model') == 'vfio-pci' and elem.get('managed') == 'no'
     assert elem.find('source/address').get('uuid') == UUID
 
 
 @pytest.mark.parametrize('func,args', [
     (config_xml.mdev_hostdev, ("x'/><evil/>",)),
+    (config_xml.mdev_hostdev, (str(UUID),)),
     (config_xml.pci_hostdev, ('0000:af:00.0\n',)),
-    (config_xml.mdev_nodedev, ('0000:af:00.0', "t'/><x", UUID)),
-    (config_xml.mdev_nodedev, ('../af:00.0', 'nvidia-223', UUID)),
+    (config_xml.mdev_nodedev, (AF, "t'/><x", UUID)),
+    (config_xml.mdev_nodedev, (AF, 'nvidia-223', UUID)),
+    (config_xml.mdev_nodedev, ('../af:00.0', T223, UUID)),
 ])
-def test_render_refuses_bad_values(func, args):
-    with pytest.raises(exception.InvalidInput):
+def test_render_refuses_raw_text(func, args):
+    # Rendering takes values parsed where they entered; text, even good
+    # text, never reaches the XML.
+    with pytest.raises(TypeError, match=r'objects\.\w+\.parse'):
         func(*args)
 
 
 def test_read_domain():
     root = xmlutil.parse(domain_with(
         config_xml.mdev_hostdev(UUID) + config_xml.pci_hostdev(
-            '0000:3b:00.0')
+            objects.PciAddress.parse('0000:3b:00.0'))
         + "<hostdev mode='capabilities' type='storage'><source><block>"
           "/dev/sdf1</block></source></hostdev>"))
     devs = config_xml.read_domain(root)

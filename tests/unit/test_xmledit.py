@@ -87,7 +87,8 @@ def test_our_element_replaced_keeps_everything_else(nova):
     gpus = doc.root.find('metadata', GPUS)
     meta = metadata.parse_element(xmlutil.parse(doc.bytes_of(gpus)))
     moved = meta.without_vgpu(meta.vgpus[0].uuid).with_vgpu(
-        metadata.VgpuEntry(uuid=meta.vgpus[0].uuid, type_id='nvidia-1145',
+        metadata.VgpuEntry(uuid=meta.vgpus[0].uuid,
+                           type_id=meta.vgpus[0].type_id.parse('nvidia-1145'),
                            parent=None))
     doc.replace(gpus, metadata.render_document(moved, prefix=gpus.prefix))
     out = doc.tobytes()

@@ -91,12 +91,12 @@ def nvidia_sriov_pfs(sysfs):
 # What each field of the device records holds, and the function that makes
 # one from text where a value enters the program.
 _PARSERS = {
-    'uuid': (str, 'a str', 'objects.validate_uuid'),
+    'uuid': (objects.Uuid, 'an objects.Uuid', 'objects.Uuid.parse'),
     'parent': (objects.PciAddress, 'an objects.PciAddress',
                'objects.PciAddress.parse'),
     'address': (objects.PciAddress, 'an objects.PciAddress',
                 'objects.PciAddress.parse'),
-    'type_id': (str, 'a str', 'objects.validate_type_id'),
+    'type_id': (objects.TypeId, 'an objects.TypeId', 'objects.TypeId.parse'),
 }
 
 
@@ -126,19 +126,19 @@ class VgpuDevice:
     """A vGPU with every choice made: which UUID, on which GPU, which type.
 
     Plain typed values, parsed and validated where they entered the
-    program: ``uuid`` by ``objects.validate_uuid`` (so lowercase),
+    program: ``uuid`` by ``objects.Uuid.parse`` (so lowercase),
     ``parent`` by ``objects.PciAddress.parse``, ``type_id`` by
-    ``objects.validate_type_id``.  Construction only refuses a value of
+    ``objects.TypeId.parse``.  Construction only refuses a value of
     the wrong type (a programming error); it does not parse again."""
 
-    uuid: str
+    uuid: objects.Uuid
     parent: objects.PciAddress
-    type_id: str
+    type_id: objects.TypeId
 
     def __post_init__(self):
         if not (isinstance(self.parent, objects.PciAddress)
-                and isinstance(self.uuid, str)
-                and isinstance(self.type_id, str)):
+                and type(self.uuid) is objects.Uuid
+                and type(self.type_id) is objects.TypeId):
             refuse_untyped(self)
 
 
@@ -160,9 +160,9 @@ class VgpuDefinition:
     (``'manual'``), as its kind records it; ``source`` says where, for an
     operator (``'mdevctl (/etc/mdevctl.d)'``)."""
 
-    uuid: str
+    uuid: objects.Uuid
     parent: objects.PciAddress
-    type_id: str
+    type_id: objects.TypeId
     start: str
     attrs: tuple[tuple[str, str], ...] = ()
     source: str = ''
@@ -237,8 +237,8 @@ class VgpuKind(DeviceBackend):
     the API, the allocator, the hook and reconcile never ask which kind
     they hold.  ``device`` arguments are ``VgpuDevice``s; ``parent``
     arguments are ``objects.PciAddress``es and ``uuid`` arguments UUIDs
-    that ``objects.validate_uuid`` accepted (lowercase), all parsed at the
-    edge (``registry.Vgpus`` validates the UUIDs it is handed, once).  A
+    that ``objects.Uuid.parse`` accepted (lowercase), all parsed at the
+    edge (``objects.Uuid``; nothing below the edge parses them again).  A
     ``VgpuDevice`` a kind returns holds the same: what it reads from sysfs
     or its own files it parses there.
     """

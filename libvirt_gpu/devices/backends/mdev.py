@@ -130,7 +130,7 @@ class MdevBackend(base.VgpuKind):
 
     def lookup(self, uuid):
         """The existing mdev ``uuid`` (validated by the caller, see
-        ``objects.validate_uuid``) as a VgpuDevice, or None.
+        ``objects.Uuid.parse``) as a VgpuDevice, or None.
 
         Reads ``bus/mdev/devices/<uuid>`` (a link into its parent's
         directory, which must resolve under the sysfs root) and its
@@ -156,7 +156,7 @@ class MdevBackend(base.VgpuKind):
                 path=path, reason='the parent of this mdev is not a PCI '
                                   'device')
         return base.VgpuDevice(uuid=uuid, parent=parent,
-                               type_id=objects.validate_type_id(type_id))
+                               type_id=objects.TypeId.parse(type_id))
 
     def owns(self, uuid):
         return self.lookup(uuid) is not None
@@ -176,12 +176,12 @@ class MdevBackend(base.VgpuKind):
     def is_parent(self, address):
         """``class/mdev_bus/<address>`` exists."""
         return self._exists_path(self.sysfs.path(
-            'class', 'mdev_bus', str(objects.PciAddress.parse(address))))
+            'class', 'mdev_bus',
+            str(objects.typed(address, objects.PciAddress, 'address'))))
 
     def check_type(self, parent, type_id):
         """Parent first, then type: ParentGone or UnknownType, else None."""
-        parent = objects.PciAddress.parse(parent)
-        objects.validate_type_id(type_id)
+        objects.typed(type_id, objects.TypeId, 'type_id')
         if not self.is_parent(parent):
             raise exception.ParentGone(
                 address=parent, uuid=None,
@@ -342,7 +342,7 @@ class MdevBackend(base.VgpuKind):
         Waits up to ``remove_timeout`` for it to go (a vendor driver may be
         removing it itself at the same time; either way it is gone).
         """
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         if self.lookup(uuid) is None:
             return False
         removed = False
@@ -401,8 +401,9 @@ class MdevBackend(base.VgpuKind):
 
     def _definition_path(self, parent, uuid):
         return os.path.join(self.mdevctl_dir,
-                            str(objects.PciAddress.parse(parent)),
-                            objects.validate_uuid(uuid))
+                            str(objects.typed(parent, objects.PciAddress,
+                                              'parent')),
+                            objects.typed(uuid, objects.Uuid, 'uuid'))
 
     def _parents(self):
         """``(parent, directory)`` of each PCI parent under mdevctl's
@@ -433,7 +434,7 @@ class MdevBackend(base.VgpuKind):
                 continue
             for entry in os.listdir(path):
                 try:
-                    found.append((parent, objects.validate_uuid(entry)))
+                    found.append((parent, objects.Uuid.parse(entry)))
                 except exception.InvalidUuid:
                     continue
         return sorted(found)
@@ -483,7 +484,7 @@ class MdevBackend(base.VgpuKind):
         Reads ``<mdevctl_dir>/<parent>/<uuid>``; directories whose name is
         not a PCI address are skipped (mdevctl also keeps ccw/ap parents).
         """
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         for parent, _ in self._parents():
             path = self._definition_path(parent, uuid)
             if os.path.isfile(path):
@@ -508,7 +509,7 @@ class MdevBackend(base.VgpuKind):
         if not isinstance(data, dict):
             raise bad('not a JSON object')
         try:
-            type_id = objects.validate_type_id(data.get('mdev_type'))
+            type_id = objects.TypeId.parse(data.get('mdev_type'))
         except exception.InvalidTypeId as e:
             raise bad(str(e))
         start = data.get('start', 'manual')
@@ -557,7 +558,7 @@ class MdevBackend(base.VgpuKind):
 
     def undefine(self, uuid):
         """Remove a persistent definition; False when there was none."""
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         if self.host is not None:
             try:
                 if base.retry_transient(lambda: self.host.undefine_mdev(uuid),

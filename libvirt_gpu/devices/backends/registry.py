@@ -142,13 +142,12 @@ class Vgpus(object):
 
     def lookup(self, uuid):
         """The existing vGPU ``uuid`` as a ``base.VgpuDevice``, or None;
-        ``uuid`` is validated (and lowercased) once here, and the kinds
-        get the validated value."""
-        uuid = objects.validate_uuid(uuid)
+        ``uuid`` an ``objects.Uuid``, parsed where it entered."""
+        objects.typed(uuid, objects.Uuid, 'uuid')
         return self.kind_owning(uuid).lookup(uuid)
 
     def remove(self, uuid):
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         return self.kind_owning(uuid).remove(uuid)
 
     def is_parent(self, address):
@@ -268,11 +267,11 @@ class Vgpus(object):
 
     def physical(self, address):
         """The physical GPU (PF) of a VF, else ``address`` itself."""
-        address = objects.PciAddress.parse(address)
+        objects.typed(address, objects.PciAddress, 'address')
         return self.sysfs.physfn(address) or address
 
     def parents_of(self, gpu):
         """The PCI functions vGPUs of the physical GPU ``gpu`` are made on:
         its VFs when it has any, else the GPU itself."""
-        gpu = objects.PciAddress.parse(gpu)
+        objects.typed(gpu, objects.PciAddress, 'gpu')
         return self.sysfs.virtfns(gpu) or (gpu,)

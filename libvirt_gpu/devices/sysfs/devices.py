@@ -12,7 +12,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices.sysfs import parsers
 from libvirt_gpu.devices.sysfs import reader
 
-_KNOWN_TYPE_IDS = set()
+_KNOWN_TYPE_IDS = {}   # text listed -> the objects.TypeId it parsed to
 _MAX_KNOWN_TYPE_IDS = 4096
 
 
@@ -268,7 +268,8 @@ class Sysfs(reader.Reader):
             # anything else is read again the thorough way, which names
             # what is wrong.
             static = texts.get(type_id) if texts is not None else None
-            if static is not None and plain and type_id in known:
+            typed = known.get(type_id) if static is not None else None
+            if typed is not None and plain:
                 available = reader._count_in(dfd, type_id)
                 if available is not None:
                     # Records are immutable: parents of one model whose
@@ -277,7 +278,7 @@ class Sysfs(reader.Reader):
                     made = texts.get((type_id, available))
                     if made is None:
                         made = texts[type_id, available] = objects.VgpuType(
-                            type_id, static[0], static[1], static[2],
+                            typed, static[0], static[1], static[2],
                             available)
                     result.append(made)
                     continue
@@ -294,11 +295,11 @@ class Sysfs(reader.Reader):
                    static_cache, model):
         path = os.path.join(types_path, type_id)
         try:
-            objects.validate_type_id(type_id)
+            typed = objects.TypeId.parse(type_id)
         except exception.InvalidTypeId as e:
             raise exception.SysfsReadError(path=path, reason=e)
         if len(_KNOWN_TYPE_IDS) < _MAX_KNOWN_TYPE_IDS:
-            _KNOWN_TYPE_IDS.add(type_id)
+            _KNOWN_TYPE_IDS[type_id] = typed
         try:
             tfd, real = self._open_in(types_fd, types_real, type_id,
                                       reader._DIR_FLAGS)
@@ -327,7 +328,7 @@ class Sysfs(reader.Reader):
         finally:
             os.close(tfd)
         return objects.VgpuType(
-            id=type_id, name=static[0], description=static[1],
+            id=typed, name=static[0], description=static[1],
             device_api=static[2], available_instances=available)
 
     def mdevs_by_parent(self, skipped=None):
@@ -351,7 +352,7 @@ class Sysfs(reader.Reader):
         result = {}
         for name in self.listdir(base, optional=True):
             try:
-                uuid = objects.validate_uuid(name)
+                uuid = objects.Uuid.parse(name)
             except exception.InvalidUuid:
                 continue
             try:
@@ -392,6 +393,11 @@ class Sysfs(reader.Reader):
             raise exception.SysfsReadError(
                 path=os.path.join(link, 'mdev_type'),
                 reason='mdev without a type link')
+        try:
+            type_id = objects.TypeId.parse(type_id)
+        except exception.InvalidTypeId as e:
+            raise exception.SysfsReadError(
+                path=os.path.join(link, 'mdev_type'), reason=e)
         return parent, objects.Mdev(uuid=uuid, type_id=type_id)
 
     #

@@ -112,9 +112,6 @@ def _joined(path, name):
     return path if name is None else os.path.join(path, name)
 
 
-# Type ids that passed objects.validate_type_id (the kernel lists the same
-# few dozen under every parent of a model); bounded, as a long-lived
-# process may meet many.
 _MAX_DIGITS = 19     # as _NUMBER
 # What _count_in reads: a count, its newline and some blanks fit; a read
 # that fills it is left to the thorough reader (a smaller buffer than
@@ -236,7 +233,7 @@ class Reader(object):
     def mdev_dir(self, uuid):
         """``<root>/bus/mdev/devices/<uuid>``"""
         return os.path.join(self.root, *MDEV_DEVICES,
-                            objects.validate_uuid(uuid))
+                            objects.Uuid.parse(uuid))
 
     def resolved_under_root(self, path):
         """Return the real path of ``path`` or raise UnsafePath if it

@@ -33,7 +33,6 @@ import time
 from libvirt_gpu.store import allocator as allocator_mod
 from libvirt_gpu import exception
 from libvirt_gpu.virt import metadata
-from libvirt_gpu import objects
 
 # How long a reservation stands without its prepare (seconds): libvirt runs
 # prepare right after migrate, before any memory is copied.
@@ -45,19 +44,20 @@ _PCI_FIELDS = (('domain', '0x%04x'), ('bus', '0x%02x'), ('slot', '0x%02x'),
 
 
 def _same_uuid(value, uuid):
+    """Whether an attribute's text names ``uuid`` (an ``objects.Uuid``,
+    parsed with the metadata): compared, not parsed again."""
+    return isinstance(value, str) and value.lower() == uuid
+
+
+def _same_pci(address, pci):
+    """Whether an ``<address domain= bus= slot= function=>`` element
+    names ``pci`` (an ``objects.PciAddress``): its numbers compared."""
     try:
-        return objects.validate_uuid(value or '') == uuid
-    except exception.InvalidInput:
+        return tuple(int(address.attrib.get(name, ''), 16)
+                     for name, _ in _PCI_FIELDS) == (
+            pci.domain, pci.bus, pci.slot, pci.function)
+    except ValueError:
         return False
-
-
-def _pci_of(address):
-    try:
-        return objects.PciAddress.parse('%04x:%02x:%02x.%x' % tuple(
-            int(address.attrib.get(name, ''), 16)
-            for name, _ in _PCI_FIELDS))
-    except (ValueError, exception.InvalidInput):
-        return None
 
 
 class Target(object):
@@ -97,7 +97,7 @@ def targets(req):
                        None)
         vf = next((s for kind, s in sources if kind == 'pci'
                    and entry.parent is not None
-                   and _pci_of(s) == entry.parent), None)
+                   and _same_pci(s, entry.parent)), None)
         if by_uuid is not None:
             found.append(Target(entry, element, by_uuid, vf=False))
         elif vf is not None:

@@ -108,7 +108,7 @@ def _enabled_of(extra):
                     not isinstance(max_instances, int) or max_instances < 1):
                 return None
             enabled[objects.PciAddress.parse(address)] = objects.EnabledType(
-                type_id=objects.validate_type_id(entry['type_id']),
+                type_id=objects.TypeId.parse(entry['type_id']),
                 resource_class=str(entry.get('resource_class', 'VGPU')),
                 max_instances=max_instances)
     except (exception.InvalidInput, KeyError, TypeError, AttributeError):

@@ -22,6 +22,7 @@ total 0.
 
 from libvirt_gpu.util import bounds
 from libvirt_gpu.devices import capacity
+from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.openstack.placement import traits as traits_mod
 from libvirt_gpu.openstack.placement import tree
@@ -33,6 +34,18 @@ DEFAULT_PGPU_VENDORS = (objects.NVIDIA_VENDOR_ID,)
 def gpu_provider_name(hostname, address):
     """``compute-1_0000:af:00.0``: Cyborg's deployable name."""
     return '%s_%s' % (hostname, address)
+
+
+def gpu_provider_address(hostname, name):
+    """The inverse of ``gpu_provider_name``, for a name read back from
+    Placement (where it enters the program): the ``objects.PciAddress``
+    it names, or None when it is no GPU provider's name of ``hostname``."""
+    if not name.startswith(hostname + '_'):
+        return None
+    try:
+        return objects.PciAddress.parse(name[len(hostname) + 1:])
+    except exception.InvalidPciAddress:
+        return None
 
 
 # The capacity rules live in ``libvirt_gpu.devices.capacity`` (the allocator

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import time
 
-from libvirt_gpu import exception
-from libvirt_gpu import objects
 from libvirt_gpu.openstack.placement import client as placement_client
+from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.openstack.placement import tree as tree_mod
 from libvirt_gpu.util import logs
 from libvirt_gpu.util import records
@@ -235,9 +234,7 @@ def _is_ours(provider, host):
     suffix = provider.name[len(host) + 1:]
     if suffix.startswith('pci_'):
         return provider.uuid == tree_mod.legacy_provider_uuid(provider.name)
-    try:
-        objects.PciAddress.parse(suffix)
-    except exception.InvalidPciAddress:
+    if model.gpu_provider_address(host, provider.name) is None:
         return False
     return provider.uuid == tree_mod.provider_uuid(provider.name)
 

@@ -29,6 +29,18 @@ class VendorFiles(object):
         (the hook's settings snapshot and ``restore`` ask this)."""
         return self.sysfs.functions_with(names.VENDOR_DIR)
 
+    def vf_addresses(self):
+        """``vf_names`` parsed, where they enter the program: the
+        ``objects.PciAddress`` of each, sorted; a name that is no PCI
+        address is skipped."""
+        found = []
+        for name in self.vf_names():
+            try:
+                found.append(objects.PciAddress.parse(name))
+            except exception.InvalidPciAddress:
+                continue
+        return sorted(found)
+
     def creatable_types(self, address):
         """``((1145, 'NVIDIA L40S-1B'), ...)`` creatable on a VF now; empty
         when the GPU is full (see ``parse_creatable_types``)."""

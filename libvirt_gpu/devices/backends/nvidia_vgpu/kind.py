@@ -87,7 +87,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def is_parent(self, address):
         """Whether ``address`` is a VF with the vendor interface."""
         return self.files.has_interface(
-            objects.PciAddress.parse(address))
+            objects.typed(address, objects.PciAddress, 'address'))
 
     def check_type(self, parent, type_id):
         """ParentGone unless ``parent`` is a VF with the vendor interface;
@@ -97,7 +97,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         to the create then says whether the type is unknown or does not
         fit (no table of type numbers here: they change between driver
         releases)."""
-        parent = objects.PciAddress.parse(parent)
+        objects.typed(parent, objects.PciAddress, 'parent')
         try:
             number = objects.vendor_type_number(type_id)
         except exception.InvalidTypeId:
@@ -121,7 +121,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def available(self, parent, type_id):
         """1 when the VF is free and lists ``type_id`` as creatable, else
         0 (one vGPU per VF)."""
-        parent = objects.PciAddress.parse(parent)
+        objects.typed(parent, objects.PciAddress, 'parent')
         number = objects.vendor_type_number(type_id)
         if self.files.current_type(parent):
             return 0
@@ -131,7 +131,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def lookup(self, uuid):
         """Our vGPU ``uuid`` as a VgpuDevice (parent: its VF) when it exists
         now, else None."""
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         entry = self.state.read().get(uuid)
         if entry is None or not self.is_parent(entry.vf):
             return None
@@ -204,11 +204,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def _interface_vfs(self):
         """Every VF with the vendor interface, sorted."""
         found = []
-        for name in self.files.vf_names():
-            try:
-                address = objects.PciAddress.parse(name)
-            except exception.InvalidPciAddress:
-                continue
+        for address in self.files.vf_addresses():
             if self.sysfs.physfn(address) is not None:
                 found.append(address)
         return sorted(found)
@@ -304,10 +300,11 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """The first VF of the physical GPU ``gpu`` that is free (holds no
         vGPU, is not recorded for one of ours, not in ``exclude``) and lists
         ``type_id`` as creatable; NoCapacity when there is none."""
-        gpu = objects.PciAddress.parse(gpu)
+        objects.typed(gpu, objects.PciAddress, 'gpu')
         number = objects.vendor_type_number(type_id)
         taken = {e.vf for e in self.state.read().values()}
-        taken.update(objects.PciAddress.parse(a) for a in exclude)
+        taken.update(objects.typed(a, objects.PciAddress, 'exclude[]')
+                     for a in exclude)
         looked = 0
         for vf in self.sysfs.virtfns(gpu):
             if vf in taken or not self.is_parent(vf):
@@ -425,7 +422,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """Destroy our vGPU ``uuid`` (write 0); False when it did not
         exist.  A persistent one keeps its state entry (it is defined, not
         running); a transient one loses it."""
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         entry = self.state.read().get(uuid)
         if entry is None:
             return False
@@ -445,7 +442,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """Write 0 to a VF's ``current_vgpu_type``, retrying while the
         driver is busy (it may still be releasing the guest's vGPU) for up
         to ``remove_timeout`` seconds; MdevRemoveFailed after that."""
-        vf = objects.PciAddress.parse(vf)
+        objects.typed(vf, objects.PciAddress, 'vf')
         label = uuid or 'on VF %s' % vf
         try:
             base.retry_transient(
@@ -483,7 +480,7 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def undefine(self, uuid):
         """Forget that ``uuid`` is persistent; False when it was not.  An
         existing vGPU stays (transient) until it is removed."""
-        uuid = objects.validate_uuid(uuid)
+        objects.typed(uuid, objects.Uuid, 'uuid')
         with self.state.locked() as entries:
             entry = entries.get(uuid)
             if entry is None or not entry.persistent:

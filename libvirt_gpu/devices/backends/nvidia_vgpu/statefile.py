@@ -115,7 +115,7 @@ class VendorState(object):
         entries = {}
         for uuid, entry in data['vgpus'].items():
             try:
-                uuid = objects.validate_uuid(uuid)
+                uuid = objects.Uuid.parse(uuid)
                 start = entry.get('start')
                 if start is not None and start not in STARTS:
                     raise exception.InvalidInput(reason='start %r' % start)
@@ -126,7 +126,7 @@ class VendorState(object):
                     uuid=uuid, vf=objects.PciAddress.parse(entry['vf']),
                     gpu=(objects.PciAddress.parse(entry['gpu'])
                          if entry.get('gpu') else None),
-                    type_id=objects.validate_type_id(entry['type_id']),
+                    type_id=objects.TypeId.parse(entry['type_id']),
                     start=start, params=params)
             except (exception.InvalidInput, KeyError, TypeError,
                     AttributeError) as e:
