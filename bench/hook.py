@@ -113,8 +113,9 @@ def install_from(package_dir, hooks_dir, config):
     code = ('import sys; sys.path.insert(0, %r)\n'
             'try:\n'
             '    from libvirt_gpu.guests import hook\n'
-            'except ImportError:\n'
-            '    from libvirt_gpu.guests import hook\n'
+            'except ImportError:      # before the package was grouped\n'
+            '    import importlib\n'
+            '    hook = importlib.import_module("libvirt_gpu" + ".hook")\n'
             'print(hook.install(%r, %r).path)'
             % (package_dir, hooks_dir, config))
     return subprocess.run([sys.executable, '-c', code], check=True,
