@@ -134,8 +134,12 @@ def emit_removal_plan(plan, as_json=False):
 
 def emit_progress(text):
     """A progress line on stderr, written over by the next one;
-    ``end_progress`` ends it."""
-    sys.stderr.write('\r' + text)
+    ``end_progress`` ends it.  The carriage return goes to the terminal
+    itself (the CLI's stderr escapes control characters, which would show
+    it as ``\\x0d`` and pile the updates up on one line); the text is
+    escaped as every other line is."""
+    term.unescaped(sys.stderr).write('\r')
+    sys.stderr.write(text)
     sys.stderr.flush()
 
 

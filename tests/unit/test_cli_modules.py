@@ -144,3 +144,16 @@ def test_the_edge_and_exporter_lines(capsys):
         'the traceback)\n'
         'libvirt-gpu: error: /etc/x: Permission denied (run as a user '
         'allowed to write there, e.g. root)\n')
+
+
+def test_progress_moves_the_cursor_back_through_escaping_streams(capsys):
+    # The CLI's stderr escapes control characters: the carriage return
+    # must still reach the terminal as one, the text stays escaped.
+    from libvirt_gpu.cmd import output
+    from libvirt_gpu.cmd import term
+    with term.escaped_output():
+        output.emit_progress('migrating: 12%\x1b[2J')
+        output.emit_progress('migrating: 50%')
+        output.end_progress()
+    assert capsys.readouterr().err == (
+        '\rmigrating: 12%\\x1b[2J\rmigrating: 50%\n')

@@ -2,14 +2,16 @@
 
 The package: ``settings`` (the snapshot of the configuration), ``log``
 (what the operator reads), ``operations`` (``prepare``/``release``/
-``reconnect`` and ``run``, the edge), ``installer`` (``libvirt-gpu hook
+``reconnect``/``migrate`` and ``run``, the edge), ``incoming`` (``migrate``
+on a live migration's destination), ``installer`` (``libvirt-gpu hook
 install``).  The names below are the hook's public interface.
 
 libvirt runs ``/etc/libvirt/hooks/qemu.d/libvirt-gpu`` (``hooks/qemu``,
 installed by ``libvirt-gpu hook install``) as
 ``<hook> <domain name> <operation> <sub-operation> <extra>`` with the domain
 XML on stdin, several times per guest start and stop.  That script exits at
-once for every operation but ``prepare``/``release``/``reconnect`` and for
+once for every operation but ``prepare``/``release``/``reconnect``/
+``migrate`` and for
 every guest whose XML holds neither our namespace nor an mdev, before it
 imports anything; only then does it call ``run`` here.
 
@@ -27,9 +29,12 @@ tests/functional/test_libvirtd_fixture.py):
     vendor driver may be removing them too), drop the leases.  Exit 0.
 ``reconnect begin`` check that the running guest's vGPUs exist; log what
     is wrong.  Exit 0: a non-zero exit here would kill the guest.
-anything else     exit 0.  ``migrate``/``restore`` print nothing: the XML
-    is not rewritten (a row of ``operations.OPERATIONS`` with ``rewrites``
-    would print the XML it edited in place).
+``migrate begin``  on a live migration's destination: reserve a vGPU of
+    each type the incoming domain holds, rewrite its XML in place for this
+    host and print it (the row of ``operations.OPERATIONS`` with
+    ``rewrites``); a refusal exits 1 and libvirt aborts the migration.
+anything else     exit 0, printing nothing (``restore``: the XML is not
+    rewritten).
 
 The hook never imports or calls libvirt (the daemon waits for it: any call
 back would deadlock); it works from its stdin, its configuration and sysfs.
