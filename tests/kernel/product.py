@@ -107,12 +107,12 @@ for C in P['calls']:
         if C['op'] == 'create':
             res = backend.prepare(device)
         elif C['op'] == 'remove':
-            res = backend.remove(C['uuid'])
+            res = backend.remove(device.uuid)
         elif C['op'] == 'define':
             backend.define(device, start=C['start'])
             res = True
         elif C['op'] == 'undefine':
-            res = backend.undefine(C['uuid'])
+            res = backend.undefine(device.uuid)
     except exception.LibvirtGpuError as e:
         answers.append({'error': type(e).__name__, 'message': str(e)})
     else:
