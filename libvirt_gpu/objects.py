@@ -97,17 +97,27 @@ class PciAddress:
                                           self.function)
 
 
-class Uuid(str):
-    """A UUID, canonical (lowercase): a ``str`` that was validated once,
-    where it entered the program (domain XML, sysfs, the lease store, the
-    CLI, the API, NVML ...).  Made only by ``Uuid.parse``; the layers below
-    the edge take a ``Uuid`` and never parse it again."""
+class _Parsed(str):
+    """A ``str`` made only by its class's ``parse`` (which validates it),
+    and pickled back through it."""
 
     __slots__ = ()
 
     def __new__(cls, *args, **kwargs):
         raise TypeError('%s is made by %s.parse(text), which validates it'
                         % (cls.__name__, cls.__name__))
+
+    def __reduce__(self):
+        return (type(self).parse, (str(self),))
+
+
+class Uuid(_Parsed):
+    """A UUID, canonical (lowercase): a ``str`` that was validated once,
+    where it entered the program (domain XML, sysfs, the lease store, the
+    CLI, the API, NVML ...).  Made only by ``Uuid.parse``; the layers below
+    the edge take a ``Uuid`` and never parse it again."""
+
+    __slots__ = ()
 
     @classmethod
     def parse(cls, value):
@@ -135,21 +145,14 @@ class Uuid(str):
         import uuid as uuidlib     # only here: the hook's prepare makes none
         return str.__new__(cls, str(uuidlib.uuid4()))
 
-    def __reduce__(self):
-        return (type(self).parse, (str(self),))
 
-
-class TypeId(str):
+class TypeId(_Parsed):
     """A vGPU type id (``nvidia-223``), validated once where it entered
     the program (configuration, sysfs, domain XML, the lease store ...).
     Made only by ``TypeId.parse``; like ``Uuid``, a ``str`` to every
     reader."""
 
     __slots__ = ()
-
-    def __new__(cls, *args, **kwargs):
-        raise TypeError('%s is made by %s.parse(text), which validates it'
-                        % (cls.__name__, cls.__name__))
 
     @classmethod
     def parse(cls, value):
@@ -161,9 +164,6 @@ class TypeId(str):
                 or _pattern('type', _TYPE_RE).fullmatch(value) is None):
             raise exception.InvalidTypeId(value=value)
         return str.__new__(cls, value)
-
-    def __reduce__(self):
-        return (type(self).parse, (str(self),))
 
 
 def typed(value, kind, what):

@@ -8,7 +8,6 @@ T4 host, read back with prometheus_client's parser."""
 import os
 
 import pytest
-from prometheus_client import parser as prom_parser
 
 from libvirt_gpu import objects
 from libvirt_gpu import conf as conf_mod
@@ -19,6 +18,7 @@ from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
 from tests.doubles import trees
+from tests.unit import test_exporter as te
 from tests.unit import test_hook as th
 
 A, B, DOM = th.A, th.B, th.DOM
@@ -48,13 +48,7 @@ def scrape(host, conn=None):
                     if conn is not None else None)
     env = environment.Environment.from_conf(
         conf_mod.load(host.config), sysfs=host.sysfs, conn=libvirt_host)
-    col = exporter.HostCollector(env)
-    found = {}
-    for family in prom_parser.text_string_to_metric_families(
-            exporter.exposition(col)):
-        for s in family.samples:
-            found[(s.name, frozenset(s.labels.items()))] = s.value
-    return found
+    return te.scrape(exporter.HostCollector(env))
 
 
 def value(samples, metric, **labels):
