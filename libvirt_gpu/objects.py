@@ -190,6 +190,59 @@ def normalize_hex_id(value):
     return m.group(1).lower()
 
 
+@records.record
+class GpuSelector:
+    """Which GPUs a configuration entry names: one GPU by its PCI address
+    (``0000:41:00.0``), or every GPU of a model by its PCI ids
+    (``10de:2331``).  Parsed once where the configuration enters
+    (``GpuSelector.parse``); ``matches`` is the only test of a GPU."""
+
+    address: PciAddress | None = None
+    vendor_id: str | None = None     # '10de', with product_id
+    product_id: str | None = None    # '2331'
+
+    @classmethod
+    def parse(cls, value):
+        """``0000:41:00.0`` or ``10de:2331`` (``0x`` prefixes and upper
+        case accepted); InvalidInput naming both forms otherwise."""
+        if isinstance(value, cls):
+            return value
+        text = value.strip() if isinstance(value, str) else None
+        if text and len(text) <= 32 and text.count(':') == 1:
+            vendor, _, product = text.partition(':')
+            try:
+                return cls(vendor_id=normalize_hex_id(vendor),
+                           product_id=normalize_hex_id(product))
+            except exception.InvalidInput:
+                pass
+        elif text and len(text) <= 32:
+            try:
+                return cls(address=PciAddress.parse(text))
+            except exception.InvalidPciAddress:
+                pass
+        raise exception.InvalidInput(
+            reason='%r names no GPU: give a PCI address (0000:41:00.0) or '
+                   'the vendor:product ids of a model (10de:2331)'
+                   % (value,))
+
+    @property
+    def by_model(self):
+        return self.address is None
+
+    def matches(self, gpu):
+        """Whether ``gpu`` (anything with ``address``, ``vendor_id`` and
+        ``product_id``) is one this selector names."""
+        if self.address is not None:
+            return gpu.address == self.address
+        return (gpu.vendor_id == self.vendor_id
+                and gpu.product_id == self.product_id)
+
+    def __str__(self):
+        if self.address is not None:
+            return str(self.address)
+        return '%s:%s' % (self.vendor_id, self.product_id)
+
+
 def parse_description(description):
     """NVIDIA type description -> ``{key: value}`` (empty when absent)."""
     if not description:

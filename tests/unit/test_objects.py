@@ -59,3 +59,38 @@ def test_max_instance_from_description():
     assert t.max_instance == 8
     assert objects.VgpuType('x', None, None, 'vfio-pci', 1).max_instance \
         is None
+
+
+class _Gpu:
+    def __init__(self, address, vendor_id='10de', product_id='2331'):
+        self.address = objects.PciAddress.parse(address)
+        self.vendor_id = vendor_id
+        self.product_id = product_id
+
+
+def test_gpu_selector_by_address_names_that_gpu_only():
+    selector = objects.GpuSelector.parse('0000:41:00.0')
+    assert not selector.by_model
+    assert str(selector) == '0000:41:00.0'
+    assert selector.matches(_Gpu('0000:41:00.0'))
+    assert not selector.matches(_Gpu('0000:41:00.1'))
+    assert not selector.matches(_Gpu('0000:c1:00.0'))
+
+
+def test_gpu_selector_by_model_names_every_gpu_of_the_ids():
+    selector = objects.GpuSelector.parse(' 0x10DE:2331 ')
+    assert selector.by_model
+    assert str(selector) == '10de:2331'
+    assert selector.matches(_Gpu('0000:41:00.0'))
+    assert selector.matches(_Gpu('0000:c1:00.0'))
+    assert not selector.matches(_Gpu('0000:41:00.0', product_id='2330'))
+    assert not selector.matches(_Gpu('0000:41:00.0', vendor_id='10df'))
+
+
+@pytest.mark.parametrize('text', [
+    '', 'nvidia', '10de:zz', '10de:2331:1', '0000:41:00.8', None, 5,
+    '10de:' + '1' * 40, 'g0de:2331'])
+def test_gpu_selector_refuses_what_names_no_gpu(text):
+    with pytest.raises(exception.InvalidInput,
+                       match='0000:41:00.0.*10de:2331'):
+        objects.GpuSelector.parse(text)
