@@ -1,0 +1,455 @@
+"""The Nova route (vendor-interface VFs carved by libvirt-gpu, handed to
+Nova's PCI passthrough) judged by OpenStack Nova 34's own code.
+
+One L40S host for the module (``l40s`` profile on the live FUSE tree, a
+real libvirtd with our qemu hook installed): 0000:bd:00.0 is carved for
+Nova, four L40S-12Q (``nvidia-1153``) VFs; 0000:3d:00.0 is the product's
+own route (``nvidia-1145``, two VFs already holding one each).  Nova runs
+in ``.venv-nova`` through ``tests/functional/nova_probe.py``: it parses
+what ``libvirt-gpu nova-config`` prints, lists the host's PCI devices
+from the libvirtd as its libvirt driver does, filters them through its
+device specs, reports them to a real Placement with its PCI-in-Placement
+translation and asks Placement for allocation candidates as its
+scheduler does.  The product's own Placement sync reports the same host.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import uuid as uuidlib
+
+import pytest
+
+from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
+    VendorFiles as vendor)
+from libvirt_gpu.guests import hook
+from libvirt_gpu import objects
+from tests.functional import hook_guests as hg
+from tests.functional import libvirtd
+from tests.functional import live_sysfs as ls
+from tests.functional import nova_env
+from tests.functional import placement_server
+
+HOSTNAME = 'gpu-l40s-01'
+CARVED_GPU = '0000:bd:00.0'
+OTHER_GPU = '0000:3d:00.0'
+OTHER_PRE = {'0000:3d:00.4': 'nvidia-1145', '0000:3d:00.5': 'nvidia-1145'}
+CARVED_TYPE = 'nvidia-1153'              # NVIDIA L40S-12Q: 4 fill the GPU
+COUNT = 4
+PCI_VFIO_ERROR = "host doesn't support passthrough of host PCI devices"
+
+CONFIG = """\
+[DEFAULT]
+sysfs_root = {root}
+state_dir = {state}
+
+[gpu]
+nvml = off
+enabled_vgpu_types = nvidia-1145
+
+[vgpu_nvidia-1145]
+device_addresses = {other}
+"""
+CARVING = """
+[nova]
+carved = l40s_12q
+
+[nova_l40s_12q]
+gpus = {carved}
+vgpu_type = {type}
+count = {count}
+"""
+
+missing = ls.live_host_requirements()
+pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
+
+
+class Setup(hg.HookSetup):
+    """Our hook and configuration: the host's two routes."""
+
+    def hooks(self, live):
+        hooks = super().hooks(live)
+        # HookSetup wrote a configuration of one type: ours replaces it
+        text = CONFIG
+        if has_nova_config():
+            text += CARVING
+        with open(self.config, 'w') as f:
+            f.write(text.format(root=live.root, state=self.state_dir,
+                                other=OTHER_GPU, carved=CARVED_GPU,
+                                type=CARVED_TYPE, count=COUNT))
+        return hooks
+
+
+def cli(host, *argv, hostname=HOSTNAME):
+    """``libvirt-gpu ARGV`` as a process against the host's daemon and
+    configuration (CompletedProcess)."""
+    return subprocess.run(
+        [sys.executable, '-m', 'libvirt_gpu.cmd.main', '-c', host.uri,
+         '--config-file', host.setup.config, '--hostname', hostname]
+        + list(argv), cwd=ls.REPO, capture_output=True, text=True,
+        timeout=120)
+
+
+def cli_json(host, *argv, **kwargs):
+    r = cli(host, *argv, **kwargs)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+def vgpus_now(host):
+    return {vf: t for vf, t in host.live.state()['vgpus'].items() if t}
+
+
+def carved_now(host):
+    """The VFs of the carved GPU holding the carved type, by the kernel."""
+    gpu_vfs = {str(a) for a in host.live.sysfs.virtfns(CARVED_GPU)}
+    return sorted(vf for vf, t in vgpus_now(host).items()
+                  if vf in gpu_vfs and t == CARVED_TYPE)
+
+
+# --- until `libvirt-gpu nova-config` and the carving are in this checkout --
+
+def has_nova_config():
+    r = subprocess.run([sys.executable, '-m', 'libvirt_gpu.cmd.main',
+                        'nova-config', '--help'], cwd=ls.REPO,
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode == 0
+
+
+NEEDS_NOVA_CONFIG = 'libvirt-gpu nova-config is not in this checkout yet'
+
+
+def carve_by_hand(host):
+    sysfs = host.live.sysfs
+    number = int(CARVED_TYPE.split('-')[1])
+    for vf in [str(a) for a in sysfs.virtfns(CARVED_GPU)][:COUNT]:
+        vendor(sysfs).set_current_type(vf, number)
+
+
+def hand_written_config(vfs):
+    lines = ['[pci]']
+    for vf in vfs:
+        lines.append('device_spec = ' + json.dumps({
+            'vendor_id': '10de', 'product_id': '26b9', 'address': vf,
+            'managed': 'no', 'resource_class': 'CUSTOM_NVIDIA_L40S_12Q'}))
+    lines.append('alias = ' + json.dumps({
+        'name': 'l40s_12q', 'device_type': 'type-VF',
+        'resource_class': 'CUSTOM_NVIDIA_L40S_12Q', 'vendor_id': '10de',
+        'product_id': '26b9'}))
+    return '\n'.join(lines) + '\n'
+
+
+def carve_and_print(host):
+    """Carve the VFs (``restore``) and print Nova's lines."""
+    if not has_nova_config():
+        carve_by_hand(host)
+        return hand_written_config(carved_now(host))
+    r = cli(host, 'restore')
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cli(host, 'nova-config')
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+# --- fixtures ----------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def nova_venv():
+    return nova_env.ensure_venv()[0]
+
+
+@pytest.fixture(scope='module')
+def placement():
+    with placement_server.running() as server:
+        yield server
+
+
+@pytest.fixture(scope='module')
+def host(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp('nova-l40s'))
+    setup = Setup(workdir, 'nvidia-1145')
+    with ls.LiveHost(workdir, profile='l40s', hooks=setup.hooks) as h:
+        h.setup = setup
+        h.fragment = carve_and_print(h)
+        yield h
+
+
+def providers(placement, root_name):
+    """Every provider of the tree whose root is named ``root_name``:
+    ``{uuid: (name, parent uuid, traits, inventories)}`` (inventories
+    without the provider generation)."""
+    adapter = placement.adapter()
+    (root,) = adapter.get('/resource_providers?name=%s'
+                          % root_name).json()['resource_providers']
+    found = {}
+    for rp in adapter.get('/resource_providers?in_tree=%s'
+                          % root['uuid']).json()['resource_providers']:
+        traits = adapter.get('/resource_providers/%s/traits'
+                             % rp['uuid']).json()['traits']
+        inv = adapter.get('/resource_providers/%s/inventories'
+                          % rp['uuid']).json()['inventories']
+        found[rp['uuid']] = (rp['name'], rp['parent_provider_uuid'],
+                             sorted(traits), inv)
+    return found
+
+
+@pytest.fixture(scope='module')
+def routes(host, placement, nova_venv, tmp_path_factory):
+    """Both routes report the host, as they take turns on a compute node
+    Nova already knows: Nova (its periodic update), ours, Nova again,
+    ours again.  What each said, and Placement afterwards."""
+    judge = nova_env.Judge(nova_venv, tmp_path_factory.mktemp('nova'))
+    judge.write(host.fragment)
+    compute_uuid = str(uuidlib.uuid4())
+    first = judge.run(['parse', 'enumerate', 'placement'], uri=host.uri,
+                      hostname=HOSTNAME, compute_uuid=compute_uuid,
+                      placement=placement.url)
+    assert 'refused' not in first, first
+    seen = [providers(placement, HOSTNAME)]
+    ours = cli_json(host, 'placement', 'sync', '--url', placement.url,
+                    '--json')
+    seen.append(providers(placement, HOSTNAME))
+    (alias,) = first['aliases']
+    again = judge.run(['enumerate', 'placement', 'candidates'],
+                      devices=first['devices'], hostname=HOSTNAME,
+                      compute_uuid=compute_uuid, placement=placement.url,
+                      flavors=[['%s:1' % alias, None],
+                               ['%s:%d' % (alias, COUNT), 'none'],
+                               ['%s:%d' % (alias, COUNT + 1), 'none']])
+    assert 'refused' not in again, again
+    seen.append(providers(placement, HOSTNAME))
+    ours_again = cli_json(host, 'placement', 'sync', '--url',
+                          placement.url, '--json')
+    seen.append(providers(placement, HOSTNAME))
+    return dict(nova=first, ours=ours, ours_again=ours_again, judge=judge,
+                compute_uuid=compute_uuid, seen=seen, placement=seen[-1],
+                candidates=again['candidates'])
+
+
+# --- Nova's parsers --------------------------------------------------------
+
+def lines_of(fragment, key):
+    return [line for line in fragment.splitlines()
+            if line.startswith(key + ' = ')]
+
+
+def test_nova_accepts_every_line_nova_config_prints(host, routes):
+    nova = routes['nova']
+    specs = lines_of(host.fragment, 'device_spec')
+    aliases = lines_of(host.fragment, 'alias')
+    assert host.fragment.splitlines()[0] == '[pci]'
+    # every line became one spec / one alias of Nova's
+    assert len(nova['device_specs']) == len(specs) == COUNT
+    assert len(nova['aliases']) == len(aliases) == 1
+    (alias_name, alias), = nova['aliases'].items()
+    (alias_spec,) = alias['specs']
+    assert alias_spec['dev_type'] == 'type-VF'
+    rc = alias_spec['resource_class']
+    assert rc.startswith('CUSTOM_')
+    for spec in nova['device_specs']:
+        assert spec['vendor_id'] == '10de'
+        assert spec['tags']['managed'] == 'false'
+        assert spec['tags']['resource_class'] == rc
+        # this host's libvirt (9.0) is older than Nova's minimum for
+        # live-migratable VFs (10.0.0): not offered, and Nova's own
+        # start-up check agrees
+        assert 'live_migratable' not in spec['tags']
+    assert nova['live_migratable_check'] == 'ok'
+
+
+# --- Nova's view of the host's PCI devices ----------------------------------
+
+def test_nova_lists_every_function_of_both_gpus(host, routes):
+    """Nova's driver sees the whole host: what keeps the PFs, the other
+    GPU and the free VFs out is the device specs, not the listing."""
+    devices = {d['address']: d for d in routes['nova']['devices']}
+    sysfs = host.live.sysfs
+    for gpu in (CARVED_GPU, OTHER_GPU):
+        assert devices[gpu]['dev_type'] == 'type-PF'
+        for vf in sysfs.virtfns(gpu):
+            assert devices[str(vf)]['dev_type'] == 'type-VF'
+            assert devices[str(vf)]['parent_addr'] == gpu
+
+
+def test_exactly_the_carved_vfs_match_nova_s_device_specs(host, routes):
+    tracked = {d['address']: d for d in routes['nova']['tracked']}
+    carved = carved_now(host)
+    assert len(carved) == COUNT
+    assert sorted(tracked) == carved
+    (alias,) = routes['nova']['aliases'].values()
+    rc = alias['specs'][0]['resource_class']
+    for vf, dev in tracked.items():
+        assert dev['dev_type'] == 'type-VF'
+        assert dev['parent_addr'] == CARVED_GPU
+        assert dev['extra_info']['managed'] == 'false'
+        assert dev['resource_class'] == rc
+        assert dev['status'] == 'available'
+    # none of: the PFs, the carved GPU's free VFs, the other GPU's VFs
+    # (holding vGPUs of ours or not)
+    for address in [CARVED_GPU, OTHER_GPU] + list(OTHER_PRE) + [
+            str(a) for gpu in (CARVED_GPU, OTHER_GPU)
+            for a in host.live.sysfs.virtfns(gpu)
+            if str(a) not in carved]:
+        assert address not in tracked
+
+
+def test_nova_hands_each_carved_vf_over_unmanaged(host, routes):
+    from lxml import etree
+    for dev in routes['nova']['tracked']:
+        xml = etree.fromstring(dev['hostdev'])
+        assert (xml.get('type'), xml.get('managed')) == ('pci', 'no')
+        addr = xml.find('source/address')
+        assert str(objects.PciAddress(*(int(addr.get(k), 16) for k in (
+            'domain', 'bus', 'slot', 'function')))) == dev['address']
+
+
+# --- Placement: Nova's providers and ours -----------------------------------
+
+def nova_provider_names(routes):
+    return {p['name'] for p in routes['nova']['providers']
+            if p['parent_uuid'] is not None}
+
+
+def test_nova_reports_the_carved_vfs_on_one_provider(routes):
+    (alias,) = routes['nova']['aliases'].values()
+    rc = alias['specs'][0]['resource_class']
+    pci = [p for p in routes['nova']['providers']
+           if p['parent_uuid'] is not None]
+    assert [p['name'] for p in pci] == ['%s_%s' % (HOSTNAME,
+                                                   CARVED_GPU.upper())]
+    assert pci[0]['inventory'][rc]['total'] == COUNT
+    assert {'OWNER_NOVA', 'COMPUTE_MANAGED_PCI_DEVICE'} <= set(
+        pci[0]['traits'])
+
+
+def test_nova_s_providers_and_ours_never_overlap(routes):
+    held = routes['placement']
+    nova = {p['uuid'] for p in routes['nova']['providers']}
+    ours = {r['uuid'] for r in routes['ours']['results']}
+    root = routes['compute_uuid']
+    assert root in nova and held[root][0] == HOSTNAME
+    # ours hang under Nova's compute node: never a root of their own
+    assert ours - {root} and all(held[u][1] == root for u in ours - {root})
+    ours -= {root}
+    nova -= {root}
+    assert not ours & nova
+    assert set(held) == ours | nova | {root}
+    # names: Placement's are unique per database, case-insensitively on
+    # MySQL's collation: ours must not take Nova's in any case
+    assert not ({held[u][0].lower() for u in ours}
+                & {held[u][0].lower() for u in nova})
+    for u in ours:
+        name, _, traits, _ = held[u]
+        assert not name.startswith(HOSTNAME + '_pci_')
+        assert CARVED_GPU not in name.lower()
+        assert 'OWNER_NOVA' not in traits
+        assert 'COMPUTE_MANAGED_PCI_DEVICE' not in traits
+    for u in nova:
+        assert 'OWNER_NOVA' in held[u][2]
+
+
+def test_each_route_leaves_the_other_s_providers_alone(routes):
+    """Nova's periodic update after our sync, and ours after Nova's,
+    change nothing of the other's (as Placement holds them)."""
+    after_nova, after_ours, after_nova_again, after_ours_again = \
+        routes['seen']
+    root = routes['compute_uuid']
+    nova = set(after_nova) - {root}
+    ours = set(after_ours) - set(after_nova)
+    assert nova and ours
+    for u in nova:
+        assert after_nova[u] == after_ours[u] == after_nova_again[u] == \
+            after_ours_again[u]
+    for u in ours:
+        assert after_ours[u] == after_nova_again[u] == after_ours_again[u]
+    assert set(after_ours_again) == nova | ours | {root}
+    assert not routes['ours_again']['changed']
+    assert routes['ours_again']['writes_sent'] == 0
+
+
+def test_an_allocation_candidate_for_each_carved_vf(routes):
+    """The scheduler's query for a flavor asking for the alias, as Nova 34
+    sends it once every compute is new enough (``OWNER_NOVA`` required on
+    the root and on each PCI group), with both routes in Placement: one
+    VF, every carved VF at once, and one more than were carved."""
+    from urllib.parse import parse_qs
+    (alias,) = routes['nova']['aliases'].values()
+    rc = alias['specs'][0]['resource_class']
+    (pci,) = [p['uuid'] for p in routes['nova']['providers']
+              if p['parent_uuid'] is not None]
+    one, every, more = routes['candidates']
+    for asked, count in ((one, 1), (every, COUNT), (more, COUNT + 1)):
+        query = parse_qs(asked['query'])
+        assert query['root_required'] == ['OWNER_NOVA']
+        groups = [k[len('resources'):] for k in query
+                  if k.startswith('resources')]
+        assert len(groups) == count
+        for group in groups:
+            assert query['resources' + group] == ['%s:1' % rc]
+            assert query['required' + group] == ['OWNER_NOVA']
+    assert one['candidates'] == [{pci: {rc: 1}}]
+    assert every['candidates'] == [{pci: {rc: COUNT}}]
+    assert more['candidates'] == []
+
+
+# --- the hook leaves Nova's guests alone ------------------------------------
+
+def nova_domain_xml(name, hostdevs):
+    """A guest as Nova defines it: Nova's metadata, and the VFs as the
+    ``<hostdev>`` Nova's driver wrote for them."""
+    meta = ('<nova:instance xmlns:nova="http://openstack.org/xmlns/libvirt/'
+            'nova/1.1"><nova:name>%s</nova:name></nova:instance>' % name)
+    return libvirtd.tiny_domain_xml(name, metadata=meta,
+                                    extra_devices=''.join(hostdevs))
+
+
+def test_the_hook_leaves_a_nova_guest_s_vf_alone(host, routes):
+    import libvirt
+    dev = routes['nova']['tracked'][0]
+    before = vgpus_now(host)
+    conn = host.daemon.connect()
+    dom = conn.defineXML(nova_domain_xml('nova-1', [dev['hostdev']]))
+    try:
+        with pytest.raises(libvirt.libvirtError) as e:
+            dom.create()
+    finally:
+        dom.undefine()
+    # past prepare (our hook said yes), refused for lack of VFIO, then
+    # release: the carved VF kept its type throughout
+    assert e.value.get_error_code() == libvirt.VIR_ERR_CONFIG_UNSUPPORTED
+    assert PCI_VFIO_ERROR in e.value.get_error_message()
+    assert vgpus_now(host) == before
+    assert hg.leases(host) == []
+    assert dev['address'] not in hg.hook_log(host)
+
+
+def test_the_hook_leaves_a_nova_guest_s_migration_alone(host, routes):
+    """``migrate begin`` as libvirt runs it on the destination: the
+    domain's XML on stdin; an empty answer keeps it as it is."""
+    dev = routes['nova']['tracked'][1]
+    xml = nova_domain_xml('nova-2', [dev['hostdev']])
+    path = os.path.join(host.daemon.tmpdir, 'etc', 'hooks', 'qemu.d',
+                        'libvirt-gpu')
+    before = vgpus_now(host)
+    for op, sub in (('migrate', 'begin'), ('prepare', 'begin'),
+                    ('release', 'end')):
+        r = host.daemon.run_in_namespace(
+            [path, 'nova-2', op, sub, '-'], input=xml, capture_output=True,
+            text=True, timeout=60,
+            env={'LC_ALL': 'C', 'PATH': '/usr/bin:/bin'})
+        assert (op, r.returncode, r.stdout) == (op, 0, ''), r.stderr
+    assert vgpus_now(host) == before
+    assert hg.leases(host) == []
+    assert not os.path.exists(os.path.join(host.setup.state_dir,
+                                           hook.LOG_NAME)) or \
+        dev['address'] not in hg.hook_log(host)
+
+
+def test_carved_vfs_keep_their_type(host):
+    """What Nova's PCI records stand on: the kernel's answer, read as the
+    product reads it."""
+    sysfs = host.live.sysfs
+    number = int(CARVED_TYPE.split('-')[1])
+    for vf in carved_now(host):
+        assert vendor(sysfs).current_type(vf) == number
