@@ -13,6 +13,7 @@ translation and asks Placement for allocation candidates as its
 scheduler does.  The product's own Placement sync reports the same host.
 """
 
+import functools
 import json
 import os
 import re
@@ -142,6 +143,7 @@ def carved_now(host):
 
 # --- until `libvirt-gpu nova-config` and the carving are in this checkout --
 
+@functools.lru_cache(maxsize=None)
 def has_nova_config():
     r = subprocess.run([sys.executable, '-m', 'libvirt_gpu.cmd.main',
                         'nova-config', '--help'], cwd=ls.REPO,
