@@ -23,7 +23,11 @@ class HookLog(object):
 
     def __init__(self, argv, stderr):
         self.stderr = stderr
-        self.head = ' '.join(a.replace('\n', ' ')[:80] for a in argv[1:4])
+        # argv[1] is the domain's name, which its owner chose: escaped
+        # like every line (an ESC, BEL, CR or U+202E never reaches the
+        # log or a terminal raw)
+        self.head = ' '.join(textutil.escape(str(a)[:80], newline=True)
+                             for a in argv[1:4])
         self.lines = []
         self.dropped = 0
         self.path = None
@@ -103,7 +107,9 @@ class HookLog(object):
             finally:
                 os.close(fd)
         except OSError as e:
-            print('libvirt-gpu: warning: cannot write %s: %s'
-                  % (self.path, e.strerror), file=self.stderr)
+            print(textutil.escape('libvirt-gpu: warning: cannot write %s: %s'
+                                  % (self.path, e.strerror)),
+                  file=self.stderr)
         except exception.StateError as e:
-            print('libvirt-gpu: warning: %s' % e, file=self.stderr)
+            print(textutil.escape('libvirt-gpu: warning: %s' % e),
+                  file=self.stderr)
