@@ -36,6 +36,14 @@ another type not created yet makes it 0.  The vGPU then goes to the first
 VF of that GPU that holds no vGPU, carries no lease, is not recorded for
 another vGPU (``reserved_parents``) and can take the type now: the
 lease's ``parent`` is that VF (one vGPU per VF).
+
+One domain asks for at most ``MAX_VGPUS_PER_DOMAIN`` vGPUs (refused before
+the lock), and within a transaction each GPU without VFs is read once and
+counted down as claims land on it (``_Room``): the lock is held in time
+linear in the domain's claims.  A refusal for room is worded the same for
+a start and an incoming migration (``_no_room``) and names what holds the
+room that is not the domain's own: incoming migrations' reservations and
+leases of processes that died.
 """
 
 

@@ -5,7 +5,8 @@ both are parsed here and nowhere else: a size cap, and any DOCTYPE (so any
 entity declaration, internal or external) refused, before parsing by a byte
 search and during it by the parser itself (which also catches one in an
 encoding the byte search cannot see, such as UTF-16).  Comments and
-processing instructions are dropped.
+processing instructions are dropped.  ``require_utf8`` refuses whatever
+is not UTF-8 (the qemu hook's input: libvirt writes nothing else).
 
 The parser is the standard library's ElementTree over expat (its C
 accelerator): the qemu hook parses a domain at every start of a guest with

@@ -23,9 +23,16 @@ for byte:
 * a vendor-interface VF's ``<hostdev type='pci'>``: its ``<source><address
   domain= bus= slot= function=>``, the VF chosen here.
 
-Refused (exit 1, one line): a type not enabled here, no room, a whole GPU
-passed through (VFIO cannot migrate it), a vGPU that is an mdev on the
-source but lives on VFs here (or the reverse).
+Refused (exit 1, one line), reserving nothing: a type not enabled here,
+no room, a whole GPU passed through (VFIO cannot migrate it), a vGPU that
+is an mdev on the source but lives on VFs here (or the reverse), more than
+``allocator.MAX_VGPUS_PER_DOMAIN`` vGPUs (before the lease lock), two
+vGPUs naming one hostdev; and, by ``operations.parse_request``, input that
+is not UTF-8 or has two ``<metadata>`` elements.  All or nothing: the
+checks and the edits run inside the reservation's transaction
+(``reserve_incoming``'s ``check``), and the edited XML is parsed once more
+before it commits.  A retry of the same domain's migration renews the
+reservations its earlier try made instead of adding to them.
 """
 
 import time
