@@ -285,6 +285,24 @@ def test_input_that_is_not_utf8_is_refused(env, encode, said):
     assert said in err and 'only UTF-8 is read' in err
 
 
+@pytest.mark.parametrize('encoding', ['utf-16', 'utf-16-be', 'utf-32'])
+def test_the_installed_hook_refuses_utf16_too(env, tmp_path, encoding):
+    """The script's byte search before any import cannot see our namespace
+    in UTF-16: a NUL byte sends the input on to be refused (broken by
+    dropping b'\\x00' from its MARKERS: exit 0, the guest migrates with
+    nothing reserved)."""
+    import subprocess
+    done = hook.install(str(tmp_path / 'hooks'), env.config)
+    r = subprocess.run(
+        [done.path, 'vm1', 'migrate', 'begin', '-'],
+        input=tm.incoming_xml(th.new_uuid()).decode().encode(encoding),
+        capture_output=True, timeout=60,
+        env={'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'})
+    assert (r.returncode, r.stdout) == (1, b'')
+    assert b'only UTF-8 is read' in r.stderr
+    assert env.leases() == []
+
+
 def test_utf8_with_its_bom_and_declaration_is_read(env):
     xml = (b'\xef\xbb\xbf<?xml version="1.0" encoding="UTF-8"?>\n'
            + tm.incoming_xml(th.new_uuid()))

@@ -49,9 +49,11 @@ MIGRATE = 'migrate'
 RECONNECT_LISTED = 10
 
 # What hooks/qemu scans stdin for before importing anything (kept in step
-# with it by a test): our namespace, an mdev hostdev, and the start of a
-# DOCTYPE or entity declaration (refused here, never ignored).
-MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY')
+# with it by a test): our namespace, an mdev hostdev, the start of a
+# DOCTYPE or entity declaration, and a NUL byte (UTF-16 or UTF-32 text,
+# where the others cannot be seen): refused here, never ignored.
+MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY',
+           b'\x00')
 
 
 # What an operation may read of its input (``Operation.reads``).
