@@ -524,6 +524,8 @@ class MdevBackend(base.VgpuKind):
             data = json.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise bad('not JSON: %s' % e)
+        except RecursionError:
+            raise bad('not JSON: nested too deeply')
         if not isinstance(data, dict):
             raise bad('not a JSON object')
         try:
