@@ -99,6 +99,19 @@ class Grant:
     lease: state.Lease | None
 
 
+def enabled_text(enabled, configured=()):
+    """``[gpu]/enabled_vgpu_types`` as TypeNotEnabled says it: the types
+    enabled on a GPU, then those the configuration names (``configured``)
+    that no GPU of this host offers, said so, never "none" for them."""
+    on_gpus = sorted({e.type_id for e in enabled.values()})
+    unoffered = [t for t in configured if t not in on_gpus]
+    said = list(on_gpus)
+    if unoffered:
+        said.append('%s, which no GPU of this host offers (`libvirt-gpu '
+                    'types` lists what they offer)' % ', '.join(unoffered))
+    return ', '.join(said) or 'none'
+
+
 class Allocator(object):
     """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
     :param store: the host's ``LeaseStore``.
@@ -109,10 +122,11 @@ class Allocator(object):
         self.backend = backend
         self.store = store
         self.enabled = dict(enabled)
+        # the types named in the configuration (enablement.Enabled)
+        self.configured = tuple(getattr(enabled, 'configured', ()))
 
     def _enabled_types(self):
-        return ', '.join(sorted({e.type_id for e in self.enabled.values()})
-                         ) or 'none'
+        return enabled_text(self.enabled, self.configured)
 
     def _sriov_gpu(self, address):
         """``(physical GPU, VF or None)`` when vGPUs of the GPU at
