@@ -10,7 +10,9 @@ Not checked: the options of ``[placement]`` (keystoneauth registers its
 authentication options by plugin, only when a client is built), and
 ``[vgpu_<type>]`` sections of types not enabled are checked against the
 options of a ``[vgpu_<type>]`` section (they are read by nothing, but a
-type can be enabled and disabled by one line).
+type can be enabled and disabled by one line); ``[nova_<name>]`` sections
+of carvings ``[nova]/carved`` does not list likewise, against a
+carving's options.
 """
 
 import difflib
@@ -22,6 +24,7 @@ from libvirt_gpu import exception
 # Groups whose options are registered elsewhere, on demand.
 UNCHECKED_OPTIONS = ('placement',)
 VGPU_PREFIX = 'vgpu_'
+CARVING_PREFIX = 'nova_'
 
 
 def _nearest(name, known):
@@ -36,10 +39,11 @@ def _options_of(conf, group_name):
     return set(conf[group_name])
 
 
-def check(conf, path, vgpu_options):
+def check(conf, path, vgpu_options, carving_options=()):
     """Refuse the first unknown section or option of the file ``path``
     (ConfigError naming the nearest known name).  ``vgpu_options``: the
-    option names of a ``[vgpu_<type>]`` section."""
+    option names of a ``[vgpu_<type>]`` section; ``carving_options``:
+    those of a ``[nova_<name>]`` section."""
     sections = {}
     try:
         cfg.ConfigParser(path, sections).parse()
@@ -56,13 +60,16 @@ def check(conf, path, vgpu_options):
             known = _options_of(conf, section)
         elif section.startswith(VGPU_PREFIX):
             known = set(vgpu_options)
+        elif section.startswith(CARVING_PREFIX) and carving_options:
+            known = set(carving_options)
         else:
             raise exception.ConfigError(
                 reason='%s: unknown section [%s]%s (sections: %s)'
                 % (path, section,
                    _nearest(section, groups | {'DEFAULT'}),
                    ', '.join(sorted(groups - set(
-                       g for g in groups if g.startswith(VGPU_PREFIX))))))
+                       g for g in groups if g.startswith(
+                           (VGPU_PREFIX, CARVING_PREFIX)))))))
         for name in sorted(sections[section]):
             if name not in known:
                 raise exception.ConfigError(
