@@ -267,11 +267,13 @@ class Environment(object):
         resolved against this host (none without a configuration: the
         hook), and the VFs ``restore`` recorded as carved."""
         from libvirt_gpu.devices import carving
+        recorded = carving.CarveRecord(self.state_dir).read()
         planned = ()
         if self.conf is not None:
-            planned = carving.resolve(self.conf, self._found.gpus,
-                                      self.enabled)
-        recorded = carving.CarveRecord(self.state_dir).read()
+            planned = carving.resolve(
+                self.conf, self.discovered.gpus, self.enabled,
+                known_names={e.type_id: e.type_name
+                             for e in recorded.values() if e.type_name})
         return carving.Carved(planned=planned, recorded=tuple(
             recorded[vf] for vf in sorted(recorded)))
 

@@ -24,7 +24,12 @@ What ``libvirt-gpu restore`` carved is recorded in
 
     {"version": 1, "vfs": {"0000:bd:00.4": {
         "gpu": "0000:bd:00.0", "type_id": "nvidia-1153",
-        "carving": "l40s_12q"}}}
+        "type_name": "NVIDIA L40S-12Q", "carving": "l40s_12q"}}}
+
+The type's name is kept because a GPU whose capacity the carved VFs
+take whole lists no creatable type any more, and a VF names only the
+number of the type it holds: without NVML the name (and so the default
+resource class and alias) is then known from the record alone.
 
 The record is what the parts that run without the configuration read
 (the qemu hook, the allocator it builds): a recorded VF is Nova's, never
@@ -109,10 +114,11 @@ class CarvedVf:
     gpu: objects.PciAddress
     type_id: objects.TypeId
     carving: str
+    type_name: str | None = None
 
     def to_json(self):
         return {'gpu': str(self.gpu), 'type_id': str(self.type_id),
-                'carving': self.carving}
+                'type_name': self.type_name, 'carving': self.carving}
 
 
 @records.record
@@ -257,11 +263,13 @@ def matching(found, gpus):
     return claimed
 
 
-def resolve(conf, gpus, enabled):
+def resolve(conf, gpus, enabled, known_names=None):
     """The ``CarvedGpu``s of the configuration ``conf`` on a host whose
     GPUs (``objects.Gpu``, PFs with their VFs) are ``gpus`` and whose own
     vGPU route enables ``enabled`` (``{PciAddress: EnabledType}``), in
-    address order; ConfigError for what the module doc lists."""
+    address order; ConfigError for what the module doc lists.
+    ``known_names``: ``{type_id: name}`` for types the GPUs list without
+    a name (the record's)."""
     found = carvings(conf)
     if not found:
         return ()
@@ -277,12 +285,13 @@ def resolve(conf, gpus, enabled):
                        'route (docs/admin/nova.md, "Moving a GPU between '
                        'routes")' % (carving.section, address,
                                      setting.type_id))
-        carved.append(_carve(carving, by_address[address]))
+        carved.append(_carve(carving, by_address[address],
+                             known_names or {}))
     _check_names(carved)
     return tuple(carved)
 
 
-def _carve(carving, gpu):
+def _carve(carving, gpu, known_names):
     """The ``CarvedGpu`` of ``carving`` on the physical GPU ``gpu``."""
     where = '[%s]' % carving.section
     interface = gpu.vgpu_interface
@@ -325,22 +334,23 @@ def _carve(carving, gpu):
                    '(%s)%s; lower the count' % (
                        where, carving.count, gpu.address, most,
                        carving.type_id, mtype.name or 'unnamed', held))
+    type_name = mtype.name or known_names.get(carving.type_id)
     by_vf = {f.address: f for f in gpu.vf_gpus}
     first = by_vf.get(vfs[0])
     vendor_id = first.vendor_id if first is not None else gpu.vendor_id
     product_id = first.product_id if first is not None else gpu.product_id
     if (carving.resource_class is None or carving.alias is None) \
-            and not mtype.name:
+            and not type_name:
         raise exception.ConfigError(
             reason='%s: the GPU %s lists %s without a name, so neither '
                    'resource_class nor alias can be derived from it; set '
                    'both' % (where, gpu.address, carving.type_id))
     return CarvedGpu(
-        carving=carving, gpu=gpu.address, vfs=vfs, type_name=mtype.name,
+        carving=carving, gpu=gpu.address, vfs=vfs, type_name=type_name,
         vendor_id=vendor_id, product_id=product_id,
         resource_class=(carving.resource_class
-                        or default_resource_class(mtype.name)),
-        alias=carving.alias or default_alias(mtype.name))
+                        or default_resource_class(type_name)),
+        alias=carving.alias or default_alias(type_name))
 
 
 def _check_names(carved):
@@ -411,12 +421,14 @@ class CarveRecord(object):
             try:
                 vf = objects.PciAddress.parse(vf)
                 carving = entry['carving']
-                if not isinstance(carving, str):
-                    raise TypeError('carving')
+                type_name = entry.get('type_name')
+                if not isinstance(carving, str) or not isinstance(
+                        type_name, (str, type(None))):
+                    raise TypeError('carving or type_name')
                 found[vf] = CarvedVf(
                     vf=vf, gpu=objects.PciAddress.parse(entry['gpu']),
                     type_id=objects.TypeId.parse(entry['type_id']),
-                    carving=carving)
+                    carving=carving, type_name=type_name)
             except (exception.InvalidInput, KeyError, TypeError) as e:
                 raise self._error('entry %r is invalid: %s' % (vf, e))
         return found

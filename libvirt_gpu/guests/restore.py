@@ -331,7 +331,8 @@ class Restore(object):
             return
         entry = carving.CarvedVf(vf=vf, gpu=carved.gpu,
                                  type_id=carved.type_id,
-                                 carving=carved.carving.name)
+                                 carving=carved.carving.name,
+                                 type_name=carved.type_name)
         if self.dry_run:
             self._note(OK if held else WOULD, what, vf,
                        ('holds ' if held else 'would write ') + detail)
