@@ -362,3 +362,13 @@ def test_a_record_that_is_not_ours_is_refused(fast_tmp):
     with pytest.raises(exception.StateError) as e:
         carving.CarveRecord(os.path.join(fast_tmp, 'state')).read()
     assert 'entry' in str(e.value) and carving.RECORD_NAME in str(e.value)
+
+
+def test_a_carving_section_not_listed_is_checked_as_a_carving(resolve):
+    # one line of [nova]/carved turns it on or off: its options are
+    # checked all the same
+    assert resolve('[nova_spare]\ngpus = %s\ncount = 1\n' % L2) == ()
+    with pytest.raises(exception.ConfigError) as e:
+        resolve('[nova_spare]\ncuont = 1\n')
+    assert ('unknown option [nova_spare]/cuont; did you mean count?'
+            in str(e.value))
