@@ -4,6 +4,8 @@ naming each difference of a hand-edited copy (Nova's own parsers judge
 the printed lines in tests/functional/test_nova_route.py)."""
 
 import json
+import os
+import re
 
 import pytest
 
@@ -258,3 +260,46 @@ def test_header_names_the_versions_nova_needs():
     assert versions.describe() == (
         'libvirt 10.0.0, QEMU 8.2.2: "live_migratable": "yes" (Nova needs '
         'libvirt >= 10.0.0 and QEMU >= 8.2.2)')
+
+
+def readme_nova_section():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    with open(os.path.join(root, 'README.md')) as f:
+        text = f.read()
+    section = text.split('## With OpenStack Nova\n', 1)[1].split('\n## ')[0]
+    (ini,) = re.findall(r'^```ini\n(.*?)^```', section, flags=re.S | re.M)
+    (sh,) = re.findall(r'^```sh\n(.*?)^```', section, flags=re.S | re.M)
+    return ini, sh
+
+
+def test_the_readme_s_nova_section_runs(fast_tmp, capsys,  # noqa: F811
+                                        monkeypatch, tmp_path):
+    """The README's configuration and commands, as written, on the
+    simulated L40S host (the Nova file in a temporary directory)."""
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    ini, sh = readme_nova_section()
+    host = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n'
+                + ini)
+    nova_file = str(tmp_path / '50-libvirt-gpu.conf')
+    ran = 0
+    for line in sh.splitlines():
+        line = line.split(' #', 1)[0].strip()
+        argv = line.replace('/etc/nova/nova.conf.d/50-libvirt-gpu.conf',
+                            nova_file).split()[1:]
+        target = None
+        if '>' in argv:
+            argv, target = argv[:argv.index('>')], argv[-1]
+        rc = cli.main(['--config-file', host.config, '--sysfs-root',
+                       host.root] + argv)
+        out, err = capsys.readouterr()
+        assert (line, rc, err) == (line, 0, '')
+        if target is not None:
+            with open(target, 'w') as f:
+                f.write(out)
+        ran += 1
+    assert ran == 3
+    assert out == '%s matches the VFs carved for Nova on %s\n' % (
+        nova_file, host.conf.host)
+    with open(nova_file) as f:
+        assert len(pci_lines(f.read(), 'device_spec')) == 4
