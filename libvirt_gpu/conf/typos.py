@@ -19,6 +19,8 @@ other.  After every group is registered, the file is read once more
   not enable: nothing reads it (its ``device_addresses`` would be ignored
   and every GPU that offers the enabled type sliced), so it is named,
   with the enabled type it is nearest to;
+- a ``[nova_<name>]`` section of a carving ``[nova]/carved`` does not
+  list, likewise, with the listed carving it is nearest to;
 - an option set twice in one section, or a section opened twice, naming
   both lines (oslo.config would merge the sections and let the last
   value win; an option registered as a multi-valued one may repeat).
@@ -31,6 +33,7 @@ from oslo_config import cfg
 from libvirt_gpu import exception
 
 VGPU_PREFIX = 'vgpu_'
+CARVING_PREFIX = 'nova_'
 PLACEMENT = 'placement'
 
 
@@ -93,10 +96,11 @@ def _refuse(path, text):
     return exception.ConfigError(reason='%s: %s' % (path, text))
 
 
-def check(conf, path, vgpu_options):
+def check(conf, path, vgpu_options, carving_options=()):
     """Refuse the first mistake of the file ``path`` (see the module doc):
     ConfigError naming it and what to do.  ``vgpu_options``: the option
-    names of a ``[vgpu_<type>]`` section."""
+    names of a ``[vgpu_<type>]`` section; ``carving_options``: those of a
+    ``[nova_<name>]`` section."""
     sections = {}
     parser = _Parser(path, sections)
     try:
@@ -115,18 +119,32 @@ def check(conf, path, vgpu_options):
             known = _options_of(conf, section)
         elif section.startswith(VGPU_PREFIX):
             known = set(vgpu_options)
+        elif section.startswith(CARVING_PREFIX) and carving_options:
+            known = set(carving_options)
         else:
             raise _refuse(path, 'unknown section [%s]%s (sections: %s)'
                           % (section, _nearest(section, groups | {'DEFAULT'}),
                              ', '.join(sorted(
-                                 g for g in groups
-                                 if not g.startswith(VGPU_PREFIX)))))
+                                 g for g in groups if not g.startswith(
+                                     (VGPU_PREFIX, CARVING_PREFIX))))))
         for name in sorted(sections[section]):
             if name not in known:
                 raise _refuse(path, 'unknown option [%s]/%s%s'
                               % (section, name, _nearest(name, known)))
         if section.startswith(VGPU_PREFIX) and section not in groups:
             raise _refuse(path, _not_enabled(section, enabled))
+        if section.startswith(CARVING_PREFIX) and section not in groups:
+            raise _refuse(path, _not_carved(section, conf.nova.carved))
+
+
+def _not_carved(section, carved):
+    name = section[len(CARVING_PREFIX):]
+    near = difflib.get_close_matches(name, sorted(carved), n=1, cutoff=0.6)
+    what = ('did you mean [%s%s]?' % (CARVING_PREFIX, near[0]) if near
+            else 'list it in [nova]/carved or remove the section')
+    return ('section [%s] is a carving [nova]/carved (%s) does not list, '
+            'so nothing would read it; %s'
+            % (section, ', '.join(carved) or 'empty', what))
 
 
 def _not_enabled(section, enabled):

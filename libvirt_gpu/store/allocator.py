@@ -44,6 +44,11 @@ linear in the domain's claims.  A refusal for room is worded the same for
 a start and an incoming migration (``_no_room``) and names what holds the
 room that is not the domain's own: incoming migrations' reservations and
 leases of processes that died.
+
+A GPU carved for Nova (``carved``: ``carving.Carved.gpus``) gives
+nothing: its VFs and the capacity they use are Nova's, whatever the
+configuration enables (a claim naming it or one of its VFs is refused,
+``GpuInUse``).
 """
 
 
@@ -116,14 +121,16 @@ class Allocator(object):
     """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
     :param store: the host's ``LeaseStore``.
     :param enabled: ``{PciAddress: EnabledType}`` (``enablement.resolve``).
+    :param carved: the physical GPUs carved for Nova (see the module doc).
     """
 
-    def __init__(self, backend, store, enabled):
+    def __init__(self, backend, store, enabled, carved=frozenset()):
         self.backend = backend
         self.store = store
         self.enabled = dict(enabled)
         # the types named in the configuration (enablement.Enabled)
         self.configured = tuple(getattr(enabled, 'configured', ()))
+        self.carved = frozenset(carved)
 
     def _enabled_types(self):
         return enabled_text(self.enabled, self.configured)
@@ -143,7 +150,10 @@ class Allocator(object):
         """``(free, VF)`` of an SR-IOV GPU (see the module doc): how many
         more vGPUs of ``type_id`` it can take, and the VF the next one goes
         to (``vf`` when given and usable; ``uuid``'s own recorded VF
-        counts as usable).  ``(0, None)`` when none."""
+        counts as usable).  ``(0, None)`` when none (a GPU carved for
+        Nova: always)."""
+        if gpu in self.carved:
+            return 0, None
         # imported here: only an SR-IOV GPU is read as discovery reads it
         from libvirt_gpu.devices import discovery
         view = discovery.gpu_view(self.backend.sysfs, gpu,
@@ -455,6 +465,11 @@ class Allocator(object):
     def _check_sriov_parent(self, txn, claim, mdevs, gpu, vf):
         """A claim naming an SR-IOV GPU (its PF: any of its VFs) or one of
         its VFs; returns the VF."""
+        if gpu in self.carved:
+            raise exception.GpuInUse(
+                address=vf or gpu,
+                reason='its VFs are carved for Nova ([nova]/carved): they '
+                       'go to Nova\'s instances only')
         if vf is not None:
             self.backend.check_type(vf, claim.type_id)
         self._check_enabled(claim, gpu)
@@ -501,6 +516,9 @@ class Allocator(object):
         looked = []
         for address in candidates:
             near = (nearness or {}).get(address, False)
+            if address in self.carved:
+                looked.append('%s (carved for Nova)' % address)
+                continue
             if self._sriov_gpu(address) is not None:
                 free, chosen = self._gpu_free(txn, address, claim.type_id,
                                               mdevs, uuid=claim.uuid)

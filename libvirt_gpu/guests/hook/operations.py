@@ -383,6 +383,17 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     return 0
 
 
+def _carved_vfs(env, req):
+    """The PCI hostdevs of the domain that are VFs carved for Nova
+    (``carving.CarveRecord``: read only for a domain with a PCI
+    hostdev)."""
+    if not req.domain.pci_addresses:
+        return ()
+    carved = env.carved.vfs
+    return tuple(sorted(a for a in req.domain.pci_addresses
+                        if a in carved))
+
+
 def _call(op, req, log, config_file, settings_file, sysfs, places):
     """The row's function on a host built from the settings snapshot;
     its ``xmledit.Document`` when it may rewrite the XML, else None."""
@@ -395,6 +406,13 @@ def _call(op, req, log, config_file, settings_file, sysfs, places):
         log.info(note)
     env = environment.Environment.for_hook(
         settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root), **places)
+    novas = _carved_vfs(env, req)
+    if novas:
+        # Nova's guest (its VF hostdev is a VF carved for Nova): no lease,
+        # no rewrite, nothing created or removed.
+        log.info('domain %s uses VF(s) carved for Nova (%s): left to Nova'
+                 % (req.label, ', '.join(str(a) for a in novas)))
+        return None
     output = op.function(Hook(env, log), req)
     if output is not None and not op.rewrites:
         raise TypeError('operation %s returned XML but its row does not '
