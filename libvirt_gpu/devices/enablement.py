@@ -139,7 +139,7 @@ def resolve(conf, gpus):
     return enabled
 
 
-# --- layouts (devices.layout) -------------------------------------------------
+# --- layouts (devices.layout) ------------------------------------------------
 
 def _not_in_layout(type_id, address, in_layout):
     layout = in_layout.get(address)

@@ -391,15 +391,15 @@ def _check_profiles(layout, facts):
                    profile.instances))
         slices += profile.slices * gi.count
         memory += _memory_slices(profile.memory_mib, unit) * gi.count
-    if slices > facts.slices or memory > _memory_slices(facts.memory_mib,
-                                                       unit):
+    total = _memory_slices(facts.memory_mib, unit)
+    if slices > facts.slices or memory > total:
         raise LayoutError(
             layout=layout.name, address=facts.address,
             reason='%s: %s needs %d compute slices and %d memory slices; '
                    'the GPU has %d and %d (profiles: %s)'
             % (layout.option('gpu_instances'),
                ', '.join(str(gi) for gi in layout.gpu_instances), slices,
-               memory, facts.slices, _memory_slices(facts.memory_mib, unit),
+               memory, facts.slices, total,
                ', '.join('%s %d slice(s)' % (p.name, p.slices)
                          for p in facts.profiles)))
 

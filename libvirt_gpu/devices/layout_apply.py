@@ -23,6 +23,7 @@ import time
 from libvirt_gpu.devices.backends.nvidia_vgpu import files as vendor_files
 from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.devices import layout_plan
+from libvirt_gpu.devices import nvml
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
@@ -340,3 +341,32 @@ def lease_holders(store, names=None):
         return found
     return holders
 
+
+def layouts_by_gpu(env):
+    """``{PciAddress: Layout}`` of the host ``env`` (an
+    ``environment.Environment``): its layouts resolved against its GPUs."""
+    return layout_mod.claims(layout_mod.read_layouts(env.conf),
+                             env.discovered.gpus)
+
+
+def converge(env, only=None, dry_run=False, progress=None,
+             sriov_manage=None, settle_timeout=30.0, names=None):
+    """Plan (``dry_run``) or apply the layouts of the host ``env``, for
+    the GPU ``only`` or every GPU in a layout; returns a ``Report``.
+    ``names``: ``{Uuid: domain name}`` for the refusals."""
+    by_gpu = layouts_by_gpu(env)
+    chosen = targets(by_gpu, only)
+    if not chosen:
+        return Report(results=())
+    if env.nvml is None:
+        raise nvml.NvmlUnavailable(
+            reason='[gpu]/nvml is off, or the GPUs are not read from this '
+                   'host\'s /sys')
+    with env.nvml.session() as session:
+        driver = GpuDriver(session, env.sysfs, sriov_manage=sriov_manage,
+                           settle_timeout=settle_timeout)
+        applier = Applier(driver, holders=lease_holders(env.store, names),
+                          dry_run=dry_run, progress=progress)
+        every = {g.address for g in env.discovered.gpus
+                 if not g.is_vf and g.vendor_id == objects.NVIDIA_VENDOR_ID}
+        return applier.run(chosen, every_gpu=every <= set(by_gpu))
