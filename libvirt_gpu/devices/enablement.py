@@ -95,8 +95,7 @@ def resolve(conf, gpus):
                            'needs its own list of GPUs'
                            % (', '.join(types), group_name(type_id)))
             for gpu in gpus:
-                if not gpu.is_vf and gpu.address not in in_layout and \
-                        gpu.offered_type(type_id) is not None:
+                if not gpu.is_vf and gpu.offered_type(type_id) is not None:
                     enabled[gpu.address] = setting
             if not enabled:
                 _warn_not_offered(type_id, gpus)

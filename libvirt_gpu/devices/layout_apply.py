@@ -287,20 +287,27 @@ class Applier(object):
     def _run_steps(self, layout, address, facts, steps):
         done = []
         for index, step in enumerate(steps):
+            left = _names(s.detail for s in steps[index + 1:])
             try:
                 self.driver.run(address, step, facts)
-                if step.action == layout_plan.MIG_MODE:
-                    facts = self._checked(layout, address)
             except (exception.LibvirtGpuError, OSError,
                     subprocess.SubprocessError) as e:
                 error = layout_mod.StepFailed(
                     layout=layout.name, address=address,
                     step=step.detail, reason=e, done=_names(done),
-                    left=_names(s.detail for s in steps[index + 1:]))
+                    left=left)
                 self._note(FAILED, layout, address, step.action, str(error))
                 return False
             done.append(step.detail)
             self._note(DONE, layout, address, step.action, step.detail)
+            if step.action == layout_plan.MIG_MODE:
+                try:
+                    facts = self._checked(layout, address)
+                except exception.LibvirtGpuError as e:
+                    self._note(FAILED, layout, address, 'check',
+                               '%s; done: %s; left: %s' % (
+                                   e, _names(done), left))
+                    return False
         return True
 
 

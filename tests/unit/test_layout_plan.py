@@ -69,6 +69,19 @@ def test_only_the_missing_gis_are_made():
     assert [(s.action, s.profile_id) for s in steps] == [(lp.CREATE_GI, 19)]
 
 
+def test_the_largest_profile_is_made_first_whatever_its_id():
+    facts = layout.GpuFacts(
+        address=ADDRESS, mig=True, profiles=(
+            tl.profile(1, '1g.10gb', 1, 7, 9.75),
+            tl.profile(2, '4g.40gb', 4, 1, 39.5),
+            tl.profile(3, '2g.20gb', 2, 3, 19.625)),
+        types=tl.H100_TYPES)
+    lay = tl.layout_of(gis=(('1g.10gb', 1), ('2g.20gb', 1), ('4g.40gb', 1)),
+                       types=())
+    steps = lp.plan(lay, facts, state()).steps
+    assert [s.profile_id for s in steps] == [2, 3, 1]
+
+
 def test_gis_not_in_the_layout_are_destroyed_before_any_is_made():
     gis = AT_MIG[:4] + ((7, 14, None),)          # a 2g.20gb instead
     steps = lp.plan(MIG, tl.h100_facts(), state(gis=gis)).steps
