@@ -303,6 +303,13 @@ class Applier(object):
             if step.action == layout_plan.MIG_MODE:
                 try:
                     facts = self._checked(layout, address)
+                    if bool(facts.mig) != step.on:
+                        raise layout_mod.LayoutError(
+                            layout=layout.name, address=address,
+                            reason='MIG mode is set but not current: the '
+                                   'GPU needs a reset (nvidia-smi -r -i '
+                                   '<index>, with no process on it) or a '
+                                   'reboot')
                 except exception.LibvirtGpuError as e:
                     self._note(FAILED, layout, address, 'check',
                                '%s; done: %s; left: %s' % (

@@ -294,6 +294,12 @@ _MAX_GPU_INSTANCES = 32
 _NS_PER_MS = 1000000
 
 
+def _no_such_profile(lib, error):
+    """NVML's answer for a profile index the GPU (or GI) does not have."""
+    return getattr(error, 'value', None) in (
+        lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_INVALID_ARGUMENT)
+
+
 class NvmlError(exception.LibvirtGpuError):
     msg_fmt = 'NVML %(call)s on GPU %(address)s: %(reason)s'
 
@@ -315,7 +321,12 @@ def _profile_name(info):
 class Session(object):
     """NVML between one ``nvmlInit`` and its ``nvmlShutdown`` (a ``with``
     block): one GPU's layout facts and state read, and changed.  Every
-    failure of a call is an ``NvmlError`` naming the call and the GPU."""
+    failure of a call is an ``NvmlError`` naming the call and the GPU.
+
+    GPU-instance profiles are named by NVML's profile id (the ``ID``
+    column of ``nvidia-smi mig -lgip``: 19 for an H100's 1g.10gb), which
+    is what ``nvmlVgpuTypeGetGpuInstanceProfileId`` answers and what
+    ``nvmlDeviceCreateGpuInstance`` takes."""
 
     def __init__(self, lib):
         self.lib = lib
@@ -370,8 +381,11 @@ class Session(object):
             try:
                 info = self.lib.nvmlDeviceGetGpuInstanceProfileInfo(
                     handle, index)
-            except self.lib.NVMLError:
-                continue      # a profile this GPU does not have
+            except self.lib.NVMLError as e:
+                if _no_such_profile(self.lib, e):
+                    continue      # a profile this GPU does not have
+                raise NvmlError(call='nvmlDeviceGetGpuInstanceProfileInfo',
+                                address=address, reason=e)
             if not info.instanceCount:
                 continue
             found.append(layout.GiProfile(
@@ -500,8 +514,12 @@ class Session(object):
                 info = self.lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
                     gi, ci_profile,
                     self.lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-            except self.lib.NVMLError:
-                continue
+            except self.lib.NVMLError as e:
+                if _no_such_profile(self.lib, e):
+                    continue      # a size this GPU instance cannot have
+                raise NvmlError(
+                    call='nvmlGpuInstanceGetComputeInstanceProfileInfo',
+                    address=address, reason=e)
             handles = (self.lib.c_nvmlComputeInstance_t
                        * _MAX_GPU_INSTANCES)()
             count = ctypes.c_uint(0)

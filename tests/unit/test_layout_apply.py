@@ -39,6 +39,7 @@ class Gpu(object):
         self.gi_schedulers = {}
         self.vgpus = ()
         self.fail = None           # an action that fails once
+        self.pending = False       # MIG mode set but not current
         self.calls = []
         self._next = 1
 
@@ -83,7 +84,8 @@ class Gpu(object):
                 self._refuse('nvmlDeviceSetMigMode', 'VFs are enabled')
             if self.gis:
                 self._refuse('nvmlDeviceSetMigMode', 'GIs exist')
-            self.mig = step.on
+            if not self.pending:
+                self.mig = step.on
         elif step.action == lp.ENABLE_VFS:
             self.vfs = step.count
             self.gis, self.gi_schedulers, self.mixed = {}, {}, False
@@ -250,6 +252,15 @@ def test_the_layout_is_checked_again_once_mig_mode_is_on():
     assert 'nvidia-1160 is time-sliced' in report.failed[0].detail
     assert 'done: turn MIG mode on; left: enable 20 VFs' in \
         report.failed[0].detail
+
+
+def test_a_mig_mode_that_needs_a_reset_stops_the_run():
+    gpu = Gpu()
+    gpu.pending = True
+    report = apply(gpu, MIG)
+    assert gpu.calls == [lp.MIG_MODE]
+    assert 'the GPU needs a reset' in report.failed[0].detail
+    assert 'left: enable 20 VFs' in report.failed[0].detail
 
 
 def test_mig_on_a_gpu_without_mig_is_refused():
