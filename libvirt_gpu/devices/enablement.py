@@ -13,6 +13,7 @@ import re
 import os_resource_classes
 
 from libvirt_gpu import exception
+from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 
@@ -111,6 +112,7 @@ def resolve(conf, gpus):
             reason='[gpu]/enabled_vgpu_types lists a type twice: %s'
             % ', '.join(types))
     by_address = {gpu.address: gpu for gpu in gpus}
+    in_layout = layout_mod.claims(layout_mod.read_layouts(conf), gpus)
     enabled = {}
     claimed_by = {}
     for type_id in types:
@@ -144,6 +146,7 @@ def resolve(conf, gpus):
                            'each GPU to one type only'
                            % (address, claimed_by[address], type_id))
             claimed_by[address] = type_id
+            _not_in_layout(type_id, address, in_layout)
             gpu = by_address.get(address)
             if gpu is None:
                 raise exception.ConfigError(
@@ -170,4 +173,38 @@ def resolve(conf, gpus):
                     reason='the GPU at %s does not offer type %s (it offers: '
                            '%s)%s' % (address, type_id, offered, hint))
             enabled[address] = setting
+    enabled.update(_layout_types(conf, in_layout))
     return Enabled(enabled, configured=types)
+
+
+# --- layouts (devices.layout) ------------------------------------------------
+
+def _not_in_layout(type_id, address, in_layout):
+    layout = in_layout.get(address)
+    if layout is not None:
+        raise exception.ConfigError(
+            reason='[%s]/device_addresses names %s, which is in layout [%s]; '
+                   'a GPU in a layout offers the layout\'s vgpu_types: '
+                   'remove it from one of them'
+                   % (group_name(type_id), address, layout.section))
+
+
+def _layout_types(conf, in_layout):
+    """``{PciAddress: EnabledType}`` of the GPUs in a layout: the layout's
+    first vGPU type, with the resource class and limit of its
+    ``[vgpu_<type>]`` section when the type is also in
+    ``[gpu]/enabled_vgpu_types`` (VGPU otherwise).  What the GPU can hold
+    is checked against the GPU itself by ``layout plan``/``apply``."""
+    enabled = {}
+    types = set(conf.gpu.enabled_vgpu_types)
+    for address, layout in in_layout.items():
+        type_id = layout.vgpu_types[0]
+        resource_class, max_instances = 'VGPU', None
+        if type_id in types:
+            section = conf[group_name(type_id)]
+            resource_class = _resource_class(type_id, section.resource_class)
+            max_instances = section.max_instances
+        enabled[address] = objects.EnabledType(
+            type_id=type_id, resource_class=resource_class,
+            max_instances=max_instances)
+    return enabled
