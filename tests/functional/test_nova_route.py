@@ -13,7 +13,6 @@ translation and asks Placement for allocation candidates as its
 scheduler does.  The product's own Placement sync reports the same host.
 """
 
-import functools
 import json
 import os
 import re
@@ -52,7 +51,7 @@ enabled_vgpu_types = nvidia-1145
 [vgpu_nvidia-1145]
 device_addresses = {other}
 """
-# The carving when the README has none to follow (see readme_nova()).
+# The README's carving ("With OpenStack Nova": its test checks they agree).
 CARVING = """
 [nova]
 carved = l40s_12q
@@ -73,14 +72,10 @@ class Setup(hg.HookSetup):
     def hooks(self, live):
         hooks = super().hooks(live)
         # HookSetup wrote a configuration of one type: ours replaces it
-        text = CONFIG
-        if has_nova_config():
-            readme = readme_nova()
-            text += '\n' + readme.ini if readme else CARVING
         with open(self.config, 'w') as f:
-            f.write(text.format(root=live.root, state=self.state_dir,
-                                other=OTHER_GPU, carved=CARVED_GPU,
-                                type=CARVED_TYPE, count=COUNT))
+            f.write((CONFIG + CARVING).format(
+                root=live.root, state=self.state_dir, other=OTHER_GPU,
+                carved=CARVED_GPU, type=CARVED_TYPE, count=COUNT))
         return hooks
 
 
@@ -102,11 +97,10 @@ class ReadmeNova(object):
 
 
 def readme_nova():
-    """The README's section (``ReadmeNova``), None while it has none."""
+    """The README's section (``ReadmeNova``)."""
     with open(os.path.join(ls.REPO, 'README.md')) as f:
         text = f.read()
-    if '\n## With OpenStack Nova\n' not in text:
-        return None
+    assert '\n## With OpenStack Nova\n' in text
     return ReadmeNova(text.split('\n## With OpenStack Nova\n', 1)[1]
                       .split('\n## ')[0])
 
@@ -141,44 +135,8 @@ def carved_now(host):
                   if vf in gpu_vfs and t == CARVED_TYPE)
 
 
-# --- until `libvirt-gpu nova-config` and the carving are in this checkout --
-
-@functools.lru_cache(maxsize=None)
-def has_nova_config():
-    r = subprocess.run([sys.executable, '-m', 'libvirt_gpu.cmd.main',
-                        'nova-config', '--help'], cwd=ls.REPO,
-                       capture_output=True, text=True, timeout=60)
-    return r.returncode == 0
-
-
-NEEDS_NOVA_CONFIG = 'libvirt-gpu nova-config is not in this checkout yet'
-
-
-def carve_by_hand(host):
-    sysfs = host.live.sysfs
-    number = int(CARVED_TYPE.split('-')[1])
-    for vf in [str(a) for a in sysfs.virtfns(CARVED_GPU)][:COUNT]:
-        vendor(sysfs).set_current_type(vf, number)
-
-
-def hand_written_config(vfs):
-    lines = ['[pci]']
-    for vf in vfs:
-        lines.append('device_spec = ' + json.dumps({
-            'vendor_id': '10de', 'product_id': '26b9', 'address': vf,
-            'managed': 'no', 'resource_class': 'CUSTOM_NVIDIA_L40S_12Q'}))
-    lines.append('alias = ' + json.dumps({
-        'name': 'l40s_12q', 'device_type': 'type-VF',
-        'resource_class': 'CUSTOM_NVIDIA_L40S_12Q', 'vendor_id': '10de',
-        'product_id': '26b9'}))
-    return '\n'.join(lines) + '\n'
-
-
 def carve_and_print(host):
     """Carve the VFs (``restore``) and print Nova's lines."""
-    if not has_nova_config():
-        carve_by_hand(host)
-        return hand_written_config(carved_now(host))
     r = cli(host, 'restore')
     assert r.returncode == 0, r.stdout + r.stderr
     r = cli(host, 'nova-config', libvirt=True)
@@ -509,8 +467,6 @@ def test_carved_vfs_keep_their_type(host):
 
 def check(host, path):
     """``nova-config --check PATH --json``: (exit status, differences)."""
-    if not has_nova_config():
-        pytest.skip(NEEDS_NOVA_CONFIG)
     r = cli(host, 'nova-config', '--check', path, '--json',
             libvirt=True)
     assert r.returncode in (0, 1), r.stdout + r.stderr
@@ -603,8 +559,6 @@ def rebooted(host, routes, tmp_path_factory):
     """The same host after a reboot (its VFs off, no vGPU, its state
     directory kept) and ``libvirt-gpu restore``, as the systemd unit runs
     it before nova-compute: a new live tree and libvirtd."""
-    if not has_nova_config():
-        pytest.skip(NEEDS_NOVA_CONFIG)
     workdir = tmp_path_factory.mktemp('nova-l40s-rebooted')
     profile = rebooted_profile(str(workdir / 'l40s-rebooted.json'))
     with ls.LiveHost(str(workdir), profile=profile) as h:
@@ -661,8 +615,6 @@ def test_nova_creates_its_compute_node_after_our_first_sync(
     """On a host new to Placement our sync may run before nova-compute
     ever did: Nova must still create its compute node provider (named
     after the host) and its PCI providers."""
-    if not has_nova_config():
-        pytest.skip(NEEDS_NOVA_CONFIG)
     name = 'gpu-l40s-02'
     cli_json(host, 'placement', 'sync', '--url', placement.url, '--json',
              hostname=name)
@@ -685,8 +637,6 @@ def test_nova_config_names_a_full_gpu_s_carving_from_its_type(
     """The carving without ``resource_class`` nor ``alias``: both come
     from the type's name (NVIDIA L40S-12Q), also once the carved VFs
     leave the GPU no room for another of the type."""
-    if not has_nova_config():
-        pytest.skip(NEEDS_NOVA_CONFIG)
     with open(host.setup.config) as f:
         text = f.read()
     config = tmp_path / 'libvirt-gpu.conf'
@@ -713,14 +663,9 @@ def test_the_readme_s_nova_section_followed_as_nova_reads_it(
     file they wrote, and the flavor's extra spec the README names gets an
     allocation candidate on the carved GPU."""
     readme = readme_nova()
-    if readme is None or not has_nova_config():
-        pytest.skip('the README has no "With OpenStack Nova" section yet')
     # what the whole module checked is the README's carving
-    for line in ('gpus = %s' % CARVED_GPU, 'vgpu_type = %s' % CARVED_TYPE,
-                 'count = %d' % COUNT):
-        assert line in readme.ini.splitlines()
-    with open(host.setup.config) as f:
-        assert readme.ini in f.read()
+    assert readme.ini.strip() == CARVING.format(
+        carved=CARVED_GPU, type=CARVED_TYPE, count=COUNT).strip()
     judge = nova_env.Judge(nova_venv, tmp_path)
     nova_file = os.path.join(judge.conf_dir, nova_env.CONF_NAME)
     commands = readme.commands()
