@@ -365,10 +365,22 @@ def test_a_record_that_is_not_ours_is_refused(fast_tmp):
 
 
 def test_a_carving_section_not_listed_is_checked_as_a_carving(resolve):
-    # one line of [nova]/carved turns it on or off: its options are
-    # checked all the same
-    assert resolve('[nova_spare]\ngpus = %s\ncount = 1\n' % L2) == ()
+    # its options are checked as a carving's
     with pytest.raises(exception.ConfigError) as e:
         resolve('[nova_spare]\ncuont = 1\n')
     assert ('unknown option [nova_spare]/cuont; did you mean count?'
             in str(e.value))
+
+
+def test_a_carving_section_not_listed_is_refused(resolve):
+    # nothing would read it: the carving it was meant to be stays off
+    with pytest.raises(exception.ConfigError) as e:
+        resolve('[nova_spare]\ngpus = %s\ncount = 1\n' % L2)
+    assert ('section [nova_spare] is a carving [nova]/carved (empty) does '
+            'not list' in str(e.value))
+    assert 'list it in [nova]/carved or remove the section' in str(e.value)
+    with pytest.raises(exception.ConfigError) as e:
+        resolve('[nova]\ncarved = l40s_12q\n[nova_l40s_12q]\ngpus = %s\n'
+                'vgpu_type = nvidia-1155\ncount = 1\n'
+                '[nova_l40s_12g]\ngpus = %s\ncount = 1\n' % (L2, L2))
+    assert 'did you mean [nova_l40s_12q]?' in str(e.value)

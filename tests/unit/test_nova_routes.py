@@ -5,6 +5,7 @@ with a carved VF to Nova, and neither reconcile nor restore's clean-up
 touches a carved VF (simulated L40S host, ``kernel_sysfs``)."""
 
 import io
+import json
 import os
 
 import pytest
@@ -104,8 +105,13 @@ def test_nova_s_pci_provider_name():
 # --- Cyborg ------------------------------------------------------------------
 
 def deployables(devices):
-    return {cyborg_objects._address(d): len(d.deployable_list)
-            for d in devices}
+    found = {}
+    for d in devices:
+        info = json.loads(d.controlpath_id.cpid_info)
+        address = objects.PciAddress.parse('%s:%s:%s.%s' % (
+            info['domain'], info['bus'], info['device'], info['function']))
+        found[address] = len(d.deployable_list)
+    return found
 
 
 def test_cyborg_reports_a_carved_gpu_with_nothing_to_offer(

@@ -330,24 +330,22 @@ def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
     Cyborg driver reports and ``discover`` prints, built in one place;
     ``carved``: the physical GPUs carved for Nova, reported with no
     deployable.  Returns ``(devices, {address: why withheld})``."""
-    devices = tuple(
-        records.replace(d, deployable_list=())
-        if _address(d) in carved else d
-        for d in driver_devices(hostname, gpus, enabled,
-                                gpu_options.report_gpu_traits,
-                                gpu_options.pgpu_vendor_ids))
+    devices = []
+    for gpu in sorted(gpus, key=lambda g: g.address):
+        setting = enabled.get(gpu.address)
+        if not reported(gpu, setting, gpu_options.pgpu_vendor_ids):
+            continue
+        device = driver_device(hostname, gpu, setting,
+                               gpu_options.report_gpu_traits)
+        if gpu.address in carved:
+            device = records.replace(device, deployable_list=())
+        devices.append(device)
+    devices = tuple(devices)
     withheld_now = withheld_gpus(gpus, enabled, gpu_options.pgpu_vendor_ids)
     for gpu in gpus:
         if gpu.address in carved and not gpu.is_vf:
             withheld_now[gpu.address] = CARVED
     return devices, dict(sorted(withheld_now.items()))
-
-
-def _address(device):
-    """The PCI address of a ``DriverDevice``'s control path."""
-    info = json.loads(device.controlpath_id.cpid_info)
-    return objects.PciAddress.parse('%s:%s:%s.%s' % (
-        info['domain'], info['bus'], info['device'], info['function']))
 
 
 def to_primitive(record):
