@@ -62,6 +62,10 @@ EDGES = {
     'guests.api': "the API's arguments",
     # `libvirt-gpu types ADDRESS`
     'cmd.host_cmds': 'command-line arguments (types ADDRESS)',
+    # [layout_<name>]/vgpu_types
+    'devices.layout': 'the configuration',
+    # `layout apply --gpu ADDRESS`; libvirt's domain UUIDs for refusals
+    'cmd.layout_cmds': "command-line arguments and libvirt's answer",
     # provider names read back from Placement
     'openstack.placement.model': "Placement's provider names",
     # the simulator stands in for the kernel: its profile files, and
