@@ -13,8 +13,9 @@ there is one, its configuration and where discovery reads the host
 ``discovered``  the host as discovered (``objects.DiscoveryResult``:
                 the GPUs, named, with what NVML says)
 ``enabled``     ``{PciAddress: EnabledType}``: the enabled vGPU type of
-                each GPU, resolved against this host (the one place it
-                is: ``enablement.resolve``)
+                each GPU (of a GPU in a layout: its layout's first type),
+                resolved against this host (the one place it is:
+                ``enablement.resolve``)
 ``vgpus``       every vGPU kind behind one object (``backends.registry``)
 ``pci``         whole GPUs by PCI passthrough (``backends.pci``)
 ``store``       the lease store (``state.LeaseStore``)
