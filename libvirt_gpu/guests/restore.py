@@ -22,15 +22,32 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    the same write after preparing the driver), and write ``sriov_numvfs``
    ourselves otherwise (any sysfs root but ``/sys``, or no script).  A PF
    with some but not all VFs enabled is left as it is, and reported.
-2. **Persistent vGPUs.**  What each kind records to start with the host
+   The GPUs carved for Nova (``[nova]/carved``) are among the PFs.
+2. **VFs carved for Nova.**  With the VFs enabled, the carvings are
+   resolved against the host (``env.carved``: ``carving.resolve``) and
+   each carved VF gets its type, the lowest-numbered VFs of each GPU, so
+   the same addresses carry the same types after every boot (Nova keeps
+   their PCI records): the vGPU kind of the VF writes it (NVIDIA's vendor
+   interface: type number 1153 for nvidia-1153 to the VF's type file).
+   Each is recorded as Nova's (``carving.CarveRecord``) before it is
+   written.  A VF that holds the type already (carved before, by us or
+   by hand) is adopted as it is; one that holds another type, or one of
+   our own vGPUs, is reported and left alone (the addresses must not
+   move).  A recorded VF no longer carved by the configuration is
+   forgotten once it holds nothing; while it holds a vGPU it stays
+   Nova's (reported: reset it once Nova no longer uses it).  The writes
+   are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).  A carving
+   the host cannot satisfy is reported and nothing of it written.
+3. **Persistent vGPUs.**  What each kind records to start with the host
    (``VgpuKind.restorable``: the kind's persistent definitions marked to
    start at boot) is created where it does not exist; what a kind leaves
    alone is reported with its reason.  The kinds are asked from the last
    (the fallback, whose definitions an operator wrote) to the first.
-3. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
+4. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
    a vGPU of ours whose owner (the domain of its lease) is not running is
    reset, a record of one that is gone is forgotten.  vGPUs that are not
-   ours are reported, never touched; without libvirt to ask, nothing is
+   ours are reported, never touched (the VFs carved for Nova are not
+   reported: they are step 2's); without libvirt to ask, nothing is
    reset.
 
 Every step is reported (``RestoreReport``): what changed, what was already
@@ -44,6 +61,7 @@ import subprocess
 import time
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices import carving
 from libvirt_gpu import exception
 from libvirt_gpu.store import figures
 from libvirt_gpu.util import logs
@@ -61,11 +79,12 @@ CREATED = 'created'
 RESET = 'reset'
 WOULD = 'would'          # --dry-run: what a real run would change
 FORGOT = 'forgot'
+CARVED = 'carved'
 OK = 'ok'
 SKIPPED = 'skipped'
 FAILED = 'failed'
 APPLIED = 'applied'      # a layout step
-CHANGES = (ENABLED_VFS, CREATED, RESET, FORGOT, APPLIED)
+CHANGES = (ENABLED_VFS, CARVED, CREATED, RESET, FORGOT, APPLIED)
 
 
 @records.record
@@ -138,8 +157,21 @@ def vf_targets(env):
             targets.update(kind.sriov_pfs(sysfs))
     for kind in env.vgpus.kinds:
         targets.update(kind.recorded_gpus())
+    targets.update(carved_gpus(env))
     return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
                   and base.is_sriov_pf(sysfs, t))
+
+
+def carved_gpus(env):
+    """The physical GPUs the carvings for Nova name (by address or model,
+    read before their VFs are enabled) and those the record names."""
+    found = set()
+    if env.conf is not None:
+        found.update(carving.matching(carving.carvings(env.conf),
+                                      env.discovered.gpus))
+    found.update(r.gpu for r in carving.CarveRecord(env.state_dir)
+                 .read().values())
+    return found
 
 
 # --- the steps ---------------------------------------------------------------
@@ -168,6 +200,7 @@ class Restore(object):
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
         self.actions = []
+        self.carved_vfs = frozenset()     # step 2 tells
 
     def _note(self, action, what, target, detail):
         self.actions.append(Action(action, what, str(target), detail))
@@ -177,6 +210,7 @@ class Restore(object):
         self.apply_layouts()
         for pf in vf_pfs:
             self.enable_vfs(pf)
+        self.carve()
         self.restore_persistent()
         self.reset_stale()
         return RestoreReport(actions=tuple(self.actions))
@@ -273,7 +307,100 @@ class Restore(object):
         else:
             self._note(WOULD, what, device.uuid, 'would create ' + where)
 
-    # 2. persistent vGPUs ----------------------------------------------------
+    # 2. VFs carved for Nova --------------------------------------------------
+
+    def carve(self):
+        """Step 2 of the module doc."""
+        record = carving.CarveRecord(self.state_dir)
+        self.carved_vfs = frozenset(record.read())
+        # the host as it is now that its VFs are enabled
+        self.env = self.env.rediscover()
+        try:
+            planned = self.env.carved.planned
+        except exception.ConfigError as e:
+            self._note(FAILED, 'carving', '[nova]/carved', str(e))
+            return
+        self.carved_vfs |= self.env.carved.vfs
+        wanted = set()
+        for carved in planned:
+            for vf in carved.vfs:
+                wanted.add(vf)
+                self._carve_vf(record, carved, vf)
+        self._uncarve(record, wanted)
+
+    def _carving_kind(self, vf):
+        """The vGPU kind that carves ``vf``, or None."""
+        kind = self.env.vgpus.kind_of(vf)
+        if not kind.carvable or not kind.is_parent(vf):
+            return None
+        return kind
+
+    def _carve_vf(self, record, carved, vf):
+        what = 'carved-vf'
+        detail = '%s (%s) for Nova, [%s]' % (
+            carved.type_id, carved.type_name or 'unnamed',
+            carved.carving.section)
+        kind = self._carving_kind(vf)
+        if kind is None:
+            self._note(FAILED, what, vf, 'no vendor interface (%s): is '
+                       'NVIDIA\'s vGPU manager loaded?' % detail)
+            return
+        ours = self.env.vgpus.reserved_parents().get(vf)
+        if ours is not None:
+            self._note(FAILED, what, vf, 'holds libvirt-gpu\'s own vGPU %s; '
+                       'move it off this GPU first (docs/admin/nova.md) '
+                       '(%s)' % (ours, detail))
+            return
+        held = kind.held_type(vf)
+        if held is not None and held != carved.type_id:
+            self._note(FAILED, what, vf, 'holds %s, not %s: left alone; '
+                       'the carved VFs are always the lowest-numbered, so '
+                       'reset this one once nothing uses it' % (held, detail))
+            return
+        entry = carving.CarvedVf(vf=vf, gpu=carved.gpu,
+                                 type_id=carved.type_id,
+                                 carving=carved.carving.name,
+                                 type_name=carved.type_name)
+        if self.dry_run:
+            self._note(OK if held else WOULD, what, vf,
+                       ('holds ' if held else 'would write ') + detail)
+            return
+        with record.locked() as entries:
+            entries[vf] = entry
+        if held:
+            self._note(OK, what, vf, 'holds ' + detail)
+            return
+        try:
+            kind.write_type(vf, carved.type_id)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, what, vf, '%s: %s' % (detail, e))
+            return
+        self._note(CARVED, what, vf, 'wrote ' + detail)
+
+    def _uncarve(self, record, wanted):
+        """Recorded VFs the configuration no longer carves."""
+        for vf, entry in sorted(record.read().items()):
+            if vf in wanted:
+                continue
+            kind = self._carving_kind(vf)
+            held = kind.held_type(vf) if kind is not None else None
+            if held is not None:
+                self._note(SKIPPED, 'carved-vf', vf, 'no longer carved '
+                           '([%s] is gone) but holds %s: kept as Nova\'s '
+                           'until it holds nothing (docs/admin/nova.md, '
+                           '"Moving a GPU between routes")'
+                           % (carving.section(entry.carving), held))
+                continue
+            if self.dry_run:
+                self._note(WOULD, 'carved-vf', vf, 'would forget it: no '
+                           'longer carved and holds nothing')
+                continue
+            with record.locked() as entries:
+                entries.pop(vf, None)
+            self._note(FORGOT, 'carved-vf', vf, 'no longer carved and holds '
+                       'nothing')
+
+    # 3. persistent vGPUs ----------------------------------------------------
 
     def restore_persistent(self):
         # the fallback kind first: an operator's definitions before ours
@@ -298,13 +425,17 @@ class Restore(object):
         self._note(CREATED if created else OK, kind.noun, item.uuid,
                    ('created ' if created else 'exists: ') + item.detail)
 
-    # 3. stale vGPUs ----------------------------------------------------------
+    # 4. stale vGPUs ----------------------------------------------------------
 
     def reset_stale(self):
         """Each kind's own clean-up after a reboot
-        (``VgpuKind.boot_cleanup``)."""
+        (``VgpuKind.boot_cleanup``); what it says of a VF carved for Nova
+        (not one of the kind's) is step 2's, left out."""
+        carved = {str(vf) for vf in self.carved_vfs}
         for kind in self.env.vgpus.kinds:
             for note in kind.boot_cleanup(self.owner_running, self.dry_run):
+                if note.action == SKIPPED and note.target in carved:
+                    continue
                 self._note(note.action, kind.noun, note.target, note.detail)
 
 

@@ -5,7 +5,8 @@ both are parsed here and nowhere else: a size cap, and any DOCTYPE (so any
 entity declaration, internal or external) refused, before parsing by a byte
 search and during it by the parser itself (which also catches one in an
 encoding the byte search cannot see, such as UTF-16).  Comments and
-processing instructions are dropped.
+processing instructions are dropped.  ``require_utf8`` refuses whatever
+is not UTF-8 (the qemu hook's input: libvirt writes nothing else).
 
 The parser is expat (the standard library's C parser) building this
 module's ``Element``s, which answer as ElementTree's do for the calls the
@@ -252,6 +253,54 @@ def checked_bytes(text, what='XML', max_bytes=MAX_XML_BYTES):
     if b'<!DOCTYPE' in data or b'<!ENTITY' in data:
         raise exception.InvalidXml(
             reason='%s carries a DOCTYPE or entity declaration' % what)
+    return data
+
+
+# Byte order marks of the encodings expat detects by themselves; the
+# UTF-32 ones first (UTF-32LE's starts with UTF-16LE's).
+_BOMS = ((b'\x00\x00\xfe\xff', 'UTF-32'), (b'\xff\xfe\x00\x00', 'UTF-32'),
+         (b'\xfe\xff', 'UTF-16'), (b'\xff\xfe', 'UTF-16'))
+_UTF8_NAMES = (b'utf-8', b'utf8')
+
+
+def require_utf8(data, what='XML'):
+    """Refuse (InvalidXml) bytes that are not UTF-8 XML: a UTF-16 or
+    UTF-32 byte order mark, a NUL byte (UTF-16 without one), bytes that do
+    not decode, an encoding declaration other than UTF-8.  libvirt writes
+    UTF-8 only; what reaches us otherwise was converted by someone, and an
+    edit spliced in at byte offsets (``xmledit``) would not be well-formed
+    in it."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            raise exception.InvalidXml(
+                reason='%s is %s (it starts with a byte order mark); only '
+                       'UTF-8 is read: convert it (`iconv -t UTF-8`)'
+                       % (what, name))
+    if b'\x00' in data:
+        raise exception.InvalidXml(
+            reason='%s holds a NUL byte at offset %d (UTF-16 or UTF-32 '
+                   'text?); only UTF-8 is read: convert it (`iconv -t '
+                   'UTF-8`)' % (what, data.index(b'\x00')))
+    try:
+        data.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise exception.InvalidXml(
+            reason='%s is not UTF-8 (byte 0x%02x at offset %d); only UTF-8 '
+                   'is read: convert it (`iconv -t UTF-8`)'
+                   % (what, data[e.start], e.start))
+    head = data[3:] if data.startswith(b'\xef\xbb\xbf') else data
+    head = head.lstrip()[:200]
+    if head.startswith(b'<?xml'):
+        declared = head[:head.find(b'?>') + 1 or None].split(
+            b'encoding', 1)[1:]
+        if declared:
+            name = declared[0].lstrip(b' \t\r\n=').lstrip(b'"\'')
+            name = name.split(b'"', 1)[0].split(b"'", 1)[0].strip()
+            if name.lower() not in _UTF8_NAMES:
+                raise exception.InvalidXml(
+                    reason='%s declares the encoding %s; only UTF-8 is '
+                           'read: convert it and declare UTF-8 (or nothing)'
+                           % (what, name.decode('ascii', 'replace')[:40]))
     return data
 
 

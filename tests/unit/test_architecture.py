@@ -96,7 +96,8 @@ LEVELS = (
     ('util.fileutil', 'util.filetype', 'util.textutil', 'util.fanout',
      'util.safeopen'),
     ('util.xmlutil', 'store.statedir', 'util.xmledit', 'conffile',
-     'devices.enablement', 'devices.layout', 'devices.layout_plan'),
+     'devices.enablement', 'devices.carving', 'devices.layout',
+     'devices.layout_plan'),
     ('store.figures',), ('devices.pci_classes', 'devices.pciids'),
     ('devices.sysfs',), ('virt.nodedev',), ('virt.config_xml',),
     ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),
@@ -711,7 +712,7 @@ def test_the_reader_check_sees_a_direct_read(tmp_path):
 # each: the host as discovered, the PCI names, NVML, the enabled types
 # resolved against the host, the allocator): a call of one of these
 # anywhere else is an entry point building its own host.
-ROOT_CALLS = ('enablement.resolve', 'discovery.from_sysfs',
+ROOT_CALLS = ('enablement.resolve', 'carving.resolve', 'discovery.from_sysfs',
               'discovery.from_libvirt', 'discovery.discover',
               'pciids.PciIds', 'nvml.source', 'Allocator')
 ROOT_MODULE = 'environment'

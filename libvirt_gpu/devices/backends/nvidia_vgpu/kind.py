@@ -427,6 +427,38 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 reason='current_vgpu_type does not read %d after the write'
                 % number)
 
+    # -- carving for another program (devices.carving) ---------------------
+
+    carvable = True
+
+    def held_type(self, parent):
+        objects.typed(parent, objects.PciAddress, 'parent')
+        current = self.files.current_type(parent)
+        return objects.vendor_type_id(current) if current else None
+
+    def write_type(self, parent, type_id):
+        """Write ``type_id`` to the VF's type file, recording nothing (a
+        VF carved for Nova is not one of our vGPUs)."""
+        objects.typed(parent, objects.PciAddress, 'parent')
+        number = objects.vendor_type_number(type_id)
+        self.check_type(parent, type_id)
+        try:
+            base.retry_transient(lambda: self.files.set_current_type(
+                parent, number), stop_after=self.retry_stop)
+        except exception.UnsafePath:
+            raise
+        except exception.SysfsWriteError as e:
+            code = e.kwargs.get('errno')
+            raise exception.MdevCreateFailed(
+                uuid='for Nova', type_id=type_id, parent=parent,
+                reason='the driver answered %s'
+                % errno.errorcode.get(code, code))
+        if self.files.current_type(parent) != number:
+            raise exception.MdevCreateFailed(
+                uuid='for Nova', type_id=type_id, parent=parent,
+                reason='%s does not read %d after the write'
+                % (names.CURRENT_TYPE, number))
+
     # -- remove -------------------------------------------------------------
 
     def release(self, device):

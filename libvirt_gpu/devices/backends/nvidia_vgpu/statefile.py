@@ -117,6 +117,8 @@ class VendorState(object):
             data = json.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise self._error('not JSON: %s' % e)
+        except RecursionError:
+            raise self._error('not JSON: nested too deeply')
         if not isinstance(data, dict) or data.get('version') != \
                 STATE_VERSION or not isinstance(data.get('vgpus'), dict):
             raise self._error('not a version %d state file' % STATE_VERSION)
