@@ -13,8 +13,9 @@ there is one, its configuration and where discovery reads the host
 ``discovered``  the host as discovered (``objects.DiscoveryResult``:
                 the GPUs, named, with what NVML says)
 ``enabled``     ``{PciAddress: EnabledType}``: the enabled vGPU type of
-                each GPU, resolved against this host (the one place it
-                is: ``enablement.resolve``)
+                each GPU (of a GPU in a layout: its layout's first type),
+                resolved against this host (the one place it is:
+                ``enablement.resolve``)
 ``carved``      what is Nova's (``carving.Carved``): the carvings of the
                 configuration resolved against this host (the one place
                 they are: ``carving.resolve``), and the VFs ``restore``
