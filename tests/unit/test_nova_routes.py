@@ -219,3 +219,17 @@ def test_restore_s_clean_up_does_not_report_carved_vfs(carved):
     # someone else's vGPUs are still reported
     assert ('skipped', '0000:3d:00.4') in [
         (a.action, a.target) for a in report.actions if a.what == 'vgpu']
+
+
+def test_a_carved_gpu_is_never_passed_through_whole(carved):
+    xml = ("<domain type='kvm'><name>vm1</name><uuid>%s</uuid><metadata>"
+           "<gpu:gpus xmlns:gpu='urn:libvirt-gpu:1'><gpu:pgpu address='%s'/>"
+           "</gpu:gpus></metadata><memory unit='KiB'>65536</memory>"
+           "<devices><hostdev mode='subsystem' type='pci' managed='yes'>"
+           "<source><address domain='0x0000' bus='0xbd' slot='0x00' "
+           "function='0x0'/></source></hostdev></devices></domain>"
+           % (DOM, L2)).encode()
+    rc, err, _ = run_hook(carved, 'prepare', xml)
+    assert rc == 1
+    assert ('The GPU 0000:bd:00.0 cannot be used: it is carved for Nova '
+            '([nova]/carved)') in err
