@@ -104,7 +104,8 @@ def test_nova_s_pci_provider_name():
 # --- Cyborg ------------------------------------------------------------------
 
 def deployables(devices):
-    return {cyborg_objects._address(d): len(d.deployable_list)
+    """``{control path: deployables}`` (the path as Cyborg keys it)."""
+    return {d.controlpath_id.cpid_info: len(d.deployable_list)
             for d in devices}
 
 
@@ -113,10 +114,11 @@ def test_cyborg_reports_a_carved_gpu_with_nothing_to_offer(
     host = Host(fast_tmp, '')
     before = deployables(cyborg_driver.discover_records(
         HOST, config_file=host.config))
-    assert before[L2] == 1                     # offered whole
+    l2 = cyborg_objects.pci_info(L2)
+    assert before[l2] == 1                     # offered whole
     host.write_config(CARVING % (L2, 2))
     devices = cyborg_driver.discover_records(HOST, config_file=host.config)
-    assert deployables(devices) == {**before, L2: 0}
+    assert deployables(devices) == {**before, l2: 0}
     env = host.env()
     _, withheld = cyborg_objects.host_devices(
         HOST, env.discovered.gpus, env.enabled, env.conf.gpu,
