@@ -116,7 +116,9 @@ class Environment(object):
         if sysfs is not None:
             self.sysfs = sysfs
         if enabled is not None:
-            self.enabled = dict(enabled)
+            # a copy; an enablement.Enabled keeps the types configured
+            self.enabled = (type(enabled)(enabled)
+                            if isinstance(enabled, dict) else dict(enabled))
 
     @classmethod
     def from_conf(cls, conf=None, conn=None, sysfs=None, sysfs_root=None,

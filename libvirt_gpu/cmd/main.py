@@ -39,6 +39,7 @@ examples:
   libvirt-gpu nova-config                   Nova's [pci] lines for carved VFs
   libvirt-gpu simulate t4 /tmp/sim          write a simulated T4 host
   libvirt-gpu --sysfs-root /tmp/sim list    read it back
+  libvirt-gpu layout plan                   steps to the configured layouts
 
 configuration: /etc/libvirt-gpu/libvirt-gpu.conf, or the file named by
 $LIBVIRT_GPU_CONFIG, or --config-file.
@@ -64,6 +65,7 @@ COMMANDS = (
     ('reconcile', 'recovery_cmds'),
     ('migrate', 'guest_cmds'),
     ('restore', 'recovery_cmds'),
+    ('layout', 'layout_cmds'),
     ('exporter', 'service_cmds'),
 )
 

@@ -52,7 +52,9 @@ def _check_dir_option(option, path):
 def _reconcile_parser(sub, add):
     p = add('reconcile', cmd_reconcile, 'find and remove vGPUs and leases '
             'that no domain uses after crashes; report stuck ones (exit '
-            'status 3). It removes devices: run with --dry-run first. Only '
+            'status 3) and list the reservations of incoming live '
+            'migrations (kept until they expire). It removes devices: run '
+            'with --dry-run first. Only '
             'vGPUs we leased, or on GPUs the configuration enables, are '
             'touched; it needs a libvirt that knows the host\'s domains '
             '(not test:///)')

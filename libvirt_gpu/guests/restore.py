@@ -4,6 +4,10 @@ service``, and safe to run any time: a second run changes nothing).
 
 Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
 
+0. **Layouts.**  The GPUs of ``[gpu]/layouts`` are brought to their
+   layouts first (``devices.layout_apply``: VFs, MIG GPU instances,
+   mixed-size mode, the vGPU scheduler; MIG mode itself survives a
+   reboot), so that the vGPUs below find their GPU instances.
 1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
    the PFs named by ``[vgpu_<type>]/device_addresses`` (when an enabled
    type names no addresses, the PFs the kinds say their vGPUs live on:
@@ -80,7 +84,8 @@ CARVED = 'carved'
 OK = 'ok'
 SKIPPED = 'skipped'
 FAILED = 'failed'
-CHANGES = (ENABLED_VFS, CARVED, CREATED, RESET, FORGOT)
+APPLIED = 'applied'      # a layout step
+CHANGES = (ENABLED_VFS, CARVED, CREATED, RESET, FORGOT, APPLIED)
 
 
 @records.record
@@ -206,12 +211,35 @@ class Restore(object):
         LOG.info('%s %s %s: %s', action, what, target, detail)
 
     def run(self, vf_pfs):
+        self.apply_layouts()
         for pf in vf_pfs:
             self.enable_vfs(pf)
         self.carve()
         self.restore_persistent()
         self.reset_stale()
         return RestoreReport(actions=tuple(self.actions))
+
+    # 0. layouts --------------------------------------------------------------
+
+    def apply_layouts(self):
+        conf = self.env.conf
+        if conf is None or not getattr(conf.gpu, 'layouts', None):
+            return
+        from libvirt_gpu.devices import layout_apply
+        try:
+            report = layout_apply.converge(
+                self.env, dry_run=self.dry_run,
+                sriov_manage=self.sriov_manage,
+                settle_timeout=self.settle_timeout)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, 'layout', 'layouts', str(e))
+            return
+        actions = {layout_apply.DONE: APPLIED, layout_apply.WOULD: WOULD,
+                   layout_apply.OK: OK}
+        for result in report.results:
+            self._note(actions.get(result.status, FAILED), 'layout',
+                       result.address, '%s: %s' % (result.action,
+                                                   result.detail))
 
     # 1. VFs ------------------------------------------------------------------
 

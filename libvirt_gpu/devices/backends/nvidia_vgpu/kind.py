@@ -349,12 +349,26 @@ class NvidiaVgpuBackend(base.VgpuKind):
             entry = self.state.read().get(device.uuid)
             if entry is not None and entry.params:
                 self.files.write_params(vf, entry.params)
+            self._record_where(device.uuid, vf)
             return True
         except BaseException:
             if added:
                 with self.state.locked() as entries:
                     entries.pop(device.uuid, None)
             raise
+
+    def _record_where(self, uuid, vf):
+        """Late binding: the driver, not us, chose the GPU instance (or
+        placement) of the vGPU just made on ``vf``; read it back and keep
+        it with our record of the vGPU."""
+        gi_id, placement = self.files.where(vf)
+        if gi_id is None and placement is None:
+            return
+        with self.state.locked() as entries:
+            entry = entries.get(uuid)
+            if entry is not None:
+                entries[uuid] = records.replace(entry, gi_id=gi_id,
+                                                placement=placement)
 
     def _claim(self, device, start, params):
         """Record ``device`` on its VF; True when the entry is new.  A VF
