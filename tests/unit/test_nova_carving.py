@@ -373,10 +373,15 @@ def test_a_record_that_is_not_ours_is_refused(fast_tmp):
     assert 'entry' in str(e.value) and carving.RECORD_NAME in str(e.value)
 
 
-def test_a_carving_section_not_listed_is_checked_as_a_carving(resolve):
-    # one line of [nova]/carved turns it on or off: its options are
-    # checked all the same
-    assert resolve('[nova_spare]\ngpus = %s\ncount = 1\n' % L2) == ()
+def test_a_carving_section_not_listed_is_named(resolve):
+    # nothing would read it: a misspelt name in [nova]/carved, or a
+    # section left behind
+    with pytest.raises(exception.ConfigError) as e:
+        resolve(CARVING % (L2, 1) + '[nova_l40s_12g]\ncount = 1\n')
+    assert ('section [nova_l40s_12g] is a carving [nova]/carved (l40s_12q) '
+            'does not list, so nothing would read it; did you mean '
+            '[nova_l40s_12q]?') in str(e.value)
+    # its options are checked first, as a carving's
     with pytest.raises(exception.ConfigError) as e:
         resolve('[nova_spare]\ncuont = 1\n')
     assert ('unknown option [nova_spare]/cuont; did you mean count?'
