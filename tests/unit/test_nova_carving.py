@@ -396,3 +396,11 @@ def test_which_vfs_running_guests_use_is_asked_of_libvirt(fast_tmp):
     socket = os.path.join(fast_tmp, 'none.sock')
     assert restore.vf_user_check(
         'qemu+unix:///system?socket=%s' % socket)(vf) is None
+
+
+def test_a_gpu_in_a_layout_may_be_carved(resolve):
+    # the layout sets the GPU's mode; the carving writes the type
+    (carved,) = resolve('layouts = l40s\n[layout_l40s]\ngpus = %s\n'
+                        'mode = time-sliced\nvgpu_types = nvidia-1153\n'
+                        % L2 + CARVING % (L2, 4))
+    assert carved.gpu == L2 and len(carved.vfs) == 4
