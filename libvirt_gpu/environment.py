@@ -21,7 +21,8 @@ there is one, its configuration and where discovery reads the host
                 they are: ``carving.resolve``), and the VFs ``restore``
                 recorded as carved
 ``vgpus``       every vGPU kind behind one object (``backends.registry``)
-``pci``         whole GPUs by PCI passthrough (``backends.pci``)
+``pci``         whole GPUs by PCI passthrough (``backends.pci``), never a
+                GPU recorded as carved for Nova
 ``store``       the lease store (``state.LeaseStore``)
 ``allocator``   ``allocator.Allocator`` of the above
 
@@ -250,7 +251,7 @@ class Environment(object):
     @functools.cached_property
     def pci(self):
         from libvirt_gpu.devices.backends import pci as pci_backend
-        return pci_backend.PciBackend(self.sysfs)
+        return pci_backend.PciBackend(self.sysfs, state_dir=self.state_dir)
 
     @functools.cached_property
     def store(self):

@@ -33,6 +33,8 @@ EDGES = {
     'conf.vgpu': 'the configuration',
     # [vgpu_<type>]/device_addresses and the enabled type ids
     'devices.enablement': 'the configuration',
+    # [nova_<name>]/gpus, vgpu_type, and the record of carved VFs
+    'devices.carving': 'the configuration and its record of carved VFs',
     # the hook's settings snapshot (a JSON file of resolved settings)
     'guests.hook.settings': "the hook's configuration snapshot",
     # bus/pci/devices, mdev_supported_types, bus/mdev/devices, links

@@ -330,17 +330,13 @@ def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
     Cyborg driver reports and ``discover`` prints, built in one place;
     ``carved``: the physical GPUs carved for Nova, reported with no
     deployable.  Returns ``(devices, {address: why withheld})``."""
-    devices = []
-    for gpu in sorted(gpus, key=lambda g: g.address):
-        setting = enabled.get(gpu.address)
-        if not reported(gpu, setting, gpu_options.pgpu_vendor_ids):
-            continue
-        device = driver_device(hostname, gpu, setting,
-                               gpu_options.report_gpu_traits)
-        if gpu.address in carved:
-            device = records.replace(device, deployable_list=())
-        devices.append(device)
-    devices = tuple(devices)
+    carved_paths = {pci_info(address) for address in carved}
+    devices = tuple(
+        records.replace(d, deployable_list=())
+        if d.controlpath_id.cpid_info in carved_paths else d
+        for d in driver_devices(hostname, gpus, enabled,
+                                gpu_options.report_gpu_traits,
+                                gpu_options.pgpu_vendor_ids))
     withheld_now = withheld_gpus(gpus, enabled, gpu_options.pgpu_vendor_ids)
     for gpu in gpus:
         if gpu.address in carved and not gpu.is_vf:
