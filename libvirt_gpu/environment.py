@@ -13,14 +13,16 @@ there is one, its configuration and where discovery reads the host
 ``discovered``  the host as discovered (``objects.DiscoveryResult``:
                 the GPUs, named, with what NVML says)
 ``enabled``     ``{PciAddress: EnabledType}``: the enabled vGPU type of
-                each GPU, resolved against this host (the one place it
-                is: ``enablement.resolve``)
+                each GPU (of a GPU in a layout: its layout's first type),
+                resolved against this host (the one place it is:
+                ``enablement.resolve``)
 ``carved``      what is Nova's (``carving.Carved``): the carvings of the
                 configuration resolved against this host (the one place
                 they are: ``carving.resolve``), and the VFs ``restore``
                 recorded as carved
 ``vgpus``       every vGPU kind behind one object (``backends.registry``)
-``pci``         whole GPUs by PCI passthrough (``backends.pci``)
+``pci``         whole GPUs by PCI passthrough (``backends.pci``), never a
+                GPU recorded as carved for Nova
 ``store``       the lease store (``state.LeaseStore``)
 ``allocator``   ``allocator.Allocator`` of the above
 
@@ -249,7 +251,7 @@ class Environment(object):
     @functools.cached_property
     def pci(self):
         from libvirt_gpu.devices.backends import pci as pci_backend
-        return pci_backend.PciBackend(self.sysfs)
+        return pci_backend.PciBackend(self.sysfs, state_dir=self.state_dir)
 
     @functools.cached_property
     def store(self):

@@ -24,11 +24,13 @@ def cmd_restore(ctx):
     from libvirt_gpu.guests import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
-    owner = None
+    owner = vf_user = None
     if not ctx.args.no_libvirt:
         owner = restore.lease_owner_check(env.state_dir, ctx.libvirt_uri())
+        vf_user = restore.vf_user_check(ctx.libvirt_uri())
     report = restore.restore(
         env, vf_pfs=restore.vf_targets(env), owner_running=owner,
+        vf_in_use=vf_user,
         sriov_manage=restore.sriov_manage_for(env.sysfs_root,
                                               ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
@@ -79,7 +81,8 @@ def _restore_parser(sub, add):
                         'interface (default: %(default)s)')
     p.add_argument('--no-libvirt', action='store_true',
                    help='do not ask libvirt which guests run (then no stale '
-                        'vGPU is reset)')
+                        'vGPU is reset, and no VF carved for Nova that the '
+                        'configuration no longer carves)')
     p.add_argument('--dry-run', action='store_true',
                    help='show what would be written (VFs enabled, vGPUs '
                         'created or reset); write nothing')

@@ -17,7 +17,11 @@ routes), a GPU without a vendor interface on its VFs.
 
 Carving writes a type to VFs and nothing else: where the vGPU lands on
 the GPU (time-sliced, MIG-backed, a mixed-size placement) is the driver's
-choice, so a carving does not depend on how the GPU is laid out.
+choice, so a carving does not depend on how the GPU is laid out.  A GPU
+in a layout (``[gpu]/layouts``, ``devices.layout``) may be carved: the
+layout sets its mode (``restore`` applies it before carving), the
+carving writes the type, and the GPU is Nova's (what the layout enables
+for our own route is then left out everywhere a carved GPU is).
 
 What ``libvirt-gpu restore`` carved is recorded in
 ``<state_dir>/nova-carved.json`` (``CarveRecord``)::
@@ -273,11 +277,13 @@ def resolve(conf, gpus, enabled, known_names=None):
     found = carvings(conf)
     if not found:
         return ()
+    from libvirt_gpu.devices import layout as layout_mod
+    in_layout = layout_mod.claims(layout_mod.read_layouts(conf), gpus)
     by_address = {gpu.address: gpu for gpu in gpus}
     carved = []
     for address, carving in sorted(matching(found, gpus).items()):
         setting = enabled.get(address)
-        if setting is not None:
+        if setting is not None and address not in in_layout:
             raise exception.ConfigError(
                 reason='a GPU can\'t be claimed by two routes: [%s] carves '
                        '%s for Nova and [gpu]/enabled_vgpu_types enables %s '

@@ -6,6 +6,10 @@ anything that reads like a ConfigOpts (``conf.gpu.enabled_vgpu_types``,
 ``conf['vgpu_<type>'].device_addresses``), the CLI's settings snapshot
 (``confcache.Values``) included.  The options themselves are declared in
 ``libvirt_gpu.conf.vgpu``.
+
+A GPU in a layout (``[gpu]/layouts``, ``devices.layout``) offers its
+layout's types, the first of them as its ``EnabledType``; no
+``[vgpu_<type>]/device_addresses`` may name it.
 """
 
 import re
@@ -103,8 +107,10 @@ def resolve(conf, gpus):
     ConfigError for: an invalid address, an address claimed by two types, a
     type the GPU at an address does not offer (or no GPU there), the
     address of a VF (name its physical GPU instead: capacity, the Placement
-    provider and the configuration are per physical GPU), and several
-    enabled types of which one lists no addresses.
+    provider and the configuration are per physical GPU), several
+    enabled types of which one lists no addresses, and the layouts'
+    errors (``layout.read_layouts``, ``layout.claims``; a GPU in a layout
+    and in ``device_addresses``).
     """
     types = list(conf.gpu.enabled_vgpu_types)
     if len(set(types)) != len(types):

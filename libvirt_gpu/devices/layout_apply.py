@@ -343,13 +343,14 @@ def lease_holders(store, names=None):
 
     def holders(address, vfs):
         on = set(vfs) | {address}
+        leases = store.leases()
         found = sorted({
             '%s (%s)' % (names[lease.domain_uuid], lease.domain_uuid)
             if lease.domain_uuid in names else 'domain %s'
             % lease.domain_uuid
-            for lease in store.leases()
+            for lease in leases
             if lease.parent in on and lease.domain_uuid is not None})
-        leased = {lease.parent for lease in store.leases()}
+        leased = {lease.parent for lease in leases}
         found += ['a vGPU on %s that libvirt-gpu did not lease' % vf
                   for vf in vfs if vf not in leased]
         return found

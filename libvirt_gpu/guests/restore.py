@@ -33,9 +33,10 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    written.  A VF that holds the type already (carved before, by us or
    by hand) is adopted as it is; one that holds another type, or one of
    our own vGPUs, is reported and left alone (the addresses must not
-   move).  A recorded VF no longer carved by the configuration is
-   forgotten once it holds nothing; while it holds a vGPU it stays
-   Nova's (reported: reset it once Nova no longer uses it).  The writes
+   move).  A recorded VF no longer carved by the configuration is reset
+   and forgotten once no running guest uses it (``vf_in_use``, asked
+   through libvirt); while a guest uses it, or when that cannot be told
+   (``--no-libvirt``), it stays Nova's and is reported.  The writes
    are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).  A carving
    the host cannot satisfy is reported and nothing of it written.
 3. **Persistent vGPUs.**  What each kind records to start with the host
@@ -188,15 +189,18 @@ class Restore(object):
         ``sriov_numvfs`` directly.
     :param settle_timeout: seconds to wait for enabled VFs to show their
         vGPU interface (the driver registers them after the VFs appear).
+    :param vf_in_use: ``f(vf) -> True | False | None``: whether a running
+        guest uses the PCI function ``vf`` (None: cannot tell).
     """
 
     def __init__(self, env, owner_running=None, sriov_manage=None,
-                 settle_timeout=30.0, dry_run=False):
+                 settle_timeout=30.0, dry_run=False, vf_in_use=None):
         self.dry_run = dry_run
         self.env = env
         self.sysfs = env.sysfs
         self.state_dir = env.state_dir
         self.owner_running = owner_running or (lambda uuid: None)
+        self.vf_in_use = vf_in_use or (lambda vf: None)
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
         self.actions = []
@@ -379,26 +383,38 @@ class Restore(object):
 
     def _uncarve(self, record, wanted):
         """Recorded VFs the configuration no longer carves."""
+        what = 'carved-vf'
         for vf, entry in sorted(record.read().items()):
             if vf in wanted:
                 continue
             kind = self._carving_kind(vf)
             held = kind.held_type(vf) if kind is not None else None
+            gone = '[%s] no longer carves it' % carving.section(
+                entry.carving)
             if held is not None:
-                self._note(SKIPPED, 'carved-vf', vf, 'no longer carved '
-                           '([%s] is gone) but holds %s: kept as Nova\'s '
-                           'until it holds nothing (docs/admin/nova.md, '
-                           '"Moving a GPU between routes")'
-                           % (carving.section(entry.carving), held))
-                continue
+                users = self.vf_in_use(vf)
+                if users is not False:
+                    self._note(SKIPPED, what, vf, '%s, but %s: it keeps %s '
+                               'and stays Nova\'s' % (
+                                   gone, 'a running guest uses it' if users
+                                   else 'whether a guest uses it cannot be '
+                                   'told (run restore with libvirt)', held))
+                    continue
             if self.dry_run:
-                self._note(WOULD, 'carved-vf', vf, 'would forget it: no '
-                           'longer carved and holds nothing')
+                self._note(WOULD, what, vf, '%s: would %sforget it' % (
+                    gone, 'reset it (%s) and ' % held if held else ''))
                 continue
+            if held is not None:
+                try:
+                    kind.clear_type(vf)
+                except exception.LibvirtGpuError as e:
+                    self._note(FAILED, what, vf, '%s: %s' % (gone, e))
+                    continue
             with record.locked() as entries:
                 entries.pop(vf, None)
-            self._note(FORGOT, 'carved-vf', vf, 'no longer carved and holds '
-                       'nothing')
+            self._note(RESET if held else FORGOT, what, vf, '%s: %s' % (
+                gone, 'reset (it held %s), no guest uses it' % held
+                if held else 'it holds nothing'))
 
     # 3. persistent vGPUs ----------------------------------------------------
 
@@ -456,6 +472,36 @@ def restore(env, vf_pfs=(), **kwargs):
             error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
                              for a in report.failed) or None))
     return report
+
+
+def vf_user_check(uri):
+    """``vf_in_use`` for a real host: whether a running domain of libvirt
+    at ``uri`` has the PCI function as a hostdev; None when libvirt
+    cannot be asked or a domain's XML cannot be read."""
+    from libvirt_gpu.virt import host as host_mod
+    cache = {}
+
+    def in_use_now():
+        if 'used' not in cache:
+            used = set()
+            try:
+                with host_mod.Host(uri, read_only=True) as h:
+                    for guest in h.list_guests():
+                        if guest.is_active():
+                            devices, _ = guest.devices()
+                            used.update(devices.pci_addresses)
+            except (exception.LibvirtGpuError, exception.InvalidInput) as e:
+                LOG.warning('cannot ask libvirt which VFs running guests '
+                            'use (%s): no VF carved before is reset', e)
+                used = None
+            cache['used'] = used
+        return cache['used']
+
+    def check(vf):
+        used = in_use_now()
+        return None if used is None else vf in used
+
+    return check
 
 
 def lease_owner_check(state_dir, uri):

@@ -216,6 +216,14 @@ def test_a_gpu_holding_a_vgpu_is_refused_naming_the_domain(tmp_path):
     assert 'create-gi' in refusal.detail and '\n' not in refusal.detail
 
 
+def test_a_domain_libvirt_does_not_name_is_named_by_its_uuid(tmp_path):
+    store = state_mod.LeaseStore(tmp_path / 'state')
+    with store.transaction() as txn:
+        txn.add(objects.Uuid.parse('99999999-2222-3333-4444-555555555555'),
+                DOMAIN, VF, objects.TypeId.parse('nvidia-1150'))
+    assert la.lease_holders(store)(ADDRESS, (VF,)) == ['domain %s' % DOMAIN]
+
+
 def test_a_vgpu_nobody_leased_is_named_by_its_vf(tmp_path):
     store = state_mod.LeaseStore(tmp_path / 'state')
     gpu = Gpu(mig=True, vfs=20)

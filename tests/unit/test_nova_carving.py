@@ -194,20 +194,29 @@ def test_dry_run_writes_nothing(fast_tmp):
     assert len(host.sysfs.writes) == writes and host.record() == {}
 
 
-def test_a_vf_no_longer_carved_stays_nova_s_until_it_holds_nothing(fast_tmp):
+def test_a_vf_no_longer_carved_is_reset_once_no_guest_uses_it(fast_tmp):
     host = Host(fast_tmp, CARVING % (L2, 2))
     host.restore()
     host.write_config('')                       # the carving is gone
+    used = {vfs(L2, 4)[0]: True}                # a guest uses bd:00.4
+    # libvirt cannot be asked: both stay Nova's
     report = host.restore()
     assert carved_actions(report) == [('skipped', '0000:bd:00.4'),
                                       ('skipped', '0000:bd:00.5')]
-    assert sorted(host.record()) == vfs(L2, 4, 5)  # still Nova's
+    assert sorted(host.record()) == vfs(L2, 4, 5)
     assert host.env().carved.gpus == {L2}
-    # Nova let go and the operator reset one VF: it is forgotten
-    vendor(host.sysfs).set_current_type('0000:bd:00.4', 0)
-    report = host.restore()
-    assert ('forgot', '0000:bd:00.4') in carved_actions(report)
-    assert sorted(host.record()) == vfs(L2, 5)
+    report = host.restore(vf_in_use=lambda vf: used.get(vf, False))
+    assert carved_actions(report) == [('reset', '0000:bd:00.5'),
+                                      ('skipped', '0000:bd:00.4')]
+    (kept,) = [a for a in report.actions if a.action == 'skipped'
+               and a.what == 'carved-vf']
+    assert 'a running guest uses it' in kept.detail
+    assert [host.held(vf) for vf in vfs(L2, 4, 5)] == [1153, 0]
+    assert sorted(host.record()) == vfs(L2, 4)
+    # the guest let go
+    report = host.restore(vf_in_use=lambda vf: False)
+    assert ('reset', '0000:bd:00.4') in carved_actions(report)
+    assert host.record() == {} and host.held(vfs(L2, 4)[0]) == 0
 
 
 def test_restore_enables_the_vfs_of_a_carved_gpu(fast_tmp):
@@ -364,11 +373,34 @@ def test_a_record_that_is_not_ours_is_refused(fast_tmp):
     assert 'entry' in str(e.value) and carving.RECORD_NAME in str(e.value)
 
 
-def test_a_carving_section_not_listed_is_checked_as_a_carving(resolve):
-    # one line of [nova]/carved turns it on or off: its options are
-    # checked all the same
-    assert resolve('[nova_spare]\ngpus = %s\ncount = 1\n' % L2) == ()
+def test_a_carving_section_not_listed_is_named(resolve):
+    # nothing would read it: a misspelt name in [nova]/carved, or a
+    # section left behind
+    with pytest.raises(exception.ConfigError) as e:
+        resolve(CARVING % (L2, 1) + '[nova_l40s_12g]\ncount = 1\n')
+    assert ('section [nova_l40s_12g] is a carving [nova]/carved (l40s_12q) '
+            'does not list, so nothing would read it; did you mean '
+            '[nova_l40s_12q]?') in str(e.value)
+    # its options are checked first, as a carving's
     with pytest.raises(exception.ConfigError) as e:
         resolve('[nova_spare]\ncuont = 1\n')
     assert ('unknown option [nova_spare]/cuont; did you mean count?'
             in str(e.value))
+
+
+def test_which_vfs_running_guests_use_is_asked_of_libvirt(fast_tmp):
+    vf = vfs(L2, 4)[0]
+    # libvirt's test host runs one guest, without hostdevs
+    assert restore.vf_user_check('test:///default')(vf) is False
+    # no libvirt: cannot tell
+    socket = os.path.join(fast_tmp, 'none.sock')
+    assert restore.vf_user_check(
+        'qemu+unix:///system?socket=%s' % socket)(vf) is None
+
+
+def test_a_gpu_in_a_layout_may_be_carved(resolve):
+    # the layout sets the GPU's mode; the carving writes the type
+    (carved,) = resolve('layouts = l40s\n[layout_l40s]\ngpus = %s\n'
+                        'mode = time-sliced\nvgpu_types = nvidia-1153\n'
+                        % L2 + CARVING % (L2, 4))
+    assert carved.gpu == L2 and len(carved.vfs) == 4

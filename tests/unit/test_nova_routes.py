@@ -104,7 +104,8 @@ def test_nova_s_pci_provider_name():
 # --- Cyborg ------------------------------------------------------------------
 
 def deployables(devices):
-    return {cyborg_objects._address(d): len(d.deployable_list)
+    """``{control path: deployables}`` (the path as Cyborg keys it)."""
+    return {d.controlpath_id.cpid_info: len(d.deployable_list)
             for d in devices}
 
 
@@ -113,10 +114,11 @@ def test_cyborg_reports_a_carved_gpu_with_nothing_to_offer(
     host = Host(fast_tmp, '')
     before = deployables(cyborg_driver.discover_records(
         HOST, config_file=host.config))
-    assert before[L2] == 1                     # offered whole
+    l2 = cyborg_objects.pci_info(L2)
+    assert before[l2] == 1                     # offered whole
     host.write_config(CARVING % (L2, 2))
     devices = cyborg_driver.discover_records(HOST, config_file=host.config)
-    assert deployables(devices) == {**before, L2: 0}
+    assert deployables(devices) == {**before, l2: 0}
     env = host.env()
     _, withheld = cyborg_objects.host_devices(
         HOST, env.discovered.gpus, env.enabled, env.conf.gpu,
@@ -219,3 +221,17 @@ def test_restore_s_clean_up_does_not_report_carved_vfs(carved):
     # someone else's vGPUs are still reported
     assert ('skipped', '0000:3d:00.4') in [
         (a.action, a.target) for a in report.actions if a.what == 'vgpu']
+
+
+def test_a_carved_gpu_is_never_passed_through_whole(carved):
+    xml = ("<domain type='kvm'><name>vm1</name><uuid>%s</uuid><metadata>"
+           "<gpu:gpus xmlns:gpu='urn:libvirt-gpu:1'><gpu:pgpu address='%s'/>"
+           "</gpu:gpus></metadata><memory unit='KiB'>65536</memory>"
+           "<devices><hostdev mode='subsystem' type='pci' managed='yes'>"
+           "<source><address domain='0x0000' bus='0xbd' slot='0x00' "
+           "function='0x0'/></source></hostdev></devices></domain>"
+           % (DOM, L2)).encode()
+    rc, err, _ = run_hook(carved, 'prepare', xml)
+    assert rc == 1
+    assert ('The GPU 0000:bd:00.0 cannot be used: it is carved for Nova '
+            '([nova]/carved)') in err

@@ -427,7 +427,8 @@ class VgpuKind(DeviceBackend):
 
     #: True when the kind makes one vGPU per parent function whose type
     #: can be written for another program (a VF carved for OpenStack
-    #: Nova, ``devices.carving``): ``held_type`` and ``write_type``.
+    #: Nova, ``devices.carving``): ``held_type``, ``write_type`` and
+    #: ``clear_type``.
     carvable = False
 
     def held_type(self, parent):
@@ -439,6 +440,11 @@ class VgpuKind(DeviceBackend):
         """Make the parent function hold a vGPU of ``type_id``, recorded
         by no one (kinds that are ``carvable``); MdevCreateFailed,
         NoCapacity or ParentGone when the driver refuses."""
+        raise NotImplementedError('%s carves nothing' % self.name)
+
+    def clear_type(self, parent):
+        """Make the parent function hold no vGPU (kinds that are
+        ``carvable``); MdevRemoveFailed when the driver keeps it."""
         raise NotImplementedError('%s carves nothing' % self.name)
 
     def choose_parent(self, gpu, type_id):

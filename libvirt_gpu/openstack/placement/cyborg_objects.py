@@ -330,9 +330,10 @@ def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
     Cyborg driver reports and ``discover`` prints, built in one place;
     ``carved``: the physical GPUs carved for Nova, reported with no
     deployable.  Returns ``(devices, {address: why withheld})``."""
+    carved_paths = {pci_info(address) for address in carved}
     devices = tuple(
         records.replace(d, deployable_list=())
-        if _address(d) in carved else d
+        if d.controlpath_id.cpid_info in carved_paths else d
         for d in driver_devices(hostname, gpus, enabled,
                                 gpu_options.report_gpu_traits,
                                 gpu_options.pgpu_vendor_ids))
@@ -341,13 +342,6 @@ def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
         if gpu.address in carved and not gpu.is_vf:
             withheld_now[gpu.address] = CARVED
     return devices, dict(sorted(withheld_now.items()))
-
-
-def _address(device):
-    """The PCI address of a ``DriverDevice``'s control path."""
-    info = json.loads(device.controlpath_id.cpid_info)
-    return objects.PciAddress.parse('%s:%s:%s.%s' % (
-        info['domain'], info['bus'], info['device'], info['function']))
 
 
 def to_primitive(record):

@@ -459,6 +459,10 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 reason='%s does not read %d after the write'
                 % (names.CURRENT_TYPE, number))
 
+    def clear_type(self, parent):
+        """Write 0 to the VF's type file (``reset_vf``)."""
+        self.reset_vf(objects.typed(parent, objects.PciAddress, 'parent'))
+
     # -- remove -------------------------------------------------------------
 
     def release(self, device):
