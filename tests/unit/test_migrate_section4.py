@@ -482,3 +482,71 @@ def test_only_dropped_errors_and_warnings_are_counted_on_stderr():
     loud.flush()
     assert loud.stderr.getvalue() == \
         'libvirt-gpu: ... and 3 more line(s) not shown\n'
+
+
+# --- what mutation testing found unguarded -----------------------------------
+
+def _reserve_for(env, domains):
+    """Incoming reservations: ``[(domain, count, expires_at)]``, on A
+    then B."""
+    gpus = ([objects.PciAddress.parse(A)] * 8
+            + [objects.PciAddress.parse(B)] * 6)
+    with state.LeaseStore(env.state_dir).transaction() as txn:
+        for domain, count, expires_at in domains:
+            for _ in range(count):
+                txn.add(th.new_uuid(), domain, gpus.pop(0), TYPE,
+                        state.RESERVED, expires_at=expires_at)
+
+
+def test_the_incoming_note_names_five_domains_then_counts(env):
+    """Sorted by domain UUID, each with its count and its latest expiry,
+    five named, the rest counted (broken by a wrong sort, count, time or
+    bound)."""
+    now = time.time()
+    doms = [objects.Uuid.parse('00000000-0000-4000-8000-%012d' % i)
+            for i in (6, 2, 5, 1, 4, 3)]
+    _reserve_for(env, [(d, 2, now + 100 + i) for i, d in enumerate(doms)]
+                 + [(doms[3], 2, now + 50)])
+    rc, err = env.run('prepare', th.domain_xml(
+        [(th.new_uuid(), 'nvidia-223', None)], uuid=DOM2))
+    assert rc == 1
+
+    def until(i):
+        return time.strftime('%H:%M:%S', time.localtime(now + 100 + i))
+    named = ', '.join('%d for domain %s until %s' % (
+        4 if d == doms[3] else 2, d, until(doms.index(d)))
+        for d in sorted(doms)[:5])
+    assert ('looked at %s (0 free), %s (0 free); 14 slot(s) are reserved '
+            'for incoming live migration(s): %s and 1 more domain(s) (their '
+            'prepare takes them, else they are freed when they expire; '
+            '`libvirt-gpu reconcile --dry-run` lists them)\n' % (A, B, named)
+            ) in err
+
+
+def test_five_domains_are_all_named(env):
+    now = time.time()
+    doms = [objects.Uuid.parse('00000000-0000-4000-8000-%012d' % i)
+            for i in range(5)]
+    _reserve_for(env, [(d, 2, now + 100) for d in doms]
+                 + [(doms[0], 4, now + 100)])
+    rc, err = env.run('prepare', th.domain_xml(
+        [(th.new_uuid(), 'nvidia-223', None)], uuid=DOM2))
+    assert rc == 1 and 'more domain' not in err
+    assert all(str(d) in err for d in doms)
+
+
+def test_one_vgpu_refused_for_room_says_no_count(env):
+    """"asks for N" only when the domain asks for more than one of the
+    type (broken by saying "asks for 1 vGPUs")."""
+    assert tm.migrate(env, many(14, parent=None, uuid=DOM2))[0] == 0
+    err = refused(env, many(1, parent=None))
+    assert 'asks for' not in err and 'looked at %s (0 free)' % A in err
+
+
+def test_a_vf_hostdev_whose_address_lacks_a_number_is_refused(env):
+    """An ``<address>`` without ``function=``: refused where the domain is
+    read, before any target is looked for (so ``incoming._pci_key``'s
+    fallback for a missing number serves a caller that skipped that)."""
+    xml = _two_on_one_vf(th.new_uuid(), th.new_uuid()).replace(
+        b" function='0x5'", b'')
+    assert "source address lacks function" in refused(env, xml)
