@@ -11,12 +11,18 @@ interface, and the tests take the names from here; no module outside
         0 | 1145
     bus/pci/devices/<VF>/<VENDOR_DIR>/<VGPU_PARAMS>       (write)
         frame_rate_limiter=0, disable_vnc=1
+    bus/pci/devices/<VF>/<VENDOR_DIR>/<GPU_INSTANCE_ID>   (read)
+        3          the GI of the VF's MIG-backed vGPU (ENXIO: none)
+    bus/pci/devices/<VF>/<VENDOR_DIR>/<PLACEMENT_ID>      (read)
+        24         the placement of its time-sliced vGPU (ENXIO: none)
 """
 
 VENDOR_DIR = 'nvidia'
 CREATABLE_TYPES = 'creatable_vgpu_types'
 CURRENT_TYPE = 'current_vgpu_type'
 VGPU_PARAMS = 'vgpu_params'
+GPU_INSTANCE_ID = 'gpu_instance_id'
+PLACEMENT_ID = 'placement_id'
 
 # What tests/unit/test_architecture.py looks for outside this package.
 SYSFS_NAMES = (CREATABLE_TYPES, CURRENT_TYPE, VGPU_PARAMS)
