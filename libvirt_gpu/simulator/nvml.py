@@ -39,6 +39,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import re
 import sys
 import threading
 
@@ -103,15 +104,20 @@ def _private_copy():
     return copy
 
 
-def module(kernel=None, sysfs_root=None, profile=None):
+def module(kernel=None, sysfs_root=None, profile=None, backend=None):
     """A ``pynvml`` module answering from a simulated host: ``kernel`` (a
     ``SimKernel`` in this process) or the simulated tree at
     ``sysfs_root`` (its profile read from the tree's marker unless
-    ``profile`` is given)."""
-    if (kernel is None) == (sysfs_root is None):
+    ``profile`` is given); or from ``backend``, an object whose
+    ``call(op, *args)`` answers the driver's questions (``OPS``) as a
+    test wants them answered (tests/doubles/nvml_fake.py)."""
+    if [kernel, sysfs_root, backend].count(None) != 2:
         raise exception.SimulatorError(
-            reason='the simulated NVML needs a kernel or a sysfs root')
-    if kernel is not None:
+            reason='the simulated NVML needs one of a kernel, a sysfs root '
+                   'or a backend')
+    if backend is not None:
+        pass
+    elif kernel is not None:
         backend = KernelBackend(kernel)
     elif os.path.exists(os.path.join(sysfs_root, CONTROL_NAME)):
         backend = LiveBackend(sysfs_root)
@@ -268,13 +274,33 @@ def op_gpus(kernel):
 
 
 def op_device(kernel, pf):
+    """What NVML says of the GPU itself; a field None: "Not Supported"
+    (MIG mode on a GPU without MIG)."""
     gpu, state = _gpu(kernel, pf)
     dev = kernel.profile.device(pf)
-    return {'name': gpu.name, 'memory_mib': gpu.memory_mib,
+    types = {t.id: t for t in kernel.gpu_types(pf)}
+    used = sum(types[p.type_id].framebuffer
+               for p in kernel.gpu_vgpus(pf).values())
+    return {'name': gpu.name, 'bus_id': _bus_id(pf),
+            'memory_mib': gpu.memory_mib, 'memory_used_mib': used,
             'pci_device_id': int(dev.product_id + dev.vendor_id, 16),
             'pci_subsystem_id': int(dev.subsystem_device_id +
                                     dev.subsystem_vendor_id, 16),
-            'mig_mode': state.mig_mode}
+            'virtualization_mode': NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU,
+            'mig_mode': (state.mig_mode if gpu.gi_table is not None
+                         else None)}
+
+
+def op_utilization(kernel, pf):
+    """``[gpu %, memory %]``: a simulated GPU computes nothing."""
+    _gpu(kernel, pf)
+    return [0, 0]
+
+
+def op_vgpu_samples(kernel, pf):
+    """``[[instance, sm %], ...]``: no samples on a simulated GPU."""
+    _gpu(kernel, pf)
+    return []
 
 
 def op_set_mig_mode(kernel, pf, mode):
@@ -529,7 +555,9 @@ def op_vgpu_instance(kernel, instance):
         raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
                               'no vGPU instance %r' % (instance,))
     return {'type': objects.vendor_type_number(placed.type_id), 'vf': vf,
-            'gi': placed.gi, 'placement': placed.placement}
+            'bus_id': _bus_id(vf), 'gi': placed.gi,
+            'placement': placed.placement, 'mdev_uuid': None,
+            'fb_usage_mib': 0}
 
 
 OPS = {name[3:]: function for name, function in dict(globals()).items()
@@ -631,6 +659,9 @@ def _c(function):
 
 @_c
 def nvmlInitWithFlags(lib, flags):
+    refused = getattr(lib._backend, 'init_error', None)
+    if refused:
+        return refused
     lib._initialised += 1
 
 
@@ -674,23 +705,32 @@ def nvmlDeviceGetHandleByPciBusId_v2(lib, bus_id, device):
     return mig.NVML_ERROR_NOT_FOUND
 
 
+def _about(lib, device, field):
+    """``field`` of what NVML says of ``device``; None: Not Supported."""
+    value = lib._call('device', lib._pf(device))[field]
+    if value is None:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              '%s: not supported' % field)
+    return value
+
+
 @_c
 def nvmlDeviceGetPciInfo_v3(lib, device, info):
-    pf = lib._pf(device)
-    about = lib._call('device', pf)
+    about = lib._call('device', lib._pf(device))
     info = _obj(info)
-    domain, bus, rest = pf.split(':')
-    info.busId = info.busIdLegacy = _bus_id(pf).encode()
-    info.domain = int(domain, 16)
-    info.bus = int(bus, 16)
-    info.device = int(rest.split('.')[0], 16)
+    info.busId = info.busIdLegacy = about['bus_id'].encode()
+    parts = about['bus_id'].replace('.', ':').split(':')
+    if len(parts) == 4 and all(re.fullmatch('[0-9A-Fa-f]+', p)
+                               for p in parts):
+        info.domain, info.bus, info.device = (int(p, 16)
+                                              for p in parts[:3])
     info.pciDeviceId = about['pci_device_id']
     info.pciSubSystemId = about['pci_subsystem_id']
 
 
 @_c
 def nvmlDeviceGetName(lib, device, name, length):
-    text = lib._call('device', lib._pf(device))['name'].encode()
+    text = _about(lib, device, 'name').encode()
     if len(text) >= _int(length):
         return mig.NVML_ERROR_INSUFFICIENT_SIZE
     name.value = text
@@ -698,22 +738,49 @@ def nvmlDeviceGetName(lib, device, name, length):
 
 @_c
 def nvmlDeviceGetMemoryInfo(lib, device, memory):
-    total = lib._call('device', lib._pf(device))['memory_mib'] << 20
+    total = _about(lib, device, 'memory_mib') << 20
+    used = _about(lib, device, 'memory_used_mib') << 20
     memory = _obj(memory)
-    memory.total, memory.free, memory.used = total, total, 0
+    memory.total, memory.free, memory.used = total, total - used, used
 
 
 @_c
 def nvmlDeviceGetVirtualizationMode(lib, device, mode):
-    lib._pf(device)
-    _obj(mode).value = NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU
+    _obj(mode).value = _about(lib, device, 'virtualization_mode')
+
+
+@_c
+def nvmlDeviceGetUtilizationRates(lib, device, rates):
+    rates = _obj(rates)
+    rates.gpu, rates.memory = lib._call('utilization', lib._pf(device))
+
+
+@_c
+def nvmlDeviceGetVgpuUtilization(lib, device, since, value_type, count,
+                                 samples):
+    found = lib._call('vgpu_samples', lib._pf(device))
+    count = _obj(count)
+    if samples is None or count.value < len(found):
+        short = bool(found)
+        count.value = len(found)
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE if short \
+            else mig.NVML_SUCCESS
+    _obj(value_type).value = 1                  # NVML_VALUE_TYPE_UNSIGNED_INT
+    samples = _obj(samples)
+    for i, (instance, sm) in enumerate(found):
+        samples[i].vgpuInstance = instance
+        samples[i].timeStamp = _int(since) + 1
+        samples[i].smUtil.uiVal = sm
+    count.value = len(found)
 
 
 @_c
 def nvmlDeviceGetMigMode(lib, device, current, pending):
-    mode = lib._call('device', lib._pf(device))['mig_mode']
-    _obj(current).value = mode
-    _obj(pending).value = mode
+    mode = _about(lib, device, 'mig_mode')
+    current_mode, pending_mode = mode if isinstance(mode, list) else (
+        mode, mode)
+    _obj(current).value = current_mode
+    _obj(pending).value = pending_mode
 
 
 @_c
@@ -1036,10 +1103,30 @@ def nvmlVgpuInstanceGetType(lib, instance, number):
     _obj(number).value = lib._call('vgpu_instance', _int(instance))['type']
 
 
+def _instance(lib, instance, field):
+    value = lib._call('vgpu_instance', _int(instance))[field]
+    if value is None:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              '%s: not supported' % field)
+    return value
+
+
+@_c
+def nvmlVgpuInstanceGetMdevUUID(lib, instance, uuid, length):
+    text = _instance(lib, instance, 'mdev_uuid').encode()
+    if len(text) >= _int(length):
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    _obj(uuid).value = text
+
+
+@_c
+def nvmlVgpuInstanceGetFbUsage(lib, instance, usage):
+    _obj(usage).value = _instance(lib, instance, 'fb_usage_mib') << 20
+
+
 @_c
 def nvmlVgpuInstanceGetGpuPciId(lib, instance, bus_id, length):
-    vf = lib._call('vgpu_instance', _int(instance))['vf']
-    text = _bus_id(vf).encode()
+    text = _instance(lib, instance, 'bus_id').encode()
     if len(text) >= _int(length):
         _obj(length).value = len(text) + 1
         return mig.NVML_ERROR_INSUFFICIENT_SIZE

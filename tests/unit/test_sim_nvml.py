@@ -27,7 +27,9 @@ from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import mig
 from libvirt_gpu.simulator import nvml as sim_nvml
 from libvirt_gpu.simulator import sysfs_tree
+from tests.doubles import h100
 from tests.doubles import kernel_sysfs
+from tests.doubles import nvml_fake
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(libvirt_gpu.__file__))
 H100_PF = '0000:4e:00.0'
@@ -72,11 +74,17 @@ def _shape(function):
         for p in inspect.signature(function).parameters.values()]
 
 
-def test_the_simulated_binding_is_the_installed_pynvml():
-    sim = sim_nvml.module(kernel=kernel_mod.SimKernel('h100-80gb'))
+@pytest.mark.parametrize('which', ['simulator', 'tests_fake'])
+def test_the_simulated_binding_is_the_installed_pynvml(which):
+    if which == 'simulator':
+        sim = sim_nvml.module(kernel=kernel_mod.SimKernel('h100-80gb'))
+    else:
+        sim = nvml_fake.module(nvml_fake.h100_spec(h100.NVML_JSON))
+    assert isinstance(sim.nvmlLib, sim_nvml.SimLibrary)
     checked = 0
     for name in dir(sim):
-        if name.startswith('_') or name in ('nvmlLib', 'simulated'):
+        if name.startswith('_') or name in ('nvmlLib', 'simulated',
+                                            'state'):
             continue
         value = getattr(sim, name)
         if isinstance(value, types.ModuleType):
@@ -91,6 +99,12 @@ def test_the_simulated_binding_is_the_installed_pynvml():
         elif isinstance(value, (int, str, bytes, float)):
             assert value == real, name
     assert checked > 400
+
+
+def test_the_tests_fake_answers_only_the_simulated_driver_s_questions():
+    asked = {name for name, value in vars(nvml_fake.SpecBackend).items()
+             if inspect.isfunction(value) and not name.startswith('_')}
+    assert asked - {'call'} <= set(sim_nvml.OPS)
 
 
 def test_every_c_function_it_offers_is_one_the_binding_calls():
