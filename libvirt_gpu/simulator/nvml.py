@@ -194,6 +194,14 @@ class LiveBackend(object):
 
     def call(self, op, *args):
         request = json.dumps({'op': op, 'args': list(args)}).encode()
+        answer = json.loads(self.exchange(request).decode())
+        if 'error' in answer:
+            raise mig.DriverError(answer['error'], answer['reason'])
+        return answer['ok']
+
+    def exchange(self, request):
+        """Write ``request`` to the channel, read the reply back on the
+        same open file."""
         fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         try:
             os.write(fd, request)
@@ -201,14 +209,10 @@ class LiveBackend(object):
             while True:
                 chunk = os.pread(fd, 65536, len(reply))
                 if not chunk:
-                    break
+                    return reply
                 reply += chunk
         finally:
             os.close(fd)
-        answer = json.loads(reply.decode())
-        if 'error' in answer:
-            raise mig.DriverError(answer['error'], answer['reason'])
-        return answer['ok']
 
 
 def serve_request(kernel, data):
