@@ -584,3 +584,22 @@ def read_state(root, profile):
         mdevs=tuple(tree_mdevs(root)), vgpus=tuple(vgpus),
         numvfs=tuple(numvfs), going=tuple(going),
         driver=read_driver_state(root))
+
+
+def reboot(root, profile):
+    """The static tree at ``root`` after its host restarts: written anew as
+    ``profile`` boots, but with every SR-IOV PF's VFs disabled (nothing
+    enabled them yet), no vGPU or mdev, and of the driver's state only
+    each GPU's MIG mode, which persists (``SimKernel.reboot``)."""
+    from libvirt_gpu.simulator import kernel as kernel_mod
+
+    kernel = kernel_mod.SimKernel(profile)
+    kernel.restore(read_state(root, profile))
+    kernel.reboot()
+    booted = records.replace(profile, devices=tuple(
+        records.replace(dev, mdevs=(), held_type=None,
+                        sriov_numvfs=(0 if dev.sriov_totalvfs is not None
+                                      else dev.sriov_numvfs))
+        for dev in profile.devices))
+    write_sysfs(booted, root)
+    write_driver_state(root, kernel.driver_state())

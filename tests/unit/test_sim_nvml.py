@@ -340,3 +340,27 @@ def test_handles_are_the_binding_s_types():
     assert ctypes.cast(info.device, ctypes.c_void_p).value == \
         ctypes.cast(handle, ctypes.c_void_p).value
     assert (info.id, info.profileId) == (0, 0)
+
+
+def test_a_static_tree_reboots_keeping_mig_mode_only(h100_tree):
+    tree = kernel_sysfs.KernelSysfs(h100_tree, 'h100-80gb')
+    numvfs = os.path.join(h100_tree, 'bus/pci/devices', H100_PF,
+                          'sriov_numvfs')
+    tree.write(numvfs, '0')
+    lib = sim_nvml.module(sysfs_root=h100_tree)
+    lib.nvmlInit()
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    lib.nvmlDeviceSetMigMode(handle, 1)
+    tree.write(numvfs, '2')
+    lib.nvmlDeviceCreateGpuInstance(handle, 0)
+    tree.write(os.path.join(h100_tree, 'bus/pci/devices', H100_VF,
+                            vendor_names.VENDOR_DIR,
+                            vendor_names.CURRENT_TYPE), '1314')
+    sysfs_tree.reboot(h100_tree, simulator.load_profile('h100-80gb'))
+    with open(numvfs) as f:
+        assert f.read() == '0\n'
+    assert not os.path.exists(os.path.join(h100_tree, 'bus/pci/devices',
+                                           H100_VF))
+    assert lib.nvmlDeviceGetMigMode(handle) == [1, 1]
+    assert lib.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, 0) == 1
+    assert lib.nvmlDeviceGetActiveVgpus(handle) == []
