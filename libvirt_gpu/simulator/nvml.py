@@ -549,6 +549,13 @@ def op_active_vgpus(kernel, pf):
     return [i for i, vf in _instances(kernel).items() if vf in vgpus]
 
 
+def op_gi_active_vgpus(kernel, pf, gi):
+    _gpu(kernel, pf)
+    vgpus = kernel.gpu_vgpus(pf)
+    return [i for i, vf in _instances(kernel).items()
+            if vf in vgpus and vgpus[vf].gi == gi]
+
+
 def op_vgpu_instance(kernel, instance):
     vf = _instances(kernel).get(instance)
     dev = kernel.profile.device(vf) if vf is not None else None
@@ -1093,6 +1100,20 @@ def nvmlGpuInstanceGetCreatableVgpus(lib, instance, info):
                 else mig.NVML_SUCCESS)
     for i, value in enumerate(values):
         info.vgpuTypeIds[i] = value
+    info.vgpuCount = len(values)
+
+
+@_c
+def nvmlGpuInstanceGetActiveVgpus(lib, instance, info):
+    _, pf, gi = lib._key(instance, 'gi')
+    values = lib._call('gi_active_vgpus', pf, gi)
+    info = _obj(info)
+    if not info.vgpuInstances or info.vgpuCount < len(values):
+        info.vgpuCount = len(values)
+        return (mig.NVML_ERROR_INSUFFICIENT_SIZE if values
+                else mig.NVML_SUCCESS)
+    for i, value in enumerate(values):
+        info.vgpuInstances[i] = value
     info.vgpuCount = len(values)
 
 

@@ -292,6 +292,31 @@ def test_a_type_s_maximum_is_max_per_gi_times_its_gpu_instances(
     assert blackwell.fill(BW_VFS, DC_1_12Q) == 4
 
 
+def test_what_a_gpu_instance_holds_and_can_take(blackwell):
+    nvml = blackwell.nvml
+    blackwell.mig(1)
+    blackwell.vfs(4)
+    gi = blackwell.gi(GI_1G_24GB_GFX)
+
+    def creatable():
+        info = nvml.c_nvmlVgpuTypeIdInfo_v1_t()
+        info.version = nvml.nvmlVgpuTypeIdInfo_v1
+        found = nvml.nvmlGpuInstanceGetCreatableVgpus(gi, info)
+        return [found.vgpuTypeIds[i] for i in range(found.vgpuCount)]
+
+    def active():
+        info = nvml.c_nvmlActiveVgpuInstanceInfo_v1_t()
+        info.version = nvml.nvmlActiveVgpuInstanceInfo_v1
+        found = nvml.nvmlGpuInstanceGetActiveVgpus(gi, info)
+        return [found.vgpuInstances[i] for i in range(found.vgpuCount)]
+
+    assert creatable() == [DC_1_24Q, DC_1_12Q, DC_1_8Q]
+    assert active() == []
+    blackwell.write(BW_VFS[0], DC_1_12Q)
+    assert creatable() == [DC_1_12Q]
+    assert active() == nvml.nvmlDeviceGetActiveVgpus(blackwell.handle)
+
+
 def test_one_framebuffer_size_can_live_under_several_gi_profiles(h100):
     """H100-1-20C and H100-2-20C: 20 GB each, in 1g.20gb and 2g.20gb GIs;
     each goes only to a GI of its own profile."""
