@@ -215,8 +215,8 @@ def parse(data, path):
     file ``path`` when it is current (``key``), else None."""
     try:
         data = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None             # (RecursionError: nested too deep)
     expected = key(path)
     if not isinstance(data, dict) or data.get('key') != expected:
         return None

@@ -77,11 +77,77 @@ def _not_regular(path, kind):
         path=path, reason='it is %s, not a regular file' % kind)
 
 
+# Directories other programs (or users) keep their own files in: a state
+# directory there would share its names (``leases.lock``, ``hook.log``,
+# ``owner``) with theirs.  Compared after normalizing (``/var/lib/..``).
+SHARED_DIRS = frozenset([
+    '/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32',
+    '/lib64', '/libx32', '/media', '/mnt', '/opt', '/proc', '/root', '/run',
+    '/sbin', '/srv', '/sys', '/tmp', '/usr', '/usr/bin', '/usr/include',
+    '/usr/lib', '/usr/lib32', '/usr/lib64', '/usr/libexec', '/usr/local',
+    '/usr/local/bin', '/usr/local/lib', '/usr/local/share', '/usr/sbin',
+    '/usr/share', '/usr/src', '/var', '/var/backups', '/var/cache',
+    '/var/lib', '/var/local', '/var/lock', '/var/log', '/var/mail',
+    '/var/opt', '/var/run', '/var/spool', '/var/tmp', '/etc/libvirt',
+    '/var/lib/libvirt', '/run/libvirt', '/var/run/libvirt',
+    '/var/cache/libvirt', '/var/log/libvirt'])
+# How many entries of a state directory are looked at for a directory of
+# another program (ours holds about ten files and no directory).
+_MAX_ENTRIES_LOOKED_AT = 4096
+
+
 def check_state_dir(state_dir, path):
     """[DEFAULT]/state_dir may be missing (it is made on first use) but
-    not something other than a directory."""
+    must be a directory of libvirt-gpu's own: not something other than a
+    directory, not relative (the hook runs in another working directory
+    than the CLI), not a directory other programs keep their files in
+    (``SHARED_DIRS``: ``/``, ``/etc``, ``/usr/lib`` ...), nor one that
+    holds another program's directories (libvirt-gpu makes none there).
+    ConfigError naming the option and what to do."""
+    def refuse(why):
+        return exception.ConfigError(
+            reason='%s: [DEFAULT]/state_dir = %s %s; name a directory of '
+                   'libvirt-gpu\'s own, such as /var/lib/libvirt-gpu (it '
+                   'is created when missing)' % (path, state_dir, why))
+    if not os.path.isabs(state_dir):
+        raise refuse('is a relative path, which names another directory '
+                     'in each program that reads it')
+    for name in {os.path.normpath(state_dir), os.path.realpath(state_dir)}:
+        if name in SHARED_DIRS or name.startswith('/proc/') or \
+                name.startswith('/sys/') or name.startswith('/dev/'):
+            raise refuse('is %s, a directory other programs use too' % name
+                         if name != os.path.normpath(state_dir) else
+                         'is a directory other programs use too')
     if os.path.exists(state_dir) and not os.path.isdir(state_dir):
         raise exception.ConfigError(
             reason='%s: [DEFAULT]/state_dir = %s is not a directory; name '
                    'a directory (it is created when missing)'
                    % (path, state_dir))
+    other = _foreign_directory(state_dir)
+    if other is not None:
+        raise refuse('holds the directory %s, which libvirt-gpu never makes '
+                     'there: the directory is another program\'s'
+                     % ascii(other)[1:-1])
+
+
+def _foreign_directory(state_dir):
+    """The name of a directory that holds something, in ``state_dir``
+    (None: none, or it cannot be listed: the state directory's own
+    checks then say why)."""
+    try:
+        listing = os.scandir(state_dir)
+    except OSError:
+        return None
+    with listing:
+        for count, entry in enumerate(listing):
+            if count >= _MAX_ENTRIES_LOOKED_AT:
+                return None
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                with os.scandir(entry.path) as inner:
+                    if next(inner, None) is not None:
+                        return entry.name
+            except OSError:
+                continue
+    return None

@@ -13,10 +13,16 @@ there is one, its configuration and where discovery reads the host
 ``discovered``  the host as discovered (``objects.DiscoveryResult``:
                 the GPUs, named, with what NVML says)
 ``enabled``     ``{PciAddress: EnabledType}``: the enabled vGPU type of
-                each GPU, resolved against this host (the one place it
-                is: ``enablement.resolve``)
+                each GPU (of a GPU in a layout: its layout's first type),
+                resolved against this host (the one place it is:
+                ``enablement.resolve``)
+``carved``      what is Nova's (``carving.Carved``): the carvings of the
+                configuration resolved against this host (the one place
+                they are: ``carving.resolve``), and the VFs ``restore``
+                recorded as carved
 ``vgpus``       every vGPU kind behind one object (``backends.registry``)
-``pci``         whole GPUs by PCI passthrough (``backends.pci``)
+``pci``         whole GPUs by PCI passthrough (``backends.pci``), never a
+                GPU recorded as carved for Nova
 ``store``       the lease store (``state.LeaseStore``)
 ``allocator``   ``allocator.Allocator`` of the above
 
@@ -54,7 +60,7 @@ class Source:
 
 
 # Parts that follow from discovery: rediscover() builds them again.
-_DISCOVERED = ('_found', 'discovered', 'enabled', 'allocator')
+_DISCOVERED = ('_found', 'discovered', 'enabled', 'carved', 'allocator')
 # What the enabled types are resolved from: replace() changing one of
 # these resolves them again.
 _RESOLVED_FROM = {'sysfs', 'sysfs_root', 'conf', 'kinds', 'source'}
@@ -111,7 +117,9 @@ class Environment(object):
         if sysfs is not None:
             self.sysfs = sysfs
         if enabled is not None:
-            self.enabled = dict(enabled)
+            # a copy; an enablement.Enabled keeps the types configured
+            self.enabled = (type(enabled)(enabled)
+                            if isinstance(enabled, dict) else dict(enabled))
 
     @classmethod
     def from_conf(cls, conf=None, conn=None, sysfs=None, sysfs_root=None,
@@ -243,7 +251,7 @@ class Environment(object):
     @functools.cached_property
     def pci(self):
         from libvirt_gpu.devices.backends import pci as pci_backend
-        return pci_backend.PciBackend(self.sysfs)
+        return pci_backend.PciBackend(self.sysfs, state_dir=self.state_dir)
 
     @functools.cached_property
     def store(self):
@@ -258,9 +266,26 @@ class Environment(object):
         return enablement.resolve(self.conf, self._found.gpus)
 
     @functools.cached_property
+    def carved(self):
+        """``carving.Carved``: the configuration's carvings for Nova
+        resolved against this host (none without a configuration: the
+        hook), and the VFs ``restore`` recorded as carved."""
+        from libvirt_gpu.devices import carving
+        recorded = carving.CarveRecord(self.state_dir).read()
+        planned = ()
+        if self.conf is not None:
+            planned = carving.resolve(
+                self.conf, self.discovered.gpus, self.enabled,
+                known_names={e.type_id: e.type_name
+                             for e in recorded.values() if e.type_name})
+        return carving.Carved(planned=planned, recorded=tuple(
+            recorded[vf] for vf in sorted(recorded)))
+
+    @functools.cached_property
     def allocator(self):
         from libvirt_gpu.store import allocator as allocator_mod
-        return allocator_mod.Allocator(self.vgpus, self.store, self.enabled)
+        return allocator_mod.Allocator(self.vgpus, self.store, self.enabled,
+                                       carved=self.carved.gpus)
 
 
 def _as_host(conn):

@@ -36,8 +36,10 @@ examples:
   libvirt-gpu list                          GPUs, their mode and vGPU capacity
   libvirt-gpu types 0000:af:00.0            vGPU types one GPU offers
   libvirt-gpu placement show --json         the Placement provider tree
+  libvirt-gpu nova-config                   Nova's [pci] lines for carved VFs
   libvirt-gpu simulate t4 /tmp/sim          write a simulated T4 host
   libvirt-gpu --sysfs-root /tmp/sim list    read it back
+  libvirt-gpu layout plan                   steps to the configured layouts
 
 configuration: /etc/libvirt-gpu/libvirt-gpu.conf, or the file named by
 $LIBVIRT_GPU_CONFIG, or --config-file.
@@ -54,6 +56,7 @@ COMMANDS = (
     ('discover', 'host_cmds'),
     ('placement', 'openstack_cmds'),
     ('agent', 'openstack_cmds'),
+    ('nova-config', 'nova_cmds'),
     ('simulate', 'host_cmds'),
     ('attach', 'guest_cmds'),
     ('detach', 'guest_cmds'),
@@ -62,6 +65,7 @@ COMMANDS = (
     ('reconcile', 'recovery_cmds'),
     ('migrate', 'guest_cmds'),
     ('restore', 'recovery_cmds'),
+    ('layout', 'layout_cmds'),
     ('exporter', 'service_cmds'),
 )
 

@@ -24,11 +24,13 @@ def cmd_restore(ctx):
     from libvirt_gpu.guests import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
-    owner = None
+    owner = vf_user = None
     if not ctx.args.no_libvirt:
         owner = restore.lease_owner_check(env.state_dir, ctx.libvirt_uri())
+        vf_user = restore.vf_user_check(ctx.libvirt_uri())
     report = restore.restore(
         env, vf_pfs=restore.vf_targets(env), owner_running=owner,
+        vf_in_use=vf_user,
         sriov_manage=restore.sriov_manage_for(env.sysfs_root,
                                               ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
@@ -50,7 +52,9 @@ def _check_dir_option(option, path):
 def _reconcile_parser(sub, add):
     p = add('reconcile', cmd_reconcile, 'find and remove vGPUs and leases '
             'that no domain uses after crashes; report stuck ones (exit '
-            'status 3). It removes devices: run with --dry-run first. Only '
+            'status 3) and list the reservations of incoming live '
+            'migrations (kept until they expire). It removes devices: run '
+            'with --dry-run first. Only '
             'vGPUs we leased, or on GPUs the configuration enables, are '
             'touched; it needs a libvirt that knows the host\'s domains '
             '(not test:///)')
@@ -77,7 +81,8 @@ def _restore_parser(sub, add):
                         'interface (default: %(default)s)')
     p.add_argument('--no-libvirt', action='store_true',
                    help='do not ask libvirt which guests run (then no stale '
-                        'vGPU is reset)')
+                        'vGPU is reset, and no VF carved for Nova that the '
+                        'configuration no longer carves)')
     p.add_argument('--dry-run', action='store_true',
                    help='show what would be written (VFs enabled, vGPUs '
                         'created or reset); write nothing')

@@ -16,7 +16,9 @@ from libvirt_gpu.util import logs
 from libvirt_gpu.conf import agent
 from libvirt_gpu.conf import default
 from libvirt_gpu.conf import gpu
+from libvirt_gpu.conf import layout
 from libvirt_gpu.conf import libvirt
+from libvirt_gpu.conf import nova
 from libvirt_gpu.conf import placement
 from libvirt_gpu.conf import typos
 from libvirt_gpu.conf import vgpu
@@ -28,7 +30,7 @@ MAX_CONFIG_BYTES = conffile.MAX_CONFIG_BYTES
 config_path = conffile.config_path
 check_config_file = conffile.check_config_file
 
-MODULES = [default, libvirt, gpu, vgpu, placement, agent]
+MODULES = [default, libvirt, gpu, layout, vgpu, nova, placement, agent]
 
 
 def new_conf():
@@ -40,7 +42,8 @@ def new_conf():
             # registers them when it is built.
             placement.register_opts(conf, auth=False)
         elif hasattr(module, 'register_opts'):
-            # ([vgpu_<type>] is registered once the files are read.)
+            # ([vgpu_<type>] and [nova_<name>] are registered once the
+            # files are read.)
             module.register_opts(conf)
     return conf
 
@@ -66,9 +69,13 @@ def load(config_file=None, environ=None):
     except (cfg.Error, ValueError) as e:
         raise exception.ConfigError(reason='%s: %s' % (path, _clean(e)))
     vgpu.register_dynamic_opts(conf)
+    nova.register_dynamic_opts(conf)
+    layout.register_dynamic_opts(conf)
     if files:
-        typos.check(conf, path, [opt.dest for opt in vgpu.vgpu_opts])
+        typos.check(conf, path, [opt.dest for opt in vgpu.vgpu_opts],
+                    [opt.dest for opt in nova.carving_opts])
     _read_every_option(conf, path)
+    layout.check(conf, path)
     conffile.check_state_dir(conf.state_dir, path)
     return conf
 

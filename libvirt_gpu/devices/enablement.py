@@ -6,6 +6,10 @@ anything that reads like a ConfigOpts (``conf.gpu.enabled_vgpu_types``,
 ``conf['vgpu_<type>'].device_addresses``), the CLI's settings snapshot
 (``confcache.Values``) included.  The options themselves are declared in
 ``libvirt_gpu.conf.vgpu``.
+
+A GPU in a layout (``[gpu]/layouts``, ``devices.layout``) offers its
+layout's types, the first of them as its ``EnabledType``; no
+``[vgpu_<type>]/device_addresses`` may name it.
 """
 
 import re
@@ -13,6 +17,7 @@ import re
 import os_resource_classes
 
 from libvirt_gpu import exception
+from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 
@@ -22,6 +27,20 @@ _CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]+')
 
 def group_name(type_id):
     return 'vgpu_%s' % type_id
+
+
+class Enabled(dict):
+    """``resolve``'s answer: ``{PciAddress: EnabledType}``, and
+    ``configured``: every type ``[gpu]/enabled_vgpu_types`` names, in its
+    order, offered by a GPU here or not, so that a refusal can tell a type
+    not enabled from one enabled that no GPU of this host offers.  A copy
+    (``Enabled(enabled)``) keeps ``configured``."""
+
+    def __init__(self, items=(), configured=None):
+        super().__init__(items)
+        if configured is None:
+            configured = getattr(items, 'configured', ())
+        self.configured = tuple(configured)
 
 
 def _resource_class(type_id, value):
@@ -34,13 +53,33 @@ def _resource_class(type_id, value):
                                                     value))
 
 
+def _offers(gpus):
+    """What each physical GPU offers, GPUs that offer the same listed
+    together: ``0000:3b:00.0 and 0000:af:00.0 offer nvidia-222,
+    nvidia-223; 0000:5e:00.0 offers no vGPU type``."""
+    by_offer = {}
+    for gpu in gpus:
+        if gpu.is_vf:
+            continue
+        offered = tuple(sorted({t.id for t in gpu.offered_types()}))
+        by_offer.setdefault(offered, []).append(str(gpu.address))
+    said = []
+    for offered, addresses in sorted(by_offer.items(),
+                                     key=lambda item: item[1]):
+        said.append('%s %s %s' % (
+            ' and '.join(sorted(addresses)),
+            'offers' if len(addresses) == 1 else 'offer',
+            ', '.join(offered) or 'no vGPU type'))
+    return '; '.join(said) or 'this host has no GPU'
+
+
 def _warn_not_offered(type_id, gpus):
     """A single enabled type, without addresses, that no GPU offers: every
-    GPU stays whole (PGPU), which is rarely what was meant."""
-    offered = sorted({t.id for gpu in gpus for t in gpu.offered_types()})
+    GPU stays whole (PGPU), which is rarely what was meant.  Each GPU is
+    named with what it offers."""
     LOG.warning('[gpu]/enabled_vgpu_types names %s, but no GPU of this host '
-                'offers it, so every GPU is offered whole (PGPU); the GPUs '
-                'offer: %s', type_id, ', '.join(offered) or 'no vGPU type')
+                'offers it, so every GPU is offered whole (PGPU): %s',
+                type_id, _offers(gpus))
 
 
 def device_addresses(conf, type_id):
@@ -61,15 +100,17 @@ def device_addresses(conf, type_id):
 def resolve(conf, gpus):
     """Map each GPU address to what configuration enables on it.
 
-    ``gpus`` are the discovered ``objects.Gpu``.  Returns
+    ``gpus`` are the discovered ``objects.Gpu``.  Returns an ``Enabled``
     ``{PciAddress: EnabledType}``, keyed by *physical* GPU: a GPU with
     SR-IOV is named by its PF address, and the type counts as offered when
     the PF or any of its VFs offers it (``Gpu.offered_type``).  Raises
     ConfigError for: an invalid address, an address claimed by two types, a
     type the GPU at an address does not offer (or no GPU there), the
     address of a VF (name its physical GPU instead: capacity, the Placement
-    provider and the configuration are per physical GPU), and several
-    enabled types of which one lists no addresses.
+    provider and the configuration are per physical GPU), several
+    enabled types of which one lists no addresses, and the layouts'
+    errors (``layout.read_layouts``, ``layout.claims``; a GPU in a layout
+    and in ``device_addresses``).
     """
     types = list(conf.gpu.enabled_vgpu_types)
     if len(set(types)) != len(types):
@@ -77,6 +118,7 @@ def resolve(conf, gpus):
             reason='[gpu]/enabled_vgpu_types lists a type twice: %s'
             % ', '.join(types))
     by_address = {gpu.address: gpu for gpu in gpus}
+    in_layout = layout_mod.claims(layout_mod.read_layouts(conf), gpus)
     enabled = {}
     claimed_by = {}
     for type_id in types:
@@ -99,12 +141,18 @@ def resolve(conf, gpus):
                 _warn_not_offered(type_id, gpus)
             continue
         for address in device_addresses(conf, type_id):
+            if claimed_by.get(address) == type_id:
+                raise exception.ConfigError(
+                    reason='[%s]/device_addresses lists the GPU %s twice; '
+                           'list each GPU once' % (group_name(type_id),
+                                                   address))
             if address in claimed_by:
                 raise exception.ConfigError(
                     reason='GPU %s is claimed by two types: %s and %s; give '
                            'each GPU to one type only'
                            % (address, claimed_by[address], type_id))
             claimed_by[address] = type_id
+            _not_in_layout(type_id, address, in_layout)
             gpu = by_address.get(address)
             if gpu is None:
                 raise exception.ConfigError(
@@ -131,4 +179,38 @@ def resolve(conf, gpus):
                     reason='the GPU at %s does not offer type %s (it offers: '
                            '%s)%s' % (address, type_id, offered, hint))
             enabled[address] = setting
+    enabled.update(_layout_types(conf, in_layout))
+    return Enabled(enabled, configured=types)
+
+
+# --- layouts (devices.layout) ------------------------------------------------
+
+def _not_in_layout(type_id, address, in_layout):
+    layout = in_layout.get(address)
+    if layout is not None:
+        raise exception.ConfigError(
+            reason='[%s]/device_addresses names %s, which is in layout [%s]; '
+                   'a GPU in a layout offers the layout\'s vgpu_types: '
+                   'remove it from one of them'
+                   % (group_name(type_id), address, layout.section))
+
+
+def _layout_types(conf, in_layout):
+    """``{PciAddress: EnabledType}`` of the GPUs in a layout: the layout's
+    first vGPU type, with the resource class and limit of its
+    ``[vgpu_<type>]`` section when the type is also in
+    ``[gpu]/enabled_vgpu_types`` (VGPU otherwise).  What the GPU can hold
+    is checked against the GPU itself by ``layout plan``/``apply``."""
+    enabled = {}
+    types = set(conf.gpu.enabled_vgpu_types)
+    for address, layout in in_layout.items():
+        type_id = layout.vgpu_types[0]
+        resource_class, max_instances = 'VGPU', None
+        if type_id in types:
+            section = conf[group_name(type_id)]
+            resource_class = _resource_class(type_id, section.resource_class)
+            max_instances = section.max_instances
+        enabled[address] = objects.EnabledType(
+            type_id=type_id, resource_class=resource_class,
+            max_instances=max_instances)
     return enabled

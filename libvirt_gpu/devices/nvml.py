@@ -29,6 +29,7 @@ vGPU host driver) leaves that field None or empty.
 
 
 from libvirt_gpu import exception
+from libvirt_gpu.devices import layout
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -104,9 +105,20 @@ class Nvml(object):
             self._module = pynvml
         return self._module
 
+    def session(self):
+        """A ``Session`` (NVML initialised; a ``with`` block shuts it
+        down); NvmlUnavailable when there is no binding or driver."""
+        lib = self._binding()
+        if lib is None:
+            raise NvmlUnavailable(reason='nvidia-ml-py is not installed')
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as e:
+            raise NvmlUnavailable(reason=e)
+        return Session(lib)
+
     def _unanswered(self, lib, error):
-        codes = {getattr(lib, name, None) for name in _UNANSWERED}
-        return getattr(error, 'value', None) in codes
+        return _unanswered(lib, error)
 
     def _ask(self, lib, function, *args):
         """``function(*args)``, or None where the GPU cannot answer."""
@@ -214,6 +226,12 @@ class Nvml(object):
         return tuple(types)
 
 
+def _unanswered(lib, error):
+    """Whether ``error`` means "this GPU or driver cannot tell"."""
+    codes = {getattr(lib, name, None) for name in _UNANSWERED}
+    return getattr(error, 'value', None) in codes
+
+
 def _uuid(value):
     """An mdev UUID NVML gives (parsed at this edge), or None."""
     try:
@@ -263,3 +281,297 @@ def source(setting, module=None, sysfs_root=HOST_SYSFS):
             not sysfs_mod.Sysfs.is_host_sysfs(sysfs_root):
         return None
     return Nvml(module)
+
+
+# --- layouts: MIG, GPU instances, mixed sizes, the scheduler -----------------
+#
+# NVML functions used (all through ``pynvml``, with its arguments):
+# ``nvmlDeviceGetMigMode``, ``nvmlDeviceSetMigMode``,
+# ``nvmlDeviceGetGpuInstanceProfileInfo`` (v2: its ``name``),
+# ``nvmlDeviceGetGpuInstances``, ``nvmlGpuInstanceGetInfo``,
+# ``nvmlDeviceCreateGpuInstance``, ``nvmlDeviceGetGpuInstanceById``,
+# ``nvmlGpuInstanceDestroy``, ``nvmlGpuInstanceGetComputeInstanceProfileInfo``,
+# ``nvmlGpuInstanceCreateComputeInstance``,
+# ``nvmlGpuInstanceGetComputeInstances``, ``nvmlComputeInstanceDestroy``,
+# ``nvmlDeviceGetSupportedVgpus``, ``nvmlVgpuTypeGetName``,
+# ``nvmlVgpuTypeGetFramebufferSize``, ``nvmlVgpuTypeGetGpuInstanceProfileId``,
+# ``nvmlVgpuTypeGetMaxInstancesPerGpuInstance``,
+# ``nvmlDeviceGetVgpuHeterogeneousMode``,
+# ``nvmlDeviceSetVgpuHeterogeneousMode``,
+# ``nvmlDeviceGetVgpuSchedulerState_v2``,
+# ``nvmlDeviceSetVgpuSchedulerState_v2``,
+# ``nvmlGpuInstanceGetVgpuSchedulerState_v2``,
+# ``nvmlGpuInstanceSetVgpuSchedulerState_v2``.
+
+# nvmlVgpuTypeGetGpuInstanceProfileId of a time-sliced type
+INVALID_GI_PROFILE_ID = 0xFFFFFFFF
+# compute instance profile (NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE) that
+# spans a whole GPU instance of n slices (``nvidia-smi mig -cgi ... -C``)
+_FULL_CI_PROFILE = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
+_MAX_GPU_INSTANCES = 32
+_NS_PER_MS = 1000000
+
+
+def _no_such_profile(lib, error):
+    """NVML's answer for a profile index the GPU (or GI) does not have."""
+    return getattr(error, 'value', None) in (
+        lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_INVALID_ARGUMENT)
+
+
+class NvmlError(exception.LibvirtGpuError):
+    msg_fmt = 'NVML %(call)s on GPU %(address)s: %(reason)s'
+
+
+class NvmlUnavailable(exception.LibvirtGpuError):
+    msg_fmt = ('NVML cannot be used: %(reason)s; layouts need NVIDIA\'s '
+               'driver and the nvidia-ml-py package ([gpu]/nvml = auto)')
+
+
+def _profile_name(info):
+    """``MIG 1g.10gb+me`` (NVML's v2 name) -> ``1g.10gb+me``."""
+    name = _text(getattr(info, 'name', None)) or ''
+    if name.lower().startswith('mig '):
+        name = name[4:].strip()
+    return name.lower() or '%dg.%dgb' % (
+        info.sliceCount, round(info.memorySizeMB / 1024))
+
+
+class Session(object):
+    """NVML between one ``nvmlInit`` and its ``nvmlShutdown`` (a ``with``
+    block): one GPU's layout facts and state read, and changed.  Every
+    failure of a call is an ``NvmlError`` naming the call and the GPU.
+
+    GPU-instance profiles are named by NVML's profile id (the ``ID``
+    column of ``nvidia-smi mig -lgip``: 19 for an H100's 1g.10gb), which
+    is what ``nvmlVgpuTypeGetGpuInstanceProfileId`` answers and what
+    ``nvmlDeviceCreateGpuInstance`` takes."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self._handles = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.lib.nvmlShutdown()
+        except self.lib.NVMLError as e:
+            LOG.debug('NVML shutdown: %s', e)
+
+    def _call(self, address, function, *args, unanswered=False):
+        try:
+            return getattr(self.lib, function)(*args)
+        except self.lib.NVMLError as e:
+            if unanswered and _unanswered(self.lib, e):
+                return None
+            raise NvmlError(call=function, address=address, reason=e)
+
+    def handle(self, address):
+        if self._handles is None:
+            self._handles = {}
+            for index in range(self._call('all', 'nvmlDeviceGetCount')):
+                handle = self._call('#%d' % index,
+                                    'nvmlDeviceGetHandleByIndex', index)
+                bus_id = _address(self._call(
+                    '#%d' % index, 'nvmlDeviceGetPciInfo', handle).busId)
+                if bus_id is not None:
+                    self._handles[bus_id] = handle
+        if address not in self._handles:
+            raise NvmlUnavailable(reason='NVML lists no GPU %s' % address)
+        return self._handles[address]
+
+    # -- reading ---------------------------------------------------------
+
+    def mig_mode(self, address):
+        """Whether MIG mode is on (its current mode); None: the GPU has no
+        MIG."""
+        mode = self._call(address, 'nvmlDeviceGetMigMode',
+                          self.handle(address), unanswered=True)
+        return None if mode is None else \
+            mode[0] == self.lib.NVML_DEVICE_MIG_ENABLE
+
+    def gi_profiles(self, address):
+        """The GPU's GPU-instance profiles (``layout.GiProfile``)."""
+        handle = self.handle(address)
+        found = []
+        for index in range(self.lib.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self.lib.nvmlDeviceGetGpuInstanceProfileInfo(
+                    handle, index)
+            except self.lib.NVMLError as e:
+                if _no_such_profile(self.lib, e):
+                    continue      # a profile this GPU does not have
+                raise NvmlError(call='nvmlDeviceGetGpuInstanceProfileInfo',
+                                address=address, reason=e)
+            if not info.instanceCount:
+                continue
+            found.append(layout.GiProfile(
+                id=int(info.id), name=_profile_name(info),
+                slices=int(info.sliceCount),
+                instances=int(info.instanceCount),
+                memory_mib=int(info.memorySizeMB)))
+        return tuple(found)
+
+    def vgpu_types(self, address):
+        """The vGPU types the GPU supports (``layout.TypeFacts``)."""
+        handle = self.handle(address)
+        found = []
+        for type_id in self._call(address, 'nvmlDeviceGetSupportedVgpus',
+                                  handle, unanswered=True) or ():
+            profile = self._call(address,
+                                 'nvmlVgpuTypeGetGpuInstanceProfileId',
+                                 type_id, unanswered=True)
+            mig_backed = profile is not None and \
+                profile != INVALID_GI_PROFILE_ID
+            per_gi = self._call(
+                address, 'nvmlVgpuTypeGetMaxInstancesPerGpuInstance',
+                type_id, unanswered=True) if mig_backed else None
+            framebuffer = self._call(address,
+                                     'nvmlVgpuTypeGetFramebufferSize',
+                                     type_id, unanswered=True)
+            found.append(layout.TypeFacts(
+                type_id=objects.vendor_type_id(int(type_id)),
+                name=_text(self._call(address, 'nvmlVgpuTypeGetName',
+                                      type_id, unanswered=True)),
+                framebuffer_mib=(framebuffer // _MIB
+                                 if framebuffer is not None else None),
+                gi_profile_id=int(profile) if mig_backed else None,
+                max_per_gi=per_gi))
+        return tuple(found)
+
+    def _gpu_instance_handles(self, address, profile_id):
+        import ctypes
+        handles = (self.lib.c_nvmlGpuInstance_t * _MAX_GPU_INSTANCES)()
+        count = ctypes.c_uint(0)
+        self._call(address, 'nvmlDeviceGetGpuInstances',
+                   self.handle(address), profile_id, handles,
+                   ctypes.byref(count))
+        return [handles[i] for i in range(count.value)]
+
+    def gpu_instances(self, address, profiles, schedulers=False):
+        """The GPU instances that exist (``layout.GpuInstance``), of the
+        ``profiles`` (``layout.GiProfile``); ``schedulers``: with each
+        one's vGPU scheduler state."""
+        found = []
+        for profile in profiles:
+            for gi in self._gpu_instance_handles(address, profile.id):
+                info = self._call(address, 'nvmlGpuInstanceGetInfo', gi)
+                found.append(layout.GpuInstance(
+                    id=int(info.id), profile_id=int(info.profileId),
+                    scheduler=(self._scheduler(
+                        address, 'nvmlGpuInstanceGetVgpuSchedulerState_v2',
+                        gi) if schedulers else None)))
+        return tuple(sorted(found, key=lambda g: g.id))
+
+    def mixed_size(self, address):
+        """Whether mixed-size (heterogeneous) mode is on; None: N/A."""
+        mode = self._call(address, 'nvmlDeviceGetVgpuHeterogeneousMode',
+                          self.handle(address), unanswered=True)
+        return None if mode is None else \
+            mode == self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE
+
+    def _scheduler(self, address, function, target):
+        info = self.lib.c_nvmlVgpuSchedulerStateInfo_v2_t()
+        info.engineId = self.lib.NVML_VGPU_SCHEDULER_ENGINE_TYPE_GRAPHICS
+        state = self._call(address, function, target, info,
+                           unanswered=True)
+        if state is None:
+            return None
+        policy = layout.POLICY_NAMES.get(int(state.schedulerPolicy))
+        if policy is None:
+            return None
+        slice_ms = int(state.timeslice) // _NS_PER_MS
+        return layout.Scheduler(policy=policy,
+                                time_slice_ms=slice_ms or None)
+
+    def scheduler(self, address):
+        """The GPU's vGPU scheduler (``layout.Scheduler``), or None."""
+        return self._scheduler(address, 'nvmlDeviceGetVgpuSchedulerState_v2',
+                               self.handle(address))
+
+    # -- changing --------------------------------------------------------
+
+    def set_mig_mode(self, address, on):
+        self._call(address, 'nvmlDeviceSetMigMode', self.handle(address),
+                   self.lib.NVML_DEVICE_MIG_ENABLE if on
+                   else self.lib.NVML_DEVICE_MIG_DISABLE)
+
+    def create_gpu_instance(self, address, profile):
+        """Make a GPU instance of ``profile`` (a ``layout.GiProfile``) and
+        its compute instance spanning it; returns its id.  When the
+        compute instance cannot be made the GPU instance is destroyed
+        again (nothing is left half made)."""
+        gi = self._call(address, 'nvmlDeviceCreateGpuInstance',
+                        self.handle(address), profile.id)
+        gi_id = int(self._call(address, 'nvmlGpuInstanceGetInfo', gi).id)
+        try:
+            info = self._call(
+                address, 'nvmlGpuInstanceGetComputeInstanceProfileInfo', gi,
+                _FULL_CI_PROFILE[profile.slices],
+                self.lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            self._call(address, 'nvmlGpuInstanceCreateComputeInstance', gi,
+                       info.id)
+        except (NvmlError, KeyError) as e:
+            self._call(address, 'nvmlGpuInstanceDestroy', gi)
+            if isinstance(e, KeyError):
+                raise NvmlError(call='nvmlGpuInstanceCreateComputeInstance',
+                                address=address,
+                                reason='no compute instance profile spans '
+                                       '%d slices' % profile.slices)
+            raise
+        return gi_id
+
+    def destroy_gpu_instance(self, address, gi_id):
+        """Destroy a GPU instance and its compute instances."""
+        import ctypes
+        gi = self._call(address, 'nvmlDeviceGetGpuInstanceById',
+                        self.handle(address), gi_id)
+        for ci_profile in sorted(set(_FULL_CI_PROFILE.values())):
+            try:
+                info = self.lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi, ci_profile,
+                    self.lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            except self.lib.NVMLError as e:
+                if _no_such_profile(self.lib, e):
+                    continue      # a size this GPU instance cannot have
+                raise NvmlError(
+                    call='nvmlGpuInstanceGetComputeInstanceProfileInfo',
+                    address=address, reason=e)
+            handles = (self.lib.c_nvmlComputeInstance_t
+                       * _MAX_GPU_INSTANCES)()
+            count = ctypes.c_uint(0)
+            self._call(address, 'nvmlGpuInstanceGetComputeInstances', gi,
+                       info.id, handles, ctypes.byref(count))
+            for i in range(count.value):
+                self._call(address, 'nvmlComputeInstanceDestroy', handles[i])
+        self._call(address, 'nvmlGpuInstanceDestroy', gi)
+
+    def set_mixed_size(self, address, on):
+        self._call(address, 'nvmlDeviceSetVgpuHeterogeneousMode',
+                   self.handle(address),
+                   self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE if on
+                   else self.lib.NVML_VGPU_PGPU_HOMOGENEOUS_MODE)
+
+    def _scheduler_state(self, scheduler):
+        """``nvmlVgpuSchedulerState_v2_t`` of a ``layout.Scheduler``: the
+        policy, and a time slice of TT ms as the round-robin frequency
+        1000/TT Hz (0: the driver's default)."""
+        state = self.lib.c_nvmlVgpuSchedulerState_v2_t()
+        state.engineId = self.lib.NVML_VGPU_SCHEDULER_ENGINE_TYPE_GRAPHICS
+        state.schedulerPolicy = layout.SCHEDULERS[scheduler.policy]
+        state.avgFactor = 0
+        state.frequency = (1000 // scheduler.time_slice_ms
+                           if scheduler.time_slice_ms else 0)
+        return state
+
+    def set_scheduler(self, address, scheduler):
+        self._call(address, 'nvmlDeviceSetVgpuSchedulerState_v2',
+                   self.handle(address), self._scheduler_state(scheduler))
+
+    def set_gpu_instances_scheduler(self, address, profiles, scheduler):
+        """The scheduler of every GPU instance of ``profiles``."""
+        for profile in profiles:
+            for gi in self._gpu_instance_handles(address, profile.id):
+                self._call(address, 'nvmlGpuInstanceSetVgpuSchedulerState_v2',
+                           gi, self._scheduler_state(scheduler))

@@ -179,8 +179,8 @@ def _check_type_offered(env, type_id, parent):
         if not any(e.type_id == type_id for e in enabled.values()):
             raise exception.TypeNotEnabled(
                 type_id=type_id, where='this host',
-                enabled=', '.join(sorted({e.type_id for e in
-                                          enabled.values()})) or 'none')
+                enabled=allocator_mod.enabled_text(
+                    enabled, getattr(enabled, 'configured', ())))
         return
     env.vgpus.check_type(env.vgpus.parents_of(parent)[0]
                          if env.sysfs.virtfns(parent) else parent, type_id)

@@ -13,9 +13,10 @@ when no running domain uses it and no live process is working on it:
   marked ``created``.
 
 A reservation for an incoming live migration (``Lease.held``: the
-destination's ``migrate`` hook made it and exited) is left alone until it
+destination's ``migrate`` hook made it and exited) is listed (``incoming``:
+it takes room a local start may be refused for) and left alone until it
 expires; then, when its ``prepare`` never came, it is an orphan like any
-other lease whose process is gone.
+other lease whose process is gone, and the report says so.
 
 Reported, not touched: a lease whose holder is still running after
 ``stuck_after`` seconds, a removal that does not finish (a process may hold
@@ -51,6 +52,9 @@ WOULD_REMOVE = 'would remove'
 REPAIRED = 'repaired'
 WOULD_REPAIR = 'would repair'
 KEPT = 'kept'
+# An incoming live migration's reservation that still stands: listed
+# (it takes room a local start may miss), left alone.
+INCOMING = 'incoming'
 STUCK = 'stuck'
 CONFLICT = 'conflict'
 # Seconds a removal may take, where the Environment does not say.
@@ -261,7 +265,15 @@ def _judge_leases(txn, refs, vgpus, started, stuck_after, dry_run, findings,
         where = dict(parent=lease.parent, type_id=lease.type_id,
                      domain_uuid=lease.domain_uuid)
         if lease.held(started):
-            continue          # an incoming migration's, until it expires
+            # an incoming migration's, until it expires: listed, kept
+            findings.append(Finding(
+                INCOMING, 'lease', lease.vgpu_uuid,
+                'reserved for the incoming live migration of domain %s '
+                'until %s (%.0f s left); its prepare takes it over, else '
+                'reconcile frees it once it has expired'
+                % (lease.domain_uuid or '-', _clock(lease.expires_at),
+                   lease.expires_at - started), **where))
+            continue
         if lease.holder_alive() and lease.pid != me:
             if started - lease.updated_at > stuck_after:
                 findings.append(Finding(
@@ -278,15 +290,26 @@ def _judge_leases(txn, refs, vgpus, started, stuck_after, dry_run, findings,
                                         dry_run, where))
             continue
         exists = lease.vgpu_uuid in vgpus
-        reason = ('no running domain uses it (lease %s for domain %s, '
-                  'its process gone)' % (lease.state,
-                                         lease.domain_uuid or '-'))
+        if lease.expires_at is not None and lease.state == state.RESERVED:
+            reason = ('the incoming live migration of domain %s reserved it '
+                      'until %s and its prepare never came'
+                      % (lease.domain_uuid or '-',
+                         _clock(lease.expires_at)))
+        else:
+            reason = ('no running domain uses it (lease %s for domain %s, '
+                      'its process gone)' % (lease.state,
+                                             lease.domain_uuid or '-'))
         planned.append((lease.vgpu_uuid, lease.parent, lease.type_id,
                         lease.domain_uuid, reason,
                         'mdev+lease' if exists else 'lease'))
         if not dry_run:
             txn.update(lease.vgpu_uuid, state=state.REMOVING)
     return leased
+
+
+def _clock(when):
+    """``when`` (seconds since the epoch) as local ``HH:MM:SS``."""
+    return time.strftime('%H:%M:%S', time.localtime(when))
 
 
 def _judge_unleased(txn, refs, backend, covered, unleased, dry_run,

@@ -4,6 +4,10 @@ service``, and safe to run any time: a second run changes nothing).
 
 Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
 
+0. **Layouts.**  The GPUs of ``[gpu]/layouts`` are brought to their
+   layouts first (``devices.layout_apply``: VFs, MIG GPU instances,
+   mixed-size mode, the vGPU scheduler; MIG mode itself survives a
+   reboot), so that the vGPUs below find their GPU instances.
 1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
    the PFs named by ``[vgpu_<type>]/device_addresses`` (when an enabled
    type names no addresses, the PFs the kinds say their vGPUs live on:
@@ -18,15 +22,33 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    the same write after preparing the driver), and write ``sriov_numvfs``
    ourselves otherwise (any sysfs root but ``/sys``, or no script).  A PF
    with some but not all VFs enabled is left as it is, and reported.
-2. **Persistent vGPUs.**  What each kind records to start with the host
+   The GPUs carved for Nova (``[nova]/carved``) are among the PFs.
+2. **VFs carved for Nova.**  With the VFs enabled, the carvings are
+   resolved against the host (``env.carved``: ``carving.resolve``) and
+   each carved VF gets its type, the lowest-numbered VFs of each GPU, so
+   the same addresses carry the same types after every boot (Nova keeps
+   their PCI records): the vGPU kind of the VF writes it (NVIDIA's vendor
+   interface: type number 1153 for nvidia-1153 to the VF's type file).
+   Each is recorded as Nova's (``carving.CarveRecord``) before it is
+   written.  A VF that holds the type already (carved before, by us or
+   by hand) is adopted as it is; one that holds another type, or one of
+   our own vGPUs, is reported and left alone (the addresses must not
+   move).  A recorded VF no longer carved by the configuration is reset
+   and forgotten once no running guest uses it (``vf_in_use``, asked
+   through libvirt); while a guest uses it, or when that cannot be told
+   (``--no-libvirt``), it stays Nova's and is reported.  The writes
+   are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).  A carving
+   the host cannot satisfy is reported and nothing of it written.
+3. **Persistent vGPUs.**  What each kind records to start with the host
    (``VgpuKind.restorable``: the kind's persistent definitions marked to
    start at boot) is created where it does not exist; what a kind leaves
    alone is reported with its reason.  The kinds are asked from the last
    (the fallback, whose definitions an operator wrote) to the first.
-3. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
+4. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
    a vGPU of ours whose owner (the domain of its lease) is not running is
    reset, a record of one that is gone is forgotten.  vGPUs that are not
-   ours are reported, never touched; without libvirt to ask, nothing is
+   ours are reported, never touched (the VFs carved for Nova are not
+   reported: they are step 2's); without libvirt to ask, nothing is
    reset.
 
 Every step is reported (``RestoreReport``): what changed, what was already
@@ -40,6 +62,7 @@ import subprocess
 import time
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices import carving
 from libvirt_gpu import exception
 from libvirt_gpu.store import figures
 from libvirt_gpu.util import logs
@@ -57,10 +80,12 @@ CREATED = 'created'
 RESET = 'reset'
 WOULD = 'would'          # --dry-run: what a real run would change
 FORGOT = 'forgot'
+CARVED = 'carved'
 OK = 'ok'
 SKIPPED = 'skipped'
 FAILED = 'failed'
-CHANGES = (ENABLED_VFS, CREATED, RESET, FORGOT)
+APPLIED = 'applied'      # a layout step
+CHANGES = (ENABLED_VFS, CARVED, CREATED, RESET, FORGOT, APPLIED)
 
 
 @records.record
@@ -133,8 +158,21 @@ def vf_targets(env):
             targets.update(kind.sriov_pfs(sysfs))
     for kind in env.vgpus.kinds:
         targets.update(kind.recorded_gpus())
+    targets.update(carved_gpus(env))
     return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
                   and base.is_sriov_pf(sysfs, t))
+
+
+def carved_gpus(env):
+    """The physical GPUs the carvings for Nova name (by address or model,
+    read before their VFs are enabled) and those the record names."""
+    found = set()
+    if env.conf is not None:
+        found.update(carving.matching(carving.carvings(env.conf),
+                                      env.discovered.gpus))
+    found.update(r.gpu for r in carving.CarveRecord(env.state_dir)
+                 .read().values())
+    return found
 
 
 # --- the steps ---------------------------------------------------------------
@@ -151,29 +189,57 @@ class Restore(object):
         ``sriov_numvfs`` directly.
     :param settle_timeout: seconds to wait for enabled VFs to show their
         vGPU interface (the driver registers them after the VFs appear).
+    :param vf_in_use: ``f(vf) -> True | False | None``: whether a running
+        guest uses the PCI function ``vf`` (None: cannot tell).
     """
 
     def __init__(self, env, owner_running=None, sriov_manage=None,
-                 settle_timeout=30.0, dry_run=False):
+                 settle_timeout=30.0, dry_run=False, vf_in_use=None):
         self.dry_run = dry_run
         self.env = env
         self.sysfs = env.sysfs
         self.state_dir = env.state_dir
         self.owner_running = owner_running or (lambda uuid: None)
+        self.vf_in_use = vf_in_use or (lambda vf: None)
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
         self.actions = []
+        self.carved_vfs = frozenset()     # step 2 tells
 
     def _note(self, action, what, target, detail):
         self.actions.append(Action(action, what, str(target), detail))
         LOG.info('%s %s %s: %s', action, what, target, detail)
 
     def run(self, vf_pfs):
+        self.apply_layouts()
         for pf in vf_pfs:
             self.enable_vfs(pf)
+        self.carve()
         self.restore_persistent()
         self.reset_stale()
         return RestoreReport(actions=tuple(self.actions))
+
+    # 0. layouts --------------------------------------------------------------
+
+    def apply_layouts(self):
+        conf = self.env.conf
+        if conf is None or not getattr(conf.gpu, 'layouts', None):
+            return
+        from libvirt_gpu.devices import layout_apply
+        try:
+            report = layout_apply.converge(
+                self.env, dry_run=self.dry_run,
+                sriov_manage=self.sriov_manage,
+                settle_timeout=self.settle_timeout)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, 'layout', 'layouts', str(e))
+            return
+        actions = {layout_apply.DONE: APPLIED, layout_apply.WOULD: WOULD,
+                   layout_apply.OK: OK}
+        for result in report.results:
+            self._note(actions.get(result.status, FAILED), 'layout',
+                       result.address, '%s: %s' % (result.action,
+                                                   result.detail))
 
     # 1. VFs ------------------------------------------------------------------
 
@@ -245,7 +311,112 @@ class Restore(object):
         else:
             self._note(WOULD, what, device.uuid, 'would create ' + where)
 
-    # 2. persistent vGPUs ----------------------------------------------------
+    # 2. VFs carved for Nova --------------------------------------------------
+
+    def carve(self):
+        """Step 2 of the module doc."""
+        record = carving.CarveRecord(self.state_dir)
+        self.carved_vfs = frozenset(record.read())
+        # the host as it is now that its VFs are enabled
+        self.env = self.env.rediscover()
+        try:
+            planned = self.env.carved.planned
+        except exception.ConfigError as e:
+            self._note(FAILED, 'carving', '[nova]/carved', str(e))
+            return
+        self.carved_vfs |= self.env.carved.vfs
+        wanted = set()
+        for carved in planned:
+            for vf in carved.vfs:
+                wanted.add(vf)
+                self._carve_vf(record, carved, vf)
+        self._uncarve(record, wanted)
+
+    def _carving_kind(self, vf):
+        """The vGPU kind that carves ``vf``, or None."""
+        kind = self.env.vgpus.kind_of(vf)
+        if not kind.carvable or not kind.is_parent(vf):
+            return None
+        return kind
+
+    def _carve_vf(self, record, carved, vf):
+        what = 'carved-vf'
+        detail = '%s (%s) for Nova, [%s]' % (
+            carved.type_id, carved.type_name or 'unnamed',
+            carved.carving.section)
+        kind = self._carving_kind(vf)
+        if kind is None:
+            self._note(FAILED, what, vf, 'no vendor interface (%s): is '
+                       'NVIDIA\'s vGPU manager loaded?' % detail)
+            return
+        ours = self.env.vgpus.reserved_parents().get(vf)
+        if ours is not None:
+            self._note(FAILED, what, vf, 'holds libvirt-gpu\'s own vGPU %s; '
+                       'move it off this GPU first (docs/admin/nova.md) '
+                       '(%s)' % (ours, detail))
+            return
+        held = kind.held_type(vf)
+        if held is not None and held != carved.type_id:
+            self._note(FAILED, what, vf, 'holds %s, not %s: left alone; '
+                       'the carved VFs are always the lowest-numbered, so '
+                       'reset this one once nothing uses it' % (held, detail))
+            return
+        entry = carving.CarvedVf(vf=vf, gpu=carved.gpu,
+                                 type_id=carved.type_id,
+                                 carving=carved.carving.name,
+                                 type_name=carved.type_name)
+        if self.dry_run:
+            self._note(OK if held else WOULD, what, vf,
+                       ('holds ' if held else 'would write ') + detail)
+            return
+        with record.locked() as entries:
+            entries[vf] = entry
+        if held:
+            self._note(OK, what, vf, 'holds ' + detail)
+            return
+        try:
+            kind.write_type(vf, carved.type_id)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, what, vf, '%s: %s' % (detail, e))
+            return
+        self._note(CARVED, what, vf, 'wrote ' + detail)
+
+    def _uncarve(self, record, wanted):
+        """Recorded VFs the configuration no longer carves."""
+        what = 'carved-vf'
+        for vf, entry in sorted(record.read().items()):
+            if vf in wanted:
+                continue
+            kind = self._carving_kind(vf)
+            held = kind.held_type(vf) if kind is not None else None
+            gone = '[%s] no longer carves it' % carving.section(
+                entry.carving)
+            if held is not None:
+                users = self.vf_in_use(vf)
+                if users is not False:
+                    self._note(SKIPPED, what, vf, '%s, but %s: it keeps %s '
+                               'and stays Nova\'s' % (
+                                   gone, 'a running guest uses it' if users
+                                   else 'whether a guest uses it cannot be '
+                                   'told (run restore with libvirt)', held))
+                    continue
+            if self.dry_run:
+                self._note(WOULD, what, vf, '%s: would %sforget it' % (
+                    gone, 'reset it (%s) and ' % held if held else ''))
+                continue
+            if held is not None:
+                try:
+                    kind.clear_type(vf)
+                except exception.LibvirtGpuError as e:
+                    self._note(FAILED, what, vf, '%s: %s' % (gone, e))
+                    continue
+            with record.locked() as entries:
+                entries.pop(vf, None)
+            self._note(RESET if held else FORGOT, what, vf, '%s: %s' % (
+                gone, 'reset (it held %s), no guest uses it' % held
+                if held else 'it holds nothing'))
+
+    # 3. persistent vGPUs ----------------------------------------------------
 
     def restore_persistent(self):
         # the fallback kind first: an operator's definitions before ours
@@ -270,13 +441,17 @@ class Restore(object):
         self._note(CREATED if created else OK, kind.noun, item.uuid,
                    ('created ' if created else 'exists: ') + item.detail)
 
-    # 3. stale vGPUs ----------------------------------------------------------
+    # 4. stale vGPUs ----------------------------------------------------------
 
     def reset_stale(self):
         """Each kind's own clean-up after a reboot
-        (``VgpuKind.boot_cleanup``)."""
+        (``VgpuKind.boot_cleanup``); what it says of a VF carved for Nova
+        (not one of the kind's) is step 2's, left out."""
+        carved = {str(vf) for vf in self.carved_vfs}
         for kind in self.env.vgpus.kinds:
             for note in kind.boot_cleanup(self.owner_running, self.dry_run):
+                if note.action == SKIPPED and note.target in carved:
+                    continue
                 self._note(note.action, kind.noun, note.target, note.detail)
 
 
@@ -297,6 +472,36 @@ def restore(env, vf_pfs=(), **kwargs):
             error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
                              for a in report.failed) or None))
     return report
+
+
+def vf_user_check(uri):
+    """``vf_in_use`` for a real host: whether a running domain of libvirt
+    at ``uri`` has the PCI function as a hostdev; None when libvirt
+    cannot be asked or a domain's XML cannot be read."""
+    from libvirt_gpu.virt import host as host_mod
+    cache = {}
+
+    def in_use_now():
+        if 'used' not in cache:
+            used = set()
+            try:
+                with host_mod.Host(uri, read_only=True) as h:
+                    for guest in h.list_guests():
+                        if guest.is_active():
+                            devices, _ = guest.devices()
+                            used.update(devices.pci_addresses)
+            except (exception.LibvirtGpuError, exception.InvalidInput) as e:
+                LOG.warning('cannot ask libvirt which VFs running guests '
+                            'use (%s): no VF carved before is reset', e)
+                used = None
+            cache['used'] = used
+        return cache['used']
+
+    def check(vf):
+        used = in_use_now()
+        return None if used is None else vf in used
+
+    return check
 
 
 def lease_owner_check(state_dir, uri):

@@ -18,8 +18,9 @@ Cyborg's agent loads it through stevedore (entry point
 - The objects are ``placement.cyborg_objects`` records (the records
   ``libvirt-gpu discover --json`` prints) turned into Cyborg's own objects
   here.  Every GPU we manage is a device; one of which nothing can go to a
-  guest through Cyborg (a vendor-interface vGPU type among them) has no
-  deployable, and the log says why (that module's doc).
+  guest through Cyborg (a vendor-interface vGPU type among them, a GPU
+  carved for Nova) has no deployable, and the log says why (that
+  module's doc).
 
 Cyborg is not a requirement of ours: this module is the only one that
 imports it, and only when Cyborg asks for ``LibvirtGPUDriver`` (the class
@@ -154,7 +155,8 @@ def discover_records(hostname, config_file=None, environ=None):
     if refusal is not None:
         raise ReportRefused(reason=refusal)
     devices, withheld = cyborg_objects.host_devices(
-        hostname, env.discovered.gpus, env.enabled, conf.gpu)
+        hostname, env.discovered.gpus, env.enabled, conf.gpu,
+        carved=env.carved.gpus)
     for address, why in withheld.items():
         # A warning where the operator enabled a vGPU type (a vendor
         # interface's, or one with no room left); the host's state else.

@@ -605,7 +605,7 @@ class SimKernel(object):
             return errno.EIO
         return errno.EINVAL
 
-    def vf_gpu_instance_id(self, vf):
+    def vf_gi(self, vf):
         """What ``<VF>/nvidia/<GPU_INSTANCE_ID>`` reads: the GI of the
         VF's MIG-backed vGPU; ENXIO while it holds none (or a time-sliced
         one: an assumption)."""
@@ -615,7 +615,7 @@ class SimKernel(object):
                 raise _error(errno.ENXIO, vendor_names.GPU_INSTANCE_ID)
             return placed.gi
 
-    def vf_placement_id(self, vf):
+    def vf_placement(self, vf):
         """What ``<VF>/nvidia/<PLACEMENT_ID>`` reads: the placement of the
         VF's time-sliced vGPU; ENXIO while it holds none (or a MIG-backed
         one: an assumption)."""

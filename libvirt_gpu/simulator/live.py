@@ -317,9 +317,9 @@ class LiveTree(object):
             if what[0] == 'sriov_numvfs':
                 return b'%d\n' % self.kernel.numvfs(what[1])
             if what[0] == vendor_names.GPU_INSTANCE_ID:
-                return b'%d\n' % self.kernel.vf_gpu_instance_id(what[1])
+                return b'%d\n' % self.kernel.vf_gi(what[1])
             if what[0] == vendor_names.PLACEMENT_ID:
-                return b'%d\n' % self.kernel.vf_placement_id(what[1])
+                return b'%d\n' % self.kernel.vf_placement(what[1])
         with open(self.backing(path), 'rb') as f:
             return f.read()
 

@@ -36,10 +36,25 @@ another type not created yet makes it 0.  The vGPU then goes to the first
 VF of that GPU that holds no vGPU, carries no lease, is not recorded for
 another vGPU (``reserved_parents``) and can take the type now: the
 lease's ``parent`` is that VF (one vGPU per VF).
+
+One domain asks for at most ``MAX_VGPUS_PER_DOMAIN`` vGPUs (refused before
+the lock), and within a transaction each GPU without VFs is read once and
+counted down as claims land on it (``_Room``): the lock is held in time
+linear in the domain's claims.  A refusal for room is worded the same for
+a start and an incoming migration (``_no_room``) and names what holds the
+room that is not the domain's own: incoming migrations' reservations and
+leases of processes that died.
+
+A GPU carved for Nova (``carved``: ``carving.Carved.gpus``) gives
+nothing: its VFs and the capacity they use are Nova's, whatever the
+configuration enables (a claim naming it or one of its VFs is refused,
+``GpuInUse``).
 """
 
 
 from __future__ import annotations
+
+import time
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices import capacity
@@ -89,20 +104,36 @@ class Grant:
     lease: state.Lease | None
 
 
+def enabled_text(enabled, configured=()):
+    """``[gpu]/enabled_vgpu_types`` as TypeNotEnabled says it: the types
+    enabled on a GPU, then those the configuration names (``configured``)
+    that no GPU of this host offers, said so, never "none" for them."""
+    on_gpus = sorted({e.type_id for e in enabled.values()})
+    unoffered = [t for t in configured if t not in on_gpus]
+    said = list(on_gpus)
+    if unoffered:
+        said.append('%s, which no GPU of this host offers (`libvirt-gpu '
+                    'types` lists what they offer)' % ', '.join(unoffered))
+    return ', '.join(said) or 'none'
+
+
 class Allocator(object):
     """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
     :param store: the host's ``LeaseStore``.
     :param enabled: ``{PciAddress: EnabledType}`` (``enablement.resolve``).
+    :param carved: the physical GPUs carved for Nova (see the module doc).
     """
 
-    def __init__(self, backend, store, enabled):
+    def __init__(self, backend, store, enabled, carved=frozenset()):
         self.backend = backend
         self.store = store
         self.enabled = dict(enabled)
+        # the types named in the configuration (enablement.Enabled)
+        self.configured = tuple(getattr(enabled, 'configured', ()))
+        self.carved = frozenset(carved)
 
     def _enabled_types(self):
-        return ', '.join(sorted({e.type_id for e in self.enabled.values()})
-                         ) or 'none'
+        return enabled_text(self.enabled, self.configured)
 
     def _sriov_gpu(self, address):
         """``(physical GPU, VF or None)`` when vGPUs of the GPU at
@@ -119,7 +150,10 @@ class Allocator(object):
         """``(free, VF)`` of an SR-IOV GPU (see the module doc): how many
         more vGPUs of ``type_id`` it can take, and the VF the next one goes
         to (``vf`` when given and usable; ``uuid``'s own recorded VF
-        counts as usable).  ``(0, None)`` when none."""
+        counts as usable).  ``(0, None)`` when none (a GPU carved for
+        Nova: always)."""
+        if gpu in self.carved:
+            return 0, None
         # imported here: only an SR-IOV GPU is read as discovery reads it
         from libvirt_gpu.devices import discovery
         view = discovery.gpu_view(self.backend.sysfs, gpu,
@@ -203,34 +237,29 @@ class Allocator(object):
         """Grant every claim or none (one transaction); ``pinning``: where
         the domain is pinned (see the module doc).  Raises the first
         claim's error: NoCapacity, TypeNotEnabled, UnknownType, ParentGone,
-        MdevConflict, LeaseConflict."""
+        MdevConflict, LeaseConflict; InvalidInput for more claims than
+        ``MAX_VGPUS_PER_DOMAIN``."""
         objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
+        claims = _counted(claims)
         grants = []
         # Where each GPU is, read and parsed before the lock: nothing that
         # grows with input (a long local_cpulist) runs inside it.
         nearness = self._nearness(pinning)
         with self.store.transaction() as txn:
             mdevs = self.backend.sysfs.mdevs_by_parent()
+            room = _Room(self, txn, mdevs)
             for claim in claims:
                 try:
                     grants.append(self._grant(txn, domain_uuid, claim,
-                                              mdevs, nearness))
+                                              mdevs, nearness, room))
                 except exception.NoCapacity as e:
-                    if grants:
-                        same = sum(1 for c in claims
-                                   if c.type_id == claim.type_id)
-                        e = exception.NoCapacity(
-                            uuid=claim.uuid, type_id=claim.type_id,
-                            where=e.kwargs['where'],
-                            reason='the domain asks for %d vGPUs of this '
-                                   'type and %d of its vGPUs fit before this '
-                                   'one; %s' % (same, len(grants),
-                                                e.kwargs['reason']))
-                    raise _naming_stale_leases(txn, e)
+                    raise _no_room(txn, domain_uuid, claims, grants, claim,
+                                   e)
         return grants
 
     def reserve_incoming(self, domain_uuid, claims, expires_at,
-                         pinning=objects.UNPINNED, new_uuid=None):
+                         pinning=objects.UNPINNED, new_uuid=None,
+                         check=None):
         """Reserve here, for a domain migrating in, a GPU for every claim
         or for none (one transaction), by the rules of ``reserve`` (the
         enabled type, room, ``pinning``); a claim's ``parent`` (the
@@ -238,49 +267,113 @@ class Allocator(object):
         although this process exits (``state.Lease.held``).
 
         A claim's UUID is kept when it is free here (no vGPU, no lease);
-        else ``new_uuid()`` names the vGPU.  A reservation this domain
-        already holds for the UUID (a retried migration) is renewed.
-        Returns the Grants in the claims' order; raises NoCapacity or
-        TypeNotEnabled.
+        else ``new_uuid()`` names the vGPU.  A retried migration never
+        reserves more: this domain's pending incoming reservations (an
+        earlier try's) are renewed, the one of a claim's UUID for that
+        claim, the others (the new UUIDs an earlier try chose) for the
+        claims whose UUID is taken here, by type; those left over are
+        dropped.  ``check(grants)`` runs before the transaction commits:
+        what it raises undoes everything (all or nothing).
+
+        Returns the Grants in the claims' order; raises NoCapacity,
+        TypeNotEnabled, InvalidInput (more claims than
+        ``MAX_VGPUS_PER_DOMAIN``) or what ``check`` raises.
         """
         new_uuid = new_uuid or objects.Uuid.new
         objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
-        grants = []
+        claims = _counted(claims)
         # Where each GPU is, read before the lock (as ``reserve`` does).
         nearness = self._nearness(pinning)
         with self.store.transaction() as txn:
             mdevs = self.backend.sysfs.mdevs_by_parent()
-            for claim in claims:
-                uuid = claim.uuid
-                lease = txn.get(uuid)
-                exists = self.backend.lookup(uuid) is not None
-                if (lease is not None and not exists
-                        and lease.domain_uuid == domain_uuid
-                        and lease.state == state.RESERVED
-                        and lease.type_id == claim.type_id):
-                    lease = txn.update(uuid, expires_at=expires_at)
-                    grants.append(Grant(device=base.VgpuDevice(
-                        uuid=uuid, parent=lease.parent,
-                        type_id=lease.type_id), existed=False, lease=lease))
-                    continue
-                if lease is not None or exists or uuid in {
-                        g.device.uuid for g in grants}:
-                    uuid = objects.typed(new_uuid(), objects.Uuid,
-                                         'new_uuid()')
-                try:
-                    parent = self._choose_parent(
-                        txn, records.replace(claim, uuid=uuid, parent=None),
-                        mdevs, nearness)
-                except exception.NoCapacity as e:
-                    raise _naming_stale_leases(txn, e)
-                lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
-                                state.RESERVED, expires_at=expires_at)
-                grants.append(Grant(device=base.VgpuDevice(
-                    uuid=uuid, parent=parent, type_id=claim.type_id),
-                    existed=False, lease=lease))
+            grants = self._incoming(txn, domain_uuid, claims, expires_at,
+                                    new_uuid, mdevs, nearness)
+            if check is not None:
+                check(grants)
         return grants
 
-    def _grant(self, txn, domain_uuid, claim, mdevs, nearness=None):
+    def _pending_incoming(self, txn, domain_uuid):
+        """``{uuid: Lease}`` of this domain's incoming reservations that
+        no prepare took over yet (in the order they were made)."""
+        return {lease.vgpu_uuid: lease
+                for lease in txn.for_domain(domain_uuid)
+                if lease.state == state.RESERVED
+                and lease.expires_at is not None
+                and self.backend.lookup(lease.vgpu_uuid) is None}
+
+    def _incoming(self, txn, domain_uuid, claims, expires_at, new_uuid,
+                  mdevs, nearness):
+        """``reserve_incoming``'s work inside its transaction."""
+        pending = self._pending_incoming(txn, domain_uuid)
+        grants = [None] * len(claims)
+        taken = []              # indexes of claims whose UUID is taken here
+        fresh = []              # indexes of claims reserved anew below
+        used = set()            # UUIDs granted or kept by this call
+
+        def renew(i, lease):
+            lease = txn.update(lease.vgpu_uuid, expires_at=expires_at)
+            used.add(lease.vgpu_uuid)
+            grants[i] = Grant(device=base.VgpuDevice(
+                uuid=lease.vgpu_uuid, parent=lease.parent,
+                type_id=lease.type_id), existed=False, lease=lease)
+
+        for i, claim in enumerate(claims):
+            uuid = claim.uuid
+            lease = txn.get(uuid)
+            exists = self.backend.lookup(uuid) is not None
+            if (lease is not None and not exists
+                    and lease.domain_uuid == domain_uuid
+                    and lease.state == state.RESERVED
+                    and lease.type_id == claim.type_id
+                    and uuid not in used):
+                pending.pop(uuid, None)
+                renew(i, lease)
+            elif lease is not None or exists or uuid in used:
+                taken.append(i)
+            else:
+                used.add(uuid)
+                fresh.append(i)
+        # An earlier try gave the claims whose UUID is taken here new
+        # UUIDs: the same ones again, not one more slot each.
+        leftover = [lease for u, lease in pending.items() if u not in used]
+        for i in taken:
+            claim = claims[i]
+            again = next((lease for lease in leftover
+                          if lease.type_id == claim.type_id), None)
+            if again is None:
+                fresh.append(i)
+                continue
+            leftover.remove(again)
+            renew(i, again)
+        for lease in leftover:          # the earlier try asked for more
+            txn.delete(lease.vgpu_uuid)
+        room = _Room(self, txn, mdevs)
+        taken = set(taken)
+        for i in sorted(fresh):
+            claim = claims[i]
+            uuid = claim.uuid
+            if i in taken:
+                uuid = objects.typed(new_uuid(), objects.Uuid,
+                                     'new_uuid()')
+            try:
+                parent = self._choose_parent(
+                    txn, records.replace(claim, uuid=uuid, parent=None),
+                    mdevs, nearness, room)
+            except exception.NoCapacity as e:
+                raise _no_room(txn, domain_uuid, claims,
+                               [g for g in grants if g is not None], claim,
+                               e)
+            lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
+                            state.RESERVED, expires_at=expires_at)
+            room.took(parent, claim.type_id)
+            used.add(uuid)
+            grants[i] = Grant(device=base.VgpuDevice(
+                uuid=uuid, parent=parent, type_id=claim.type_id),
+                existed=False, lease=lease)
+        return grants
+
+    def _grant(self, txn, domain_uuid, claim, mdevs, nearness=None,
+               room=None):
         uuid = claim.uuid
         lease = txn.get(uuid)
         if lease is not None:
@@ -292,11 +385,14 @@ class Allocator(object):
             return Grant(device=existing, existed=True, lease=None)
         parent = (self._check_parent(txn, claim, mdevs)
                   if claim.parent is not None
-                  else self._choose_parent(txn, claim, mdevs, nearness))
+                  else self._choose_parent(txn, claim, mdevs, nearness,
+                                           room))
         device = base.VgpuDevice(uuid=uuid, parent=parent,
                                  type_id=claim.type_id)
         lease = txn.add(uuid, domain_uuid, parent, claim.type_id,
                         state.RESERVED)
+        if room is not None:
+            room.took(parent, claim.type_id)
         return Grant(device=device, existed=False, lease=lease)
 
     def _check_fits(self, claim, existing):
@@ -369,6 +465,11 @@ class Allocator(object):
     def _check_sriov_parent(self, txn, claim, mdevs, gpu, vf):
         """A claim naming an SR-IOV GPU (its PF: any of its VFs) or one of
         its VFs; returns the VF."""
+        if gpu in self.carved:
+            raise exception.GpuInUse(
+                address=vf or gpu,
+                reason='its VFs are carved for Nova ([nova]/carved): they '
+                       'go to Nova\'s instances only')
         if vf is not None:
             self.backend.check_type(vf, claim.type_id)
         self._check_enabled(claim, gpu)
@@ -400,7 +501,11 @@ class Allocator(object):
         return {address: self._near(address, pinning)
                 for address in self.enabled}
 
-    def _choose_parent(self, txn, claim, mdevs, nearness=None):
+    def _choose_parent(self, txn, claim, mdevs, nearness=None, room=None):
+        """The GPU (or VF) with the most room for ``claim`` (near first);
+        ``room`` (a ``_Room``) counts each GPU without VFs once per
+        transaction instead of once per claim."""
+        room = room if room is not None else _Room(self, txn, mdevs)
         candidates = sorted(a for a, s in self.enabled.items()
                             if s.type_id == claim.type_id)
         if not candidates:
@@ -411,6 +516,9 @@ class Allocator(object):
         looked = []
         for address in candidates:
             near = (nearness or {}).get(address, False)
+            if address in self.carved:
+                looked.append('%s (carved for Nova)' % address)
+                continue
             if self._sriov_gpu(address) is not None:
                 free, chosen = self._gpu_free(txn, address, claim.type_id,
                                               mdevs, uuid=claim.uuid)
@@ -424,7 +532,7 @@ class Allocator(object):
             if self.backend.vgpu_type(address, claim.type_id) is None:
                 looked.append('%s (type not offered)' % address)
                 continue
-            free = self.free(txn, address, claim.type_id, mdevs)
+            free = room.free(address, claim.type_id)
             looked.append('%s (%d free)' % (address, free))
             if free > 0 and (best is None or (near, free) > best[0]):
                 best = ((near, free), address)
@@ -481,6 +589,58 @@ class Allocator(object):
         return taken
 
 
+# The most vGPUs one domain may hold: a guest is given a handful (QEMU
+# and the guest's driver set the practical limit far lower), and one
+# domain's claims are judged under the lease lock, which every guest start
+# of the host waits for.  A domain asking for more is refused before the
+# lock is taken.
+MAX_VGPUS_PER_DOMAIN = 64
+
+
+def _counted(claims):
+    """``claims`` as a list, refused (InvalidInput) beyond
+    ``MAX_VGPUS_PER_DOMAIN``."""
+    claims = list(claims)
+    if len(claims) > MAX_VGPUS_PER_DOMAIN:
+        raise exception.InvalidInput(
+            reason='the domain asks for %d vGPUs and one domain may hold at '
+                   'most %d; give it fewer (split the work across guests)'
+                   % (len(claims), MAX_VGPUS_PER_DOMAIN))
+    return claims
+
+
+class _Room(object):
+    """What each GPU without VFs can still give, within one transaction:
+    read once (``Allocator.free``), then counted down as the transaction
+    reserves there (``took``), so that a domain's N claims cost N, not
+    N times the leases.  A GPU whose vGPUs live on VFs is read again each
+    time (its next VF changes with each reservation; a domain holds few:
+    ``MAX_VGPUS_PER_DOMAIN``)."""
+
+    def __init__(self, allocator, txn, mdevs):
+        self.allocator = allocator
+        self.txn = txn
+        self.mdevs = mdevs
+        self._free = {}
+
+    def free(self, address, type_id):
+        key = (address, type_id)
+        if key not in self._free:
+            self._free[key] = self.allocator.free(self.txn, address, type_id,
+                                                  self.mdevs)
+        return self._free[key]
+
+    def took(self, address, type_id):
+        """A lease of ``type_id`` was added on ``address``: one less of
+        that type there, and none of another (one type per GPU)."""
+        for key in list(self._free):
+            if key[0] == address:
+                if key[1] == type_id:
+                    self._free[key] = max(0, self._free[key] - 1)
+                else:
+                    self._free[key] = 0
+
+
 def _borrow(txn, existing, domain_uuid):
     """An mdev without a lease (someone else made it) is used, never
     removed; but only by one domain at a time."""
@@ -496,24 +656,71 @@ def _borrow(txn, existing, domain_uuid):
 STALE_LISTED = 5
 
 
-def _naming_stale_leases(txn, error):
-    """``error`` (NoCapacity), naming the leases whose holder process died
-    before it finished (a killed prepare or release): they still count
-    against capacity until ``reconcile`` settles them."""
+def _no_room(txn, domain_uuid, claims, grants, claim, error):
+    """The NoCapacity of ``claim`` (``error``, from ``_choose_parent`` or
+    ``_check_parent``), said the same way by ``reserve`` and
+    ``reserve_incoming``: how many vGPUs of the type the domain asks for
+    and how many of them fit (where), then what holds the room that is
+    not this domain's: incoming migrations' reservations, leases left by
+    processes that died."""
+    kwargs = dict(error.kwargs)
+    same = sum(1 for c in claims if c.type_id == claim.type_id)
+    if same > 1:
+        fitted = {}
+        for grant in grants:
+            if grant.device.type_id == claim.type_id:
+                parent = str(grant.device.parent)
+                fitted[parent] = fitted.get(parent, 0) + 1
+        fit = sum(fitted.values())
+        fits = ('%d fit (%s)' % (fit, ', '.join(
+            '%d on %s' % (n, parent) for parent, n in sorted(
+                fitted.items()))) if fit else 'none fits')
+        kwargs['reason'] = ('the domain asks for %d vGPUs of this type and '
+                            '%s; %s' % (same, fits, kwargs['reason']))
+    kwargs['reason'] += _incoming_note(txn, domain_uuid) + _stale_note(txn)
+    return exception.NoCapacity(**kwargs)
+
+
+def _incoming_note(txn, domain_uuid):
+    """``'; N slot(s) are reserved for incoming ...'`` naming the domains
+    whose incoming migration holds room here, or ''."""
+    held = {}
+    for lease in txn.all():
+        if lease.held(txn.now) and lease.domain_uuid != domain_uuid:
+            count, until = held.get(lease.domain_uuid, (0, 0.0))
+            held[lease.domain_uuid] = (count + 1,
+                                       max(until, lease.expires_at))
+    if not held:
+        return ''
+    named = ', '.join(
+        '%d for domain %s until %s' % (count, domain, time.strftime(
+            '%H:%M:%S', time.localtime(until)))
+        for domain, (count, until) in sorted(
+            held.items(), key=lambda item: str(item[0]))[:STALE_LISTED])
+    if len(held) > STALE_LISTED:
+        named += ' and %d more domain(s)' % (len(held) - STALE_LISTED)
+    return ('; %d slot(s) are reserved for incoming live migration(s): %s '
+            '(their prepare takes them, else they are freed when they '
+            'expire; `libvirt-gpu reconcile --dry-run` lists them)'
+            % (sum(count for count, _ in held.values()), named))
+
+
+def _stale_note(txn):
+    """``'; N lease(s) left by processes that died ...'`` naming the
+    leases whose holder process died before it finished (a killed prepare
+    or release): they still count against capacity until ``reconcile``
+    settles them; or ''."""
     stale = [lease for lease in txn.all()
              if lease.state != state.CREATED and not lease.holder_alive()
              and not lease.held(txn.now)]
     if not stale:
-        return error
+        return ''
     named = ', '.join('%s (%s for domain %s by process %d, gone)'
                       % (lease.vgpu_uuid, lease.state,
                          lease.domain_uuid or '-', lease.pid)
                       for lease in stale[:STALE_LISTED])
     if len(stale) > STALE_LISTED:
         named += ' and %d more' % (len(stale) - STALE_LISTED)
-    kwargs = dict(error.kwargs)
-    kwargs['reason'] = ('%s; %d lease(s) left by processes that died may be '
-                        'stale: %s; `libvirt-gpu reconcile --dry-run` shows '
-                        'what `libvirt-gpu reconcile` would free'
-                        % (kwargs['reason'], len(stale), named))
-    return exception.NoCapacity(**kwargs)
+    return ('; %d lease(s) left by processes that died may be stale: %s; '
+            '`libvirt-gpu reconcile --dry-run` shows what `libvirt-gpu '
+            'reconcile` would free' % (len(stale), named))

@@ -79,7 +79,7 @@ def _parse(data):
         return None
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):     # RecursionError: nested deep
         return None
     if not isinstance(doc, dict) or doc.get('version') != VERSION:
         return None

@@ -180,6 +180,14 @@ def parse(domain):
     found = domain.findall('metadata/%s%s' % (_NS, ROOT))
     if not found:
         return GpuMetadata()
+    holders = domain.findall('metadata')
+    if len(holders) > 1:
+        # libvirt reads the first <metadata> only: acting on ours in
+        # another would act on what libvirt does not keep
+        raise exception.MetadataError(
+            reason='the domain has %d <metadata> elements and libvirt reads '
+                   'only the first; put every application\'s metadata in '
+                   'one <metadata>' % len(holders))
     if len(found) > 1:
         raise exception.MetadataError(
             reason='the domain has %d <gpus> elements; libvirt keeps one '

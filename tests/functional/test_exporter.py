@@ -16,6 +16,7 @@ what ``reconcile --dry-run`` calls a dead holder.
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -161,6 +162,26 @@ def host(tmp_path_factory):
         yield h
 
 
+def dashboard_queries():
+    """``[(panel title, PromQL)]`` of the Grafana dashboard, its variables
+    given the values Grafana would: every host, a 5-minute rate window,
+    an hour's range."""
+    with open(os.path.join(ls.REPO, 'etc', 'libvirt-gpu', 'grafana',
+                           'libvirt-gpu.json')) as f:
+        dashboard = json.load(f)
+    values = (('$instance', '.*'), ('$__rate_interval', '5m'),
+              ('$__range', '1h'))
+    found = []
+    for panel in dashboard['panels']:
+        for target in panel['targets']:
+            expr = target['expr']
+            for name, value in values:
+                expr = expr.replace(name, value)
+            assert '$' not in expr, (panel['title'], expr)
+            found.append((panel['title'], expr))
+    return found
+
+
 def start_and_fail(host, name, vgpus):
     """Define ``name`` with ``vgpus`` and start it: it cannot run here
     (no VFIO, or our hook refuses it); returns libvirt's message.  The
@@ -252,6 +273,11 @@ def test_prometheus_sees_capacity_holders_and_hook_counts(host):
             'ALERTS{alertname="LibvirtGpuHookErrors",operation="release"}'),
             timeout=120)
         assert prom.value('min(libvirt_gpu_exporter_read_ok)') == 1
+        # every panel of the Grafana dashboard has data to show
+        for title, expr in dashboard_queries():
+            got = prom.query(expr)
+            assert got and not all(math.isnan(v) for _, v in got), \
+                (title, expr, got)
     finally:
         # the last scrape, kept beside the logs for whoever reads a failure
         try:

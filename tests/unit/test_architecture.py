@@ -96,11 +96,13 @@ LEVELS = (
     ('util.fileutil', 'util.filetype', 'util.textutil', 'util.fanout',
      'util.safeopen'),
     ('util.xmlutil', 'store.statedir', 'util.xmledit', 'conffile',
-     'devices.enablement'),
+     'devices.enablement', 'devices.carving', 'devices.layout',
+     'devices.layout_plan'),
     ('store.figures',), ('devices.pci_classes', 'devices.pciids'),
     ('devices.sysfs',), ('virt.nodedev',), ('virt.config_xml',),
     ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),
     ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
+    ('devices.layout_apply',),
     ('store.state',), ('store.allocator',), ('openstack.placement',),
     ('environment',), ('guests.migration',), ('guests.api',), ('guests.hook',),
     ('guests.reconcile',), ('guests.restore',), ('openstack.agent',),
@@ -597,7 +599,8 @@ def test_the_layer_check_sees_imports_inside_functions(tmp_path):
 # --- a vGPU kind's sysfs interface, and who opens files under the root ------
 
 SKIP_DIRS = {'.git', '.venv', '.venv-placement', '.venv-cyborg', '.cache',
-             '.tox', 'build', '__pycache__', '.pytest_cache'}
+             '.tox', 'build', '__pycache__', '.pytest_cache',
+             'mutants'}
 
 
 def _repository_files():
@@ -751,7 +754,7 @@ def test_the_reader_check_sees_a_direct_read(tmp_path):
 # each: the host as discovered, the PCI names, NVML, the enabled types
 # resolved against the host, the allocator): a call of one of these
 # anywhere else is an entry point building its own host.
-ROOT_CALLS = ('enablement.resolve', 'discovery.from_sysfs',
+ROOT_CALLS = ('enablement.resolve', 'carving.resolve', 'discovery.from_sysfs',
               'discovery.from_libvirt', 'discovery.discover',
               'pciids.PciIds', 'nvml.source', 'Allocator')
 ROOT_MODULE = 'environment'

@@ -239,12 +239,14 @@ def test_reconcile_keeps_a_held_reservation_then_frees_it(env, tmp_path):
     assert migrate(env, incoming_xml(uuid))[0] == 0
     _holder_gone(env, uuid)       # the migrate hook has exited
     report = _reconcile(env, tmp_path)
-    assert [f for f in report.findings if f.uuid == uuid] == []
+    assert [f.action for f in report.findings if f.uuid == uuid] == [
+        reconcile.INCOMING]                 # listed, kept
     assert [lease.vgpu_uuid for lease in env.leases()] == [uuid]
     _holder_gone(env, uuid, expires_at=time.time() - 1)   # prepare never came
     report = _reconcile(env, tmp_path)
-    assert [f.action for f in report.findings if f.uuid == uuid] == [
-        reconcile.REMOVED]
+    (finding,) = [f for f in report.findings if f.uuid == uuid]
+    assert finding.action == reconcile.REMOVED
+    assert 'its prepare never came' in finding.reason
     assert env.leases() == []
 
 

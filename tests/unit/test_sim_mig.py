@@ -223,7 +223,7 @@ def test_the_driver_picks_the_gpu_instance(h100):
     assert ids == [7, 8]
     h100.write(H100_VFS[0], H100_1_10C)
     h100.write(H100_VFS[1], H100_1_10C)
-    assert [h100.kernel.vf_gpu_instance_id(vf)
+    assert [h100.kernel.vf_gi(vf)
             for vf in H100_VFS[:2]] == ids
     # NVML says the same of each vGPU instance
     instances = h100.nvml.nvmlDeviceGetActiveVgpus(h100.handle)
@@ -232,29 +232,29 @@ def test_the_driver_picks_the_gpu_instance(h100):
     # the first one's GI is free again: the next one goes there
     h100.write(H100_VFS[0], 0)
     h100.write(H100_VFS[2], H100_1_10C)
-    assert h100.kernel.vf_gpu_instance_id(H100_VFS[2]) == 7
+    assert h100.kernel.vf_gi(H100_VFS[2]) == 7
 
 
 def test_gi_and_placement_files_are_unreadable_without_a_vgpu(h100, l40s):
     h100.mig(1)
     h100.vfs(4)
     h100.gi(GI_1G_10GB)
-    for read in (h100.kernel.vf_gpu_instance_id,
-                 h100.kernel.vf_placement_id):
+    for read in (h100.kernel.vf_gi,
+                 h100.kernel.vf_placement):
         with pytest.raises(OSError) as raised:
             read(H100_VFS[0])
         assert raised.value.errno == errno.ENXIO
     h100.write(H100_VFS[0], H100_1_10C)
-    assert h100.kernel.vf_gpu_instance_id(H100_VFS[0]) == 7
+    assert h100.kernel.vf_gi(H100_VFS[0]) == 7
     h100.write(H100_VFS[0], 0)
     with pytest.raises(OSError) as raised:
-        h100.kernel.vf_gpu_instance_id(H100_VFS[0])
+        h100.kernel.vf_gi(H100_VFS[0])
     assert raised.value.errno == errno.ENXIO
     with pytest.raises(OSError) as raised:
-        l40s.kernel.vf_placement_id(L40S_VFS[0])
+        l40s.kernel.vf_placement(L40S_VFS[0])
     assert raised.value.errno == errno.ENXIO
     l40s.write(L40S_VFS[0], L40S_24Q)
-    assert l40s.kernel.vf_placement_id(L40S_VFS[0]) == 0
+    assert l40s.kernel.vf_placement(L40S_VFS[0]) == 0
 
 
 def test_one_framebuffer_size_per_gpu_instance(blackwell):
@@ -328,7 +328,7 @@ def test_one_framebuffer_size_can_live_under_several_gi_profiles(h100):
         h100.write(H100_VFS[0], H100_1_20C)
     h100.gi(15)                        # 1g.20gb, at slice 2
     h100.write(H100_VFS[0], H100_1_20C)
-    assert h100.kernel.vf_gpu_instance_id(H100_VFS[0]) == 4
+    assert h100.kernel.vf_gi(H100_VFS[0]) == 4
 
 
 # --- GPU instances: what the profile table holds -----------------------------
@@ -463,7 +463,7 @@ def test_mixed_size_mode_is_not_available_with_mig_on(blackwell):
 def test_mixed_sizes_sit_at_placements_the_driver_picks(l40s):
     l40s.heterogeneous(True)
     l40s.write(L40S_VFS[0], L40S_24Q)           # 16 slots at 0
-    assert l40s.kernel.vf_placement_id(L40S_VFS[0]) == 0
+    assert l40s.kernel.vf_placement(L40S_VFS[0]) == 0
     supported = l40s.nvml.nvmlDeviceGetVgpuTypeSupportedPlacements(
         l40s.handle, L40S_16Q, l40s.nvml.NVML_VGPU_PGPU_HETEROGENEOUS_MODE,
         2)
@@ -479,7 +479,7 @@ def test_mixed_sizes_sit_at_placements_the_driver_picks(l40s):
                                                                    [16, 24])
     l40s.write(L40S_VFS[1], L40S_12Q)
     l40s.write(L40S_VFS[2], L40S_4Q)            # 3 slots: none left at 24+
-    assert [l40s.kernel.vf_placement_id(vf) for vf in L40S_VFS[:3]] == [
+    assert [l40s.kernel.vf_placement(vf) for vf in L40S_VFS[:3]] == [
         0, 16, 24]
     instances = l40s.nvml.nvmlDeviceGetActiveVgpus(l40s.handle)
     assert sorted(l40s.nvml.nvmlVgpuInstanceGetPlacementId(i)

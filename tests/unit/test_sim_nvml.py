@@ -189,6 +189,9 @@ def nvml_uses(source):
         elif isinstance(node, ast.Constant) and isinstance(
                 node.value, str) and node.value.startswith('NVML_'):
             constants.append((node.value, None))
+        elif isinstance(node, ast.Constant) and isinstance(
+                node.value, str) and _NVML_NAME.fullmatch(node.value):
+            calls.append((node.value, None))        # called by its name
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _NVML_NAME.fullmatch(
                 node.attr) and id(node) not in seen:
@@ -236,11 +239,13 @@ def test_the_product_check_can_fail():
         'lib.nvmlDeviceGetName(h, 2)\n'
         'ask(lib, lib.nvmlDeviceGetMigMode, h, 3)\n'
         'NVML_DEVICE_MIG_ENABLE = 2\n'
-        'codes = ("NVML_ERROR_NOT_THERE",)\n') == [
+        'codes = ("NVML_ERROR_NOT_THERE",)\n'
+        'call(address, "nvmlDeviceGetNothing", 1)\n') == [
         'nvmlDeviceGetGpuInstancePossiblePlacements_v2: not in '
         'nvidia-ml-py',
         'nvmlDeviceGetName: 2 arguments',
         'nvmlDeviceGetMigMode: 2 arguments',
+        'nvmlDeviceGetNothing: not in nvidia-ml-py',
         'NVML_DEVICE_MIG_ENABLE = 2, nvidia-ml-py: 1',
         'NVML_ERROR_NOT_THERE: not in nvidia-ml-py']
 

@@ -33,6 +33,8 @@ EDGES = {
     'conf.vgpu': 'the configuration',
     # [vgpu_<type>]/device_addresses and the enabled type ids
     'devices.enablement': 'the configuration',
+    # [nova_<name>]/gpus, vgpu_type, and the record of carved VFs
+    'devices.carving': 'the configuration and its record of carved VFs',
     # the hook's settings snapshot (a JSON file of resolved settings)
     'guests.hook.settings': "the hook's configuration snapshot",
     # bus/pci/devices, mdev_supported_types, bus/mdev/devices, links
@@ -62,6 +64,10 @@ EDGES = {
     'guests.api': "the API's arguments",
     # `libvirt-gpu types ADDRESS`
     'cmd.host_cmds': 'command-line arguments (types ADDRESS)',
+    # `libvirt-gpu layout apply --gpu ADDRESS`, and libvirt's domain UUIDs
+    'cmd.layout_cmds': "command-line arguments and libvirt's answer",
+    # [layout_<name>]/vgpu_types
+    'devices.layout': 'the configuration',
     # provider names read back from Placement
     'openstack.placement.model': "Placement's provider names",
     # the simulator stands in for the kernel: its profile files, and

@@ -425,6 +425,28 @@ class VgpuKind(DeviceBackend):
         that may not exist yet (no other vGPU may take them)."""
         return {}
 
+    #: True when the kind makes one vGPU per parent function whose type
+    #: can be written for another program (a VF carved for OpenStack
+    #: Nova, ``devices.carving``): ``held_type``, ``write_type`` and
+    #: ``clear_type``.
+    carvable = False
+
+    def held_type(self, parent):
+        """The type id of the vGPU the parent function holds now, None
+        when it holds none (kinds that are ``carvable``)."""
+        raise NotImplementedError('%s carves nothing' % self.name)
+
+    def write_type(self, parent, type_id):
+        """Make the parent function hold a vGPU of ``type_id``, recorded
+        by no one (kinds that are ``carvable``); MdevCreateFailed,
+        NoCapacity or ParentGone when the driver refuses."""
+        raise NotImplementedError('%s carves nothing' % self.name)
+
+    def clear_type(self, parent):
+        """Make the parent function hold no vGPU (kinds that are
+        ``carvable``); MdevRemoveFailed when the driver keeps it."""
+        raise NotImplementedError('%s carves nothing' % self.name)
+
     def choose_parent(self, gpu, type_id):
         """The parent of the physical GPU ``gpu`` a ``config``-only vGPU of
         ``type_id`` goes to (kinds that ``binds_parent``); NoCapacity when

@@ -253,12 +253,22 @@ class MdevBackend(base.VgpuKind):
                                     reason=reason)
 
     def _create_sysfs(self, device):
-        # <types>/<type>/create  <-  "<uuid>"
-        path = os.path.join(self.sysfs.types_dir(device.parent),
-                            device.type_id, 'create')
+        # <types>/<type>/create  <-  "<uuid>", only the parent's own file:
+        # one linked to another GPU's would make the vGPU there while the
+        # lease names this one
         try:
-            base.retry_transient(lambda: self.sysfs.write(path, device.uuid),
-                                 stop_after=self.retry_stop)
+            path, _ = self.sysfs.own_file(
+                self.sysfs.pci_dir(device.parent), sysfs_mod.TYPES_DIR,
+                device.type_id, 'create')
+        except exception.SysfsError as e:
+            raise exception.MdevCreateFailed(
+                uuid=device.uuid, type_id=device.type_id,
+                parent=device.parent, reason='%s: %s' % (
+                    e.kwargs.get('path'), e.kwargs.get('reason')))
+        try:
+            base.retry_transient(
+                lambda: self.sysfs.write(path, device.uuid),
+                stop_after=self.retry_stop)
         except exception.SysfsWriteError as e:
             return self._create_refused(device, e)
         if not _wait_for(lambda: self.lookup(device.uuid) is not None,
@@ -384,10 +394,18 @@ class MdevBackend(base.VgpuKind):
                 uuid=uuid, reason='%s leads to %s, not to a directory of '
                                   'that vGPU; nothing removed'
                                   % (directory, real))
-        path = os.path.join(directory, 'remove')
+        # ... and its own remove: one linked to another vGPU's would
+        # remove that one
         try:
-            base.retry_transient(lambda: self.sysfs.write(path, '1'),
-                                 stop_after=self.remove_timeout)
+            path, _ = self.sysfs.own_file(directory, 'remove')
+        except exception.SysfsError as e:
+            raise exception.MdevRemoveFailed(
+                uuid=uuid, reason='%s: %s' % (e.kwargs.get('path'),
+                                              e.kwargs.get('reason')))
+        try:
+            base.retry_transient(
+                lambda: self.sysfs.write(path, '1'),
+                stop_after=self.remove_timeout)
         except exception.UnsafePath:
             raise
         except exception.SysfsWriteError as e:
@@ -506,6 +524,8 @@ class MdevBackend(base.VgpuKind):
             data = json.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise bad('not JSON: %s' % e)
+        except RecursionError:
+            raise bad('not JSON: nested too deeply')
         if not isinstance(data, dict):
             raise bad('not a JSON object')
         try:

@@ -13,6 +13,10 @@ group, and no other member of it may be a device the host uses (a NIC, a
 disk controller): ``capacity.pgpu_refusal`` says why not.  The other
 functions of the GPU's own device in that group (its HDMI audio ``.1``)
 are its companions: they go to the guest with it (``companions``).
+
+A GPU carved for OpenStack Nova (its PF and VFs in the record
+``carving.CarveRecord`` of the state directory) is Nova's: never passed
+through whole.
 """
 
 from libvirt_gpu.devices.backends import base
@@ -28,8 +32,19 @@ class PciBackend(base.DeviceBackend):
 
     kind = 'pci'
 
-    def __init__(self, sysfs):
+    def __init__(self, sysfs, state_dir=None):
         self.sysfs = sysfs
+        self.state_dir = state_dir
+
+    def _carved(self):
+        """The PFs and VFs carved for Nova (read when asked: a start of
+        another guest may have carved meanwhile)."""
+        if self.state_dir is None:
+            return frozenset()
+        from libvirt_gpu.devices import carving
+        recorded = carving.CarveRecord(self.state_dir).read().values()
+        return frozenset([r.vf for r in recorded]
+                         + [r.gpu for r in recorded])
 
     def hostdev_xml(self, device):
         return config_xml.pci_hostdev(device.address)
@@ -39,6 +54,10 @@ class PciBackend(base.DeviceBackend):
         through whole; return the GPU (``objects.Gpu``) with its IOMMU
         group's members judged."""
         address = device.address
+        if address in self._carved():
+            raise exception.GpuInUse(
+                address=address, reason='it is carved for Nova '
+                '([nova]/carved): its VFs go to Nova\'s instances only')
         class_code = self.sysfs.read(
             self.sysfs.pci_dir(address) + '/class', optional=True)
         if not objects.is_gpu_class(class_code):

@@ -14,6 +14,41 @@ from libvirt_gpu.devices.sysfs import reader
 
 _KNOWN_TYPE_IDS = {}   # text listed -> the objects.TypeId it parsed to
 _MAX_KNOWN_TYPE_IDS = 4096
+# Linux numbers NUMA nodes below MAX_NUMNODES (1 << CONFIG_NODES_SHIFT,
+# at most 1 << 10); a larger ``numa_node`` is no node: taken as unknown.
+MAX_NUMA_NODE = (1 << 10) - 1
+LOG = logs.getLogger(__name__)
+
+
+def _numa_node(value, path, warn):
+    """A ``numa_node`` as read (-1: none) as a node or None; one beyond
+    MAX_NUMA_NODE is None too, and said (``warn``: a SysfsError)."""
+    if value is None or value < 0:
+        return None
+    if value > MAX_NUMA_NODE:
+        warn(exception.SysfsError(
+            path=path, reason='%d is no NUMA node (Linux numbers them below '
+                              '%d): the GPU\'s node is taken as unknown'
+                              % (value, MAX_NUMA_NODE + 1)))
+        return None
+    return value
+
+
+def _not_itself(address, found, path, warn):
+    """``found`` (where a ``physfn`` or ``virtfn<N>`` link leads), or
+    None when it is ``address`` itself (no kernel makes that; taken as
+    is, the GPU would count as its own VF and be hidden), said
+    (``warn``: a SysfsError naming the GPU)."""
+    if found != address:
+        return found
+    warn(exception.SysfsError(
+        path=path, reason='the GPU %s links to itself as its own SR-IOV '
+                          'function; the link is ignored' % address))
+    return None
+
+
+def _log_warning(error):
+    LOG.warning('%s', error)
 
 
 class Sysfs(reader.Reader):
@@ -92,21 +127,28 @@ class Sysfs(reader.Reader):
         def hex_id(name):
             return parsers.parse_hex_id(read(name), j(base, name))
 
+        warn = skipped.append if skipped is not None else _log_warning
         # -1: no NUMA affinity
         numa = read('numa_node', optional=True)
         if numa is not None:
-            numa = parsers.parse_number(numa, j(base, 'numa_node'), minimum=-1)
+            numa = _numa_node(parsers.parse_number(
+                numa, j(base, 'numa_node'), minimum=-1),
+                j(base, 'numa_node'), warn)
         group = None
         if 'iommu_group' in entries:
             name = link('iommu_group')
             group = int(name) if name and name.isdigit() else None
         physfn = None
         if 'physfn' in entries:
-            physfn = address_of('physfn')
+            physfn = _not_itself(address, address_of('physfn'),
+                                 j(base, 'physfn'), warn)
         virtfns = []
         for entry in entries:
             if entry.startswith('virtfn') and entry[6:].isdigit():
-                virtfns.append((int(entry[6:]), address_of(entry)))
+                vf = _not_itself(address, address_of(entry), j(base, entry),
+                                 warn)
+                if vf is not None:
+                    virtfns.append((int(entry[6:]), vf))
         vendor_id = hex_id('vendor')
         product_id = hex_id('device')
         driver = link('driver') if 'driver' in entries else None
@@ -124,7 +166,7 @@ class Sysfs(reader.Reader):
             product_id=product_id,
             class_code=read('class') if class_code is None else class_code,
             driver=driver,
-            numa_node=None if numa is None or numa < 0 else numa,
+            numa_node=numa,
             iommu_group=group,
             physfn=physfn,
             virtfns=tuple(a for _, a in sorted(virtfns)),
@@ -141,14 +183,15 @@ class Sysfs(reader.Reader):
         bounds are checked before it is parsed, and it is never expanded).
         """
         base = self.pci_dir(address)
-        numa = self.read_int(os.path.join(base, 'numa_node'), optional=True,
-                             minimum=-1)
+        path = os.path.join(base, 'numa_node')
+        numa = _numa_node(self.read_int(path, optional=True, minimum=-1),
+                          path, _log_warning)
         text = self.read(os.path.join(base, 'local_cpulist'), optional=True)
         try:
             cpus = objects.parse_cpulist(text, 'local_cpulist')
         except exception.InvalidInput:
             cpus = objects.parse_cpulist('')
-        return (None if numa is None or numa < 0 else numa), cpus
+        return numa, cpus
 
     #
     #   kernel/iommu_groups/<n>/devices/<address> -> ../../../../devices/..
@@ -202,8 +245,16 @@ class Sysfs(reader.Reader):
         return os.path.join(self.pci_dir(address), reader.TYPES_DIR)
 
     def mdev_type_ids(self, address):
-        """Type ids the kernel lists for a parent (sorted)."""
-        return sorted(self.listdir(self.types_dir(address), optional=True))
+        """Type ids the kernel lists for a parent (sorted): only names
+        that are type ids (``objects.TypeId``: never ``..`` or another
+        name a path could be made of), as ``mdev_types`` reads them."""
+        found = []
+        for name in self.listdir(self.types_dir(address), optional=True):
+            try:
+                found.append(objects.TypeId.parse(name))
+            except exception.InvalidTypeId:
+                continue
+        return sorted(found)
 
     def mdev_types(self, address, static_cache=None, model=None,
                    skipped=None):
@@ -428,15 +479,30 @@ class Sysfs(reader.Reader):
 
     def virtfns(self, address):
         """The VF addresses of a PF, in ``virtfn<N>`` order."""
+        address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
         found = []
         for entry in self.listdir(base, optional=True):
             if entry.startswith('virtfn') and entry[6:].isdigit():
-                found.append((int(entry[6:]), objects.PciAddress.parse(
-                    self.link_name(os.path.join(base, entry)))))
+                path = os.path.join(base, entry)
+                vf = _not_itself(address, self.link_address(path), path,
+                                 _log_warning)
+                if vf is not None:
+                    found.append((int(entry[6:]), vf))
         return tuple(a for _, a in sorted(found))
 
     def physfn(self, address):
-        """The PF of a VF, or None."""
-        name = self.link_name(os.path.join(self.pci_dir(address), 'physfn'))
-        return objects.PciAddress.parse(name) if name else None
+        """The PF of a VF, or None (a ``physfn`` that leads to the
+        device itself is said and ignored, as discovery ignores it)."""
+        address = objects.PciAddress.parse(address)
+        path = os.path.join(self.pci_dir(address), 'physfn')
+        name = self.link_name(path)
+        if name is None:
+            return None
+        try:
+            found = objects.PciAddress.parse(name)
+        except exception.InvalidPciAddress:
+            raise exception.SysfsReadError(
+                path=path, reason='expected a link to a PCI device, found '
+                '%r' % name[:80])
+        return _not_itself(address, found, path, _log_warning)

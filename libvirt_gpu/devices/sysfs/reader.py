@@ -47,6 +47,14 @@ HOST_ROOT = '/sys'
 TYPES_DIR = 'mdev_supported_types'
 
 
+# The kernel follows at most 40 links resolving one path (MAXSYMLINKS);
+# ``realpath`` alone would follow any number.  One bound for every reader:
+# a path that needs more is refused wherever it is read (discovery, the
+# allocator, the hook), with the same words.
+MAX_LINKS = 40
+TOO_MANY_LINKS = ('more than %d symbolic links lead to it (a loop, or a '
+                  'chain no kernel makes)' % MAX_LINKS)
+
 # Real sysfs attributes are one page (4 KiB); a bigger file is no attribute.
 MAX_ATTRIBUTE_BYTES = 65536
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -106,6 +114,23 @@ def _read_fd(fd, path, name=None):
         raise exception.SysfsFileTooLarge(path=_joined(path, name),
                                           limit=MAX_ATTRIBUTE_BYTES)
     return data.decode('utf-8', 'replace').strip()
+
+
+def _check_links(path):
+    """SysfsReadError when the kernel would not resolve ``path`` (more
+    than MAX_LINKS links), as it does when the path is opened."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise exception.SysfsReadError(path=path, reason=TOO_MANY_LINKS)
+
+
+def _link_error(error, path):
+    """The SysfsReadError of a ``readlink`` of ``path`` that failed."""
+    if error.errno == errno.ELOOP:
+        return exception.SysfsReadError(path=path, reason=TOO_MANY_LINKS)
+    return exception.SysfsReadError(path=path, reason=error.strerror)
 
 
 def _joined(path, name):
@@ -255,6 +280,7 @@ class Reader(object):
             # realpath leaves a link loop as it is
             raise exception.SysfsReadError(path=path,
                                            reason=os.strerror(errno.ELOOP))
+        _check_links(path)
         return real
 
     def read(self, path, optional=False):
@@ -344,8 +370,7 @@ class Reader(object):
         except OSError as e:
             if e.errno == errno.EINVAL:   # not a link
                 return None
-            raise exception.SysfsReadError(path=os.path.join(dir_path, name),
-                                           reason=e.strerror)
+            raise _link_error(e, os.path.join(dir_path, name))
 
     def readlink(self, path):
         """The target of the link ``path`` (OSError as ``os.readlink``)."""
@@ -365,7 +390,7 @@ class Reader(object):
         except OSError as e:
             if e.errno == errno.EINVAL:   # not a link
                 return None
-            raise exception.SysfsReadError(path=path, reason=e.strerror)
+            raise _link_error(e, path)
 
     def listdir(self, path, optional=False):
         """Names in a directory that resolves under the root."""
@@ -378,6 +403,28 @@ class Reader(object):
             raise exception.SysfsReadError(path=path, reason=e.strerror)
         finally:
             os.close(fd)
+
+    def own_file(self, directory, *parts):
+        """``(path, real path)`` of the file ``parts`` of ``directory``
+        (a device's own ``remove``, a type's own ``create``): the
+        directory may be reached through links (``bus/mdev/devices/<uuid>``
+        is one), but nothing from it to the file may be a link, so the
+        file is the directory's own.  SysfsError naming where it leads
+        otherwise (an mdev's ``remove`` linked to another mdev's would
+        remove that one; a GPU's ``create`` linked to another GPU's would
+        make the vGPU there).  ``write`` then opens the real path
+        without following a link."""
+        path = os.path.join(directory, *parts)
+        try:
+            real_dir = self.resolved_under_root(directory)
+            real = os.path.realpath(path)
+        except OSError as e:
+            raise exception.SysfsError(path=path, reason=e.strerror)
+        if real != os.path.join(real_dir, *parts):
+            raise exception.SysfsError(
+                path=path, reason='it leads to %s, not to the file of %s '
+                                  'itself; nothing written' % (real, real_dir))
+        return path, real
 
     def write(self, path, data):
         """Write ``data`` to an attribute that must resolve under the root.

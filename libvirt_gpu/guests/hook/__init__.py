@@ -36,6 +36,10 @@ tests/functional/test_libvirtd_fixture.py):
 anything else     exit 0, printing nothing (``restore``: the XML is not
     rewritten).
 
+A domain whose PCI hostdev is a VF carved for OpenStack Nova (the record
+of ``devices.carving``) is Nova's: every operation leaves it alone (no
+lease, no rewritten XML, exit 0; hook.log says so once per call).
+
 The hook never imports or calls libvirt (the daemon waits for it: any call
 back would deadlock); it works from its stdin, its configuration and sysfs.
 Input is refused before anything is written when it is malformed or hostile

@@ -23,15 +23,23 @@ for byte:
 * a vendor-interface VF's ``<hostdev type='pci'>``: its ``<source><address
   domain= bus= slot= function=>``, the VF chosen here.
 
-Refused (exit 1, one line): a type not enabled here, no room, a whole GPU
-passed through (VFIO cannot migrate it), a vGPU that is an mdev on the
-source but lives on VFs here (or the reverse).
+Refused (exit 1, one line), reserving nothing: a type not enabled here,
+no room, a whole GPU passed through (VFIO cannot migrate it), a vGPU that
+is an mdev on the source but lives on VFs here (or the reverse), more than
+``allocator.MAX_VGPUS_PER_DOMAIN`` vGPUs (before the lease lock), two
+vGPUs naming one hostdev; and, by ``operations.parse_request``, input that
+is not UTF-8 or has two ``<metadata>`` elements.  All or nothing: the
+checks and the edits run inside the reservation's transaction
+(``reserve_incoming``'s ``check``), and the edited XML is parsed once more
+before it commits.  A retry of the same domain's migration renews the
+reservations its earlier try made instead of adding to them.
 """
 
 import time
 
 from libvirt_gpu.store import allocator as allocator_mod
 from libvirt_gpu import exception
+from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import metadata
 
 # How long a reservation stands without its prepare (seconds): libvirt runs
@@ -43,21 +51,20 @@ _PCI_FIELDS = (('domain', '0x%04x'), ('bus', '0x%02x'), ('slot', '0x%02x'),
                ('function', '0x%x'))
 
 
-def _same_uuid(value, uuid):
-    """Whether an attribute's text names ``uuid`` (an ``objects.Uuid``,
-    parsed with the metadata): compared, not parsed again."""
-    return isinstance(value, str) and value.lower() == uuid
+def _uuid_key(value):
+    """An attribute's text as a UUID key (compared, not parsed again: the
+    metadata's ``objects.Uuid`` is lower case), or None."""
+    return value.lower() if isinstance(value, str) else None
 
 
-def _same_pci(address, pci):
-    """Whether an ``<address domain= bus= slot= function=>`` element
-    names ``pci`` (an ``objects.PciAddress``): its numbers compared."""
+def _pci_key(address):
+    """The ``(domain, bus, slot, function)`` numbers of an ``<address
+    domain= bus= slot= function=>`` element, or None."""
     try:
         return tuple(int(address.attrib.get(name, ''), 16)
-                     for name, _ in _PCI_FIELDS) == (
-            pci.domain, pci.bus, pci.slot, pci.function)
+                     for name, _ in _PCI_FIELDS)
     except ValueError:
-        return False
+        return None
 
 
 class Target(object):
@@ -74,34 +81,58 @@ class Target(object):
         self.vf = vf
 
 
+def _refuse(reason):
+    return exception.MigrationRefused(reason=reason)
+
+
 def targets(req):
     """The ``Target`` of each vGPU of ``req``'s metadata that its devices
-    hold (in metadata order)."""
+    hold (in metadata order); one pass over the metadata and the hostdevs.
+    MigrationRefused when one hostdev would serve two vGPUs."""
     doc = req.document
-    gpus = doc.root.find('metadata', _NS + metadata.ROOT)
-    elements = gpus.findall(_NS + 'vgpu') if gpus is not None else []
+    found_gpus = [g for m in doc.root.findall('metadata')
+                  for g in m.findall(_NS + metadata.ROOT)]
+    if len(doc.root.findall('metadata')) > 1 or len(found_gpus) > 1:
+        # metadata.parse refuses it first; never edit a guess
+        raise _refuse('the domain XML has %d <metadata> elements and '
+                      'libvirt reads only the first'
+                      % len(doc.root.findall('metadata')))
+    elements = {}
+    for element in (found_gpus[0].findall(_NS + 'vgpu')
+                    if found_gpus else ()):
+        elements.setdefault(_uuid_key(element.attrib.get('uuid')), element)
     devices = doc.root.find('devices')
-    sources = []
+    by_uuid, by_pci = {}, {}
     for hostdev in devices.findall('hostdev') if devices is not None else ():
         source = hostdev.find('source', 'address')
-        if source is not None and hostdev.attrib.get(
-                'mode', 'subsystem') == 'subsystem':
-            sources.append((hostdev.attrib.get('type'), source))
-    found = []
-    for entry in req.meta.vgpus:
-        element = next(e for e in elements
-                       if _same_uuid(e.attrib.get('uuid'), entry.uuid))
+        if source is None or hostdev.attrib.get(
+                'mode', 'subsystem') != 'subsystem':
+            continue
         # <hostdev type='mdev'> names the vGPU's UUID; type='pci' its VF
-        by_uuid = next((s for kind, s in sources if kind == 'mdev'
-                        and _same_uuid(s.attrib.get('uuid'), entry.uuid)),
-                       None)
-        vf = next((s for kind, s in sources if kind == 'pci'
-                   and entry.parent is not None
-                   and _same_pci(s, entry.parent)), None)
-        if by_uuid is not None:
-            found.append(Target(entry, element, by_uuid, vf=False))
-        elif vf is not None:
-            found.append(Target(entry, element, vf, vf=True))
+        if hostdev.attrib.get('type') == 'mdev':
+            by_uuid.setdefault(_uuid_key(source.attrib.get('uuid')), source)
+        elif hostdev.attrib.get('type') == 'pci':
+            by_pci.setdefault(_pci_key(source), source)
+    found = []
+    served = {}            # id(source) -> the vGPU it serves
+    for entry in req.meta.vgpus:
+        element = elements.get(entry.uuid)
+        if element is None:
+            raise _refuse('vGPU %s of the metadata has no <vgpu> element '
+                          'this hook can edit' % entry.uuid)
+        source = by_uuid.get(entry.uuid)
+        vf = source is None
+        if vf and entry.parent is not None:
+            p = entry.parent
+            source = by_pci.get((p.domain, p.bus, p.slot, p.function))
+        if source is None:
+            continue
+        other = served.setdefault(id(source), entry.uuid)
+        if other != entry.uuid:
+            raise _refuse('vGPUs %s and %s both name the hostdev of %s; '
+                          'each vGPU needs its own (one vGPU per VF)'
+                          % (other, entry.uuid, entry.parent))
+        found.append(Target(entry, element, source, vf=vf))
     return found
 
 
@@ -118,44 +149,63 @@ def _check_kind(hook, target, grant):
 
 def migrate(hook, req):
     """Reserve this host's vGPUs for the incoming domain ``req`` and
-    return its XML edited to name them (see the module doc)."""
+    return its XML edited to name them (see the module doc).  All or
+    nothing: the edits are made, and every check passed, before the
+    reservations are committed; a refusal leaves none behind."""
     if req.meta.pgpus:
         raise exception.MigrationRefused(
             reason='it holds the whole GPU %s, which VFIO cannot migrate; '
                    'detach it (`libvirt-gpu detach`) or stop the guest'
                    % req.meta.pgpus[0].address)
+    if len(req.meta.vgpus) > allocator_mod.MAX_VGPUS_PER_DOMAIN:
+        # refused before the lease lock, which every guest start waits for
+        raise exception.MigrationRefused(
+            reason='it carries %d vGPUs and this host gives one domain at '
+                   'most %d; give the guest fewer vGPUs before migrating it'
+                   % (len(req.meta.vgpus),
+                      allocator_mod.MAX_VGPUS_PER_DOMAIN))
     found = targets(req)
     if not found:
         return None
     claims = [allocator_mod.VgpuClaim(uuid=t.entry.uuid,
                                       type_id=t.entry.type_id)
               for t in found]
-    grants = hook.allocator.reserve_incoming(
-        req.domain.uuid, claims, time.time() + HOLD_SECONDS,
-        pinning=req.domain.pinning)
-    try:
+    doc = req.document
+
+    def edit(grants):
+        """Inside the reservation's transaction: what raises here undoes
+        the reservation."""
         for target, grant in zip(found, grants):
             _check_kind(hook, target, grant)
-    except exception.LibvirtGpuError:
-        hook.allocator.forget([g.device.uuid for g in grants])
-        raise
-    doc = req.document
+        for target, grant in zip(found, grants):
+            _edit(doc, target, grant.device)
+        # what libvirt will start from: well-formed, or nothing reserved
+        xmlutil.parse(doc.tobytes(), 'the rewritten domain XML')
+
+    grants = hook.allocator.reserve_incoming(
+        req.domain.uuid, claims, time.time() + HOLD_SECONDS,
+        pinning=req.domain.pinning, check=edit)
     for target, grant in zip(found, grants):
         device = grant.device
-        if device.uuid != target.entry.uuid:
-            doc.set_attribute(target.element, 'uuid', device.uuid)
-            if not target.vf:
-                doc.set_attribute(target.source, 'uuid', device.uuid)
-        moved = (target.entry.parent is not None
-                 and target.entry.parent != device.parent)
-        if moved:       # an entry without parent= keeps "any GPU here"
-            doc.set_attribute(target.element, 'parent', str(device.parent))
-        if target.vf and moved:
-            for name, form in _PCI_FIELDS:
-                doc.set_attribute(target.source, name,
-                                  form % getattr(device.parent, name))
         hook.log.info('incoming vGPU %s (%s) reserved on %s%s' % (
             device.uuid, device.type_id, device.parent,
             '' if device.uuid == target.entry.uuid
             else ' (was %s on the source, taken here)' % target.entry.uuid))
     return doc
+
+
+def _edit(doc, target, device):
+    """Name ``device`` (chosen here) in ``target``'s metadata entry and
+    hostdev."""
+    if device.uuid != target.entry.uuid:
+        doc.set_attribute(target.element, 'uuid', device.uuid)
+        if not target.vf:
+            doc.set_attribute(target.source, 'uuid', device.uuid)
+    moved = (target.entry.parent is not None
+             and target.entry.parent != device.parent)
+    if moved:       # an entry without parent= keeps "any GPU here"
+        doc.set_attribute(target.element, 'parent', str(device.parent))
+    if target.vf and moved:
+        for name, form in _PCI_FIELDS:
+            doc.set_attribute(target.source, name,
+                              form % getattr(device.parent, name))

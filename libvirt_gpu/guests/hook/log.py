@@ -23,9 +23,14 @@ class HookLog(object):
 
     def __init__(self, argv, stderr):
         self.stderr = stderr
-        self.head = ' '.join(a.replace('\n', ' ')[:80] for a in argv[1:4])
+        # argv[1] is the domain's name, which its owner chose: escaped
+        # like every line (an ESC, BEL, CR or U+202E never reaches the
+        # log or a terminal raw)
+        self.head = ' '.join(textutil.escape(str(a)[:80], newline=True)
+                             for a in argv[1:4])
         self.lines = []
         self.dropped = 0
+        self.unshown = 0        # of those, errors and warnings (stderr)
         self.path = None
         self.errors = 0
 
@@ -34,6 +39,8 @@ class HookLog(object):
         has logged LOG_MAX_LINES already; then only count it."""
         if len(self.lines) >= LOG_MAX_LINES:
             self.dropped += 1
+            if printed is not None:
+                self.unshown += 1
             return
         # names from sysfs or the domain XML may hold escape sequences:
         # the log and libvirt's error message show them as text
@@ -72,9 +79,13 @@ class HookLog(object):
         if self.dropped:
             self.lines.append('... and %d more line(s) not logged'
                               % self.dropped)
-            print('libvirt-gpu: ... and %d more line(s) not shown'
-                  % self.dropped, file=self.stderr)
             self.dropped = 0
+        if self.unshown:
+            # only errors and warnings go to stderr: a successful call
+            # that logged much still prints nothing there
+            print('libvirt-gpu: ... and %d more line(s) not shown'
+                  % self.unshown, file=self.stderr)
+            self.unshown = 0
         if self.path is None or not self.lines:
             return
         now = time.time()
@@ -103,7 +114,9 @@ class HookLog(object):
             finally:
                 os.close(fd)
         except OSError as e:
-            print('libvirt-gpu: warning: cannot write %s: %s'
-                  % (self.path, e.strerror), file=self.stderr)
+            print(textutil.escape('libvirt-gpu: warning: cannot write %s: %s'
+                                  % (self.path, e.strerror)),
+                  file=self.stderr)
         except exception.StateError as e:
-            print('libvirt-gpu: warning: %s' % e, file=self.stderr)
+            print(textutil.escape('libvirt-gpu: warning: %s' % e),
+                  file=self.stderr)

@@ -49,9 +49,11 @@ MIGRATE = 'migrate'
 RECONNECT_LISTED = 10
 
 # What hooks/qemu scans stdin for before importing anything (kept in step
-# with it by a test): our namespace, an mdev hostdev, and the start of a
-# DOCTYPE or entity declaration (refused here, never ignored).
-MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY')
+# with it by a test): our namespace, an mdev hostdev, the start of a
+# DOCTYPE or entity declaration, and a NUL byte (UTF-16 or UTF-32 text,
+# where the others cannot be seen): refused here, never ignored.
+MARKERS = (metadata.NAMESPACE.encode(), b'mdev', b'<!DOCTYPE', b'<!ENTITY',
+           b'\x00')
 
 
 # What an operation may read of its input (``Operation.reads``).
@@ -81,14 +83,18 @@ class Request:
 def parse_request(operation, data, reads=(DEVICES, METADATA)):
     """Validate stdin, reading what ``reads`` names; InvalidInput (with
     the reason) when refused."""
-    root = xmlutil.parse(data, 'domain XML on stdin')
+    what = 'domain XML on stdin'
+    # libvirt writes UTF-8 only; anything else is refused, never
+    # decoded by a guess (nor edited at byte offsets: ``xmledit``)
+    data = xmlutil.require_utf8(xmlutil.checked_bytes(data, what), what)
+    root = xmlutil.parse(data, what)
     domain = config_xml.read_domain(root)
     meta = metadata.parse(root) if METADATA in reads else \
         metadata.GpuMetadata()
     document = None
     if DOCUMENT in reads:
         from libvirt_gpu.util import xmledit
-        document = xmledit.Document.parse(data, 'domain XML on stdin')
+        document = xmledit.Document.parse(data, what)
     return Request(operation=operation, domain=domain, meta=meta,
                    document=document)
 
@@ -360,10 +366,32 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
         log.record(timer, outcome)
         log.flush()
     if output is not None and output.changed:
+        data = output.tobytes()
+        try:
+            # libvirt starts the guest from what we print: never XML that
+            # is not well-formed (the operation checks it before it
+            # commits anything; this is the edge's own word)
+            xmlutil.parse(data, 'the rewritten domain XML')
+        except exception.InvalidXml as e:
+            log.error('internal error in %s of %s, nothing printed: %s'
+                      % (op.name, req.label, e))
+            log.flush()
+            return op.failure_rc
         out = stdout if stdout is not None else sys.stdout.buffer
-        out.write(output.tobytes())
+        out.write(data)
         out.flush()
     return 0
+
+
+def _carved_vfs(env, req):
+    """The PCI hostdevs of the domain that are VFs carved for Nova
+    (``carving.CarveRecord``: read only for a domain with a PCI
+    hostdev)."""
+    if not req.domain.pci_addresses:
+        return ()
+    carved = env.carved.vfs
+    return tuple(sorted(a for a in req.domain.pci_addresses
+                        if a in carved))
 
 
 def _call(op, req, log, config_file, settings_file, sysfs, places):
@@ -378,6 +406,13 @@ def _call(op, req, log, config_file, settings_file, sysfs, places):
         log.info(note)
     env = environment.Environment.for_hook(
         settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root), **places)
+    novas = _carved_vfs(env, req)
+    if novas:
+        # Nova's guest (its VF hostdev is a VF carved for Nova): no lease,
+        # no rewrite, nothing created or removed.
+        log.info('domain %s uses VF(s) carved for Nova (%s): left to Nova'
+                 % (req.label, ', '.join(str(a) for a in novas)))
+        return None
     output = op.function(Hook(env, log), req)
     if output is not None and not op.rewrites:
         raise TypeError('operation %s returned XML but its row does not '

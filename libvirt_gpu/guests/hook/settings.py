@@ -161,9 +161,11 @@ def load_settings(config_file, settings_file=None):
         if isinstance(extra, dict) and extra.get('sysfs_key') == sysfs_key:
             enabled = _enabled_of(extra)
             if enabled is not None:
-                return HookSettings(sysfs_root=values.sysfs_root,
-                                    state_dir=values.state_dir,
-                                    enabled=enabled), None
+                from libvirt_gpu.devices import enablement
+                return HookSettings(
+                    sysfs_root=values.sysfs_root, state_dir=values.state_dir,
+                    enabled=enablement.Enabled(
+                        enabled, values.gpu.enabled_vgpu_types)), None
         # the host's vGPU parents changed: resolved again from the same
         # values, without oslo.config
         settings, extra = _resolved(values, sysfs_key)

@@ -45,6 +45,8 @@ Where this differs from Cyborg's driver on the same host, on purpose
   driver reports each VF as a whole GPU unless
   ``[gpu_devices]/filter_sriov_vfs`` is set;
 - names come from libvirt or pci.ids, never from ``lspci``;
+- a GPU carved for Nova (``[nova]/carved``) is a device without a
+  deployable: its VFs and their capacity are Nova's PCI devices;
 - every GPU we manage is a device (``reported``), but a GPU of which
   nothing can go to a guest through Cyborg has **no deployable**
   (``withheld`` says why): no IOMMU group or a device the host uses in its
@@ -319,14 +321,27 @@ def withheld_gpus(gpus, enabled, pgpu_vendors=model.DEFAULT_PGPU_VENDORS):
     return found
 
 
-def host_devices(hostname, gpus, enabled, gpu_options):
+CARVED = ('carved for Nova ([nova]/carved): its VFs and the capacity they '
+          'use are Nova\'s PCI devices')
+
+
+def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
     """``driver_devices`` as libvirt-gpu's ``[gpu]`` options ask: what the
-    Cyborg driver reports and ``discover`` prints, built in one place.
-    Returns ``(devices, {address: why withheld})``."""
-    return (driver_devices(hostname, gpus, enabled,
-                           gpu_options.report_gpu_traits,
-                           gpu_options.pgpu_vendor_ids),
-            withheld_gpus(gpus, enabled, gpu_options.pgpu_vendor_ids))
+    Cyborg driver reports and ``discover`` prints, built in one place;
+    ``carved``: the physical GPUs carved for Nova, reported with no
+    deployable.  Returns ``(devices, {address: why withheld})``."""
+    carved_paths = {pci_info(address) for address in carved}
+    devices = tuple(
+        records.replace(d, deployable_list=())
+        if d.controlpath_id.cpid_info in carved_paths else d
+        for d in driver_devices(hostname, gpus, enabled,
+                                gpu_options.report_gpu_traits,
+                                gpu_options.pgpu_vendor_ids))
+    withheld_now = withheld_gpus(gpus, enabled, gpu_options.pgpu_vendor_ids)
+    for gpu in gpus:
+        if gpu.address in carved and not gpu.is_vf:
+            withheld_now[gpu.address] = CARVED
+    return devices, dict(sorted(withheld_now.items()))
 
 
 def to_primitive(record):

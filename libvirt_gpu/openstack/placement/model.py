@@ -18,6 +18,15 @@ reserved while it (or one of its VFs) holds vGPUs.  vGPUs need no group
 of the parent: each mdev or VF gets its own.  A GPU whose enabled
 type has no capacity at all is left out: Placement refuses an inventory of
 total 0.
+
+A GPU carved for Nova (``[nova]/carved``, ``carving.Carved.gpus``) is left
+out whole: its carved VFs are Nova's PCI devices, which Nova reports
+itself, and what they use of the GPU is not ours to offer.  Nothing we
+report may look like Nova's own providers (``check_not_novas``): none is
+named ``<host>_pci_...`` (Nova's vGPU providers), none has the trait
+``OWNER_NOVA``, none takes the name Nova gives a carved GPU's PCI
+provider (``<host>_<PCI address upper-cased>``; Placement may compare
+names without case).
 """
 
 from libvirt_gpu.util import bounds
@@ -29,6 +38,9 @@ from libvirt_gpu.openstack.placement import tree
 
 PGPU = 'PGPU'
 DEFAULT_PGPU_VENDORS = (objects.NVIDIA_VENDOR_ID,)
+# What Nova (34) puts on its own providers, and its vGPU providers' names.
+NOVA_OWNER_TRAIT = 'OWNER_NOVA'
+NOVA_VGPU_INFIX = '_pci_'
 
 
 def gpu_provider_name(hostname, address):
@@ -101,22 +113,59 @@ def host_tree(env, hostname):
     enabled types and its configuration's ``[gpu]`` options)."""
     return build_tree(hostname, env.discovered.gpus, env.enabled,
                       env.conf.gpu.report_gpu_traits,
-                      env.conf.gpu.pgpu_vendor_ids)
+                      env.conf.gpu.pgpu_vendor_ids,
+                      carved=env.carved.gpus)
+
+
+def nova_pci_provider_name(hostname, address):
+    """``compute-1_0000:AF:00.0``: the provider Nova's PCI-in-Placement
+    makes for the physical GPU ``address`` (its VFs' parent)."""
+    return '%s_%s' % (hostname, str(address).upper())
+
+
+class NovaProviderClash(exception.LibvirtGpuError):
+    msg_fmt = ('refusing to report %(name)s to Placement: %(reason)s; '
+               'this is a bug of libvirt-gpu, please report it')
+
+
+def check_not_novas(provider_tree, carved=()):
+    """NovaProviderClash unless every provider of ``provider_tree`` but
+    its root differs from Nova's own (see the module doc); ``carved``:
+    the physical GPUs carved for Nova."""
+    host = provider_tree.root.name
+    novas = {nova_pci_provider_name(host, a).upper() for a in carved}
+    for provider in provider_tree.children:
+        if provider.name.startswith(host + NOVA_VGPU_INFIX):
+            raise NovaProviderClash(
+                name=provider.name, reason='Nova names its vGPU providers '
+                '<host>_pci_<address>')
+        if NOVA_OWNER_TRAIT in provider.traits:
+            raise NovaProviderClash(
+                name=provider.name, reason='the trait %s marks Nova\'s own '
+                'providers' % NOVA_OWNER_TRAIT)
+        if provider.name.upper() in novas:
+            raise NovaProviderClash(
+                name=provider.name, reason='its GPU is carved for Nova, '
+                'whose PCI provider of it has that name')
 
 
 def build_tree(hostname, gpus, enabled, gpu_traits=True,
-               pgpu_vendors=DEFAULT_PGPU_VENDORS):
+               pgpu_vendors=DEFAULT_PGPU_VENDORS, carved=frozenset()):
     """``enabled``: ``{PciAddress: EnabledType}`` from enablement.resolve
-    (keyed by physical GPU)."""
+    (keyed by physical GPU); ``carved``: the physical GPUs carved for
+    Nova (left out)."""
     root = tree.ResourceProvider(name=hostname,
                                  uuid=tree.provider_uuid(hostname),
                                  parent_provider_uuid=None)
     children = []
     for gpu in sorted(gpus, key=lambda g: g.address):
-        if not offered(gpu, enabled.get(gpu.address), pgpu_vendors):
+        if gpu.address in carved or not offered(
+                gpu, enabled.get(gpu.address), pgpu_vendors):
             continue
         provider = gpu_provider(hostname, root.uuid, gpu,
                                 enabled.get(gpu.address), gpu_traits)
         if provider is not None:
             children.append(provider)
-    return tree.ProviderTree(root=root, children=tuple(children))
+    found = tree.ProviderTree(root=root, children=tuple(children))
+    check_not_novas(found, carved)
+    return found

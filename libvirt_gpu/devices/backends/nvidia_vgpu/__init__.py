@@ -31,7 +31,13 @@ state file next to the leases, ``<state_dir>/nvidia-vgpu.json``::
 
     {"version": 1, "vgpus": {"<uuid>": {
         "vf": "0000:3d:00.4", "gpu": "0000:3d:00.0", "type_id": "nvidia-1145",
-        "start": null | "auto" | "manual", "params": null | "..."}}}
+        "start": null | "auto" | "manual", "params": null | "...",
+        "gi_id": 3, "placement": 8}}}
+
+``gi_id`` and ``placement`` (present once known) are where the driver put
+the vGPU, read back after it was made (late binding: the type is written
+to a free VF, and on a MIG-backed or mixed-size GPU the driver picks the
+GPU instance or placement; ``names`` has their files).
 
 ``start`` is null for a vGPU that exists only while its guest runs, and
 ``auto``/``manual`` for a persistent one (the mdevctl meaning: ``restore``

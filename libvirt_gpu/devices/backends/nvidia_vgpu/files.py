@@ -63,6 +63,24 @@ class VendorFiles(object):
         self.sysfs.write(os.path.join(self.vendor_dir(address),
                                       names.CURRENT_TYPE), str(number))
 
+    def where(self, address):
+        """``(gpu_instance_id, placement_id)`` of the vGPU on a VF: where
+        the driver put it (a MIG GPU instance; a mixed-size placement).
+        Each None where the VF has no such file (a driver before MIG-backed
+        and mixed-size vGPUs) or the driver does not answer it (ENXIO: no
+        vGPU on the VF).  A file that is no number, or one refused as
+        hostile, is its SysfsError."""
+        found = []
+        for name in (names.GPU_INSTANCE_ID, names.PLACEMENT_ID):
+            path = os.path.join(self.vendor_dir(address), name)
+            try:
+                found.append(self.sysfs.read_int(path, optional=True))
+            except exception.SysfsReadError as e:
+                if type(e) is not exception.SysfsReadError:
+                    raise
+                found.append(None)      # the driver's read error (ENXIO)
+        return tuple(found)
+
     def write_params(self, address, params):
         """Write plugin parameters (``key=value, ...``); a single space
         clears them (NVIDIA's convention)."""

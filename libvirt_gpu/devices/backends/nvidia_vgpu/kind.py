@@ -349,12 +349,26 @@ class NvidiaVgpuBackend(base.VgpuKind):
             entry = self.state.read().get(device.uuid)
             if entry is not None and entry.params:
                 self.files.write_params(vf, entry.params)
+            self._record_where(device.uuid, vf)
             return True
         except BaseException:
             if added:
                 with self.state.locked() as entries:
                     entries.pop(device.uuid, None)
             raise
+
+    def _record_where(self, uuid, vf):
+        """Late binding: the driver, not us, chose the GPU instance (or
+        placement) of the vGPU just made on ``vf``; read it back and keep
+        it with our record of the vGPU."""
+        gi_id, placement = self.files.where(vf)
+        if gi_id is None and placement is None:
+            return
+        with self.state.locked() as entries:
+            entry = entries.get(uuid)
+            if entry is not None:
+                entries[uuid] = records.replace(entry, gi_id=gi_id,
+                                                placement=placement)
 
     def _claim(self, device, start, params):
         """Record ``device`` on its VF; True when the entry is new.  A VF
@@ -412,6 +426,42 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 uuid=device.uuid, type_id=device.type_id, parent=vf,
                 reason='current_vgpu_type does not read %d after the write'
                 % number)
+
+    # -- carving for another program (devices.carving) ---------------------
+
+    carvable = True
+
+    def held_type(self, parent):
+        objects.typed(parent, objects.PciAddress, 'parent')
+        current = self.files.current_type(parent)
+        return objects.vendor_type_id(current) if current else None
+
+    def write_type(self, parent, type_id):
+        """Write ``type_id`` to the VF's type file, recording nothing (a
+        VF carved for Nova is not one of our vGPUs)."""
+        objects.typed(parent, objects.PciAddress, 'parent')
+        number = objects.vendor_type_number(type_id)
+        self.check_type(parent, type_id)
+        try:
+            base.retry_transient(lambda: self.files.set_current_type(
+                parent, number), stop_after=self.retry_stop)
+        except exception.UnsafePath:
+            raise
+        except exception.SysfsWriteError as e:
+            code = e.kwargs.get('errno')
+            raise exception.MdevCreateFailed(
+                uuid='for Nova', type_id=type_id, parent=parent,
+                reason='the driver answered %s'
+                % errno.errorcode.get(code, code))
+        if self.files.current_type(parent) != number:
+            raise exception.MdevCreateFailed(
+                uuid='for Nova', type_id=type_id, parent=parent,
+                reason='%s does not read %d after the write'
+                % (names.CURRENT_TYPE, number))
+
+    def clear_type(self, parent):
+        """Write 0 to the VF's type file (``reset_vf``)."""
+        self.reset_vf(objects.typed(parent, objects.PciAddress, 'parent'))
 
     # -- remove -------------------------------------------------------------
 

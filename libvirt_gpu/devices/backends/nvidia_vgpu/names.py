@@ -12,9 +12,10 @@ interface, and the tests take the names from here; no module outside
     bus/pci/devices/<VF>/<VENDOR_DIR>/<VGPU_PARAMS>       (write)
         frame_rate_limiter=0, disable_vnc=1
     bus/pci/devices/<VF>/<VENDOR_DIR>/<GPU_INSTANCE_ID>   (read)
-        3          the GI of the VF's MIG-backed vGPU (ENXIO: none)
+        3                     the MIG GPU instance the driver put the vGPU in
     bus/pci/devices/<VF>/<VENDOR_DIR>/<PLACEMENT_ID>      (read)
-        24         the placement of its time-sliced vGPU (ENXIO: none)
+        8                     where a mixed-size vGPU sits (both: ENXIO
+                              while the VF holds no vGPU)
 """
 
 VENDOR_DIR = 'nvidia'
@@ -25,4 +26,5 @@ GPU_INSTANCE_ID = 'gpu_instance_id'
 PLACEMENT_ID = 'placement_id'
 
 # What tests/unit/test_architecture.py looks for outside this package.
-SYSFS_NAMES = (CREATABLE_TYPES, CURRENT_TYPE, VGPU_PARAMS)
+SYSFS_NAMES = (CREATABLE_TYPES, CURRENT_TYPE, VGPU_PARAMS, GPU_INSTANCE_ID,
+               PLACEMENT_ID)

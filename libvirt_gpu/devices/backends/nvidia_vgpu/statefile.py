@@ -38,6 +38,10 @@ class VendorVgpu:
     type_id: str
     start: str | None = None       # None: transient
     params: str | None = None      # vgpu_params to write
+    # where the driver put it, read back once made (MIG-backed: its GPU
+    # instance; mixed-size: its placement); None: not answered
+    gi_id: int | None = None
+    placement: int | None = None
 
     @property
     def persistent(self):
@@ -48,10 +52,14 @@ class VendorVgpu:
                                type_id=self.type_id)
 
     def to_json(self):
-        return {'vf': str(self.vf),
-                'gpu': str(self.gpu) if self.gpu else None,
-                'type_id': self.type_id, 'start': self.start,
-                'params': self.params}
+        found = {'vf': str(self.vf),
+                 'gpu': str(self.gpu) if self.gpu else None,
+                 'type_id': self.type_id, 'start': self.start,
+                 'params': self.params}
+        for name in ('gi_id', 'placement'):
+            if getattr(self, name) is not None:
+                found[name] = getattr(self, name)
+        return found
 
 
 class VendorState(object):
@@ -109,6 +117,8 @@ class VendorState(object):
             data = json.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise self._error('not JSON: %s' % e)
+        except RecursionError:
+            raise self._error('not JSON: nested too deeply')
         if not isinstance(data, dict) or data.get('version') != \
                 STATE_VERSION or not isinstance(data.get('vgpus'), dict):
             raise self._error('not a version %d state file' % STATE_VERSION)
@@ -122,12 +132,17 @@ class VendorState(object):
                 params = entry.get('params')
                 if params is not None and not isinstance(params, str):
                     raise exception.InvalidInput(reason='params')
+                where = [entry.get(name) for name in ('gi_id', 'placement')]
+                if any(v is not None and (type(v) is not int or v < 0)
+                       for v in where):
+                    raise exception.InvalidInput(reason='gi_id or placement')
                 entries[uuid] = VendorVgpu(
                     uuid=uuid, vf=objects.PciAddress.parse(entry['vf']),
                     gpu=(objects.PciAddress.parse(entry['gpu'])
                          if entry.get('gpu') else None),
                     type_id=objects.TypeId.parse(entry['type_id']),
-                    start=start, params=params)
+                    start=start, params=params, gi_id=where[0],
+                    placement=where[1])
             except (exception.InvalidInput, KeyError, TypeError,
                     AttributeError) as e:
                 raise self._error('entry %r is invalid: %s' % (uuid, e))

@@ -1,0 +1,408 @@
+"""A GPU's layout in the configuration: every rule of ``[layout_<name>]``
+(devices/layout.py, conf/layout.py), on the configuration alone, against
+the host's GPUs, and against what a GPU reports (``GpuFacts``, as NVML
+gives them; the H100's GI profiles are those of a real H100, ``nvidia-smi
+mig -lgip``)."""
+
+import textwrap
+
+import pytest
+
+from libvirt_gpu import conf as conf_mod
+from libvirt_gpu.devices import enablement
+from libvirt_gpu.devices import layout
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from tests.doubles import fakes
+
+H100 = '0000:41:00.0'
+H100_B = '0000:42:00.0'
+L40S = '0000:61:00.0'
+GIB = 1024
+
+
+def profile(pid, name, slices, instances, gib):
+    return layout.GiProfile(id=pid, name=name, slices=slices,
+                            instances=instances, memory_mib=int(gib * GIB))
+
+
+# nvidia-smi mig -lgip on an H100 80GB
+H100_PROFILES = (
+    profile(19, '1g.10gb', 1, 7, 9.75), profile(20, '1g.10gb+me', 1, 1, 9.75),
+    profile(15, '1g.20gb', 1, 4, 19.625), profile(14, '2g.20gb', 2, 3, 19.625),
+    profile(9, '3g.40gb', 3, 2, 39.5), profile(5, '4g.40gb', 4, 1, 39.5),
+    profile(0, '7g.80gb', 7, 1, 79.25))
+
+
+def vtype(number, name, gib, gi=None, per_gi=None):
+    return layout.TypeFacts(type_id=objects.vendor_type_id(number),
+                            name=name, framebuffer_mib=gib * GIB,
+                            gi_profile_id=gi, max_per_gi=per_gi)
+
+
+H100_TYPES = (
+    vtype(1150, 'NVIDIA H100-1-10C', 10, gi=19, per_gi=1),
+    vtype(1151, 'NVIDIA H100-1-10CME', 10, gi=20, per_gi=1),
+    vtype(1152, 'NVIDIA H100-3-40C', 40, gi=9, per_gi=1),
+    vtype(1153, 'NVIDIA H100-2-20C', 20, gi=14, per_gi=1),
+    vtype(1160, 'NVIDIA H100-10C', 10), vtype(1161, 'NVIDIA H100-20C', 20),
+    vtype(1162, 'NVIDIA H100-10Q', 10))
+
+
+def h100_facts(mig=True):
+    return layout.GpuFacts(address=objects.PciAddress.parse(H100), mig=mig,
+                           profiles=H100_PROFILES, types=H100_TYPES,
+                           vfs_total=20)
+
+
+def load(tmp_path, text):
+    path = tmp_path / 'libvirt-gpu.conf'
+    path.write_text(textwrap.dedent(text))
+    return conf_mod.load(str(path))
+
+
+def one(tmp_path, body, layouts='one'):
+    conf = load(tmp_path, '[gpu]\nlayouts = %s\n[layout_one]\n%s'
+                % (layouts, textwrap.dedent(body)))
+    return layout.read_layouts(conf)[0]
+
+
+MIG = textwrap.dedent("""
+    gpus = 10de:2331
+    mode = mig
+    gpu_instances = 1g.10gb:4, 3g.40gb:1
+    vgpu_types = nvidia-1150, nvidia-1152
+    """)
+
+
+# --- the configuration alone ----------------------------------------------
+
+def test_a_layout_is_read_into_records(tmp_path):
+    found = one(tmp_path, MIG)
+    assert found.mode == layout.MIG and found.mig
+    assert found.gpus == (objects.GpuSelector.parse('10de:2331'),)
+    assert found.gpu_instances == (layout.GiCount('1g.10gb', 4),
+                                   layout.GiCount('3g.40gb', 1))
+    assert found.vgpu_types == ('nvidia-1150', 'nvidia-1152')
+    assert found.scheduler is None
+
+
+def refused(tmp_path, body, match):
+    with pytest.raises(exception.ConfigError, match=match) as e:
+        one(tmp_path, body)
+    assert '\n' not in str(e.value)
+    return str(e.value)
+
+
+def test_the_error_names_the_file_and_the_option(tmp_path):
+    message = refused(tmp_path, MIG + 'scheduler = equal-share\n',
+                      r'\[layout_one\]/scheduler')
+    assert str(tmp_path / 'libvirt-gpu.conf') in message
+
+
+def test_a_scheduler_on_a_mig_mode_is_refused(tmp_path):
+    refused(tmp_path, MIG + 'scheduler = best-effort\n',
+            'mode mig gives each vGPU a GPU instance of its own')
+
+
+def test_a_scheduler_on_mig_time_sliced_is_taken(tmp_path):
+    found = one(tmp_path, MIG.replace('mode = mig', 'mode = mig-time-sliced')
+                + 'scheduler = equal-share\ntime_slice_ms = 4\n')
+    assert layout.wanted_scheduler(found) == layout.Scheduler(
+        'equal-share', 4)
+
+
+def test_fixed_share_with_mixed_sizes_is_refused(tmp_path):
+    refused(tmp_path, """
+        gpus = 0000:61:00.0
+        mode = mixed-size
+        vgpu_types = nvidia-1160, nvidia-1161
+        scheduler = fixed-share
+        """, 'fixed-share does not work with mixed sizes')
+
+
+def test_gpu_instances_outside_the_mig_modes_are_refused(tmp_path):
+    refused(tmp_path, """
+        gpus = 0000:61:00.0
+        mode = time-sliced
+        gpu_instances = 1g.10gb:1
+        vgpu_types = nvidia-1160
+        """, 'exist only in the MIG modes')
+
+
+def test_a_mig_mode_without_gpu_instances_is_refused(tmp_path):
+    refused(tmp_path, """
+        gpus = 10de:2331
+        mode = mig
+        vgpu_types = nvidia-1150
+        """, 'needs GPU instances')
+
+
+def test_a_layout_without_types_is_refused(tmp_path):
+    refused(tmp_path, """
+        gpus = 10de:2331
+        mode = time-sliced
+        """, r'vgpu_types: names no vGPU type')
+
+
+def test_a_layout_without_gpus_is_refused(tmp_path):
+    refused(tmp_path, """
+        mode = time-sliced
+        vgpu_types = nvidia-1160
+        """, r'gpus: names no GPU')
+
+
+def test_a_bad_gpu_is_refused_naming_the_option(tmp_path):
+    with pytest.raises(exception.ConfigError, match=r'\[layout_one\]/gpus'):
+        one(tmp_path, 'gpus = nvidia\nvgpu_types = nvidia-1160\n')
+
+
+@pytest.mark.parametrize('text', ['1g.10gb:0', '1g.10gb:x', ':3'])
+def test_a_bad_gi_count_is_refused(tmp_path, text):
+    refused(tmp_path, MIG.replace('1g.10gb:4, 3g.40gb:1', text),
+            r'gpu_instances: .* is not <profile>:<count>')
+
+
+def test_a_profile_twice_is_refused(tmp_path):
+    refused(tmp_path, MIG.replace('3g.40gb:1', '1g.10gb:1'),
+            'lists 1g.10gb twice')
+
+
+def test_a_time_slice_needs_equal_or_fixed_share(tmp_path):
+    refused(tmp_path, """
+        gpus = 0000:61:00.0
+        vgpu_types = nvidia-1160
+        scheduler = best-effort
+        time_slice_ms = 4
+        """, 'a time slice needs scheduler = equal-share or fixed-share')
+
+
+def test_a_time_slice_out_of_range_is_refused(tmp_path):
+    with pytest.raises(exception.ConfigError, match='time_slice_ms'):
+        one(tmp_path, 'gpus = 0000:61:00.0\nvgpu_types = nvidia-1160\n'
+                      'scheduler = equal-share\ntime_slice_ms = 31\n')
+
+
+def test_a_bad_layout_name_is_refused(tmp_path):
+    with pytest.raises(exception.ConfigError, match='not a layout name'):
+        load(tmp_path, '[gpu]\nlayouts = Bad/Name\n')
+
+
+def test_a_typo_in_a_layout_section_is_named(tmp_path):
+    with pytest.raises(exception.ConfigError,
+                       match='unknown option .*gpu_instance; did you mean '
+                             'gpu_instances'):
+        one(tmp_path, MIG + 'gpu_instance = 1g.10gb:1\n')
+
+
+def test_a_section_of_no_listed_layout_is_refused(tmp_path):
+    with pytest.raises(exception.ConfigError,
+                       match=r'unknown section \[layout_two\]'):
+        load(tmp_path, '[gpu]\nlayouts = one\n[layout_one]\n%s'
+                       '[layout_two]\ngpus = 10de:2331\n'
+                       % textwrap.dedent(MIG))
+
+
+# --- against the host's GPUs ------------------------------------------------
+
+GPUS = (fakes.gpu(H100, types=(), product_id='2331'),
+        fakes.gpu(H100_B, types=(), product_id='2331'),
+        fakes.gpu(L40S, types=(), product_id='26b9'))
+
+
+def two(tmp_path, first, second, extra=''):
+    return load(tmp_path, '[gpu]\nlayouts = one, two\n%s[layout_one]\n%s'
+                '[layout_two]\n%s' % (extra, textwrap.dedent(first),
+                                      textwrap.dedent(second)))
+
+
+L40S_BODY = textwrap.dedent("""
+    gpus = 0000:61:00.0
+    mode = mixed-size
+    vgpu_types = nvidia-1160, nvidia-1161
+    """)
+
+
+def test_claims_by_model_and_by_address(tmp_path):
+    conf = two(tmp_path, MIG, L40S_BODY)
+    claimed = layout.claims(layout.read_layouts(conf), GPUS)
+    assert {str(a): lay.name for a, lay in claimed.items()} == {
+        H100: 'one', H100_B: 'one', L40S: 'two'}
+
+
+def test_a_gpu_matched_by_two_layouts_is_refused(tmp_path):
+    conf = two(tmp_path, MIG, L40S_BODY.replace('0000:61:00.0', H100))
+    with pytest.raises(exception.ConfigError,
+                       match='GPU 0000:41:00.0 is matched by two layouts, '
+                             r'\[layout_one\] and \[layout_two\]'):
+        layout.claims(layout.read_layouts(conf), GPUS)
+
+
+def test_an_address_with_no_gpu_is_refused(tmp_path):
+    conf = two(tmp_path, MIG, L40S_BODY.replace('61', '62'))
+    with pytest.raises(exception.ConfigError,
+                       match=r'\[layout_two\]/gpus: names 0000:62:00.0, but '
+                             'this host has no GPU there'):
+        layout.claims(layout.read_layouts(conf), GPUS)
+
+
+def test_a_gpu_in_a_layout_offers_the_layouts_type(tmp_path):
+    conf = two(tmp_path, MIG, L40S_BODY)
+    enabled = enablement.resolve(conf, GPUS)
+    assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
+        objects.TypeId.parse('nvidia-1150'))
+    assert enabled[objects.PciAddress.parse(L40S)].type_id == 'nvidia-1160'
+
+
+def test_a_layout_type_takes_its_vgpu_section(tmp_path):
+    conf = two(tmp_path, MIG, L40S_BODY, extra=(
+        'enabled_vgpu_types = nvidia-1150\n[vgpu_nvidia-1150]\n'
+        'resource_class = CUSTOM_H100_1_10C\nmax_instances = 3\n'))
+    enabled = enablement.resolve(conf, GPUS)
+    assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
+        objects.TypeId.parse('nvidia-1150'), 'CUSTOM_H100_1_10C', 3)
+
+
+def test_a_gpu_in_a_layout_and_in_device_addresses_is_refused(tmp_path):
+    conf = two(tmp_path, MIG, L40S_BODY, extra=(
+        'enabled_vgpu_types = nvidia-1160\n[vgpu_nvidia-1160]\n'
+        'device_addresses = 0000:61:00.0\n'))
+    with pytest.raises(exception.ConfigError,
+                       match=r'names 0000:61:00.0, which is in layout '
+                             r'\[layout_two\]'):
+        enablement.resolve(conf, GPUS)
+
+
+def test_a_type_everywhere_leaves_the_layout_gpus_alone(tmp_path):
+    # both GPUs offer nvidia-223; the one in a layout gets the layout's type
+    gpus = (fakes.gpu(H100, product_id='2331'), fakes.gpu('0000:81:00.0'))
+    conf = load(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-223\n'
+                'layouts = one\n[layout_one]\n' + MIG)
+    enabled = enablement.resolve(conf, gpus)
+    assert enabled[objects.PciAddress.parse('0000:81:00.0')].type_id == \
+        'nvidia-223'
+    assert enabled[objects.PciAddress.parse(H100)].type_id == 'nvidia-1150'
+
+
+def test_no_layouts_resolve_as_before(tmp_path):
+    conf = load(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-223\n')
+    assert set(enablement.resolve(conf, [fakes.gpu()])) == {
+        objects.PciAddress.parse('0000:af:00.0')}
+
+
+# --- against what the GPU reports -------------------------------------------
+
+def layout_of(mode='mig', gis=(('1g.10gb', 4), ('3g.40gb', 1)),
+              types=(1150, 1152), scheduler=None, time_slice=None):
+    return layout.Layout(
+        name='one', gpus=(objects.GpuSelector.parse('10de:2331'),),
+        mode=mode, vgpu_types=tuple(objects.vendor_type_id(t)
+                                    for t in types),
+        gpu_instances=tuple(layout.GiCount(p, c) for p, c in gis),
+        scheduler=scheduler, time_slice_ms=time_slice)
+
+
+def test_a_layout_the_gpu_holds_passes():
+    assert layout.check(layout_of(), h100_facts()) == layout_of()
+    # every slice and memory slice used: 4 + 3 compute, 4 + 4 memory
+    layout.check(layout_of(gis=(('4g.40gb', 1), ('3g.40gb', 1)),
+                           types=(1152,)), h100_facts())
+    layout.check(layout_of(gis=(('1g.10gb', 7),), types=(1150,)),
+                 h100_facts())
+
+
+def refused_by_gpu(lay, match, facts=None):
+    with pytest.raises(layout.LayoutError, match=match) as e:
+        layout.check(lay, facts or h100_facts())
+    assert '0000:41:00.0' in str(e.value) and '\n' not in str(e.value)
+    return str(e.value)
+
+
+def test_a_profile_the_gpu_lacks_is_refused_naming_its_profiles():
+    message = refused_by_gpu(layout_of(gis=(('1g.5gb', 1),), types=()),
+                             'has no GI profile 1g.5gb')
+    assert '1g.10gb+me' in message and '7g.80gb' in message
+
+
+def test_more_of_a_profile_than_the_gpu_holds_is_refused():
+    refused_by_gpu(layout_of(gis=(('1g.10gb+me', 2),), types=()),
+                   r'2 x 1g.10gb\+me, but the GPU holds at most 1')
+
+
+def test_too_many_compute_slices_are_refused():
+    refused_by_gpu(layout_of(gis=(('4g.40gb', 1), ('2g.20gb', 2)),
+                             types=()),
+                   'needs 8 compute slices and 8 memory slices; the GPU '
+                   'has 7 and 8')
+
+
+def test_too_much_memory_is_refused():
+    # 3 + 3 + 1 compute slices fit, 4 + 4 + 1 memory slices do not
+    refused_by_gpu(layout_of(gis=(('3g.40gb', 2), ('1g.10gb', 1)),
+                             types=()),
+                   'needs 7 compute slices and 9 memory slices')
+
+
+def test_a_type_the_gpu_does_not_support_is_refused_naming_its_types():
+    message = refused_by_gpu(layout_of(types=(9999,)),
+                             'does not support nvidia-9999')
+    assert 'nvidia-1150 (NVIDIA H100-1-10C)' in message
+    assert 'nvidia-1160' not in message      # a time-sliced one
+
+
+def test_a_time_sliced_type_on_a_mig_gpu_is_refused():
+    refused_by_gpu(layout_of(types=(1150, 1160)),
+                   'nvidia-1160 is time-sliced, and with MIG on the GPU '
+                   'offers only MIG-backed types')
+
+
+def test_a_mig_backed_type_on_a_time_sliced_gpu_is_refused():
+    refused_by_gpu(layout_of(mode='time-sliced', gis=(), types=(1150,)),
+                   'nvidia-1150 is MIG-backed', facts=h100_facts(mig=False))
+
+
+def test_a_type_whose_gi_profile_is_not_in_the_layout_is_refused():
+    refused_by_gpu(layout_of(types=(1150, 1153)),
+                   'nvidia-1153 lives in 2g.20gb GPU instances, and '
+                   r'\[layout_one\]/gpu_instances makes none')
+
+
+def test_time_sliced_types_of_two_sizes_need_mixed_size():
+    lay = layout_of(mode='time-sliced', gis=(), types=(1160, 1161))
+    refused_by_gpu(lay, 'use mode mixed-size', facts=h100_facts(mig=False))
+    layout.check(layout_of(mode='mixed-size', gis=(), types=(1160, 1161)),
+                 h100_facts(mig=False))
+    # one size, two series: one time-sliced size
+    layout.check(layout_of(mode='time-sliced', gis=(), types=(1160, 1162)),
+                 h100_facts(mig=False))
+
+
+def test_mig_on_a_gpu_without_profiles_is_refused():
+    facts = layout.GpuFacts(address=objects.PciAddress.parse(H100),
+                            mig=None, types=H100_TYPES)
+    refused_by_gpu(layout_of(), 'reports no GPU-instance profiles',
+                   facts=facts)
+
+
+# --- the scheduler at module load --------------------------------------------
+
+def test_rmpvmrl_values():
+    assert layout.rmpvmrl(layout.Scheduler('best-effort')) == 0x00
+    assert layout.rmpvmrl(layout.Scheduler('equal-share')) == 0x01
+    assert layout.rmpvmrl(layout.Scheduler('fixed-share')) == 0x11
+    assert layout.rmpvmrl(layout.Scheduler('equal-share', 3)) == 0x00030001
+    assert layout.rmpvmrl(layout.Scheduler('fixed-share', 30)) == 0x001E0011
+
+
+def test_the_module_option_line():
+    a = objects.PciAddress.parse(H100)
+    b = objects.PciAddress.parse(L40S)
+    equal = layout.Scheduler('equal-share')
+    assert layout.module_option({}) is None
+    assert layout.module_option({a: equal, b: equal}, every_gpu=True) == \
+        'options nvidia NVreg_RegistryDwords="RmPVMRL=0x1"'
+    assert layout.module_option({a: equal, b: equal}) == (
+        'options nvidia NVreg_RegistryDwordsPerDevice="pci=0000:41:00.0;'
+        'RmPVMRL=0x1;pci=0000:61:00.0;RmPVMRL=0x1"')
+    assert 'RmPVMRL=0x11' in layout.module_option(
+        {a: equal, b: layout.Scheduler('fixed-share')}, every_gpu=True)
