@@ -170,13 +170,20 @@ class SimGpu:
 
 @records.record(frozen=False)
 class Gi:
-    """A GPU instance: where it sits and its compute instance, if any."""
+    """A GPU instance: where it sits, its compute instance, if any, and
+    the scheduler of the vGPUs sharing it in time."""
 
     id: int
     profile_id: int
     start: int
     size: int
     ci: int | None = None        # compute instance id (one, filling it)
+    policy: int = NVML_VGPU_SCHEDULER_POLICY_BEST_EFFORT
+    avg_factor: int = 0
+    frequency: int = 0
+
+    def timeslice_ns(self):
+        return timeslice_ns(self.policy, self.frequency)
 
 
 @records.record(frozen=False)
@@ -193,7 +200,8 @@ class GpuState:
 
     def to_json(self):
         return {'mig_mode': self.mig_mode,
-                'gis': [[g.id, g.profile_id, g.start, g.size, g.ci]
+                'gis': [[g.id, g.profile_id, g.start, g.size, g.ci,
+                         g.policy, g.avg_factor, g.frequency]
                         for _, g in sorted(self.gis.items())],
                 'heterogeneous': self.heterogeneous,
                 'policy': self.policy, 'avg_factor': self.avg_factor,
@@ -209,9 +217,16 @@ class GpuState:
                    frequency=int(data['frequency']))
 
     def timeslice_ns(self):
-        if not self.frequency:
-            return DEFAULT_TIMESLICE_NS
-        return NS_PER_S // self.frequency
+        return timeslice_ns(self.policy, self.frequency)
+
+
+def timeslice_ns(policy, frequency):
+    """The time slice NVML reports: none (0) under best effort (an
+    assumption: NVML says 0 without active scheduling), else the one the
+    frequency gives, or the driver's default."""
+    if policy == NVML_VGPU_SCHEDULER_POLICY_BEST_EFFORT:
+        return 0
+    return NS_PER_S // frequency if frequency else DEFAULT_TIMESLICE_NS
 
 
 @records.record
@@ -470,11 +485,16 @@ def set_heterogeneous(gpu, state, mode, placed):
     state.heterogeneous = wanted
 
 
-def set_scheduler(gpu, state, policy, avg_factor, frequency, running):
-    if state.mig_mode == NVML_DEVICE_MIG_ENABLE:
+def set_scheduler(gpu, state, policy, avg_factor, frequency, running,
+                  gi=None):
+    """The GPU's scheduler, or with ``gi`` (a ``Gi``) that GPU
+    instance's (the vGPUs sharing it in time; MIG on)."""
+    if (state.mig_mode == NVML_DEVICE_MIG_ENABLE) != (gi is not None):
         raise DriverError(NVML_ERROR_NOT_SUPPORTED,
                           'the vGPU scheduler of %s is for time-sliced '
-                          'vGPUs; MIG is on' % gpu.name)
+                          'vGPUs: %s' % (gpu.name, 'set it per GPU instance '
+                                         'with MIG on' if gi is None else
+                                         'MIG is off'))
     if policy not in gpu.policies:
         raise DriverError(NVML_ERROR_INVALID_ARGUMENT,
                           'scheduler policy %r is not one of %s on %s'
@@ -497,6 +517,7 @@ def set_scheduler(gpu, state, policy, avg_factor, frequency, running):
         raise DriverError(NVML_ERROR_IN_USE,
                           'the scheduler of %s changes only while no VM '
                           'runs on it (%s)' % (gpu.name, ', '.join(running)))
-    state.policy = policy
-    state.avg_factor = avg_factor
-    state.frequency = frequency
+    target = gi if gi is not None else state
+    target.policy = policy
+    target.avg_factor = avg_factor
+    target.frequency = frequency

@@ -391,6 +391,50 @@ def op_gi_info(kernel, pf, gi):
     return [found.id, found.profile_id, found.start, found.size, found.ci]
 
 
+def op_ci_profile_info(kernel, pf, gi, ci_profile):
+    """The one compute-instance profile a GI offers: the one filling it
+    (its id is its NVML_COMPUTE_INSTANCE_PROFILE_* index)."""
+    gpu, state = _gpu(kernel, pf)
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no GPU instance %r' % (gi,))
+    profile = gpu.gi_table.profile(found.profile_id)
+    if mig.CI_PROFILE_BY_SLICES.get(profile.slices) != ci_profile:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              'GPU instance %d offers only the compute '
+                              'instance that fills it' % gi)
+    return {'id': ci_profile, 'sliceCount': profile.slices,
+            'instanceCount': 1, 'multiprocessorCount': profile.sm,
+            'sharedCopyEngineCount': profile.ce,
+            'sharedDecoderCount': profile.dec,
+            'sharedEncoderCount': profile.enc,
+            'sharedJpegCount': profile.jpeg, 'sharedOfaCount': profile.ofa,
+            'name': '%dc.%s' % (profile.slices, profile.name)}
+
+
+def op_gi_scheduler(kernel, pf, gi):
+    _, state = _gpu(kernel, pf)
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no GPU instance %r' % (gi,))
+    return [found.policy, found.avg_factor, found.timeslice_ns()]
+
+
+def op_set_gi_scheduler(kernel, pf, gi, policy, avg_factor, frequency):
+    def change(gpu, state, placed, running):
+        found = state.gis.get(gi)
+        if found is None:
+            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                                  'no GPU instance %r' % (gi,))
+        on_gi = {vf for vf, p in kernel.gpu_vgpus(pf).items()
+                 if p.gi == gi}
+        mig.set_scheduler(gpu, state, policy, avg_factor, frequency,
+                          [vf for vf in running if vf in on_gi], gi=found)
+    kernel.driver(pf, change)
+
+
 def op_create_ci(kernel, pf, gi, ci_profile):
     def create(gpu, state, placed, running):
         found = state.gis.get(gi)
@@ -918,6 +962,31 @@ def nvmlGpuInstanceGetInfo(lib, instance, info):
     _store_pointer(ctypes.addressof(info), lib._handle('gpu', pf))
     info.id, info.profileId = gid, profile_id
     info.placement.start, info.placement.size = start, size
+
+
+@_c
+def nvmlGpuInstanceGetComputeInstanceProfileInfoV(lib, instance, profile,
+                                                  engine_profile, info):
+    _, pf, gi = lib._key(instance, 'gi')
+    _fill_profile(_obj(info), lib._call('ci_profile_info', pf, gi,
+                                        _int(profile)))
+
+
+@_c
+def nvmlGpuInstanceGetVgpuSchedulerState_v2(lib, instance, state):
+    _, pf, gi = lib._key(instance, 'gi')
+    policy, avg_factor, timeslice = lib._call('gi_scheduler', pf, gi)
+    state = _obj(state)
+    state.schedulerPolicy, state.avgFactor = policy, avg_factor
+    state.timeslice = timeslice
+
+
+@_c
+def nvmlGpuInstanceSetVgpuSchedulerState_v2(lib, instance, state):
+    _, pf, gi = lib._key(instance, 'gi')
+    state = _obj(state)
+    lib._call('set_gi_scheduler', pf, gi, state.schedulerPolicy,
+              state.avgFactor, state.frequency)
 
 
 @_c

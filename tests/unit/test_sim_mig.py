@@ -533,3 +533,30 @@ def test_no_time_sliced_scheduler_with_mig_on(h100):
     h100.mig(1)
     with nvml_error(h100, 'NotSupported'):
         h100.scheduler(h100.nvml.NVML_VGPU_SCHEDULER_POLICY_EQUAL_SHARE)
+
+
+def test_a_gpu_instance_has_its_own_scheduler_while_mig_is_on(blackwell):
+    nvml = blackwell.nvml
+    equal = nvml.NVML_VGPU_SCHEDULER_POLICY_EQUAL_SHARE
+    blackwell.mig(1)
+    blackwell.vfs(4)
+    gi = blackwell.gi(GI_1G_24GB_GFX)
+    info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gi, nvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+        nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+    assert (info.id, info.sliceCount) == (0, 1)
+    with nvml_error(blackwell, 'NotSupported'):
+        nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, nvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,
+            nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+    state = nvml.c_nvmlVgpuSchedulerState_v2_t()
+    state.schedulerPolicy, state.frequency = equal, 50
+    blackwell.write(BW_VFS[0], DC_1_12Q)
+    blackwell.kernel.mark_busy(BW_VFS[0])
+    with nvml_error(blackwell, 'InUse'):
+        nvml.nvmlGpuInstanceSetVgpuSchedulerState_v2(gi, state)
+    blackwell.kernel.mark_idle(BW_VFS[0])
+    nvml.nvmlGpuInstanceSetVgpuSchedulerState_v2(gi, state)
+    got = nvml.nvmlGpuInstanceGetVgpuSchedulerState_v2(
+        gi, nvml.c_nvmlVgpuSchedulerStateInfo_v2_t())
+    assert (got.schedulerPolicy, got.timeslice) == (equal, 20000000)

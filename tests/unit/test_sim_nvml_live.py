@@ -58,7 +58,7 @@ def test_nvml_through_the_channel_changes_the_server_s_kernel(tree):
     gi = lib.nvmlDeviceCreateGpuInstance(handle, 19)
     assert lib.nvmlGpuInstanceGetInfo(gi).id == 7
     assert tree.state()['driver']['gpus'][H100_PF]['gis'] == [
-        [7, 19, 0, 1, None]]
+        [7, 19, 0, 1, None, 1, 0, 0]]
     path = _vf_path(tree, H100_VF, vendor_names.GPU_INSTANCE_ID)
     with pytest.raises(OSError) as raised:
         tree.content(path)
