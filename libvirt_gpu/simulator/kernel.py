@@ -617,8 +617,8 @@ class SimKernel(object):
 
     def vf_placement(self, vf):
         """What ``<VF>/nvidia/<PLACEMENT_ID>`` reads: the placement of the
-        VF's time-sliced vGPU; ENXIO while it holds none (or a MIG-backed
-        one: an assumption)."""
+        VF's mixed-size vGPU; ENXIO while it holds none (or one in
+        equal-size mode, or a MIG-backed one: assumptions)."""
         with self._cond:
             placed = self._placed.get(str(vf))
             if placed is None or placed.placement is None:

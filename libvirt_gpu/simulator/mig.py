@@ -39,8 +39,9 @@ Creatable types (``creatable``)
 Placements (time-sliced vGPUs)
     The GPU has ``mixed_slots`` slots; a type of ``placement_size`` slots
     may sit at the multiples of its size (``supported_placements``); the
-    driver picks the lowest free one (``pick_placement``).  In equal-size
-    mode the slots are shared out evenly among ``max_instance`` vGPUs.
+    driver picks the lowest free one (``place``).  In equal-size mode the
+    slots are shared out evenly among ``max_instance`` vGPUs and no vGPU's
+    placement is reported (an assumption).
 Mixed-size mode
     Set only while no vGPU exists on the GPU (``IN_USE``, "In use by
     another client"), ``NOT_SUPPORTED`` with MIG on or on a GPU without
@@ -379,27 +380,24 @@ def supported_placements(gpu, mtype, heterogeneous):
 
 def creatable_placements(gpu, state, mtype, placed, types):
     """The placement ids free for ``mtype`` now (time-sliced types; MIG
-    off; in equal-size mode only while the type fits the GPU's size)."""
+    off).  In equal-size mode the driver reports no vGPU's placement (an
+    assumption: the GI and placement files are for MIG-backed and
+    mixed-size vGPUs), so the free ones are the type's placements past
+    those the vGPUs of its size fill, while the type fits the GPU's size."""
     if state.mig_mode == NVML_DEVICE_MIG_ENABLE or is_mig_backed(mtype):
         return ()
     size = placement_size(gpu, mtype, state.heterogeneous)
     if size is None:
         return ()
-    taken = []
-    for p in placed:
-        if p.placement is None:
-            continue
-        other = types[p.type_id]
-        taken.append((p.placement, placement_size(gpu, other,
-                                                  state.heterogeneous)))
+    supported = supported_placements(gpu, mtype, state.heterogeneous)
     if not state.heterogeneous:
         sizes = {types[p.type_id].framebuffer for p in placed}
         if sizes and sizes != {mtype.framebuffer}:
             return ()
-        if len(placed) >= mtype.max_instance:
-            return ()
-    return tuple(s for s in supported_placements(gpu, mtype,
-                                                 state.heterogeneous)
+        return supported[len(placed):]
+    taken = [(p.placement, placement_size(gpu, types[p.type_id], True))
+             for p in placed if p.placement is not None]
+    return tuple(s for s in supported
                  if not any(s < t + n and t < s + size for t, n in taken))
 
 
@@ -431,7 +429,10 @@ def place(gpu, state, mtype, placed, types):
     if is_mig_backed(mtype):
         return None
     free = creatable_placements(gpu, state, mtype, placed, types)
-    return Placed(mtype.id, placement=free[0]) if free else None
+    if not free:
+        return None
+    return Placed(mtype.id, placement=free[0] if state.heterogeneous
+                  else None)
 
 
 # --- modes and the scheduler -------------------------------------------------

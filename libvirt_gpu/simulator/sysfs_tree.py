@@ -487,19 +487,30 @@ TYPES_DIR = 'mdev_supported_types'
 
 def write_driver_state(root, state):
     """Keep ``state`` (``SimKernel.driver_state()``) with the tree and
-    write each vendor VF's GI / placement files from it: present with the
-    number while its vGPU has one, absent otherwise (a static tree cannot
-    answer ENXIO; absent reads ENOENT)."""
+    write the GI / placement files of the VFs whose vGPU has one: present
+    with the number while it has, removed once the vGPU that had one is
+    gone (a static tree cannot answer ENXIO; absent reads ENOENT).  Files
+    of other VFs are left as they are."""
+    before = read_driver_state(root)
     _replace(os.path.join(root, DRIVER_STATE),
              json.dumps(state, sort_keys=True) + '\n', READ_WRITE)
-    profile_dirs = _vendor_dirs(root)
-    for vf, reldir in profile_dirs.items():
-        placed = state['placed'].get(vf)
+    was = before['placed'] if before is not None else {}
+    now = state['placed']
+    dirs = None
+    for vf in sorted(set(was) | set(now)):
         for name, index in ((vendor_names.GPU_INSTANCE_ID, 1),
                             (vendor_names.PLACEMENT_ID, 2)):
-            path = os.path.join(root, reldir, vendor_names.VENDOR_DIR, name)
-            if placed is not None and placed[index] is not None:
-                _replace(path, '%d\n' % placed[index], READ_ONLY)
+            old = was.get(vf, [None] * 3)[index]
+            new = now.get(vf, [None] * 3)[index]
+            if old == new:
+                continue
+            if dirs is None:
+                dirs = _vendor_dirs(root)
+            if vf not in dirs:
+                continue                # the VF went (VFs disabled)
+            path = os.path.join(root, dirs[vf], vendor_names.VENDOR_DIR, name)
+            if new is not None:
+                _replace(path, '%d\n' % new, READ_ONLY)
             else:
                 _unlink(path)
 

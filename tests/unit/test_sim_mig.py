@@ -253,8 +253,22 @@ def test_gi_and_placement_files_are_unreadable_without_a_vgpu(h100, l40s):
     with pytest.raises(OSError) as raised:
         l40s.kernel.vf_placement(L40S_VFS[0])
     assert raised.value.errno == errno.ENXIO
+    l40s.heterogeneous(True)
     l40s.write(L40S_VFS[0], L40S_24Q)
     assert l40s.kernel.vf_placement(L40S_VFS[0]) == 0
+
+
+def test_equal_size_vgpus_report_no_placement(l40s):
+    """An assumption (the files are for MIG-backed and mixed-size
+    vGPUs): in equal-size mode the placement file stays unreadable."""
+    l40s.write(L40S_VFS[0], L40S_24Q)
+    with pytest.raises(OSError) as raised:
+        l40s.kernel.vf_placement(L40S_VFS[0])
+    assert raised.value.errno == errno.ENXIO
+    creatable = l40s.nvml.nvmlDeviceGetVgpuTypeCreatablePlacements(
+        l40s.handle, L40S_24Q)
+    assert [creatable.placementIds[i] for i in range(creatable.count)] == [
+        16]
 
 
 def test_one_framebuffer_size_per_gpu_instance(blackwell):
