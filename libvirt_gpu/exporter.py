@@ -539,7 +539,7 @@ def read_layout_views(env, gpus):
 
 def _layout_view(driver, address, layout):
     session = driver.session
-    facts = driver.facts(address)
+    facts = _facts(driver, address)
     if layout is None and not facts.types:
         return None             # not on a vGPU host driver
     mig = bool(facts.mig)
@@ -556,6 +556,19 @@ def _layout_view(driver, address, layout):
         placements=(_placement_rooms(session, address, facts, active)
                     if mode == MODE_MIXED else ()),
         scheduler=session.scheduler(address))
+
+
+def _facts(driver, address):
+    """``GpuDriver.facts``, less the GI profile table of a GPU without
+    MIG mode (it has none: NVML_GPU_INSTANCE_PROFILE_COUNT calls a scrape
+    saved)."""
+    session = driver.session
+    mig = session.mig_mode(address)
+    return layout_mod.GpuFacts(
+        address=address, mig=mig,
+        profiles=session.gi_profiles(address) if mig is not None else (),
+        types=session.vgpu_types(address),
+        vfs_total=driver.sysfs.sriov_totalvfs(address) or 0)
 
 
 def _layout_steps(driver, layout, address, facts):
