@@ -398,3 +398,16 @@ def test_a_layout_gpu_without_vgpu_types_is_drift(host):
         address=_address(L40S), mig=None), mixed=False)}))
     assert value(found, 'gpu_layout_mode', gpu=L40S, mode='time-sliced') == 1
     assert value(found, 'gpu_layout_drift', gpu=L40S, layout='l40s') == 1
+
+
+def test_every_layout_series_is_in_the_metrics_table():
+    names = {family.name[len('libvirt_gpu_'):]
+             for family in exporter.layout_families(())}
+    assert names == set(LAYOUT_SERIES)
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), 'docs', 'admin', 'metrics.md')
+    with open(path) as f:
+        rows = [line for line in f if line.startswith('| `libvirt_gpu_')]
+    missing = [name for name in LAYOUT_SERIES
+               if not any('`libvirt_gpu_%s`' % name in row for row in rows)]
+    assert missing == []
