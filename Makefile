@@ -17,6 +17,7 @@ STAMP_PIP := $(VENV)/.pip-stamp
 
 include Makefile.placement
 include Makefile.cyborg
+include Makefile.nova
 include Makefile.mutation
 
 deps: $(STAMP_PIP)
@@ -54,14 +55,14 @@ test:
 	@bash tests/phases.sh \
 	    install '$(MAKE) --no-print-directory deps' \
 	    'kernel tests&' '$(VPY) -m pytest -q -p no:cacheprovider --basetemp=.cache/phases/kernel-tmp tests/kernel' \
-	    'install services' '$(MAKE) --no-print-directory placement-venv cyborg-venv rabbitmq' \
+	    'install services' '$(MAKE) --no-print-directory placement-venv cyborg-venv nova-venv rabbitmq' \
 	    lint '$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu' \
 	    'other tests' '$(VPY) -m pytest -q tests --ignore=tests/kernel'
 
 unit: deps
 	$(VPY) -m pytest -q tests/unit
 
-functional: deps placement-venv cyborg-venv rabbitmq
+functional: deps placement-venv cyborg-venv nova-venv rabbitmq
 	$(VPY) -m pytest -q tests/functional
 
 # Only the tests on a real kernel in a VM (tests/kernel); the kernel, its
@@ -82,5 +83,5 @@ bench: deps placement-venv
 	$(VPY) bench/pciids.py
 	$(VPY) bench/fleet.py --hosts 10,100
 
-clean: placement-clean cyborg-clean
+clean: placement-clean cyborg-clean nova-clean
 	rm -rf $(VENV) build *.egg-info .cache

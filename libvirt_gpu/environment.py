@@ -275,7 +275,7 @@ class Environment(object):
         planned = ()
         if self.conf is not None:
             planned = carving.resolve(
-                self.conf, self.discovered.gpus, self.enabled,
+                self.conf, self._found.gpus, self.enabled,
                 known_names={e.type_id: e.type_name
                              for e in recorded.values() if e.type_name})
         return carving.Carved(planned=planned, recorded=tuple(

@@ -557,8 +557,8 @@ def test_the_layer_check_sees_imports_inside_functions(tmp_path):
 
 # --- a vGPU kind's sysfs interface, and who opens files under the root ------
 
-SKIP_DIRS = {'.git', '.venv', '.venv-placement', '.venv-cyborg', '.cache',
-             '.tox', 'build', '__pycache__', '.pytest_cache',
+SKIP_DIRS = {'.git', '.venv', '.venv-placement', '.venv-cyborg', '.venv-nova',
+             '.cache', '.tox', 'build', '__pycache__', '.pytest_cache',
              'mutants'}
 
 

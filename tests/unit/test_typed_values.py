@@ -66,8 +66,6 @@ EDGES = {
     'cmd.host_cmds': 'command-line arguments (types ADDRESS)',
     # `libvirt-gpu layout apply --gpu ADDRESS`, and libvirt's domain UUIDs
     'cmd.layout_cmds': "command-line arguments and libvirt's answer",
-    # [nova_<name>]/vgpu_type, and the record of carved VFs (a JSON file)
-    'devices.carving': 'the configuration and its record file',
     # [layout_<name>]/vgpu_types
     'devices.layout': 'the configuration',
     # provider names read back from Placement

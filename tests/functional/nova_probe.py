@@ -1,0 +1,266 @@
+"""Run inside .venv-nova: OpenStack Nova's own code judges a host's
+``[pci]`` configuration, in one process.
+
+    .venv-nova/bin/python tests/functional/nova_probe.py REQUEST.json
+
+REQUEST (JSON) names:
+
+* ``conf_dir``: a ``nova.conf.d`` directory (read with ``--config-dir`` as
+  nova-compute reads one) holding what ``libvirt-gpu nova-config`` printed;
+  ``conf_file``: the rest of nova.conf (``[filter_scheduler]
+  pci_in_placement``, ``[pci] report_in_placement``).
+* ``steps``: which of the following to run, in this order:
+
+  ``parse``: ``[pci] device_spec`` through ``nova.pci.whitelist.Whitelist``
+  (``nova.pci.devspec.PciDeviceSpec``), ``[pci] alias`` through
+  ``nova.pci.request.get_alias_from_config``.
+
+  ``enumerate`` (``uri``): the host's PCI devices as Nova's libvirt driver
+  lists them from the libvirtd at ``uri`` (or ``devices``: a list an
+  earlier run printed, to spare libvirtd the second enumeration)
+  (``LibvirtDriver._get_pci_passthrough_devices`` over
+  ``nova.virt.libvirt.host.Host``), its ``live_migratable`` check
+  (``_check_pci_whitelist``), then the PCI tracker
+  (``nova.pci.manager.PciDevTracker``) fed with them, as the resource
+  tracker does: the devices it keeps, their tags, the resource class the
+  PCI-in-Placement translation gives each, the ``<hostdev>`` the driver
+  writes for each (``_get_guest_pci_device``).
+
+  ``placement`` (``placement``, ``hostname``, ``compute_uuid``): what the
+  resource tracker's ``_update_to_placement`` does with them: the compute
+  node's root provider (``get_provider_subtree_and_ensure_root``, with the
+  ``COMPUTE_NODE`` and ``OWNER_NOVA`` traits it always adds),
+  ``pci_placement_translator.update_provider_tree_for_pci``, then
+  ``SchedulerReportClient.update_from_provider_tree`` against the real
+  Placement.
+
+  ``candidates`` (``placement``, ``flavors``: ``[[alias extra spec,
+  group_policy or null], ...]``): the scheduler's allocation-candidate
+  query for a flavor asking for the alias (``RequestSpec`` with the
+  flavor's PCI requests, ``generate_request_groups_from_pci_requests``,
+  the ``owner_nova_filter`` pre-filter as when every compute is new
+  enough, ``resources_from_request_spec``) sent by
+  ``SchedulerReportClient.get_allocation_candidates``.
+
+Only what needs a running nova-compute is stood in for: the driver object
+is made without its ``__init__`` (it holds the ``Host``), the PCI tracker
+reads no database (a new compute node has no PCI records yet), the report
+client gets a noauth2 adapter, the service-version check of the
+``OWNER_NOVA`` pre-filter answers "every compute is new enough".
+
+Prints one JSON line.  A configuration Nova refuses (a NovaException or a
+schema error while parsing) is ``{"refused": {"step", "error",
+"message"}}`` with exit status 2; any other failure is a traceback and
+status 1.
+"""
+
+import json
+import sys
+from unittest import mock
+
+
+class Refused(Exception):
+    def __init__(self, step, exc):
+        super().__init__(str(exc))
+        self.doc = {'step': step, 'error': type(exc).__name__,
+                    'message': str(exc)}
+
+
+def configure(req):
+    import nova.conf
+    argv = []
+    if req.get('conf_file'):
+        argv += ['--config-file', req['conf_file']]
+    if req.get('conf_dir'):
+        argv += ['--config-dir', req['conf_dir']]
+    nova.conf.CONF(argv, project='nova', default_config_files=[],
+                   default_config_dirs=[])
+    from nova import objects
+    objects.register_all()
+    return nova.conf.CONF
+
+
+def parse(conf, out):
+    import jsonschema
+    from nova import exception
+    from nova.pci import request as pci_request
+    from nova.pci import whitelist
+    try:
+        specs = whitelist.Whitelist(conf.pci.device_spec).specs
+    except exception.NovaException as e:
+        raise Refused('device_spec', e)
+    try:
+        aliases = pci_request.get_alias_from_config()
+    except (exception.NovaException, jsonschema.ValidationError) as e:
+        raise Refused('alias', e)
+    out['device_specs'] = [{'vendor_id': s.vendor_id,
+                            'product_id': s.product_id,
+                            'address': _plain(s.address),
+                            'tags': dict(s.get_tags())} for s in specs]
+    out['aliases'] = {name: {'numa_policy': policy, 'specs': specs}
+                      for name, (policy, specs) in aliases.items()}
+
+
+def _plain(address):
+    """A WhitelistPciAddress as the fields Nova matches on."""
+    if address is None:
+        return None
+    spec = address.pci_address_spec
+    return {k: getattr(spec, k, None)
+            for k in ('domain', 'bus', 'slot', 'func')} | {
+        'physical_function': address.is_physical_function}
+
+
+def driver_for(uri):
+    from nova.virt.libvirt import driver as nova_driver
+    from nova.virt.libvirt import host as nova_host
+    drv = nova_driver.LibvirtDriver.__new__(nova_driver.LibvirtDriver)
+    drv._host = nova_host.Host(uri)
+    return drv
+
+
+def tracker_for(conf, req):
+    from nova import context as nova_context
+    from nova import objects
+    from nova.pci import manager as pci_manager
+    ctx = nova_context.get_admin_context()
+    node = objects.ComputeNode(
+        id=1, uuid=req.get('compute_uuid'),
+        hypervisor_hostname=req.get('hostname'), numa_topology=None)
+    with mock.patch.object(objects.PciDeviceList, 'get_by_compute_node',
+                           return_value=objects.PciDeviceList(objects=[])):
+        return ctx, pci_manager.PciDevTracker(ctx, node)
+
+
+def enumerate_devices(conf, req, out, state):
+    from nova import exception
+    from nova.compute import pci_placement_translator as translator
+    from nova.virt.libvirt import driver as nova_driver
+    drv = driver_for(req.get('uri'))
+    if req.get('devices') is not None:
+        devices_json = json.dumps(req['devices'])
+    else:
+        devices_json = (
+            nova_driver.LibvirtDriver._get_pci_passthrough_devices(drv))
+        out['devices'] = json.loads(devices_json)
+        try:
+            drv._check_pci_whitelist()
+            out['live_migratable_check'] = 'ok'
+        except exception.InvalidConfiguration as e:
+            out['live_migratable_check'] = str(e)
+    ctx, tracker = tracker_for(conf, req)
+    tracker.update_devices_from_hypervisor_resources(devices_json)
+    kept = []
+    for dev in tracker.pci_devs:
+        spec = tracker.dev_filter.get_devspec(dev)
+        tags = dict(spec.get_tags()) if spec else {}
+        kept.append({
+            'address': dev.address, 'parent_addr': dev.parent_addr,
+            'vendor_id': dev.vendor_id, 'product_id': dev.product_id,
+            'dev_type': dev.dev_type, 'status': dev.status,
+            'extra_info': dict(dev.extra_info),
+            'resource_class': translator._get_rc_for_dev(dev, tags),
+            'hostdev': drv._get_guest_pci_device(dev).to_xml()})
+    out['tracked'] = kept
+    state['ctx'], state['tracker'] = ctx, tracker
+
+
+def report_client(req):
+    from keystoneauth1 import adapter
+    from keystoneauth1 import session
+    from keystoneauth1 import token_endpoint
+    from nova.scheduler.client import report
+    sess = session.Session(auth=token_endpoint.Token(req['placement'],
+                                                     'admin'))
+    return report.SchedulerReportClient(adapter=adapter.Adapter(
+        sess, service_type='placement', endpoint_override=req['placement'],
+        raise_exc=False))
+
+
+def placement(conf, req, out, state):
+    import os_traits
+    from nova.compute import pci_placement_translator as translator
+    client = report_client(req)
+    ctx, tracker = state['ctx'], state['tracker']
+    name = req['hostname']
+    tree = client.get_provider_subtree_and_ensure_root(
+        ctx, req['compute_uuid'], name=name)
+    allocs = client.get_allocations_for_provider_tree(ctx, name)
+    tree.update_traits(name, set(tree.data(name).traits) | {
+        os_traits.COMPUTE_NODE, os_traits.OWNER_NOVA})
+    reshaped = translator.update_provider_tree_for_pci(
+        tree, name, tracker, allocs, [])
+    client.update_from_provider_tree(
+        ctx, tree, allocations=allocs if reshaped else None)
+    out['providers'] = []
+    for uuid in tree.get_provider_uuids():
+        data = tree.data(uuid)
+        out['providers'].append({
+            'uuid': data.uuid, 'name': data.name,
+            'parent_uuid': data.parent_uuid,
+            'traits': sorted(data.traits),
+            'inventory': {rc: dict(inv) for rc, inv
+                          in data.inventory.items()}})
+
+
+def candidates(conf, req, out, state):
+    from nova import context as nova_context
+    from nova import objects
+    from nova.pci import request as pci_request
+    from nova.scheduler import request_filter
+    from nova.scheduler import utils as scheduler_utils
+    ctx = nova_context.get_admin_context()
+    client = report_client(req)
+    found = []
+    for alias_spec, group_policy in req['flavors']:
+        extra = {'pci_passthrough:alias': alias_spec}
+        if group_policy:
+            extra['group_policy'] = group_policy
+        flavor = objects.Flavor(vcpus=0, memory_mb=0, root_gb=0,
+                                ephemeral_gb=0, swap=0, extra_specs=extra)
+        spec = objects.RequestSpec(
+            flavor=flavor, image=None, is_bfv=False,
+            pci_requests=pci_request.get_pci_requests_from_flavor(flavor),
+            requested_resources=[], scheduler_hints={})
+        spec.generate_request_groups_from_pci_requests()
+        with mock.patch.object(request_filter, '_should_filter_by_owner',
+                               return_value=True):
+            request_filter.owner_nova_filter(ctx, spec)
+        res_req = scheduler_utils.resources_from_request_spec(
+            ctx, spec, None, enable_pinning_translate=False)
+        alloc_reqs, summaries, _ = client.get_allocation_candidates(
+            ctx, res_req)
+        found.append({
+            'query': res_req.to_querystring(),
+            'candidates': [
+                {rp: body['resources']
+                 for rp, body in a['allocations'].items()}
+                for a in (alloc_reqs or [])]})
+    out['candidates'] = found
+
+
+STEPS = {'enumerate': enumerate_devices, 'placement': placement,
+         'candidates': candidates}
+
+
+def main(request_path):
+    with open(request_path) as f:
+        req = json.load(f)
+    out = {}
+    state = {}
+    try:
+        conf = configure(req)
+        if 'parse' in req['steps']:
+            parse(conf, out)
+        for step in ('enumerate', 'placement', 'candidates'):
+            if step in req['steps']:
+                STEPS[step](conf, req, out, state)
+    except Refused as e:
+        print(json.dumps({'refused': e.doc}))
+        return 2
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1]))
