@@ -196,10 +196,8 @@ class HostCollector(object):
         scrape.dropped('tasks', dropped)
         if tasks is not None:
             yield from task_families(tasks)
-        views = None
-        if gpus is not None:
-            views = scrape.optional('layout',
-                                    lambda: read_layout_views(env, gpus))
+        views = scrape.optional('layout',
+                                lambda: read_layout_views(env, gpus))
         if views:
             yield from layout_families(views)
         if self.nvml is not None:
