@@ -50,13 +50,15 @@ gpu_opts = [
                      '(10de, 10DE and 0x10de are one id). Other display '
                      'devices, such as a server\'s BMC console (ASPEED '
                      '1a03), are listed but never offered.'),
-    cfg.StrOpt('nvml', default='auto', choices=('auto', 'off'),
+    cfg.StrOpt('nvml', default='auto', choices=('auto', 'off', 'simulated'),
                help='Read NVIDIA\'s management library (NVML, through the '
                     'nvidia-ml-py package) for GPU names, memory, '
                     'virtualization and MIG mode, and the vGPU types a vGPU '
                     'host driver lists. auto: where the package, the '
                     'library and a GPU are there, else sysfs/libvirt alone '
-                    'without a word; off: never.'),
+                    'without a word; off: never; simulated: the simulated '
+                    'driver of the simulated host at [DEFAULT]/sysfs_root '
+                    '(tests and demos; needs nvidia-ml-py).'),
 ]
 
 

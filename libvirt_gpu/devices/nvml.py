@@ -39,7 +39,12 @@ LOG = logs.getLogger(__name__)
 
 AUTO = 'auto'
 OFF = 'off'
-CHOICES = (AUTO, OFF)
+SIMULATED = 'simulated'
+CHOICES = (AUTO, OFF, SIMULATED)
+# ``simulated``: the simulator's NVML (nvidia-ml-py over a simulated
+# driver), imported by name so that nothing of the product imports the
+# simulator (tests/unit/test_architecture.py names this door).
+SIMULATED_BINDING = 'libvirt_gpu.simulator.nvml'
 
 # nvmlGpuVirtualizationMode_t
 VIRTUALIZATION_MODES = {
@@ -249,12 +254,25 @@ HOST_SYSFS = sysfs_mod.HOST_ROOT
 
 def source(setting, module=None, sysfs_root=HOST_SYSFS):
     """The NVML source for ``[gpu]/nvml`` (``auto``: use it where it is
-    there; ``off``: never), or None.  NVML describes this host's GPUs, so
-    with ``auto`` it is asked only when the GPUs are read from this host's
+    there; ``off``: never; ``simulated``: the simulated host's at
+    ``sysfs_root``), or None.  NVML describes this host's GPUs, so with
+    ``auto`` it is asked only when the GPUs are read from this host's
     sysfs: a ``sysfs_root`` other than ``/sys`` (a simulated or captured
     tree) gets None, and no ``pynvml`` import or ``nvmlInit`` is paid."""
     if setting == OFF:
         return None
+    if setting == SIMULATED:
+        if module is None:
+            if sysfs_root is None or sysfs_mod.Sysfs.is_host_sysfs(
+                    sysfs_root):
+                raise exception.ConfigError(
+                    reason='[gpu]/nvml = simulated needs a simulated '
+                    'sysfs root ([DEFAULT]/sysfs_root or --sysfs-root), '
+                    'not this host\'s /sys')
+            import importlib
+            module = importlib.import_module(SIMULATED_BINDING).module(
+                sysfs_root=sysfs_root)
+        return Nvml(module)
     if setting != AUTO:
         raise exception.ConfigError(
             reason='[gpu]/nvml must be one of %s, not %r'

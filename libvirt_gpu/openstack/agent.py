@@ -43,6 +43,13 @@ def make_client(conf, url=None):
     return placement_client.PlacementClient.from_conf(conf, url=url)
 
 
+def nova_owns_root(conf):
+    """Whether nova-compute runs on this host and so owns the provider
+    named after it: GPUs are carved for Nova (``[nova]/carved``)."""
+    nova = getattr(conf, 'nova', None)
+    return bool(nova is not None and nova.carved)
+
+
 def sync_once(conf, url=None, dry_run=False, tree=None, discover_fn=None,
               client=None, state=None):
     """One sync of ``tree`` (or of ``discover_fn()``); returns a SyncReport.
@@ -60,7 +67,8 @@ def sync_once(conf, url=None, dry_run=False, tree=None, discover_fn=None,
         client = make_client(conf, url=url)
     try:
         report = sync_mod.sync(client, tree, dry_run=dry_run, state=state,
-                               nest=conf.placement.nest_under_existing)
+                               nest=conf.placement.nest_under_existing,
+                               nova_root=nova_owns_root(conf))
     except exception.LibvirtGpuError as e:
         if not dry_run:
             record(conf, error=e)
@@ -120,7 +128,8 @@ class Agent:
         self.cycles += 1
         tree = self.discover_fn()
         report = sync_mod.sync(self.client, tree, state=self.state,
-                               nest=self.conf.placement.nest_under_existing)
+                               nest=self.conf.placement.nest_under_existing,
+                               nova_root=nova_owns_root(self.conf))
         record(self.conf, report)
         self.last_report = report
         log = LOG.info if report.changed or report.failed else LOG.debug

@@ -37,8 +37,9 @@ follows which: a device's ``mdev_types`` or its ``vgpu_types``):
        nothing, once the GPU is full.
 
    A VF that holds a vGPU lists nothing (an assumption: we have seen no
-   listing of a busy VF).  Mixed-size mode (``nvidia-smi vgpu -shm 1``) is
-   not simulated.
+   listing of a busy VF).  On a GPU whose profile entry has a ``gpu``
+   section, MIG mode and mixed-size mode (``nvidia-smi vgpu -shm 1``) are
+   simulated too: ``mig``'s rules, which use this one in equal-size mode.
 """
 
 from libvirt_gpu import exception

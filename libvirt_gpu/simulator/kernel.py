@@ -84,6 +84,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import capacity
 from libvirt_gpu.simulator import loading
+from libvirt_gpu.simulator import mig
 from libvirt_gpu.simulator import profile as profile_mod
 from libvirt_gpu.util import records
 import libvirt_gpu.devices.backends.nvidia_vgpu.names as vendor_names
@@ -181,6 +182,15 @@ class VfsDisabled:
 
 
 @records.record
+class DriverChanged:
+    """The driver's state beyond sysfs changed (MIG mode, GPU instances,
+    mixed-size mode, scheduler, where vGPUs sit): ``state`` is
+    ``SimKernel.driver_state()``."""
+
+    state: dict
+
+
+@records.record
 class KernelState:
     """What a sysfs tree shows of the kernel's state (``restore``)."""
 
@@ -188,6 +198,7 @@ class KernelState:
     vgpus: tuple = ()        # (VF address, type id) of VFs holding a vGPU
     numvfs: tuple = ()       # (PF address, sriov_numvfs)
     going: tuple = ()        # parents whose class/mdev_bus link is gone
+    driver: dict | None = None   # driver_state(); None: as at boot
 
 
 def parse_create(data):
@@ -273,7 +284,15 @@ class SimKernel(object):
                             if dev.vgpu_types}
         self._current = {a: dev.held_type
                          for a, dev in self._vendor_vfs.items()}
+        # The driver's state beyond sysfs, per physical GPU with a ``gpu``
+        # section (mig.py's rules), and where each of its vGPUs sits.
+        self._gpus = {dev.address: dev.gpu for dev in self.profile.devices
+                      if dev.gpu is not None}
+        self._driver = {a: mig.GpuState(mig_mode=gpu.mig_mode)
+                        for a, gpu in self._gpus.items()}
+        self._placed = {}
         self._set_presence()
+        self._place_held()
         self._busy = set()
         self._subscribers = []
         self._closed = False
@@ -518,7 +537,14 @@ class SimKernel(object):
             # enabled vendor-interface VFs of the same physical GPU
             gpu = {f.address for f in self.profile.gpu_functions(dev)}
             current = {a: t for a, t in self._current.items() if a in gpu}
-            return capacity.vf_creatable(dev, current)
+            if dev.physfn not in self._gpus:
+                return capacity.vf_creatable(dev, current)
+            if current.get(vf):
+                return ()
+            return mig.creatable(
+                self._gpus[dev.physfn], self._driver[dev.physfn],
+                dev.vgpu_types, self._gpu_placed(dev.physfn),
+                lambda: capacity.vf_creatable(dev, current))
 
     def set_vgpu_type(self, vf, data):
         """A write of ``data`` to ``<VF>/nvidia/CURRENT_TYPE``."""
@@ -544,8 +570,10 @@ class SimKernel(object):
                     if self._current[vf] is None:
                         return None
                 self._current[vf] = None
+                self._placed.pop(vf, None)
                 self._busy.discard(vf)
                 self._emit(VgpuTypeSet(vf, None))
+                self._driver_changed(self._vendor_vfs[vf].physfn)
                 self._cond.notify_all()
                 return None
             if self._current[vf] is not None:
@@ -553,10 +581,49 @@ class SimKernel(object):
             found = [t for t in self.vf_creatable(vf)
                      if t.number == number]
             if not found:
-                raise _error(errno.EINVAL, vendor_names.CURRENT_TYPE)
+                raise _error(self._refused_errno(vf),
+                             vendor_names.CURRENT_TYPE)
             self._current[vf] = found[0].id
+            pf = self._vendor_vfs[vf].physfn
+            if pf in self._gpus:
+                dev = self._vendor_vfs[vf]
+                self._placed[vf] = mig.place(
+                    self._gpus[pf], self._driver[pf], found[0],
+                    self._gpu_placed(pf),
+                    {t.id: t for t in dev.vgpu_types})
             self._emit(VgpuTypeSet(vf, found[0].id))
+            self._driver_changed(pf)
             return found[0].id
+
+    def _refused_errno(self, vf):
+        """A type write that does not fit: EINVAL, or EIO on a GPU with
+        MIG on (NVRM's error 0x38, as after ``sriov-manage -e`` destroyed
+        the GPU instances)."""
+        pf = self._vendor_vfs[vf].physfn
+        state = self._driver.get(pf)
+        if state is not None and state.mig_mode == mig.NVML_DEVICE_MIG_ENABLE:
+            return errno.EIO
+        return errno.EINVAL
+
+    def vf_gi(self, vf):
+        """What ``<VF>/nvidia/<GPU_INSTANCE_ID>`` reads: the GI of the
+        VF's MIG-backed vGPU; ENXIO while it holds none (or a time-sliced
+        one: an assumption)."""
+        with self._cond:
+            placed = self._placed.get(str(vf))
+            if placed is None or placed.gi is None:
+                raise _error(errno.ENXIO, vendor_names.GPU_INSTANCE_ID)
+            return placed.gi
+
+    def vf_placement(self, vf):
+        """What ``<VF>/nvidia/<PLACEMENT_ID>`` reads: the placement of the
+        VF's mixed-size vGPU; ENXIO while it holds none (or one in
+        equal-size mode, or a MIG-backed one: assumptions)."""
+        with self._cond:
+            placed = self._placed.get(str(vf))
+            if placed is None or placed.placement is None:
+                raise _error(errno.ENXIO, vendor_names.PLACEMENT_ID)
+            return placed.placement
 
     # -- SR-IOV -------------------------------------------------------------
 
@@ -596,7 +663,14 @@ class SimKernel(object):
             vfs = dev.virtfns[:count]
             self._numvfs[pf] = count
             self._set_presence()
+            state = self._driver.get(pf)
+            if state is not None:
+                # sriov-manage -e: every GPU instance goes, mixed-size
+                # mode is cleared
+                state.gis.clear()
+                state.heterogeneous = False
             self._emit(VfsEnabled(pf, tuple(vfs)))
+            self._driver_changed(pf)
             return tuple(vfs)
 
     # -- state from a tree --------------------------------------------------
@@ -611,6 +685,7 @@ class SimKernel(object):
             self._mdevs = {m.uuid: m for m in state.mdevs}
             vgpus = dict(state.vgpus)
             self._current = {a: vgpus.get(a) for a in self._vendor_vfs}
+            self._restore_driver(state.driver)
             for address, st in list(self._state.items()):
                 if st == GOING:
                     self._state[address] = BOUND
@@ -620,6 +695,140 @@ class SimKernel(object):
                     self._state[address] = GOING
             self._busy = {k for k in self._busy
                           if k in self._mdevs or self._current.get(k)}
+            self._place_held()
+            self._cond.notify_all()
+
+    # -- the driver's state beyond sysfs (mig.py) -------------------------
+
+    def _gpu_placed(self, pf):
+        """The ``mig.Placed`` of every vGPU on ``pf``'s VFs."""
+        vfs = set(self._pfs[pf].virtfns) if pf in self._pfs else set()
+        return [p for vf, p in sorted(self._placed.items()) if vf in vfs]
+
+    def _place_held(self):
+        """Place the vGPUs whose place is not known (a profile's
+        ``held_type``, a tree without the driver's file), in VF order."""
+        for vf, type_id in sorted(self._current.items()):
+            if not type_id or vf in self._placed:
+                continue
+            dev = self._vendor_vfs[vf]
+            if dev.physfn not in self._gpus:
+                continue
+            types = {t.id: t for t in dev.vgpu_types}
+            found = mig.place(self._gpus[dev.physfn],
+                              self._driver[dev.physfn], types[type_id],
+                              self._gpu_placed(dev.physfn), types)
+            if found is None:
+                raise exception.SimulatorError(
+                    reason='VF %s holds %s, which does not fit its GPU %s '
+                    'as the driver holds it' % (vf, type_id, dev.physfn))
+            self._placed[vf] = found
+
+    def driver_state(self):
+        """The driver's state beyond sysfs as JSON-able data."""
+        with self._cond:
+            return {
+                'gpus': {a: s.to_json()
+                         for a, s in sorted(self._driver.items())},
+                'placed': {vf: [p.type_id, p.gi, p.placement]
+                           for vf, p in sorted(self._placed.items())}}
+
+    def _restore_driver(self, data):
+        if data is None:
+            self._driver = {a: mig.GpuState(mig_mode=gpu.mig_mode)
+                            for a, gpu in self._gpus.items()}
+            self._placed = {}
+            return
+        self._driver = {a: mig.GpuState.from_json(v)
+                        for a, v in data['gpus'].items() if a in self._gpus}
+        for a, gpu in self._gpus.items():
+            self._driver.setdefault(a, mig.GpuState(mig_mode=gpu.mig_mode))
+        self._placed = {vf: mig.Placed(*p)
+                        for vf, p in data['placed'].items()
+                        if self._current.get(vf) == p[0]}
+
+    def _driver_changed(self, pf):
+        if pf in self._gpus:
+            self._emit(DriverChanged(self.driver_state()))
+
+    def gpu(self, pf):
+        """``(SimGpu, GpuState)`` of the physical GPU ``pf`` (KeyError:
+        it has no ``gpu`` section)."""
+        pf = str(pf)
+        return self._gpus[pf], self._driver[pf]
+
+    def driver_gpus(self):
+        """The PFs whose driver state is simulated, sorted."""
+        return sorted(self._gpus)
+
+    def vfs_enabled(self, pf):
+        with self._cond:
+            return bool(self._numvfs.get(str(pf)))
+
+    def gpu_vgpus(self, pf):
+        """``{VF: mig.Placed}`` of the vGPUs on ``pf``'s VFs."""
+        with self._cond:
+            vfs = set(self._pfs[str(pf)].virtfns)
+            return {vf: p for vf, p in sorted(self._placed.items())
+                    if vf in vfs}
+
+    def gpu_types(self, pf):
+        """The vendor-interface types of ``pf``'s VFs (their first
+        VF's list: every VF of a GPU lists the same)."""
+        for vf in self._pfs[str(pf)].virtfns:
+            dev = self._vendor_vfs.get(vf)
+            if dev is not None:
+                return dev.vgpu_types
+        return ()
+
+    def driver(self, pf, change):
+        """Run ``change(gpu, state, placed, running)`` on ``pf``'s
+        driver state under the kernel's lock (``mig``'s setters: they
+        raise ``mig.DriverError``); the change is announced.  ``running``
+        lists the VFs whose vGPU a guest uses."""
+        pf = str(pf)
+        with self._cond:
+            self._check_open()
+            gpu, state = self._gpus[pf], self._driver[pf]
+            placed = self._gpu_placed(pf)
+            vfs = set(self._pfs[pf].virtfns)
+            running = sorted(k for k in self._busy if k in vfs)
+            before = state.to_json()
+            result = change(gpu, state, placed, running)
+            if state.to_json() != before:
+                self._driver_changed(pf)
+            return result
+
+    def reboot(self):
+        """The host restarts: mdevs, vGPUs, VFs, GPU instances, mixed-size
+        mode and scheduler settings are gone; MIG mode stays (it persists).
+        Each thing that goes is announced as when it is removed, so a tree
+        follows; busy marks go, unbound parents are bound again."""
+        with self._cond:
+            self._busy = set()
+            for uuid in sorted(self._mdevs):
+                self._remove(uuid)
+            for vf, type_id in sorted(self._current.items()):
+                if type_id:
+                    self._current[vf] = None
+                    self._placed.pop(vf, None)
+                    self._emit(VgpuTypeSet(vf, None))
+            for address, st in list(self._state.items()):
+                if st in (GOING, UNBOUND):
+                    self._state[address] = BOUND
+                    if st == UNBOUND:
+                        self._emit(ParentBound(
+                            address, self._parents[address].driver))
+            self._driver = {a: mig.GpuState(mig_mode=s.mig_mode)
+                            for a, s in self._driver.items()}
+            for pf, now in sorted(self._numvfs.items()):
+                if now:
+                    vfs = self._pfs[pf].virtfns[:now]
+                    self._numvfs[pf] = 0
+                    self._set_presence()
+                    self._emit(VfsDisabled(pf, tuple(vfs)))
+            if self._gpus:
+                self._emit(DriverChanged(self.driver_state()))
             self._cond.notify_all()
 
     # -- shutdown -----------------------------------------------------------

@@ -28,6 +28,13 @@ FUSE), but the files answer as the kernel does (``kernel.SimKernel``)::
     <PF>/sriov_numvfs                           write a count: the VFs
                                                 appear (``add`` uevents) or
                                                 go (``remove``)
+    <VF>/nvidia/<GPU_INSTANCE_ID>, <PLACEMENT_ID>
+                                                where the driver put the
+                                                VF's vGPU; ENXIO without one
+    .libvirt-gpu-simulator-nvml                 the simulated driver's NVML
+                                                channel (``simulator.nvml``:
+                                                write a request, read the
+                                                reply on the same open file)
 
 A new mdev appears under its parent (``<uuid>/{mdev_type@, iommu_group@,
 subsystem@, remove, uevent}``), in ``bus/mdev/devices``, in its type's
@@ -54,8 +61,10 @@ told ``SYSTEMD_DEVICE_VERIFY_SYSFS=0``).
 The ``--control-stdio`` mode (for tests) reads commands on stdin, one per
 line, and answers one line each on stdout: ``busy UUID|VF`` / ``idle
 UUID|VF`` (a guest holds / lets go of an mdev or a VF's vGPU), ``state``,
-``sent``, ``uevents on|off``, ``quit``.  It stops when stdin closes, so a
-test process that dies leaves no mount behind.
+``sent``, ``uevents on|off``, ``reboot`` (what a host restart leaves:
+MIG mode kept, mdevs, vGPUs, VFs and GPU instances gone), ``quit``.  It
+stops when stdin closes, so a test process that dies leaves no mount
+behind.
 """
 
 import errno
@@ -75,6 +84,7 @@ from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import kernel as kernel_mod
 from libvirt_gpu.simulator import loading
+from libvirt_gpu.simulator import nvml as nvml_mod
 from libvirt_gpu.simulator import sysfs_tree
 from libvirt_gpu.simulator import uevent as uevent_mod
 from libvirt_gpu.util import records
@@ -153,6 +163,11 @@ class LiveTree(object):
             for address, dev in self.devices.items():
                 self._write_file(os.path.join(self.dirs[address], 'config'),
                                  pci_config(dev), 0o644)
+                self._vendor_placeholders(address)
+            self._write_file(nvml_mod.CONTROL_NAME, b'', 0o600)
+            self.replies = {}          # NVML channel: open file -> reply
+            self._next_fh = 1
+            self._fh_lock = threading.Lock()
             self.sender = uevent_mod.UeventSender() if uevents else None
         except BaseException:
             shutil.rmtree(self.top, ignore_errors=True)
@@ -164,6 +179,34 @@ class LiveTree(object):
         if self.sender is not None:
             self.sender.close()
         shutil.rmtree(self.top, ignore_errors=True)
+
+    def _vendor_placeholders(self, address):
+        """A vendor VF's GI and placement files (their content is the
+        kernel's, computed on each read)."""
+        if not self.devices[address].vgpu_types:
+            return
+        for name in (vendor_names.GPU_INSTANCE_ID, vendor_names.PLACEMENT_ID):
+            self._write_file(os.path.join(self.dirs[address],
+                                          vendor_names.VENDOR_DIR, name),
+                             b'', 0o444)
+
+    # -- the NVML channel -----------------------------------------------------
+
+    def nvml_open(self):
+        with self._fh_lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self.replies[fh] = b''
+            return fh
+
+    def nvml_request(self, fh, data):
+        """A request written to the NVML channel: its reply is what the
+        same open file reads next."""
+        self.replies[fh] = nvml_mod.serve_request(self.kernel, data)
+        return len(data)
+
+    def nvml_release(self, fh):
+        self.replies.pop(fh, None)
 
     # -- paths ----------------------------------------------------------------
 
@@ -227,8 +270,11 @@ class LiveTree(object):
         if len(parts) >= 3 and parts[-2] == 'nvidia' and \
                 '/'.join(parts[:-2]) in self.by_dir and name in (
                     vendor_names.CURRENT_TYPE, vendor_names.CREATABLE_TYPES,
-                    vendor_names.VGPU_PARAMS):
+                    vendor_names.VGPU_PARAMS, vendor_names.GPU_INSTANCE_ID,
+                    vendor_names.PLACEMENT_ID):
             return (name, self.by_dir['/'.join(parts[:-2])])
+        if parts == [nvml_mod.CONTROL_NAME]:
+            return ('nvml',)
         if len(parts) == 5 and parts[:3] == ['bus', 'pci', 'drivers'] and \
                 name in ('bind', 'unbind'):
             return (name, parts[3])
@@ -270,6 +316,10 @@ class LiveTree(object):
                     self.kernel.vf_creatable(what[1])).encode()
             if what[0] == 'sriov_numvfs':
                 return b'%d\n' % self.kernel.numvfs(what[1])
+            if what[0] == vendor_names.GPU_INSTANCE_ID:
+                return b'%d\n' % self.kernel.vf_gi(what[1])
+            if what[0] == vendor_names.PLACEMENT_ID:
+                return b'%d\n' % self.kernel.vf_placement(what[1])
         with open(self.backing(path), 'rb') as f:
             return f.read()
 
@@ -390,6 +440,7 @@ class LiveTree(object):
                 self.devices[vf] = dev
                 self._write_file(os.path.join(self.dirs[vf], 'config'),
                                  pci_config(dev), 0o644)
+                self._vendor_placeholders(vf)
                 self._pci_uevent('add', vf)
         elif isinstance(event, kernel_mod.VfsDisabled):
             for vf in event.vfs:
@@ -437,6 +488,7 @@ class LiveTree(object):
             'parents': {a: k.parent_state(a) for a in k.parents()},
             'busy_remove': k.busy_remove,
             'uevents': bool(self.sender and self.sender.enabled),
+            'driver': k.driver_state(),
         }
 
     def command(self, line):
@@ -458,6 +510,9 @@ class LiveTree(object):
                 return 'ok'
             if cmd == 'state' and not args:
                 return 'ok ' + json.dumps(self.state(), sort_keys=True)
+            if cmd == 'reboot' and not args:
+                self.kernel.reboot()
+                return 'ok'
             if cmd == 'sent' and not args:
                 return 'ok ' + json.dumps(self.sender.sent
                                           if self.sender else [])
@@ -540,13 +595,25 @@ def make_operations(tree, on_ready=None):
             if accmode in (os.O_RDONLY, os.O_RDWR) and \
                     not st.st_mode & 0o444:
                 raise mfusepy.FuseOSError(errno.EACCES)
+            if tree.classify(path) == ('nvml',):
+                return tree.nvml_open()
             return 0
 
         def read(self, path, size, offset, fh):
+            if fh in tree.replies and tree.classify(path) == ('nvml',):
+                return tree.replies[fh][offset:offset + size]
             return tree.content(path)[offset:offset + size]
 
         def write(self, path, data, offset, fh):
+            if fh in tree.replies and tree.classify(path) == ('nvml',):
+                if len(data) > nvml_mod.MAX_REQUEST:
+                    raise mfusepy.FuseOSError(errno.E2BIG)
+                return tree.nvml_request(fh, data)
             return tree.write(path, data)
+
+        def release(self, path, fh):
+            tree.nvml_release(fh)
+            return 0
 
         def truncate(self, path, length, fh=None):
             # O_TRUNC on an attribute: accepted and ignored, as by kernfs

@@ -40,6 +40,13 @@ type of the vGPU it holds, if any, in ``held_type``::
     {"address": "0000:3d:00.4", ..., "physfn": "0000:3d:00.0",
      "vgpu_types": "l40s", "held_type": "nvidia-1145"}
 
+A vendor-interface GPU's PF may have a ``gpu`` section (its name and
+memory as NVML says them, its MIG GI profile table by name from
+``gi_profile_tables``, MIG mode at boot, mixed-size slots, scheduler
+policies; ``_gpu``); its VFs' MIG-backed types then name their GI profile
+(``gi_profile_id``, ``max_per_gi``) and time-sliced ones may have a
+mixed-size ``placement_size``.  The rules those follow are ``mig``'s.
+
 How VFs share their GPU's capacity is ``capacity``'s business.
 """
 
@@ -53,6 +60,7 @@ import re
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.simulator import mig
 from libvirt_gpu.simulator.profile import (
     BUSY_BLOCK, BUSY_REMOVE_MODES, Profile, SimDevice, SimMdev, SimType,
     VF_CAPACITIES, VF_SHARED)
@@ -114,7 +122,8 @@ def profile_from_dict(data, source='<dict>'):
     ctx = _Ctx(source)
     ctx.check_keys(data, 'profile', required=('name', 'devices'),
                    optional=('description', 'hostname', 'no_capacity_errno',
-                             'busy_remove', 'type_catalogues'))
+                             'busy_remove', 'type_catalogues',
+                             'gi_profile_tables'))
     name = ctx.string(data, 'name', 'profile')
     if _NAME_RE.fullmatch(name) is None:
         ctx.fail('profile name %r: use letters, digits, ".", "-", "_"'
@@ -133,10 +142,11 @@ def profile_from_dict(data, source='<dict>'):
                  'ones did)' % (busy_remove, ', '.join(
                      repr(m) for m in BUSY_REMOVE_MODES)))
     catalogues = _catalogues(ctx, data.get('type_catalogues', {}))
+    tables = _gi_tables(ctx, data.get('gi_profile_tables', {}))
     raw_devices = data['devices']
     if not isinstance(raw_devices, list) or not raw_devices:
         ctx.fail('"devices" must be a non-empty list')
-    devices = tuple(_device(ctx, i, raw, catalogues)
+    devices = tuple(_device(ctx, i, raw, catalogues, tables)
                     for i, raw in enumerate(raw_devices))
     profile = Profile(
         name=name,
@@ -233,7 +243,8 @@ def _types(ctx, entries, where):
         here = '%s type #%d' % (where, i)
         ctx.check_keys(entry, here, required=('id', 'max_instance'),
                        optional=('name', 'description', 'device_api',
-                                 'framebuffer_mb'))
+                                 'framebuffer_mb', 'gi_profile_id',
+                                 'max_per_gi', 'placement_size'))
         type_id = ctx.string(entry, 'id', here)
         try:
             objects.TypeId.parse(type_id)
@@ -257,7 +268,18 @@ def _types(ctx, entries, where):
             description=description, device_api=api,
             max_instance=max_instance,
             framebuffer_mb=ctx.integer(entry, 'framebuffer_mb', here, 1,
+                                       nullable=True),
+            gi_profile_id=ctx.integer(entry, 'gi_profile_id', here, 0,
+                                      nullable=True),
+            max_per_gi=ctx.integer(entry, 'max_per_gi', here, 1,
+                                   nullable=True),
+            placement_size=ctx.integer(entry, 'placement_size', here, 1,
                                        nullable=True)))
+        if (types[-1].gi_profile_id is None) != \
+                (types[-1].max_per_gi is None):
+            ctx.fail('%s (%s): a MIG-backed type has both "gi_profile_id" '
+                     'and "max_per_gi", a time-sliced one neither'
+                     % (here, type_id))
     ids = [t.id for t in types]
     dups = sorted({i for i in ids if ids.count(i) > 1})
     if dups:
@@ -270,10 +292,102 @@ _DEVICE_KEYS = ('vendor_id', 'product_id', 'class_code',
                 'product_name', 'driver', 'numa_node', 'iommu_group',
                 'parent_bridge', 'mdev_types', 'mdevs', 'sriov_totalvfs',
                 'virtfns', 'physfn', 'sriov_numvfs', 'vgpu_types',
-                'held_type', 'vf_capacity')
+                'held_type', 'vf_capacity', 'gpu')
 
 
-def _device(ctx, index, raw, catalogues):
+def _gi_tables(ctx, raw):
+    """``gi_profile_tables``: ``{name: {"compute_slices": 7,
+    "memory_slices": 8, "profiles": [{"id": 19, "nvml_profile": 0,
+    "name": "1g.10gb", "slices": 1, "memory_mb": 9984, "instances": 7,
+    "placements": [0, 1, 2, 3, 4, 5, 6], "placement_size": 1, "sm": 16,
+    ...}]}}`` (``nvidia-smi mig -lgip`` and ``-lgipp``)."""
+    if not isinstance(raw, dict):
+        ctx.fail('"gi_profile_tables" must map a name to a GI profile '
+                 'table')
+    tables = {}
+    for name, table in raw.items():
+        where = 'GI profile table %r' % name
+        ctx.check_keys(table, where, required=(
+            'compute_slices', 'memory_slices', 'profiles'))
+        compute = ctx.integer(table, 'compute_slices', where, 1)
+        memory = ctx.integer(table, 'memory_slices', where, 1)
+        if not isinstance(table['profiles'], list) or not table['profiles']:
+            ctx.fail('%s: "profiles" must be a non-empty list' % where)
+        profiles = []
+        for i, entry in enumerate(table['profiles']):
+            here = '%s profile #%d' % (where, i)
+            ctx.check_keys(entry, here, required=(
+                'id', 'nvml_profile', 'name', 'slices', 'memory_mb',
+                'instances', 'placements', 'placement_size'), optional=(
+                'sm', 'ce', 'dec', 'enc', 'jpeg', 'ofa', 'p2p'))
+            placements = entry['placements']
+            if not isinstance(placements, list) or not placements or any(
+                    isinstance(p, bool) or not isinstance(p, int) or p < 0
+                    for p in placements):
+                ctx.fail('%s: "placements" must list slice numbers' % here)
+            size = ctx.integer(entry, 'placement_size', here, 1)
+            if max(placements) + size > memory:
+                ctx.fail('%s: a placement at %d of %d slices passes the '
+                         'GPU\'s %d memory slices' % (
+                             here, max(placements), size, memory))
+            profile = mig.GiProfile(
+                id=ctx.integer(entry, 'id', here, 0),
+                nvml_profile=ctx.integer(entry, 'nvml_profile', here, 0),
+                name=ctx.string(entry, 'name', here),
+                slices=ctx.integer(entry, 'slices', here, 1),
+                memory_mb=ctx.integer(entry, 'memory_mb', here, 1),
+                instances=ctx.integer(entry, 'instances', here, 1),
+                placements=tuple(placements), placement_size=size,
+                **{k: ctx.integer(entry, k, here, 0, default=0)
+                   for k in ('sm', 'ce', 'dec', 'enc', 'jpeg', 'ofa')},
+                p2p=bool(entry.get('p2p', False)))
+            if profile.slices > compute:
+                ctx.fail('%s: %d slices on a GPU of %d' % (
+                    here, profile.slices, compute))
+            profiles.append(profile)
+        ids = [p.id for p in profiles]
+        if len(set(ids)) != len(ids):
+            ctx.fail('%s lists a profile id twice' % where)
+        tables[name] = mig.GiTable(compute_slices=compute,
+                                   memory_slices=memory,
+                                   profiles=tuple(profiles))
+    return tables
+
+
+def _gpu(ctx, where, raw, tables):
+    """A PF's ``gpu`` section: ``{"name": "NVIDIA H100 80GB HBM3",
+    "memory_mib": 81559, "mig": "<table>", "mig_mode": 0,
+    "mixed_slots": 48, "policies": [1, 2, 3]}``."""
+    if raw is None:
+        return None
+    here = '%s gpu' % where
+    ctx.check_keys(raw, here, required=('name', 'memory_mib'), optional=(
+        'mig', 'mig_mode', 'mixed_slots', 'policies'))
+    table = None
+    if raw.get('mig') is not None:
+        table = tables.get(raw['mig'])
+        if table is None:
+            ctx.fail('%s: "mig" names GI profile table %r, which '
+                     '"gi_profile_tables" does not define (it has: %s)' % (
+                         here, raw['mig'], ', '.join(sorted(tables))
+                         or 'none'))
+    mode = ctx.integer(raw, 'mig_mode', here, 0, default=0)
+    if mode not in (0, 1) or (mode and table is None):
+        ctx.fail('%s: "mig_mode" is 0, or 1 on a GPU with "mig"' % here)
+    policies = raw.get('policies', list(mig.POLICIES))
+    if not isinstance(policies, list) or any(
+            p not in mig.POLICIES for p in policies):
+        ctx.fail('%s: "policies" lists scheduler policies among %s' % (
+            here, ', '.join(str(p) for p in mig.POLICIES)))
+    return mig.SimGpu(name=ctx.string(raw, 'name', here),
+                      memory_mib=ctx.integer(raw, 'memory_mib', here, 1),
+                      gi_table=table, mig_mode=mode,
+                      mixed_slots=ctx.integer(raw, 'mixed_slots', here, 0,
+                                              default=0),
+                      policies=tuple(policies))
+
+
+def _device(ctx, index, raw, catalogues, tables):
     where = 'device #%d' % index
     ctx.check_keys(raw, where, required=('address', 'vendor_id',
                                          'product_id', 'class_code'),
@@ -329,6 +443,10 @@ def _device(ctx, index, raw, catalogues):
     if vf_capacity not in VF_CAPACITIES:
         ctx.fail('%s: vf_capacity %r is not one of %s'
                  % (where, vf_capacity, ', '.join(VF_CAPACITIES)))
+    gpu = _gpu(ctx, where, raw.get('gpu'), tables)
+    if gpu is not None and physfn is not None:
+        ctx.fail('%s: "gpu" belongs on the physical function, not a VF'
+                 % where)
     current = ctx.string(raw, 'held_type', where, nullable=True)
     if current is not None and not any(t.id == current for t in vgpu_types):
         ctx.fail('%s: held_type %r is not one of its vgpu_types'
@@ -349,7 +467,7 @@ def _device(ctx, index, raw, catalogues):
         parent_bridge=parent_bridge, mdev_types=mdev_types, mdevs=mdevs,
         sriov_totalvfs=totalvfs, virtfns=virtfns, physfn=physfn,
         sriov_numvfs=numvfs, vgpu_types=vgpu_types,
-        held_type=current, vf_capacity=vf_capacity)
+        held_type=current, vf_capacity=vf_capacity, gpu=gpu)
 
 
 def _device_types(ctx, where, raw, catalogues):
@@ -430,6 +548,31 @@ def _check_host(ctx, profile):
                          % (dev.address, ', '.join(
                              '%s (%s)' % m for m in dev.mdevs)))
     _check_sriov_capacity(ctx, profile, by_addr)
+    _check_gpus(ctx, profile, by_addr)
+
+
+def _check_gpus(ctx, profile, by_addr):
+    """MIG-backed types name a GI profile of their GPU's table; no vGPU
+    at boot on a GPU with MIG on (GIs do not survive a reboot)."""
+    for dev in profile.devices:
+        if not dev.vgpu_types:
+            continue
+        pf = by_addr.get(dev.physfn)
+        gpu = pf.gpu if pf is not None else None
+        table = gpu.gi_table if gpu is not None else None
+        for mtype in dev.vgpu_types:
+            if mtype.gi_profile_id is None:
+                continue
+            if table is None or table.profile(mtype.gi_profile_id) is None:
+                ctx.fail('VF %s: MIG-backed type %s names GI profile %d, '
+                         'which its GPU %s does not have (give the PF a '
+                         '"gpu" with a "mig" table that has it)' % (
+                             dev.address, mtype.id, mtype.gi_profile_id,
+                             dev.physfn))
+        if dev.held_type is not None and gpu is not None and gpu.mig_mode:
+            ctx.fail('VF %s holds a vGPU at boot, but MIG is on on its GPU '
+                     '%s: GPU instances do not survive a reboot'
+                     % (dev.address, dev.physfn))
 
 
 def _check_sriov_capacity(ctx, profile, by_addr):

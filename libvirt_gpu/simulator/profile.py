@@ -42,6 +42,13 @@ class SimType:
     device_api: str
     max_instance: int
     framebuffer_mb: int | None = None   # vendor-interface types
+    # MIG-backed types (vendor interface): the GI profile they live in and
+    # how many share one GI; None: a time-sliced type
+    gi_profile_id: int | None = None
+    max_per_gi: int | None = None
+    # time-sliced types in mixed-size mode: slots one occupies (None: not
+    # offered in mixed-size mode)
+    placement_size: int | None = None
 
     @property
     def framebuffer(self):
@@ -95,6 +102,9 @@ class SimDevice:
     vf_capacity: str = 'shared'
     vgpu_types: tuple[SimType, ...] = ()   # vendor interface (a VF)
     held_type: str | None = None
+    # On the PF of a vendor-interface GPU: what its driver knows beyond
+    # sysfs (name, memory, MIG profiles, mixed-size slots): mig.SimGpu
+    gpu: object = None
 
     @property
     def numvfs(self):

@@ -36,6 +36,7 @@ when is ``kernel.SimKernel``'s business: the live FUSE tree
 with them.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -104,6 +105,8 @@ def write_sysfs(profile, root):
     mdev_groups = profile.mdev_iommu_groups()
     for dev in profile.pci_devices():
         _write_function(root, dirs, dev, profile, mdev_groups)
+    if any(dev.gpu is not None for dev in profile.devices):
+        write_driver_state(root, boot_kernel(profile).driver_state())
     _write(os.path.join(root, MARKER),
            json.dumps({'profile': profile.name}) + '\n', READ_WRITE)
 
@@ -116,6 +119,14 @@ def _write_function(root, dirs, dev, profile, mdev_groups):
                            profile)
     if dev.vgpu_types:
         write_vendor_vf(root, dirs[dev.address], dev, profile)
+
+
+@functools.lru_cache(maxsize=4)
+def boot_kernel(profile):
+    """A ``kernel.SimKernel`` of ``profile`` as booted (read only: the
+    rules that compute what a static tree shows at first)."""
+    from libvirt_gpu.simulator import kernel as kernel_mod
+    return kernel_mod.SimKernel(profile)
 
 
 def _prepare_root(root):
@@ -361,8 +372,12 @@ def write_vendor_vf(root, reldir, dev, profile):
 
 def refresh_vendor_vf(root, reldir, dev, profile):
     """Rewrite a VF's ``CREATABLE_TYPES`` from the GPU's state."""
-    types = capacity.vf_creatable(
-        dev, profile.gpu_current_types(dev))
+    if profile.device(dev.physfn).gpu is not None:
+        # MIG, mixed-size mode: the driver's rules (mig.py), at boot
+        types = boot_kernel(profile).vf_creatable(dev.address)
+    else:
+        types = capacity.vf_creatable(
+            dev, profile.gpu_current_types(dev))
     _replace(os.path.join(root, reldir, vendor_names.VENDOR_DIR,
                           vendor_names.CREATABLE_TYPES),
              creatable_text(types), READ_ONLY)
@@ -456,3 +471,146 @@ def remove_vfs(root, profile, pf, vfs):
         if dev.iommu_group is not None:
             _leave_group(root, dev.iommu_group, vf)
         shutil.rmtree(os.path.join(root, dirs[vf]))
+
+
+# --- the kernel's and the driver's state, read back from a tree --------------
+
+# What NVIDIA's driver holds beyond sysfs (MIG mode, GPU instances,
+# mixed-size mode, scheduler, where each vGPU sits): kept next to a static
+# tree, as ``kernel.SimKernel.driver_state()`` gives it.
+DRIVER_STATE = '.libvirt-gpu-simulator-driver.json'
+# The kernel's own lock over a static tree (flock): every process that
+# emulates the kernel or the driver on one tree takes it.
+LOCK_NAME = '.sim-kernel.lock'
+TYPES_DIR = 'mdev_supported_types'
+
+
+def write_driver_state(root, state):
+    """Keep ``state`` (``SimKernel.driver_state()``) with the tree and
+    write the GI / placement files of the VFs whose vGPU has one: present
+    with the number while it has, removed once the vGPU that had one is
+    gone (a static tree cannot answer ENXIO; absent reads ENOENT).  Files
+    of other VFs are left as they are."""
+    before = read_driver_state(root)
+    _replace(os.path.join(root, DRIVER_STATE),
+             json.dumps(state, sort_keys=True) + '\n', READ_WRITE)
+    was = before['placed'] if before is not None else {}
+    now = state['placed']
+    dirs = None
+    for vf in sorted(set(was) | set(now)):
+        for name, index in ((vendor_names.GPU_INSTANCE_ID, 1),
+                            (vendor_names.PLACEMENT_ID, 2)):
+            old = was.get(vf, [None] * 3)[index]
+            new = now.get(vf, [None] * 3)[index]
+            if old == new:
+                continue
+            if dirs is None:
+                dirs = _vendor_dirs(root)
+            if vf not in dirs:
+                continue                # the VF went (VFs disabled)
+            path = os.path.join(root, dirs[vf], vendor_names.VENDOR_DIR, name)
+            if new is not None:
+                _replace(path, '%d\n' % new, READ_ONLY)
+            else:
+                _unlink(path)
+
+
+def _vendor_dirs(root):
+    """``{VF address: its directory}`` of the enabled vendor VFs."""
+    found = {}
+    base = os.path.join(root, 'bus', 'pci', 'devices')
+    for name in os.listdir(base):
+        real = os.path.realpath(os.path.join(base, name))
+        if os.path.isdir(os.path.join(real, vendor_names.VENDOR_DIR)):
+            found[name] = os.path.relpath(real, root)
+    return found
+
+
+def read_driver_state(root):
+    """The driver's state kept with the tree, or None (as at boot)."""
+    try:
+        with open(os.path.join(root, DRIVER_STATE)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def tree_mdevs(root):
+    """The mdevs a tree shows (``kernel.KMdev``), sorted by UUID."""
+    from libvirt_gpu.simulator import kernel as kernel_mod
+
+    base = os.path.join(root, 'bus', 'mdev', 'devices')
+    found = []
+    for uuid in (sorted(os.listdir(base)) if os.path.isdir(base) else ()):
+        real = os.path.realpath(os.path.join(base, uuid))
+        try:
+            found.append(kernel_mod.KMdev(
+                uuid, os.path.basename(os.path.dirname(real)),
+                os.path.basename(os.readlink(os.path.join(real,
+                                                          'mdev_type'))),
+                int(os.path.basename(os.readlink(
+                    os.path.join(real, 'iommu_group'))))))
+        except (OSError, ValueError):
+            # an entry a test planted that no kernel would make: not one
+            # of the kernel's mdevs
+            continue
+    return found
+
+
+def read_state(root, profile):
+    """What the tree at ``root`` shows of the kernel's and the driver's
+    state (``kernel.KernelState``)."""
+    from libvirt_gpu.simulator import kernel as kernel_mod
+
+    dirs = device_dirs(profile)
+
+    def read(address, *names):
+        try:
+            with open(os.path.join(root, dirs[address], *names)) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return None
+
+    numvfs = []
+    for dev in profile.devices:
+        if dev.sriov_totalvfs is not None:
+            text = read(dev.address, 'sriov_numvfs')
+            if text is not None:
+                numvfs.append((dev.address, int(text)))
+    vgpus, going = [], []
+    for dev in profile.devices:
+        if dev.vgpu_types:
+            text = read(dev.address, vendor_names.VENDOR_DIR,
+                        vendor_names.CURRENT_TYPE)
+            if text not in (None, '0'):
+                found = [t.id for t in dev.vgpu_types
+                         if t.number == int(text)]
+                vgpus.append((dev.address, found[0]))
+        if dev.mdev_types and os.path.isdir(os.path.join(
+                root, dirs[dev.address], TYPES_DIR)) and \
+                not os.path.lexists(os.path.join(
+                    root, 'class', 'mdev_bus', dev.address)):
+            going.append(dev.address)     # unregistering: ENODEV
+    return kernel_mod.KernelState(
+        mdevs=tuple(tree_mdevs(root)), vgpus=tuple(vgpus),
+        numvfs=tuple(numvfs), going=tuple(going),
+        driver=read_driver_state(root))
+
+
+def reboot(root, profile):
+    """The static tree at ``root`` after its host restarts: written anew as
+    ``profile`` boots, but with every SR-IOV PF's VFs disabled (nothing
+    enabled them yet), no vGPU or mdev, and of the driver's state only
+    each GPU's MIG mode, which persists (``SimKernel.reboot``)."""
+    from libvirt_gpu.simulator import kernel as kernel_mod
+
+    kernel = kernel_mod.SimKernel(profile)
+    kernel.restore(read_state(root, profile))
+    kernel.reboot()
+    booted = records.replace(profile, devices=tuple(
+        records.replace(dev, mdevs=(), held_type=None,
+                        sriov_numvfs=(0 if dev.sriov_totalvfs is not None
+                                      else dev.sriov_numvfs))
+        for dev in profile.devices))
+    write_sysfs(booted, root)
+    write_driver_state(root, kernel.driver_state())

@@ -53,8 +53,8 @@ from libvirt_gpu.simulator import sysfs_tree
 from tests.doubles import poll
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
-LOCK_NAME = '.sim-kernel.lock'
-TYPES_DIR = 'mdev_supported_types'
+LOCK_NAME = sysfs_tree.LOCK_NAME
+TYPES_DIR = sysfs_tree.TYPES_DIR
 
 CREATE = 'create'
 REMOVE = 'remove'
@@ -109,56 +109,11 @@ class TreeKernel(object):
                 for m in self._tree_mdevs()}
 
     def _tree_mdevs(self):
-        base = os.path.join(self.root, 'bus', 'mdev', 'devices')
-        found = []
-        for uuid in (sorted(os.listdir(base)) if os.path.isdir(base)
-                     else ()):
-            real = os.path.realpath(os.path.join(base, uuid))
-            try:
-                found.append(kernel_mod.KMdev(
-                    uuid, os.path.basename(os.path.dirname(real)),
-                    os.path.basename(os.readlink(os.path.join(
-                        real, 'mdev_type'))),
-                    int(os.path.basename(os.readlink(
-                        os.path.join(real, 'iommu_group'))))))
-            except (OSError, ValueError):
-                # an entry a test planted that no kernel would make: not
-                # one of the kernel's mdevs
-                continue
-        return found
-
-    def _read(self, address, *names):
-        try:
-            with open(os.path.join(self.root, self.dirs[address],
-                                   *names)) as f:
-                return f.read().strip()
-        except FileNotFoundError:
-            return None
+        return sysfs_tree.tree_mdevs(self.root)
 
     def state(self):
         """What the tree shows of the kernel's state (``KernelState``)."""
-        numvfs = []
-        for dev in self.profile.devices:
-            if dev.sriov_totalvfs is not None:
-                text = self._read(dev.address, SRIOV_NUMVFS)
-                if text is not None:
-                    numvfs.append((dev.address, int(text)))
-        vgpus, going = [], []
-        for dev in self.profile.devices:
-            if dev.vgpu_types:
-                text = self._read(dev.address, 'nvidia', CURRENT_VGPU_TYPE)
-                if text not in (None, '0'):
-                    found = [t.id for t in dev.vgpu_types
-                             if t.number == int(text)]
-                    vgpus.append((dev.address, found[0]))
-            if dev.mdev_types and os.path.isdir(os.path.join(
-                    self.root, self.dirs[dev.address], TYPES_DIR)) and \
-                    not os.path.lexists(os.path.join(
-                        self.root, 'class', 'mdev_bus', dev.address)):
-                going.append(dev.address)     # unregistering: ENODEV
-        return kernel_mod.KernelState(
-            mdevs=tuple(self._tree_mdevs()), vgpus=tuple(vgpus),
-            numvfs=tuple(numvfs), going=tuple(going))
+        return sysfs_tree.read_state(self.root, self.profile)
 
     # -- kernel events -> files ---------------------------------------------
 
@@ -187,6 +142,8 @@ class TreeKernel(object):
         elif isinstance(event, kernel_mod.VfsDisabled):
             sysfs_tree.remove_vfs(self.root, self.profile, event.pf,
                                   event.vfs)
+        elif isinstance(event, kernel_mod.DriverChanged):
+            sysfs_tree.write_driver_state(self.root, event.state)
         else:
             raise exception.SimulatorError(
                 reason='the in-process kernel does not apply %r' % (event,))

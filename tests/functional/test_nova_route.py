@@ -435,11 +435,6 @@ def test_the_hook_leaves_a_nova_guest_s_migration_alone(host, routes):
     assert hg.leases(host) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'product: the hook leaves every domain holding a carved VF to Nova, '
-    'also one whose metadata is ours and names the VF as its vGPU\'s '
-    'parent: libvirt then starts it on Nova\'s VF (only the missing VFIO '
-    'stops it here); prepare must refuse such a guest'))
 def test_the_hook_gives_no_guest_of_ours_a_carved_vf(host, routes):
     """A guest of ours (our metadata) naming a carved VF, holding it as
     its hostdev, is refused at prepare: the VF is Nova's."""
@@ -604,20 +599,50 @@ def test_nova_s_pci_records_stay_valid_after_a_reboot(rebooted, routes):
 
 # --- a new compute node ------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    'product: on a host new to Placement, `placement sync` creates a root '
-    'provider named after the host, which is the name of the compute node '
-    'provider nova-compute creates: Nova gets 409 "Conflicting resource '
-    'provider name" (a host with carvings for Nova must leave the root to '
-    'Nova: wait for it, or adopt it)'))
 def test_nova_creates_its_compute_node_after_our_first_sync(
         host, placement, routes):
     """On a host new to Placement our sync may run before nova-compute
-    ever did: Nova must still create its compute node provider (named
-    after the host) and its PCI providers."""
+    ever did: it must not take the compute node's name (Nova's create
+    would get 409), but say to start nova-compute; Nova then creates its
+    compute node provider (named after the host) and its PCI providers,
+    and our next sync nests under it."""
     name = 'gpu-l40s-02'
-    cli_json(host, 'placement', 'sync', '--url', placement.url, '--json',
-             hostname=name)
+    try:
+        second_host_in_placement(host, placement, routes, name)
+    finally:
+        # the other tests ask Placement about the first host only
+        drop_tree(placement, name)
+
+
+def drop_tree(placement, root_name):
+    """Delete the tree whose root is named ``root_name``, leaves first."""
+    adapter = placement.adapter()
+    roots = adapter.get('/resource_providers?name=%s'
+                        % root_name).json()['resource_providers']
+    for root in roots:
+        tree = adapter.get('/resource_providers?in_tree=%s' % root['uuid']
+                           ).json()['resource_providers']
+        depth = {}
+
+        def level(rp):
+            if rp['uuid'] not in depth:
+                parent = next((p for p in tree if p['uuid'] ==
+                               rp['parent_provider_uuid']), None)
+                depth[rp['uuid']] = 0 if parent is None else level(parent) + 1
+            return depth[rp['uuid']]
+        for rp in sorted(tree, key=level, reverse=True):
+            adapter.delete('/resource_providers/%s' % rp['uuid'])
+
+
+def second_host_in_placement(host, placement, routes, name):
+    r = cli(host, 'placement', 'sync', '--url', placement.url, '--json',
+            hostname=name)
+    assert r.returncode != 0, r.stdout
+    assert ('No provider named %s in Placement yet' % name in r.stderr
+            and 'Start nova-compute' in r.stderr), r.stderr
+    adapter = placement.adapter()
+    assert adapter.get('/resource_providers?name=%s' % name).json()[
+        'resource_providers'] == []
     compute_uuid = str(uuidlib.uuid4())
     nova = routes['judge'].run(['enumerate', 'placement'],
                                devices=routes['nova']['devices'],
@@ -628,6 +653,12 @@ def test_nova_creates_its_compute_node_after_our_first_sync(
     assert held[compute_uuid][0] == name
     assert '%s_%s' % (name, CARVED_GPU.upper()) in {
         n for n, *_ in held.values()}
+    cli_json(host, 'placement', 'sync', '--url', placement.url, '--json',
+             hostname=name)
+    after = providers(placement, name)
+    assert after[compute_uuid][0] == name
+    ours = {u: p for u, p in after.items() if u not in held}
+    assert ours and all(p[1] == compute_uuid for p in ours.values())
 
 
 # --- names derived from the type ----------------------------------------

@@ -49,6 +49,9 @@ CASES = {
     'a100-pgpu': ('a100', {}),
     'a16-pgpu': ('a16', {}),
     'l40s-pgpu': ('l40s', {}),
+    'a100-40gb-pgpu': ('a100-40gb', {}),
+    'h100-80gb-pgpu': ('h100-80gb', {}),
+    'rtx-pro-6000-pgpu': ('rtx-pro-6000', {}),
     # Not a bundled profile: T4s that cannot be passed through whole (no
     # IOMMU group; a NIC of the host in the group), which Cyborg offers.
     't4-grouped-pgpu': ('tests/data/cyborg/t4-grouped.json', {}),

@@ -260,6 +260,47 @@ def test_the_product_never_imports_the_simulator():
     assert wrong == []
 
 
+# The one door into the simulator by name: ``[gpu]/nvml = simulated`` makes
+# the composition root (environment.py, through ``devices.nvml.source``)
+# import the simulator's NVML (nvidia-ml-py over the simulated driver of a
+# simulated host) with importlib, only when so configured, so that a
+# simulated host answers NVML from the same state as its sysfs and nothing
+# of the product imports the simulator statically.
+SIMULATOR_BY_NAME = {('devices.nvml', 'libvirt_gpu.simulator.nvml')}
+
+
+def simulator_named_in(modules):
+    """``{(module, name)}``: each string constant naming a module of the
+    simulator (``libvirt_gpu.simulator...``) in ``modules`` (``{short
+    name: path}``)."""
+    found = set()
+    for name, path in modules.items():
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(
+                    node.value, str) and re.fullmatch(
+                        r'libvirt_gpu\.simulator(\.\w+)*', node.value):
+                found.add((name, node.value))
+    return found
+
+
+def test_the_product_names_the_simulator_only_through_its_door():
+    product = {_short(m): path for m, path in _our_modules().items()
+               if m != PACKAGE and _room_of(_short(m)) not in (
+                   'cmd', 'simulator')}
+    assert simulator_named_in(product) == SIMULATOR_BY_NAME
+
+
+def test_the_door_check_sees_a_name(tmp_path):
+    sneaky = tmp_path / 'sneaky.py'
+    sneaky.write_text('import importlib\n'
+                      'importlib.import_module("libvirt_gpu.simulator.live")'
+                      '\n')
+    assert simulator_named_in({'exporter': str(sneaky)}) == {
+        ('exporter', 'libvirt_gpu.simulator.live')}
+
+
 def test_importing_the_hook_loads_no_oslo_config_or_libvirt():
     # A fresh interpreter: this test process has loaded all of them.
     code = ('import sys\n'

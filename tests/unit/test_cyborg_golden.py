@@ -214,7 +214,8 @@ def test_every_profile_is_captured():
 
 def test_the_named_differences_happen(hosts):
     # Each difference is met on the captured hosts, so the comparison above
-    # covers it: VFs (A100, A16, L40S), whole GPUs that cannot be offered.
+    # covers it: VFs (A100s, A16, L40S, H100, RTX PRO 6000), whole GPUs
+    # that cannot be offered.
     left = {}
     for name, case in CASES.items():
         _, named = expected(case, sysfs_gpus(hosts, case['profile']))
@@ -222,8 +223,9 @@ def test_the_named_differences_happen(hosts):
             left.setdefault(why, set()).update(
                 '%s %s' % (name, a) for a in addresses)
     assert {a.split()[0] for a in left['vf']} == {
-        'a100-pgpu', 'a16-pgpu', 'l40s-pgpu'}
-    assert len(left['vf']) == 16 + 64 + 64
+        'a100-pgpu', 'a16-pgpu', 'l40s-pgpu', 'a100-40gb-pgpu',
+        'h100-80gb-pgpu', 'rtx-pro-6000-pgpu'}
+    assert len(left['vf']) == 16 + 64 + 64 + 16 + 32 + 32
     assert left['not offered'] == {
         't4-grouped-pgpu 0000:3b:00.0',         # no IOMMU group
         't4-grouped-pgpu 0000:af:00.0'}         # a NIC in its group

@@ -188,16 +188,28 @@ NOVA_XML = (
 
 def test_the_hook_leaves_a_domain_with_a_carved_vf_to_nova(carved):
     for op in ('prepare', 'release', 'migrate', 'reconnect'):
-        # even with our metadata naming the carved VF, the domain is Nova's
+        # Nova's own XML (no metadata of ours) is not even read
+        assert run_hook(carved, op, NOVA_XML) == (0, '', b'')
+        assert carved.held(vfs(L2, 4)[0]) == 1153
+    for op in ('release', 'reconnect'):
+        # our metadata naming the carved VF: nothing of ours to undo there
         xml = vf_domain_xml(objects.Uuid.new(), '0000:bd:00.4', dom=DOM)
         assert (op, run_hook(carved, op, xml)) == (op, (0, '', b''))
         assert state.LeaseStore(carved.state_dir).leases() == []
         assert carved.held(vfs(L2, 4)[0]) == 1153
-        # Nova's own XML (no metadata of ours) is not even read
-        assert run_hook(carved, op, NOVA_XML) == (0, '', b'')
-        assert carved.held(vfs(L2, 4)[0]) == 1153
     assert hook_log(carved).count(
-        'uses VF(s) carved for Nova (0000:bd:00.4): left to Nova') == 4
+        'uses VF(s) carved for Nova (0000:bd:00.4): left to Nova') == 2
+
+
+def test_the_hook_never_gives_a_guest_of_ours_a_carved_vf(carved):
+    for op in ('prepare', 'migrate'):
+        xml = vf_domain_xml(objects.Uuid.new(), '0000:bd:00.4', dom=DOM)
+        code, err, out = run_hook(carved, op, xml)
+        assert code == 1 and out == b'', (op, code, out)
+        if op == 'prepare':
+            assert ('0000:bd:00.4' in err and 'carved for Nova' in err), err
+        assert state.LeaseStore(carved.state_dir).leases() == []
+        assert carved.held(vfs(L2, 4)[0]) == 1153
 
 
 # --- reconcile and restore's clean-up ----------------------------------------

@@ -614,6 +614,38 @@ class TestSync:
         assert 'parent h could not be created' in report.failed[1].detail
         assert len(fresh.providers) == 1
 
+    def test_a_host_with_nova_carvings_never_takes_the_compute_node_name(
+            self):
+        # no provider named after the host yet: Nova creates it, we wait
+        fake = FakePlacement()
+        for nest in (True, False):
+            with pytest.raises(pc.ComputeNodeMissing) as e:
+                sync.sync(fake, gpu_tree('h', TWO), nest=nest,
+                          nova_root=True)
+            assert 'No provider named h in Placement yet' in str(e.value)
+            assert 'Start nova-compute' in str(e.value)
+        assert fake.providers == {}
+        # once Nova made it, we nest under it, even with nest_under_existing
+        # off
+        nova = fake.add('h', uuid='4' * 8 + '-4444-4444-4444-' + '4' * 12)
+        report = sync.sync(fake, gpu_tree('h', TWO), nest=False,
+                           nova_root=True)
+        assert report.nested and report.parent_uuid == nova
+        assert uuid_of('h') not in fake.providers
+        # without carvings our own root is still made where none exists
+        fresh = FakePlacement()
+        assert not sync.sync(fresh, gpu_tree('h', TWO)).nested
+        assert uuid_of('h') in fresh.providers
+
+    def test_nova_owns_the_root_when_gpus_are_carved_for_it(self):
+        class Conf:
+            class nova:
+                carved = ['l40s_12q']
+        assert agent.nova_owns_root(Conf)
+        Conf.nova.carved = []
+        assert not agent.nova_owns_root(Conf)
+        assert not agent.nova_owns_root(object())
+
     def test_moves_a_provider_to_the_right_parent(self):
         fake = FakePlacement()
         sync.sync(fake, gpu_tree('h', TWO))

@@ -407,9 +407,12 @@ def _call(op, req, log, config_file, settings_file, sysfs, places):
     env = environment.Environment.for_hook(
         settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root), **places)
     novas = _carved_vfs(env, req)
-    if novas:
+    if novas and not (req.ours and op.name in (PREPARE, MIGRATE)):
         # Nova's guest (its VF hostdev is a VF carved for Nova): no lease,
-        # no rewrite, nothing created or removed.
+        # no rewrite, nothing created or removed.  Only a guest of ours
+        # (our metadata or mdevs) asking for a carved VF at a start or an
+        # incoming migration goes on to its operation, whose claim the
+        # allocator refuses (GpuInUse): the VF is never handed to it.
         log.info('domain %s uses VF(s) carved for Nova (%s): left to Nova'
                  % (req.label, ', '.join(str(a) for a in novas)))
         return None

@@ -92,6 +92,15 @@ class PlacementConfigError(PlacementError):
     msg_fmt = ("Placement is not configured: %(reason)s")
 
 
+class ComputeNodeMissing(PlacementError):
+    msg_fmt = ("No provider named %(host)s in Placement yet, and this host "
+               "has GPUs carved for Nova ([nova]/carved): the provider of "
+               "that name is Nova's compute node, which nova-compute "
+               "creates. Start nova-compute (or wait for its first report), "
+               "then sync again; libvirt-gpu nests its GPU providers under "
+               "it and never creates it")
+
+
 class PlacementVersionTooOld(PlacementError):
     msg_fmt = ("Placement at %(endpoint)s supports microversions up to "
                "%(server)s; libvirt-gpu needs %(needed)s or later (OpenStack "

@@ -240,11 +240,12 @@ def _is_ours(provider, host):
 
 
 class _Planner:
-    def __init__(self, client, tree, state, nest):
+    def __init__(self, client, tree, state, nest, nova_root=False):
         self.client = client
         self.tree = tree
         self.state = state
-        self.nest = nest
+        self.nest = nest or nova_root
+        self.nova_root = nova_root
         self.actions = []
         self.results = []
         self.verified = []
@@ -273,6 +274,11 @@ class _Planner:
                 LOG.info('Nesting the GPU providers of %s under the existing '
                          'provider %s', self.tree.root.name, existing.uuid)
                 return existing, self.client.list_tree(existing.uuid), True
+        if self.nova_root:
+            # the root's name is the compute node's, and Nova creates it:
+            # taking it first makes nova-compute's create fail (409)
+            raise placement_client.ComputeNodeMissing(
+                host=self.tree.root.name)
         return None, (), False
 
     # -- one provider -------------------------------------------------------
@@ -450,9 +456,10 @@ def _inventory_diff(current, desired):
     return '; '.join(changes)
 
 
-def plan(client, tree, state=None, nest=True):
+def plan(client, tree, state=None, nest=True, nova_root=False):
     """Read Placement and return the :class:`SyncPlan` (sends no write)."""
-    return _Planner(client, tree, state or SyncState(), nest).plan()
+    return _Planner(client, tree, state or SyncState(), nest,
+                    nova_root).plan()
 
 
 # --------------------------------------------------------------------------
@@ -580,7 +587,8 @@ def _desired_providers(plan_, tree):
     return out
 
 
-def sync(client, tree, dry_run=False, state=None, nest=True):
+def sync(client, tree, dry_run=False, state=None, nest=True,
+         nova_root=False):
     """Make Placement hold ``tree``; return a :class:`SyncReport`.
 
     ``state`` (a :class:`SyncState` kept between calls, as the agent does)
@@ -591,7 +599,7 @@ def sync(client, tree, dry_run=False, state=None, nest=True):
     state = state if state is not None else SyncState()
     start = time.monotonic()
     before = client.stats.copy()
-    the_plan = plan(client, tree, state, nest=nest)
+    the_plan = plan(client, tree, state, nest=nest, nova_root=nova_root)
     if dry_run:
         results = list(the_plan.results)
         requests = the_plan.requests

@@ -1,0 +1,1253 @@
+"""NVML on a simulated host: NVIDIA's own binding over a simulated driver.
+
+``module(...)`` returns a module object that IS ``nvidia-ml-py``'s
+``pynvml`` (a private copy of the installed one: every function, argument,
+default, ctypes structure and constant is the binding's own), whose
+``libnvidia-ml.so`` is replaced by ``SimLibrary``: the C functions the
+binding looks up, answering from the same simulated GPU state as the
+simulated sysfs (``kernel.SimKernel`` and ``mig``'s rules).  Its
+classes (``NVMLError_*``, the ctypes structures and handle types) are the
+installed binding's, so ``except pynvml.NVMLError_InUse`` catches what the
+simulator raises and a structure built from ``pynvml`` may be passed in.
+
+What cannot lie: a call the product makes that the binding does not have
+fails as it would on a host (``AttributeError``); a C function the
+simulator does not implement answers ``NVML_ERROR_FUNCTION_NOT_FOUND``, as
+an older driver's library does; argument counts and shapes are checked by
+the binding's own wrappers before the simulator sees them
+(tests/unit/test_sim_nvml.py lists what ``SimLibrary`` offers against the
+names the binding looks up).
+
+The GPUs NVML lists are the physical GPUs whose profile entry has a
+``gpu`` section, by PCI address.  Where the state lives:
+
+``module(kernel=SimKernel)``
+    in this process (tests of the rules);
+``module(sysfs_root=ROOT)``
+    the host's sysfs root: a live FUSE tree (``simulator.live``, the
+    state in its server process) is asked through its control file
+    ``CONTROL_NAME`` at the root; a static tree (``write_sysfs``, the
+    tests' in-process kernel) keeps the driver's state in a file next to
+    it and is changed under the kernel's lock, as the tests' kernel double
+    changes it.  This is what ``[gpu]/nvml = simulated`` binds to the
+    configured sysfs root (``devices.nvml.source``).
+"""
+
+import contextlib
+import ctypes
+import fcntl
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.simulator import kernel as kernel_mod
+from libvirt_gpu.simulator import loading
+from libvirt_gpu.simulator import mig
+from libvirt_gpu.simulator import sysfs_tree
+
+# The live tree's request/reply file (one JSON request written, its reply
+# read back on the same open file).
+CONTROL_NAME = '.libvirt-gpu-simulator-nvml'
+MAX_REQUEST = 65536
+
+# NVML's ``INVALID_GPU_INSTANCE_PROFILE_ID`` (nvml.h; the binding does not
+# name it): what a time-sliced type's GI profile id reads.
+INVALID_GPU_INSTANCE_PROFILE_ID = 0xFFFFFFFF
+NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU = 3
+# nvmlErrorString's text for the codes the simulated driver answers that the
+# binding's table lacks.
+ERROR_STRINGS = {mig.NVML_ERROR_IN_USE: 'In use by another client',
+                 mig.NVML_ERROR_INSUFFICIENT_RESOURCES:
+                 'Ran out of critical resources, other than memory'}
+_CARG = type(ctypes.byref(ctypes.c_int()))
+_POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
+
+
+def _binding():
+    try:
+        import pynvml
+    except ImportError:
+        raise exception.SimulatorError(
+            reason='the simulated NVML is NVIDIA\'s binding over a '
+                   'simulated driver: install nvidia-ml-py (pip install '
+                   'nvidia-ml-py)')
+    return pynvml
+
+
+def _private_copy():
+    """A fresh copy of the installed ``pynvml`` module (its own globals:
+    library, function cache, reference count), sharing the installed
+    module's error classes."""
+    real = _binding()
+    spec = importlib.util.spec_from_file_location(
+        'libvirt_gpu_simulated_pynvml', real.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    # the binding looks itself up in sys.modules while it loads
+    sys.modules[spec.name] = copy
+    try:
+        spec.loader.exec_module(copy)
+    finally:
+        del sys.modules[spec.name]
+    # The installed module's classes (its errors, ctypes structures and
+    # handle types): what the copy's functions take and return is what a
+    # caller of the installed module knows.
+    for name in dir(real):
+        if isinstance(getattr(real, name), type):
+            setattr(copy, name, getattr(real, name))
+    for code, text in ERROR_STRINGS.items():
+        real.NVMLError._errcode_to_string.setdefault(code, text)
+    return copy
+
+
+def module(kernel=None, sysfs_root=None, profile=None, backend=None):
+    """A ``pynvml`` module answering from a simulated host: ``kernel`` (a
+    ``SimKernel`` in this process) or the simulated tree at
+    ``sysfs_root`` (its profile read from the tree's marker unless
+    ``profile`` is given); or from ``backend``, an object whose
+    ``call(op, *args)`` answers the driver's questions (``OPS``) as a
+    test wants them answered (tests/doubles/nvml_fake.py)."""
+    if [kernel, sysfs_root, backend].count(None) != 2:
+        raise exception.SimulatorError(
+            reason='the simulated NVML needs one of a kernel, a sysfs root '
+                   'or a backend')
+    if backend is not None:
+        pass
+    elif kernel is not None:
+        backend = KernelBackend(kernel)
+    elif os.path.exists(os.path.join(sysfs_root, CONTROL_NAME)):
+        backend = LiveBackend(sysfs_root)
+    else:
+        backend = TreeBackend(sysfs_root, profile)
+    lib = _private_copy()
+    lib.nvmlLib = SimLibrary(backend)
+    lib.simulated = backend
+    return lib
+
+
+# --- where the state is ------------------------------------------------------
+
+class KernelBackend(object):
+    """The driver's state in this process."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def call(self, op, *args):
+        return OPS[op](self.kernel, *args)
+
+
+class TreeBackend(object):
+    """A static tree: the kernel's state read back from it (and the
+    driver's file) before each call, under the kernel's lock; changes
+    written back as the kernel double writes them."""
+
+    def __init__(self, root, profile=None):
+        self.root = os.path.realpath(os.fspath(root))
+        if profile is None:
+            try:
+                with open(os.path.join(self.root, sysfs_tree.MARKER)) as f:
+                    profile = json.load(f)['profile']
+            except (OSError, ValueError, KeyError):
+                raise exception.SimulatorError(
+                    reason='%s is not a simulated sysfs tree (no %s): '
+                    'write one with libvirt-gpu simulate' % (
+                        self.root, sysfs_tree.MARKER))
+        self.profile = loading.load_profile(profile)
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _locked(self):
+        fd = os.open(os.path.join(self.root, sysfs_tree.LOCK_NAME),
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def call(self, op, *args):
+        with self._lock, self._locked():
+            kernel = kernel_mod.SimKernel(self.profile)
+            kernel.restore(sysfs_tree.read_state(self.root, self.profile))
+            changed = []
+            kernel.subscribe(changed.append)
+            try:
+                return OPS[op](kernel, *args)
+            finally:
+                for event in changed:
+                    if isinstance(event, kernel_mod.DriverChanged):
+                        sysfs_tree.write_driver_state(self.root,
+                                                      event.state)
+
+
+class LiveBackend(object):
+    """A live FUSE tree: each call is a request to its server, whose
+    kernel holds the state (``live.LiveTree.nvml_request``)."""
+
+    def __init__(self, root):
+        self.path = os.path.join(os.fspath(root), CONTROL_NAME)
+
+    def call(self, op, *args):
+        request = json.dumps({'op': op, 'args': list(args)}).encode()
+        answer = json.loads(self.exchange(request).decode())
+        if 'error' in answer:
+            raise mig.DriverError(answer['error'], answer['reason'])
+        return answer['ok']
+
+    def exchange(self, request):
+        """Write ``request`` to the channel, read the reply back on the
+        same open file."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.write(fd, request)
+            reply = b''
+            while True:
+                chunk = os.pread(fd, 65536, len(reply))
+                if not chunk:
+                    return reply
+                reply += chunk
+        finally:
+            os.close(fd)
+
+
+def serve_request(kernel, data):
+    """The live tree's side of ``LiveBackend``: the reply (bytes) to the
+    request ``data``."""
+    try:
+        request = json.loads(data.decode())
+        op = OPS[request['op']]
+        result = {'ok': op(kernel, *request['args'])}
+    except mig.DriverError as e:
+        result = {'error': e.code, 'reason': e.reason}
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        result = {'error': mig.NVML_ERROR_INVALID_ARGUMENT,
+                  'reason': 'bad request: %s' % e}
+    return json.dumps(result).encode()
+
+
+# --- the driver's answers (JSON in, JSON out) --------------------------------
+
+def _gpu(kernel, pf):
+    try:
+        return kernel.gpu(pf)
+    except KeyError:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no simulated GPU %s' % pf)
+
+
+def _types(kernel, pf):
+    return {t.number: t for t in kernel.gpu_types(pf)}
+
+
+def _type(kernel, number):
+    for pf in kernel.driver_gpus():
+        found = _types(kernel, pf).get(number)
+        if found is not None:
+            return found
+    raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                          'no vGPU type %r' % (number,))
+
+
+def _gi_profile(gpu, profile_id):
+    table = gpu.gi_table
+    found = table.profile(profile_id) if table is not None else None
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              '%s has no GI profile id %r'
+                              % (gpu.name, profile_id))
+    return found
+
+
+def _profile_info(gpu, found):
+    return {'id': found.id, 'isP2pSupported': int(found.p2p),
+            'sliceCount': found.slices, 'instanceCount': found.instances,
+            'multiprocessorCount': found.sm, 'copyEngineCount': found.ce,
+            'decoderCount': found.dec, 'encoderCount': found.enc,
+            'jpegCount': found.jpeg, 'ofaCount': found.ofa,
+            'memorySizeMB': found.memory_mb,
+            'name': 'MIG ' + found.name}
+
+
+def op_gpus(kernel):
+    return kernel.driver_gpus()
+
+
+def op_device(kernel, pf):
+    """What NVML says of the GPU itself; a field None: "Not Supported"
+    (MIG mode on a GPU without MIG)."""
+    gpu, state = _gpu(kernel, pf)
+    dev = kernel.profile.device(pf)
+    types = {t.id: t for t in kernel.gpu_types(pf)}
+    used = sum(types[p.type_id].framebuffer
+               for p in kernel.gpu_vgpus(pf).values())
+    return {'name': gpu.name, 'bus_id': _bus_id(pf),
+            'memory_mib': gpu.memory_mib, 'memory_used_mib': used,
+            'pci_device_id': int(dev.product_id + dev.vendor_id, 16),
+            'pci_subsystem_id': int(dev.subsystem_device_id +
+                                    dev.subsystem_vendor_id, 16),
+            'virtualization_mode': NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU,
+            'mig_mode': (state.mig_mode if gpu.gi_table is not None
+                         else None)}
+
+
+def op_utilization(kernel, pf):
+    """``[gpu %, memory %]``: a simulated GPU computes nothing."""
+    _gpu(kernel, pf)
+    return [0, 0]
+
+
+def op_vgpu_samples(kernel, pf):
+    """``[[instance, sm %], ...]``: no samples on a simulated GPU."""
+    _gpu(kernel, pf)
+    return []
+
+
+def op_set_mig_mode(kernel, pf, mode):
+    _gpu(kernel, pf)
+    enabled = kernel.vfs_enabled(pf)
+    kernel.driver(pf, lambda gpu, state, placed, running:
+                  mig.set_mig_mode(gpu, state, mode, enabled))
+
+
+def op_gi_profile_info(kernel, pf, nvml_profile):
+    gpu, _ = _gpu(kernel, pf)
+    table = gpu.gi_table
+    found = table.by_nvml_profile(nvml_profile) if table else None
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              '%s has no GI profile %r'
+                              % (gpu.name, nvml_profile))
+    return _profile_info(gpu, found)
+
+
+def op_gi_profile_info_by_id(kernel, pf, profile_id):
+    gpu, _ = _gpu(kernel, pf)
+    return _profile_info(gpu, _gi_profile(gpu, profile_id))
+
+
+def op_gi_possible_placements(kernel, pf, profile_id):
+    gpu, _ = _gpu(kernel, pf)
+    found = _gi_profile(gpu, profile_id)
+    return [[s, found.placement_size] for s in found.placements]
+
+
+def op_gi_remaining(kernel, pf, profile_id):
+    gpu, state = _gpu(kernel, pf)
+    found = _gi_profile(gpu, profile_id)
+    if state.mig_mode != mig.NVML_DEVICE_MIG_ENABLE:
+        return 0
+    # How many more could be made now, one after the other.
+    trial = mig.GpuState.from_json(state.to_json())
+    count = 0
+    while True:
+        try:
+            mig.create_gi(gpu, trial, found.id)
+        except mig.DriverError:
+            return count
+        count += 1
+
+
+def op_create_gi(kernel, pf, profile_id, start=None):
+    return kernel.driver(pf, lambda gpu, state, placed, running:
+                         mig.create_gi(gpu, state, profile_id, start).id)
+
+
+def op_destroy_gi(kernel, pf, gi):
+    def destroy(gpu, state, placed, running):
+        found = state.gis.get(gi)
+        if found is None:
+            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                                  'no GPU instance %r on %s' % (gi, gpu.name))
+        if any(p.gi == gi for p in placed):
+            raise mig.DriverError(mig.NVML_ERROR_IN_USE,
+                                  'GPU instance %d on %s holds vGPUs'
+                                  % (gi, gpu.name))
+        if found.ci is not None:
+            raise mig.DriverError(mig.NVML_ERROR_IN_USE,
+                                  'GPU instance %d on %s has a compute '
+                                  'instance: destroy it first'
+                                  % (gi, gpu.name))
+        del state.gis[gi]
+    kernel.driver(pf, destroy)
+
+
+def op_gis(kernel, pf, profile_id):
+    _, state = _gpu(kernel, pf)
+    return [g.id for _, g in sorted(state.gis.items())
+            if g.profile_id == profile_id]
+
+
+def op_gi_info(kernel, pf, gi):
+    _, state = _gpu(kernel, pf)
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_FOUND,
+                              'no GPU instance %r' % (gi,))
+    return [found.id, found.profile_id, found.start, found.size, found.ci]
+
+
+def op_ci_profile_info(kernel, pf, gi, ci_profile):
+    """The one compute-instance profile a GI offers: the one filling it
+    (its id is its NVML_COMPUTE_INSTANCE_PROFILE_* index)."""
+    gpu, state = _gpu(kernel, pf)
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no GPU instance %r' % (gi,))
+    profile = gpu.gi_table.profile(found.profile_id)
+    if mig.CI_PROFILE_BY_SLICES.get(profile.slices) != ci_profile:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              'GPU instance %d offers only the compute '
+                              'instance that fills it' % gi)
+    return {'id': ci_profile, 'sliceCount': profile.slices,
+            'instanceCount': 1, 'multiprocessorCount': profile.sm,
+            'sharedCopyEngineCount': profile.ce,
+            'sharedDecoderCount': profile.dec,
+            'sharedEncoderCount': profile.enc,
+            'sharedJpegCount': profile.jpeg, 'sharedOfaCount': profile.ofa,
+            'name': '%dc.%s' % (profile.slices, profile.name)}
+
+
+def op_gi_scheduler(kernel, pf, gi):
+    _, state = _gpu(kernel, pf)
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no GPU instance %r' % (gi,))
+    return [found.policy, found.avg_factor, found.timeslice_ns()]
+
+
+def op_set_gi_scheduler(kernel, pf, gi, policy, avg_factor, frequency):
+    def change(gpu, state, placed, running):
+        found = state.gis.get(gi)
+        if found is None:
+            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                                  'no GPU instance %r' % (gi,))
+        on_gi = {vf for vf, p in kernel.gpu_vgpus(pf).items()
+                 if p.gi == gi}
+        mig.set_scheduler(gpu, state, policy, avg_factor, frequency,
+                          [vf for vf in running if vf in on_gi], gi=found)
+    kernel.driver(pf, change)
+
+
+def op_create_ci(kernel, pf, gi, ci_profile):
+    def create(gpu, state, placed, running):
+        found = state.gis.get(gi)
+        if found is None:
+            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                                  'no GPU instance %r' % (gi,))
+        slices = gpu.gi_table.profile(found.profile_id).slices
+        if mig.CI_PROFILE_BY_SLICES.get(slices) != ci_profile:
+            raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                                  'the simulated driver makes only the '
+                                  'compute instance that fills a GPU '
+                                  'instance (profile %r)'
+                                  % mig.CI_PROFILE_BY_SLICES.get(slices))
+        if found.ci is not None:
+            raise mig.DriverError(mig.NVML_ERROR_INSUFFICIENT_RESOURCES,
+                                  'GPU instance %d has its compute '
+                                  'instance' % gi)
+        found.ci = 0
+        return found.ci
+    return kernel.driver(pf, create)
+
+
+def op_destroy_ci(kernel, pf, gi, ci):
+    def destroy(gpu, state, placed, running):
+        found = state.gis.get(gi)
+        if found is None or found.ci != ci:
+            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                                  'no compute instance %r in GPU instance '
+                                  '%r' % (ci, gi))
+        found.ci = None
+    kernel.driver(pf, destroy)
+
+
+def op_heterogeneous(kernel, pf):
+    gpu, state = _gpu(kernel, pf)
+    if state.mig_mode == mig.NVML_DEVICE_MIG_ENABLE or not gpu.mixed_slots:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              'mixed-size mode is N/A on %s' % gpu.name)
+    return (mig.NVML_VGPU_PGPU_HETEROGENEOUS_MODE if state.heterogeneous
+            else mig.NVML_VGPU_PGPU_HOMOGENEOUS_MODE)
+
+
+def op_set_heterogeneous(kernel, pf, mode):
+    kernel.driver(pf, lambda gpu, state, placed, running:
+                  mig.set_heterogeneous(gpu, state, mode, placed))
+
+
+def op_scheduler(kernel, pf):
+    gpu, state = _gpu(kernel, pf)
+    if state.mig_mode == mig.NVML_DEVICE_MIG_ENABLE:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              'no time-sliced scheduler with MIG on')
+    return [state.policy, state.avg_factor, state.timeslice_ns()]
+
+
+def op_set_scheduler(kernel, pf, policy, avg_factor, frequency):
+    kernel.driver(pf, lambda gpu, state, placed, running:
+                  mig.set_scheduler(gpu, state, policy, avg_factor,
+                                    frequency, running))
+
+
+def op_scheduler_caps(kernel, pf):
+    gpu, _ = _gpu(kernel, pf)
+    return list(gpu.policies)
+
+
+def op_supported_types(kernel, pf):
+    _gpu(kernel, pf)
+    return [t.number for t in kernel.gpu_types(pf)]
+
+
+def op_creatable_types(kernel, pf):
+    """The types some free enabled VF of ``pf`` lists now."""
+    _gpu(kernel, pf)
+    found = []
+    for vf in kernel.vendor_vfs():
+        if kernel.profile.device(vf).physfn != pf or kernel.vf_type(vf):
+            continue
+        found.extend(t.number for t in kernel.vf_creatable(vf)
+                     if t.number not in found)
+    return sorted(found)
+
+
+def op_type_info(kernel, number):
+    found = _type(kernel, number)
+    return {'name': found.name or '', 'framebuffer_mb': found.framebuffer,
+            'gi_profile_id': (found.gi_profile_id
+                              if found.gi_profile_id is not None
+                              else INVALID_GPU_INSTANCE_PROFILE_ID),
+            'max_per_gi': found.max_per_gi or 0}
+
+
+def op_max_instances(kernel, pf, number):
+    gpu, state = _gpu(kernel, pf)
+    found = _types(kernel, pf).get(number)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              '%s does not offer vGPU type %r'
+                              % (gpu.name, number))
+    return mig.max_instances(gpu, state, found)
+
+
+def _placements(kernel, pf, number):
+    gpu, state = _gpu(kernel, pf)
+    found = _types(kernel, pf).get(number)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              '%s does not offer vGPU type %r'
+                              % (gpu.name, number))
+    if mig.is_mig_backed(found):
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              'placements are for time-sliced vGPUs; %s '
+                              'is MIG-backed' % found.name)
+    return gpu, state, found
+
+
+def op_supported_placements(kernel, pf, number, mode):
+    gpu, state, found = _placements(kernel, pf, number)
+    heterogeneous = mode == mig.NVML_VGPU_PGPU_HETEROGENEOUS_MODE
+    size = mig.placement_size(gpu, found, heterogeneous)
+    return [size or 0, list(mig.supported_placements(gpu, found,
+                                                     heterogeneous))]
+
+
+def op_creatable_placements(kernel, pf, number):
+    gpu, state, found = _placements(kernel, pf, number)
+    placed = list(kernel.gpu_vgpus(pf).values())
+    types = {t.id: t for t in kernel.gpu_types(pf)}
+    size = mig.placement_size(gpu, found, state.heterogeneous)
+    return [size or 0, list(mig.creatable_placements(
+        gpu, state, found, placed, types))]
+
+
+def op_gi_creatable_types(kernel, pf, gi):
+    gpu, state = _gpu(kernel, pf)
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no GPU instance %r' % (gi,))
+    placed = list(kernel.gpu_vgpus(pf).values())
+    types = {t.id: t for t in kernel.gpu_types(pf)}
+    return [t.number for t in kernel.gpu_types(pf)
+            if mig.is_mig_backed(t) and mig.gi_room(found, t, placed, types)]
+
+
+def _instances(kernel):
+    """``{instance id: VF}``: a vGPU's NVML instance id is its VF's
+    position in the profile (stable across processes), from 1."""
+    return {i + 1: dev.address
+            for i, dev in enumerate(kernel.profile.devices)}
+
+
+def op_active_vgpus(kernel, pf):
+    _gpu(kernel, pf)
+    vgpus = kernel.gpu_vgpus(pf)
+    return [i for i, vf in _instances(kernel).items() if vf in vgpus]
+
+
+def op_gi_active_vgpus(kernel, pf, gi):
+    _gpu(kernel, pf)
+    vgpus = kernel.gpu_vgpus(pf)
+    return [i for i, vf in _instances(kernel).items()
+            if vf in vgpus and vgpus[vf].gi == gi]
+
+
+def op_vgpu_instance(kernel, instance):
+    vf = _instances(kernel).get(instance)
+    dev = kernel.profile.device(vf) if vf is not None else None
+    placed = None
+    if dev is not None and dev.physfn in kernel.driver_gpus():
+        placed = kernel.gpu_vgpus(dev.physfn).get(vf)
+    if placed is None:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no vGPU instance %r' % (instance,))
+    return {'type': objects.vendor_type_number(placed.type_id), 'vf': vf,
+            'bus_id': _bus_id(vf), 'gi': placed.gi,
+            'placement': placed.placement, 'mdev_uuid': None,
+            'fb_usage_mib': 0}
+
+
+OPS = {name[3:]: function for name, function in dict(globals()).items()
+       if name.startswith('op_')}
+
+
+# --- libnvidia-ml's C functions over the driver ------------------------------
+
+def _obj(value):
+    """The ctypes object behind ``byref(x)`` (or ``value`` itself)."""
+    return value._obj if isinstance(value, _CArgType) else value
+
+
+_CArgType = _CARG
+
+
+def _int(value):
+    value = _obj(value)
+    return value.value if hasattr(value, 'value') else int(value)
+
+
+def _address_of(handle):
+    return ctypes.cast(_obj(handle), ctypes.c_void_p).value
+
+
+def _store_pointer(slot, value):
+    ctypes.c_void_p.from_address(slot).value = value
+
+
+def _bus_id(address):
+    """``0000:4e:00.0`` -> ``00000000:4E:00.0`` (NVML's form)."""
+    domain, bus, rest = address.split(':')
+    return ('%08X:%s:%s' % (int(domain, 16), bus.upper(), rest.upper()))
+
+
+class SimLibrary(object):
+    """The C functions of ``libnvidia-ml.so.1`` that the binding calls,
+    answering from ``backend`` (``KernelBackend``, ``TreeBackend`` or
+    ``LiveBackend``).  Each takes what the binding's wrapper passes and
+    returns an ``nvmlReturn_t``."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._handles = {}        # address -> ('gpu', pf) | ('gi', pf, id)
+        self._keys = {}           # key -> (address, buffer kept alive)
+        self._initialised = 0
+        self._lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------
+
+    def _handle(self, *key):
+        with self._lock:
+            if key not in self._keys:
+                buffer = ctypes.create_string_buffer(8)
+                address = ctypes.addressof(buffer)
+                self._keys[key] = (address, buffer)
+                self._handles[address] = key
+            return self._keys[key][0]
+
+    def _key(self, handle, kind):
+        key = self._handles.get(_address_of(handle))
+        if key is None or key[0] != kind:
+            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                                  'not a %s handle' % kind)
+        return key
+
+    def _pf(self, handle):
+        return self._key(handle, 'gpu')[1]
+
+    def _call(self, op, *args):
+        if not self._initialised:
+            raise mig.DriverError(mig.NVML_ERROR_UNINITIALIZED,
+                                  'nvmlInit first')
+        return self._backend.call(op, *args)
+
+    def __getattr__(self, name):
+        function = _FUNCTIONS.get(name)
+        if function is None:
+            raise AttributeError(name)
+
+        def call(*args):
+            try:
+                result = function(self, *args)
+            except mig.DriverError as e:
+                return e.code
+            return mig.NVML_SUCCESS if result is None else result
+        call.__name__ = name
+        return call
+
+
+_FUNCTIONS = {}
+
+
+def _c(function):
+    """Register ``function`` as the C function of its name."""
+    _FUNCTIONS[function.__name__] = function
+    return function
+
+
+@_c
+def nvmlInitWithFlags(lib, flags):
+    refused = getattr(lib._backend, 'init_error', None)
+    if refused:
+        return refused
+    lib._initialised += 1
+
+
+@_c
+def nvmlShutdown(lib):
+    if not lib._initialised:
+        return mig.NVML_ERROR_UNINITIALIZED
+    lib._initialised -= 1
+
+
+@_c
+def nvmlErrorString(lib, code):
+    return ERROR_STRINGS.get(_int(code), 'Unknown Error').encode()
+
+
+@_c
+def nvmlDeviceGetCount_v2(lib, count):
+    _obj(count).value = len(lib._call('gpus'))
+
+
+@_c
+def nvmlDeviceGetHandleByIndex_v2(lib, index, device):
+    gpus = lib._call('gpus')
+    index = _int(index)
+    if not 0 <= index < len(gpus):
+        return mig.NVML_ERROR_INVALID_ARGUMENT
+    _store_pointer(ctypes.addressof(_obj(device)),
+                   lib._handle('gpu', gpus[index]))
+
+
+@_c
+def nvmlDeviceGetHandleByPciBusId_v2(lib, bus_id, device):
+    bus_id = getattr(bus_id, 'value', bus_id)       # c_char_p
+    text = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+    for pf in lib._call('gpus'):
+        # NVML takes its own form and the short one (0000:4e:00.0)
+        if text.upper() in (_bus_id(pf), pf.upper()):
+            _store_pointer(ctypes.addressof(_obj(device)),
+                           lib._handle('gpu', pf))
+            return mig.NVML_SUCCESS
+    return mig.NVML_ERROR_NOT_FOUND
+
+
+def _about(lib, device, field):
+    """``field`` of what NVML says of ``device``; None: Not Supported."""
+    value = lib._call('device', lib._pf(device))[field]
+    if value is None:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              '%s: not supported' % field)
+    return value
+
+
+@_c
+def nvmlDeviceGetPciInfo_v3(lib, device, info):
+    about = lib._call('device', lib._pf(device))
+    info = _obj(info)
+    info.busId = info.busIdLegacy = about['bus_id'].encode()
+    parts = about['bus_id'].replace('.', ':').split(':')
+    if len(parts) == 4 and all(re.fullmatch('[0-9A-Fa-f]+', p)
+                               for p in parts):
+        info.domain, info.bus, info.device = (int(p, 16)
+                                              for p in parts[:3])
+    info.pciDeviceId = about['pci_device_id']
+    info.pciSubSystemId = about['pci_subsystem_id']
+
+
+@_c
+def nvmlDeviceGetName(lib, device, name, length):
+    text = _about(lib, device, 'name').encode()
+    if len(text) >= _int(length):
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    name.value = text
+
+
+@_c
+def nvmlDeviceGetMemoryInfo(lib, device, memory):
+    total = _about(lib, device, 'memory_mib') << 20
+    used = _about(lib, device, 'memory_used_mib') << 20
+    memory = _obj(memory)
+    memory.total, memory.free, memory.used = total, total - used, used
+
+
+@_c
+def nvmlDeviceGetVirtualizationMode(lib, device, mode):
+    _obj(mode).value = _about(lib, device, 'virtualization_mode')
+
+
+@_c
+def nvmlDeviceGetUtilizationRates(lib, device, rates):
+    rates = _obj(rates)
+    rates.gpu, rates.memory = lib._call('utilization', lib._pf(device))
+
+
+@_c
+def nvmlDeviceGetVgpuUtilization(lib, device, since, value_type, count,
+                                 samples):
+    found = lib._call('vgpu_samples', lib._pf(device))
+    count = _obj(count)
+    if samples is None or count.value < len(found):
+        short = bool(found)
+        count.value = len(found)
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE if short \
+            else mig.NVML_SUCCESS
+    _obj(value_type).value = 1                  # NVML_VALUE_TYPE_UNSIGNED_INT
+    samples = _obj(samples)
+    for i, (instance, sm) in enumerate(found):
+        samples[i].vgpuInstance = instance
+        samples[i].timeStamp = _int(since) + 1
+        samples[i].smUtil.uiVal = sm
+    count.value = len(found)
+
+
+@_c
+def nvmlDeviceGetMigMode(lib, device, current, pending):
+    mode = _about(lib, device, 'mig_mode')
+    current_mode, pending_mode = mode if isinstance(mode, list) else (
+        mode, mode)
+    _obj(current).value = current_mode
+    _obj(pending).value = pending_mode
+
+
+@_c
+def nvmlDeviceSetMigMode(lib, device, mode, status):
+    lib._call('set_mig_mode', lib._pf(device), _int(mode))
+    _obj(status).value = mig.NVML_SUCCESS
+
+
+def _fill_profile(target, info):
+    for field, value in info.items():
+        if field == 'name':
+            if hasattr(target, 'name'):
+                target.name = value.encode()
+        else:
+            setattr(target, field, value)
+
+
+@_c
+def nvmlDeviceGetGpuInstanceProfileInfo(lib, device, profile, info):
+    _fill_profile(_obj(info), lib._call('gi_profile_info', lib._pf(device),
+                                        _int(profile)))
+
+
+@_c
+def nvmlDeviceGetGpuInstanceProfileInfoV(lib, device, profile, info):
+    _fill_profile(_obj(info), lib._call('gi_profile_info', lib._pf(device),
+                                        _int(profile)))
+
+
+@_c
+def nvmlDeviceGetGpuInstanceProfileInfoByIdV(lib, device, profile_id,
+                                             info):
+    _fill_profile(_obj(info), lib._call('gi_profile_info_by_id',
+                                        lib._pf(device), _int(profile_id)))
+
+
+@_c
+def nvmlDeviceGetGpuInstanceRemainingCapacity(lib, device, profile_id,
+                                              count):
+    _obj(count).value = lib._call('gi_remaining', lib._pf(device),
+                                  _int(profile_id))
+
+
+def _fill_array(array, count, values, store, sized=True):
+    """A listing into the caller's ``array``.  ``sized``: NVML's two-step
+    form (``count`` in: the array's length; a NULL array or one too short
+    gets ``INSUFFICIENT_SIZE`` and the count needed); else ``count`` is
+    only out and the array is as long as the profile allows (a NULL array
+    asks for the count)."""
+    count = _obj(count)
+    if array is None or (sized and count.value < len(values)):
+        short = sized and count.value < len(values)
+        count.value = len(values)
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE if short \
+            else mig.NVML_SUCCESS
+    for i, value in enumerate(values):
+        store(_obj(array), i, value)
+    count.value = len(values)
+    return mig.NVML_SUCCESS
+
+
+def _store_placement(array, i, value):
+    array[i].start, array[i].size = value
+
+
+@_c
+def nvmlDeviceGetGpuInstancePossiblePlacements_v2(lib, device, profile_id,
+                                                  placements, count):
+    values = lib._call('gi_possible_placements', lib._pf(device),
+                       _int(profile_id))
+    return _fill_array(placements, count, values, _store_placement,
+                       sized=False)
+
+
+@_c
+def nvmlDeviceCreateGpuInstance(lib, device, profile_id, instance):
+    pf = lib._pf(device)
+    gi = lib._call('create_gi', pf, _int(profile_id))
+    _store_pointer(ctypes.addressof(_obj(instance)),
+                   lib._handle('gi', pf, gi))
+
+
+@_c
+def nvmlDeviceCreateGpuInstanceWithPlacement(lib, device, profile_id,
+                                             placement, instance):
+    pf = lib._pf(device)
+    gi = lib._call('create_gi', pf, _int(profile_id), _obj(placement).start)
+    _store_pointer(ctypes.addressof(_obj(instance)),
+                   lib._handle('gi', pf, gi))
+
+
+@_c
+def nvmlGpuInstanceDestroy(lib, instance):
+    _, pf, gi = lib._key(instance, 'gi')
+    lib._call('destroy_gi', pf, gi)
+
+
+def _store_handle(array, i, value):
+    _store_pointer(ctypes.addressof(array) + i * _POINTER_SIZE, value)
+
+
+@_c
+def nvmlDeviceGetGpuInstances(lib, device, profile_id, instances, count):
+    pf = lib._pf(device)
+    values = [lib._handle('gi', pf, gi)
+              for gi in lib._call('gis', pf, _int(profile_id))]
+    return _fill_array(instances, count, values, _store_handle,
+                       sized=False)
+
+
+@_c
+def nvmlDeviceGetGpuInstanceById(lib, device, gi, instance):
+    pf = lib._pf(device)
+    lib._call('gi_info', pf, _int(gi))
+    _store_pointer(ctypes.addressof(_obj(instance)),
+                   lib._handle('gi', pf, _int(gi)))
+
+
+@_c
+def nvmlGpuInstanceGetInfo(lib, instance, info):
+    _, pf, gi = lib._key(instance, 'gi')
+    gid, profile_id, start, size, _ = lib._call('gi_info', pf, gi)
+    info = _obj(info)
+    _store_pointer(ctypes.addressof(info), lib._handle('gpu', pf))
+    info.id, info.profileId = gid, profile_id
+    info.placement.start, info.placement.size = start, size
+
+
+@_c
+def nvmlGpuInstanceGetComputeInstanceProfileInfoV(lib, instance, profile,
+                                                  engine_profile, info):
+    _, pf, gi = lib._key(instance, 'gi')
+    _fill_profile(_obj(info), lib._call('ci_profile_info', pf, gi,
+                                        _int(profile)))
+
+
+@_c
+def nvmlGpuInstanceGetVgpuSchedulerState_v2(lib, instance, state):
+    _, pf, gi = lib._key(instance, 'gi')
+    policy, avg_factor, timeslice = lib._call('gi_scheduler', pf, gi)
+    state = _obj(state)
+    state.schedulerPolicy, state.avgFactor = policy, avg_factor
+    state.timeslice = timeslice
+
+
+@_c
+def nvmlGpuInstanceSetVgpuSchedulerState_v2(lib, instance, state):
+    _, pf, gi = lib._key(instance, 'gi')
+    state = _obj(state)
+    lib._call('set_gi_scheduler', pf, gi, state.schedulerPolicy,
+              state.avgFactor, state.frequency)
+
+
+@_c
+def nvmlGpuInstanceCreateComputeInstance(lib, instance, profile_id,
+                                         compute):
+    _, pf, gi = lib._key(instance, 'gi')
+    ci = lib._call('create_ci', pf, gi, _int(profile_id))
+    _store_pointer(ctypes.addressof(_obj(compute)),
+                   lib._handle('ci', pf, gi, ci))
+
+
+@_c
+def nvmlGpuInstanceGetComputeInstances(lib, instance, profile_id, computes,
+                                       count):
+    _, pf, gi = lib._key(instance, 'gi')
+    _, _, _, _, ci = lib._call('gi_info', pf, gi)
+    values = [] if ci is None else [lib._handle('ci', pf, gi, ci)]
+    return _fill_array(computes, count, values, _store_handle,
+                       sized=False)
+
+
+@_c
+def nvmlComputeInstanceDestroy(lib, compute):
+    _, pf, gi, ci = lib._key(compute, 'ci')
+    lib._call('destroy_ci', pf, gi, ci)
+
+
+@_c
+def nvmlComputeInstanceGetInfo_v2(lib, compute, info):
+    _, pf, gi, ci = lib._key(compute, 'ci')
+    _, profile_id, _, _, now = lib._call('gi_info', pf, gi)
+    if now != ci:
+        return mig.NVML_ERROR_INVALID_ARGUMENT
+    info = _obj(info)
+    _store_pointer(ctypes.addressof(info), lib._handle('gpu', pf))
+    _store_pointer(ctypes.addressof(info) + _POINTER_SIZE,
+                   lib._handle('gi', pf, gi))
+    info.id = ci
+
+
+@_c
+def nvmlDeviceGetVgpuHeterogeneousMode(lib, device, mode):
+    _obj(mode).mode = lib._call('heterogeneous', lib._pf(device))
+
+
+@_c
+def nvmlDeviceSetVgpuHeterogeneousMode(lib, device, mode):
+    lib._call('set_heterogeneous', lib._pf(device), _obj(mode).mode)
+
+
+@_c
+def nvmlDeviceGetVgpuSchedulerState_v2(lib, device, state):
+    policy, avg_factor, timeslice = lib._call('scheduler', lib._pf(device))
+    state = _obj(state)
+    state.schedulerPolicy, state.avgFactor = policy, avg_factor
+    state.timeslice = timeslice
+
+
+@_c
+def nvmlDeviceSetVgpuSchedulerState_v2(lib, device, state):
+    state = _obj(state)
+    lib._call('set_scheduler', lib._pf(device), state.schedulerPolicy,
+              state.avgFactor, state.frequency)
+
+
+@_c
+def nvmlDeviceGetVgpuSchedulerCapabilities(lib, device, caps):
+    policies = lib._call('scheduler_caps', lib._pf(device))
+    caps = _obj(caps)
+    for i, policy in enumerate(policies):
+        caps.supportedSchedulers[i] = policy
+    caps.minTimeslice = mig.MIN_TIMESLICE_NS
+    caps.maxTimeslice = mig.MAX_TIMESLICE_NS
+    caps.isArrModeSupported = 1
+    caps.minFrequencyForARR = mig.MIN_FREQUENCY
+    caps.maxFrequencyForARR = mig.MAX_FREQUENCY
+    caps.minAvgFactorForARR = mig.MIN_AVG_FACTOR
+    caps.maxAvgFactorForARR = mig.MAX_AVG_FACTOR
+
+
+def _store_uint(array, i, value):
+    array[i] = value
+
+
+@_c
+def nvmlDeviceGetSupportedVgpus(lib, device, count, ids):
+    values = lib._call('supported_types', lib._pf(device))
+    return _fill_array(ids, count, values, _store_uint)
+
+
+@_c
+def nvmlDeviceGetCreatableVgpus(lib, device, count, ids):
+    values = lib._call('creatable_types', lib._pf(device))
+    return _fill_array(ids, count, values, _store_uint)
+
+
+@_c
+def nvmlVgpuTypeGetName(lib, number, name, size):
+    text = lib._call('type_info', _int(number))['name'].encode()
+    if len(text) >= _int(size):
+        _obj(size).value = len(text) + 1
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    name.value = text
+    _obj(size).value = len(text) + 1
+
+
+@_c
+def nvmlVgpuTypeGetFramebufferSize(lib, number, size):
+    _obj(size).value = lib._call('type_info', _int(number))[
+        'framebuffer_mb'] << 20
+
+
+@_c
+def nvmlVgpuTypeGetMaxInstances(lib, device, number, count):
+    _obj(count).value = lib._call('max_instances', lib._pf(device),
+                                  _int(number))
+
+
+@_c
+def nvmlVgpuTypeGetGpuInstanceProfileId(lib, number, profile_id):
+    _obj(profile_id).value = lib._call('type_info', _int(number))[
+        'gi_profile_id']
+
+
+@_c
+def nvmlVgpuTypeGetMaxInstancesPerGpuInstance(lib, info):
+    info = _obj(info)
+    found = lib._call('type_info', info.vgpuTypeId)
+    if not found['max_per_gi']:
+        return mig.NVML_ERROR_NOT_SUPPORTED
+    info.maxInstancePerGI = found['max_per_gi']
+
+
+def _fill_placements(target, size, ids):
+    target = _obj(target)
+    capacity = target.count
+    if len(ids) > capacity:
+        target.count = len(ids)
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    target.placementSize = size
+    for i, placement in enumerate(ids):
+        target.placementIds[i] = placement
+    target.count = len(ids)
+    return mig.NVML_SUCCESS
+
+
+@_c
+def nvmlDeviceGetVgpuTypeSupportedPlacements(lib, device, number, target):
+    # v1 has no mode (the GPU's current one); v2 asks for one
+    pf = lib._pf(device)
+    obj = _obj(target)
+    if hasattr(obj, 'mode'):
+        mode = obj.mode
+    else:
+        mode = lib._call('heterogeneous_or_homogeneous', pf)
+    size, ids = lib._call('supported_placements', pf, _int(number), mode)
+    if not hasattr(obj, 'mode'):
+        obj.count = lib._call('max_instances', pf, _int(number))
+    return _fill_placements(target, size, ids)
+
+
+@_c
+def nvmlDeviceGetVgpuTypeCreatablePlacements(lib, device, number, target):
+    pf = lib._pf(device)
+    obj = _obj(target)
+    if not hasattr(obj, 'mode'):
+        obj.count = lib._call('max_instances', pf, _int(number))
+    size, ids = lib._call('creatable_placements', pf, _int(number))
+    return _fill_placements(target, size, ids)
+
+
+@_c
+def nvmlGpuInstanceGetCreatableVgpus(lib, instance, info):
+    _, pf, gi = lib._key(instance, 'gi')
+    values = lib._call('gi_creatable_types', pf, gi)
+    info = _obj(info)
+    if not info.vgpuTypeIds or info.vgpuCount < len(values):
+        info.vgpuCount = len(values)
+        return (mig.NVML_ERROR_INSUFFICIENT_SIZE if values
+                else mig.NVML_SUCCESS)
+    for i, value in enumerate(values):
+        info.vgpuTypeIds[i] = value
+    info.vgpuCount = len(values)
+
+
+@_c
+def nvmlGpuInstanceGetActiveVgpus(lib, instance, info):
+    _, pf, gi = lib._key(instance, 'gi')
+    values = lib._call('gi_active_vgpus', pf, gi)
+    info = _obj(info)
+    if not info.vgpuInstances or info.vgpuCount < len(values):
+        info.vgpuCount = len(values)
+        return (mig.NVML_ERROR_INSUFFICIENT_SIZE if values
+                else mig.NVML_SUCCESS)
+    for i, value in enumerate(values):
+        info.vgpuInstances[i] = value
+    info.vgpuCount = len(values)
+
+
+@_c
+def nvmlDeviceGetActiveVgpus(lib, device, count, instances):
+    values = lib._call('active_vgpus', lib._pf(device))
+    return _fill_array(instances, count, values, _store_uint)
+
+
+@_c
+def nvmlVgpuInstanceGetType(lib, instance, number):
+    _obj(number).value = lib._call('vgpu_instance', _int(instance))['type']
+
+
+def _instance(lib, instance, field):
+    value = lib._call('vgpu_instance', _int(instance))[field]
+    if value is None:
+        raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
+                              '%s: not supported' % field)
+    return value
+
+
+@_c
+def nvmlVgpuInstanceGetMdevUUID(lib, instance, uuid, length):
+    text = _instance(lib, instance, 'mdev_uuid').encode()
+    if len(text) >= _int(length):
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    _obj(uuid).value = text
+
+
+@_c
+def nvmlVgpuInstanceGetFbUsage(lib, instance, usage):
+    _obj(usage).value = _instance(lib, instance, 'fb_usage_mib') << 20
+
+
+@_c
+def nvmlVgpuInstanceGetGpuPciId(lib, instance, bus_id, length):
+    text = _instance(lib, instance, 'bus_id').encode()
+    if len(text) >= _int(length):
+        _obj(length).value = len(text) + 1
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    bus_id.value = text
+
+
+@_c
+def nvmlVgpuInstanceGetGpuInstanceId(lib, instance, gi):
+    found = lib._call('vgpu_instance', _int(instance))['gi']
+    if found is None:
+        return mig.NVML_ERROR_NOT_SUPPORTED
+    _obj(gi).value = found
+
+
+@_c
+def nvmlVgpuInstanceGetPlacementId(lib, instance, placement):
+    found = lib._call('vgpu_instance', _int(instance))['placement']
+    if found is None:
+        return mig.NVML_ERROR_NOT_SUPPORTED
+    _obj(placement).placementId = found
+
+
+def op_heterogeneous_or_homogeneous(kernel, pf):
+    _, state = _gpu(kernel, pf)
+    return (mig.NVML_VGPU_PGPU_HETEROGENEOUS_MODE if state.heterogeneous
+            else mig.NVML_VGPU_PGPU_HOMOGENEOUS_MODE)
+
+
+OPS['heterogeneous_or_homogeneous'] = op_heterogeneous_or_homogeneous
+EXPORTED = tuple(sorted(_FUNCTIONS))
