@@ -1,0 +1,206 @@
+"""Capacity that is the driver's (issue 28 item 4): on a GPU in MIG mode
+the room of a MIG-backed type is max instances per GI x the GIs of its
+profile; on a GPU in mixed-size mode it is the type's creatable
+placements.  Checked against the simulated driver (the kernel double and
+the simulated NVML over the same tree): the numbers the product computes
+are exactly what the driver then makes, and the next vGPU is refused in
+one line naming the type and the GPU."""
+
+import os
+import shutil
+import tempfile
+import uuid as uuid_mod
+
+import pytest
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices import capacity
+from libvirt_gpu.devices import nvml
+from libvirt_gpu.devices.backends import nvidia_vgpu
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu import simulator
+from libvirt_gpu.simulator import nvml as sim_nvml
+from tests.doubles import kernel_sysfs
+
+H100 = objects.PciAddress.parse('0000:4e:00.0')
+L40S = objects.PciAddress.parse('0000:bd:00.0')
+H100_1_10C = objects.TypeId.parse('nvidia-1308')   # 1g.10gb, 1 per GI
+H100_1_20C = objects.TypeId.parse('nvidia-1310')   # 1g.20gb
+H100_40C = objects.TypeId.parse('nvidia-1306')     # time-sliced
+L40S_12Q = objects.TypeId.parse('nvidia-1153')     # 4 per GPU
+GI_1G_10GB, GI_1G_20GB, GI_3G_40GB = 19, 15, 9
+
+
+@pytest.fixture
+def fast_tmp():
+    path = tempfile.mkdtemp(prefix='lgpu-migcap-')
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Host(object):
+    """A simulated host: its tree, the kernel double writing it, the
+    simulated NVML over the same tree, and the vendor kind."""
+
+    def __init__(self, root, profile, state_dir):
+        simulator.write_sysfs(simulator.load_profile(profile), root)
+        self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
+        self.nvml = nvml.Nvml(sim_nvml.module(sysfs_root=root))
+        self.backend = nvidia_vgpu.NvidiaVgpuBackend(
+            self.sysfs, state_dir, remove_timeout=1.0, retry_stop=0.5,
+            nvml=self.nvml)
+
+    def vfs(self, gpu, count):
+        path = os.path.join(self.sysfs.pci_dir(gpu), 'sriov_numvfs')
+        self.sysfs.write(path, '0')
+        if count:
+            self.sysfs.write(path, str(count))
+
+    def mig(self, gpu, gis):
+        """MIG mode on, the VFs, then the GIs (the driver's order)."""
+        self.vfs(gpu, 0)
+        with self.nvml.session() as session:
+            session.set_mig_mode(gpu, True)
+        self.vfs(gpu, 16)
+        with self.nvml.session() as session:
+            profiles = {p.id: p for p in session.gi_profiles(gpu)}
+            for profile in gis:
+                session.create_gpu_instance(gpu, profiles[profile])
+        self.refresh(gpu)
+
+    def refresh(self, gpu):
+        """Rewrite the VFs' creatable lists from the driver's state (a
+        static tree; the real driver computes them on each read)."""
+        with self.sysfs.kernel._write(str(gpu)):
+            pass
+
+    def mixed(self, gpu):
+        self.vfs(gpu, 0)
+        self.vfs(gpu, 16)
+        with self.nvml.session() as session:
+            session.set_mixed_size(gpu, True)
+        self.refresh(gpu)
+
+    def fill(self, gpu, type_id):
+        """Make vGPUs of ``type_id`` on ``gpu`` as the hook does (a free VF
+        that lists the type, then prepare) until the kind refuses;
+        returns how many it made and the refusal."""
+        made = 0
+        while True:
+            try:
+                vf = self.backend.choose_vf(gpu, type_id)
+                self.backend.prepare(base.VgpuDevice(
+                    uuid=objects.Uuid.parse(str(uuid_mod.uuid4())),
+                    parent=vf, type_id=type_id))
+            except exception.NoCapacity as e:
+                return made, e
+            made += 1
+
+
+@pytest.fixture
+def h100(fast_tmp):
+    return Host(os.path.join(fast_tmp, 'sys'), 'h100-80gb',
+                os.path.join(fast_tmp, 'state'))
+
+
+@pytest.fixture
+def l40s(fast_tmp):
+    return Host(os.path.join(fast_tmp, 'sys'), 'l40s',
+                os.path.join(fast_tmp, 'state'))
+
+
+def _total(host, gpu, type_id):
+    room = host.backend.room(gpu, type_id)
+    return room, capacity.vgpu_total(None, objects.EnabledType(type_id),
+                                     room=room)
+
+
+def _one_line(error):
+    text = str(error)
+    assert '\n' not in text
+    return text
+
+
+def test_mig_backed_room_is_max_per_gi_times_its_gis(h100):
+    # 4 x 1g.10gb + 1 x 3g.40gb: H100-1-10C fits the four 1g.10gb GIs
+    # only, one per GI; 12 free VFs list it, and it is not 7 (the type's
+    # maximum on an empty GPU)
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    room, total = _total(h100, H100, H100_1_10C)
+    assert room.mode == capacity.MODE_MIG
+    assert total == 4
+    assert [(g.profile, g.capacity) for g in room.gis] == [
+        ('3g.40gb', 0)] + [('1g.10gb', 1)] * 4
+    made, refusal = h100.fill(H100, H100_1_10C)
+    assert made == total                   # the driver made every one
+    text = _one_line(refusal)
+    assert str(H100_1_10C) in text and str(H100) in text
+    room, total = _total(h100, H100, H100_1_10C)
+    assert total == 4 and room.used == 4
+    assert [g.free for g in room.gis] == [0] * 5
+
+
+def test_a_type_of_no_gi_in_the_layout_has_no_room(h100):
+    h100.mig(H100, [GI_1G_10GB] * 2)
+    assert _total(h100, H100, H100_1_20C)[1] == 0
+    assert h100.fill(H100, H100_1_20C)[0] == 0
+
+
+def test_mixed_size_room_is_the_creatable_placements(l40s):
+    l40s.mixed(L40S)
+    room, total = _total(l40s, L40S, L40S_12Q)
+    assert room.mode == capacity.MODE_MIXED
+    assert room.placement_size == 8 and room.placements == (0, 8, 16, 24)
+    assert total == 4
+    made, refusal = l40s.fill(L40S, L40S_12Q)
+    assert made == total
+    text = _one_line(refusal)
+    assert str(L40S_12Q) in text and str(L40S) in text
+    room, total = _total(l40s, L40S, L40S_12Q)
+    assert (room.used, room.placements, total) == (4, (), 4)
+
+
+def test_equal_size_keeps_the_vf_rule(l40s):
+    l40s.vfs(L40S, 16)
+    assert l40s.backend.room(L40S, L40S_12Q) is None
+
+
+def test_without_nvml_no_room_is_read(l40s):
+    l40s.backend.nvml = None
+    assert l40s.backend.room(L40S, L40S_12Q) is None
+
+
+# --- the pure rules ----------------------------------------------------------
+
+class _Gi(object):
+    def __init__(self, id, profile_id):
+        self.id, self.profile_id = id, profile_id
+
+
+def test_gi_rooms_multiply_max_per_gi():
+    gis = [_Gi(3, 19), _Gi(4, 19), _Gi(1, 9)]
+    rooms = capacity.gi_rooms(gis, {19: '1g.10gb', 9: '3g.40gb'}, 19, 2,
+                              10240, [(3, 10240)])
+    assert [(r.id, r.capacity, r.used, r.free) for r in rooms] == [
+        (1, 0, 0, 0), (3, 2, 1, 1), (4, 2, 0, 2)]
+    room = capacity.DriverRoom(mode=capacity.MODE_MIG, type_id=H100_1_10C,
+                               used=1, gis=rooms)
+    assert room.total == 4
+
+
+def test_a_gi_holding_another_framebuffer_size_gives_none():
+    rooms = capacity.gi_rooms([_Gi(3, 19), _Gi(4, 19)], {}, 19, 2, 10240,
+                              [(3, 5120)])
+    assert [(r.capacity, r.used, r.free) for r in rooms] == [
+        (0, 1, 0), (2, 0, 2)]
+
+
+def test_max_instances_lowers_the_room_never_below_what_exists():
+    room = capacity.DriverRoom(mode=capacity.MODE_MIXED, type_id=L40S_12Q,
+                               used=3, placement_size=8, placements=(24,))
+    assert capacity.room_total(room, objects.EnabledType(L40S_12Q)) == 4
+    assert capacity.room_total(room, objects.EnabledType(
+        L40S_12Q, max_instances=2)) == 3
+    assert capacity.vgpu_total(None, objects.EnabledType(
+        L40S_12Q, max_instances=1), room=room) == 3
