@@ -17,10 +17,13 @@ from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.devices import nvml
 from libvirt_gpu.devices.backends import nvidia_vgpu
+from libvirt_gpu.devices.backends import registry
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import nvml as sim_nvml
+from libvirt_gpu.store import allocator as allocator_mod
+from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 
 H100 = objects.PciAddress.parse('0000:4e:00.0')
@@ -44,6 +47,7 @@ class Host(object):
     simulated NVML over the same tree, and the vendor kind."""
 
     def __init__(self, root, profile, state_dir):
+        self.state_dir = state_dir
         simulator.write_sysfs(simulator.load_profile(profile), root)
         self.sysfs = kernel_sysfs.KernelSysfs(root, profile)
         self.nvml = nvml.Nvml(sim_nvml.module(sysfs_root=root))
@@ -110,6 +114,28 @@ def l40s(fast_tmp):
                 os.path.join(fast_tmp, 'state'))
 
 
+def _allocator(host, gpu, type_id):
+    return allocator_mod.Allocator(
+        registry.Vgpus(host.sysfs, [host.backend]),
+        state.LeaseStore(host.state_dir),
+        {gpu: objects.EnabledType(type_id)})
+
+
+def _reserve_all(host, gpu, type_id):
+    """Leases of ``type_id`` until the allocator refuses (none created
+    yet), then each vGPU made by the driver on the VF it was given."""
+    alloc = _allocator(host, gpu, type_id)
+    grants = []
+    domain = objects.Uuid.parse(str(uuid_mod.uuid4()))
+    with pytest.raises(exception.NoCapacity) as refused:
+        for _ in range(64):
+            grants.extend(alloc.reserve(domain, [allocator_mod.VgpuClaim(
+                objects.Uuid.parse(str(uuid_mod.uuid4())), type_id)]))
+    for grant in grants:
+        assert host.backend.prepare(grant.device) is True
+    return alloc, len(grants), refused.value
+
+
 def _total(host, gpu, type_id):
     room = host.backend.room(gpu, type_id)
     return room, capacity.vgpu_total(None, objects.EnabledType(type_id),
@@ -169,6 +195,25 @@ def test_equal_size_keeps_the_vf_rule(l40s):
 def test_without_nvml_no_room_is_read(l40s):
     l40s.backend.nvml = None
     assert l40s.backend.room(L40S, L40S_12Q) is None
+
+
+def test_the_allocator_promises_what_the_mig_driver_makes(h100):
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    assert _allocator(h100, H100, H100_1_10C).capacity(H100_1_10C) == {
+        H100: 4}
+    alloc, granted, refusal = _reserve_all(h100, H100, H100_1_10C)
+    assert granted == 4                 # every lease was made above
+    text = _one_line(refusal)
+    assert str(H100_1_10C) in text and str(H100) in text
+    assert alloc.capacity(H100_1_10C) == {H100: 0}
+
+
+def test_the_allocator_promises_what_the_mixed_size_driver_makes(l40s):
+    l40s.mixed(L40S)
+    alloc, granted, refusal = _reserve_all(l40s, L40S, L40S_12Q)
+    assert granted == 4
+    text = _one_line(refusal)
+    assert str(L40S_12Q) in text and str(L40S) in text
 
 
 # --- the pure rules ----------------------------------------------------------
