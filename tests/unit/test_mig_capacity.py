@@ -20,6 +20,7 @@ from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.openstack.placement import model
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import nvml as sim_nvml
 from libvirt_gpu.store import allocator as allocator_mod
@@ -214,6 +215,62 @@ def test_the_allocator_promises_what_the_mixed_size_driver_makes(l40s):
     assert granted == 4
     text = _one_line(refusal)
     assert str(L40S_12Q) in text and str(L40S) in text
+
+
+def _inventory(host, gpu, type_id, rooms):
+    from libvirt_gpu.devices import discovery
+    from tests.doubles import kinds
+    gpus = discovery.from_sysfs(host.sysfs, kinds=kinds.registered()).gpus
+    provider_tree = model.build_tree(
+        'compute-1', gpus, {gpu: objects.EnabledType(type_id)},
+        rooms=rooms)
+    (provider,) = [p for p in provider_tree.children
+                   if p.name == model.gpu_provider_name('compute-1', gpu)]
+    (inventory,) = provider.inventories
+    return inventory.total
+
+
+class _Env(object):
+    """What ``model.driver_rooms`` reads of an Environment."""
+
+    def __init__(self, host, enabled):
+        self.enabled = enabled
+        self.vgpus = registry.Vgpus(host.sysfs, [host.backend])
+
+
+def test_placement_reports_max_per_gi_times_the_gis(h100):
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    env = _Env(h100, {H100: objects.EnabledType(H100_1_10C)})
+    rooms = model.driver_rooms(env)
+    assert set(rooms) == {H100}
+    assert _inventory(h100, H100, H100_1_10C, rooms) == 4
+    # and it stays the GPU's total while the GPU fills
+    h100.fill(H100, H100_1_10C)
+    assert _inventory(h100, H100, H100_1_10C,
+                      model.driver_rooms(env)) == 4
+
+
+def test_placement_reports_the_creatable_placements(l40s):
+    l40s.mixed(L40S)
+    assert l40s.fill(L40S, L40S_12Q)[0] == 4
+    with pytest.raises(exception.NoCapacity):
+        l40s.backend.choose_vf(L40S, L40S_12Q)
+    rooms = model.driver_rooms(_Env(
+        l40s, {L40S: objects.EnabledType(L40S_12Q)}))
+    assert rooms[L40S].used == 4
+    assert _inventory(l40s, L40S, L40S_12Q, rooms) == 4
+
+
+def test_placement_leaves_out_a_gpu_with_no_gi_for_its_type(h100):
+    h100.mig(H100, [GI_3G_40GB])
+    rooms = model.driver_rooms(_Env(
+        h100, {H100: objects.EnabledType(H100_1_10C)}))
+    assert rooms[H100].total == 0
+    from libvirt_gpu.devices import discovery
+    from tests.doubles import kinds
+    gpus = discovery.from_sysfs(h100.sysfs, kinds=kinds.registered()).gpus
+    assert model.build_tree('compute-1', gpus, {
+        H100: objects.EnabledType(H100_1_10C)}, rooms=rooms).children == ()
 
 
 # --- the pure rules ----------------------------------------------------------
