@@ -6,6 +6,7 @@ the simulated NVML over the same tree): the numbers the product computes
 are exactly what the driver then makes, and the next vGPU is refused in
 one line naming the type and the GPU."""
 
+import json
 import os
 import shutil
 import tempfile
@@ -271,6 +272,54 @@ def test_placement_leaves_out_a_gpu_with_no_gi_for_its_type(h100):
     gpus = discovery.from_sysfs(h100.sysfs, kinds=kinds.registered()).gpus
     assert model.build_tree('compute-1', gpus, {
         H100: objects.EnabledType(H100_1_10C)}, rooms=rooms).children == ()
+
+
+def _cli(capsys, host, root, type_id, gpu, *argv):
+    from libvirt_gpu.cmd import main as cli
+    config = os.path.join(os.path.dirname(root), 'libvirt-gpu.conf')
+    with open(config, 'w') as f:
+        f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                '[gpu]\nnvml = simulated\nenabled_vgpu_types = %s\n'
+                '[vgpu_%s]\ndevice_addresses = %s\n' % (
+                    root, host.state_dir, type_id, type_id, gpu))
+    code = cli.main(['--config-file', config, '--sysfs-root', root]
+                    + list(argv))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_list_shows_the_gis_and_the_driver_s_capacity(h100, capsys):
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    root = h100.sysfs.root
+    types = json.loads(_cli(capsys, h100, root, H100_1_10C, H100, 'types',
+                            '--json'))[str(H100)]
+    assert {t['id']: t['available_instances'] for t in types}[
+        str(H100_1_10C)] == 4
+    h100.fill(H100, H100_1_10C)
+    gpus = {g['address']: g for g in json.loads(_cli(
+        capsys, h100, root, H100_1_10C, H100, 'list', '--json'))}
+    gpu = gpus[str(H100)]
+    assert (gpu['vgpu_mode'], gpu['capacity']) == ('mig-backed', 4)
+    assert [(g['profile'], g['used'], g['free'])
+            for g in gpu['gpu_instances']] == [
+        ('3g.40gb', 0, 0)] + [('1g.10gb', 1, 0)] * 4
+    assert 'vgpu_mode' not in gpus['0000:4e:00.4']      # a VF
+    text = _cli(capsys, h100, root, H100_1_10C, H100, 'list')
+    assert '%s: mig-backed %s: GI 2 3g.40gb 0 used 0 free, GI 7 1g.10gb ' \
+        '1 used 0 free' % (H100, H100_1_10C) in text
+
+
+def test_list_shows_the_free_placements(l40s, capsys):
+    l40s.mixed(L40S)
+    l40s.backend.prepare(base.VgpuDevice(
+        uuid=objects.Uuid.parse(str(uuid_mod.uuid4())),
+        parent=l40s.backend.choose_vf(L40S, L40S_12Q), type_id=L40S_12Q))
+    gpus = {g['address']: g for g in json.loads(_cli(
+        capsys, l40s, l40s.sysfs.root, L40S_12Q, L40S, 'list', '--json'))}
+    gpu = gpus[str(L40S)]
+    assert (gpu['vgpu_mode'], gpu['capacity']) == ('mixed-size', 4)
+    assert gpu['placements'] == {'size': 8, 'used': 1, 'free': [8, 16, 24]}
 
 
 # --- the pure rules ----------------------------------------------------------
