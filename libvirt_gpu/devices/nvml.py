@@ -298,6 +298,7 @@ def source(setting, module=None, sysfs_root=HOST_SYSFS):
 # ``nvmlVgpuTypeGetMaxInstancesPerGpuInstance``,
 # ``nvmlDeviceGetVgpuHeterogeneousMode``,
 # ``nvmlDeviceSetVgpuHeterogeneousMode``,
+# ``nvmlDeviceGetVgpuTypeCreatablePlacements``,
 # ``nvmlDeviceGetVgpuSchedulerState_v2``,
 # ``nvmlDeviceSetVgpuSchedulerState_v2``,
 # ``nvmlGpuInstanceGetVgpuSchedulerState_v2``,
@@ -483,6 +484,21 @@ class Session(object):
                           self.handle(address), unanswered=True)
         return None if mode is None else \
             mode == self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE
+
+    def creatable_placements(self, address, type_number):
+        """``(placement size, placement ids free now)`` of the time-sliced
+        vGPU type ``type_number``
+        (``nvmlDeviceGetVgpuTypeCreatablePlacements``); None where the GPU
+        cannot answer."""
+        found = self._call(address,
+                           'nvmlDeviceGetVgpuTypeCreatablePlacements',
+                           self.handle(address), type_number,
+                           unanswered=True)
+        if found is None:
+            return None
+        return (int(found.placementSize),
+                tuple(int(found.placementIds[i])
+                      for i in range(int(found.count))))
 
     def _scheduler(self, address, function, target):
         info = self.lib.c_nvmlVgpuSchedulerStateInfo_v2_t()
