@@ -41,6 +41,7 @@ from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices.backends.nvidia_vgpu import statefile
 from tests.functional import hook_guests as hg
+from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
 
 missing = ls.live_host_requirements()
@@ -62,11 +63,12 @@ CASES = [
          ('mode = mig', 'gpu_instances = 3g.20gb:1, 1g.5gb:3',
           'vgpu_types = nvidia-474, nvidia-476'),
          'nvidia-474', 3, 1, 'gpu_instances = 3g.20gb:1, 1g.5gb:2'),
-    # the same shape on the H100: H100-1-10C in the 1g.10gb GIs
+    # three 2g.20gb (slices 0-1, 2-3, 4-5) and a 1g.10gb (6): an
+    # H100-2-20C in each 2g.20gb GI
     Case('h100-80gb', '0000:4e:00.0',
-         ('mode = mig', 'gpu_instances = 3g.40gb:1, 1g.10gb:3',
-          'vgpu_types = nvidia-1308, nvidia-1312'),
-         'nvidia-1308', 3, 1, 'gpu_instances = 3g.40gb:1, 1g.10gb:2'),
+         ('mode = mig', 'gpu_instances = 2g.20gb:3, 1g.10gb:1',
+          'vgpu_types = nvidia-1311, nvidia-1308'),
+         'nvidia-1311', 3, 1, 'gpu_instances = 2g.20gb:2, 1g.10gb:1'),
     # the empty L40S in mixed sizes: L40S-12Q (placement size 8) next to
     # L40S-1B; four 12Q fill its 32 slots
     Case('l40s', '0000:bd:00.0',
@@ -178,6 +180,9 @@ def test_plan_apply_apply_again(host):
     case = host.case
     plan = cli(host, 'layout', 'plan')
     assert plan['failed'] == 0 and plan['done'] == 0
+    # the module option line, for the layouts that name a scheduler
+    assert bool(plan['module_option']) == any(
+        ln.startswith('scheduler') for ln in case.layout)
     planned = steps(plan)
     assert planned, plan
     applied = cli(host, 'layout', 'apply')
@@ -202,9 +207,18 @@ def test_guests_fill_the_gpu_and_the_next_is_refused(host):
     conn = host.daemon.connect()
     for i in range(case.capacity):
         name = '%s-%d' % (case.profile, i)
-        u, vf = str(objects.Uuid.new()), free_vf(host)
-        xml = hg.guest_xml(name, [(u, case.type_id, vf)], vendor=True)
-        conn.defineXML(xml)
+        if i == 0:
+            # what an operator does: attach --config picks the VF
+            dom = conn.defineXML(libvirtd.tiny_domain_xml(name))
+            done = cli(host, 'attach', name, '--vgpu-type', case.type_id,
+                       '--config')
+            u, vf = done['uuid'], done['parent']
+            assert vf in driver(host)[1]
+            xml = dom.XMLDesc(0)
+        else:
+            u, vf = str(objects.Uuid.new()), free_vf(host)
+            xml = hg.guest_xml(name, [(u, case.type_id, vf)], vendor=True)
+            conn.defineXML(xml)
         done = run_hook(host, name, xml)
         assert done.returncode == 0, done.stderr
         host.guests[name] = (u, vf)
