@@ -14,10 +14,11 @@ both sysfs and ``[gpu]/nvml = simulated``), each brought to its layout by
 The installed hook runs as libvirt runs it (its argv, the guest's XML on
 stdin, libvirt's clean environment): ``prepare begin`` of a guest with
 ``--vgpus`` vGPUs on free VFs, timed (whole process, wall and CPU), then
-an untimed ``release end``; the two hosts in turn, ``--runs`` times, after
-one untimed warm-up each.  The figures are the ratios of the medians,
-MIG-backed over time-sliced, of the wall time and of the hook's CPU time
-(issue 28's target: at most 1.0, within the noise of a shared machine).
+an untimed ``release end``; the two hosts in turn (ABBA: each goes first
+every other run), ``--runs`` times, after one untimed warm-up each.
+The figures are the ratios of the medians, MIG-backed over time-sliced,
+of the wall time and of the hook's CPU time (issue 28's target: at most
+1.0, within the noise of a shared machine).
 The CPU time of the simulated driver (the FUSE server, which is not the
 product) while the hook ran, and the number of file operations one
 ``prepare`` makes on the simulated /sys (with strace, where installed),
@@ -182,8 +183,8 @@ def main():
                 raise SystemExit('%s: release left %s' % (h.name,
                                                           h.placed()))
         figures = {h.name: ([], [], []) for h in hosts}
-        for _ in range(args.runs):
-            for h in hosts:
+        for run in range(args.runs):
+            for h in (hosts if run % 2 == 0 else hosts[::-1]):
                 for series, value in zip(figures[h.name],
                                          h.call('prepare', xmls[h.name])):
                     series.append(value)
