@@ -546,19 +546,6 @@ class Session(object):
                            else None)))
         return tuple(found)
 
-    def creatable_placements(self, address, type_id):
-        """The placement ids at which a vGPU of ``type_id`` (a time-sliced
-        type) can be made now, or None where the GPU cannot say."""
-        found = self._call(address,
-                           'nvmlDeviceGetVgpuTypeCreatablePlacements',
-                           self.handle(address),
-                           objects.vendor_type_number(type_id),
-                           unanswered=True)
-        if found is None:
-            return None
-        return tuple(int(found.placementIds[i])
-                     for i in range(int(found.count)))
-
     # -- changing --------------------------------------------------------
 
     def set_mig_mode(self, address, on):
