@@ -82,10 +82,14 @@ def parent_total(mtype, used, enabled):
     return total
 
 
-def vgpu_total(gpu, enabled, room=None):
+def vgpu_total(gpu, enabled, room=None, warn=True):
     """Capacity of ``enabled`` (``objects.EnabledType``) on the physical GPU
     ``gpu`` (see the module doc); ``room`` (``DriverRoom``): the driver's
-    numbers for a GPU in MIG or mixed-size mode, which then decide."""
+    numbers for a GPU in MIG or mixed-size mode, which then decide.
+    ``warn``: say when no maximum is known and only the vGPUs that exist
+    plus one are counted (what a report of the total should say; not the
+    allocator, which asks only whether one more fits, and whose refusal
+    is the one line a guest start shows)."""
     if room is not None:
         return room_total(room, enabled)
     type_id = enabled.type_id
@@ -109,6 +113,8 @@ def vgpu_total(gpu, enabled, room=None):
                 break
     cap = limit(mtype, enabled)
     if cap is None:
+        if not warn:
+            return used + min(offering, 1)
         import logging      # not on the qemu hook's path otherwise
         logging.getLogger(__name__).warning(
             'no maximum known for vGPU type %s on GPU %s (no max_instance in '

@@ -125,6 +125,9 @@ class GiProfile:
     slices: int             # compute slices (sliceCount)
     instances: int          # how many fit on the empty GPU (instanceCount)
     memory_mib: int         # memorySizeMB
+    # where one may sit: (start, size) in memory slices
+    # (nvmlDeviceGetGpuInstancePossiblePlacements); () when not read
+    placements: tuple = ()
 
 
 @records.record
@@ -207,6 +210,8 @@ class GpuInstance:
     id: int
     profile_id: int
     scheduler: Scheduler | None = None   # mig-time-sliced GIs
+    start: int | None = None     # its placement: first memory slice
+    size: int | None = None      # and how many
 
 
 @records.record

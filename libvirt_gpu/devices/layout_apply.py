@@ -97,7 +97,7 @@ class GpuDriver(object):
             self._vfs(address, step.count)
         elif action == layout_plan.CREATE_GI:
             self.session.create_gpu_instance(
-                address, facts.profile_by_id(step.profile_id))
+                address, facts.profile_by_id(step.profile_id), step.start)
         elif action == layout_plan.MIXED_SIZE:
             self.session.set_mixed_size(address, step.on)
         elif action == layout_plan.SCHEDULER:
@@ -261,11 +261,11 @@ class Applier(object):
         try:
             facts = self._checked(layout, address)
             state = self.driver.state(address, layout, facts)
+            plan = layout_plan.plan(layout, facts, state)
         except exception.LibvirtGpuError as e:
             self.plans.append(layout_plan.GpuPlan(layout.name, address, ()))
             self._note(FAILED, layout, address, 'check', str(e))
             return False
-        plan = layout_plan.plan(layout, facts, state)
         self.plans.append(plan)
         if plan.converged:
             self._note(OK, layout, address, 'layout', 'the GPU is at its '

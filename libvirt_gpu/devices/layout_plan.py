@@ -11,8 +11,10 @@ The order (docs/admin/layouts.md says why):
    enabling VFs destroys every GPU instance, so none is counted after it;
 3. GPU instances (MIG modes): those of a profile the layout does not ask
    for, or beyond its count, destroyed; the missing ones made, largest
-   profile first (so small ones do not split the space a large one needs),
-   each with its compute instance;
+   profile first, each at a placement chosen so that all of them fit
+   beside the ones kept (the driver, left to choose, may put a 3g.40gb
+   where four 1g.10gb then cannot all go), each with its compute
+   instance;
 4. mixed-size mode (time-sliced modes; N/A with MIG): on for
    ``mixed-size``, off otherwise; enabling VFs clears it;
 5. the vGPU scheduler, when the layout names one and it differs (per GPU
@@ -50,12 +52,13 @@ class Step:
     on: bool | None = None       # MIG_MODE, MIXED_SIZE
     count: int | None = None     # ENABLE_VFS
     profile_id: int | None = None    # CREATE_GI
+    start: int | None = None         # CREATE_GI: its placement, if known
     gi_id: int | None = None         # DESTROY_GI
     scheduler: layout_mod.Scheduler | None = None
 
     def to_json(self):
         found = {'action': self.action, 'detail': self.detail}
-        for name in ('on', 'count', 'profile_id', 'gi_id'):
+        for name in ('on', 'count', 'profile_id', 'start', 'gi_id'):
             if getattr(self, name) is not None:
                 found[name] = getattr(self, name)
         if self.scheduler is not None:
@@ -143,6 +146,42 @@ def plan(layout, facts, state):
                    steps=tuple(steps), vgpus=tuple(state.vgpus))
 
 
+def _placements(layout, facts, kept, todo):
+    """A placement (first memory slice) for each GPU instance of ``todo``
+    (profile ids, largest first) beside the ``kept`` ones, so that all of
+    them fit; Nones where the GPU did not say where its GPU instances can
+    sit (the driver then chooses).  LayoutError when no arrangement
+    holds them."""
+    profiles = [facts.profile_by_id(p) for p in todo]
+    if not todo or not all(p.placements for p in profiles) or any(
+            gi.start is None or gi.size is None for gi in kept):
+        return [None] * len(todo)
+    used = set()
+    for gi in kept:
+        used.update(range(gi.start, gi.start + gi.size))
+
+    def place(index, used):
+        if index == len(profiles):
+            return []
+        for start, width in profiles[index].placements:
+            span = set(range(start, start + width))
+            if span & used:
+                continue
+            rest = place(index + 1, used | span)
+            if rest is not None:
+                return [start] + rest
+        return None
+    found = place(0, frozenset(used))
+    if found is None:
+        raise layout_mod.LayoutError(
+            layout=layout.name, address=facts.address,
+            reason='the GPU cannot place %s together%s: its placements do '
+                   'not allow it; ask for fewer or smaller GPU instances'
+                   % (', '.join(p.name for p in profiles),
+                      ' beside the GPU instances kept' if kept else ''))
+    return found
+
+
 def _gi_steps(layout, facts, gis):
     wanted = layout_mod.wanted_gpu_instances(layout, facts)
     kept = collections.Counter()
@@ -158,10 +197,14 @@ def _gi_steps(layout, facts, gis):
     def size(profile_id):
         profile = facts.profile_by_id(profile_id)
         return (-profile.slices, -profile.memory_mib, profile_id)
-    for profile_id in sorted(wanted, key=size):
-        for _ in range(wanted[profile_id] - kept[profile_id]):
-            steps.append(Step(CREATE_GI, 'create a %s GPU instance (with its '
-                              'compute instance)' % _profile_name(
-                                  facts, profile_id),
-                              profile_id=profile_id))
+    todo = [profile_id for profile_id in sorted(wanted, key=size)
+            for _ in range(wanted[profile_id] - kept[profile_id])]
+    starts = _placements(layout, facts, [
+        gi for gi in gis if gi.id not in {s.gi_id for s in steps}], todo)
+    for profile_id, start in zip(todo, starts):
+        where = '' if start is None else ' at memory slice %d' % start
+        steps.append(Step(CREATE_GI, 'create a %s GPU instance%s (with its '
+                          'compute instance)' % (_profile_name(
+                              facts, profile_id), where),
+                          profile_id=profile_id, start=start))
     return steps

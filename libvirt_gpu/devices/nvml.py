@@ -424,8 +424,27 @@ class Session(object):
                 id=int(info.id), name=_profile_name(info),
                 slices=int(info.sliceCount),
                 instances=int(info.instanceCount),
-                memory_mib=int(info.memorySizeMB)))
+                memory_mib=int(info.memorySizeMB),
+                placements=self._gi_placements(address, int(info.id))))
         return tuple(found)
+
+    def _gi_placements(self, address, profile_id):
+        """``((start, size), ...)``: where a GPU instance of the profile
+        can sit on the GPU, occupied or not
+        (``nvmlDeviceGetGpuInstancePossiblePlacements_v2``); () where the
+        GPU cannot say."""
+        import ctypes
+        places = (self.lib.c_nvmlGpuInstancePlacement_t *
+                  _MAX_GPU_INSTANCES)()
+        count = ctypes.c_uint(_MAX_GPU_INSTANCES)
+        done = self._call(address,
+                          'nvmlDeviceGetGpuInstancePossiblePlacements',
+                          self.handle(address), profile_id, places,
+                          ctypes.byref(count), unanswered=True)
+        if done is None:
+            return ()
+        return tuple((int(places[i].start), int(places[i].size))
+                     for i in range(min(count.value, _MAX_GPU_INSTANCES)))
 
     def vgpu_types(self, address):
         """The vGPU types the GPU supports (``layout.TypeFacts``)."""
@@ -473,6 +492,8 @@ class Session(object):
                 info = self._call(address, 'nvmlGpuInstanceGetInfo', gi)
                 found.append(layout.GpuInstance(
                     id=int(info.id), profile_id=int(info.profileId),
+                    start=int(info.placement.start),
+                    size=int(info.placement.size),
                     scheduler=(self._scheduler(
                         address, 'nvmlGpuInstanceGetVgpuSchedulerState_v2',
                         gi) if schedulers else None)))
@@ -553,13 +574,24 @@ class Session(object):
                    self.lib.NVML_DEVICE_MIG_ENABLE if on
                    else self.lib.NVML_DEVICE_MIG_DISABLE)
 
-    def create_gpu_instance(self, address, profile):
-        """Make a GPU instance of ``profile`` (a ``layout.GiProfile``) and
-        its compute instance spanning it; returns its id.  When the
-        compute instance cannot be made the GPU instance is destroyed
-        again (nothing is left half made)."""
-        gi = self._call(address, 'nvmlDeviceCreateGpuInstance',
-                        self.handle(address), profile.id)
+    def create_gpu_instance(self, address, profile, start=None):
+        """Make a GPU instance of ``profile`` (a ``layout.GiProfile``),
+        at memory slice ``start`` when given (else where the driver
+        chooses), and its compute instance spanning it; returns its id.
+        When the compute instance cannot be made the GPU instance is
+        destroyed again (nothing is left half made)."""
+        if start is None:
+            gi = self._call(address, 'nvmlDeviceCreateGpuInstance',
+                            self.handle(address), profile.id)
+        else:
+            import ctypes
+            place = self.lib.c_nvmlGpuInstancePlacement_t()
+            place.start = start
+            place.size = dict(profile.placements)[start]
+            gi = self._call(address,
+                            'nvmlDeviceCreateGpuInstanceWithPlacement',
+                            self.handle(address), profile.id,
+                            ctypes.byref(place))
         gi_id = int(self._call(address, 'nvmlGpuInstanceGetInfo', gi).id)
         try:
             info = self._call(

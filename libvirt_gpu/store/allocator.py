@@ -161,7 +161,8 @@ class Allocator(object):
         room = getattr(self.backend, 'room', None)
         total = capacity.vgpu_total(
             view, self._setting(gpu, type_id),
-            room=room(gpu, type_id) if room is not None else None)
+            room=room(gpu, type_id) if room is not None else None,
+            warn=False)
         vfs = {f.address for f in view.vf_gpus}
         existing = {u for u, (a, _) in
                     self.backend.existing(mdevs).items() if a in vfs}

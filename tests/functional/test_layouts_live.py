@@ -263,11 +263,6 @@ def test_guests_fill_the_gpu_and_the_next_is_refused(host):
     host.refusal = message
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'the allocator knows no maximum for MIG-backed and mixed-size types '
-    '(no max_instance in their description) and the hook warns about it '
-    'before its refusal: capacity from the driver\'s rules is '
-    'wt-mig-capacity\'s work'))
 def test_the_refusal_is_one_line(host):
     """What the hook wrote (libvirt quotes it after the exit status) is
     the one line of the refusal, with no warning before it."""
@@ -324,11 +319,6 @@ def test_reboot_then_restore_brings_layout_then_vgpus_back(host):
     assert cli(host, 'restore', '--sriov-manage', 'none')['changed'] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'apply makes the largest GI first and the driver puts the 3g.40gb at '
-    'slice 0, leaving three 1g.10gb slots of the four asked: the layout '
-    'check counts slices but not placements, and the next apply fails the '
-    'same way (the product must order or place the GIs, or refuse it)'))
 def test_the_documented_h100_layout_converges(tmp_path):
     """docs/admin/layouts.md's H100 example (``1g.10gb:4, 3g.40gb:1``)
     on a fresh H100: one apply makes it, a second has nothing to do."""

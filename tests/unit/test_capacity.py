@@ -107,3 +107,33 @@ def test_both_follow_the_one_rule(hosts, name, monkeypatch):
         assert free <= 1
         checked += 1
     assert checked > 0
+
+
+def test_an_unknown_maximum_is_said_by_reports_not_by_the_allocator(
+        hosts, caplog, monkeypatch):
+    """Without a maximum only what exists plus one is counted: a report of
+    the total warns (set max_instances), the allocator (whose refusal is
+    the one line a guest start shows) does not, and both count alike."""
+    monkeypatch.setattr(capacity, 'limit', lambda mtype, enabled: None)
+    checked = 0
+    for name in loading.list_profiles():
+        env, gpus = hosts[name]
+        for gpu, enabled in _cases(gpus):
+            if not gpu.vf_gpus:
+                continue
+            caplog.clear()
+            with caplog.at_level('WARNING'):
+                quiet = capacity.vgpu_total(gpu, enabled, warn=False)
+            assert caplog.records == []
+            with caplog.at_level('WARNING'):
+                said = capacity.vgpu_total(gpu, enabled)
+            assert said == quiet
+            assert any('no maximum known for vGPU type %s' % enabled.type_id
+                       in r.getMessage() for r in caplog.records)
+            caplog.clear()
+            with caplog.at_level('WARNING'):
+                _allocator_free(env, gpu, enabled)
+            assert not any('no maximum known' in r.getMessage()
+                           for r in caplog.records)
+            checked += 1
+    assert checked > 0

@@ -1,9 +1,12 @@
 """The planner (devices/layout_plan.py): each rule of the driver's order,
 and only what differs, on records."""
 
+import pytest
+
 from libvirt_gpu.devices import layout
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu import objects
+from libvirt_gpu.util import records
 from tests.unit import test_layout as tl
 
 ADDRESS = objects.PciAddress.parse(tl.H100)
@@ -162,3 +165,62 @@ def test_steps_say_what_they_do_in_json():
                                   'detail': 'turn MIG mode on'}
     assert steps[2].to_json()['detail'] == (
         'create a 3g.40gb GPU instance (with its compute instance)')
+
+
+# --- where each GPU instance goes -------------------------------------------
+
+# The A100/H100 placements (nvidia-smi mig -lgipp): 8 memory slices, 1g at
+# 0-6, 2g at 0, 2, 4, 3g at 0 and 4, 4g at 0, 7g at 0.
+_PLACES = {19: tuple((s, 1) for s in range(7)), 20: tuple(
+    (s, 1) for s in range(7)), 15: ((0, 2), (2, 2), (4, 2), (6, 2)),
+    14: ((0, 2), (2, 2), (4, 2)), 9: ((0, 4), (4, 4)), 5: ((0, 4),),
+    0: ((0, 8),)}
+
+
+def placed_facts():
+    facts = tl.h100_facts()
+    return records.replace(facts, profiles=tuple(
+        records.replace(p, placements=_PLACES[p.id])
+        for p in facts.profiles))
+
+
+def creates(plan):
+    return [(s.profile_id, s.start) for s in plan.steps
+            if s.action == lp.CREATE_GI]
+
+
+def test_gpu_instances_are_placed_so_that_all_fit():
+    # largest first, but at a slice that leaves the four 1g.10gb room: the
+    # driver left to choose may put the 3g.40gb at 0
+    plan = lp.plan(MIG, placed_facts(), state())
+    assert creates(plan) == [(9, 4), (19, 0), (19, 1), (19, 2), (19, 3)]
+    assert 'at memory slice 4' in plan.steps[0].detail
+    assert plan.steps[0].to_json()['start'] == 4
+
+
+def test_placements_go_around_the_gpu_instances_kept():
+    # a 1g.10gb kept at slice 2: the 3g.40gb goes at 4, the three other
+    # 1g.10gb at 0, 1 and 3
+    kept = (layout.GpuInstance(7, 19, None, start=2, size=1),)
+    st = records.replace(state(), gpu_instances=kept)
+    assert creates(lp.plan(MIG, placed_facts(), st)) == [
+        (9, 4), (19, 0), (19, 1), (19, 3)]
+
+
+def test_a_layout_no_arrangement_holds_is_refused_naming_the_gpu():
+    # 4g.40gb only at 0 and a 1g.10gb kept at 2: nothing can hold it
+    lay = tl.layout_of(gis=(('4g.40gb', 1), ('1g.10gb', 1)))
+    kept = (layout.GpuInstance(7, 19, None, start=2, size=1),)
+    st = records.replace(state(), gpu_instances=kept)
+    with pytest.raises(layout.LayoutError) as e:
+        lp.plan(lay, placed_facts(), st)
+    assert 'cannot place 4g.40gb together beside the GPU instances kept' \
+        in str(e.value)
+    assert tl.H100 in str(e.value)
+
+
+def test_without_placements_the_driver_chooses():
+    plan = lp.plan(MIG, tl.h100_facts(), state())
+    assert creates(plan) == [(9, None)] + [(19, None)] * 4
+    assert 'memory slice' not in plan.steps[0].detail
+    assert 'start' not in plan.steps[0].to_json()
