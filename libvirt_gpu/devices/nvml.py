@@ -302,7 +302,10 @@ def source(setting, module=None, sysfs_root=HOST_SYSFS):
 # ``nvmlDeviceGetVgpuSchedulerState_v2``,
 # ``nvmlDeviceSetVgpuSchedulerState_v2``,
 # ``nvmlGpuInstanceGetVgpuSchedulerState_v2``,
-# ``nvmlGpuInstanceSetVgpuSchedulerState_v2``.
+# ``nvmlGpuInstanceSetVgpuSchedulerState_v2``; for the exporter's layout
+# part: ``nvmlDeviceGetActiveVgpus``, ``nvmlVgpuInstanceGetType``,
+# ``nvmlVgpuInstanceGetGpuInstanceId``, ``nvmlVgpuInstanceGetPlacementId``,
+# ``nvmlDeviceGetVgpuTypeCreatablePlacements``.
 
 # nvmlVgpuTypeGetGpuInstanceProfileId of a time-sliced type
 INVALID_GI_PROFILE_ID = 0xFFFFFFFF
@@ -317,6 +320,16 @@ def _no_such_profile(lib, error):
     """NVML's answer for a profile index the GPU (or GI) does not have."""
     return getattr(error, 'value', None) in (
         lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_INVALID_ARGUMENT)
+
+
+@records.record
+class ActiveVgpu:
+    """A vGPU that exists on a GPU, as its driver places it (None: not
+    answered, or not of its mode)."""
+
+    type_id: objects.TypeId | None
+    gi_id: int | None             # the GPU instance it lives in (MIG)
+    placement: int | None         # its placement id (mixed-size mode)
 
 
 class NvmlError(exception.LibvirtGpuError):
@@ -505,6 +518,33 @@ class Session(object):
         """The GPU's vGPU scheduler (``layout.Scheduler``), or None."""
         return self._scheduler(address, 'nvmlDeviceGetVgpuSchedulerState_v2',
                                self.handle(address))
+
+    def active_vgpus(self, address, mig):
+        """The vGPUs on the GPU (``ActiveVgpu``): with ``mig``, each one's
+        GPU instance; without, its placement."""
+        found = []
+        for instance in self._call(address, 'nvmlDeviceGetActiveVgpus',
+                                   self.handle(address),
+                                   unanswered=True) or ():
+            number = self._call(address, 'nvmlVgpuInstanceGetType',
+                                instance, unanswered=True)
+            if mig:
+                gi_id = self._call(address,
+                                   'nvmlVgpuInstanceGetGpuInstanceId',
+                                   instance, unanswered=True)
+                placement = None
+            else:
+                gi_id = None
+                placement = self._call(address,
+                                       'nvmlVgpuInstanceGetPlacementId',
+                                       instance, unanswered=True)
+            found.append(ActiveVgpu(
+                type_id=objects.vendor_type_id(int(number)) if number
+                else None,
+                gi_id=int(gi_id) if gi_id is not None else None,
+                placement=(int(placement) if placement is not None
+                           else None)))
+        return tuple(found)
 
     # -- changing --------------------------------------------------------
 
