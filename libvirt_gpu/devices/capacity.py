@@ -25,8 +25,6 @@ under-report is the safe mistake.
 give once it knows the GPU's leases.
 """
 
-import dataclasses
-
 NO_IOMMU_GROUP = (
     'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
     '(VT-d / AMD-Vi in the firmware, intel_iommu=on on Intel hosts) and '
@@ -158,34 +156,71 @@ MODE_MIXED = 'mixed-size'
 MODE_MIG = 'mig-backed'
 
 
-@dataclasses.dataclass(frozen=True)
-class GiRoom:
-    """One MIG GPU instance as capacity sees it, for one vGPU type."""
+class _Value(object):
+    """An immutable record of ``_fields`` (keyword arguments, with the
+    defaults of ``_defaults``), compared by value.  Not a dataclass: the
+    qemu hook imports this module and must not pay for ``dataclasses``."""
 
-    id: int
-    profile_id: int
-    profile: str            # '1g.10gb'
-    used: int               # vGPUs in it (any type)
-    # vGPUs of the type it can hold in all: 0 for a GI of another profile
-    # or one holding another framebuffer size
-    capacity: int
+    __slots__ = ()
+    _fields = ()
+    _defaults = {}
+
+    def __init__(self, **values):
+        unknown = set(values) - set(self._fields)
+        if unknown:
+            raise TypeError('%s has no field %s' % (
+                type(self).__name__, ', '.join(sorted(unknown))))
+        for name in self._fields:
+            if name in values:
+                value = values[name]
+            elif name in self._defaults:
+                value = self._defaults[name]
+            else:
+                raise TypeError('%s needs %s' % (type(self).__name__, name))
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError('%s is immutable' % type(self).__name__)
+
+    def _values(self):
+        return tuple(getattr(self, n) for n in self._fields)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other._values() == self._values()
+
+    def __hash__(self):
+        return hash(self._values())
+
+    def __repr__(self):
+        return '%s(%s)' % (type(self).__name__, ', '.join(
+            '%s=%r' % (n, getattr(self, n)) for n in self._fields))
+
+
+class GiRoom(_Value):
+    """One MIG GPU instance as capacity sees it, for one vGPU type:
+    ``id``, ``profile_id``, ``profile`` ('1g.10gb'), ``used`` (vGPUs in it,
+    any type) and ``capacity`` (vGPUs of the type it can hold in all: 0
+    for a GI of another profile or one holding another framebuffer
+    size)."""
+
+    __slots__ = _fields = ('id', 'profile_id', 'profile', 'used',
+                           'capacity')
 
     @property
     def free(self):
         return max(0, self.capacity - self.used) if self.capacity else 0
 
 
-@dataclasses.dataclass(frozen=True)
-class DriverRoom:
-    """What the driver lets one GPU hold of one vGPU type: its mode, its
-    GIs (MIG-backed) or its placements (mixed sizes)."""
+class DriverRoom(_Value):
+    """What the driver lets one GPU hold of one vGPU type: its ``mode``
+    (MODE_MIG or MODE_MIXED), ``type_id``, ``used`` (vGPUs of the type on
+    the GPU), its ``gis`` (``GiRoom``, MIG-backed) or its
+    ``placement_size`` and ``placements`` (the creatable placement ids,
+    free now; mixed sizes)."""
 
-    mode: str                        # MODE_MIG or MODE_MIXED
-    type_id: object                  # objects.TypeId
-    used: int                        # vGPUs of the type on the GPU
-    gis: tuple = ()                  # GiRoom
-    placement_size: int | None = None
-    placements: tuple = ()           # creatable placement ids, free now
+    __slots__ = _fields = ('mode', 'type_id', 'used', 'gis',
+                           'placement_size', 'placements')
+    _defaults = {'gis': (), 'placement_size': None, 'placements': ()}
 
     @property
     def total(self):

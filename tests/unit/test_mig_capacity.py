@@ -355,3 +355,15 @@ def test_max_instances_lowers_the_room_never_below_what_exists():
         L40S_12Q, max_instances=2)) == 3
     assert capacity.vgpu_total(None, objects.EnabledType(
         L40S_12Q, max_instances=1), room=room) == 3
+
+
+def test_room_records_are_immutable_values():
+    room = capacity.DriverRoom(mode=capacity.MODE_MIXED, type_id=L40S_12Q,
+                               used=0)
+    assert room == capacity.DriverRoom(
+        mode=capacity.MODE_MIXED, type_id=L40S_12Q, used=0, placements=())
+    with pytest.raises(AttributeError):
+        room.used = 3
+    with pytest.raises(TypeError, match='placement'):
+        capacity.DriverRoom(mode=capacity.MODE_MIXED, type_id=L40S_12Q,
+                            used=0, placement=8)
