@@ -619,7 +619,9 @@ def _placement_rooms(session, address, facts, active):
     for vtype in facts.types:
         if vtype.mig_backed:
             continue
-        ids = session.creatable_placements(address, vtype.type_id)
+        found = session.creatable_placements(
+            address, objects.vendor_type_number(vtype.type_id))
+        ids = found[1] if found is not None else None
         rooms.append(TypeRoom(
             vtype.type_id,
             sum(1 for v in active if v.type_id == vtype.type_id),

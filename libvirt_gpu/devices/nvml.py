@@ -298,6 +298,7 @@ def source(setting, module=None, sysfs_root=HOST_SYSFS):
 # ``nvmlVgpuTypeGetMaxInstancesPerGpuInstance``,
 # ``nvmlDeviceGetVgpuHeterogeneousMode``,
 # ``nvmlDeviceSetVgpuHeterogeneousMode``,
+# ``nvmlDeviceGetVgpuTypeCreatablePlacements``,
 # ``nvmlDeviceGetVgpuSchedulerState_v2``,
 # ``nvmlDeviceSetVgpuSchedulerState_v2``,
 # ``nvmlGpuInstanceGetVgpuSchedulerState_v2``,
@@ -484,6 +485,21 @@ class Session(object):
         return None if mode is None else \
             mode == self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE
 
+    def creatable_placements(self, address, type_number):
+        """``(placement size, placement ids free now)`` of the time-sliced
+        vGPU type ``type_number``
+        (``nvmlDeviceGetVgpuTypeCreatablePlacements``); None where the GPU
+        cannot answer."""
+        found = self._call(address,
+                           'nvmlDeviceGetVgpuTypeCreatablePlacements',
+                           self.handle(address), type_number,
+                           unanswered=True)
+        if found is None:
+            return None
+        return (int(found.placementSize),
+                tuple(int(found.placementIds[i])
+                      for i in range(int(found.count))))
+
     def _scheduler(self, address, function, target):
         info = self.lib.c_nvmlVgpuSchedulerStateInfo_v2_t()
         info.engineId = self.lib.NVML_VGPU_SCHEDULER_ENGINE_TYPE_GRAPHICS
@@ -529,19 +545,6 @@ class Session(object):
                 placement=(int(placement) if placement is not None
                            else None)))
         return tuple(found)
-
-    def creatable_placements(self, address, type_id):
-        """The placement ids at which a vGPU of ``type_id`` (a time-sliced
-        type) can be made now, or None where the GPU cannot say."""
-        found = self._call(address,
-                           'nvmlDeviceGetVgpuTypeCreatablePlacements',
-                           self.handle(address),
-                           objects.vendor_type_number(type_id),
-                           unanswered=True)
-        if found is None:
-            return None
-        return tuple(int(found.placementIds[i])
-                     for i in range(int(found.count)))
 
     # -- changing --------------------------------------------------------
 

@@ -130,9 +130,11 @@ class Session(object):
     def active_vgpus(self, address, mig):
         return self._gpu(address, 'active_vgpus').active
 
-    def creatable_placements(self, address, type_id):
-        return self._gpu(address, 'creatable_placements').placements.get(
-            str(type_id))
+    def creatable_placements(self, address, type_number):
+        # nvml.Session's answer: (placement size, free placement ids)
+        ids = self._gpu(address, 'creatable_placements').placements.get(
+            str(objects.vendor_type_id(type_number)))
+        return None if ids is None else (8, ids)
 
 
 class Nvml(object):
