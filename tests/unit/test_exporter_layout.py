@@ -3,11 +3,16 @@ each GPU's mode as its driver reports it, its MIG GPU instances and
 placements with their vGPUs used and free, its scheduler, and whether it
 differs from its layout (the steps ``layout plan`` would list).
 
-The host is the simulated L40S host (sysfs: VFs, the vendor interface);
-NVML is ``Session``, a stand-in for ``nvml.Session``'s reads (the records
-it returns), since NVML's simulated binding is not part of this tree yet.
-It answers for 0000:3d:00.0 as an L40S and for 0000:bd:00.0 as an H100
-(the GI profiles of a real H100, tests/unit/test_layout.py)."""
+The host is the simulated L40S host (sysfs: VFs, the vendor interface).
+Most tests give NVML as ``Session``, a stand-in for ``nvml.Session``'s
+reads (the records it returns), so that each can set one GPU's state
+exactly (an NVML error at one read, a GI holding another type, a driver
+that cannot say); it answers for 0000:3d:00.0 as an L40S and for
+0000:bd:00.0 as an H100 (the GI profiles of a real H100,
+tests/unit/test_layout.py).  The last test reads the simulated H100
+through nvidia-ml-py's own binding (``[gpu]/nvml = simulated``), and
+tests/functional/test_exporter.py a live H100 and L40S brought to their
+layouts."""
 
 import os
 import shutil
@@ -413,3 +418,37 @@ def test_every_layout_series_is_in_the_metrics_table():
     missing = [name for name in LAYOUT_SERIES
                if not any('`libvirt_gpu_%s`' % name in row for row in rows)]
     assert missing == []
+
+
+# --- the simulated driver through nvidia-ml-py ([gpu]/nvml = simulated) ----
+
+def test_the_simulated_h100_as_it_boots_drifts_by_layout_plan_s_steps(
+        tmp_path):
+    """A real binding over the simulated H100 (MIG off, its VFs enabled):
+    its mode is the driver's, and its drift steps are those `layout
+    plan` lists for it."""
+    from libvirt_gpu.devices import layout_apply
+    root = str(tmp_path / 'sys')
+    simulator.write_sysfs(simulator.load_profile('h100-80gb'), root)
+    config = tmp_path / 'c.conf'
+    config.write_text(
+        '[DEFAULT]\nstate_dir = %s\nsysfs_root = %s\n[gpu]\nnvml = '
+        'simulated\nlayouts = h100\n[layout_h100]\ngpus = 0000:4e:00.0\n'
+        'mode = mig\ngpu_instances = 1g.10gb:2, 3g.40gb:1\n'
+        'vgpu_types = nvidia-1308, nvidia-1312\n' % (tmp_path / 'state',
+                                                     root))
+    env = environment.Environment.from_conf(conf_mod.load(str(config)))
+    found = {}
+    for family in prom_parser.text_string_to_metric_families(
+            exporter.exposition(exporter.HostCollector(env))):
+        for s in family.samples:
+            found[(s.name, frozenset(s.labels.items()))] = s.value
+    [plan] = layout_apply.converge(env, dry_run=True).plans
+    assert len(plan.steps) > 1
+    gpu = '0000:4e:00.0'
+    assert value(found, 'gpu_layout_mode', gpu=gpu, mode='time-sliced') == 1
+    assert value(found, 'gpu_layout_drift', gpu=gpu, layout='h100') == 1
+    assert value(found, 'gpu_layout_steps', gpu=gpu,
+                 layout='h100') == len(plan.steps)
+    assert series(found, 'gpu_instance_info') == []
+    assert read_ok(found)['layout'] == 1
