@@ -116,7 +116,7 @@ def check_state_dir(state_dir, path):
         if name in SHARED_DIRS or name.startswith('/proc/') or \
                 name.startswith('/sys/') or name.startswith('/dev/'):
             raise refuse('is %s, a directory other programs use too' % name
-                         if name != os.path.normpath(state_dir) else
+                         if name != state_dir else
                          'is a directory other programs use too')
     if os.path.exists(state_dir) and not os.path.isdir(state_dir):
         raise exception.ConfigError(

@@ -11,8 +11,11 @@ when there is a connection, what ``reconcile --dry-run`` would report (the
 ``survey`` the CLI hands in, read the same lock-free way), the figures the
 hook and the Placement sync/restore leave in the state directory
 (``figures``: the hook's under a shared flock held for one read, which
-only a hook call's own write can hold up), and NVML's usage figures where
-NVML answers.
+only a hook call's own write can hold up), NVML's usage figures where
+NVML answers, and each GPU's layout as NVML says it is (mode, MIG GPU
+instances, placements, scheduler) with whether it differs from its
+configured layout (``layout_plan.plan``, the planner of ``libvirt-gpu
+layout plan``).
 
 Capacity comes from the one rule: ``capacity.vgpu_total`` (what Placement
 is told) and ``Allocator.free`` (what a guest start can still get).
@@ -39,6 +42,10 @@ from prometheus_client import core as prom
 from prometheus_client import exposition as expo
 
 from libvirt_gpu.devices import capacity
+from libvirt_gpu.devices import layout as layout_mod
+from libvirt_gpu.devices import layout_apply
+from libvirt_gpu.devices import layout_plan
+from libvirt_gpu.devices import nvml as nvml_mod
 from libvirt_gpu import exception
 from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
@@ -54,7 +61,12 @@ PGPU = 'pgpu'
 VGPU = 'vgpu'
 NO_LEASE = 'none'
 # the parts of a scrape, each read on its own (read_ok)
-PARTS = ('host', 'leases', 'libvirt', 'reconcile', 'hook', 'tasks', 'nvml')
+PARTS = ('host', 'leases', 'libvirt', 'reconcile', 'hook', 'tasks', 'nvml',
+         'layout')
+# a GPU's mode as its driver reports it (MIG mode, then mixed-size mode)
+MODE_MIG = layout_mod.MIG
+MODE_MIXED = layout_mod.MIXED_SIZE
+MODE_SLICED = layout_mod.TIME_SLICED
 
 
 @records.record
@@ -104,6 +116,14 @@ class Scrape(object):
                 self.c.host.close()     # reconnect at the next scrape
             return None
         self.ok.setdefault(name, 1)
+        return value
+
+    def optional(self, name, read):
+        """``part``, where a ``read()`` that returns None means "nothing
+        to read on this host": the part is left out of ``read_ok``."""
+        value = self.part(name, read)
+        if value is None and self.ok.get(name) == 1:
+            del self.ok[name]
         return value
 
     def dropped(self, name, notes):
@@ -176,6 +196,10 @@ class HostCollector(object):
         scrape.dropped('tasks', dropped)
         if tasks is not None:
             yield from task_families(tasks)
+        views = scrape.optional('layout',
+                                lambda: read_layout_views(env, gpus))
+        if views:
+            yield from layout_families(views)
         if self.nvml is not None:
             usage = scrape.part('nvml', self.nvml.usage)
             if usage:
@@ -429,6 +453,235 @@ def task_families(tasks):
             failed.add_metric([task], float(doc['last_error_time']))
             error.add_metric([task, str(doc.get('last_error'))], 1)
     return runs, failures, changes, last_changes, success, failed, error
+
+
+# --- layouts: each GPU's mode, GPU instances, placements, scheduler, drift --
+
+@records.record
+class TypeRoom:
+    """vGPUs of one type in a GPU instance, or at a GPU's placements."""
+
+    type_id: objects.TypeId
+    used: int                 # vGPUs of the type that exist there
+    free: int | None          # more the driver would make (None: unsaid)
+
+
+@records.record
+class GiView:
+    """A MIG GPU instance that exists, and its vGPUs by type."""
+
+    id: int
+    profile: str                  # '1g.10gb' (the profile id unnamed)
+    types: tuple                  # TypeRoom of the MIG-backed types of it
+
+
+@records.record
+class LayoutView:
+    """One physical GPU as the layouts see it, read through NVML."""
+
+    address: objects.PciAddress
+    mode: str                     # MODE_SLICED, MODE_MIXED or MODE_MIG
+    layout: str | None = None     # its layout's name (None: in none)
+    # layout_plan.Step to its layout (None: no layout, or one it cannot
+    # hold)
+    steps: tuple | None = None
+    gpu_instances: tuple = ()     # GiView (MIG)
+    placements: tuple = ()        # TypeRoom per time-sliced type (mixed)
+    scheduler: layout_mod.Scheduler | None = None
+
+    @property
+    def drift(self):
+        """Whether the GPU differs from its layout: ``layout plan`` has
+        steps for it, or it cannot hold its layout; None: no layout."""
+        if self.layout is None:
+            return None
+        return self.steps is None or bool(self.steps)
+
+
+def read_layout_views(env, gpus):
+    """``LayoutView`` of every physical NVIDIA GPU of ``gpus`` NVML lists
+    with vGPU types, and of every GPU in a layout; None when there is
+    nothing to read (no layout, and no NVML or driver).  A layout's GPU
+    NVML cannot answer for is an error (the part is unreadable)."""
+    by_gpu = layout_apply.layouts_by_gpu(env)
+    if env.nvml is None:
+        if by_gpu:
+            raise nvml_mod.NvmlUnavailable(
+                reason='[gpu]/nvml is off, or the GPUs are not read from '
+                       'this host\'s /sys')
+        return None
+    try:
+        session = env.nvml.session()
+    except nvml_mod.NvmlUnavailable as e:
+        if by_gpu:
+            raise
+        LOG.debug('scrape: no layout series: %s', e)
+        return None
+    views = []
+    with session:
+        driver = layout_apply.GpuDriver(session, env.sysfs)
+        for gpu in sorted(gpus, key=lambda g: g.address):
+            if gpu.is_vf or gpu.vendor_id != objects.NVIDIA_VENDOR_ID:
+                continue
+            layout = by_gpu.get(gpu.address)
+            try:
+                view = _layout_view(driver, gpu.address, layout)
+            except nvml_mod.NvmlUnavailable:
+                if layout is not None:
+                    raise       # NVML lists no GPU there
+                continue        # not NVML's (vfio-pci: a pGPU)
+            if view is not None:
+                views.append(view)
+    return tuple(views)
+
+
+def _layout_view(driver, address, layout):
+    session = driver.session
+    facts = _facts(driver, address)
+    if layout is None and not facts.types:
+        return None             # not on a vGPU host driver
+    mig = bool(facts.mig)
+    mixed = None if mig else session.mixed_size(address)
+    mode = MODE_MIG if mig else MODE_MIXED if mixed else MODE_SLICED
+    active = session.active_vgpus(address, mig)
+    return LayoutView(
+        address=address, mode=mode,
+        layout=layout.name if layout is not None else None,
+        steps=(_layout_steps(driver, layout, address, facts)
+               if layout is not None else None),
+        gpu_instances=(_gi_views(session, address, facts, active)
+                       if mig else ()),
+        placements=(_placement_rooms(session, address, facts, active)
+                    if mode == MODE_MIXED else ()),
+        scheduler=session.scheduler(address))
+
+
+def _facts(driver, address):
+    """``GpuDriver.facts``, less the GI profile table of a GPU without
+    MIG mode (it has none: NVML_GPU_INSTANCE_PROFILE_COUNT calls a scrape
+    saved)."""
+    session = driver.session
+    mig = session.mig_mode(address)
+    return layout_mod.GpuFacts(
+        address=address, mig=mig,
+        profiles=session.gi_profiles(address) if mig is not None else (),
+        types=session.vgpu_types(address),
+        vfs_total=driver.sysfs.sriov_totalvfs(address) or 0)
+
+
+def _layout_steps(driver, layout, address, facts):
+    """The steps ``layout plan`` lists for the GPU (the same checks as
+    ``layout_apply.Applier``, then ``layout_plan.plan``); None when the GPU
+    cannot hold its layout (logged; ``layout plan`` says why)."""
+    try:
+        if layout.mig and facts.mig is None:
+            raise layout_mod.LayoutError(
+                layout=layout.name, address=address,
+                reason='mode %s needs MIG, and this GPU has no MIG mode'
+                       % layout.mode)
+        if bool(facts.mig) == layout.mig:
+            layout_mod.check(layout, facts)
+    except layout_mod.LayoutError as e:
+        LOG.warning('scrape: %s', e)
+        return None
+    state = driver.state(address, layout, facts)
+    return layout_plan.plan(layout, facts, state).steps
+
+
+def _gi_views(session, address, facts, active):
+    """Each GPU instance with, per MIG-backed type of its profile, the
+    vGPUs of it and how many more the GI takes: its maximum per GI less
+    those, 0 while the GI holds a vGPU of another type (one frame buffer
+    size per GI)."""
+    views = []
+    for gi in session.gpu_instances(address, facts.profiles):
+        profile = facts.profile_by_id(gi.profile_id)
+        here = [v for v in active if v.gi_id == gi.id]
+        rooms = []
+        for vtype in facts.types:
+            if vtype.gi_profile_id != gi.profile_id:
+                continue
+            used = sum(1 for v in here if v.type_id == vtype.type_id)
+            free = 0 if len(here) > used else \
+                max(0, (vtype.max_per_gi or 0) - used)
+            rooms.append(TypeRoom(vtype.type_id, used, free))
+        views.append(GiView(
+            id=gi.id, profile=(profile.name if profile is not None
+                               else 'profile %d' % gi.profile_id),
+            types=tuple(rooms)))
+    return tuple(views)
+
+
+def _placement_rooms(session, address, facts, active):
+    """Per time-sliced type: its vGPUs on the GPU (each at a placement)
+    and the placements NVML says one can still be made at."""
+    rooms = []
+    for vtype in facts.types:
+        if vtype.mig_backed:
+            continue
+        found = session.creatable_placements(
+            address, objects.vendor_type_number(vtype.type_id))
+        ids = found[1] if found is not None else None
+        rooms.append(TypeRoom(
+            vtype.type_id,
+            sum(1 for v in active if v.type_id == vtype.type_id),
+            len(ids) if ids is not None else None))
+    return tuple(rooms)
+
+
+def layout_families(views):
+    """The ``LayoutView``s as series (docs/admin/metrics.md)."""
+    mode = _gauge('gpu_layout_mode', 'A GPU\'s mode as its driver reports '
+                  'it (value 1): time-sliced, mixed-size or mig',
+                  ['gpu', 'mode'])
+    drift = _gauge('gpu_layout_drift', 'Whether the GPU differs from its '
+                   'configured layout (1: `libvirt-gpu layout plan` has '
+                   'steps for it, or it cannot hold the layout); GPUs in a '
+                   'layout only', ['gpu', 'layout'])
+    steps = _gauge('gpu_layout_steps', 'The steps `libvirt-gpu layout '
+                   'apply` would run on the GPU', ['gpu', 'layout'])
+    gi_info = _gauge('gpu_instance_info', 'A MIG GPU instance that exists '
+                     '(value 1)', ['gpu', 'gi', 'profile'])
+    gi_used = _gauge('gpu_instance_vgpus_used', 'vGPUs of the type in the '
+                     'GPU instance', ['gpu', 'gi', 'profile', 'type'])
+    gi_free = _gauge('gpu_instance_vgpus_free', 'vGPUs of the type the GPU '
+                     'instance can still take', ['gpu', 'gi', 'profile',
+                                                 'type'])
+    pl_used = _gauge('placements_used', 'vGPUs of the type on the GPU in '
+                     'mixed-size mode (each holds a placement)',
+                     ['gpu', 'type'])
+    pl_free = _gauge('placements_free', 'Placements a vGPU of the type can '
+                     'still be made at (mixed-size mode; NVML\'s creatable '
+                     'placements)', ['gpu', 'type'])
+    policy = _gauge('gpu_scheduler_info', 'The GPU\'s vGPU scheduler policy '
+                    '(value 1)', ['gpu', 'policy'])
+    time_slice = _gauge('gpu_scheduler_time_slice_seconds', 'The vGPU '
+                        'scheduler\'s time slice (where the driver gives '
+                        'one)', ['gpu'])
+    for view in views:
+        gpu = str(view.address)
+        mode.add_metric([gpu, view.mode], 1)
+        if view.layout is not None:
+            drift.add_metric([gpu, view.layout], 1 if view.drift else 0)
+            if view.steps is not None:
+                steps.add_metric([gpu, view.layout], len(view.steps))
+        for gi in view.gpu_instances:
+            gi_info.add_metric([gpu, str(gi.id), gi.profile], 1)
+            for room in gi.types:
+                labels = [gpu, str(gi.id), gi.profile, room.type_id]
+                gi_used.add_metric(labels, room.used)
+                gi_free.add_metric(labels, room.free)
+        for room in view.placements:
+            pl_used.add_metric([gpu, room.type_id], room.used)
+            if room.free is not None:
+                pl_free.add_metric([gpu, room.type_id], room.free)
+        if view.scheduler is not None:
+            policy.add_metric([gpu, view.scheduler.policy], 1)
+            if view.scheduler.time_slice_ms:
+                time_slice.add_metric(
+                    [gpu], view.scheduler.time_slice_ms / 1000.0)
+    return (mode, drift, steps, gi_info, gi_used, gi_free, pl_used, pl_free,
+            policy, time_slice)
 
 
 def nvml_families(usage, owners):

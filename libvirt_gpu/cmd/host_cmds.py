@@ -20,10 +20,25 @@ def _whole_refusal(ctx, gpu):
     return refusal
 
 
+def _rooms(ctx, gpus, enabled):
+    """``{PciAddress: capacity.DriverRoom}`` of the physical GPUs whose
+    enabled type the driver counts itself (MIG or mixed-size mode)."""
+    rooms = {}
+    for gpu in gpus:
+        setting = enabled.get(gpu.address)
+        if gpu.is_vf or setting is None or not gpu.virtfns:
+            continue
+        room = ctx.env.vgpus.room(gpu.address, setting.type_id)
+        if room is not None:
+            rooms[gpu.address] = room
+    return rooms
+
+
 def cmd_list(ctx):
     enabled = ctx.enabled
     gpus = ctx.result.gpus
     ctx.say_source()
+    rooms = _rooms(ctx, gpus, enabled)
     if ctx.args.json:
         # A VF shows the setting of its physical GPU (it is used as a part
         # of it); its ``physfn`` names that GPU.
@@ -35,7 +50,7 @@ def cmd_list(ctx):
                 gpu, setting, not_assignable=(
                     _whole_refusal(ctx, gpu)
                     if setting is None and not gpu.is_vf else None),
-                type_memo=type_memo))
+                type_memo=type_memo, room=rooms.get(gpu.address)))
         output.emit_gpus_json(documents)
         return 0
     from libvirt_gpu.openstack.placement import model
@@ -57,7 +72,10 @@ def cmd_list(ctx):
                         gpu.address, gpu.iommu_group, member.address,
                         pci_classes.host_class_name(member.class_code),
                         member.driver))
-        capacity = ('%d' % model.vgpu_total(gpu, setting)
+        room = rooms.get(gpu.address)
+        if room is not None:
+            notes.append(output.room_text(gpu.address, room))
+        capacity = ('%d' % model.vgpu_total(gpu, setting, room=room)
                     if setting is not None else '0' if refusal else '1')
         vfs = None
         if gpu.virtfns:
@@ -85,10 +103,11 @@ def cmd_list(ctx):
     return 0
 
 
-def _gpu_types(gpu):
+def _gpu_types(ctx, gpu):
     """The types to show for ``gpu``: a VF's own; for a physical GPU every
     type of it and its VFs, ``available_instances`` being what the whole
-    GPU can still take (not one VF's 0 or 1)."""
+    GPU can still take (not one VF's 0 or 1; on a MIG or mixed-size GPU
+    the driver's room, ``Vgpus.room``)."""
     if gpu.is_vf or not gpu.vf_gpus:
         return gpu.vgpu_types if gpu.is_vf else gpu.offered_types()
 
@@ -97,7 +116,9 @@ def _gpu_types(gpu):
     shown = []
     for mtype in gpu.offered_types():
         used = sum(f.used_type_ids.count(mtype.id) for f in gpu.functions)
-        total = model.vgpu_total(gpu, objects.EnabledType(mtype.id))
+        total = model.vgpu_total(gpu, objects.EnabledType(mtype.id),
+                                 room=ctx.env.vgpus.room(gpu.address,
+                                                         mtype.id))
         shown.append(records.replace(
             mtype, available_instances=max(0, total - used)))
     return tuple(shown)
@@ -112,12 +133,12 @@ def cmd_types(ctx):
     ctx.say_source()
     if ctx.args.json:
         output.emit_json({str(g.address): [output.type_to_json(t)
-                                           for t in _gpu_types(g)]
+                                           for t in _gpu_types(ctx, g)]
                           for g in gpus})
         return 0
     rows = []
     for gpu in gpus:
-        for t in _gpu_types(gpu):
+        for t in _gpu_types(ctx, gpu):
             rows.append([str(gpu.address), t.id, t.name, t.device_api,
                          t.available_instances, t.description])
     output.emit_text(output.table(['GPU', 'TYPE', 'NAME', 'API', 'AVAILABLE',

@@ -291,14 +291,18 @@ def cyborg_devices_to_json(devices):
     return cyborg_objects.to_primitive(tuple(devices))
 
 
-def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None):
+def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None,
+                room=None):
     """One entry of ``libvirt-gpu list --json``, its keys sorted (as every
     dict of that document: see ``emit_json(keys_sorted=True)``);
     ``not_assignable``: why the GPU cannot be passed through whole;
+    ``room``: the driver's room for its enabled type on a MIG or
+    mixed-size GPU (``capacity.DriverRoom``; adds ``vgpu_mode``,
+    ``capacity`` and ``gpu_instances`` or ``placements``);
     ``type_memo``: a dict kept across the GPUs of one document, so that a
     type record shared by many parents (discovery shares equal ones) is
     converted once."""
-    return _sorted({
+    document = {
         'address': str(gpu.address),
         'vendor_id': gpu.vendor_id,
         'product_id': gpu.product_id,
@@ -318,7 +322,43 @@ def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None):
         'mdev_types': [_type_json(t, type_memo) for t in gpu.mdev_types],
         'mdevs': [{'type': m.type_id, 'uuid': m.uuid} for m in gpu.mdevs],
         'not_assignable': not_assignable,
-    })
+    }
+    if room is not None:
+        document.update(room_to_json(room, enabled))
+    return _sorted(document)
+
+
+def room_to_json(room, enabled):
+    """The keys a GPU in MIG or mixed-size mode adds to its ``list
+    --json`` entry: its ``vgpu_mode``, ``capacity`` (what the driver can
+    hold of the enabled type in all) and its GPU instances (profile, id,
+    used, free) or its placements (size, the free placement ids)."""
+    from libvirt_gpu.devices import capacity
+    found = {'vgpu_mode': room.mode,
+             'capacity': capacity.room_total(room, enabled)}
+    if room.mode == capacity.MODE_MIG:
+        found['gpu_instances'] = [
+            {'id': g.id, 'profile': g.profile, 'profile_id': g.profile_id,
+             'used': g.used, 'free': g.free} for g in room.gis]
+    else:
+        found['placements'] = {'size': room.placement_size,
+                               'used': room.used,
+                               'free': list(room.placements)}
+    return found
+
+
+def room_text(address, room):
+    """One line of ``libvirt-gpu list`` about a GPU in MIG or mixed-size
+    mode."""
+    from libvirt_gpu.devices import capacity
+    if room.mode == capacity.MODE_MIG:
+        where = ', '.join('GI %d %s %d used %d free' % (
+            g.id, g.profile, g.used, g.free) for g in room.gis) or 'no GI'
+    else:
+        where = '%d-slot placements, %d used, free at %s' % (
+            room.placement_size or 0, room.used,
+            ','.join(str(p) for p in room.placements) or 'none')
+    return '%s: %s %s: %s' % (address, room.mode, room.type_id, where)
 
 
 def _type_json(mdev_type, memo):

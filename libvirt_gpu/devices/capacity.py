@@ -13,6 +13,9 @@ told a GPU can hold and what the allocator lets it hold cannot drift apart.
   vGPU 17+ vendor interface): the vGPUs of the type on all its functions
   plus the free functions that can take one now.
 
+* a GPU in MIG mode or mixed-size mode (``room``, a ``DriverRoom``): the
+  driver's numbers (see "the driver's room" below).
+
 Either way never above the limit (``limit``), never below what exists.
 Without any limit a VF-based GPU reports what exists plus one: summing free
 VFs would over-report (16 VFs of an A100 are not 16 vGPUs), and an
@@ -21,6 +24,8 @@ under-report is the safe mistake.
 ``free(total, used, pending, other_types)`` is what the allocator can still
 give once it knows the GPU's leases.
 """
+
+import dataclasses
 
 NO_IOMMU_GROUP = (
     'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
@@ -77,9 +82,12 @@ def parent_total(mtype, used, enabled):
     return total
 
 
-def vgpu_total(gpu, enabled):
+def vgpu_total(gpu, enabled, room=None):
     """Capacity of ``enabled`` (``objects.EnabledType``) on the physical GPU
-    ``gpu`` (see the module doc)."""
+    ``gpu`` (see the module doc); ``room`` (``DriverRoom``): the driver's
+    numbers for a GPU in MIG or mixed-size mode, which then decide."""
+    if room is not None:
+        return room_total(room, enabled)
     type_id = enabled.type_id
     if not gpu.vf_gpus:
         used = sum(1 for m in gpu.mdevs if m.type_id == type_id)
@@ -122,3 +130,92 @@ def free(total, used, pending=0, other_types=False):
     if other_types:
         return 0
     return max(0, total - used - pending)
+
+
+# --- MIG-backed and mixed-size GPUs: the driver's room ----------------------
+#
+# On a GPU in MIG mode or in mixed-size mode a free VF lists a type while
+# the driver has room for one more anywhere, so counting free VFs would
+# promise more than the driver makes.  The room is then the driver's own
+# numbers, read through NVML by the vendor kind (``room`` of
+# ``backends.nvidia_vgpu``) into these records:
+#
+# * MIG-backed: max instances per GI (``nvmlVgpuTypeGetMaxInstancesPerGpu
+#   Instance``) x the GIs of the type's GI profile that exist; a GI holds
+#   vGPUs of one framebuffer size, so a GI holding another size gives none;
+# * mixed sizes: the vGPUs of the type plus its creatable placements
+#   (``nvmlDeviceGetVgpuTypeCreatablePlacements``, each ``placement_size``
+#   slots long).
+
+MODE_EQUAL = 'time-sliced'
+MODE_MIXED = 'mixed-size'
+MODE_MIG = 'mig-backed'
+
+
+@dataclasses.dataclass(frozen=True)
+class GiRoom:
+    """One MIG GPU instance as capacity sees it, for one vGPU type."""
+
+    id: int
+    profile_id: int
+    profile: str            # '1g.10gb'
+    used: int               # vGPUs in it (any type)
+    # vGPUs of the type it can hold in all: 0 for a GI of another profile
+    # or one holding another framebuffer size
+    capacity: int
+
+    @property
+    def free(self):
+        return max(0, self.capacity - self.used) if self.capacity else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverRoom:
+    """What the driver lets one GPU hold of one vGPU type: its mode, its
+    GIs (MIG-backed) or its placements (mixed sizes)."""
+
+    mode: str                        # MODE_MIG or MODE_MIXED
+    type_id: object                  # objects.TypeId
+    used: int                        # vGPUs of the type on the GPU
+    gis: tuple = ()                  # GiRoom
+    placement_size: int | None = None
+    placements: tuple = ()           # creatable placement ids, free now
+
+    @property
+    def total(self):
+        if self.mode == MODE_MIG:
+            return sum(g.capacity for g in self.gis)
+        return self.used + len(self.placements)
+
+
+def gi_rooms(gis, profiles, gi_profile_id, max_per_gi, framebuffer_mib,
+             held):
+    """``GiRoom`` of each GI for a MIG-backed type of GI profile
+    ``gi_profile_id``, ``max_per_gi`` vGPUs per GI and ``framebuffer_mib``.
+
+    ``gis``: the GPU instances that exist (id, profile_id); ``profiles``:
+    ``{profile id: name}``; ``held``: ``(gi id, framebuffer MiB)`` of each
+    vGPU that exists.  A GI of another profile holds none of the type; a
+    GI holding a vGPU of another framebuffer size holds none either."""
+    rooms = []
+    for gi in sorted(gis, key=lambda g: g.id):
+        sizes = [size for gid, size in held if gid == gi.id]
+        if gi.profile_id != gi_profile_id or any(
+                size != framebuffer_mib for size in sizes):
+            room = 0
+        else:
+            room = max(max_per_gi or 1, len(sizes))
+        rooms.append(GiRoom(id=gi.id, profile_id=gi.profile_id,
+                            profile=profiles.get(gi.profile_id,
+                                                 str(gi.profile_id)),
+                            used=len(sizes), capacity=room))
+    return tuple(rooms)
+
+
+def room_total(room, enabled):
+    """The capacity of ``room`` (``DriverRoom``), lowered by
+    ``[vgpu_<type>]/max_instances`` (never below what exists)."""
+    total = room.total
+    if enabled.max_instances is not None:
+        total = min(total, max(enabled.max_instances, room.used))
+    return total

@@ -298,10 +298,14 @@ def source(setting, module=None, sysfs_root=HOST_SYSFS):
 # ``nvmlVgpuTypeGetMaxInstancesPerGpuInstance``,
 # ``nvmlDeviceGetVgpuHeterogeneousMode``,
 # ``nvmlDeviceSetVgpuHeterogeneousMode``,
+# ``nvmlDeviceGetVgpuTypeCreatablePlacements``,
 # ``nvmlDeviceGetVgpuSchedulerState_v2``,
 # ``nvmlDeviceSetVgpuSchedulerState_v2``,
 # ``nvmlGpuInstanceGetVgpuSchedulerState_v2``,
-# ``nvmlGpuInstanceSetVgpuSchedulerState_v2``.
+# ``nvmlGpuInstanceSetVgpuSchedulerState_v2``; for the exporter's layout
+# part: ``nvmlDeviceGetActiveVgpus``, ``nvmlVgpuInstanceGetType``,
+# ``nvmlVgpuInstanceGetGpuInstanceId``, ``nvmlVgpuInstanceGetPlacementId``,
+# ``nvmlDeviceGetVgpuTypeCreatablePlacements``.
 
 # nvmlVgpuTypeGetGpuInstanceProfileId of a time-sliced type
 INVALID_GI_PROFILE_ID = 0xFFFFFFFF
@@ -316,6 +320,16 @@ def _no_such_profile(lib, error):
     """NVML's answer for a profile index the GPU (or GI) does not have."""
     return getattr(error, 'value', None) in (
         lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_INVALID_ARGUMENT)
+
+
+@records.record
+class ActiveVgpu:
+    """A vGPU that exists on a GPU, as its driver places it (None: not
+    answered, or not of its mode)."""
+
+    type_id: objects.TypeId | None
+    gi_id: int | None             # the GPU instance it lives in (MIG)
+    placement: int | None         # its placement id (mixed-size mode)
 
 
 class NvmlError(exception.LibvirtGpuError):
@@ -471,6 +485,21 @@ class Session(object):
         return None if mode is None else \
             mode == self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE
 
+    def creatable_placements(self, address, type_number):
+        """``(placement size, placement ids free now)`` of the time-sliced
+        vGPU type ``type_number``
+        (``nvmlDeviceGetVgpuTypeCreatablePlacements``); None where the GPU
+        cannot answer."""
+        found = self._call(address,
+                           'nvmlDeviceGetVgpuTypeCreatablePlacements',
+                           self.handle(address), type_number,
+                           unanswered=True)
+        if found is None:
+            return None
+        return (int(found.placementSize),
+                tuple(int(found.placementIds[i])
+                      for i in range(int(found.count))))
+
     def _scheduler(self, address, function, target):
         info = self.lib.c_nvmlVgpuSchedulerStateInfo_v2_t()
         info.engineId = self.lib.NVML_VGPU_SCHEDULER_ENGINE_TYPE_GRAPHICS
@@ -489,6 +518,33 @@ class Session(object):
         """The GPU's vGPU scheduler (``layout.Scheduler``), or None."""
         return self._scheduler(address, 'nvmlDeviceGetVgpuSchedulerState_v2',
                                self.handle(address))
+
+    def active_vgpus(self, address, mig):
+        """The vGPUs on the GPU (``ActiveVgpu``): with ``mig``, each one's
+        GPU instance; without, its placement."""
+        found = []
+        for instance in self._call(address, 'nvmlDeviceGetActiveVgpus',
+                                   self.handle(address),
+                                   unanswered=True) or ():
+            number = self._call(address, 'nvmlVgpuInstanceGetType',
+                                instance, unanswered=True)
+            if mig:
+                gi_id = self._call(address,
+                                   'nvmlVgpuInstanceGetGpuInstanceId',
+                                   instance, unanswered=True)
+                placement = None
+            else:
+                gi_id = None
+                placement = self._call(address,
+                                       'nvmlVgpuInstanceGetPlacementId',
+                                       instance, unanswered=True)
+            found.append(ActiveVgpu(
+                type_id=objects.vendor_type_id(int(number)) if number
+                else None,
+                gi_id=int(gi_id) if gi_id is not None else None,
+                placement=(int(placement) if placement is not None
+                           else None)))
+        return tuple(found)
 
     # -- changing --------------------------------------------------------
 

@@ -449,6 +449,11 @@ class LiveTree(object):
                                   event.vfs)
             for vf in event.vfs:
                 del self.devices[vf]
+        elif isinstance(event, kernel_mod.DriverChanged):
+            # the driver's state beside the tree, as a static tree keeps
+            # it (its VFs' files are computed on each read here)
+            sysfs_tree.write_driver_state(self.root, event.state,
+                                          vf_files=False)
         elif isinstance(event, kernel_mod.ParentBound):
             self._bind_files(event.parent, event.driver)
             if self.sender is not None:

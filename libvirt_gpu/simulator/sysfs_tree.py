@@ -485,15 +485,18 @@ LOCK_NAME = '.sim-kernel.lock'
 TYPES_DIR = 'mdev_supported_types'
 
 
-def write_driver_state(root, state):
-    """Keep ``state`` (``SimKernel.driver_state()``) with the tree and
-    write the GI / placement files of the VFs whose vGPU has one: present
-    with the number while it has, removed once the vGPU that had one is
-    gone (a static tree cannot answer ENXIO; absent reads ENOENT).  Files
-    of other VFs are left as they are."""
+def write_driver_state(root, state, vf_files=True):
+    """Keep ``state`` (``SimKernel.driver_state()``) with the tree and,
+    with ``vf_files``, write the GI / placement files of the VFs whose
+    vGPU has one: present with the number while it has, removed once the
+    vGPU that had one is gone (a static tree cannot answer ENXIO; absent
+    reads ENOENT).  Files of other VFs are left as they are.  (A live
+    tree computes those files on each read: it keeps the state only.)"""
     before = read_driver_state(root)
     _replace(os.path.join(root, DRIVER_STATE),
              json.dumps(state, sort_keys=True) + '\n', READ_WRITE)
+    if not vf_files:
+        return
     was = before['placed'] if before is not None else {}
     now = state['placed']
     dirs = None

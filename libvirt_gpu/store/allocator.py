@@ -158,7 +158,10 @@ class Allocator(object):
         from libvirt_gpu.devices import discovery
         view = discovery.gpu_view(self.backend.sysfs, gpu,
                                   self.backend.kind_classes, mdevs)
-        total = capacity.vgpu_total(view, self._setting(gpu, type_id))
+        room = getattr(self.backend, 'room', None)
+        total = capacity.vgpu_total(
+            view, self._setting(gpu, type_id),
+            room=room(gpu, type_id) if room is not None else None)
         vfs = {f.address for f in view.vf_gpus}
         existing = {u for u, (a, _) in
                     self.backend.existing(mdevs).items() if a in vfs}

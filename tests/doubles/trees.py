@@ -13,7 +13,9 @@ import shutil
 import tempfile
 
 from libvirt_gpu import simulator
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 from libvirt_gpu.simulator import loading
+from libvirt_gpu.simulator import nvml as sim_nvml
 
 FAST_TMP = '/dev/shm'
 
@@ -96,7 +98,14 @@ def sriov_profile_file(directory):
     return path
 
 
-def snapshot(root, skip=('config',)):
+# What only a live tree has: its NVML channel, and a vendor VF's GI and
+# placement files, which answer ENXIO without a vGPU (a static tree cannot:
+# it has them only while a vGPU has a GI or placement).
+LIVE_ONLY = (sim_nvml.CONTROL_NAME, vendor_names.GPU_INSTANCE_ID,
+             vendor_names.PLACEMENT_ID)
+
+
+def snapshot(root, skip=('config',) + LIVE_ONLY):
     """``{relative path: what it is}`` of a whole tree (links not
     followed); write-only files are compared by mode only."""
     found = {}

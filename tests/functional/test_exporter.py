@@ -13,8 +13,18 @@ guest with a vGPU runs ``prepare``, fails to start, then ``release``.  One
 guest's vGPU is held busy (the simulated kernel refuses its removal with
 EBUSY), so its release fails and leaves a lease whose process is gone:
 what ``reconcile --dry-run`` calls a dead holder.
+
+Two more live simulated hosts, each with NVML the simulated binding over
+its own simulated driver (``[gpu]/nvml = simulated``), are brought to
+their layouts by ``libvirt-gpu layout apply`` and scraped by the same
+Prometheus once the T4 host's figures are checked: an H100 in MIG mode
+(GPU instances, a MIG-backed vGPU in one) and an L40S in mixed-size mode
+(placements, the equal-share scheduler), so that the dashboard's layout
+panels have data too.
 """
 
+import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -29,6 +39,7 @@ import uuid as uuidlib
 
 import pytest
 
+from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 from tests.doubles import poll
 from tests.doubles.ports import free_port
 from tests.functional import hook_guests as hg
@@ -50,9 +61,25 @@ while [ ! -e %(gate)s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 exit 0
 """
 
+H100 = '0000:4e:00.0'
+H100_VF = '0000:4e:00.4'
+L40S = '0000:bd:00.0'        # the l40s profile's empty GPU
+L40S_VF = '0000:bd:00.4'
+L40S_HELD = '0000:3d:00.0'   # holds two vGPUs; in no layout
+LAYOUTS = {
+    'h100-80gb': '[layout_h100]\ngpus = %s\nmode = mig\n'
+                 'gpu_instances = 1g.10gb:2, 3g.40gb:1\n'
+                 'vgpu_types = nvidia-1308, nvidia-1312\n' % H100,
+    'l40s': '[layout_l40s]\ngpus = %s\nmode = mixed-size\n'
+            'vgpu_types = nvidia-1145, nvidia-1155\n'
+            'scheduler = equal-share\n' % L40S,
+}
+
 missing = ls.live_host_requirements() + (
     [] if PROMETHEUS else ['prometheus is not installed (Debian package '
-                           'prometheus)'])
+                           'prometheus)']) + (
+    [] if importlib.util.find_spec('libvirt_gpu.simulator.nvml') else
+    ['the simulated NVML (libvirt_gpu.simulator.nvml) is not in this tree'])
 pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
 
 
@@ -79,22 +106,30 @@ class Prometheus(object):
         os.makedirs(os.path.join(self.dir, 'data'))
         self.port = free_port()
         self.url = 'http://127.0.0.1:%d' % self.port
-        config = os.path.join(self.dir, 'prometheus.yml')
-        with open(config, 'w') as f:
+        self.config = os.path.join(self.dir, 'prometheus.yml')
+        self._write([target])
+        self.log = open(os.path.join(self.dir, 'log'), 'w')
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, '--config.file', self.config,
+             '--storage.tsdb.path', os.path.join(self.dir, 'data'),
+             '--web.listen-address', '127.0.0.1:%d' % self.port],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def _write(self, targets):
+        with open(self.config, 'w') as f:
             # a scrape reads sysfs (FUSE here) and libvirt: on a loaded
             # 2-core machine it may take over a second
             f.write('global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n'
                     '  evaluation_interval: 1s\n'
                     'rule_files:\n  - %s\n'
                     'scrape_configs:\n  - job_name: libvirt-gpu\n'
-                    '    static_configs:\n      - targets: ["%s"]\n'
-                    % (RULES, target))
-        self.log = open(os.path.join(self.dir, 'log'), 'w')
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, '--config.file', config,
-             '--storage.tsdb.path', os.path.join(self.dir, 'data'),
-             '--web.listen-address', '127.0.0.1:%d' % self.port],
-            stdout=self.log, stderr=subprocess.STDOUT)
+                    '    static_configs:\n      - targets: [%s]\n'
+                    % (RULES, ', '.join('"%s"' % t for t in targets)))
+
+    def scrape(self, targets):
+        """Scrape ``targets`` from now on (the configuration reloaded)."""
+        self._write(targets)
+        self.proc.send_signal(signal.SIGHUP)
 
     def ready(self):
         try:
@@ -126,16 +161,17 @@ class Prometheus(object):
 
 class Exporter(object):
     """``libvirt-gpu exporter`` on the live host, its libvirt the test's
-    daemon."""
+    daemon (``uri``; None: ``--no-libvirt``)."""
 
-    def __init__(self, host):
+    def __init__(self, config, workdir, uri=None, name='exporter'):
         self.port = free_port()
-        self.log = open(os.path.join(host.workdir, 'exporter.log'), 'w')
+        self.log = open(os.path.join(workdir, name + '.log'), 'w')
+        where = ['-c', uri] if uri else []
         self.proc = subprocess.Popen(
             [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
-             host.setup.config, '-c', host.daemon.uri, 'exporter', '--port',
-             str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
-            cwd=ls.REPO)
+             config] + where + ['exporter', '--port', str(self.port)]
+            + ([] if uri else ['--no-libvirt']), stdout=self.log,
+            stderr=subprocess.STDOUT, cwd=ls.REPO)
         self.url = 'http://127.0.0.1:%d/metrics' % self.port
 
     def ready(self):
@@ -160,6 +196,46 @@ def host(tmp_path_factory):
         h.setup = setup
         h.workdir = workdir
         yield h
+
+
+def cli(config, *argv):
+    return subprocess.run(
+        [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
+         config] + list(argv), capture_output=True, text=True, timeout=300,
+        cwd=ls.REPO)
+
+
+def write_type(live, vf, number):
+    """A vGPU of type ``number`` on ``vf``, as a guest start makes it."""
+    with open(live.path('bus', 'pci', 'devices', vf, vendor_names.VENDOR_DIR,
+                        vendor_names.CURRENT_TYPE), 'w') as f:
+        f.write(str(number))
+
+
+@pytest.fixture(scope='module')
+def layout_hosts(tmp_path_factory):
+    """``{profile: config}`` of the H100 and L40S hosts, at their
+    layouts, each with one vGPU made on a GPU in a layout."""
+    workdir = str(tmp_path_factory.mktemp('exporter-layouts'))
+    with contextlib.ExitStack() as stack:
+        configs = {}
+        for profile, body in sorted(LAYOUTS.items()):
+            live = stack.enter_context(ls.LiveSysfs(profile, uevents=False))
+            config = os.path.join(workdir, profile + '.conf')
+            with open(config, 'w') as f:
+                f.write('[DEFAULT]\nstate_dir = %s\nsysfs_root = %s\n'
+                        '[gpu]\nnvml = simulated\nlayouts = %s\n%s' % (
+                            os.path.join(workdir, profile), live.root,
+                            body[len('[layout_'):body.index(']')], body))
+            done = cli(config, 'layout', 'apply')
+            assert done.returncode == 0, done.stdout + done.stderr
+            again = json.loads(cli(config, 'layout', 'apply',
+                                   '--json').stdout)
+            assert (again['done'], again['failed']) == (0, 0)
+            configs[profile] = (config, live)
+        write_type(configs['h100-80gb'][1], H100_VF, 1312)   # H100-3-40C
+        write_type(configs['l40s'][1], L40S_VF, 1155)        # L40S-24Q
+        yield workdir, {p: c for p, (c, _) in configs.items()}
 
 
 def dashboard_queries():
@@ -195,9 +271,15 @@ def start_and_fail(host, name, vgpus):
     raise AssertionError('%s started' % name)
 
 
-def test_prometheus_sees_capacity_holders_and_hook_counts(host):
-    exporter = Exporter(host)
+def test_prometheus_sees_capacity_holders_and_hook_counts(
+        host, layout_hosts):
+    exporter = Exporter(host.setup.config, host.workdir, host.daemon.uri)
     prom = None
+    # the H100 and L40S hosts' exporters, scraped once the T4 host's
+    # figures are checked
+    workdir, configs = layout_hosts
+    more = [Exporter(config, workdir, name='exporter-' + profile)
+            for profile, config in sorted(configs.items())]
     try:
         assert poll.wait_for(exporter.ready, timeout=120), 'exporter not up'
         prom = Prometheus(host.workdir, '127.0.0.1:%d' % exporter.port)
@@ -273,6 +355,16 @@ def test_prometheus_sees_capacity_holders_and_hook_counts(host):
             'ALERTS{alertname="LibvirtGpuHookErrors",operation="release"}'),
             timeout=120)
         assert prom.value('min(libvirt_gpu_exporter_read_ok)') == 1
+
+        # the H100 and L40S hosts join the scrape: their layouts
+        for other in more:
+            assert poll.wait_for(other.ready, timeout=120), 'not up'
+        prom.scrape(['127.0.0.1:%d' % e.port for e in [exporter] + more])
+        assert poll.wait_for(lambda: len(prom.query(
+            'libvirt_gpu_gpu_layout_drift')) == 2 and prom.query(
+            'libvirt_gpu_placements_used'), timeout=120), \
+            prom.query('libvirt_gpu_exporter_read_ok')
+        check_layouts(prom)
         # every panel of the Grafana dashboard has data to show
         for title, expr in dashboard_queries():
             got = prom.query(expr)
@@ -287,4 +379,45 @@ def test_prometheus_sees_capacity_holders_and_hook_counts(host):
             pass
         if prom is not None:
             prom.stop()
+        for other in more:
+            assert other.stop() == 0
         assert exporter.stop() == 0
+
+
+def check_layouts(prom):
+    """What the H100 and L40S hosts' exporters say of their layouts."""
+    def by(promql, *labels):
+        return {tuple(m[name] for name in labels): v
+                for m, v in prom.query(promql)}
+    # both at their layouts (a second apply did nothing): no drift
+    assert by('libvirt_gpu_gpu_layout_drift', 'gpu', 'layout') == {
+        (H100, 'h100'): 0, (L40S, 'l40s'): 0}
+    assert by('libvirt_gpu_gpu_layout_steps', 'gpu') == {
+        (H100,): 0, (L40S,): 0}
+    # modes as the drivers report them; the L40S in no layout has no
+    # drift series, and its mode
+    assert by('libvirt_gpu_gpu_layout_mode{gpu!~"0000:(3b|af).*"}', 'gpu',
+              'mode') == {(H100, 'mig'): 1, (L40S, 'mixed-size'): 1,
+                          (L40S_HELD, 'time-sliced'): 1}
+    # the H100's GPU instances: two 1g.10gb free, the 3g.40gb holding
+    # the H100-3-40C made on its VF
+    assert by('count by (profile) (libvirt_gpu_gpu_instance_info)',
+              'profile') == {('1g.10gb',): 2, ('3g.40gb',): 1}
+    assert by('sum by (profile, type) (libvirt_gpu_gpu_instance_vgpus_used)',
+              'profile', 'type') == {('1g.10gb', 'nvidia-1308'): 0,
+                                     ('3g.40gb', 'nvidia-1312'): 1}
+    assert by('sum by (profile, type) (libvirt_gpu_gpu_instance_vgpus_free)',
+              'profile', 'type') == {('1g.10gb', 'nvidia-1308'): 2,
+                                     ('3g.40gb', 'nvidia-1312'): 0}
+    # the L40S: its L40S-24Q holds a placement; the scheduler applied
+    assert prom.value('libvirt_gpu_placements_used{gpu="%s",'
+                      'type="nvidia-1155"}' % L40S) == 1
+    assert prom.value('libvirt_gpu_placements_used{gpu="%s",'
+                      'type="nvidia-1145"}' % L40S) == 0
+    # 48 GB, 24 GB used: room for one more L40S-24Q
+    assert prom.value('libvirt_gpu_placements_free{gpu="%s",'
+                      'type="nvidia-1155"}' % L40S) == 1
+    assert prom.value('libvirt_gpu_gpu_scheduler_info{gpu="%s",'
+                      'policy="equal-share"}' % L40S) == 1
+    assert prom.value('min(libvirt_gpu_exporter_read_ok{part="layout"})') \
+        == 1

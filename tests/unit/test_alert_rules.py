@@ -29,7 +29,7 @@ def test_the_rules_are_valid():
     done = subprocess.run([PROMTOOL, 'check', 'rules', RULES],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert 'SUCCESS: 5 rules found' in done.stdout
+    assert 'SUCCESS: 6 rules found' in done.stdout
 
 
 @needs_promtool
@@ -40,18 +40,21 @@ def test_the_rules_fire_where_they_must_on_made_up_series():
 
 
 @needs_promtool
-def test_a_wrong_expectation_fails(tmp_path):
-    """The rule test can fail: the same tests expecting a dead-holder
-    alert where the series say none."""
+@pytest.mark.parametrize('alert', ['LibvirtGpuDeadHolderLeases',
+                                   'LibvirtGpuLayoutDrift'])
+def test_a_wrong_expectation_fails(tmp_path, alert):
+    """The rule test can fail: the same tests expecting the alert at 14
+    minutes, where the series say none yet."""
     with open(RULE_TESTS) as f:
         text = f.read().replace('../../../etc', os.path.join(ROOT, 'etc'))
     broken = tmp_path / 'alerts-test.yml'
     broken.write_text(text.replace(
         "      - eval_time: 14m\n        alertname: "
-        "LibvirtGpuDeadHolderLeases\n        exp_alerts: []",
+        "%s\n        exp_alerts: []" % alert,
         "      - eval_time: 14m\n        alertname: "
-        "LibvirtGpuDeadHolderLeases\n        exp_alerts:\n"
-        "          - exp_labels: {severity: warning, instance: h1}"))
+        "%s\n        exp_alerts:\n"
+        "          - exp_labels: {severity: warning, instance: h1}"
+        % alert))
     assert broken.read_text() != text
     done = subprocess.run([PROMTOOL, 'test', 'rules', str(broken)],
                           capture_output=True, text=True, timeout=120)

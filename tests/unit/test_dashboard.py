@@ -75,8 +75,24 @@ def test_the_dashboard_covers_what_an_operator_asks():
     for needed in ('libvirt_gpu_gpu_free', 'libvirt_gpu_gpu_capacity',
                    'libvirt_gpu_vgpu_info',
                    'libvirt_gpu_hook_duration_seconds_bucket',
-                   'libvirt_gpu_hook_errors_total'):
-        assert needed in queried
+                   'libvirt_gpu_hook_errors_total',
+                   # layouts: drift, and room in GPU instances and at
+                   # placements, by profile and type
+                   'libvirt_gpu_gpu_layout_drift',
+                   'libvirt_gpu_gpu_instance_vgpus_free',
+                   'libvirt_gpu_placements_free'):
+        assert needed in queried, needed
+
+
+def test_no_two_panels_overlap():
+    cells = set()
+    for panel in load()['panels']:
+        pos = panel['gridPos']
+        here = {(x, y) for x in range(pos['x'], pos['x'] + pos['w'])
+                for y in range(pos['y'], pos['y'] + pos['h'])}
+        assert not here & cells, panel['title']
+        assert pos['x'] + pos['w'] <= 24, panel['title']
+        cells |= here
 
 
 def test_the_host_variable_is_used_by_every_query():

@@ -651,3 +651,80 @@ def test_a_prepare_under_way_of_the_domain_is_no_earlier_try(env):
     assert (rc, err) == (0, '')
     assert prepared in env.leases() and len(env.leases()) == 2
     assert prepared.vgpu_uuid.encode() not in out
+
+
+def _log_lines(env):
+    return [line.split(': ', 1)[1] for line in env.log().splitlines()]
+
+
+def test_each_reservation_is_logged_in_one_exact_line(env):
+    kept = th.new_uuid()
+    assert tm.migrate(env, tm.incoming_xml(kept))[0] == 0
+    assert 'incoming vGPU %s (nvidia-223) reserved on %s' % (kept, A) \
+        in _log_lines(env)
+    rc, out, _ = tm.migrate(env, th.domain_xml(
+        [(EXISTING, 'nvidia-223', None)], uuid=DOM2))
+    (new,) = [lease.vgpu_uuid for lease in env.leases()
+              if lease.domain_uuid == DOM2]
+    assert 'incoming vGPU %s (nvidia-223) reserved on %s (was %s on the ' \
+        'source, taken here)' % (new, A, EXISTING) in _log_lines(env)
+
+
+def test_exactly_the_cap_is_judged_on_room_and_one_more_refused(env):
+    cap = allocator.MAX_VGPUS_PER_DOMAIN
+    assert 'No capacity left' in refused(env, many(cap, parent=None))
+    assert refused(env, many(cap + 1)).endswith(
+        'Migration refused: it carries %d vGPUs and this host gives one '
+        'domain at most %d; give the guest fewer vGPUs before migrating it\n'
+        % (cap + 1, cap))
+
+
+def test_a_pinned_guest_gets_the_gpu_near_it(env):
+    """NUMA node 1 holds 0000:af:00.0 (fewer free than 0000:3b:00.0):
+    chosen for a guest pinned there (broken by not handing the pinning
+    to the reservation)."""
+    xml = tm.incoming_xml(th.new_uuid()).replace(
+        b'<devices>', b"<numatune><memory nodeset='1'/></numatune><devices>")
+    rc, out, err = tm.migrate(env, xml)
+    assert (rc, err) == (0, '')
+    (lease,) = env.leases()
+    assert str(lease.parent) == B
+
+
+def test_a_hostdev_without_mode_is_a_subsystem_one(env):
+    """libvirt's default mode (broken by skipping a hostdev that does not
+    say mode='subsystem')."""
+    uuid = th.new_uuid()
+    xml = tm.incoming_xml(uuid).replace(b"mode='subsystem' ", b'')
+    assert b'mode=' not in xml
+    assert tm.migrate(env, xml)[0] == 0
+    assert [lease.vgpu_uuid for lease in env.leases()] == [uuid]
+
+
+def test_an_edit_that_breaks_the_xml_undoes_the_reservation(
+        env, monkeypatch):
+    """The operation parses what it edited before the reservation
+    commits (the edge's check would come after the commit)."""
+    def breaks(doc, target, device):
+        doc.replace(doc.root.find('devices'), '<oops>')
+    monkeypatch.setattr(incoming, '_edit', breaks)
+    assert 'Refused XML: the rewritten domain XML is malformed' in \
+        refused(env, many(1, parent=None))
+
+
+def test_an_mdev_on_the_source_that_is_a_vf_here_is_refused(tmp_path):
+    from tests.unit import test_nvidia_vgpu_lifecycle as tv
+    world = tv.World('l40s', str(tmp_path), 'nvidia-1145',
+                     '%s, %s' % (tv.L1, tv.L2))
+    uuid = th.new_uuid()
+    xml = tm.incoming_xml(uuid).replace(b'nvidia-223', b'nvidia-1145')
+    out, err = io.BytesIO(), io.StringIO()
+    rc = hook.run(['qemu', 'vm1', 'migrate', 'begin', '-'], xml,
+                  config_file=world.config, sysfs=world.sysfs, stderr=err,
+                  mdevctl_dir=world.mdevctl, stdout=out)
+    assert (rc, out.getvalue()) == (1, b'')
+    assert err.getvalue().endswith(
+        'Migration refused: vGPU %s (nvidia-1145) is an mdev on the source '
+        'but a VF (vendor interface) here; both hosts must offer the type '
+        'the same way\n' % uuid)
+    assert world.leases() == []

@@ -205,3 +205,95 @@ def test_a_section_of_a_type_not_enabled_at_all(tmp_path):
     said = _refused(tmp_path, '[vgpu_grid_p40-2q]\nmax_instances = 2\n')
     assert '[gpu]/enabled_vgpu_types (empty) does not enable' in said
     assert 'enable the type there or remove the section' in said
+
+
+# --- the whole messages (each part was once changed alone: make mutation) --
+
+def test_the_refusals_name_the_file_first(tmp_path):
+    path = str(tmp_path / 'libvirt-gpu.conf')
+    cases = {
+        '[gpu]\nnvml = off\nnvml = auto\n':
+            '[gpu]/nvml is set twice (lines 2 and 3), and only the last '
+            'would count; keep one',
+        '[DEFAULT]\nhost = a\nhost = b\n':
+            '[DEFAULT]/host is set twice (lines 2 and 3), and only the last '
+            'would count; keep one',
+        '[gpus]\n':
+            'unknown section [gpus]; did you mean gpu? (sections: agent, '
+            'gpu, libvirt, placement)',
+        '[placement]\nauth_type = pasword\n':
+            'unknown [placement]/auth_type pasword; did you mean password? '
+            '(the keystoneauth plugins: password, token, '
+            'v3applicationcredential, ...)',
+        '[placement]\nauth_type = password\nusernme = x\n':
+            'unknown option [placement]/usernme; did you mean username?',
+        '[gpu]\nenabled_vgpu_types = nvidia-223, nvidia-224\n'
+        '[vgpu_nvidia-223]\ndevice_addresses = 0000:af:00.0\n'
+        '[vgpu_nvidia-224]\ndevice_addresses = 0000:3b:00.0\n'
+        '[vgpu_nvidia-225]\n':
+            'section [vgpu_nvidia-225] is of type nvidia-225, which '
+            '[gpu]/enabled_vgpu_types (nvidia-223, nvidia-224) does not '
+            'enable, so nothing would read it; did you mean '
+            '[vgpu_nvidia-224]?',
+    }
+    for text, said in cases.items():
+        assert _refused(tmp_path, text).endswith('%s: %s' % (path, said)), \
+            text
+
+
+@pytest.mark.parametrize('state_dir,said', [
+    ('state', 'is a relative path, which names another directory in each '
+              'program that reads it'),
+    ('/etc', 'is a directory other programs use too'),
+    ('/etc/', 'is /etc, a directory other programs use too'),
+    ('/var/lib/..', 'is /var, a directory other programs use too'),
+    ('/sys/kernel', 'is a directory other programs use too'),
+    ('/dev/shm/x', 'is a directory other programs use too'),
+])
+def test_the_state_dir_refusals_whole(tmp_path, state_dir, said):
+    path = str(tmp_path / 'libvirt-gpu.conf')
+    assert _refused(tmp_path, '[DEFAULT]\nstate_dir = %s\n' % state_dir) \
+        .endswith(
+            '%s: [DEFAULT]/state_dir = %s %s; name a directory of '
+            'libvirt-gpu\'s own, such as /var/lib/libvirt-gpu (it is created '
+            'when missing)' % (path, state_dir, said))
+
+
+def test_a_foreign_directory_among_files_is_found(tmp_path):
+    """Files before and after it in the listing: every entry is looked
+    at, and the message names it whole."""
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    for n in range(10):
+        (shared / ('a%d' % n)).write_text('')
+    (shared / 'lib').mkdir()
+    (shared / 'lib' / 'x').write_text('')
+    for n in range(10):
+        (shared / ('z%d' % n)).write_text('')
+    said = _refused(tmp_path, '[DEFAULT]\nstate_dir = %s\n' % shared)
+    assert said.endswith(
+        '[DEFAULT]/state_dir = %s holds the directory lib, which '
+        'libvirt-gpu never makes there: the directory is another '
+        'program\'s; name a directory of libvirt-gpu\'s own, such as '
+        '/var/lib/libvirt-gpu (it is created when missing)' % shared)
+
+
+def test_a_link_to_a_directory_is_left_to_the_state_dirs_checks(tmp_path):
+    """A link is no directory made there either; the state directory's
+    own checks refuse a link where a state file should be."""
+    (tmp_path / 'elsewhere' / 'x').mkdir(parents=True)
+    state = tmp_path / 'state'
+    state.mkdir()
+    os.symlink(str(tmp_path / 'elsewhere'), str(state / 'linked'))
+    _load(tmp_path, '[DEFAULT]\nstate_dir = %s\n' % state)
+
+
+def test_a_multi_valued_option_of_default_may_repeat(tmp_path):
+    from oslo_config import cfg
+    from libvirt_gpu.conf import typos
+    conf = conf_mod.new_conf()
+    conf.register_opts([cfg.MultiStrOpt('many')])
+    path = _write(tmp_path, '[DEFAULT]\nmany = a\nmany = b\n')
+    conf(args=[], default_config_files=[path], default_config_dirs=[],
+         use_env=False)
+    typos.check(conf, path, [])

@@ -6,6 +6,8 @@ the printed lines in tests/functional/test_nova_route.py)."""
 import json
 import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -23,14 +25,29 @@ RC = 'CUSTOM_NVIDIA_L40S_12Q'
 CARVED = [str(vf) for vf in vfs(L2, 4, 5, 6, 7)]
 
 
-@pytest.fixture
-def host(fast_tmp, monkeypatch):  # noqa: F811 - the imported fixture
-    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+def carved_host(tmp):
     # libvirt's test driver: versions that are not Nova's minimums
-    found = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n'
+    found = Host(tmp, '[libvirt]\nconnection_uri = test:///default\n'
                  + CARVING % (L2, 4))
     assert found.restore().failed == ()
     return found
+
+
+@pytest.fixture
+def own_host(fast_tmp, monkeypatch):  # noqa: F811 - the imported fixture
+    """A carved host of its own, for a test that changes it."""
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    return carved_host(fast_tmp)
+
+
+@pytest.fixture(scope='module')
+def host():
+    """One carved host for the tests that only read it."""
+    tmp = tempfile.mkdtemp(prefix='lgpu-nova-config-')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+        yield carved_host(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(host, *argv, capsys):
@@ -171,7 +188,8 @@ def test_check_reads_a_pf_address_as_nova_does(host, capsys, tmp_path):
 
 
 def test_check_after_a_reboot_names_what_restore_must_put_back(
-        host, capsys, tmp_path):
+        own_host, capsys, tmp_path):
+    host = own_host
     _, out, _ = run(host, capsys=capsys)
     path = tmp_path / 'nova.conf'
     path.write_text(out)
@@ -187,7 +205,9 @@ def test_check_after_a_reboot_names_what_restore_must_put_back(
     assert rc == 0 and 'matches' in out
 
 
-def test_check_names_a_carved_vf_that_lost_its_type(host, capsys, tmp_path):
+def test_check_names_a_carved_vf_that_lost_its_type(own_host, capsys,
+                                                    tmp_path):
+    host = own_host
     _, out, _ = run(host, capsys=capsys)
     path = tmp_path / 'nova.conf'
     path.write_text(out)

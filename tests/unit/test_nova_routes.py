@@ -6,6 +6,8 @@ touches a carved VF (simulated L40S host, ``kernel_sysfs``)."""
 
 import io
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -34,13 +36,17 @@ T_1B = objects.TypeId.parse('nvidia-1145')
 DOM = objects.Uuid.parse('0f6b2f4e-5d0b-4a55-9d4e-3f9c6f1b6a01')
 
 
-@pytest.fixture
-def carved(fast_tmp, monkeypatch):  # noqa: F811 - the imported fixture
-    """0000:bd:00.0 carved (2 VFs of L40S-12Q) and restored."""
-    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
-    host = Host(fast_tmp, CARVING % (L2, 2))
-    assert host.restore().failed == ()
-    return host
+@pytest.fixture(scope='module')
+def carved():
+    """0000:bd:00.0 carved (2 VFs of L40S-12Q) and restored; one host for
+    the module (a test that changes its configuration puts it back)."""
+    tmp = tempfile.mkdtemp(prefix='lgpu-nova-routes-')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+        host = Host(tmp, CARVING % (L2, 2))
+        assert host.restore().failed == ()
+        yield host
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def names(provider_tree):
@@ -60,8 +66,11 @@ def test_our_tree_leaves_a_carved_gpu_out(fast_tmp):  # noqa: F811
 
 def test_a_gpu_still_recorded_as_carved_stays_out_of_our_tree(carved):
     carved.write_config('')                   # carving gone, VFs held
-    assert names(model.host_tree(carved.env(), HOST)) == [
-        'compute-1_0000:3d:00.0']
+    try:
+        assert names(model.host_tree(carved.env(), HOST)) == [
+            'compute-1_0000:3d:00.0']
+    finally:
+        carved.write_config(CARVING % (L2, 2))
 
 
 def child(name, traits=()):

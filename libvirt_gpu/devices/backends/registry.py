@@ -162,6 +162,17 @@ class Vgpus(object):
     def vgpu_type(self, parent, type_id):
         return self.kind_of(parent).vgpu_type(parent, type_id)
 
+    def room(self, gpu, type_id):
+        """The driver's room for ``type_id`` on the physical GPU ``gpu``
+        (``capacity.DriverRoom``) from the kind that reads one (the vendor
+        interface on a MIG or mixed-size GPU), or None."""
+        for kind in self.kinds:
+            read = getattr(kind, 'room', None)
+            found = read(gpu, type_id) if read is not None else None
+            if found is not None:
+                return found
+        return None
+
     def definition(self, uuid):
         """The first definition of ``uuid`` any kind keeps (mdevctl's
         first: an operator's definition wins), else None."""

@@ -11,7 +11,11 @@ One provider per *physical* GPU, named after its address (the PF's, for a
 GPU with SR-IOV): never one per VF, and VFs are never offered whole.
 
 A GPU with an enabled type reports VGPU with total = what it can hold of
-that type (``capacity.vgpu_total``).  Any other GPU of a passthrough vendor
+that type (``capacity.vgpu_total``); on a GPU in MIG or mixed-size mode
+that is the driver's own count (``driver_rooms``: max instances per GPU
+instance x the GPU instances of the type's profile; the type's creatable
+placements), so no allocation Placement accepts is refused by the driver
+for lack of room.  Any other GPU of a passthrough vendor
 (``[gpu]/pgpu_vendor_ids``) that is not an SR-IOV VF and can be passed
 through (``pgpu_refusal``: it has an IOMMU group) reports PGPU 1,
 reserved while it (or one of its VFs) holds vGPUs.  vGPUs need no group
@@ -70,13 +74,17 @@ def holds_vgpus(gpu):
     return any(f.used_type_ids for f in gpu.functions)
 
 
-def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True):
-    """The child provider of one GPU, or None when it has no capacity."""
+def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True,
+                 room=None):
+    """The child provider of one GPU, or None when it has no capacity;
+    ``room``: the driver's (``capacity.DriverRoom``) on a MIG or
+    mixed-size GPU."""
     name = gpu_provider_name(hostname, gpu.address)
     if enabled is not None:
         # Placement keeps totals in 32-bit integers: never more than that
         # (each type's count is bounded already, bounds.MAX_INSTANCES).
-        total = min(capacity.vgpu_total(gpu, enabled), bounds.PLACEMENT_MAX)
+        total = min(capacity.vgpu_total(gpu, enabled, room=room),
+                    bounds.PLACEMENT_MAX)
         if total < 1:
             return None
         inventory = tree.Inventory(enabled.resource_class, total=total)
@@ -114,7 +122,19 @@ def host_tree(env, hostname):
     return build_tree(hostname, env.discovered.gpus, env.enabled,
                       env.conf.gpu.report_gpu_traits,
                       env.conf.gpu.pgpu_vendor_ids,
-                      carved=env.carved.gpus)
+                      carved=env.carved.gpus, rooms=driver_rooms(env))
+
+
+def driver_rooms(env):
+    """``{PciAddress: capacity.DriverRoom}`` of the GPUs of ``env`` whose
+    enabled type the driver counts itself (MIG or mixed-size mode: what
+    the vGPU kinds read through NVML); the others are absent."""
+    rooms = {}
+    for address, setting in sorted(env.enabled.items()):
+        room = env.vgpus.room(address, setting.type_id)
+        if room is not None:
+            rooms[address] = room
+    return rooms
 
 
 def nova_pci_provider_name(hostname, address):
@@ -150,10 +170,12 @@ def check_not_novas(provider_tree, carved=()):
 
 
 def build_tree(hostname, gpus, enabled, gpu_traits=True,
-               pgpu_vendors=DEFAULT_PGPU_VENDORS, carved=frozenset()):
+               pgpu_vendors=DEFAULT_PGPU_VENDORS, carved=frozenset(),
+               rooms=None):
     """``enabled``: ``{PciAddress: EnabledType}`` from enablement.resolve
     (keyed by physical GPU); ``carved``: the physical GPUs carved for
-    Nova (left out)."""
+    Nova (left out); ``rooms``: ``driver_rooms``."""
+    rooms = rooms or {}
     root = tree.ResourceProvider(name=hostname,
                                  uuid=tree.provider_uuid(hostname),
                                  parent_provider_uuid=None)
@@ -163,7 +185,8 @@ def build_tree(hostname, gpus, enabled, gpu_traits=True,
                 gpu, enabled.get(gpu.address), pgpu_vendors):
             continue
         provider = gpu_provider(hostname, root.uuid, gpu,
-                                enabled.get(gpu.address), gpu_traits)
+                                enabled.get(gpu.address), gpu_traits,
+                                room=rooms.get(gpu.address))
         if provider is not None:
             children.append(provider)
     found = tree.ProviderTree(root=root, children=tuple(children))

@@ -46,11 +46,12 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def from_environment(cls, env):
         extra = ({} if env.remove_timeout is None
                  else {'remove_timeout': env.remove_timeout})
-        return cls(env.sysfs, env.state_dir, **extra)
+        return cls(env.sysfs, env.state_dir, nvml=env.nvml, **extra)
 
     def __init__(self, sysfs, state_dir, remove_timeout=10.0,
-                 retry_stop=5.0):
+                 retry_stop=5.0, nvml=None):
         self.sysfs = sysfs
+        self.nvml = nvml          # nvml.Nvml, or None: no room is read
         self.files = files.VendorFiles(sysfs)
         self.state = statefile.VendorState(state_dir)
         self.remove_timeout = remove_timeout
@@ -295,6 +296,51 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 'forgot', uuid, 'its VF %s holds no vGPU any more'
                 % entry.vf))
         return notes
+
+    def room(self, gpu, type_id):
+        """The driver's room for ``type_id`` on the physical GPU ``gpu``
+        (``capacity.DriverRoom``) when it is in MIG or mixed-size mode;
+        None in equal-size mode or without NVML (free VFs and the type's
+        maximum then say it, ``capacity.vgpu_total``)."""
+        objects.typed(gpu, objects.PciAddress, 'gpu')
+        if self.nvml is None:
+            return None
+        from libvirt_gpu.devices import capacity
+        from libvirt_gpu.devices import nvml as nvml_mod
+        number = objects.vendor_type_number(type_id)
+        held = [(vf, objects.vendor_type_id(current))
+                for vf in self.sysfs.virtfns(gpu) if self.is_parent(vf)
+                for current in (self.files.current_type(vf),) if current]
+        used = sum(1 for _, t in held if t == type_id)
+        try:
+            with self.nvml.session() as session:
+                if session.mig_mode(gpu):
+                    facts = {t.type_id: t
+                             for t in session.vgpu_types(gpu)}
+                    profiles = session.gi_profiles(gpu)
+                    gis = session.gpu_instances(gpu, profiles)
+                    mine = facts.get(type_id)
+                    sizes = [(self.files.where(vf)[0],
+                              getattr(facts.get(t), 'framebuffer_mib', None))
+                             for vf, t in held]
+                    rooms = capacity.gi_rooms(
+                        gis, {p.id: p.name for p in profiles},
+                        mine.gi_profile_id if mine is not None else None,
+                        mine.max_per_gi if mine is not None else 0,
+                        mine.framebuffer_mib if mine is not None else None,
+                        sizes)
+                    return capacity.DriverRoom(
+                        mode=capacity.MODE_MIG, type_id=type_id, used=used,
+                        gis=rooms)
+                if session.mixed_size(gpu):
+                    found = session.creatable_placements(gpu, number)
+                    size, free = found if found is not None else (None, ())
+                    return capacity.DriverRoom(
+                        mode=capacity.MODE_MIXED, type_id=type_id,
+                        used=used, placement_size=size, placements=free)
+        except nvml_mod.NvmlUnavailable:
+            return None
+        return None
 
     def choose_vf(self, gpu, type_id, exclude=()):
         """The first VF of the physical GPU ``gpu`` that is free (holds no
