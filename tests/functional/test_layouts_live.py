@@ -264,10 +264,10 @@ def test_guests_fill_the_gpu_and_the_next_is_refused(host):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    'the allocator knows no maximum for MIG-backed and mixed-size types '
-    '(no max_instance in their description) and the hook warns about it '
-    'before its refusal: capacity from the driver\'s rules is '
-    'wt-mig-capacity\'s work'))
+    'the hook\'s allocator counts without the driver\'s room '
+    '(capacity.vgpu_total with room=None): a MIG-backed or mixed-size type '
+    'has no max_instance, so it logs "no maximum known ... set '
+    '[vgpu_<type>]/max_instances" before its refusal'))
 def test_the_refusal_is_one_line(host):
     """What the hook wrote (libvirt quotes it after the exit status) is
     the one line of the refusal, with no warning before it."""
