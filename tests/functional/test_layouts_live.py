@@ -249,6 +249,19 @@ def test_guests_fill_the_gpu_and_the_next_is_refused(host):
     files = nvidia_vgpu.files.VendorFiles(host.live.sysfs)
     free = [vf for vf in vfs if vf not in placed]
     assert all(number not in files.creatable_types(vf) for vf in free)
+    # `list --json` says the same (read from sysfs: with `-c`, the
+    # simulated NVML has no root to bind to)
+    r = subprocess.run(
+        [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
+         host.setup.config, '--sysfs-root', host.live.root, 'list',
+         '--json'], cwd=ls.REPO, capture_output=True, text=True, timeout=120)
+    (listed,) = [g for g in json.loads(r.stdout) if g['address'] == case.gpu]
+    assert (listed['enabled_type'], listed['capacity']) == (
+        case.type_id, case.capacity), r.stdout
+    if case.per_gi is not None:
+        held = {gi['id']: (gi['used'], gi['free'])
+                for gi in listed['gpu_instances'] if gi['used']}
+        assert held == {gid: (case.per_gi, 0) for gid in used}
     # the next guest, started by libvirtd, is refused by our hook
     name = '%s-full' % case.profile
     code, message = hg.start(
