@@ -14,10 +14,7 @@ layout's types, the first of them as its ``EnabledType``; no
 
 import re
 
-import os_resource_classes
-
 from libvirt_gpu import exception
-from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 
@@ -44,6 +41,8 @@ class Enabled(dict):
 
 
 def _resource_class(type_id, value):
+    # imported here: the qemu hook imports this module for ``Enabled``
+    import os_resource_classes
     if value in os_resource_classes.STANDARDS or (
             _CUSTOM_RC.fullmatch(value) and len(value) <= 255):
         return value
@@ -118,6 +117,7 @@ def resolve(conf, gpus):
             reason='[gpu]/enabled_vgpu_types lists a type twice: %s'
             % ', '.join(types))
     by_address = {gpu.address: gpu for gpu in gpus}
+    from libvirt_gpu.devices import layout as layout_mod
     in_layout = layout_mod.claims(layout_mod.read_layouts(conf), gpus)
     enabled = {}
     claimed_by = {}
