@@ -243,13 +243,19 @@ class Host(object):
         self.guests = {}
         assert self.placed() == {}
 
-    def fill(self, offers):
+    def fill(self, offers, sync_once=False):
         """Round robin over ``offers``: claim and create one of each type
         Placement still offers, until it offers none; returns how many of
-        each type were created."""
+        each type were created.  ``sync_once``: sync after the first round
+        (the agent's cycle comes while guests start: the totals it then
+        reports must hold the allocations made)."""
         made = collections.Counter()
         going = list(offers)
+        rounds = 0
         while going:
+            if rounds == 1 and sync_once:
+                self.sync()
+            rounds += 1
             for offer in list(going):
                 allocations = self.candidate(offer)
                 if allocations is None:
@@ -261,8 +267,16 @@ class Host(object):
 
     def no_room(self, offers, made):
         """Placement offers none of ``offers``' types: the driver must have
-        no room for any of them either (else Placement under-promises)."""
+        no room for any of them either (else Placement under-promises),
+        but for a type with a count in the layout, of which Placement
+        offers exactly that count (the rest of the GPU is the other
+        types')."""
+        counts = layout_types(self.case)
         for offer in offers:
+            count = counts[offer.type_id]
+            if count is not None:
+                assert made[offer.type_id] == count, (offer, dict(made))
+                continue
             assert self.room(offer.type_id) == [], (
                 'Placement offers no more %s on %s after %s, but the '
                 'driver has room' % (offer.type_id, self.case.gpu,
@@ -290,11 +304,15 @@ def host(request, server, tmp_path_factory):
 
 
 def layout_types(case):
-    """The vGPU types of the case's layout (``vgpu_types = a, b`` or, for
-    mixed sizes, with a count each: ``a:2, b:8``)."""
+    """``{type: count}`` of the case's layout: ``vgpu_types = a, b`` (count
+    None: as many as the driver's rules give) or, for mixed sizes, with a
+    count each (``a:2, b:8``: the layout's split of the GPU)."""
     (line,) = [ln for ln in case.layout if ln.startswith('vgpu_types ')]
-    return tuple(part.strip().split(':')[0]
-                 for part in line.split('=', 1)[1].split(','))
+    found = {}
+    for part in line.split('=', 1)[1].split(','):
+        type_id, _, count = part.strip().partition(':')
+        found[type_id] = int(count) if count else None
+    return found
 
 
 def test_each_type_fills_to_what_placement_offers(host):
@@ -317,6 +335,6 @@ def test_types_interleaved_fill_to_what_placement_offers(host):
     if len(offers) < 2:
         pytest.skip('Placement offers one vGPU type of %s (%s)'
                     % (host.case.gpu, offers[0].type_id))
-    made = host.fill(offers)
+    made = host.fill(offers, sync_once=True)
     host.check_full(offers, made)
     host.release_all()
