@@ -87,8 +87,8 @@ class Host(object):
         self.settings = os.path.join(self.state_dir, hook_mod.SETTINGS_NAME)
         with open(self.config, 'w') as f:
             f.write(config_text(live.root, self.state_dir, case))
-        # guest name -> (vGPU uuid, VF, type, consumer, domain XML)
-        self.guests = {}
+        self.guests = {}        # name -> domain XML, holding a vGPU
+        self.consumers = []     # of the allocations made in Placement
         self.made = 0
 
     def cli(self, *argv):
@@ -113,7 +113,7 @@ class Host(object):
 
     # -- what Placement says ------------------------------------------------
 
-    def offers(self):
+    def read_offers(self):
         """An ``Offer`` per provider of the GPU in Placement, its type
         found by the type's trait (each type the layout names)."""
         gpu = next(g for g in self.env().discovered.gpus
@@ -174,6 +174,7 @@ class Host(object):
                   'project_id': PROJECT, 'user_id': USER,
                   'consumer_type': 'INSTANCE'})
         assert resp.status_code == 204, (resp.status_code, resp.text)
+        self.consumers.append(consumer)
         return consumer
 
     def used(self, offer):
@@ -225,22 +226,24 @@ class Host(object):
                            vendor=True)
         code, said = self.hook(name, 'prepare', xml)
         assert code == 0, '%s the hook refused it: %s' % (note, said)
+        self.guests[name] = xml
         where = self.placed().get(str(vf))
         assert where is not None and where[0] == type_id, (note, where)
         # the driver put it in a GPU instance (MIG) or at a placement
         assert where[1] is not None or where[2] is not None, where
-        self.guests[name] = (uuid, str(vf), type_id, consumer, xml)
 
     def release_all(self):
         """Every guest stops (our hook's ``release``), every allocation is
         deleted: the GPU is as the layout left it."""
-        for name, (_, _, _, consumer, xml) in sorted(self.guests.items()):
+        guests, self.guests = self.guests, {}
+        consumers, self.consumers = self.consumers, []
+        for name, xml in sorted(guests.items()):
             code, said = self.hook(name, 'release', xml)
             assert code == 0, said
+        for consumer in consumers:
             resp = self.placement.delete('/allocations/%s' % consumer,
                                          raise_exc=False)
             assert resp.status_code == 204, resp.text
-        self.guests = {}
         assert self.placed() == {}
 
     def fill(self, offers, sync_once=False):
@@ -300,7 +303,16 @@ def host(request, server, tmp_path_factory):
         report = h.cli('layout', 'apply')
         assert report['failed'] == 0, report
         h.sync()
+        h.offers = h.read_offers()
         yield h
+
+
+@pytest.fixture
+def gpu(host):
+    """The host's GPU, given back as the layout left it (no guest, no
+    allocation) after each test, whatever the test did."""
+    yield host
+    host.release_all()
 
 
 def layout_types(case):
@@ -315,8 +327,9 @@ def layout_types(case):
     return found
 
 
-def test_each_type_fills_to_what_placement_offers(host):
-    offers = host.offers()
+def test_each_type_fills_to_what_placement_offers(gpu):
+    host = gpu
+    offers = host.offers
     for offer in offers:
         made = host.fill([offer])
         assert made[offer.type_id] >= 1, offer
@@ -330,11 +343,11 @@ def test_each_type_fills_to_what_placement_offers(host):
         host.release_all()
 
 
-def test_types_interleaved_fill_to_what_placement_offers(host):
-    offers = host.offers()
+def test_types_interleaved_fill_to_what_placement_offers(gpu):
+    host = gpu
+    offers = host.offers
     if len(offers) < 2:
         pytest.skip('Placement offers one vGPU type of %s (%s)'
                     % (host.case.gpu, offers[0].type_id))
     made = host.fill(offers, sync_once=True)
     host.check_full(offers, made)
-    host.release_all()
