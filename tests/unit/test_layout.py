@@ -34,10 +34,14 @@ H100_PROFILES = (
     profile(0, '7g.80gb', 7, 1, 79.25))
 
 
-def vtype(number, name, gib, gi=None, per_gi=None):
-    return layout.TypeFacts(type_id=objects.vendor_type_id(number),
-                            name=name, framebuffer_mib=gib * GIB,
-                            gi_profile_id=gi, max_per_gi=per_gi)
+def vtype(number, name, gib, gi=None, per_gi=None, size=None, slots=None):
+    """A type's facts; ``size``: the slots a time-sliced one spans in
+    mixed-size mode, at the multiples of ``size`` below ``slots``."""
+    return layout.TypeFacts(
+        type_id=objects.vendor_type_id(number), name=name,
+        framebuffer_mib=gib * GIB, gi_profile_id=gi, max_per_gi=per_gi,
+        placement_size=size, placements=tuple(
+            range(0, slots - size + 1, size)) if size else ())
 
 
 H100_TYPES = (
@@ -45,8 +49,9 @@ H100_TYPES = (
     vtype(1151, 'NVIDIA H100-1-10CME', 10, gi=20, per_gi=1),
     vtype(1152, 'NVIDIA H100-3-40C', 40, gi=9, per_gi=1),
     vtype(1153, 'NVIDIA H100-2-20C', 20, gi=14, per_gi=1),
-    vtype(1160, 'NVIDIA H100-10C', 10), vtype(1161, 'NVIDIA H100-20C', 20),
-    vtype(1162, 'NVIDIA H100-10Q', 10))
+    vtype(1160, 'NVIDIA H100-10C', 10, size=1, slots=8),
+    vtype(1161, 'NVIDIA H100-20C', 20, size=2, slots=8),
+    vtype(1162, 'NVIDIA H100-10Q', 10, size=1, slots=8))
 
 
 def h100_facts(mig=True):
@@ -116,7 +121,7 @@ def test_fixed_share_with_mixed_sizes_is_refused(tmp_path):
     refused(tmp_path, """
         gpus = 0000:61:00.0
         mode = mixed-size
-        vgpu_types = nvidia-1160, nvidia-1161
+        vgpu_types = nvidia-1160:2, nvidia-1161:2
         scheduler = fixed-share
         """, 'fixed-share does not work with mixed sizes')
 
@@ -219,7 +224,7 @@ def two(tmp_path, first, second, extra=''):
 L40S_BODY = textwrap.dedent("""
     gpus = 0000:61:00.0
     mode = mixed-size
-    vgpu_types = nvidia-1160, nvidia-1161
+    vgpu_types = nvidia-1160:2, nvidia-1161:2
     """)
 
 
@@ -249,9 +254,14 @@ def test_an_address_with_no_gpu_is_refused(tmp_path):
 def test_a_gpu_in_a_layout_offers_the_layouts_type(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY)
     enabled = enablement.resolve(conf, GPUS)
+    # the first type is the GPU's, the others follow it
     assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
-        objects.TypeId.parse('nvidia-1150'))
-    assert enabled[objects.PciAddress.parse(L40S)].type_id == 'nvidia-1160'
+        objects.TypeId.parse('nvidia-1150'), others=(objects.EnabledType(
+            objects.TypeId.parse('nvidia-1152')),))
+    # a mixed-size layout's counts are the types' limits
+    mixed = enabled[objects.PciAddress.parse(L40S)]
+    assert mixed.type_ids == ('nvidia-1160', 'nvidia-1161')
+    assert [t.max_instances for t in mixed.types] == [2, 2]
 
 
 def test_a_layout_type_takes_its_vgpu_section(tmp_path):
@@ -260,7 +270,8 @@ def test_a_layout_type_takes_its_vgpu_section(tmp_path):
         'resource_class = CUSTOM_H100_1_10C\nmax_instances = 3\n'))
     enabled = enablement.resolve(conf, GPUS)
     assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
-        objects.TypeId.parse('nvidia-1150'), 'CUSTOM_H100_1_10C', 3)
+        objects.TypeId.parse('nvidia-1150'), 'CUSTOM_H100_1_10C', 3,
+        others=(objects.EnabledType(objects.TypeId.parse('nvidia-1152')),))
 
 
 def test_a_gpu_in_a_layout_and_in_device_addresses_is_refused(tmp_path):
@@ -293,13 +304,18 @@ def test_no_layouts_resolve_as_before(tmp_path):
 # --- against what the GPU reports -------------------------------------------
 
 def layout_of(mode='mig', gis=(('1g.10gb', 4), ('3g.40gb', 1)),
-              types=(1150, 1152), scheduler=None, time_slice=None):
+              types=(1150, 1152), scheduler=None, time_slice=None,
+              counts=None):
+    """``counts``: each type's (default: 1 each in mode mixed-size)."""
+    if counts is None:
+        counts = (1 if mode == 'mixed-size' else None,) * len(types)
     return layout.Layout(
         name='one', gpus=(objects.GpuSelector.parse('10de:2331'),),
         mode=mode, vgpu_types=tuple(objects.vendor_type_id(t)
                                     for t in types),
         gpu_instances=tuple(layout.GiCount(p, c) for p, c in gis),
-        scheduler=scheduler, time_slice_ms=time_slice)
+        type_counts=tuple(counts), scheduler=scheduler,
+        time_slice_ms=time_slice)
 
 
 def test_a_layout_the_gpu_holds_passes():
@@ -371,9 +387,6 @@ def test_time_sliced_types_of_two_sizes_need_mixed_size():
     lay = layout_of(mode='time-sliced', gis=(), types=(1160, 1161))
     refused_by_gpu(lay, 'use mode mixed-size', facts=h100_facts(mig=False))
     layout.check(layout_of(mode='mixed-size', gis=(), types=(1160, 1161)),
-                 h100_facts(mig=False))
-    # one size, two series: one time-sliced size
-    layout.check(layout_of(mode='time-sliced', gis=(), types=(1160, 1162)),
                  h100_facts(mig=False))
 
 

@@ -243,7 +243,7 @@ def test_placement_reports_max_per_gi_times_the_gis(h100):
     h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
     env = _Env(h100, {H100: objects.EnabledType(H100_1_10C)})
     rooms = model.driver_rooms(env)
-    assert set(rooms) == {H100}
+    assert set(rooms) == {(H100, H100_1_10C)}
     assert _inventory(h100, H100, H100_1_10C, rooms) == 4
     # and it stays the GPU's total while the GPU fills
     h100.fill(H100, H100_1_10C)
@@ -258,7 +258,7 @@ def test_placement_reports_the_creatable_placements(l40s):
         l40s.backend.choose_vf(L40S, L40S_12Q)
     rooms = model.driver_rooms(_Env(
         l40s, {L40S: objects.EnabledType(L40S_12Q)}))
-    assert rooms[L40S].used == 4
+    assert rooms[L40S, L40S_12Q].used == 4
     assert _inventory(l40s, L40S, L40S_12Q, rooms) == 4
 
 
@@ -266,7 +266,7 @@ def test_placement_leaves_out_a_gpu_with_no_gi_for_its_type(h100):
     h100.mig(H100, [GI_3G_40GB])
     rooms = model.driver_rooms(_Env(
         h100, {H100: objects.EnabledType(H100_1_10C)}))
-    assert rooms[H100].total == 0
+    assert rooms[H100, H100_1_10C].total == 0
     from libvirt_gpu.devices import discovery
     from tests.doubles import kinds
     gpus = discovery.from_sysfs(h100.sysfs, kinds=kinds.registered()).gpus
