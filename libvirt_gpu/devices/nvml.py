@@ -480,12 +480,22 @@ class Session(object):
         """``(placement size, placement ids)`` a time-sliced type may have
         in mixed-size mode, whatever mode the GPU is in now
         (``nvmlDeviceGetVgpuTypeSupportedPlacements``, version 2 with the
-        heterogeneous mode); ``(None, ())`` where the GPU cannot say."""
-        found = self._call(address,
-                           'nvmlDeviceGetVgpuTypeSupportedPlacements',
-                           handle, type_id,
-                           self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE, 2,
-                           unanswered=True)
+        heterogeneous mode); ``(None, ())`` where the GPU cannot say,
+        or lists more placements than the type's maximum instances (the
+        binding's buffer: NVML_ERROR_INSUFFICIENT_SIZE)."""
+        try:
+            found = self._call(address,
+                               'nvmlDeviceGetVgpuTypeSupportedPlacements',
+                               handle, type_id,
+                               self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE, 2,
+                               unanswered=True)
+        except NvmlError as e:
+            if getattr(e.kwargs.get('reason'), 'value', None) != \
+                    self.lib.NVML_ERROR_INSUFFICIENT_SIZE:
+                raise
+            LOG.debug('%s: no mixed-size placements of type %s: %s',
+                      address, type_id, e)
+            return None, ()
         if found is None:
             return None, ()
         return (int(found.placementSize),
