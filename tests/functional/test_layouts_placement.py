@@ -18,13 +18,18 @@ Placement says no:
    or the placement);
 4. the simulated driver must hold that vGPU on that VF.
 
-Once Placement offers no more of the type, the driver must have no room
+Once Placement offers no more of a type, the driver must have no room
 left for it either (no free VF lists it as creatable: Placement does not
-under-promise), a sync with the GPU full must leave it so, and whatever
-Placement still offers of the GPU's other types must be creatable.  This
-runs for each type the GPU's providers offer on its own (the guests are
-released and the allocations deleted in between), and for all of them
-interleaved.  The host runs no libvirtd: nothing here needs one.
+under-promise), but for a type the layout gives a count (mixed sizes:
+``vgpu_types = nvidia-1153:3, nvidia-1145:1``), of which Placement must
+offer exactly that count, the rest of the GPU being the other types'.
+Whatever Placement still offers of the GPU's other types must be
+creatable.  This runs for each type the GPU's providers offer first, then
+the others (the guests are released and the allocations deleted in
+between), and for all of them interleaved; there the agent's sync comes
+after the first round and again when the GPU is full, and Placement must
+accept it and offer no more than before.  The host runs no libvirtd:
+nothing here needs one.
 """
 
 import collections
@@ -278,7 +283,10 @@ class Host(object):
         for offer in offers:
             count = counts[offer.type_id]
             if count is not None:
-                assert made[offer.type_id] == count, (offer, dict(made))
+                assert made[offer.type_id] == count, (
+                    'Placement offered %d %s on %s, the layout gives it %d '
+                    '(made: %s)' % (made[offer.type_id], offer.type_id,
+                                    self.case.gpu, count, dict(made)))
                 continue
             assert self.room(offer.type_id) == [], (
                 'Placement offers no more %s on %s after %s, but the '
@@ -339,7 +347,7 @@ def test_each_type_fills_to_what_placement_offers(gpu):
         host.no_room([offer], made)
         # what Placement still offers of the GPU's other types is creatable
         made += host.fill([o for o in offers if o != offer])
-        host.check_full(offers, made)
+        host.no_room(offers, made)
         host.release_all()
 
 
