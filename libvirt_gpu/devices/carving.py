@@ -46,12 +46,12 @@ CLI's snapshot of one.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -416,7 +416,7 @@ class CarveRecord(object):
         if len(raw) > _MAX_RECORD_BYTES:
             raise self._error('larger than %d bytes' % _MAX_RECORD_BYTES)
         try:
-            data = json.loads(raw.decode('utf-8'))
+            data = jsonutil.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise self._error('not JSON: %s' % e)
         if not isinstance(data, dict) or data.get('version') != \
@@ -453,7 +453,7 @@ class CarveRecord(object):
                 data = {'version': RECORD_VERSION,
                         'vfs': {str(vf): e.to_json()
                                 for vf, e in sorted(entries.items())}}
-                fileutil.write_atomic(self.path, json.dumps(
+                fileutil.write_atomic(self.path, jsonutil.dumps(
                     data, indent=1, sort_keys=True) + '\n', mode=0o600)
         finally:
             os.close(fd)
