@@ -1,9 +1,10 @@
 """The hand-written checks that replace ``re`` on the qemu hook's path
 accept exactly the language of the patterns they replace.
 
-``objects`` validates PCI addresses, UUIDs, type ids and PCI ids, and
-``textutil.escape`` escapes control characters, without ``re`` (importing
-it costs the hook more than all of its parsing).  Each is compared here
+``objects`` validates PCI addresses, UUIDs, type ids and PCI ids,
+``sysfs.parsers`` reads numbers and ``textutil.escape`` escapes control
+characters without ``re`` (importing it costs the hook more than all of
+its parsing).  Each is compared here
 with the pattern it stands for over edge cases, every code point whose
 lowercase form differs, and many strings made by mutating valid ones
 (a fixed seed: the same strings every run).
@@ -16,6 +17,7 @@ import pytest
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.devices.sysfs import parsers
 from libvirt_gpu.util import textutil
 
 PCI_RE = re.compile(r'([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])')
@@ -35,7 +37,7 @@ VALID = {
 }
 # characters a mutation puts in: the ones the languages use, their
 # neighbours, and code points whose lowercase form is ASCII or longer
-POOL = ('0123456789abcdefgABCDEFGxXzZ:.-_ \t\n\x00\x7f/'
+POOL = ('0123456789abcdefgABCDEFGxXzZ:.-+_ \t\n\x00\x7f/'
         '\u212a\u0130\u0131\u017f\u00e9\u0660\uff10\U0001f600')
 LOWER_CHANGES = ''.join(chr(c) for c in range(0x80, 0x110000)
                         if chr(c).lower() != chr(c) and 0 < c < 0xd800
@@ -135,3 +137,23 @@ def test_escape_is_the_pattern(newline):
         if newline:
             want = want.replace('\n', '\\n')
         assert textutil.escape(text, newline=newline) == want, repr(text)
+
+
+NUMBER_RE = re.compile(r'-?[0-9]{1,19}\Z')
+HEX_NUMBER_RE = re.compile(r'(0[xX])?[0-9a-fA-F]{1,16}\Z')
+
+
+@pytest.mark.parametrize('base, pattern', [(10, NUMBER_RE),
+                                           (16, HEX_NUMBER_RE)])
+def test_sysfs_number_language(base, pattern):
+    seeds = ['0', '-1', '9' * 19, '0x10de', '0XFFFF', 'f' * 16, '18446744']
+    for text in list(mutations(seeds, 20000, base)) + [
+            s[:cut] for s in seeds for cut in range(len(s))] + [
+            '-', '0x', '0X', '', '-0x1', '1\n', ' 1', '1_0', '٣', '0x-1']:
+        want = (int(text, base) if pattern.match(text) else None)
+        try:
+            got = parsers.parse_number(text, '/sys/x', minimum=None,
+                                       base=base)
+        except exception.SysfsBadNumber:
+            got = None
+        assert got == want, repr(text)
