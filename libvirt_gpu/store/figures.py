@@ -75,7 +75,7 @@ LOCK_TIMEOUT = 2.0
 def _parse(data):
     """The JSON document in ``data`` (bytes), or None when it is not one
     of ours (a reader treats that as "nothing recorded yet")."""
-    if len(data) > MAX_BYTES:
+    if not data or len(data) > MAX_BYTES:     # not data: a new file
         return None
     try:
         doc = jsonutil.loads(data)
