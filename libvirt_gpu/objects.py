@@ -11,11 +11,11 @@ from libvirt_gpu.util import bounds
 from libvirt_gpu import exception
 from libvirt_gpu.util import records
 
-# The accepted languages, checked by hand (``_is_pci`` ...) rather than by
-# ``re``: the qemu hook parses UUIDs and addresses on every guest start,
-# and importing ``re`` costs it more than all of its parsing.
-# tests/unit/test_typed_values.py holds the equivalent patterns and
-# compares the two over many strings:
+# The accepted languages, checked by hand (``_pci_fields``, ``_is_uuid``
+# ...) rather than by ``re``: the qemu hook parses UUIDs and addresses on
+# every guest start, and importing ``re`` costs it more than all of its
+# parsing.  tests/unit/test_hand_validators.py holds the equivalent
+# patterns and compares the two over many strings:
 #   PCI address  ([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])
 #   UUID         [0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}
 #   type id      [A-Za-z0-9][A-Za-z0-9_.-]{0,63}
