@@ -258,8 +258,11 @@ def main():
                 print('   median of %d:                      %s, CPU %s'
                       % (len(old), ms(statistics.median(old)),
                          ms(statistics.median(old_cpu))))
-                print('   ratio now / before:                %.2fx'
-                      % (statistics.median(runs) / statistics.median(old)))
+                print('   ratio now / before:                %.2fx (CPU '
+                      '%.2fx)' % (statistics.median(runs) /
+                                  statistics.median(old),
+                                  statistics.median(runs_cpu) /
+                                  statistics.median(old_cpu)))
             if args.importtime:
                 with kernel_sysfs.KernelWatcher(root, profile):
                     import_profile(python, installed.path, args.importtime)

@@ -35,12 +35,12 @@ hook's is the same document in the state directory (``hook.settings``),
 with the enabled types resolved against the host as its ``extra``.
 """
 
-import json
 import os
 import stat
 
 from libvirt_gpu import conffile
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import records
 
 try:
@@ -214,7 +214,7 @@ def parse(data, path):
     """The ``Snapshot`` in a document (JSON text) of the configuration
     file ``path`` when it is current (``key``), else None."""
     try:
-        data = json.loads(data)
+        data = jsonutil.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None             # (RecursionError: nested too deep)
     expected = key(path)
@@ -266,7 +266,7 @@ def write(path, snapshot_key, conf, environ=None):
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         fileutil.write_atomic(snapshot_path(directory, path),
-                              json.dumps(found, sort_keys=True),
+                              jsonutil.dumps(found, sort_keys=True),
                               mode=0o600)
     except OSError:
         return False

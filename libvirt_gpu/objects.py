@@ -7,21 +7,25 @@ CLI read them.
 
 from __future__ import annotations
 
-import re
-
 from libvirt_gpu.util import bounds
 from libvirt_gpu import exception
 from libvirt_gpu.util import records
 
-# Patterns, not compiled objects: ``re`` compiles one when it is first used
-# (and keeps it), so a process such as the qemu hook pays only for those it
-# uses, not for every pattern of every module it imports.
-_PCI_RE = r'([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])'
-_UUID_RE = r'[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}'
-_TYPE_RE = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
-_HEX_ID_RE = r'(?:0x)?([0-9a-fA-F]{4})'
+# The accepted languages, checked by hand (``_pci_fields``, ``_is_uuid``
+# ...) rather than by ``re``: the qemu hook parses UUIDs and addresses on
+# every guest start, and importing ``re`` costs it more than all of its
+# parsing.  tests/unit/test_hand_validators.py holds the equivalent
+# patterns and compares the two over many strings:
+#   PCI address  ([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])
+#   UUID         [0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}
+#   type id      [A-Za-z0-9][A-Za-z0-9_.-]{0,63}
+#   PCI id       (?:0x)?([0-9a-fA-F]{4})
+_HEX = frozenset('0123456789abcdef')
+_HEX_ANY_CASE = frozenset('0123456789abcdefABCDEF')
+_ALNUM = frozenset('0123456789abcdefghijklmnopqrstuvwxyz'
+                   'ABCDEFGHIJKLMNOPQRSTUVWXYZ')
+_TYPE_CHARS = _ALNUM | frozenset('_.-')
 
-_PATTERNS = {}
 _PARSED_PCI = {}          # text -> PciAddress (PciAddress.parse)
 _MAX_PARSED_PCI = 4096
 # text -> Uuid (Uuid.parse): one process meets a vGPU's UUID at several
@@ -30,13 +34,33 @@ _PARSED_UUID = {}
 _MAX_PARSED = 4096
 
 
-def _pattern(name, pattern):
-    """``pattern`` compiled on first use and kept (no look-up in ``re``'s
-    own cache, which costs as much as the match)."""
-    compiled = _PATTERNS.get(name)
-    if compiled is None:
-        compiled = _PATTERNS[name] = re.compile(pattern)
-    return compiled
+def _pci_fields(text):
+    """The four fields of a lowercase ``DDDD:BB:SS.F`` (domain of 4 to 8
+    hex digits, slot 00-1f, function 0-7), or None."""
+    parts = text.split(':')
+    if len(parts) != 3:
+        return None
+    domain, bus, rest = parts
+    if not (4 <= len(domain) <= 8 and len(bus) == 2 and len(rest) == 4
+            and rest[2] == '.' and rest[0] in '01'
+            and rest[3] in '01234567' and rest[1] in _HEX
+            and _HEX.issuperset(domain) and _HEX.issuperset(bus)):
+        return None
+    return domain, bus, rest[:2], rest[3]
+
+
+def _is_uuid(text):
+    """Whether ``text`` is a lowercase 8-4-4-4-12 hex UUID."""
+    return (len(text) == 36 and text[8] == text[13] == text[18]
+            == text[23] == '-'
+            and _HEX.issuperset(text.replace('-', '', 4)))
+
+
+def _is_type_id(text):
+    """Whether ``text`` is 1 to 64 of ``[A-Za-z0-9_.-]``, the first
+    alphanumeric."""
+    return (0 < len(text) <= 64 and text[0] in _ALNUM
+            and _TYPE_CHARS.issuperset(text))
 
 
 # ``key=value`` pairs of an NVIDIA type description, e.g.
@@ -69,10 +93,10 @@ class PciAddress:
             return found
         if not isinstance(value, str) or len(value) > 16:
             raise exception.InvalidPciAddress(value=value)
-        m = _pattern('pci', _PCI_RE).fullmatch(value.lower())
-        if m is None:
+        fields = _pci_fields(value.lower())
+        if fields is None:
             raise exception.InvalidPciAddress(value=value)
-        domain, bus, slot, function = m.groups()
+        domain, bus, slot, function = fields
         found = cls(int(domain, 16), int(bus, 16), int(slot, 16),
                     int(function, 16))
         if cls is PciAddress and len(_PARSED_PCI) < _MAX_PARSED_PCI:
@@ -131,7 +155,7 @@ class Uuid(_Parsed):
         if not isinstance(value, str) or len(value) != 36:
             raise exception.InvalidUuid(value=value)
         lowered = value.lower()
-        if _pattern('uuid', _UUID_RE).fullmatch(lowered) is None:
+        if not _is_uuid(lowered):
             raise exception.InvalidUuid(value=value)
         found = str.__new__(cls, lowered)
         if type(value) is str and len(_PARSED_UUID) < _MAX_PARSED:
@@ -161,7 +185,7 @@ class TypeId(_Parsed):
         if type(value) is cls:
             return value
         if (not isinstance(value, str)
-                or _pattern('type', _TYPE_RE).fullmatch(value) is None):
+                or not _is_type_id(value)):
             raise exception.InvalidTypeId(value=value)
         return str.__new__(cls, value)
 
@@ -182,12 +206,13 @@ def typed(value, kind, what):
 
 def normalize_hex_id(value):
     """``0x10DE`` / ``10de`` -> ``10de``."""
-    m = (_pattern('hex_id', _HEX_ID_RE).fullmatch(value.strip())
-         if isinstance(value, str) else None)
-    if m is None:
+    text = value.strip() if isinstance(value, str) else ''
+    if text[:2] == '0x':
+        text = text[2:]
+    if len(text) != 4 or not _HEX_ANY_CASE.issuperset(text):
         raise exception.InvalidInput(
             reason='%r is not a 4-digit hex PCI id' % (value,))
-    return m.group(1).lower()
+    return text.lower()
 
 
 @records.record
@@ -247,6 +272,7 @@ def parse_description(description):
     """NVIDIA type description -> ``{key: value}`` (empty when absent)."""
     if not description:
         return {}
+    import re      # only here: the qemu hook parses no description
     return dict(re.findall(_DESC_PAIR_RE, description))
 
 

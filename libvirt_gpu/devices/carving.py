@@ -46,12 +46,11 @@ CLI's snapshot of one.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -64,8 +63,10 @@ LOCK_NAME = 'nova-carved.lock'
 RECORD_VERSION = 1
 SECTION_PREFIX = 'nova_'
 _MAX_RECORD_BYTES = 1024 * 1024
-_CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
-_ALIAS = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
+# patterns (``re`` imported where they are used: the qemu hook imports this
+# module and reads no configuration)
+_CUSTOM_RC = r'CUSTOM_[A-Z0-9_]{1,248}'
+_ALIAS = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
 # The word NVIDIA puts before a type's size ("NVIDIA L40S-12Q").
 _NAME_PREFIXES = ('NVIDIA', 'GRID')
 
@@ -193,13 +194,14 @@ def carvings(conf):
         if values.count is None:
             raise _error(name, 'count', ' is not set: say how many VFs of '
                          'each GPU get the type')
+        import re
         rc = values.resource_class
-        if rc is not None and _CUSTOM_RC.fullmatch(rc) is None:
+        if rc is not None and re.fullmatch(_CUSTOM_RC, rc) is None:
             raise _error(name, 'resource_class', ' %r is not a CUSTOM_ '
                          'resource class (CUSTOM_ then upper-case letters, '
                          'digits, "_"; e.g. CUSTOM_NVIDIA_L40S_12Q)' % rc)
         alias = values.alias
-        if alias is not None and _ALIAS.fullmatch(alias) is None:
+        if alias is not None and re.fullmatch(_ALIAS, alias) is None:
             raise _error(name, 'alias', ' %r is not an alias name (letters, '
                          'digits, ".", "_" and "-"; no ":" or ",", which a '
                          'flavor\'s pci_passthrough:alias uses)' % alias)
@@ -214,6 +216,7 @@ def default_resource_class(type_name):
     type's name upper-cased, every run of other characters one
     underscore (what ``os_resource_classes.normalize_name`` makes of it,
     and the form Nova's own documentation uses)."""
+    import re
     return 'CUSTOM_' + re.sub(r'[^A-Z0-9_]+', '_', type_name.upper())
 
 
@@ -223,6 +226,7 @@ def default_alias(type_name):
     first, _, rest = type_name.strip().partition(' ')
     if first.upper() in _NAME_PREFIXES and rest.strip():
         type_name = rest
+    import re
     return re.sub(r'[^a-z0-9]+', '-', type_name.lower()).strip('-')
 
 
@@ -416,7 +420,7 @@ class CarveRecord(object):
         if len(raw) > _MAX_RECORD_BYTES:
             raise self._error('larger than %d bytes' % _MAX_RECORD_BYTES)
         try:
-            data = json.loads(raw.decode('utf-8'))
+            data = jsonutil.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise self._error('not JSON: %s' % e)
         if not isinstance(data, dict) or data.get('version') != \
@@ -453,7 +457,7 @@ class CarveRecord(object):
                 data = {'version': RECORD_VERSION,
                         'vfs': {str(vf): e.to_json()
                                 for vf, e in sorted(entries.items())}}
-                fileutil.write_atomic(self.path, json.dumps(
+                fileutil.write_atomic(self.path, jsonutil.dumps(
                     data, indent=1, sort_keys=True) + '\n', mode=0o600)
         finally:
             os.close(fd)

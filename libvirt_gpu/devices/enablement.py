@@ -12,14 +12,13 @@ layout's types: the first is its ``EnabledType``, the others that
 record's ``others``; no ``[vgpu_<type>]/device_addresses`` may name it.
 """
 
-import re
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 
 LOG = logs.getLogger(__name__)
-_CUSTOM_RC = re.compile(r'CUSTOM_[A-Z0-9_]+')
+_CUSTOM_RC = r'CUSTOM_[A-Z0-9_]+'     # re imported where it is used
 
 
 def group_name(type_id):
@@ -43,8 +42,9 @@ class Enabled(dict):
 def _resource_class(type_id, value):
     # imported here: the qemu hook imports this module for ``Enabled``
     import os_resource_classes
+    import re
     if value in os_resource_classes.STANDARDS or (
-            _CUSTOM_RC.fullmatch(value) and len(value) <= 255):
+            re.fullmatch(_CUSTOM_RC, value) and len(value) <= 255):
         return value
     raise exception.ConfigError(
         reason='[%s]/resource_class %r is neither a standard resource class '

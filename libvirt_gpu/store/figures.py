@@ -2,8 +2,8 @@
 ``libvirt-gpu exporter`` to serve: the hook's calls and latencies, and the
 outcome of the last Placement sync and restore.
 
-The standard library, ``statedir`` and ``fileutil`` only (the qemu hook
-imports this on every guest start); every file is opened by
+The standard library, ``statedir``, ``fileutil`` and ``jsonutil`` only
+(the qemu hook imports this on every guest start); every file is opened by
 ``statedir.open_file``, as every state file is (no link followed, no wait
 on a FIFO, only a regular file of the directory's owner with one link).
 The hook's file is private (0600: no other user can open it to hold its
@@ -36,13 +36,13 @@ seconds and more than the bucket before) and a last one for longer calls.
      "changes_total": 7}
 """
 
-import json
 import math
 import os
 import time
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu.store import statedir
 
 VERSION = 1
@@ -75,10 +75,10 @@ LOCK_TIMEOUT = 2.0
 def _parse(data):
     """The JSON document in ``data`` (bytes), or None when it is not one
     of ours (a reader treats that as "nothing recorded yet")."""
-    if len(data) > MAX_BYTES:
+    if not data or len(data) > MAX_BYTES:     # not data: a new file
         return None
     try:
-        doc = json.loads(data)
+        doc = jsonutil.loads(data)
     except (ValueError, RecursionError):     # RecursionError: nested deep
         return None
     if not isinstance(doc, dict) or doc.get('version') != VERSION:
@@ -102,7 +102,7 @@ def _replace(path, doc):
     # the directory's checks first: a temporary file is never made in a
     # directory that is not to be trusted
     os.close(statedir.open_dir(os.path.dirname(path))[0])
-    fileutil.write_atomic(path, json.dumps(doc, separators=(',', ':')),
+    fileutil.write_atomic(path, jsonutil.dumps(doc, separators=(',', ':')),
                           mode=0o600)
 
 
@@ -125,7 +125,7 @@ def _count(value, what):
 def _json(value):
     """``value`` as the file holds it (``Infinity``, ``true``, ``"\\ud800"``:
     ASCII only), at most 100 characters."""
-    return json.dumps(value)[:100]
+    return jsonutil.dumps(value)[:100]
 
 
 def _seconds(value, what):
@@ -208,7 +208,7 @@ def record_hook_call(state_dir, operation, outcome, seconds):
             entry['errors'] += 1
         entry['seconds_sum'] += seconds
         entry['counts'][_bucket(seconds)] += 1
-        data = json.dumps(doc, separators=(',', ':')).encode()
+        data = jsonutil.dumps(doc, separators=(',', ':')).encode()
         if len(old) > MAX_BYTES:
             os.ftruncate(fd, 0)         # junk: start afresh (rare)
         elif len(data) < len(old):

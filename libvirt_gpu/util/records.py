@@ -17,7 +17,8 @@ call, and importing ``dataclasses`` (it imports ``inspect``, which imports
 ``ast``, ``dis``, ``tokenize``...) plus generating six methods per class by
 ``exec`` cost more than everything else the hook does for a guest.  Here
 one small ``exec`` builds each ``__init__`` (the method called thousands of
-times in discovery), when the class is first instantiated; the other
+times in discovery) once the class has been instantiated a few times (the
+first few bind their arguments without it); the other
 methods are shared and read the fields through one
 ``operator.attrgetter``.  Annotations are never evaluated (the
 modules declare ``from __future__ import annotations``), so records need no
@@ -163,11 +164,81 @@ def _make_init(cls, all_fields):
     return init
 
 
+# A record class's first instantiations bind their arguments in
+# ``_bind``; the ``_COMPILE_AFTER``-th compiles its ``__init__`` (one
+# ``exec``, about 0.1 ms).  A qemu hook call makes one or two of most of
+# the records it uses, and its dozen compilations cost it more than all
+# the bindings; discovery makes thousands of a few, which get the fast one.
+_COMPILE_AFTER = 8
+
+
+def _plural(n, word):
+    return '%d %s%s' % (n, word, '' if n == 1 else 's')
+
+
+def _names(names):
+    quoted = ["'%s'" % n for n in names]
+    if len(quoted) == 1:
+        return quoted[0]
+    if len(quoted) == 2:
+        return '%s and %s' % tuple(quoted)
+    return '%s, and %s' % (', '.join(quoted[:-1]), quoted[-1])
+
+
+def _bind(cls, all_fields, self, args, kwargs):
+    """What the compiled ``__init__`` does (``_make_init``), argument
+    errors included (Python's messages, in Python's order)."""
+    name = '%s.__init__()' % cls.__qualname__
+    count = len(all_fields)
+    given = {}
+    for f, value in zip(all_fields, args):
+        given[f.name] = value
+    if kwargs:
+        names = {f.name for f in all_fields}
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TypeError("%s got an unexpected keyword argument "
+                                "'%s'" % (name, key))
+            if key in given:
+                raise TypeError("%s got multiple values for argument '%s'"
+                                % (name, key))
+            given[key] = value
+    if len(args) > count:
+        required = sum(1 for f in all_fields if f.default is MISSING
+                       and f.default_factory is MISSING)
+        takes = (str(count + 1) if required == count
+                 else 'from %d to %d' % (required + 1, count + 1))
+        raise TypeError('%s takes %s positional argument%s but %d were '
+                        'given' % (name, takes, '' if takes == '1' else 's',
+                                   len(args) + 1))
+    missing = [f.name for f in all_fields if f.name not in given
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise TypeError('%s missing %s: %s' % (
+            name, _plural(len(missing), 'required positional argument'),
+            _names(missing)))
+    d = self.__dict__
+    for f in all_fields:
+        if f.default_factory is not MISSING:
+            value = given.get(f.name, MISSING)
+            d[f.name] = f.default_factory() if value is MISSING else value
+        else:
+            d[f.name] = given.get(f.name, f.default)
+    if hasattr(cls, '__post_init__'):
+        self.__post_init__()
+
+
 def _init_on_first_use(cls, all_fields):
-    """A stand-in ``__init__`` that compiles the real one when the class is
-    first instantiated and puts it in its place: a process builds only the
-    ``__init__`` of the records it uses (the hook uses few of them)."""
+    """A stand-in ``__init__`` that binds the arguments itself for the
+    class's first instantiations, then compiles the real one and puts it
+    in its place: a process compiles only the ``__init__`` of the records
+    it makes many of (the hook makes few)."""
+    made = [0]
+
     def __init__(self, *args, **kwargs):
+        if made[0] < _COMPILE_AFTER:
+            made[0] += 1
+            return _bind(cls, all_fields, self, args, kwargs)
         init = _make_init(cls, all_fields)
         if cls.__dict__.get('__init__') is __init__:
             cls.__init__ = init

@@ -481,8 +481,11 @@ def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
 # cost every start milliseconds (bench/hook.py --importtime): ctypes
 # (safeopen's openat2), urllib (the read-only SQLite URI), string
 # (config_xml's templates), datetime (sqlite3's adapters), pickle (fanout),
-# and the modules only migrate uses.
+# re and json (with enum: the validators, the escaping of log lines, the
+# settings snapshot and hook-figures.json; see objects, util.jsonutil), and
+# the modules only migrate uses.
 PREPARE_MUST_NOT_LOAD = ('ctypes', 'urllib', 'string', 'datetime', 'pickle',
+                         're', 'json', 'enum',
                          'libvirt_gpu.util.xmledit',
                          'libvirt_gpu.guests.hook.incoming')
 # The installed hook run as its own main module in an interpreter started

@@ -150,12 +150,15 @@ def test_copy_and_pickle_round_trip():
             other.x = 9
 
 
-def test_init_compiled_on_first_use():
+def test_init_compiled_after_a_few_instances():
     @records.record
     class Late:
         a: int
         b: int = 2
     stand_in = Late.__dict__['__init__']
+    for _ in range(records._COMPILE_AFTER):
+        assert Late(1).b == 2
+        assert Late.__dict__['__init__'] is stand_in    # bound by _bind
     assert Late(1).b == 2
     compiled = Late.__dict__['__init__']
     assert compiled is not stand_in
@@ -165,3 +168,56 @@ def test_init_compiled_on_first_use():
     class Plain(Late):          # not a record: inherits the same __init__
         pass
     assert Plain(5).a == 5
+
+
+def _classes():
+    """Records of every shape, each made afresh (its stand-in unused)."""
+    def post_init(self):
+        self.__dict__['seen'] = (self.a, len(self.items))
+
+    shapes = []
+    for post in (False, True):
+        namespace = {'__annotations__': {'a': 'int', 'b': 'int',
+                                         'items': 'list', 'c': 'str'},
+                     'b': 2, 'items': records.field(default_factory=list),
+                     'c': records.field(default='x', compare=False)}
+        if post:
+            namespace['__post_init__'] = post_init
+        shapes.append(namespace)
+    shapes.append({'__annotations__': {}})
+    shapes.append({'__annotations__': {'a': 'int', 'b': 'int', 'c': 'int'}})
+    shapes.append({'__annotations__': {'a': 'int'}, 'a': 5})
+    return [lambda ns=ns: records.record(type('R', (), dict(ns)))
+            for ns in shapes]
+
+
+CALLS = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, [3]), {}),
+         ((1, 2, [3], 'y'), {}), ((1, 2, [3], 'y', 5), {}),
+         ((1, 2, 3, 4, 5, 6), {}), ((), {'a': 1}), ((), {'b': 1}),
+         ((1,), {'a': 1}), ((1,), {'c': 'z', 'b': 0}), ((), {'zz': 1}),
+         ((1,), {'zz': 1, 'a': 2}), ((1, 2, 3, 4, 5), {'zz': 1}),
+         ((), {'c': 1, 'b': 2}), ((1,), {'items': records.MISSING}),
+         ((), {'a': 1, 'b': 2, 'c': 3}), ((1, 2), {'a': 3, 'b': 4})]
+
+
+def _outcome(make, args, kwargs):
+    try:
+        obj = make(*args, **kwargs)
+    except TypeError as e:
+        return ('raised', str(e))
+    return ('made', sorted(obj.__dict__.items(), key=str))
+
+
+def test_binding_before_compiling_is_the_compiled_init():
+    # the first instances bind their arguments in _bind; they must come
+    # out as the compiled __init__ makes them, errors and messages too
+    for new_class in _classes():
+        for args, kwargs in CALLS:
+            fresh = new_class()
+            compiled = new_class()
+            compiled.__init__ = records._make_init(
+                compiled, compiled.__record_fields__)
+            assert (_outcome(fresh, args, dict(kwargs))
+                    == _outcome(compiled, args, dict(kwargs))), (
+                        fresh.__record_fields__, args, kwargs)
+            assert fresh.__dict__['__init__'] is not compiled.__init__

@@ -32,7 +32,6 @@ because the qemu hook would pay for importing it on every guest start
 """
 
 import errno
-import json
 import os
 import time
 
@@ -40,6 +39,7 @@ from libvirt_gpu.devices.backends import base
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu import objects
 from libvirt_gpu.devices import sysfs as sysfs_mod
 
@@ -521,7 +521,7 @@ class MdevBackend(base.VgpuKind):
         if len(raw) > _MAX_DEFINITION_BYTES:
             raise bad('larger than %d bytes' % _MAX_DEFINITION_BYTES)
         try:
-            data = json.loads(raw.decode('utf-8'))
+            data = jsonutil.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise bad('not JSON: %s' % e)
         except RecursionError:
@@ -572,7 +572,7 @@ class MdevBackend(base.VgpuKind):
                 parent=device.parent)
         path = self._definition_path(device.parent, device.uuid)
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        fileutil.write_atomic(path, json.dumps(
+        fileutil.write_atomic(path, jsonutil.dumps(
             {'mdev_type': device.type_id, 'start': start, 'attrs': []},
             indent=2) + '\n', mode=0o644)
 

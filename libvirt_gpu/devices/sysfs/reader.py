@@ -137,7 +137,7 @@ def _joined(path, name):
     return path if name is None else os.path.join(path, name)
 
 
-_MAX_DIGITS = 19     # as _NUMBER
+_MAX_DIGITS = 19     # as parsers.parse_number
 # What _count_in reads: a count, its newline and some blanks fit; a read
 # that fills it is left to the thorough reader (a smaller buffer than
 # MAX_ATTRIBUTE_BYTES + 1 is cheaper to allocate, 5000 times a pass).

@@ -13,7 +13,6 @@ types are resolved again from the snapshot's values, without oslo.config.
 
 from __future__ import annotations
 
-import json
 import os
 
 from libvirt_gpu.devices.backends import registry
@@ -21,6 +20,7 @@ from libvirt_gpu import confcache
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.store import statedir
@@ -140,7 +140,7 @@ def write_settings(document, settings_file):
     """Write the snapshot ``document`` (``read_settings``) atomically
     (mode 0600) in its directory, which only root may steer."""
     statedir.ensure_dir(os.path.dirname(settings_file))
-    fileutil.write_atomic(settings_file, json.dumps(
+    fileutil.write_atomic(settings_file, jsonutil.dumps(
         document, indent=1, sort_keys=True), mode=0o600)
 
 

@@ -10,12 +10,12 @@ values are parsed here, where they enter the program.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.store import statedir
@@ -114,7 +114,7 @@ class VendorState(object):
         if len(raw) > _MAX_STATE_BYTES:
             raise self._error('larger than %d bytes' % _MAX_STATE_BYTES)
         try:
-            data = json.loads(raw.decode('utf-8'))
+            data = jsonutil.loads(raw.decode('utf-8'))
         except (UnicodeDecodeError, ValueError) as e:
             raise self._error('not JSON: %s' % e)
         except RecursionError:
@@ -151,5 +151,5 @@ class VendorState(object):
     def _save(self, entries):
         data = {'version': STATE_VERSION,
                 'vgpus': {u: e.to_json() for u, e in sorted(entries.items())}}
-        fileutil.write_atomic(self.path, json.dumps(
+        fileutil.write_atomic(self.path, jsonutil.dumps(
             data, indent=1, sort_keys=True) + '\n', mode=0o600)

@@ -3,8 +3,6 @@ the models, their framebuffers and maximums, and how a type the host lists
 is completed from them (``complete_types``).  Data and pure rules: no I/O.
 """
 
-import re
-
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 
@@ -40,7 +38,8 @@ KNOWN_GPUS = {model.name: model for model in (L40S,)}
 
 # "NVIDIA L40S-12Q" -> 12 (GB of framebuffer), time-sliced series only;
 # MIG-backed names ("NVIDIA H100-1-10C") have their own maximums.
-# (A pattern: ``re`` compiles it when first used; see objects.py.)
+# (A pattern: ``re`` is imported and compiles it when first used, since
+# the qemu hook imports this module.)
 _TIME_SLICED_RE = r'-(\d+)([ABCQ])$'
 
 
@@ -48,6 +47,7 @@ def type_framebuffer_gb(name):
     """Framebuffer (GB) of a time-sliced type from its name, or None."""
     if not name:
         return None
+    import re
     last = name.split()[-1]
     if re.search(r'-\d+-\d+[A-Z]+$', last):
         return None                    # MIG-backed
