@@ -112,8 +112,11 @@ def _faults():
                   'NVML nvmlGpuInstanceDestroy', True),
         ]
     found += [
-        # the other calls of those steps, on one GPU: its compute
-        # instance not destroyed
+        # the other calls of those steps, on one GPU: the GPU instance
+        # made but its id not read back; its compute instance not
+        # destroyed
+        Fault(H100, lp.CREATE_GI, 'nvmlGpuInstanceGetInfo', 2,
+              'NVML nvmlGpuInstanceGetInfo', False),
         Fault(H100, lp.DESTROY_GI, 'nvmlComputeInstanceDestroy', 1,
               'NVML nvmlComputeInstanceDestroy', True),
         # the second GPU instance's scheduler: the first one's is set
