@@ -208,8 +208,13 @@ def test_plan_apply_apply_again(host):
 
 
 def layout_types(case):
+    """``{type id: its count, or None}`` of the layout's ``vgpu_types``."""
     (line,) = [ln for ln in case.layout if ln.startswith('vgpu_types = ')]
-    return line.split(' = ')[1].split(', ')
+    found = {}
+    for item in line.split(' = ')[1].split(', '):
+        type_id, _, count = item.partition(':')
+        found[type_id] = int(count) if count else None
+    return found
 
 
 def driver_room(host):
@@ -244,14 +249,17 @@ def driver_room(host):
 
 def test_placement_offers_what_the_driver_can_make(host):
     """``placement show --json`` at the layout: each provider of the
-    GPU stands for one of the layout's types (its type trait) and its
-    total is what the simulated driver can make of that type; a type the
-    driver can make none of has no provider, and the type the guests get
-    has one.  (Whether the GPU has one provider, of its first type, or
-    one per type, the check is the same.)"""
+    GPU stands for one of the layout's types (its type trait), every
+    type the driver can make has one, and its total is what the
+    simulated driver can make of that type (capped by the type's count
+    in the layout, where it gives one: the counts of a mixed-size GPU's
+    types fit together whatever placements the driver picks)."""
     case = host.case
     room = driver_room(host)
-    assert room[case.type_id][0] == case.capacity
+    counts = layout_types(case)
+    wanted = {type_id: min(n, counts[type_id] or n)
+              for type_id, (n, _) in room.items()}
+    assert wanted[case.type_id] == case.capacity
     r = subprocess.run(
         [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
          host.setup.config, '--sysfs-root', host.live.root, 'placement',
@@ -268,10 +276,8 @@ def test_placement_offers_what_the_driver_can_make(host):
         assert type_id not in offered, providers
         (inventory,) = provider['inventories'].values()
         offered[type_id] = (inventory['total'], inventory['reserved'])
-    assert case.type_id in offered, providers
-    assert offered == {type_id: (room[type_id][0], 0)
-                       for type_id in offered}, room
-    assert all(room[type_id][0] for type_id in offered)
+    assert offered == {type_id: (n, 0) for type_id, n in wanted.items()
+                       if n}, (room, providers)
 
 
 def test_guests_fill_the_gpu_and_the_next_is_refused(host):

@@ -67,7 +67,7 @@ H100 = Case('h100-80gb', '0000:4e:00.0',
             ('mode = mig', 'gpu_instances = 2g.20gb:2, 1g.10gb:1',
              'vgpu_types = nvidia-1311, nvidia-1308'))
 L40S = Case('l40s', '0000:bd:00.0',
-            ('mode = mixed-size', 'vgpu_types = nvidia-1153, nvidia-1145',
+            ('mode = mixed-size', 'vgpu_types = nvidia-1153:3, nvidia-1145:1',
              'scheduler = equal-share', 'time_slice_ms = 4'),
             None)
 RTX = Case('rtx-pro-6000', '0000:ca:00.0',
