@@ -607,8 +607,8 @@ class Session(object):
         """Make a GPU instance of ``profile`` (a ``layout.GiProfile``),
         at memory slice ``start`` when given (else where the driver
         chooses), and its compute instance spanning it; returns its id.
-        When the compute instance cannot be made the GPU instance is
-        destroyed again (nothing is left half made)."""
+        When its id cannot be read or its compute instance cannot be made
+        the GPU instance is destroyed again (nothing is left half made)."""
         if start is None:
             gi = self._call(address, 'nvmlDeviceCreateGpuInstance',
                             self.handle(address), profile.id)
@@ -621,8 +621,9 @@ class Session(object):
                             'nvmlDeviceCreateGpuInstanceWithPlacement',
                             self.handle(address), profile.id,
                             ctypes.byref(place))
-        gi_id = int(self._call(address, 'nvmlGpuInstanceGetInfo', gi).id)
         try:
+            gi_id = int(self._call(address, 'nvmlGpuInstanceGetInfo',
+                                   gi).id)
             info = self._call(
                 address, 'nvmlGpuInstanceGetComputeInstanceProfileInfo', gi,
                 _FULL_CI_PROFILE[profile.slices],

@@ -70,6 +70,16 @@ broadcasts the uevent).  One lock serialises everything, as the kernel's
 ``mdev_list_lock`` does, so two creators racing for the last instance get
 exactly one success.
 
+Failures a test injects (``inject``): the ``nth`` call of a point from
+now on fails once with the error given, before it changes anything; the
+points are the writes above to ``sriov_numvfs`` and a VF's
+``CURRENT_TYPE`` (``SYSFS_POINTS``, by their file names; answered with
+that errno) and the simulated NVML's C functions (``simulator.nvml``,
+answered with that NVML return code).  Armed faults are part of
+``driver_state()`` (so a static tree keeps them in its driver file and
+every process emulating it counts the same calls); each call that counts
+one down is announced as a ``DriverChanged``.
+
 ``restore(KernelState)`` replaces what the kernel holds (mdevs, vGPUs,
 enabled VFs, parents being unregistered) with what a sysfs tree shows:
 processes that share one tree and its lock rebuild the state from the
@@ -102,6 +112,9 @@ GOING = 'going'
 UNBOUND = 'unbound'
 ABSENT = 'absent'          # a VF that is not enabled: no files at all
 U16_MAX = 0xffff
+
+# The sysfs writes a failure can be injected at (``SimKernel.inject``).
+SYSFS_POINTS = ('sriov_numvfs', vendor_names.CURRENT_TYPE)
 
 # uuid_is_valid(): hex digits (either case) and dashes at 8, 13, 18, 23.
 _GUID_RE = re.compile(r'[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}')
@@ -291,6 +304,8 @@ class SimKernel(object):
         self._driver = {a: mig.GpuState(mig_mode=gpu.mig_mode)
                         for a, gpu in self._gpus.items()}
         self._placed = {}
+        # injected failures: point -> [calls until the failing one, error]
+        self._faults = {}
         self._set_presence()
         self._place_held()
         self._busy = set()
@@ -557,6 +572,7 @@ class SimKernel(object):
         number = int(text)
         with self._cond:
             self._check_open()
+            self._strike_sysfs(vendor_names.CURRENT_TYPE)
             if vf not in self._vendor_vfs or not self._enabled(vf):
                 raise _error(errno.ENOENT, vendor_names.CURRENT_TYPE)
             if number == 0:
@@ -644,6 +660,7 @@ class SimKernel(object):
             raise _error(errno.ERANGE, 'sriov_numvfs')
         with self._cond:
             self._check_open()
+            self._strike_sysfs('sriov_numvfs')
             now = self._numvfs[pf]
             if count == now:
                 return ()
@@ -725,15 +742,21 @@ class SimKernel(object):
             self._placed[vf] = found
 
     def driver_state(self):
-        """The driver's state beyond sysfs as JSON-able data."""
+        """The driver's state beyond sysfs as JSON-able data (with
+        ``faults``, the injected failures, while one is armed)."""
         with self._cond:
-            return {
+            found = {
                 'gpus': {a: s.to_json()
                          for a, s in sorted(self._driver.items())},
                 'placed': {vf: [p.type_id, p.gi, p.placement]
                            for vf, p in sorted(self._placed.items())}}
+            if self._faults:
+                found['faults'] = self.faults()
+            return found
 
     def _restore_driver(self, data):
+        self._faults = {point: list(fault) for point, fault in
+                        (data or {}).get('faults', {}).items()}
         if data is None:
             self._driver = {a: mig.GpuState(mig_mode=gpu.mig_mode)
                             for a, gpu in self._gpus.items()}
@@ -750,6 +773,57 @@ class SimKernel(object):
     def _driver_changed(self, pf):
         if pf in self._gpus:
             self._emit(DriverChanged(self.driver_state()))
+
+    # -- injected failures (tests) ----------------------------------------
+
+    def inject(self, point, nth=1, error=None):
+        """Make the ``nth`` call of ``point`` from now on fail, once, with
+        ``error`` (an errno for a ``SYSFS_POINTS`` write, default EIO; an
+        NVML return code for an NVML C function, which ``simulator.nvml``
+        checks and defaults); ``nth`` 0 disarms ``point``.  One fault per
+        point: a new one replaces the old."""
+        if not isinstance(nth, int) or isinstance(nth, bool) or nth < 0:
+            raise exception.SimulatorError(
+                reason='a fault fails the nth call from now, n >= 1 (0 '
+                       'disarms it), not %r' % (nth,))
+        if error is None and point in SYSFS_POINTS:
+            error = errno.EIO
+        if not isinstance(error, int) or isinstance(error, bool):
+            raise exception.SimulatorError(
+                reason='a fault at %s needs its error as a number, not %r'
+                       % (point, error))
+        with self._cond:
+            if nth:
+                self._faults[point] = [nth, error]
+            else:
+                self._faults.pop(point, None)
+            self._emit(DriverChanged(self.driver_state()))
+
+    def faults(self):
+        """``{point: [calls until the failing one, error]}`` of the faults
+        armed now."""
+        with self._cond:
+            return {point: list(fault)
+                    for point, fault in sorted(self._faults.items())}
+
+    def strike(self, point):
+        """One call of ``point``: the error injected for it when this is
+        the call that fails (the fault is then gone), else None."""
+        with self._cond:
+            fault = self._faults.get(point)
+            if fault is None:
+                return None
+            fault[0] -= 1
+            if fault[0] <= 0:
+                del self._faults[point]
+            self._emit(DriverChanged(self.driver_state()))
+            return fault[1] if fault[0] <= 0 else None
+
+    def _strike_sysfs(self, name):
+        code = self.strike(name)
+        if code is not None:
+            raise OSError(code, '%s: %s (an injected failure)' % (
+                name, errno.errorcode.get(code, code)))
 
     def gpu(self, pf):
         """``(SimGpu, GpuState)`` of the physical GPU ``pf`` (KeyError:

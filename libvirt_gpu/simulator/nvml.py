@@ -18,6 +18,20 @@ the binding's own wrappers before the simulator sees them
 (tests/unit/test_sim_nvml.py lists what ``SimLibrary`` offers against the
 names the binding looks up).
 
+Failures a test injects: ``inject(point, nth, error, kernel=... |
+sysfs_root=...)`` makes the simulated host fail the ``nth`` call of
+``point`` from now on, once: an NVML C function this library offers
+(``EXPORTED`` but ``UNFAILING``; the call answers ``error``, an NVML
+return code, default ``NVML_ERROR_UNKNOWN``, before it changes anything)
+or a sysfs write the kernel answers (``kernel.SYSFS_POINTS``: a PF's
+``sriov_numvfs``, a VF's vGPU type file; default EIO).  The fault is the
+host's (``SimKernel``: a live tree's server, a static tree's driver
+file), so it strikes whichever process makes the call, the product's
+included; it is asked for through the same channel as NVML (the
+``inject`` and ``faults`` requests).  A call counts once however many
+questions it asks the driver (its first one carries its name,
+``op_function``).
+
 The GPUs NVML lists are the physical GPUs whose profile entry has a
 ``gpu`` section, by PCI address.  Where the state lives:
 
@@ -58,6 +72,8 @@ MAX_REQUEST = 65536
 # NVML's ``INVALID_GPU_INSTANCE_PROFILE_ID`` (nvml.h; the binding does not
 # name it): what a time-sliced type's GI profile id reads.
 INVALID_GPU_INSTANCE_PROFILE_ID = 0xFFFFFFFF
+# C functions that ask the driver nothing: no failure can be injected there.
+UNFAILING = ('nvmlInitWithFlags', 'nvmlShutdown', 'nvmlErrorString')
 NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU = 3
 # nvmlErrorString's text for the codes the simulated driver answers that the
 # binding's table lacks.
@@ -115,24 +131,55 @@ def module(kernel=None, sysfs_root=None, profile=None, backend=None):
         raise exception.SimulatorError(
             reason='the simulated NVML needs one of a kernel, a sysfs root '
                    'or a backend')
-    if backend is not None:
-        pass
-    elif kernel is not None:
-        backend = KernelBackend(kernel)
-    elif os.path.exists(os.path.join(sysfs_root, CONTROL_NAME)):
-        backend = LiveBackend(sysfs_root)
-    else:
-        backend = TreeBackend(sysfs_root, profile)
+    if backend is None:
+        backend = _backend(kernel, sysfs_root, profile)
     lib = _private_copy()
     lib.nvmlLib = SimLibrary(backend)
     lib.simulated = backend
     return lib
 
 
+def _backend(kernel=None, sysfs_root=None, profile=None):
+    if kernel is not None:
+        return KernelBackend(kernel)
+    if sysfs_root is None:
+        raise exception.SimulatorError(
+            reason='a simulated host is a kernel or a sysfs root')
+    if os.path.exists(os.path.join(sysfs_root, CONTROL_NAME)):
+        return LiveBackend(sysfs_root)
+    return TreeBackend(sysfs_root, profile)
+
+
+def _control(op, *args, kernel=None, sysfs_root=None):
+    try:
+        return _backend(kernel, sysfs_root).call(op, *args)
+    except mig.DriverError as e:
+        raise exception.SimulatorError(reason=e.reason)
+
+
+def inject(point, nth=1, error=None, kernel=None, sysfs_root=None):
+    """Make the simulated host (``kernel``, or the tree at ``sysfs_root``,
+    live or static) fail the ``nth`` call of ``point`` from now on, once,
+    with ``error`` (see the module doc); ``nth`` 0 disarms ``point``.
+    SimulatorError: a point it has not, a bad count or error."""
+    _control('inject', point, nth, error, kernel=kernel,
+             sysfs_root=sysfs_root)
+
+
+def faults(kernel=None, sysfs_root=None):
+    """``{point: [calls until the failing one, error]}``: the faults of
+    the simulated host that have not struck yet."""
+    return _control('faults', kernel=kernel, sysfs_root=sysfs_root)
+
+
 # --- where the state is ------------------------------------------------------
 
 class KernelBackend(object):
     """The driver's state in this process."""
+
+    # its calls carry their C function's name (``op_function``): the
+    # simulated host's injected failures strike them
+    takes_faults = True
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -145,6 +192,8 @@ class TreeBackend(object):
     """A static tree: the kernel's state read back from it (and the
     driver's file) before each call, under the kernel's lock; changes
     written back as the kernel double writes them."""
+
+    takes_faults = True
 
     def __init__(self, root, profile=None):
         self.root = os.path.realpath(os.fspath(root))
@@ -188,6 +237,8 @@ class TreeBackend(object):
 class LiveBackend(object):
     """A live FUSE tree: each call is a request to its server, whose
     kernel holds the state (``live.LiveTree.nvml_request``)."""
+
+    takes_faults = True
 
     def __init__(self, root):
         self.path = os.path.join(os.fspath(root), CONTROL_NAME)
@@ -271,6 +322,41 @@ def _profile_info(gpu, found):
             'jpegCount': found.jpeg, 'ofaCount': found.ofa,
             'memorySizeMB': found.memory_mb,
             'name': 'MIG ' + found.name}
+
+
+def op_function(kernel, function, op, *args):
+    """The first question ``op`` of one call of the C function
+    ``function``: when a failure injected at ``function`` strikes this
+    call, its error answers instead (nothing is changed)."""
+    code = kernel.strike(function)
+    if code is not None:
+        raise mig.DriverError(code, '%s failed: an injected failure'
+                              % function)
+    return OPS[op](kernel, *args)
+
+
+def op_inject(kernel, point, nth=1, error=None):
+    """``SimKernel.inject`` for a C function of this library or a sysfs
+    write (``kernel.SYSFS_POINTS``)."""
+    nvml_call = point in _FUNCTIONS and point not in UNFAILING
+    if not nvml_call and point not in kernel_mod.SYSFS_POINTS:
+        raise mig.DriverError(
+            mig.NVML_ERROR_INVALID_ARGUMENT,
+            'no injection point %r: a C function of the simulated NVML '
+            'that asks the driver (simulator.nvml.EXPORTED, not %s) or one '
+            'of %s' % (point, ', '.join(UNFAILING),
+                       ', '.join(kernel_mod.SYSFS_POINTS)))
+    if error is None and nvml_call:
+        error = mig.NVML_ERROR_UNKNOWN
+    try:
+        kernel.inject(point, nth, error)
+    except exception.SimulatorError as e:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              str(e))
+
+
+def op_faults(kernel):
+    return kernel.faults()
 
 
 def op_gpus(kernel):
@@ -660,6 +746,8 @@ class SimLibrary(object):
         self._keys = {}           # key -> (address, buffer kept alive)
         self._initialised = 0
         self._lock = threading.Lock()
+        # the C function being called, until it asks its first question
+        self._calling = threading.local()
 
     # -- plumbing -------------------------------------------------------
 
@@ -686,6 +774,11 @@ class SimLibrary(object):
         if not self._initialised:
             raise mig.DriverError(mig.NVML_ERROR_UNINITIALIZED,
                                   'nvmlInit first')
+        function = getattr(self._calling, 'name', None)
+        if function is not None and getattr(self._backend, 'takes_faults',
+                                            False):
+            self._calling.name = None
+            return self._backend.call('function', function, op, *args)
         return self._backend.call(op, *args)
 
     def __getattr__(self, name):
@@ -694,10 +787,13 @@ class SimLibrary(object):
             raise AttributeError(name)
 
         def call(*args):
+            self._calling.name = name
             try:
                 result = function(self, *args)
             except mig.DriverError as e:
                 return e.code
+            finally:
+                self._calling.name = None
             return mig.NVML_SUCCESS if result is None else result
         call.__name__ = name
         return call

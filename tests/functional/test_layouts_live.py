@@ -10,7 +10,9 @@ as its /sys).  The tests of a host run in order and build on each other:
 
 1. ``layout plan``, ``layout apply`` and a second ``apply`` (no steps)
    through the CLI with ``--json``; the simulated driver then has the
-   layout's MIG mode, GPU instances or mixed-size mode.
+   layout's MIG mode, GPU instances or mixed-size mode; ``placement show
+   --json`` offers of each of the layout's types on that GPU exactly what
+   the simulated driver says it can make.
 2. Guests get vGPUs of the layout's type through our installed hook,
    run as libvirt runs it (its argv, the domain XML on stdin, libvirt's
    clean environment): this host has no VFIO, so a guest started by
@@ -40,6 +42,9 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices.backends.nvidia_vgpu import statefile
+from libvirt_gpu.openstack.placement import traits
+from libvirt_gpu import simulator
+from libvirt_gpu.simulator import nvml as sim_nvml
 from tests.functional import hook_guests as hg
 from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
@@ -200,6 +205,79 @@ def test_plan_apply_apply_again(host):
         assert len(gpu['gis']) == sum(
             int(part.split(':')[1]) for part in
             case.layout[1].split(' = ')[1].split(', '))
+
+
+def layout_types(case):
+    """``{type id: its count, or None}`` of the layout's ``vgpu_types``."""
+    (line,) = [ln for ln in case.layout if ln.startswith('vgpu_types = ')]
+    found = {}
+    for item in line.split(' = ')[1].split(', '):
+        type_id, _, count = item.partition(':')
+        found[type_id] = int(count) if count else None
+    return found
+
+
+def driver_room(host):
+    """``{type id: (how many the simulated driver can make on the case's
+    GPU now, the type's trait)}`` of the layout's types, as the driver
+    answers through NVML: a MIG-backed type's maximum (max per GPU
+    instance x the GPU instances of its profile), a time-sliced one's
+    creatable placements."""
+    case = host.case
+    lib = sim_nvml.module(sysfs_root=host.live.root)
+    lib.nvmlInit()
+    product = simulator.load_profile(case.profile).device(case.gpu).product_id
+    found = {}
+    try:
+        handle = lib.nvmlDeviceGetHandleByPciBusId(case.gpu)
+        for type_id in layout_types(case):
+            number = int(type_id.split('-')[1])
+            if lib.nvmlVgpuTypeGetGpuInstanceProfileId(number) != \
+                    sim_nvml.INVALID_GPU_INSTANCE_PROFILE_ID:
+                room = lib.nvmlVgpuTypeGetMaxInstances(handle, number)
+            else:
+                room = lib.nvmlDeviceGetVgpuTypeCreatablePlacements(
+                    handle, number).count
+            named = collections.namedtuple('T', 'id name')(
+                type_id, lib.nvmlVgpuTypeGetName(number))
+            found[type_id] = (room, traits.custom(
+                'NVIDIA', product, traits.vgpu_type_word(named)))
+    finally:
+        lib.nvmlShutdown()
+    return found
+
+
+def test_placement_offers_what_the_driver_can_make(host):
+    """``placement show --json`` at the layout: each provider of the
+    GPU stands for one of the layout's types (its type trait), every
+    type the driver can make has one, and its total is what the
+    simulated driver can make of that type (capped by the type's count
+    in the layout, where it gives one: the counts of a mixed-size GPU's
+    types fit together whatever placements the driver picks)."""
+    case = host.case
+    room = driver_room(host)
+    counts = layout_types(case)
+    wanted = {type_id: min(n, counts[type_id] or n)
+              for type_id, (n, _) in room.items()}
+    assert wanted[case.type_id] == case.capacity
+    r = subprocess.run(
+        [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
+         host.setup.config, '--sysfs-root', host.live.root, 'placement',
+         'show', '--json'], cwd=ls.REPO, capture_output=True, text=True,
+        timeout=120)
+    assert r.returncode == 0, r.stderr
+    providers = [p for p in json.loads(r.stdout)['resource_providers']
+                 if case.gpu in p['name']]
+    of_trait = {trait: type_id for type_id, (_, trait) in room.items()}
+    offered = {}
+    for provider in providers:
+        (type_id,) = [of_trait[t] for t in provider['traits']
+                      if t in of_trait]
+        assert type_id not in offered, providers
+        (inventory,) = provider['inventories'].values()
+        offered[type_id] = (inventory['total'], inventory['reserved'])
+    assert offered == {type_id: (n, 0) for type_id, n in wanted.items()
+                       if n}, (room, providers)
 
 
 def test_guests_fill_the_gpu_and_the_next_is_refused(host):
