@@ -237,6 +237,9 @@ class GpuInstance:
     scheduler: Scheduler | None = None   # mig-time-sliced GIs
     start: int | None = None     # its placement: first memory slice
     size: int | None = None      # and how many
+    # whether it has its compute instance (None: not read); without one
+    # (a failed apply that could not destroy it again) it holds no vGPU
+    compute: bool | None = None
 
 
 @records.record

@@ -77,8 +77,8 @@ class GpuDriver(object):
             vfs_total=facts.vfs_total,
             gpu_instances=(self.session.gpu_instances(
                 address, facts.profiles,
-                schedulers=layout.mode == layout_mod.MIG_TIME_SLICED)
-                if mig else ()),
+                schedulers=layout.mode == layout_mod.MIG_TIME_SLICED,
+                computes=True) if mig else ()),
             mixed_size=None if mig else self.session.mixed_size(address),
             scheduler=self.session.scheduler(address),
             vgpus=self.vgpus(address))

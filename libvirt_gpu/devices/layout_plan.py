@@ -187,12 +187,16 @@ def _gi_steps(layout, facts, gis):
     kept = collections.Counter()
     steps = []
     for gi in sorted(gis, key=lambda g: g.id):
-        if kept[gi.profile_id] < wanted.get(gi.profile_id, 0):
+        wanted_more = kept[gi.profile_id] < wanted.get(gi.profile_id, 0)
+        if wanted_more and gi.compute is not False:
             kept[gi.profile_id] += 1
             continue
-        steps.append(Step(DESTROY_GI, 'destroy GPU instance %d (%s): not in '
-                          'the layout' % (gi.id, _profile_name(
-                              facts, gi.profile_id)), gi_id=gi.id))
+        # a GPU instance without its compute instance (a failed apply
+        # could not destroy it again) holds no vGPU: made again
+        why = ('it has no compute instance (left by a failed apply): it is '
+               'made again' if wanted_more else 'not in the layout')
+        steps.append(Step(DESTROY_GI, 'destroy GPU instance %d (%s): %s' % (
+            gi.id, _profile_name(facts, gi.profile_id), why), gi_id=gi.id))
 
     def size(profile_id):
         profile = facts.profile_by_id(profile_id)

@@ -511,10 +511,12 @@ class Session(object):
                    ctypes.byref(count))
         return [handles[i] for i in range(count.value)]
 
-    def gpu_instances(self, address, profiles, schedulers=False):
+    def gpu_instances(self, address, profiles, schedulers=False,
+                      computes=False):
         """The GPU instances that exist (``layout.GpuInstance``), of the
         ``profiles`` (``layout.GiProfile``); ``schedulers``: with each
-        one's vGPU scheduler state."""
+        one's vGPU scheduler state; ``computes``: with whether it has its
+        compute instance."""
         found = []
         for profile in profiles:
             for gi in self._gpu_instance_handles(address, profile.id):
@@ -525,8 +527,30 @@ class Session(object):
                     size=int(info.placement.size),
                     scheduler=(self._scheduler(
                         address, 'nvmlGpuInstanceGetVgpuSchedulerState_v2',
-                        gi) if schedulers else None)))
+                        gi) if schedulers else None),
+                    compute=(self._has_compute(address, gi, profile)
+                             if computes else None)))
         return tuple(sorted(found, key=lambda g: g.id))
+
+    def _has_compute(self, address, gi, profile):
+        """Whether the GPU instance ``gi`` has the compute instance
+        spanning it that ``create_gpu_instance`` makes; None where NVML
+        cannot say."""
+        import ctypes
+        ci_profile = _FULL_CI_PROFILE.get(profile.slices)
+        if ci_profile is None:
+            return None
+        info = self._call(
+            address, 'nvmlGpuInstanceGetComputeInstanceProfileInfo', gi,
+            ci_profile, self.lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            unanswered=True)
+        if info is None:
+            return None
+        handles = (self.lib.c_nvmlComputeInstance_t * _MAX_GPU_INSTANCES)()
+        count = ctypes.c_uint(0)
+        self._call(address, 'nvmlGpuInstanceGetComputeInstances', gi,
+                   info.id, handles, ctypes.byref(count))
+        return count.value > 0
 
     def mixed_size(self, address):
         """Whether mixed-size (heterogeneous) mode is on; None: N/A."""

@@ -118,7 +118,8 @@ class Session(object):
     def vgpu_types(self, address):
         return self._gpu(address, 'vgpu_types').facts.types
 
-    def gpu_instances(self, address, profiles, schedulers=False):
+    def gpu_instances(self, address, profiles, schedulers=False,
+                      computes=False):
         return self._gpu(address, 'gpu_instances').gis
 
     def mixed_size(self, address):

@@ -420,3 +420,32 @@ def test_every_step_kind_of_each_host_s_apply_is_failed(references):
                     for action in references(case, shrink).actions}
     assert {(f.case.profile, f.action) for f in FAULTS} == ran
     assert {action for _, action in ran} == set(lp.ACTIONS)
+
+
+def test_a_gpu_instance_left_without_its_compute_instance_is_made_again(
+        references):
+    """Two failures at once: the compute instance of the second GPU
+    instance cannot be made, and neither can that GPU instance be
+    destroyed again.  It stays without a compute instance (no vGPU can
+    live in it); the next apply sees that, destroys it and makes it
+    again, and ends as a failure-free apply does."""
+    import tempfile
+    path = tempfile.mkdtemp(prefix='lgpu-inject-')
+    host = Host(path, H100)
+    sim_nvml.inject('nvmlGpuInstanceCreateComputeInstance', 2,
+                    sysfs_root=host.root)
+    sim_nvml.inject('nvmlGpuInstanceDestroy', 1, sysfs_root=host.root)
+    report = host.apply()
+    (failed,) = report.failed
+    assert 'nvmlGpuInstanceDestroy' in failed.detail
+    gpu, _ = host.driver()
+    half_made = [gi[0] for gi in gpu['gis'] if gi[4] is None]
+    assert len(half_made) == 1
+    again = host.apply()
+    destroys = [s for s in again.plans[0].steps
+                if s.action == lp.DESTROY_GI]
+    assert [s.gi_id for s in destroys] == half_made
+    assert 'has no compute instance' in destroys[0].detail
+    assert not again.failed, again.failed
+    assert host.driver()[0] == references(H100, False).state
+    assert host.apply().plans[0].converged
