@@ -655,13 +655,23 @@ class Session(object):
             self._call(address, 'nvmlGpuInstanceCreateComputeInstance', gi,
                        info.id)
         except (NvmlError, KeyError) as e:
-            self._call(address, 'nvmlGpuInstanceDestroy', gi)
             if isinstance(e, KeyError):
-                raise NvmlError(call='nvmlGpuInstanceCreateComputeInstance',
-                                address=address,
-                                reason='no compute instance profile spans '
-                                       '%d slices' % profile.slices)
-            raise
+                e = NvmlError(call='nvmlGpuInstanceCreateComputeInstance',
+                              address=address,
+                              reason='no compute instance profile spans %d '
+                                     'slices' % profile.slices)
+            try:
+                self._call(address, 'nvmlGpuInstanceDestroy', gi)
+            except NvmlError as undone:
+                # the first failure is the one to fix; the GPU instance
+                # left without a compute instance is the next plan's
+                raise NvmlError(
+                    call=e.kwargs['call'], address=address,
+                    reason='%s; destroying the GPU instance again failed '
+                           'too (%s): the next apply destroys and makes it '
+                           'again' % (e.kwargs['reason'],
+                                      undone.kwargs['reason']))
+            raise e
         return gi_id
 
     def destroy_gpu_instance(self, address, gi_id):

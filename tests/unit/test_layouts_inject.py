@@ -437,7 +437,11 @@ def test_a_gpu_instance_left_without_its_compute_instance_is_made_again(
     sim_nvml.inject('nvmlGpuInstanceDestroy', 1, sysfs_root=host.root)
     report = host.apply()
     (failed,) = report.failed
-    assert 'nvmlGpuInstanceDestroy' in failed.detail
+    # the first failure is said, then the one of the undoing
+    assert ': NVML nvmlGpuInstanceCreateComputeInstance on GPU %s: ' % (
+        H100.gpu) in failed.detail, failed.detail
+    assert 'destroying the GPU instance again failed too' in failed.detail
+    assert failed.detail.count('\n') == 0
     gpu, _ = host.driver()
     half_made = [gi[0] for gi in gpu['gis'] if gi[4] is None]
     assert len(half_made) == 1
