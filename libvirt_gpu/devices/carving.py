@@ -45,12 +45,9 @@ CLI's snapshot of one.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from libvirt_gpu import exception
-from libvirt_gpu.util import fileutil
-from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -408,21 +405,9 @@ class CarveRecord(object):
     def read(self):
         """``{vf: CarvedVf}``; empty without a record (nothing is created:
         the hook reads this on every guest start)."""
-        try:
-            raw = statedir.read_file(self.path, _MAX_RECORD_BYTES)
-        except FileNotFoundError:
+        data = statedir.read_json(self.path, _MAX_RECORD_BYTES)
+        if data is None:
             return {}
-        except OSError as e:
-            raise self._error(e.strerror)
-        return self._parse(raw)
-
-    def _parse(self, raw):
-        if len(raw) > _MAX_RECORD_BYTES:
-            raise self._error('larger than %d bytes' % _MAX_RECORD_BYTES)
-        try:
-            data = jsonutil.loads(raw.decode('utf-8'))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise self._error('not JSON: %s' % e)
         if not isinstance(data, dict) or data.get('version') != \
                 RECORD_VERSION or not isinstance(data.get('vfs'), dict):
             raise self._error('not a version %d record' % RECORD_VERSION)
@@ -443,21 +428,13 @@ class CarveRecord(object):
                 raise self._error('entry %r is invalid: %s' % (vf, e))
         return found
 
-    @contextlib.contextmanager
     def locked(self):
         """``{vf: CarvedVf}`` to read and change; saved on exit."""
-        statedir.ensure_dir(self.state_dir)
-        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
-        try:
-            statedir.lock(fd, self.lock_path, timeout=60.0)
-            entries = self.read()
-            before = dict(entries)
-            yield entries
-            if entries != before:
-                data = {'version': RECORD_VERSION,
-                        'vfs': {str(vf): e.to_json()
-                                for vf, e in sorted(entries.items())}}
-                fileutil.write_atomic(self.path, jsonutil.dumps(
-                    data, indent=1, sort_keys=True) + '\n', mode=0o600)
-        finally:
-            os.close(fd)
+        return statedir.locked_entries(self.state_dir, self.lock_path,
+                                       self.read, self._save)
+
+    def _save(self, entries):
+        statedir.write_json(self.path, {
+            'version': RECORD_VERSION,
+            'vfs': {str(vf): e.to_json()
+                    for vf, e in sorted(entries.items())}})

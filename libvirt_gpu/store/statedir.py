@@ -22,10 +22,15 @@ directories and systemd's tmpfiles treat trusted state):
   its lock;
 - every wait on a lock is bounded and names the lock's holder
   (``lock``, ``/proc/locks``); every read is bounded (``read_file``);
+- a JSON state file of records (``read_json``, ``write_json``) is changed
+  under an exclusive ``flock`` of its own lock file (``locked_entries``)
+  and written to a temporary file then renamed, so a reader sees the old
+  or the new file, never half of one;
 - the lease store records which host it belongs to (``owner``: the sysfs
   root it was made for) and refuses another.
 """
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -33,7 +38,9 @@ import stat
 import time
 
 from libvirt_gpu import exception
+from libvirt_gpu.util import fileutil
 from libvirt_gpu.util import filetype
+from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import textutil
 
 OWNER_NAME = 'owner'
@@ -304,6 +311,55 @@ def read_system_file(path, max_bytes):
         if reason is not None:
             raise Refused(path, reason)
         return _read_fd(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_json(path, max_bytes):
+    """The JSON document of the state file ``path`` (read as
+    ``read_file``), or None when there is none; StateError naming the file
+    when it cannot be read, holds more than ``max_bytes`` or is not JSON
+    (nested too deeply for the parser included)."""
+    try:
+        raw = read_file(path, max_bytes)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise exception.StateError(path=path, reason=e.strerror)
+    if len(raw) > max_bytes:
+        raise exception.StateError(
+            path=path, reason='larger than %d bytes' % max_bytes)
+    try:
+        return jsonutil.loads(raw.decode('utf-8'))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise exception.StateError(path=path, reason='not JSON: %s' % e)
+    except RecursionError:
+        raise exception.StateError(path=path,
+                                   reason='not JSON: nested too deeply')
+
+
+def write_json(path, data):
+    """Write ``data`` to the state file ``path`` as JSON (indented, keys
+    sorted, private), to a temporary file renamed over it."""
+    fileutil.write_atomic(path, jsonutil.dumps(
+        data, indent=1, sort_keys=True) + '\n', mode=0o600)
+
+
+@contextlib.contextmanager
+def locked_entries(state_dir, lock_path, load, save, timeout=60.0):
+    """The entries ``load()`` returns (a dict), to read and change under
+    an exclusive ``flock`` of ``lock_path`` (its state directory made and
+    checked, ``ensure_dir``; the wait bounded by ``timeout``, ``lock``);
+    ``save(entries)`` on exit when they changed."""
+    ensure_dir(state_dir)
+    fd = open_file(lock_path, os.O_RDWR | os.O_CREAT)
+    try:
+        lock(fd, lock_path, timeout=timeout)
+        entries = load()
+        before = dict(entries)
+        yield entries
+        if entries != before:
+            save(entries)
     finally:
         os.close(fd)
 

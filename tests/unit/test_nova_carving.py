@@ -373,6 +373,17 @@ def test_a_record_that_is_not_ours_is_refused(fast_tmp):
     assert 'entry' in str(e.value) and carving.RECORD_NAME in str(e.value)
 
 
+def test_a_record_nested_past_the_parsers_depth_is_one_line(fast_tmp):
+    # json.loads raises RecursionError on it: the hook reads this record
+    # on every guest start, so a StateError naming the file, no traceback
+    os.makedirs(os.path.join(fast_tmp, 'state'), mode=0o700)
+    path = os.path.join(fast_tmp, 'state', carving.RECORD_NAME)
+    with open(path, 'w') as f:
+        f.write('{"a": ' * 5000 + '1' + '}' * 5000)
+    with pytest.raises(exception.StateError, match='nested too deeply'):
+        carving.CarveRecord(os.path.join(fast_tmp, 'state')).read()
+
+
 def test_a_carving_section_not_listed_is_named(resolve):
     # nothing would read it: a misspelt name in [nova]/carved, or a
     # section left behind

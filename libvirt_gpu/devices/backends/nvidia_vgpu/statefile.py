@@ -9,13 +9,10 @@ values are parsed here, where they enter the program.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu import exception
-from libvirt_gpu.util import fileutil
-from libvirt_gpu.util import jsonutil
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.store import statedir
@@ -79,22 +76,12 @@ class VendorState(object):
     def _error(self, reason):
         return exception.StateError(path=self.path, reason=reason)
 
-    @contextlib.contextmanager
     def locked(self):
         """``{uuid: VendorVgpu}`` to read and change; saved on exit."""
-        # the state directory only root steers; no link, no FIFO (statedir)
-        statedir.ensure_dir(self.state_dir)
-        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
-        try:
-            # bounded, its holder named (a stopped holder at once)
-            statedir.lock(fd, self.lock_path, timeout=60.0)
-            entries = self._load()
-            before = dict(entries)
-            yield entries
-            if entries != before:
-                self._save(entries)
-        finally:
-            os.close(fd)
+        # the state directory only root steers; no link, no FIFO; the
+        # wait bounded, its holder named (a stopped holder at once)
+        return statedir.locked_entries(self.state_dir, self.lock_path,
+                                       self._load, self._save)
 
     def read(self):
         """A snapshot, read under the lock ({} without creating anything
@@ -105,20 +92,9 @@ class VendorState(object):
             return dict(entries)
 
     def _load(self):
-        try:
-            raw = statedir.read_file(self.path, _MAX_STATE_BYTES)
-        except FileNotFoundError:
+        data = statedir.read_json(self.path, _MAX_STATE_BYTES)
+        if data is None:
             return {}
-        except OSError as e:
-            raise self._error(e.strerror)
-        if len(raw) > _MAX_STATE_BYTES:
-            raise self._error('larger than %d bytes' % _MAX_STATE_BYTES)
-        try:
-            data = jsonutil.loads(raw.decode('utf-8'))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise self._error('not JSON: %s' % e)
-        except RecursionError:
-            raise self._error('not JSON: nested too deeply')
         if not isinstance(data, dict) or data.get('version') != \
                 STATE_VERSION or not isinstance(data.get('vgpus'), dict):
             raise self._error('not a version %d state file' % STATE_VERSION)
@@ -151,5 +127,4 @@ class VendorState(object):
     def _save(self, entries):
         data = {'version': STATE_VERSION,
                 'vgpus': {u: e.to_json() for u, e in sorted(entries.items())}}
-        fileutil.write_atomic(self.path, jsonutil.dumps(
-            data, indent=1, sort_keys=True) + '\n', mode=0o600)
+        statedir.write_json(self.path, data)
