@@ -220,7 +220,8 @@ class GpuSelector:
     """Which GPUs a configuration entry names: one GPU by its PCI address
     (``0000:41:00.0``), or every GPU of a model by its PCI ids
     (``10de:2331``).  Parsed once where the configuration enters
-    (``GpuSelector.parse``); ``matches`` is the only test of a GPU."""
+    (``GpuSelector.parse``, ``parse_list``); ``matches`` is the only test
+    of a GPU."""
 
     address: PciAddress | None = None
     vendor_id: str | None = None     # '10de', with product_id
@@ -249,6 +250,13 @@ class GpuSelector:
             reason='%r names no GPU: give a PCI address (0000:41:00.0) or '
                    'the vendor:product ids of a model (10de:2331)'
                    % (value,))
+
+    @classmethod
+    def parse_list(cls, values):
+        """The selectors of a configuration list, in its order, as a
+        tuple (each entry as ``parse``); InvalidInput naming the first
+        entry that names no GPU."""
+        return tuple(cls.parse(value) for value in values)
 
     @property
     def by_model(self):

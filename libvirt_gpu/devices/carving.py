@@ -174,12 +174,10 @@ def carvings(conf):
         if not values.gpus:
             raise _error(name, 'gpus', ' is empty: name the GPUs to carve '
                          '(0000:3d:00.0) or their model (10de:26b9)')
-        selectors = []
-        for raw in values.gpus:
-            try:
-                selectors.append(objects.GpuSelector.parse(raw))
-            except exception.InvalidInput as e:
-                raise _error(name, 'gpus', ': %s' % e.kwargs['reason'])
+        try:
+            selectors = objects.GpuSelector.parse_list(values.gpus)
+        except exception.InvalidInput as e:
+            raise _error(name, 'gpus', ': %s' % e.kwargs['reason'])
         if not values.vgpu_type:
             raise _error(name, 'vgpu_type', ' is not set: name the vGPU '
                          'type to write to the VFs (`libvirt-gpu types '
@@ -202,7 +200,7 @@ def carvings(conf):
             raise _error(name, 'alias', ' %r is not an alias name (letters, '
                          'digits, ".", "_" and "-"; no ":" or ",", which a '
                          'flavor\'s pci_passthrough:alias uses)' % alias)
-        found.append(Carving(name=name, selectors=tuple(selectors),
+        found.append(Carving(name=name, selectors=selectors,
                              type_id=type_id, count=values.count,
                              resource_class=rc, alias=alias))
     return tuple(found)

@@ -303,12 +303,10 @@ def read_layout(conf, name):
     if not group.gpus:
         raise _error(name, 'gpus', 'names no GPU: give PCI addresses '
                      '(0000:41:00.0) or vendor:product ids (10de:2331)')
-    selectors = []
-    for raw in group.gpus:
-        try:
-            selectors.append(objects.GpuSelector.parse(raw))
-        except exception.InvalidInput as e:
-            raise _error(name, 'gpus', e.kwargs.get('reason', e))
+    try:
+        selectors = objects.GpuSelector.parse_list(group.gpus)
+    except exception.InvalidInput as e:
+        raise _error(name, 'gpus', e.kwargs.get('reason', e))
     mode = group.mode
     if mode not in MODES:
         raise _error(name, 'mode', '%r is none of %s' % (mode,
@@ -371,7 +369,7 @@ def read_layout(conf, name):
         if scheduler not in (EQUAL_SHARE, FIXED_SHARE):
             raise _error(name, 'time_slice_ms', 'a time slice needs '
                          'scheduler = equal-share or fixed-share')
-    return Layout(name=name, gpus=tuple(selectors), mode=mode,
+    return Layout(name=name, gpus=selectors, mode=mode,
                   vgpu_types=tuple(types), gpu_instances=tuple(counts),
                   type_counts=tuple(type_counts), scheduler=scheduler,
                   time_slice_ms=time_slice)

@@ -94,3 +94,12 @@ def test_gpu_selector_refuses_what_names_no_gpu(text):
     with pytest.raises(exception.InvalidInput,
                        match='0000:41:00.0.*10de:2331'):
         objects.GpuSelector.parse(text)
+
+
+def test_gpu_selector_list_keeps_its_order_and_names_the_bad_entry():
+    assert objects.GpuSelector.parse_list(
+        ['10de:2331', '0000:41:00.0']) == (
+        objects.GpuSelector.parse('10de:2331'),
+        objects.GpuSelector.parse('0000:41:00.0'))
+    with pytest.raises(exception.InvalidInput, match="'nvidia' names no GPU"):
+        objects.GpuSelector.parse_list(['0000:41:00.0', 'nvidia', '5'])
