@@ -462,6 +462,15 @@ def op_destroy_gi(kernel, pf, gi):
     kernel.driver(pf, destroy)
 
 
+def _gi(state, gi, code=mig.NVML_ERROR_INVALID_ARGUMENT):
+    """The GPU instance ``gi`` of a GPU's ``state``; DriverError ``code``
+    when there is none."""
+    found = state.gis.get(gi)
+    if found is None:
+        raise mig.DriverError(code, 'no GPU instance %r' % (gi,))
+    return found
+
+
 def op_gis(kernel, pf, profile_id):
     _, state = _gpu(kernel, pf)
     return [g.id for _, g in sorted(state.gis.items())
@@ -470,10 +479,7 @@ def op_gis(kernel, pf, profile_id):
 
 def op_gi_info(kernel, pf, gi):
     _, state = _gpu(kernel, pf)
-    found = state.gis.get(gi)
-    if found is None:
-        raise mig.DriverError(mig.NVML_ERROR_NOT_FOUND,
-                              'no GPU instance %r' % (gi,))
+    found = _gi(state, gi, mig.NVML_ERROR_NOT_FOUND)
     return [found.id, found.profile_id, found.start, found.size, found.ci]
 
 
@@ -481,10 +487,7 @@ def op_ci_profile_info(kernel, pf, gi, ci_profile):
     """The one compute-instance profile a GI offers: the one filling it
     (its id is its NVML_COMPUTE_INSTANCE_PROFILE_* index)."""
     gpu, state = _gpu(kernel, pf)
-    found = state.gis.get(gi)
-    if found is None:
-        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
-                              'no GPU instance %r' % (gi,))
+    found = _gi(state, gi)
     profile = gpu.gi_table.profile(found.profile_id)
     if mig.CI_PROFILE_BY_SLICES.get(profile.slices) != ci_profile:
         raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
@@ -501,19 +504,13 @@ def op_ci_profile_info(kernel, pf, gi, ci_profile):
 
 def op_gi_scheduler(kernel, pf, gi):
     _, state = _gpu(kernel, pf)
-    found = state.gis.get(gi)
-    if found is None:
-        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
-                              'no GPU instance %r' % (gi,))
+    found = _gi(state, gi)
     return [found.policy, found.avg_factor, found.timeslice_ns()]
 
 
 def op_set_gi_scheduler(kernel, pf, gi, policy, avg_factor, frequency):
     def change(gpu, state, placed, running):
-        found = state.gis.get(gi)
-        if found is None:
-            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
-                                  'no GPU instance %r' % (gi,))
+        found = _gi(state, gi)
         on_gi = {vf for vf, p in kernel.gpu_vgpus(pf).items()
                  if p.gi == gi}
         mig.set_scheduler(gpu, state, policy, avg_factor, frequency,
@@ -523,10 +520,7 @@ def op_set_gi_scheduler(kernel, pf, gi, policy, avg_factor, frequency):
 
 def op_create_ci(kernel, pf, gi, ci_profile):
     def create(gpu, state, placed, running):
-        found = state.gis.get(gi)
-        if found is None:
-            raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
-                                  'no GPU instance %r' % (gi,))
+        found = _gi(state, gi)
         slices = gpu.gi_table.profile(found.profile_id).slices
         if mig.CI_PROFILE_BY_SLICES.get(slices) != ci_profile:
             raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
@@ -613,23 +607,24 @@ def op_type_info(kernel, number):
             'max_per_gi': found.max_per_gi or 0}
 
 
-def op_max_instances(kernel, pf, number):
+def _offered(kernel, pf, number):
+    """``(gpu, state, type)`` of the vGPU type ``number`` the GPU ``pf``
+    offers; INVALID_ARGUMENT for one it does not."""
     gpu, state = _gpu(kernel, pf)
     found = _types(kernel, pf).get(number)
     if found is None:
         raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
                               '%s does not offer vGPU type %r'
                               % (gpu.name, number))
-    return mig.max_instances(gpu, state, found)
+    return gpu, state, found
+
+
+def op_max_instances(kernel, pf, number):
+    return mig.max_instances(*_offered(kernel, pf, number))
 
 
 def _placements(kernel, pf, number):
-    gpu, state = _gpu(kernel, pf)
-    found = _types(kernel, pf).get(number)
-    if found is None:
-        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
-                              '%s does not offer vGPU type %r'
-                              % (gpu.name, number))
+    gpu, state, found = _offered(kernel, pf, number)
     if mig.is_mig_backed(found):
         raise mig.DriverError(mig.NVML_ERROR_NOT_SUPPORTED,
                               'placements are for time-sliced vGPUs; %s '
@@ -656,10 +651,7 @@ def op_creatable_placements(kernel, pf, number):
 
 def op_gi_creatable_types(kernel, pf, gi):
     gpu, state = _gpu(kernel, pf)
-    found = state.gis.get(gi)
-    if found is None:
-        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
-                              'no GPU instance %r' % (gi,))
+    found = _gi(state, gi)
     placed = list(kernel.gpu_vgpus(pf).values())
     types = {t.id: t for t in kernel.gpu_types(pf)}
     return [t.number for t in kernel.gpu_types(pf)
@@ -957,8 +949,8 @@ def nvmlDeviceGetGpuInstanceProfileInfo(lib, device, profile, info):
 
 @_c
 def nvmlDeviceGetGpuInstanceProfileInfoV(lib, device, profile, info):
-    _fill_profile(_obj(info), lib._call('gi_profile_info', lib._pf(device),
-                                        _int(profile)))
+    # the versioned struct: the same fields and a name
+    return nvmlDeviceGetGpuInstanceProfileInfo(lib, device, profile, info)
 
 
 @_c
@@ -1068,21 +1060,30 @@ def nvmlGpuInstanceGetComputeInstanceProfileInfoV(lib, instance, profile,
                                         _int(profile)))
 
 
+def _fill_scheduler(state, found):
+    """A ``nvmlVgpuSchedulerGetState_t`` (v2) from ``(policy, avg_factor,
+    timeslice)``."""
+    state = _obj(state)
+    state.schedulerPolicy, state.avgFactor, state.timeslice = found
+
+
+def _scheduler_wanted(state):
+    """``(policy, avg_factor, frequency)`` of a ``nvmlVgpuSchedulerSetState_t``
+    (v2)."""
+    state = _obj(state)
+    return state.schedulerPolicy, state.avgFactor, state.frequency
+
+
 @_c
 def nvmlGpuInstanceGetVgpuSchedulerState_v2(lib, instance, state):
     _, pf, gi = lib._key(instance, 'gi')
-    policy, avg_factor, timeslice = lib._call('gi_scheduler', pf, gi)
-    state = _obj(state)
-    state.schedulerPolicy, state.avgFactor = policy, avg_factor
-    state.timeslice = timeslice
+    _fill_scheduler(state, lib._call('gi_scheduler', pf, gi))
 
 
 @_c
 def nvmlGpuInstanceSetVgpuSchedulerState_v2(lib, instance, state):
     _, pf, gi = lib._key(instance, 'gi')
-    state = _obj(state)
-    lib._call('set_gi_scheduler', pf, gi, state.schedulerPolicy,
-              state.avgFactor, state.frequency)
+    lib._call('set_gi_scheduler', pf, gi, *_scheduler_wanted(state))
 
 
 @_c
@@ -1135,17 +1136,12 @@ def nvmlDeviceSetVgpuHeterogeneousMode(lib, device, mode):
 
 @_c
 def nvmlDeviceGetVgpuSchedulerState_v2(lib, device, state):
-    policy, avg_factor, timeslice = lib._call('scheduler', lib._pf(device))
-    state = _obj(state)
-    state.schedulerPolicy, state.avgFactor = policy, avg_factor
-    state.timeslice = timeslice
+    _fill_scheduler(state, lib._call('scheduler', lib._pf(device)))
 
 
 @_c
 def nvmlDeviceSetVgpuSchedulerState_v2(lib, device, state):
-    state = _obj(state)
-    lib._call('set_scheduler', lib._pf(device), state.schedulerPolicy,
-              state.avgFactor, state.frequency)
+    lib._call('set_scheduler', lib._pf(device), *_scheduler_wanted(state))
 
 
 @_c
@@ -1254,32 +1250,33 @@ def nvmlDeviceGetVgpuTypeCreatablePlacements(lib, device, number, target):
     return _fill_placements(target, size, ids)
 
 
-@_c
-def nvmlGpuInstanceGetCreatableVgpus(lib, instance, info):
+def _fill_gi_vgpus(lib, instance, info, op, field):
+    """A GPU instance's list (``op``) into ``info``'s array ``field`` and
+    ``vgpuCount`` (in: the array's length): a NULL array or one too short
+    gets ``INSUFFICIENT_SIZE`` (none needed: success) and the count."""
     _, pf, gi = lib._key(instance, 'gi')
-    values = lib._call('gi_creatable_types', pf, gi)
+    values = lib._call(op, pf, gi)
     info = _obj(info)
-    if not info.vgpuTypeIds or info.vgpuCount < len(values):
+    array = getattr(info, field)
+    if not array or info.vgpuCount < len(values):
         info.vgpuCount = len(values)
         return (mig.NVML_ERROR_INSUFFICIENT_SIZE if values
                 else mig.NVML_SUCCESS)
     for i, value in enumerate(values):
-        info.vgpuTypeIds[i] = value
+        array[i] = value
     info.vgpuCount = len(values)
+
+
+@_c
+def nvmlGpuInstanceGetCreatableVgpus(lib, instance, info):
+    return _fill_gi_vgpus(lib, instance, info, 'gi_creatable_types',
+                          'vgpuTypeIds')
 
 
 @_c
 def nvmlGpuInstanceGetActiveVgpus(lib, instance, info):
-    _, pf, gi = lib._key(instance, 'gi')
-    values = lib._call('gi_active_vgpus', pf, gi)
-    info = _obj(info)
-    if not info.vgpuInstances or info.vgpuCount < len(values):
-        info.vgpuCount = len(values)
-        return (mig.NVML_ERROR_INSUFFICIENT_SIZE if values
-                else mig.NVML_SUCCESS)
-    for i, value in enumerate(values):
-        info.vgpuInstances[i] = value
-    info.vgpuCount = len(values)
+    return _fill_gi_vgpus(lib, instance, info, 'gi_active_vgpus',
+                          'vgpuInstances')
 
 
 @_c
@@ -1325,18 +1322,12 @@ def nvmlVgpuInstanceGetGpuPciId(lib, instance, bus_id, length):
 
 @_c
 def nvmlVgpuInstanceGetGpuInstanceId(lib, instance, gi):
-    found = lib._call('vgpu_instance', _int(instance))['gi']
-    if found is None:
-        return mig.NVML_ERROR_NOT_SUPPORTED
-    _obj(gi).value = found
+    _obj(gi).value = _instance(lib, instance, 'gi')
 
 
 @_c
 def nvmlVgpuInstanceGetPlacementId(lib, instance, placement):
-    found = lib._call('vgpu_instance', _int(instance))['placement']
-    if found is None:
-        return mig.NVML_ERROR_NOT_SUPPORTED
-    _obj(placement).placementId = found
+    _obj(placement).placementId = _instance(lib, instance, 'placement')
 
 
 def op_heterogeneous_or_homogeneous(kernel, pf):
