@@ -14,7 +14,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
-from tests.doubles import trees
+from tests.doubles import mdev_host
 
 T_NVIDIA_222 = objects.TypeId.parse('nvidia-222')
 T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
@@ -25,22 +25,9 @@ GPU_B = '0000:af:00.0'     # holds two nvidia-223
 EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
 
 
-@pytest.fixture
-def tree():
-    with trees.simulated_tree('t4') as (root, profile):
-        yield root, profile
-
-
-@pytest.fixture
-def sysfs(tree):
-    return kernel_sysfs.KernelSysfs(*tree)
-
-
-@pytest.fixture
-def backend(sysfs, tmp_path):
-    return mdev.MdevBackend(sysfs, mdevctl_dir=str(tmp_path / 'mdevctl.d'),
-                            appear_timeout=0.5, remove_timeout=0.5,
-                            retry_stop=0.5)
+tree = mdev_host.tree
+sysfs = mdev_host.sysfs
+backend = mdev_host.backend
 
 
 def new_uuid():

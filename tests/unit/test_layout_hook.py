@@ -5,40 +5,18 @@ record of the vGPU (``gi_id``, ``placement``)."""
 
 import json
 import os
-import shutil
-import tempfile
 
 import pytest
 
-from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices.backends.nvidia_vgpu import names
 from libvirt_gpu import exception
-from libvirt_gpu import simulator
-from tests.doubles import kernel_sysfs
+from tests.doubles import vendor_host
 from tests.unit.test_nvidia_vgpu import VF_FREE, vgpu
 
 
-@pytest.fixture
-def fast_tmp():
-    """A private directory (a state directory below one anyone can
-    write is refused), as test_nvidia_vgpu's."""
-    path = tempfile.mkdtemp(prefix='lgpu-layout-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def host(fast_tmp):
-    root = os.path.join(fast_tmp, 'sys')
-    simulator.write_sysfs(simulator.load_profile('l40s'), root)
-    return kernel_sysfs.KernelSysfs(root, 'l40s')
-
-
-@pytest.fixture
-def backend(host, fast_tmp):
-    return nvidia_vgpu.NvidiaVgpuBackend(
-        host, os.path.join(fast_tmp, 'state'), remove_timeout=1.0,
-        retry_stop=1.0)
+fast_tmp = vendor_host.fast_tmp
+host = vendor_host.host
+backend = vendor_host.backend
 
 
 def _vendor_file(host, vf, name, text):

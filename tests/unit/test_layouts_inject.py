@@ -50,6 +50,7 @@ from libvirt_gpu.simulator import live
 from libvirt_gpu.simulator import nvml as sim_nvml
 from libvirt_gpu.simulator import sysfs_tree
 from tests.doubles import kernel_sysfs
+from tests.doubles import live_channel
 
 Case = collections.namedtuple('Case', ['profile', 'gpu', 'layout',
                                        'smaller'])
@@ -301,27 +302,11 @@ def test_a_static_tree_s_fault_strikes_whichever_process_calls(tmp_path):
         first.nvmlDeviceGetHandleByIndex(0)) == [0, 0]
 
 
-class TreeChannel(sim_nvml.LiveBackend):
-    """A live tree's NVML channel without the mount (its FUSE
-    operations' methods: open, write, read, release)."""
-
-    def __init__(self, tree):
-        self.tree = tree
-
-    def exchange(self, request):
-        fh = self.tree.nvml_open()
-        try:
-            self.tree.nvml_request(fh, request)
-            return self.tree.replies[fh]
-        finally:
-            self.tree.nvml_release(fh)
-
-
 def test_a_live_tree_takes_faults_through_its_channel(tmp_path):
     tree = live.LiveTree('h100-80gb', uevents=False, workdir=str(tmp_path),
                          probe_delay=0)
     try:
-        channel = TreeChannel(tree)
+        channel = live_channel.TreeChannel(tree)
         channel.call('inject', 'nvmlDeviceSetMigMode', 1, None)
         channel.call('inject', 'sriov_numvfs', 1, None)
         assert tree.state()['driver']['faults'] == {

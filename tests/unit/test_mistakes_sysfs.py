@@ -19,16 +19,14 @@ import os
 import pytest
 
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu.devices import discovery
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.devices.sysfs import devices as devices_mod
 from libvirt_gpu.devices.sysfs import reader as reader_mod
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from tests.doubles import kernel_sysfs
 from tests.doubles import kinds
-from tests.doubles import trees
+from tests.doubles import mdev_host
 
 A = objects.PciAddress.parse('0000:3b:00.0')     # no vGPU
 B = objects.PciAddress.parse('0000:af:00.0')     # holds two nvidia-223
@@ -36,22 +34,9 @@ T223 = objects.TypeId.parse('nvidia-223')
 EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
 
 
-@pytest.fixture
-def tree():
-    with trees.simulated_tree('t4') as (root, profile):
-        yield root, profile
-
-
-@pytest.fixture
-def sysfs(tree):
-    return kernel_sysfs.KernelSysfs(*tree)
-
-
-@pytest.fixture
-def backend(sysfs, tmp_path):
-    return mdev.MdevBackend(sysfs, mdevctl_dir=str(tmp_path / 'mdevctl.d'),
-                            appear_timeout=0.5, remove_timeout=0.5,
-                            retry_stop=0.5)
+tree = mdev_host.tree
+sysfs = mdev_host.sysfs
+backend = mdev_host.backend
 
 
 def _gpu_dir(sysfs, address):

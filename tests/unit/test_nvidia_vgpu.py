@@ -4,8 +4,6 @@ Sysfs reader, and backends.nvidia_vgpu against the simulated L40S host
 
 import json
 import os
-import shutil
-import tempfile
 
 import pytest
 
@@ -13,8 +11,8 @@ from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu import simulator
 from tests.doubles import kernel_sysfs
+from tests.doubles import vendor_host
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
 from libvirt_gpu.devices.backends.nvidia_vgpu import files as vendor_files
@@ -32,27 +30,9 @@ VF2 = objects.PciAddress.parse('0000:bd:00.4')
 SCHEMAS = '/usr/share/libvirt/schemas'
 
 
-@pytest.fixture
-def fast_tmp(tmp_path):
-    """A directory of its own (not on /dev/shm: a state directory below a
-    directory anyone can write is refused, statedir.check_dir)."""
-    path = tempfile.mkdtemp(prefix='lgpu-nv-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def host(fast_tmp):
-    root = os.path.join(fast_tmp, 'sys')
-    simulator.write_sysfs(simulator.load_profile('l40s'), root)
-    return kernel_sysfs.KernelSysfs(root, 'l40s')
-
-
-@pytest.fixture
-def backend(host, fast_tmp):
-    return nvidia_vgpu.NvidiaVgpuBackend(
-        host, os.path.join(fast_tmp, 'state'), remove_timeout=1.0,
-        retry_stop=1.0)
+fast_tmp = vendor_host.fast_tmp
+host = vendor_host.host
+backend = vendor_host.backend
 
 
 def new_uuid():

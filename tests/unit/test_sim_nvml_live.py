@@ -13,6 +13,7 @@ import pytest
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 from libvirt_gpu.simulator import live
 from libvirt_gpu.simulator import nvml as sim_nvml
+from tests.doubles import live_channel
 
 H100_PF = '0000:4e:00.0'
 H100_VF = '0000:4e:00.4'
@@ -26,28 +27,12 @@ def tree(tmp_path):
     found.close()
 
 
-class TreeChannel(sim_nvml.LiveBackend):
-    """``LiveBackend`` whose channel is the tree's methods that the FUSE
-    operations call (open, write, read, release)."""
-
-    def __init__(self, tree):
-        self.tree = tree
-
-    def exchange(self, request):
-        fh = self.tree.nvml_open()
-        try:
-            self.tree.nvml_request(fh, request)
-            return self.tree.replies[fh]
-        finally:
-            self.tree.nvml_release(fh)
-
-
 def _vf_path(tree, vf, name):
     return '/%s/%s/%s' % (tree.dirs[vf], vendor_names.VENDOR_DIR, name)
 
 
 def test_nvml_through_the_channel_changes_the_server_s_kernel(tree):
-    lib = sim_nvml.module(backend=TreeChannel(tree))
+    lib = sim_nvml.module(backend=live_channel.TreeChannel(tree))
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(pynvml.NVMLError_InUse):      # its VFs are enabled
@@ -84,7 +69,7 @@ def test_a_bad_request_is_answered_not_raised(tree):
 
 
 def test_reboot_keeps_mig_mode_only(tree):
-    lib = sim_nvml.module(backend=TreeChannel(tree))
+    lib = sim_nvml.module(backend=live_channel.TreeChannel(tree))
     lib.nvmlInit()
     handle = lib.nvmlDeviceGetHandleByIndex(0)
     tree.write('/%s/sriov_numvfs' % tree.dirs[H100_PF], b'0')
