@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid as uuidlib
 
+from tests.doubles import venvs
 from tests.doubles.ports import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -77,18 +78,11 @@ def venv_path():
 def ensure_venv():
     """Return (venv path, seconds spent installing)."""
     venv = venv_path()
-    if os.environ.get(VENV_ENV) or os.path.exists(
-            os.path.join(venv, '.cyborg-stamp')):
+    if os.environ.get(VENV_ENV):
         return venv, 0.0
-    start = time.monotonic()
-    result = subprocess.run(
-        ['make', '-s', '-f', 'Makefile.cyborg', 'cyborg-venv',
-         'CYBORG_VENV=%s' % venv],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise CyborgError('installing openstack-cyborg into %s failed:\n%s%s'
-                          % (venv, result.stdout, result.stderr))
-    return venv, time.monotonic() - start
+    return venvs.install(venv, 'Makefile.cyborg', 'cyborg-venv',
+                         'CYBORG_VENV', '.cyborg-stamp', CyborgError,
+                         'openstack-cyborg')
 
 
 def env(lg_conf):

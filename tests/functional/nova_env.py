@@ -11,7 +11,8 @@ JSON line (its module doc says what each step runs).
 import json
 import os
 import subprocess
-import time
+
+from tests.doubles import venvs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -46,17 +47,8 @@ def ensure_venv():
             raise NovaError('%s=%s has no bin/python; install nova==34.0.0 '
                             'and libvirt-python there' % (VENV_ENV, venv))
         return venv, 0.0
-    if os.path.exists(os.path.join(venv, '.nova-stamp')):
-        return venv, 0.0
-    start = time.monotonic()
-    result = subprocess.run(
-        ['make', '-s', '-f', 'Makefile.nova', 'nova-venv',
-         'NOVA_VENV=%s' % venv],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise NovaError('installing nova into %s failed:\n%s%s'
-                        % (venv, result.stdout, result.stderr))
-    return venv, time.monotonic() - start
+    return venvs.install(venv, 'Makefile.nova', 'nova-venv', 'NOVA_VENV',
+                         '.nova-stamp', NovaError, 'nova')
 
 
 class Judge(object):
