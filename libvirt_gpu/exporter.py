@@ -246,11 +246,13 @@ def _read_leases(env, enabled):
         existing = env.vgpus.existing(mdevs)
         free = {}
         for address, setting in sorted(enabled.items()):
-            try:
-                free[address] = env.allocator.free(
-                    txn, address, setting.type_id, mdevs)
-            except exception.SysfsError as e:
-                LOG.warning('scrape: no free count of %s: %s', address, e)
+            for type_id in setting.type_ids:
+                try:
+                    free[address, type_id] = env.allocator.free(
+                        txn, address, type_id, mdevs)
+                except exception.SysfsError as e:
+                    LOG.warning('scrape: no free count of %s for %s: %s',
+                                address, type_id, e)
         return tuple(txn.all()), txn.borrowed(), free, existing
 
 
@@ -289,18 +291,20 @@ def gpu_families(gpus, enabled, free, existing, leases, domains):
         info.add_metric([str(address), gpu.vendor_id, gpu.product_id,
                          gpu.product_name or '', mode, type_id], 1)
         if setting is not None:
-            cap = capacity.vgpu_total(gpu, setting)
-            total.add_metric([str(address), mode, type_id], cap)
-            parents = {f.address for f in gpu.functions}
-            here = {u for u, (p, t) in existing.items()
-                    if p in parents and t == type_id}
-            here |= {lease.vgpu_uuid for lease in leases
-                     if lease.parent in parents
-                     and lease.type_id == type_id}
-            used.add_metric([str(address), mode, type_id], len(here))
-            if address in free:
-                room.add_metric([str(address), mode, type_id],
-                                free[address])
+            for one in setting.types:
+                type_id = one.type_id
+                cap = capacity.vgpu_total(gpu, one)
+                total.add_metric([str(address), mode, type_id], cap)
+                parents = {f.address for f in gpu.functions}
+                here = {u for u, (p, t) in existing.items()
+                        if p in parents and t == type_id}
+                here |= {lease.vgpu_uuid for lease in leases
+                         if lease.parent in parents
+                         and lease.type_id == type_id}
+                used.add_metric([str(address), mode, type_id], len(here))
+                if (address, type_id) in free:
+                    room.add_metric([str(address), mode, type_id],
+                                    free[address, type_id])
         else:
             refusal = capacity.pgpu_refusal(gpu)
             cap = 0 if refusal else 1

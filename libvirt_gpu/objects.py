@@ -524,11 +524,33 @@ class DiscoveryResult:
 
 @records.record
 class EnabledType:
-    """What configuration enables on one GPU (``[vgpu_<type>]`` resolved)."""
+    """What configuration enables on one GPU (``[vgpu_<type>]`` resolved):
+    its type; ``others``: the further types of a GPU that offers several
+    (a layout listing several ``vgpu_types``, ``devices.layout``), each an
+    ``EnabledType`` without ``others``.  ``max_instances``: the most of
+    the type the GPU may hold (``[vgpu_<type>]/max_instances``, or the
+    count a mixed-size layout gives the type)."""
 
     type_id: TypeId
     resource_class: str = 'VGPU'
     max_instances: int | None = None
+    others: tuple = ()
+
+    @property
+    def types(self):
+        """Every type the GPU offers, this one first."""
+        return (self,) + self.others
+
+    @property
+    def type_ids(self):
+        return tuple(t.type_id for t in self.types)
+
+    def of(self, type_id):
+        """The ``EnabledType`` of ``type_id`` on this GPU, or None."""
+        for setting in self.types:
+            if setting.type_id == type_id:
+                return setting
+        return None
 
 
 # --- NUMA ---------------------------------------------------------------

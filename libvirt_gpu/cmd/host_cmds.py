@@ -21,17 +21,28 @@ def _whole_refusal(ctx, gpu):
 
 
 def _rooms(ctx, gpus, enabled):
-    """``{PciAddress: capacity.DriverRoom}`` of the physical GPUs whose
-    enabled type the driver counts itself (MIG or mixed-size mode)."""
+    """``{(PciAddress, TypeId): capacity.DriverRoom}`` of the physical
+    GPUs whose enabled types the driver counts itself (MIG or mixed-size
+    mode)."""
     rooms = {}
     for gpu in gpus:
         setting = enabled.get(gpu.address)
         if gpu.is_vf or setting is None or not gpu.virtfns:
             continue
-        room = ctx.env.vgpus.room(gpu.address, setting.type_id)
-        if room is not None:
-            rooms[gpu.address] = room
+        for type_id in setting.type_ids:
+            room = ctx.env.vgpus.room(gpu.address, type_id)
+            if room is not None:
+                rooms[gpu.address, type_id] = room
     return rooms
+
+
+def _capacities(gpu, setting, rooms):
+    """``{TypeId: capacity}`` of every type enabled on ``gpu`` (what each
+    type's Placement provider is told)."""
+    from libvirt_gpu.openstack.placement import model
+    return {one.type_id: model.vgpu_total(
+        gpu, one, room=rooms.get((gpu.address, one.type_id)))
+        for one in setting.types}
 
 
 def cmd_list(ctx):
@@ -46,14 +57,19 @@ def cmd_list(ctx):
         type_memo = {}
         for gpu in gpus:
             setting = enabled.get(gpu.physfn or gpu.address)
+            several = (setting is not None and setting.others
+                       and not gpu.is_vf)
             documents.append(output.gpu_to_json(
                 gpu, setting, not_assignable=(
                     _whole_refusal(ctx, gpu)
                     if setting is None and not gpu.is_vf else None),
-                type_memo=type_memo, room=rooms.get(gpu.address)))
+                type_memo=type_memo,
+                room=(rooms.get((gpu.address, setting.type_id))
+                      if setting is not None else None),
+                capacities=(_capacities(gpu, setting, rooms)
+                            if several else None)))
         output.emit_gpus_json(documents)
         return 0
-    from libvirt_gpu.openstack.placement import model
     rows = []
     notes = []
     for gpu in gpus:
@@ -72,11 +88,16 @@ def cmd_list(ctx):
                         gpu.address, gpu.iommu_group, member.address,
                         pci_classes.host_class_name(member.class_code),
                         member.driver))
-        room = rooms.get(gpu.address)
-        if room is not None:
-            notes.append(output.room_text(gpu.address, room))
-        capacity = ('%d' % model.vgpu_total(gpu, setting, room=room)
-                    if setting is not None else '0' if refusal else '1')
+        if setting is not None:
+            for type_id in setting.type_ids:
+                room = rooms.get((gpu.address, type_id))
+                if room is not None:
+                    notes.append(output.room_text(gpu.address, room))
+            capacity = ','.join('%d' % n for n in _capacities(
+                gpu, setting, rooms).values())
+        else:
+            capacity = '0' if refusal else '1'
+
         vfs = None
         if gpu.virtfns:
             busy = sum(1 for vf in gpu.vf_gpus if vf.used_type_ids)
@@ -89,7 +110,8 @@ def cmd_list(ctx):
                      ','.join(str(m.address) for m in gpu.iommu_members
                               if m.address != gpu.address) or None,
                      'vgpu' if setting is not None else 'pgpu',
-                     setting.type_id if setting is not None else None,
+                     ','.join(setting.type_ids) if setting is not None
+                     else None,
                      capacity, len(gpu.offered_types()),
                      sum(len(f.used_type_ids) for f in functions), vfs])
     output.emit_text(output.table(

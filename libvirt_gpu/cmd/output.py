@@ -292,13 +292,16 @@ def cyborg_devices_to_json(devices):
 
 
 def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None,
-                room=None):
+                room=None, capacities=None):
     """One entry of ``libvirt-gpu list --json``, its keys sorted (as every
     dict of that document: see ``emit_json(keys_sorted=True)``);
     ``not_assignable``: why the GPU cannot be passed through whole;
     ``room``: the driver's room for its enabled type on a MIG or
     mixed-size GPU (``capacity.DriverRoom``; adds ``vgpu_mode``,
     ``capacity`` and ``gpu_instances`` or ``placements``);
+    ``capacities``: ``{TypeId: capacity}`` of every type a GPU that offers
+    several has (adds ``enabled_types``: each type with its capacity, the
+    total of its Placement provider);
     ``type_memo``: a dict kept across the GPUs of one document, so that a
     type record shared by many parents (discovery shares equal ones) is
     converted once."""
@@ -325,6 +328,10 @@ def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None,
     }
     if room is not None:
         document.update(room_to_json(room, enabled))
+    if capacities:
+        document['enabled_types'] = [
+            {'type': type_id, 'capacity': capacities[type_id]}
+            for type_id in enabled.type_ids if type_id in capacities]
     return _sorted(document)
 
 

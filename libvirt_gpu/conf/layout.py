@@ -65,10 +65,15 @@ layout_opts = [
                      'slices and memory must hold them all. The profiles '
                      'are the GPU\'s (nvidia-smi mig -lgip).'),
     cfg.ListOpt('vgpu_types', default=[],
-                help='The vGPU types the GPU offers (nvidia-<id>): one '
-                     'frame buffer size in time-sliced mode, several sizes '
-                     'in mixed-size mode, MIG-backed types whose GPU '
-                     'instance profile the layout makes in the MIG modes.'),
+                help='The vGPU types the GPU offers (nvidia-<id>), each '
+                     'its own Placement provider: one type in time-sliced '
+                     'mode; several sizes in mixed-size mode, each with a '
+                     'count that is its Placement total (nvidia-1153:3, '
+                     'nvidia-1145:1; `layout plan` checks that the counts '
+                     'fit together whatever placements the driver picks); '
+                     'in the MIG modes, MIG-backed types whose GPU instance '
+                     'profile the layout makes, one type per profile. '
+                     '<type>:<count> also caps a type in any mode.'),
     cfg.StrOpt('scheduler', choices=tuple(layout_mod.SCHEDULERS),
                help='The vGPU scheduler of the time-sliced modes (unset: '
                     'left as the driver has it). fixed-share does not work '

@@ -8,8 +8,8 @@ anything that reads like a ConfigOpts (``conf.gpu.enabled_vgpu_types``,
 ``libvirt_gpu.conf.vgpu``.
 
 A GPU in a layout (``[gpu]/layouts``, ``devices.layout``) offers its
-layout's types, the first of them as its ``EnabledType``; no
-``[vgpu_<type>]/device_addresses`` may name it.
+layout's types: the first is its ``EnabledType``, the others that
+record's ``others``; no ``[vgpu_<type>]/device_addresses`` may name it.
 """
 
 import re
@@ -197,20 +197,29 @@ def _not_in_layout(type_id, address, in_layout):
 
 def _layout_types(conf, in_layout):
     """``{PciAddress: EnabledType}`` of the GPUs in a layout: the layout's
-    first vGPU type, with the resource class and limit of its
-    ``[vgpu_<type>]`` section when the type is also in
-    ``[gpu]/enabled_vgpu_types`` (VGPU otherwise).  What the GPU can hold
-    is checked against the GPU itself by ``layout plan``/``apply``."""
+    first vGPU type, the others in its ``others``, each with the resource
+    class and limit of its ``[vgpu_<type>]`` section when the type is also
+    in ``[gpu]/enabled_vgpu_types`` (VGPU otherwise), and the count the
+    layout gives it as a further limit.  What the GPU can hold is checked
+    against the GPU itself by ``layout plan``/``apply``."""
     enabled = {}
-    types = set(conf.gpu.enabled_vgpu_types)
     for address, layout in in_layout.items():
-        type_id = layout.vgpu_types[0]
-        resource_class, max_instances = 'VGPU', None
-        if type_id in types:
-            section = conf[group_name(type_id)]
-            resource_class = _resource_class(type_id, section.resource_class)
-            max_instances = section.max_instances
+        settings = [_layout_type(conf, layout, type_id)
+                    for type_id in layout.vgpu_types]
+        first = settings[0]
         enabled[address] = objects.EnabledType(
-            type_id=type_id, resource_class=resource_class,
-            max_instances=max_instances)
+            type_id=first.type_id, resource_class=first.resource_class,
+            max_instances=first.max_instances, others=tuple(settings[1:]))
     return enabled
+
+
+def _layout_type(conf, layout, type_id):
+    resource_class, limits = 'VGPU', [layout.count(type_id)]
+    if type_id in conf.gpu.enabled_vgpu_types:
+        section = conf[group_name(type_id)]
+        resource_class = _resource_class(type_id, section.resource_class)
+        limits.append(section.max_instances)
+    limits = [n for n in limits if n is not None]
+    return objects.EnabledType(
+        type_id=type_id, resource_class=resource_class,
+        max_instances=min(limits) if limits else None)

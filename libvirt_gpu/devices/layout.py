@@ -12,7 +12,7 @@ The configuration (options declared in ``libvirt_gpu.conf.layout``)::
     mode = mig                        # time-sliced | mixed-size | mig |
                                       # mig-time-sliced
     gpu_instances = 1g.10gb:4, 3g.40gb:1
-    vgpu_types = nvidia-1150, nvidia-1152
+    vgpu_types = nvidia-1150, nvidia-1152   # <type>[:<count>]
     scheduler = equal-share           # time-sliced modes only
     time_slice_ms = 4
 
@@ -21,7 +21,8 @@ Three kinds of rule, each an error naming the option:
 * ``read_layouts`` (the configuration alone): a mode's own rules (GPU
   instances only in MIG modes, and needed there; a scheduler only in the
   time-sliced modes; fixed share not with mixed sizes; a time slice only
-  with equal or fixed share);
+  with equal or fixed share; one type in time-sliced mode; a count for
+  each type of a mixed-size layout offering several);
 * ``claims`` (against the host's GPUs): a GPU matched by two layouts, an
   address that names no GPU or a VF;
 * ``check`` (against what the GPU reports through NVML, a ``GpuFacts``):
@@ -29,7 +30,17 @@ Three kinds of rule, each an error naming the option:
   hold, a type it does not support, a time-sliced type on a MIG GPU or a
   MIG-backed type on a time-sliced one, a type whose GI profile the
   layout makes no GI of, time-sliced types of several sizes without
-  ``mixed-size``.
+  ``mixed-size``, two types of one GI profile, the counts of a mixed-size
+  layout that do not fit together (``placements_fit``).
+
+Several types on one GPU: each type is its own Placement provider, so
+what Placement accepts of one type must never take the room of another.
+In the MIG modes each type lives in the GIs of its own profile (two types
+of one profile would share them: refused), so their capacities are apart.
+In mixed-size mode the types share the GPU's placement slots and the
+driver picks where each vGPU sits, so each type gets a count (its
+Placement total) and the counts must fit together whatever placements the
+driver picks (``placements_fit``).
 """
 
 from __future__ import annotations
@@ -100,6 +111,8 @@ class Layout:
     mode: str
     vgpu_types: tuple             # objects.TypeId, in the order given
     gpu_instances: tuple = ()     # GiCount
+    # the count given to each of vgpu_types (None: none given), same order
+    type_counts: tuple = ()
     scheduler: str | None = None
     time_slice_ms: int | None = None
 
@@ -110,6 +123,13 @@ class Layout:
     @property
     def mig(self):
         return self.mode in MIG_MODES
+
+    def count(self, type_id):
+        """The count the layout gives ``type_id`` (None: none)."""
+        for listed, count in zip(self.vgpu_types, self.type_counts):
+            if listed == type_id:
+                return count
+        return None
 
     def option(self, name):
         return '[%s]/%s' % (self.section, name)
@@ -139,6 +159,11 @@ class TypeFacts:
     framebuffer_mib: int | None
     gi_profile_id: int | None = None   # None: time-sliced (not MIG-backed)
     max_per_gi: int | None = None
+    # time-sliced types in mixed-size mode: the slots one vGPU spans and
+    # where it may start (nvmlDeviceGetVgpuTypeSupportedPlacements); None
+    # and () when not read
+    placement_size: int | None = None
+    placements: tuple = ()
 
     @property
     def mig_backed(self):
@@ -250,6 +275,24 @@ def parse_gi_count(layout_name, text):
     return GiCount(profile=profile, count=int(count))
 
 
+def parse_type_count(layout_name, text):
+    """``nvidia-1153:2`` -> ``(TypeId, 2)``, ``nvidia-1153`` -> ``(TypeId,
+    None)``; ConfigError naming the option."""
+    raw, sep, count = text.strip().partition(':')
+    try:
+        type_id = objects.TypeId.parse(raw.strip())
+    except exception.InvalidTypeId as e:
+        raise _error(layout_name, 'vgpu_types', e)
+    if not sep:
+        return type_id, None
+    count = count.strip()
+    if not count.isdigit() or not 1 <= int(count) <= 1024:
+        raise _error(layout_name, 'vgpu_types', '%r is not <type>:<count> '
+                     'with a count from 1 to 1024 (e.g. nvidia-1153:2)'
+                     % text)
+    return type_id, int(count)
+
+
 def read_layout(conf, name):
     """The ``[layout_<name>]`` section as a ``Layout``, checked on its
     own (rules that need no GPU)."""
@@ -268,18 +311,28 @@ def read_layout(conf, name):
         raise _error(name, 'mode', '%r is none of %s' % (mode,
                                                          ', '.join(MODES)))
     types = []
+    type_counts = []
     for raw in group.vgpu_types:
-        try:
-            type_id = objects.TypeId.parse(raw)
-        except exception.InvalidTypeId as e:
-            raise _error(name, 'vgpu_types', e)
+        type_id, count = parse_type_count(name, raw)
         if type_id in types:
             raise _error(name, 'vgpu_types', 'lists %s twice' % type_id)
         types.append(type_id)
+        type_counts.append(count)
     if not types:
         raise _error(name, 'vgpu_types', 'names no vGPU type: list the '
                      'types the GPU offers (`libvirt-gpu layout plan` lists '
                      'those it supports)')
+    if mode == TIME_SLICED and len(types) > 1:
+        raise _error(name, 'vgpu_types', 'lists %s; in mode time-sliced a '
+                     'GPU holds vGPUs of one type at a time: list one, or '
+                     'use mode mixed-size (several sizes, a count each)'
+                     % ', '.join(types))
+    if mode == MIXED_SIZE and len(types) > 1 and None in type_counts:
+        raise _error(name, 'vgpu_types', 'lists several types in mode '
+                     'mixed-size; give each a count (%s): each type is its '
+                     'own Placement provider with that total, and `layout '
+                     'plan` checks that the counts fit on the GPU together'
+                     % ', '.join('%s:<count>' % t for t in types))
     counts = [parse_gi_count(name, raw) for raw in group.gpu_instances]
     seen = set()
     for gi in counts:
@@ -317,7 +370,8 @@ def read_layout(conf, name):
                          'scheduler = equal-share or fixed-share')
     return Layout(name=name, gpus=tuple(selectors), mode=mode,
                   vgpu_types=tuple(types), gpu_instances=tuple(counts),
-                  scheduler=scheduler, time_slice_ms=time_slice)
+                  type_counts=tuple(type_counts), scheduler=scheduler,
+                  time_slice_ms=time_slice)
 
 
 def read_layouts(conf):
@@ -453,6 +507,10 @@ def check(layout, facts):
                    profile.name if profile else 'profile %d GPU instances'
                    % vtype.gi_profile_id, layout.option('gpu_instances')))
         sizes.add(vtype.framebuffer_mib)
+    if layout.mig:
+        _check_one_type_per_profile(layout, facts)
+    if layout.mode == MIXED_SIZE and len(layout.vgpu_types) > 1:
+        _check_counts_fit(layout, facts)
     if layout.mode == TIME_SLICED and len(sizes) > 1:
         raise LayoutError(
             layout=layout.name, address=facts.address,
@@ -461,6 +519,81 @@ def check(layout, facts):
             % (layout.option('vgpu_types'),
                ', '.join(str(t) for t in layout.vgpu_types)))
     return layout
+
+
+def _check_one_type_per_profile(layout, facts):
+    """Two types living in GIs of one profile would share those GIs, so
+    Placement, told each type's total apart, could promise both."""
+    by_profile = {}
+    for type_id in layout.vgpu_types:
+        vtype = facts.type(type_id)
+        other = by_profile.setdefault(vtype.gi_profile_id, type_id)
+        if other != type_id:
+            profile = facts.profile_by_id(vtype.gi_profile_id)
+            raise LayoutError(
+                layout=layout.name, address=facts.address,
+                reason='%s: %s and %s both live in %s GPU instances, which '
+                       'they would share (each is told to Placement apart); '
+                       'list one type per GI profile'
+                % (layout.option('vgpu_types'), other, type_id,
+                   profile.name if profile else 'the same'))
+
+
+def blocked(placement, size, placements, placement_size):
+    """How many of ``placements`` (starts, each ``placement_size`` slots)
+    a vGPU at ``placement`` spanning ``size`` slots overlaps."""
+    end = placement + size
+    return sum(1 for start in placements
+               if start < end and placement < start + placement_size)
+
+
+def worst_block(mine, theirs):
+    """The most placements of ``theirs`` one vGPU of ``mine`` can take
+    (both ``TypeFacts`` with ``placement_size`` and ``placements``),
+    wherever the driver puts it."""
+    return max((blocked(p, mine.placement_size, theirs.placements,
+                        theirs.placement_size) for p in mine.placements),
+               default=0)
+
+
+def placements_fit(counts):
+    """Whether ``counts`` (``[(TypeFacts, count)]``, the types of one
+    mixed-size GPU) always fit together, whatever placements the driver
+    picks and in whatever order vGPUs come and go: for each type, its
+    count less one and every other type's count, each vGPU taking the
+    most of the type's placements it can (``worst_block``), still leave
+    one of its placements free.  Returns None, or the first type (its
+    ``TypeFacts``) that may find no room."""
+    for mine, count in counts:
+        taken = (count - 1) * worst_block(mine, mine) + sum(
+            other_count * worst_block(other, mine)
+            for other, other_count in counts if other is not mine)
+        if taken >= len(mine.placements):
+            return mine
+    return None
+
+
+def _check_counts_fit(layout, facts):
+    counts = []
+    for type_id in layout.vgpu_types:
+        vtype = facts.type(type_id)
+        if not vtype.placements or not vtype.placement_size:
+            raise LayoutError(
+                layout=layout.name, address=facts.address,
+                reason='%s: the GPU reports no mixed-size placements for %s, '
+                       'so the counts cannot be checked to fit; list one '
+                       'type' % (layout.option('vgpu_types'), type_id))
+        counts.append((vtype, layout.count(type_id)))
+    short = placements_fit(counts)
+    if short is not None:
+        raise LayoutError(
+            layout=layout.name, address=facts.address,
+            reason='%s: %s do not always fit together: the driver picks '
+                   'where each vGPU sits, and %s (%d slots, %d placements) '
+                   'may then find none free; lower the counts'
+            % (layout.option('vgpu_types'),
+               ', '.join('%s:%d' % (t.type_id, c) for t, c in counts),
+               short.type_id, short.placement_size, len(short.placements)))
 
 
 def wanted_gpu_instances(layout, facts):

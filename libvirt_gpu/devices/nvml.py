@@ -463,6 +463,8 @@ class Session(object):
             framebuffer = self._call(address,
                                      'nvmlVgpuTypeGetFramebufferSize',
                                      type_id, unanswered=True)
+            size, placements = (None, ()) if mig_backed else \
+                self._mixed_placements(address, handle, type_id)
             found.append(layout.TypeFacts(
                 type_id=objects.vendor_type_id(int(type_id)),
                 name=_text(self._call(address, 'nvmlVgpuTypeGetName',
@@ -470,8 +472,35 @@ class Session(object):
                 framebuffer_mib=(framebuffer // _MIB
                                  if framebuffer is not None else None),
                 gi_profile_id=int(profile) if mig_backed else None,
-                max_per_gi=per_gi))
+                max_per_gi=per_gi, placement_size=size,
+                placements=placements))
         return tuple(found)
+
+    def _mixed_placements(self, address, handle, type_id):
+        """``(placement size, placement ids)`` a time-sliced type may have
+        in mixed-size mode, whatever mode the GPU is in now
+        (``nvmlDeviceGetVgpuTypeSupportedPlacements``, version 2 with the
+        heterogeneous mode); ``(None, ())`` where the GPU cannot say,
+        or lists more placements than the type's maximum instances (the
+        binding's buffer: NVML_ERROR_INSUFFICIENT_SIZE)."""
+        try:
+            found = self._call(address,
+                               'nvmlDeviceGetVgpuTypeSupportedPlacements',
+                               handle, type_id,
+                               self.lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE, 2,
+                               unanswered=True)
+        except NvmlError as e:
+            if getattr(e.kwargs.get('reason'), 'value', None) != \
+                    self.lib.NVML_ERROR_INSUFFICIENT_SIZE:
+                raise
+            LOG.debug('%s: no mixed-size placements of type %s: %s',
+                      address, type_id, e)
+            return None, ()
+        if found is None:
+            return None, ()
+        return (int(found.placementSize),
+                tuple(int(found.placementIds[i])
+                      for i in range(int(found.count))))
 
     def _gpu_instance_handles(self, address, profile_id):
         import ctypes

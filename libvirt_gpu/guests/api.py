@@ -176,7 +176,7 @@ def _check_type_offered(env, type_id, parent):
     """Refuse now what the hook would refuse at the next start."""
     enabled = env.enabled
     if parent is None:
-        if not any(e.type_id == type_id for e in enabled.values()):
+        if not any(e.of(type_id) for e in enabled.values()):
             raise exception.TypeNotEnabled(
                 type_id=type_id, where='this host',
                 enabled=allocator_mod.enabled_text(
@@ -185,10 +185,11 @@ def _check_type_offered(env, type_id, parent):
     env.vgpus.check_type(env.vgpus.parents_of(parent)[0]
                          if env.sysfs.virtfns(parent) else parent, type_id)
     setting = enabled.get(env.vgpus.physical(parent))
-    if setting is None or setting.type_id != type_id:
+    if setting is None or setting.of(type_id) is None:
         raise exception.TypeNotEnabled(
             type_id=type_id, where='the GPU %s' % parent,
-            enabled=setting.type_id if setting else 'none on that GPU')
+            enabled=(', '.join(setting.type_ids) if setting
+                     else 'none on that GPU'))
 
 
 def _bind_for_config(env, type_id, parent, uuid):
@@ -199,7 +200,7 @@ def _bind_for_config(env, type_id, parent, uuid):
         gpus = [env.vgpus.physical(parent)]
     else:
         gpus = sorted(a for a, e in env.enabled.items()
-                      if e.type_id == type_id)
+                      if e.of(type_id) is not None)
     return env.vgpus.bind_for_config(gpus, type_id, parent, uuid)
 
 

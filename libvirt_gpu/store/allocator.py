@@ -108,7 +108,7 @@ def enabled_text(enabled, configured=()):
     """``[gpu]/enabled_vgpu_types`` as TypeNotEnabled says it: the types
     enabled on a GPU, then those the configuration names (``configured``)
     that no GPU of this host offers, said so, never "none" for them."""
-    on_gpus = sorted({e.type_id for e in enabled.values()})
+    on_gpus = sorted({t for e in enabled.values() for t in e.type_ids})
     unoffered = [t for t in configured if t not in on_gpus]
     said = list(on_gpus)
     if unoffered:
@@ -159,10 +159,9 @@ class Allocator(object):
         view = discovery.gpu_view(self.backend.sysfs, gpu,
                                   self.backend.kind_classes, mdevs)
         room = getattr(self.backend, 'room', None)
+        room = room(gpu, type_id) if room is not None else None
         total = capacity.vgpu_total(
-            view, self._setting(gpu, type_id),
-            room=room(gpu, type_id) if room is not None else None,
-            warn=False)
+            view, self._setting(gpu, type_id), room=room, warn=False)
         vfs = {f.address for f in view.vf_gpus}
         existing = {u for u, (a, _) in
                     self.backend.existing(mdevs).items() if a in vfs}
@@ -172,8 +171,15 @@ class Allocator(object):
         pending = [lease for lease in leases
                    if lease.vgpu_uuid not in existing]
         used = sum(f.used_type_ids.count(type_id) for f in view.functions)
-        free = capacity.free(total, used, len(pending), other_types=any(
-            lease.type_id != type_id for lease in pending))
+        others = [lease for lease in pending if lease.type_id != type_id]
+        if room is not None:
+            # the driver's room is per type (a GI profile, or the type's
+            # count on a mixed-size GPU): the others' leases take none of it
+            pending = [lease for lease in pending
+                       if lease.type_id == type_id]
+            others = ()
+        free = capacity.free(total, used, len(pending),
+                             other_types=bool(others))
         if free < 1:
             return 0, None
         leased = {lease.parent for lease in leases}
@@ -220,9 +226,8 @@ class Allocator(object):
         """``type_id`` as enabled on ``gpu`` (its max_instances), or with
         no setting of ours when another type is enabled there."""
         setting = self.enabled.get(gpu)
-        if setting is not None and setting.type_id == type_id:
-            return setting
-        return objects.EnabledType(type_id)
+        found = setting.of(type_id) if setting is not None else None
+        return found if found is not None else objects.EnabledType(type_id)
 
     def capacity(self, type_id):
         """``{PciAddress: free}`` of every GPU that has ``type_id``
@@ -231,7 +236,7 @@ class Allocator(object):
             mdevs = self.backend.sysfs.mdevs_by_parent()
             return {address: self.free(txn, address, type_id, mdevs)
                     for address, setting in sorted(self.enabled.items())
-                    if setting.type_id == type_id
+                    if setting.of(type_id) is not None
                     and (self.backend.is_parent(address)
                          or self._sriov_gpu(address) is not None)}
 
@@ -446,10 +451,10 @@ class Allocator(object):
         if not claim.managed:
             return
         setting = self.enabled.get(gpu)
-        if setting is None or setting.type_id != claim.type_id:
+        if setting is None or setting.of(claim.type_id) is None:
             raise exception.TypeNotEnabled(
                 type_id=claim.type_id, where='the GPU %s' % gpu,
-                enabled=(setting.type_id if setting is not None
+                enabled=(', '.join(setting.type_ids) if setting is not None
                          else 'none on that GPU'))
 
     def _check_parent(self, txn, claim, mdevs):
@@ -511,7 +516,7 @@ class Allocator(object):
         transaction instead of once per claim."""
         room = room if room is not None else _Room(self, txn, mdevs)
         candidates = sorted(a for a, s in self.enabled.items()
-                            if s.type_id == claim.type_id)
+                            if s.of(claim.type_id) is not None)
         if not candidates:
             raise exception.TypeNotEnabled(
                 type_id=claim.type_id, where='this host',

@@ -70,7 +70,7 @@ LAYOUTS = {
                  'gpu_instances = 1g.10gb:2, 3g.40gb:1\n'
                  'vgpu_types = nvidia-1308, nvidia-1312\n' % H100,
     'l40s': '[layout_l40s]\ngpus = %s\nmode = mixed-size\n'
-            'vgpu_types = nvidia-1145, nvidia-1155\n'
+            'vgpu_types = nvidia-1145:1, nvidia-1155:1\n'
             'scheduler = equal-share\n' % L40S,
 }
 

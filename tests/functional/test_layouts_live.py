@@ -69,12 +69,13 @@ CASES = [
          ('mode = mig', 'gpu_instances = 2g.20gb:3, 1g.10gb:1',
           'vgpu_types = nvidia-1311, nvidia-1308'),
          'nvidia-1311', 3, 1, 'gpu_instances = 2g.20gb:2, 1g.10gb:1'),
-    # the empty L40S in mixed sizes: L40S-12Q (placement size 8) next to
-    # L40S-1B; four 12Q fill its 32 slots
+    # the empty L40S in mixed sizes: three L40S-12Q (placement size 8, at
+    # 0, 8, 16, 24) next to one L40S-1B, which may sit in any of the four
+    # 12Q placements: the counts that always fit together
     Case('l40s', '0000:bd:00.0',
-         ('mode = mixed-size', 'vgpu_types = nvidia-1153, nvidia-1145',
+         ('mode = mixed-size', 'vgpu_types = nvidia-1153:3, nvidia-1145:1',
           'scheduler = equal-share', 'time_slice_ms = 4'),
-         'nvidia-1153', 4, None, 'time_slice_ms = 8'),
+         'nvidia-1153', 3, None, 'time_slice_ms = 8'),
     # two DC-1-12Q share each 1g.24gb+gfx GI in time
     Case('rtx-pro-6000', '0000:ca:00.0',
          ('mode = mig-time-sliced',

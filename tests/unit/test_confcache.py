@@ -11,6 +11,7 @@ import pytest
 from libvirt_gpu import confcache
 from libvirt_gpu import exception
 from libvirt_gpu.devices import nvml
+from libvirt_gpu import objects
 from libvirt_gpu import simulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -257,3 +258,31 @@ def test_one_sha256_one_key():
                     found.append('%s: def %s' % (
                         os.path.relpath(path, ROOT), node.name))
     assert found == []
+
+
+def test_the_hooks_snapshot_keeps_every_type_of_a_gpu(tmp_path):
+    """A GPU whose layout offers several types: the snapshot the hook
+    reads on its next calls gives the same types and limits as the
+    configuration."""
+    from libvirt_gpu.guests import hook
+    root = str(tmp_path / 'sim')
+    simulator.write_host(simulator.load_profile('l40s'), root)
+    state_dir = tmp_path / 'state'
+    conf = tmp_path / 'a.conf'
+    conf.write_text(
+        '[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\nlayouts = one\n'
+        'enabled_vgpu_types = nvidia-1145\n[vgpu_nvidia-1145]\n'
+        'resource_class = CUSTOM_L40S_1B\nmax_instances = 1\n'
+        '[layout_one]\ngpus = 0000:bd:00.0\nmode = mixed-size\n'
+        'vgpu_types = nvidia-1153:3, nvidia-1145:2\n' % (root, state_dir))
+    settings_file = str(state_dir / hook.SETTINGS_NAME)
+    first, note = hook.load_settings(str(conf), settings_file)
+    assert 'read from' in note
+    again, note = hook.load_settings(str(conf), settings_file)
+    assert note is None                      # from the snapshot
+    gpu = objects.PciAddress.parse('0000:bd:00.0')
+    assert again.enabled[gpu] == first.enabled[gpu]
+    assert [(t.type_id, t.resource_class, t.max_instances)
+            for t in again.enabled[gpu].types] == [
+        ('nvidia-1153', 'VGPU', 3), ('nvidia-1145', 'CUSTOM_L40S_1B', 1)]
+    assert again.enabled_types() == ['nvidia-1145', 'nvidia-1153']

@@ -37,7 +37,7 @@ T1B, T24Q = 'nvidia-1145', 'nvidia-1155'
 T1G, T3G = 'nvidia-1150', 'nvidia-1152'
 
 MIXED = ('[layout_l40s]\ngpus = %s\nmode = mixed-size\n'
-         'vgpu_types = nvidia-1145, nvidia-1155\nscheduler = equal-share\n'
+         'vgpu_types = nvidia-1145:1, nvidia-1155:1\nscheduler = equal-share\n'
          'time_slice_ms = 4\n' % L40S)
 MIG = ('[layout_h100]\ngpus = %s\nmode = mig\n'
        'gpu_instances = 1g.10gb:2, 3g.40gb:1\n'
@@ -51,8 +51,8 @@ def _address(text):
 def l40s_facts():
     return layout.GpuFacts(
         address=_address(L40S), mig=None, types=(
-            tl.vtype(1145, 'NVIDIA L40S-1B', 1),
-            tl.vtype(1155, 'NVIDIA L40S-24Q', 24)))
+            tl.vtype(1145, 'NVIDIA L40S-1B', 1, size=1, slots=48),
+            tl.vtype(1155, 'NVIDIA L40S-24Q', 24, size=24, slots=48)))
 
 
 class Gpu(object):

@@ -13,6 +13,7 @@ from libvirt_gpu.devices import enablement
 from libvirt_gpu.devices import layout
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.util import records
 from tests.doubles import fakes
 
 H100 = '0000:41:00.0'
@@ -34,10 +35,14 @@ H100_PROFILES = (
     profile(0, '7g.80gb', 7, 1, 79.25))
 
 
-def vtype(number, name, gib, gi=None, per_gi=None):
-    return layout.TypeFacts(type_id=objects.vendor_type_id(number),
-                            name=name, framebuffer_mib=gib * GIB,
-                            gi_profile_id=gi, max_per_gi=per_gi)
+def vtype(number, name, gib, gi=None, per_gi=None, size=None, slots=None):
+    """A type's facts; ``size``: the slots a time-sliced one spans in
+    mixed-size mode, at the multiples of ``size`` below ``slots``."""
+    return layout.TypeFacts(
+        type_id=objects.vendor_type_id(number), name=name,
+        framebuffer_mib=gib * GIB, gi_profile_id=gi, max_per_gi=per_gi,
+        placement_size=size, placements=tuple(
+            range(0, slots - size + 1, size)) if size else ())
 
 
 H100_TYPES = (
@@ -45,8 +50,9 @@ H100_TYPES = (
     vtype(1151, 'NVIDIA H100-1-10CME', 10, gi=20, per_gi=1),
     vtype(1152, 'NVIDIA H100-3-40C', 40, gi=9, per_gi=1),
     vtype(1153, 'NVIDIA H100-2-20C', 20, gi=14, per_gi=1),
-    vtype(1160, 'NVIDIA H100-10C', 10), vtype(1161, 'NVIDIA H100-20C', 20),
-    vtype(1162, 'NVIDIA H100-10Q', 10))
+    vtype(1160, 'NVIDIA H100-10C', 10, size=1, slots=8),
+    vtype(1161, 'NVIDIA H100-20C', 20, size=2, slots=8),
+    vtype(1162, 'NVIDIA H100-10Q', 10, size=1, slots=8))
 
 
 def h100_facts(mig=True):
@@ -116,7 +122,7 @@ def test_fixed_share_with_mixed_sizes_is_refused(tmp_path):
     refused(tmp_path, """
         gpus = 0000:61:00.0
         mode = mixed-size
-        vgpu_types = nvidia-1160, nvidia-1161
+        vgpu_types = nvidia-1160:2, nvidia-1161:2
         scheduler = fixed-share
         """, 'fixed-share does not work with mixed sizes')
 
@@ -219,7 +225,7 @@ def two(tmp_path, first, second, extra=''):
 L40S_BODY = textwrap.dedent("""
     gpus = 0000:61:00.0
     mode = mixed-size
-    vgpu_types = nvidia-1160, nvidia-1161
+    vgpu_types = nvidia-1160:2, nvidia-1161:2
     """)
 
 
@@ -249,9 +255,14 @@ def test_an_address_with_no_gpu_is_refused(tmp_path):
 def test_a_gpu_in_a_layout_offers_the_layouts_type(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY)
     enabled = enablement.resolve(conf, GPUS)
+    # the first type is the GPU's, the others follow it
     assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
-        objects.TypeId.parse('nvidia-1150'))
-    assert enabled[objects.PciAddress.parse(L40S)].type_id == 'nvidia-1160'
+        objects.TypeId.parse('nvidia-1150'), others=(objects.EnabledType(
+            objects.TypeId.parse('nvidia-1152')),))
+    # a mixed-size layout's counts are the types' limits
+    mixed = enabled[objects.PciAddress.parse(L40S)]
+    assert mixed.type_ids == ('nvidia-1160', 'nvidia-1161')
+    assert [t.max_instances for t in mixed.types] == [2, 2]
 
 
 def test_a_layout_type_takes_its_vgpu_section(tmp_path):
@@ -260,7 +271,8 @@ def test_a_layout_type_takes_its_vgpu_section(tmp_path):
         'resource_class = CUSTOM_H100_1_10C\nmax_instances = 3\n'))
     enabled = enablement.resolve(conf, GPUS)
     assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
-        objects.TypeId.parse('nvidia-1150'), 'CUSTOM_H100_1_10C', 3)
+        objects.TypeId.parse('nvidia-1150'), 'CUSTOM_H100_1_10C', 3,
+        others=(objects.EnabledType(objects.TypeId.parse('nvidia-1152')),))
 
 
 def test_a_gpu_in_a_layout_and_in_device_addresses_is_refused(tmp_path):
@@ -293,13 +305,18 @@ def test_no_layouts_resolve_as_before(tmp_path):
 # --- against what the GPU reports -------------------------------------------
 
 def layout_of(mode='mig', gis=(('1g.10gb', 4), ('3g.40gb', 1)),
-              types=(1150, 1152), scheduler=None, time_slice=None):
+              types=(1150, 1152), scheduler=None, time_slice=None,
+              counts=None):
+    """``counts``: each type's (default: 1 each in mode mixed-size)."""
+    if counts is None:
+        counts = (1 if mode == 'mixed-size' else None,) * len(types)
     return layout.Layout(
         name='one', gpus=(objects.GpuSelector.parse('10de:2331'),),
         mode=mode, vgpu_types=tuple(objects.vendor_type_id(t)
                                     for t in types),
         gpu_instances=tuple(layout.GiCount(p, c) for p, c in gis),
-        scheduler=scheduler, time_slice_ms=time_slice)
+        type_counts=tuple(counts), scheduler=scheduler,
+        time_slice_ms=time_slice)
 
 
 def test_a_layout_the_gpu_holds_passes():
@@ -372,9 +389,6 @@ def test_time_sliced_types_of_two_sizes_need_mixed_size():
     refused_by_gpu(lay, 'use mode mixed-size', facts=h100_facts(mig=False))
     layout.check(layout_of(mode='mixed-size', gis=(), types=(1160, 1161)),
                  h100_facts(mig=False))
-    # one size, two series: one time-sliced size
-    layout.check(layout_of(mode='time-sliced', gis=(), types=(1160, 1162)),
-                 h100_facts(mig=False))
 
 
 def test_mig_on_a_gpu_without_profiles_is_refused():
@@ -406,3 +420,127 @@ def test_the_module_option_line():
         'RmPVMRL=0x1;pci=0000:61:00.0;RmPVMRL=0x1"')
     assert 'RmPVMRL=0x11' in layout.module_option(
         {a: equal, b: layout.Scheduler('fixed-share')}, every_gpu=True)
+
+
+# --- several types on one GPU ----------------------------------------------
+
+MIXED = textwrap.dedent("""
+    gpus = 10de:2331
+    mode = mixed-size
+    """)
+
+
+def test_types_take_counts(tmp_path):
+    found = one(tmp_path,
+                MIXED + 'vgpu_types = nvidia-1160:3, nvidia-1161:2\n')
+    assert found.vgpu_types == ('nvidia-1160', 'nvidia-1161')
+    assert found.type_counts == (3, 2)
+    assert found.count(objects.TypeId.parse('nvidia-1161')) == 2
+    assert found.count(objects.TypeId.parse('nvidia-1162')) is None
+    # a count is optional where one type is listed
+    assert one(tmp_path, MIXED + 'vgpu_types = nvidia-1160\n'
+               ).type_counts == (None,)
+
+
+@pytest.mark.parametrize('text', ['nvidia-1160:0', 'nvidia-1160:x',
+                                  'nvidia-1160:-1', 'nvidia-1160:1025',
+                                  'nvidia-1160:'])
+def test_a_bad_count_is_refused(tmp_path, text):
+    refused(tmp_path, MIXED + 'vgpu_types = %s\n' % text,
+            r'\[layout_one\]/vgpu_types: .* not <type>:<count>')
+
+
+def test_the_largest_count_is_taken(tmp_path):
+    found = one(tmp_path, MIXED + 'vgpu_types = nvidia-1160:1024\n')
+    assert found.type_counts == (1024,)
+
+
+def test_mixed_size_types_without_counts_are_refused(tmp_path):
+    message = refused(tmp_path, MIXED + 'vgpu_types = nvidia-1160:2, '
+                      'nvidia-1161\n', r'give each a count')
+    assert 'nvidia-1160:<count>, nvidia-1161:<count>' in message
+
+
+def test_time_sliced_offers_one_type(tmp_path):
+    refused(tmp_path, 'gpus = 10de:2331\nmode = time-sliced\n'
+            'vgpu_types = nvidia-1160, nvidia-1162\n',
+            r'one type at a time: list one, or use mode mixed-size')
+    assert one(tmp_path, 'gpus = 10de:2331\nmode = time-sliced\n'
+               'vgpu_types = nvidia-1160\n').vgpu_types == ('nvidia-1160',)
+
+
+def test_two_types_of_one_gi_profile_are_refused():
+    facts = records.replace(h100_facts(), types=H100_TYPES + (
+        vtype(1170, 'NVIDIA H100-1-10Q', 10, gi=19, per_gi=1),))
+    message = refused_by_gpu(layout_of(types=(1150, 1152, 1170)),
+                             r'nvidia-1150 and nvidia-1170 both live in '
+                             r'1g.10gb GPU instances', facts=facts)
+    assert 'one type per GI profile' in message
+    # in mig-time-sliced too
+    refused_by_gpu(layout_of(mode='mig-time-sliced', types=(1170, 1150)),
+                   r'nvidia-1170 and nvidia-1150 both live', facts=facts)
+
+
+def test_blocked_counts_overlapping_placements_only():
+    # placements of 4 slots at 0, 4, 8: a 3-slot vGPU at 3 spans 3..5
+    assert layout.blocked(3, 3, (0, 4, 8), 4) == 2
+    # ends are exclusive: 2 slots at 2 touch the 4-slot placement at 4
+    # without overlapping it, and 4..7 does not reach 8
+    assert layout.blocked(2, 2, (0, 4, 8), 4) == 1
+    assert layout.blocked(4, 4, (0, 4, 8), 4) == 1
+    assert layout.blocked(0, 12, (0, 4, 8), 4) == 3
+    assert layout.blocked(12, 1, (0, 4, 8), 4) == 0
+
+
+def _mixed_type(number, size, slots=32):
+    return vtype(number, 'T%d' % number, size, size=size, slots=slots)
+
+
+def test_worst_block_is_the_most_one_vgpu_can_take():
+    one_slot, three, four = (_mixed_type(1, 1), _mixed_type(3, 3),
+                             _mixed_type(4, 4))
+    assert layout.worst_block(one_slot, four) == 1
+    assert layout.worst_block(three, four) == 2      # 3..5 or 6..8 ...
+    assert layout.worst_block(four, three) == 2      # 4..7: 3..5, 6..8
+    assert layout.worst_block(four, four) == 1
+    assert layout.worst_block(four, one_slot) == 4
+
+
+def test_counts_fit_exactly_at_the_limit():
+    # 32 one-slot placements and two of 16 slots (L40S-1B, L40S-24Q): a
+    # one-slot vGPU may sit in either half, so beside one 16-slot vGPU
+    # only one of them is sure to leave the other half free
+    small, big = _mixed_type(1, 1), _mixed_type(16, 16)
+    assert layout.placements_fit([(small, 1), (big, 1)]) is None
+    assert layout.placements_fit([(small, 2), (big, 1)]) is big
+    # two big ones fill the GPU: no small one fits beside them
+    assert layout.placements_fit([(big, 2)]) is None
+    assert layout.placements_fit([(big, 2), (small, 1)]) is big
+    assert layout.placements_fit([(big, 3)]) is big
+    assert layout.placements_fit([(small, 32)]) is None
+    assert layout.placements_fit([(small, 33)]) is small
+
+
+def test_counts_that_may_not_fit_are_refused_naming_the_type():
+    # 1160: 1 slot at 0..7; 1161: 2 slots at 0, 2, 4, 6.  Two 1161 and
+    # two 1160 (each 1160 taking at most one 1161 placement) leave a
+    # third 1161 nowhere sure
+    lay = layout_of(mode='mixed-size', gis=(), types=(1160, 1161),
+                    counts=(2, 3))
+    message = refused_by_gpu(lay, r'nvidia-1160:2, nvidia-1161:3 do not '
+                             r'always fit together', facts=h100_facts(
+                                 mig=False))
+    assert 'nvidia-1161 (2 slots, 4 placements)' in message
+    for counts in ((2, 2), (3, 1)):
+        layout.check(layout_of(mode='mixed-size', gis=(), types=(1160, 1161),
+                               counts=counts), h100_facts(mig=False))
+
+
+def test_counts_without_placements_from_the_gpu_are_refused():
+    facts = records.replace(h100_facts(mig=False), types=tuple(
+        records.replace(t, placements=()) for t in H100_TYPES))
+    refused_by_gpu(layout_of(mode='mixed-size', gis=(), types=(1160, 1161)),
+                   'reports no mixed-size placements for nvidia-1160',
+                   facts=facts)
+    # one type needs none
+    layout.check(layout_of(mode='mixed-size', gis=(), types=(1160,)), facts)

@@ -18,7 +18,7 @@ from libvirt_gpu import simulator
 from tests.doubles import kernel_sysfs
 
 LAYOUT = ('[gpu]\nlayouts = l40s\n[layout_l40s]\ngpus = 0000:3d:00.0\n'
-          'mode = mixed-size\nvgpu_types = nvidia-1145, nvidia-1155\n'
+          'mode = mixed-size\nvgpu_types = nvidia-1145:1, nvidia-1155:1\n'
           'scheduler = equal-share\n')
 
 

@@ -243,7 +243,7 @@ def test_placement_reports_max_per_gi_times_the_gis(h100):
     h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
     env = _Env(h100, {H100: objects.EnabledType(H100_1_10C)})
     rooms = model.driver_rooms(env)
-    assert set(rooms) == {H100}
+    assert set(rooms) == {(H100, H100_1_10C)}
     assert _inventory(h100, H100, H100_1_10C, rooms) == 4
     # and it stays the GPU's total while the GPU fills
     h100.fill(H100, H100_1_10C)
@@ -258,7 +258,7 @@ def test_placement_reports_the_creatable_placements(l40s):
         l40s.backend.choose_vf(L40S, L40S_12Q)
     rooms = model.driver_rooms(_Env(
         l40s, {L40S: objects.EnabledType(L40S_12Q)}))
-    assert rooms[L40S].used == 4
+    assert rooms[L40S, L40S_12Q].used == 4
     assert _inventory(l40s, L40S, L40S_12Q, rooms) == 4
 
 
@@ -266,7 +266,7 @@ def test_placement_leaves_out_a_gpu_with_no_gi_for_its_type(h100):
     h100.mig(H100, [GI_3G_40GB])
     rooms = model.driver_rooms(_Env(
         h100, {H100: objects.EnabledType(H100_1_10C)}))
-    assert rooms[H100].total == 0
+    assert rooms[H100, H100_1_10C].total == 0
     from libvirt_gpu.devices import discovery
     from tests.doubles import kinds
     gpus = discovery.from_sysfs(h100.sysfs, kinds=kinds.registered()).gpus
@@ -367,3 +367,119 @@ def test_room_records_are_immutable_values():
     with pytest.raises(TypeError, match='placement'):
         capacity.DriverRoom(mode=capacity.MODE_MIXED, type_id=L40S_12Q,
                             used=0, placement=8)
+
+
+# --- several types on one GPU (a layout listing several vgpu_types) ---------
+
+H100_3_40C = objects.TypeId.parse('nvidia-1312')   # 3g.40gb, 1 per GI
+L40S_1B = objects.TypeId.parse('nvidia-1145')      # 1 slot of 32
+
+
+def _several(host, gpu, first, *others):
+    """An allocator over ``gpu`` offering ``first`` and ``others``
+    (``(TypeId, max_instances)`` each)."""
+    setting = objects.EnabledType(
+        first[0], max_instances=first[1], others=tuple(
+            objects.EnabledType(t, max_instances=n) for t, n in others))
+    return allocator_mod.Allocator(
+        registry.Vgpus(host.sysfs, [host.backend]),
+        state.LeaseStore(host.state_dir), {gpu: setting})
+
+
+def _lease_in_turn(alloc, types):
+    """One lease of each of ``types`` in turn, a type left out once the
+    allocator refuses it, none created until all are refused; ``{type:
+    grants}``."""
+    domain = objects.Uuid.parse(str(uuid_mod.uuid4()))
+    grants = {t: [] for t in types}
+    waiting = list(types)
+    while waiting:
+        for type_id in list(waiting):
+            try:
+                grants[type_id].extend(alloc.reserve(domain, [
+                    allocator_mod.VgpuClaim(
+                        objects.Uuid.parse(str(uuid_mod.uuid4())),
+                        type_id)]))
+            except exception.NoCapacity as e:
+                assert str(type_id) in _one_line(e)
+                waiting.remove(type_id)
+    return grants
+
+
+def test_two_mig_types_of_their_own_gis_are_both_granted_in_full(h100):
+    # leases of one type pending (not created yet) take nothing of the
+    # other's GIs: each type gets all of its own, and the driver makes
+    # every one of them
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    alloc = _several(h100, H100, (H100_1_10C, None), (H100_3_40C, None))
+    assert alloc.capacity(H100_1_10C) == {H100: 4}
+    assert alloc.capacity(H100_3_40C) == {H100: 1}
+    grants = _lease_in_turn(alloc, [H100_1_10C, H100_3_40C])
+    assert {t: len(g) for t, g in grants.items()} == {
+        H100_1_10C: 4, H100_3_40C: 1}
+    for grant in grants[H100_1_10C] + grants[H100_3_40C]:
+        assert h100.backend.prepare(grant.device) is True
+    profiles = {gi_id: gi.profile for gi_id, gi in (
+        (g.id, g) for g in h100.backend.room(H100, H100_1_10C).gis)}
+    assert sorted(profiles.values()) == ['1g.10gb'] * 4 + ['3g.40gb']
+    assert h100.backend.room(H100, H100_3_40C).used == 1
+
+
+def test_a_type_not_on_the_gpu_is_refused_naming_the_gpus_types(h100):
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    alloc = _several(h100, H100, (H100_1_10C, None), (H100_3_40C, None))
+    with pytest.raises(exception.TypeNotEnabled) as refused:
+        alloc.reserve(objects.Uuid.parse(str(uuid_mod.uuid4())), [
+            allocator_mod.VgpuClaim(
+                objects.Uuid.parse(str(uuid_mod.uuid4())), H100_1_20C)])
+    assert 'nvidia-1308, nvidia-1312' in _one_line(refused.value)
+
+
+def test_mixed_size_counts_are_what_each_type_gets(l40s):
+    # 12Q:3 and 1B:1 fit together whatever placements the driver picks:
+    # 12Q gets 3 (not the 4 it has alone) and 1B its 1, all made
+    l40s.mixed(L40S)
+    alloc = _several(l40s, L40S, (L40S_12Q, 3), (L40S_1B, 1))
+    grants = _lease_in_turn(alloc, [L40S_1B, L40S_12Q])
+    assert {t: len(g) for t, g in grants.items()} == {
+        L40S_12Q: 3, L40S_1B: 1}
+    for grant in grants[L40S_1B] + grants[L40S_12Q]:
+        assert l40s.backend.prepare(grant.device) is True
+
+
+def test_placement_has_a_provider_per_type_with_its_own_total(h100):
+    from libvirt_gpu.devices import discovery
+    from tests.doubles import kinds
+    h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
+    setting = objects.EnabledType(H100_1_10C, others=(
+        objects.EnabledType(H100_3_40C, resource_class='CUSTOM_H100_3_40C'),))
+    env = _Env(h100, {H100: setting})
+    gpus = discovery.from_sysfs(h100.sysfs, kinds=kinds.registered()).gpus
+    found = model.build_tree('compute-1', gpus, env.enabled,
+                             rooms=model.driver_rooms(env))
+    totals = {p.name: [(i.resource_class, i.total) for i in p.inventories]
+              for p in found.children}
+    assert totals == {
+        'compute-1_0000:4e:00.0': [('VGPU', 4)],
+        'compute-1_0000:4e:00.0_nvidia-1312': [('CUSTOM_H100_3_40C', 1)]}
+    uuids = {p.uuid for p in found.children}
+    assert len(uuids) == 2
+    for provider in found.children:
+        assert model.gpu_provider_address(
+            'compute-1', provider.name) == H100
+    traits = [p.traits for p in found.children]
+    assert traits[0] != traits[1]            # each names its own type
+
+
+@pytest.mark.parametrize('name, address', [
+    ('compute-1_0000:4e:00.0', H100),
+    ('compute-1_0000:4e:00.0_nvidia-1312', H100),
+    ('compute-1_0000:4e:00.0_', None),            # no type after the _
+    ('compute-1_0000:4e:00.0_../x', None),
+    ('compute-2_0000:4e:00.0_nvidia-1312', None),
+    ('compute-1_pci_0000_4e_00_0', None)])       # Nova's vGPU provider
+def test_a_type_providers_name_is_read_back(name, address):
+    assert model.gpu_provider_address('compute-1', name) == address
+    if address is not None and name.count('_') == 2:
+        assert model.type_provider_name(
+            'compute-1', address, objects.TypeId.parse('nvidia-1312')) == name

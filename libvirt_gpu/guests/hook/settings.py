@@ -42,7 +42,7 @@ class HookSettings:
     enabled: dict[objects.PciAddress, objects.EnabledType]
 
     def enabled_types(self):
-        return sorted({e.type_id for e in self.enabled.values()})
+        return sorted({t for e in self.enabled.values() for t in e.type_ids})
 
 
 def _sysfs_key(sysfs_root):
@@ -75,11 +75,29 @@ def _resolved(conf, sysfs_key):
     settings = HookSettings(sysfs_root=env.sysfs_root,
                             state_dir=env.state_dir, enabled=env.enabled)
     extra = {'sysfs_key': sysfs_key,
-             'enabled': {str(a): {'type_id': e.type_id,
-                                  'resource_class': e.resource_class,
-                                  'max_instances': e.max_instances}
-                         for a, e in sorted(settings.enabled.items())}}
+             'enabled': {str(a): dict(_entry(e), others=[
+                 _entry(o) for o in e.others])
+                 for a, e in sorted(settings.enabled.items())}}
     return settings, extra
+
+
+def _entry(setting):
+    return {'type_id': setting.type_id,
+            'resource_class': setting.resource_class,
+            'max_instances': setting.max_instances}
+
+
+def _setting_of(entry, others=()):
+    """An ``EnabledType`` from a snapshot's entry; ValueError when its
+    ``max_instances`` is no positive integer."""
+    max_instances = entry.get('max_instances')
+    if max_instances is not None and (
+            not isinstance(max_instances, int) or max_instances < 1):
+        raise ValueError(max_instances)
+    return objects.EnabledType(
+        type_id=objects.TypeId.parse(entry['type_id']),
+        resource_class=str(entry.get('resource_class', 'VGPU')),
+        max_instances=max_instances, others=others)
 
 
 def read_settings(config_file):
@@ -103,15 +121,11 @@ def _enabled_of(extra):
     enabled = {}
     try:
         for address, entry in (extra.get('enabled') or {}).items():
-            max_instances = entry.get('max_instances')
-            if max_instances is not None and (
-                    not isinstance(max_instances, int) or max_instances < 1):
-                return None
-            enabled[objects.PciAddress.parse(address)] = objects.EnabledType(
-                type_id=objects.TypeId.parse(entry['type_id']),
-                resource_class=str(entry.get('resource_class', 'VGPU')),
-                max_instances=max_instances)
-    except (exception.InvalidInput, KeyError, TypeError, AttributeError):
+            others = tuple(_setting_of(o) for o in entry.get('others', ()))
+            enabled[objects.PciAddress.parse(address)] = _setting_of(
+                entry, others)
+    except (exception.InvalidInput, KeyError, TypeError, AttributeError,
+            ValueError):
         return None
     return enabled
 

@@ -8,7 +8,15 @@ Names and UUIDs (``tree.provider_uuid``) are the ones OpenStack Cyborg
 gives the deployable of a GPU (``placement.cyborg_objects``).
 
 One provider per *physical* GPU, named after its address (the PF's, for a
-GPU with SR-IOV): never one per VF, and VFs are never offered whole.
+GPU with SR-IOV): never one per VF, and VFs are never offered whole.  A
+GPU whose layout offers several vGPU types (``devices.layout``) has one
+provider per type, beside each other under the root: the first type's is
+the GPU's own (``<hostname>_<address>``), each other type's is named
+``<hostname>_<address>_<type>`` (``type_provider_name``).  Their totals
+never share room: the layout gives each type GIs of its own profile (MIG)
+or a count that fits beside the others' whatever placements the driver
+picks (mixed sizes), so no mix of allocations Placement accepts is
+refused by the driver.
 
 A GPU with an enabled type reports VGPU with total = what it can hold of
 that type (``capacity.vgpu_total``); on a GPU in MIG or mixed-size mode
@@ -52,15 +60,25 @@ def gpu_provider_name(hostname, address):
     return '%s_%s' % (hostname, address)
 
 
+def type_provider_name(hostname, address, type_id):
+    """``compute-1_0000:af:00.0_nvidia-1155``: the provider of a further
+    type of a GPU that offers several."""
+    return '%s_%s_%s' % (hostname, address, type_id)
+
+
 def gpu_provider_address(hostname, name):
-    """The inverse of ``gpu_provider_name``, for a name read back from
-    Placement (where it enters the program): the ``objects.PciAddress``
-    it names, or None when it is no GPU provider's name of ``hostname``."""
+    """The inverse of ``gpu_provider_name`` and ``type_provider_name``,
+    for a name read back from Placement (where it enters the program):
+    the ``objects.PciAddress`` it names, or None when it is no GPU
+    provider's name of ``hostname``."""
     if not name.startswith(hostname + '_'):
         return None
+    address, sep, type_id = name[len(hostname) + 1:].partition('_')
     try:
-        return objects.PciAddress.parse(name[len(hostname) + 1:])
-    except exception.InvalidPciAddress:
+        if sep:
+            objects.TypeId.parse(type_id)
+        return objects.PciAddress.parse(address)
+    except exception.InvalidInput:
         return None
 
 
@@ -75,11 +93,12 @@ def holds_vgpus(gpu):
 
 
 def gpu_provider(hostname, root_uuid, gpu, enabled=None, gpu_traits=True,
-                 room=None):
-    """The child provider of one GPU, or None when it has no capacity;
-    ``room``: the driver's (``capacity.DriverRoom``) on a MIG or
-    mixed-size GPU."""
-    name = gpu_provider_name(hostname, gpu.address)
+                 room=None, name=None):
+    """The child provider of one GPU (of its type ``enabled``), or None
+    when it has no capacity; ``room``: the driver's
+    (``capacity.DriverRoom``) on a MIG or mixed-size GPU; ``name``: the
+    provider's, when not the GPU's own."""
+    name = name or gpu_provider_name(hostname, gpu.address)
     if enabled is not None:
         # Placement keeps totals in 32-bit integers: never more than that
         # (each type's count is bounded already, bounds.MAX_INSTANCES).
@@ -126,14 +145,16 @@ def host_tree(env, hostname):
 
 
 def driver_rooms(env):
-    """``{PciAddress: capacity.DriverRoom}`` of the GPUs of ``env`` whose
-    enabled type the driver counts itself (MIG or mixed-size mode: what
-    the vGPU kinds read through NVML); the others are absent."""
+    """``{(PciAddress, TypeId): capacity.DriverRoom}`` of the GPUs of
+    ``env`` whose enabled types the driver counts itself (MIG or
+    mixed-size mode: what the vGPU kinds read through NVML); the others
+    are absent."""
     rooms = {}
     for address, setting in sorted(env.enabled.items()):
-        room = env.vgpus.room(address, setting.type_id)
-        if room is not None:
-            rooms[address] = room
+        for type_id in setting.type_ids:
+            room = env.vgpus.room(address, type_id)
+            if room is not None:
+                rooms[address, type_id] = room
     return rooms
 
 
@@ -184,11 +205,22 @@ def build_tree(hostname, gpus, enabled, gpu_traits=True,
         if gpu.address in carved or not offered(
                 gpu, enabled.get(gpu.address), pgpu_vendors):
             continue
-        provider = gpu_provider(hostname, root.uuid, gpu,
-                                enabled.get(gpu.address), gpu_traits,
-                                room=rooms.get(gpu.address))
-        if provider is not None:
-            children.append(provider)
+        setting = enabled.get(gpu.address)
+        if setting is None:
+            provider = gpu_provider(hostname, root.uuid, gpu, None,
+                                    gpu_traits)
+            if provider is not None:
+                children.append(provider)
+            continue
+        for one in setting.types:
+            name = None if one is setting else type_provider_name(
+                hostname, gpu.address, one.type_id)
+            provider = gpu_provider(hostname, root.uuid, gpu, one,
+                                    gpu_traits, name=name,
+                                    room=rooms.get((gpu.address,
+                                                    one.type_id)))
+            if provider is not None:
+                children.append(provider)
     found = tree.ProviderTree(root=root, children=tuple(children))
     check_not_novas(found, carved)
     return found
