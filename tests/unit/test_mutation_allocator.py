@@ -229,3 +229,72 @@ def test_an_existing_vgpu_serves_one_domain_at_a_time(backend, store):
                     [claim(uuid=EXISTING)]).endswith(
         'domain %s, which already uses this existing vGPU (it is given '
         'back when that domain stops)' % DOM)
+
+
+def test_two_claims_of_which_one_or_none_fits(backend, store):
+    alloc = allocator.Allocator(backend, store, enabled())
+    alloc.reserve(DOM2, [claim() for _ in range(13)])
+    assert _refused(exception.NoCapacity, alloc.reserve, DOM,
+                    [claim(), claim()]).startswith(
+        NO_ROOM + 'any GPU of this host: the domain asks for 2 vGPUs of '
+        'this type and 1 fit (1 on 0000:af:00.0); looked at')
+    alloc.reserve(DOM2, [claim()])
+    assert _refused(exception.NoCapacity, alloc.reserve, DOM,
+                    [claim(), claim()]).startswith(
+        NO_ROOM + 'any GPU of this host: the domain asks for 2 vGPUs of '
+        'this type and none fits; looked at')
+
+
+def test_what_was_looked_at_is_said_per_gpu(backend, store):
+    gone = objects.PciAddress.parse('0000:5e:00.0')
+    alloc = allocator.Allocator(backend, store, {
+        A: objects.EnabledType(T_NVIDIA_223),
+        B: objects.EnabledType(T_NVIDIA_223),
+        gone: objects.EnabledType(T_NVIDIA_223)}, carved={A})
+    alloc.reserve(DOM2, [claim() for _ in range(6)])
+    assert _refused(exception.NoCapacity, alloc.reserve, DOM,
+                    [claim()]) == (
+        NO_ROOM + 'any GPU of this host: looked at 0000:3b:00.0 (carved '
+        'for Nova), 0000:5e:00.0 (gone), 0000:af:00.0 (0 free)')
+
+
+def test_a_gpu_that_does_not_offer_the_type_is_said_so(backend, store):
+    t999 = objects.TypeId.parse('nvidia-999')
+    alloc = allocator.Allocator(backend, store, {
+        A: objects.EnabledType(t999)})
+    assert _refused(exception.NoCapacity, alloc.reserve, DOM,
+                    [claim(t999)]) == (
+        'No capacity left for vGPU type nvidia-999 on any GPU of this host: '
+        'looked at 0000:3b:00.0 (type not offered)')
+
+
+def test_five_stale_leases_are_all_named(backend, store):
+    alloc = allocator.Allocator(backend, store, enabled())
+    uuids = _stale(store, DOM2, n=5)
+    said = _refused(exception.NoCapacity, alloc.reserve, DOM,
+                    [claim() for _ in range(10)])
+    items = ['%s (reserved for domain %s by process %d, gone)'
+             % (u, DOM2, DEAD_PID) for u in uuids]
+    assert 'may be stale: %s; `libvirt-gpu' % ', '.join(
+        sorted(items, key=said.index)) in said
+
+
+def test_a_stale_lease_of_no_domain_says_so(backend, store):
+    alloc = allocator.Allocator(backend, store, enabled())
+    (uuid,) = _stale(store, DOM2)
+    with store.transaction() as txn:
+        txn._db.execute('UPDATE leases SET domain_uuid = NULL, state = ?',
+                        (state.REMOVING,))
+    assert '%s (removing for domain - by process %d, gone)' % (
+        uuid, DEAD_PID) in _refused(exception.NoCapacity, alloc.reserve, DOM,
+                                    [claim() for _ in range(14)])
+
+
+def test_an_incoming_reservation_is_never_called_stale(backend, store):
+    alloc = allocator.Allocator(backend, store, enabled())
+    alloc.reserve_incoming(DOM2, [claim()], time.time() + 100)
+    with store.transaction() as txn:
+        txn._db.execute('UPDATE leases SET pid = ?', (DEAD_PID,))
+    said = _refused(exception.NoCapacity, alloc.reserve, DOM,
+                    [claim() for _ in range(14)])
+    assert 'reserved for incoming' in said and 'stale' not in said
