@@ -11,14 +11,27 @@ import pytest
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.store import allocator
+from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu.store import state
-from tests.unit.test_allocator import (  # noqa: F401 (fixtures)
-    A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, backend, claim, enabled,
-    new_uuid, store)
+from tests.doubles import kernel_sysfs
+from tests.doubles import trees
+from tests.unit.test_allocator import (
+    A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
 T222 = objects.TypeId.parse('nvidia-222')
 DEAD_PID = 2 ** 22 + 11
 NO_ROOM = 'No capacity left for vGPU type nvidia-223 on '
+
+
+@pytest.fixture
+def backend():
+    with trees.simulated_tree('t4') as tree:
+        yield mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return state.LeaseStore(tmp_path / 'state')
 
 
 def _domain(n):
@@ -31,9 +44,9 @@ def _refused(error, call, *args, **kwargs):
     return str(e.value)
 
 
-def _stale(store, domain, parent=A, n=1):
+def _stale(leases, domain, parent=A, n=1):
     uuids = []
-    with store.transaction() as txn:
+    with leases.transaction() as txn:
         for _ in range(n):
             uuids.append(new_uuid())
             txn.add(uuids[-1], domain, parent, T_NVIDIA_223)

@@ -136,7 +136,8 @@ def test_messages_name_what_was_read():
 
 def test_a_doctype_only_the_parser_sees():
     data = '<!DOCTYPE d><d/>'.encode('utf-16')
-    assert _refused(xmlutil.parse, data) == 'Refused XML: XML carries a DOCTYPE'
+    assert _refused(xmlutil.parse, data) == \
+        'Refused XML: XML carries a DOCTYPE'
 
 
 def test_an_encoding_expat_cannot_read():
