@@ -289,8 +289,9 @@ def require_utf8(data, what='XML'):
                    'is read: convert it (`iconv -t UTF-8`)'
                    % (what, data[e.start], e.start))
     head = data[3:] if data.startswith(b'\xef\xbb\xbf') else data
-    head = head.lstrip()[:200]
+    head = head.lstrip()
     if head.startswith(b'<?xml'):
+        # the whole declaration, however much blank space it holds
         declared = head[:head.find(b'?>') + 1 or None].split(
             b'encoding', 1)[1:]
         if declared:

@@ -211,3 +211,19 @@ def test_a_declared_name_is_echoed_ascii_and_short():
         xmlutil.require_utf8,
         ('<?xml version="1.0" encoding="%s"?><d/>' % name).encode())
     assert 'declares the encoding %s;' % ('\ufffd\ufffd' + 'x' * 38) in reason
+
+
+@pytest.mark.parametrize('pad', [1, 190, 200, 5000])
+def test_the_whole_declaration_is_read_however_long(pad):
+    # padding inside the declaration never hides its encoding from the
+    # check xmledit relies on, nor cuts its name ('utf-' at byte 200)
+    data = (b'<?xml version="1.0"' + b' ' * pad
+            + b'encoding="ISO-8859-1"?><d>caf\xc3\xa9</d>')
+    assert _refused(xmlutil.require_utf8, data).endswith(
+        'declares the encoding ISO-8859-1; only UTF-8 is read: convert it '
+        'and declare UTF-8 (or nothing)')
+    utf8 = data.replace(b'ISO-8859-1', b'UTF-8')
+    assert xmlutil.require_utf8(utf8) is utf8
+    for cut in range(max(0, pad + 10), pad + 26):
+        shifted = utf8[:19] + b' ' * (cut - pad) + utf8[19:]
+        assert xmlutil.require_utf8(shifted) is shifted
