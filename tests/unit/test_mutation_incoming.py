@@ -33,8 +33,12 @@ def test_two_gpus_elements_in_one_metadata_are_refused():
     uuid = th.new_uuid()
     xml = tm.incoming_xml(uuid).replace(
         b'</metadata>', b"<g:gpus xmlns:g='urn:libvirt-gpu:1'/></metadata>")
-    with pytest.raises(exception.MigrationRefused):
+    with pytest.raises(exception.MigrationRefused) as e:
         incoming.targets(_request(xml, [uuid]))
+    # the count said is the one of <gpus>, not of <metadata>
+    assert str(e.value) == (
+        "Migration refused: the domain XML's <metadata> holds 2 <gpus> "
+        'elements of libvirt-gpu; one says which vGPUs are ours')
 
 
 def test_a_vgpu_of_the_metadata_without_its_element_is_refused():

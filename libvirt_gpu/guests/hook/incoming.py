@@ -90,13 +90,17 @@ def targets(req):
     hold (in metadata order); one pass over the metadata and the hostdevs.
     MigrationRefused when one hostdev would serve two vGPUs."""
     doc = req.document
-    found_gpus = [g for m in doc.root.findall('metadata')
+    found_metadata = doc.root.findall('metadata')
+    found_gpus = [g for m in found_metadata
                   for g in m.findall(_NS + metadata.ROOT)]
-    if len(doc.root.findall('metadata')) > 1 or len(found_gpus) > 1:
-        # metadata.parse refuses it first; never edit a guess
+    # metadata.parse refuses both first; never edit a guess
+    if len(found_metadata) > 1:
         raise _refuse('the domain XML has %d <metadata> elements and '
-                      'libvirt reads only the first'
-                      % len(doc.root.findall('metadata')))
+                      'libvirt reads only the first' % len(found_metadata))
+    if len(found_gpus) > 1:
+        raise _refuse('the domain XML\'s <metadata> holds %d <%s> elements '
+                      'of libvirt-gpu; one says which vGPUs are ours'
+                      % (len(found_gpus), metadata.ROOT))
     elements = {}
     for element in (found_gpus[0].findall(_NS + 'vgpu')
                     if found_gpus else ()):
