@@ -109,10 +109,13 @@ def test_a_claim_naming_a_vf_gets_that_vf(l40s):
 def test_a_leased_vf_named_is_refused_in_one_line(l40s):
     alloc = _alloc(l40s)
     alloc.reserve(DOM, [claim(parent=vf('0000:bd:00.5'))])
-    assert _refused(exception.NoCapacity, alloc.reserve, DOM2,
-                    [claim(parent=vf('0000:bd:00.5'))]) == (
+    refused = claim(parent=vf('0000:bd:00.5'))
+    with pytest.raises(exception.NoCapacity) as e:
+        alloc.reserve(DOM2, [refused])
+    assert str(e.value) == (
         NO_ROOM + 'its vGPUs and leases take every instance or VF '
         '0000:bd:00.5 is taken')
+    assert e.value.kwargs['uuid'] == refused.uuid
     with state.LeaseStore(l40s.state_dir).transaction() as txn:
         mdevs = alloc.backend.sysfs.mdevs_by_parent()
         assert alloc.free(txn, vf('0000:bd:00.5'), T_NVIDIA_1145,
@@ -291,19 +294,21 @@ def test_give_back_frees_only_the_named_vgpus_of_that_domain(t4, tmp_path):
 
 def test_begin_release_takes_the_named_leases_only(t4, tmp_path):
     alloc = _t4(t4, tmp_path)
-    first, second = alloc.reserve(DOM, [t4_allocator.claim(),
-                                        t4_allocator.claim()])
+    alloc.reserve(DOM, [t4_allocator.claim(), t4_allocator.claim()])
     alloc.reserve(DOM2, [t4_allocator.claim()])
-    taken = alloc.begin_release(DOM, [first.device.uuid])
+    with alloc.store.transaction() as txn:
+        first, second = [lease.vgpu_uuid for lease in txn.for_domain(DOM)]
+    # the one named comes after one not named: the rest are still looked at
+    taken = alloc.begin_release(DOM, [second])
     assert [(t.vgpu_uuid, t.state) for t in taken] == [
-        (first.device.uuid, state.REMOVING)]
+        (second, state.REMOVING)]
     states = {lease.vgpu_uuid: (lease.domain_uuid, lease.state)
               for lease in alloc.store.leases()}
-    assert states[second.device.uuid] == (DOM, state.RESERVED)
+    assert states[first] == (DOM, state.RESERVED)
     assert sorted(s for d, s in states.values() if d == DOM2) == [
         state.RESERVED]
     assert {t.vgpu_uuid for t in alloc.begin_release(DOM)} == {
-        first.device.uuid, second.device.uuid}
+        first, second}
 
 
 def test_begin_release_gives_back_only_the_named_borrowed(t4, tmp_path):
@@ -335,3 +340,13 @@ def test_begin_release_refuses_a_lease_another_process_creates(t4, tmp_path):
         txn._db.execute('UPDATE leases SET pid = ?, pid_start = NULL',
                         (parent,))
     assert [t.vgpu_uuid for t in alloc.begin_release(DOM)] == [uuid]
+
+
+def test_begin_release_names_the_argument_that_is_not_parsed(t4, tmp_path):
+    alloc = _t4(t4, tmp_path)
+    with pytest.raises(TypeError, match=r'^domain_uuid must be an '
+                       r'objects\.Uuid, not str'):
+        alloc.begin_release(str(DOM))
+    with pytest.raises(TypeError, match=r'^uuids\[\] must be an '
+                       r'objects\.Uuid, not str'):
+        alloc.begin_release(DOM, [str(t4_allocator.EXISTING)])
