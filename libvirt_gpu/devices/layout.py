@@ -505,7 +505,7 @@ def check(layout, facts):
                 layout=layout.name, address=facts.address,
                 reason='%s: %s lives in %s GPU instances, and %s makes none'
                 % (layout.option('vgpu_types'), type_id,
-                   profile.name if profile else 'profile %d GPU instances'
+                   profile.name if profile else 'profile %d'
                    % vtype.gi_profile_id, layout.option('gpu_instances')))
         sizes.add(vtype.framebuffer_mib)
     if layout.mig:
