@@ -16,6 +16,7 @@ record's ``others``; no ``[vgpu_<type>]/device_addresses`` may name it.
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
+from libvirt_gpu.util import records
 
 LOG = logs.getLogger(__name__)
 _CUSTOM_RC = r'CUSTOM_[A-Z0-9_]+'     # re imported where it is used
@@ -204,12 +205,9 @@ def _layout_types(conf, in_layout):
     against the GPU itself by ``layout plan``/``apply``."""
     enabled = {}
     for address, layout in in_layout.items():
-        settings = [_layout_type(conf, layout, type_id)
-                    for type_id in layout.vgpu_types]
-        first = settings[0]
-        enabled[address] = objects.EnabledType(
-            type_id=first.type_id, resource_class=first.resource_class,
-            max_instances=first.max_instances, others=tuple(settings[1:]))
+        first, *others = [_layout_type(conf, layout, type_id)
+                          for type_id in layout.vgpu_types]
+        enabled[address] = records.replace(first, others=tuple(others))
     return enabled
 
 

@@ -171,15 +171,13 @@ class Allocator(object):
         pending = [lease for lease in leases
                    if lease.vgpu_uuid not in existing]
         used = sum(f.used_type_ids.count(type_id) for f in view.functions)
-        others = [lease for lease in pending if lease.type_id != type_id]
         if room is not None:
             # the driver's room is per type (a GI profile, or the type's
             # count on a mixed-size GPU): the others' leases take none of it
             pending = [lease for lease in pending
                        if lease.type_id == type_id]
-            others = ()
-        free = capacity.free(total, used, len(pending),
-                             other_types=bool(others))
+        free = capacity.free(total, used, len(pending), other_types=any(
+            lease.type_id != type_id for lease in pending))
         if free < 1:
             return 0, None
         leased = {lease.parent for lease in leases}
