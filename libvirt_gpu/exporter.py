@@ -569,7 +569,7 @@ def _facts(driver, address):
     return layout_mod.GpuFacts(
         address=address, mig=mig,
         profiles=session.gi_profiles(address) if mig is not None else (),
-        types=session.vgpu_types(address),
+        types=session.vgpu_types(address, placements=True),
         vfs_total=driver.sysfs.sriov_totalvfs(address) or 0)
 
 

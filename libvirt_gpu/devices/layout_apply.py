@@ -60,7 +60,7 @@ class GpuDriver(object):
         return layout_mod.GpuFacts(
             address=address, mig=self.session.mig_mode(address),
             profiles=self.session.gi_profiles(address),
-            types=self.session.vgpu_types(address),
+            types=self.session.vgpu_types(address, placements=True),
             vfs_total=self.sysfs.sriov_totalvfs(address) or 0)
 
     def vgpus(self, address):

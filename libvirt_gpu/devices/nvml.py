@@ -446,8 +446,11 @@ class Session(object):
         return tuple((int(places[i].start), int(places[i].size))
                      for i in range(min(count.value, _MAX_GPU_INSTANCES)))
 
-    def vgpu_types(self, address):
-        """The vGPU types the GPU supports (``layout.TypeFacts``)."""
+    def vgpu_types(self, address, placements=False):
+        """The vGPU types the GPU supports (``layout.TypeFacts``);
+        ``placements``: with the mixed-size placements of each time-sliced
+        one (what ``layout.check`` needs of several mixed-size types: a
+        call per type that the hook's capacity read does without)."""
         handle = self.handle(address)
         found = []
         for type_id in self._call(address, 'nvmlDeviceGetSupportedVgpus',
@@ -463,8 +466,8 @@ class Session(object):
             framebuffer = self._call(address,
                                      'nvmlVgpuTypeGetFramebufferSize',
                                      type_id, unanswered=True)
-            size, placements = (None, ()) if mig_backed else \
-                self._mixed_placements(address, handle, type_id)
+            size, where = (None, ()) if mig_backed or not placements \
+                else self._mixed_placements(address, handle, type_id)
             found.append(layout.TypeFacts(
                 type_id=objects.vendor_type_id(int(type_id)),
                 name=_text(self._call(address, 'nvmlVgpuTypeGetName',
@@ -472,8 +475,7 @@ class Session(object):
                 framebuffer_mib=(framebuffer // _MIB
                                  if framebuffer is not None else None),
                 gi_profile_id=int(profile) if mig_backed else None,
-                max_per_gi=per_gi, placement_size=size,
-                placements=placements))
+                max_per_gi=per_gi, placement_size=size, placements=where))
         return tuple(found)
 
     def _mixed_placements(self, address, handle, type_id):

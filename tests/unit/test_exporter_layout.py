@@ -115,7 +115,7 @@ class Session(object):
     def gi_profiles(self, address):
         return self._gpu(address, 'gi_profiles').facts.profiles
 
-    def vgpu_types(self, address):
+    def vgpu_types(self, address, placements=False):
         return self._gpu(address, 'vgpu_types').facts.types
 
     def gpu_instances(self, address, profiles, schedulers=False,
