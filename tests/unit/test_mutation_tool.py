@@ -1,0 +1,56 @@
+"""tests/tools/mutation.py: the sample it draws and the interval it
+prints, the parts of ``make mutation`` that are ours rather than
+mutmut's."""
+
+import importlib.util
+import io
+import os
+
+import pytest
+
+_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                     'tools', 'mutation.py')
+_spec = importlib.util.spec_from_file_location('mutation_tool', _PATH)
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+
+def test_wilson_matches_the_published_interval():
+    # 90 of 100: 0.8256 to 0.9448 (Wilson score interval, z = 1.96).
+    low, high = tool.wilson(90, 100)
+    assert low == pytest.approx(0.8256, abs=5e-4)
+    assert high == pytest.approx(0.9448, abs=5e-4)
+
+
+def test_wilson_stays_inside_zero_and_one():
+    assert tool.wilson(0, 10)[0] == 0.0
+    assert tool.wilson(10, 10)[1] == 1.0
+    assert tool.wilson(10, 10)[0] == pytest.approx(0.7225, abs=5e-4)
+    assert tool.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_draw_is_the_same_for_a_seed_and_differs_between_seeds():
+    names = ['m.x__mutmut_%d' % i for i in range(500)]
+    one = tool.draw(names, 50, 7)
+    assert one == tool.draw(list(reversed(names)), 50, 7)
+    assert len(one) == len(set(one)) == 50
+    assert set(one) <= set(names)
+    assert one != tool.draw(names, 50, 8)
+
+
+def test_draw_of_more_than_there_are_is_all_of_them():
+    assert tool.draw(['b', 'a'], 2, 1) == ['a', 'b']
+    assert tool.draw(['b', 'a'], 3, 1) == ['a', 'b']
+
+
+def test_the_report_gives_the_interval_only_for_a_sample():
+    found = {'libvirt_gpu/a.py': {'a.f__mutmut_1': 'killed',
+                                  'a.f__mutmut_2': 'survived',
+                                  'a.f__mutmut_3': 'not checked'}}
+    out = io.StringIO()
+    assert tool.report(found, out=out) == (1, 2)
+    assert 'interval' not in out.getvalue()
+    assert 'survived       a.f__mutmut_2' in out.getvalue()
+    out = io.StringIO()
+    tool.report(found, out=out, sampled=True)
+    assert '95% interval 9.5% to 90.5%' in out.getvalue()
