@@ -20,22 +20,6 @@ def _whole_refusal(ctx, gpu):
     return refusal
 
 
-def _rooms(ctx, gpus, enabled):
-    """``{(PciAddress, TypeId): capacity.DriverRoom}`` of the physical
-    GPUs whose enabled types the driver counts itself (MIG or mixed-size
-    mode)."""
-    rooms = {}
-    for gpu in gpus:
-        setting = enabled.get(gpu.address)
-        if gpu.is_vf or setting is None or not gpu.virtfns:
-            continue
-        for type_id in setting.type_ids:
-            room = ctx.env.vgpus.room(gpu.address, type_id)
-            if room is not None:
-                rooms[gpu.address, type_id] = room
-    return rooms
-
-
 def _capacities(gpu, setting, rooms):
     """``{TypeId: capacity}`` of every type enabled on ``gpu`` (what each
     type's Placement provider is told)."""
@@ -49,7 +33,7 @@ def cmd_list(ctx):
     enabled = ctx.enabled
     gpus = ctx.result.gpus
     ctx.say_source()
-    rooms = _rooms(ctx, gpus, enabled)
+    rooms = ctx.env.vgpus.rooms(enabled)
     if ctx.args.json:
         # A VF shows the setting of its physical GPU (it is used as a part
         # of it); its ``physfn`` names that GPU.

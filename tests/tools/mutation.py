@@ -255,6 +255,12 @@ def main(argv=None):
     # copied here instead, links as links.
     config.also_copy = [p for p in config.also_copy
                         if os.path.normpath(str(p)) != 'tests']
+    # Tests that read the tree (the docs, the Makefile, bench/) find it
+    # in mutants/ as in the checkout: every tracked top-level entry.
+    copied = {os.path.normpath(str(p)) for p in config.also_copy}
+    for top in sorted(set(n.split('/')[0] for n in _git('ls-files'))):
+        if top not in copied | {PACKAGE, 'tests', 'mutants'}:
+            config.also_copy.append(top)
     shutil.copytree('tests', os.path.join('mutants', 'tests'),
                     symlinks=True, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns('__pycache__'))

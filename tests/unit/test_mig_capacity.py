@@ -194,6 +194,19 @@ def test_equal_size_keeps_the_vf_rule(l40s):
     assert l40s.backend.room(L40S, L40S_12Q) is None
 
 
+class _NoSession(object):
+    def session(self):
+        raise AssertionError('NVML asked about a GPU without VFs')
+
+
+def test_a_gpu_without_vfs_has_no_room_and_nvml_is_not_asked(l40s):
+    l40s.mixed(L40S)
+    assert l40s.backend.room(L40S, L40S_12Q) is not None
+    l40s.vfs(L40S, 0)
+    l40s.backend.nvml = _NoSession()
+    assert l40s.backend.room(L40S, L40S_12Q) is None
+
+
 def test_without_nvml_no_room_is_read(l40s):
     l40s.backend.nvml = None
     assert l40s.backend.room(L40S, L40S_12Q) is None
@@ -232,7 +245,7 @@ def _inventory(host, gpu, type_id, rooms):
 
 
 class _Env(object):
-    """What ``model.driver_rooms`` reads of an Environment."""
+    """What ``Vgpus.rooms`` is given of an Environment."""
 
     def __init__(self, host, enabled):
         self.enabled = enabled
@@ -242,13 +255,13 @@ class _Env(object):
 def test_placement_reports_max_per_gi_times_the_gis(h100):
     h100.mig(H100, [GI_1G_10GB] * 4 + [GI_3G_40GB])
     env = _Env(h100, {H100: objects.EnabledType(H100_1_10C)})
-    rooms = model.driver_rooms(env)
+    rooms = env.vgpus.rooms(env.enabled)
     assert set(rooms) == {(H100, H100_1_10C)}
     assert _inventory(h100, H100, H100_1_10C, rooms) == 4
     # and it stays the GPU's total while the GPU fills
     h100.fill(H100, H100_1_10C)
     assert _inventory(h100, H100, H100_1_10C,
-                      model.driver_rooms(env)) == 4
+                      env.vgpus.rooms(env.enabled)) == 4
 
 
 def test_placement_reports_the_creatable_placements(l40s):
@@ -256,16 +269,16 @@ def test_placement_reports_the_creatable_placements(l40s):
     assert l40s.fill(L40S, L40S_12Q)[0] == 4
     with pytest.raises(exception.NoCapacity):
         l40s.backend.choose_vf(L40S, L40S_12Q)
-    rooms = model.driver_rooms(_Env(
-        l40s, {L40S: objects.EnabledType(L40S_12Q)}))
+    env = _Env(l40s, {L40S: objects.EnabledType(L40S_12Q)})
+    rooms = env.vgpus.rooms(env.enabled)
     assert rooms[L40S, L40S_12Q].used == 4
     assert _inventory(l40s, L40S, L40S_12Q, rooms) == 4
 
 
 def test_placement_leaves_out_a_gpu_with_no_gi_for_its_type(h100):
     h100.mig(H100, [GI_3G_40GB])
-    rooms = model.driver_rooms(_Env(
-        h100, {H100: objects.EnabledType(H100_1_10C)}))
+    env = _Env(h100, {H100: objects.EnabledType(H100_1_10C)})
+    rooms = env.vgpus.rooms(env.enabled)
     assert rooms[H100, H100_1_10C].total == 0
     from libvirt_gpu.devices import discovery
     from tests.doubles import kinds
@@ -456,7 +469,7 @@ def test_placement_has_a_provider_per_type_with_its_own_total(h100):
     env = _Env(h100, {H100: setting})
     gpus = discovery.from_sysfs(h100.sysfs, kinds=kinds.registered()).gpus
     found = model.build_tree('compute-1', gpus, env.enabled,
-                             rooms=model.driver_rooms(env))
+                             rooms=env.vgpus.rooms(env.enabled))
     totals = {p.name: [(i.resource_class, i.total) for i in p.inventories]
               for p in found.children}
     assert totals == {

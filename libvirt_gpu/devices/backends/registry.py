@@ -173,6 +173,18 @@ class Vgpus(object):
                 return found
         return None
 
+    def rooms(self, enabled):
+        """``{(PciAddress, TypeId): capacity.DriverRoom}`` of the GPUs of
+        ``enabled`` (``{PciAddress: EnabledType}``) whose enabled types
+        the driver counts itself (``room``); the others are absent."""
+        found = {}
+        for address, setting in sorted(enabled.items()):
+            for type_id in setting.type_ids:
+                room = self.room(address, type_id)
+                if room is not None:
+                    found[address, type_id] = room
+        return found
+
     def definition(self, uuid):
         """The first definition of ``uuid`` any kind keeps (mdevctl's
         first: an operator's definition wins), else None."""

@@ -20,7 +20,7 @@ refused by the driver.
 
 A GPU with an enabled type reports VGPU with total = what it can hold of
 that type (``capacity.vgpu_total``); on a GPU in MIG or mixed-size mode
-that is the driver's own count (``driver_rooms``: max instances per GPU
+that is the driver's own count (``Vgpus.rooms``: max instances per GPU
 instance x the GPU instances of the type's profile; the type's creatable
 placements), so no allocation Placement accepts is refused by the driver
 for lack of room.  Any other GPU of a passthrough vendor
@@ -141,21 +141,8 @@ def host_tree(env, hostname):
     return build_tree(hostname, env.discovered.gpus, env.enabled,
                       env.conf.gpu.report_gpu_traits,
                       env.conf.gpu.pgpu_vendor_ids,
-                      carved=env.carved.gpus, rooms=driver_rooms(env))
-
-
-def driver_rooms(env):
-    """``{(PciAddress, TypeId): capacity.DriverRoom}`` of the GPUs of
-    ``env`` whose enabled types the driver counts itself (MIG or
-    mixed-size mode: what the vGPU kinds read through NVML); the others
-    are absent."""
-    rooms = {}
-    for address, setting in sorted(env.enabled.items()):
-        for type_id in setting.type_ids:
-            room = env.vgpus.room(address, type_id)
-            if room is not None:
-                rooms[address, type_id] = room
-    return rooms
+                      carved=env.carved.gpus,
+                      rooms=env.vgpus.rooms(env.enabled))
 
 
 def nova_pci_provider_name(hostname, address):
@@ -195,7 +182,7 @@ def build_tree(hostname, gpus, enabled, gpu_traits=True,
                rooms=None):
     """``enabled``: ``{PciAddress: EnabledType}`` from enablement.resolve
     (keyed by physical GPU); ``carved``: the physical GPUs carved for
-    Nova (left out); ``rooms``: ``driver_rooms``."""
+    Nova (left out); ``rooms``: ``Vgpus.rooms``."""
     rooms = rooms or {}
     root = tree.ResourceProvider(name=hostname,
                                  uuid=tree.provider_uuid(hostname),

@@ -301,15 +301,19 @@ class NvidiaVgpuBackend(base.VgpuKind):
         """The driver's room for ``type_id`` on the physical GPU ``gpu``
         (``capacity.DriverRoom``) when it is in MIG or mixed-size mode;
         None in equal-size mode or without NVML (free VFs and the type's
-        maximum then say it, ``capacity.vgpu_total``)."""
+        maximum then say it, ``capacity.vgpu_total``), and on a GPU
+        without VFs (no vendor-interface vGPU there: NVML is not asked)."""
         objects.typed(gpu, objects.PciAddress, 'gpu')
         if self.nvml is None:
+            return None
+        vfs = self.sysfs.virtfns(gpu)
+        if not vfs:
             return None
         from libvirt_gpu.devices import capacity
         from libvirt_gpu.devices import nvml as nvml_mod
         number = objects.vendor_type_number(type_id)
         held = [(vf, objects.vendor_type_id(current))
-                for vf in self.sysfs.virtfns(gpu) if self.is_parent(vf)
+                for vf in vfs if self.is_parent(vf)
                 for current in (self.files.current_type(vf),) if current]
         used = sum(1 for _, t in held if t == type_id)
         try:
