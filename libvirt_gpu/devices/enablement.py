@@ -123,12 +123,8 @@ def resolve(conf, gpus):
     enabled = {}
     claimed_by = {}
     for type_id in types:
-        section = conf[group_name(type_id)]
-        setting = objects.EnabledType(
-            type_id=objects.TypeId.parse(type_id),
-            resource_class=_resource_class(type_id, section.resource_class),
-            max_instances=section.max_instances)
-        if not section.device_addresses:
+        setting = _configured(conf, type_id)
+        if not conf[group_name(type_id)].device_addresses:
             if len(types) > 1:
                 raise exception.ConfigError(
                     reason='several types are enabled (%s) but [%s] lists no '
@@ -211,13 +207,21 @@ def _layout_types(conf, in_layout):
     return enabled
 
 
-def _layout_type(conf, layout, type_id):
-    resource_class, limits = 'VGPU', [layout.count(type_id)]
-    if type_id in conf.gpu.enabled_vgpu_types:
-        section = conf[group_name(type_id)]
-        resource_class = _resource_class(type_id, section.resource_class)
-        limits.append(section.max_instances)
-    limits = [n for n in limits if n is not None]
+def _configured(conf, type_id):
+    """The ``EnabledType`` of ``type_id`` as ``[vgpu_<type_id>]`` sets it:
+    its resource class and limit."""
+    section = conf[group_name(type_id)]
     return objects.EnabledType(
-        type_id=type_id, resource_class=resource_class,
-        max_instances=min(limits) if limits else None)
+        type_id=objects.TypeId.parse(type_id),
+        resource_class=_resource_class(type_id, section.resource_class),
+        max_instances=section.max_instances)
+
+
+def _layout_type(conf, layout, type_id):
+    setting = objects.EnabledType(type_id)
+    if type_id in conf.gpu.enabled_vgpu_types:
+        setting = _configured(conf, type_id)
+    limits = [n for n in (layout.count(type_id), setting.max_instances)
+              if n is not None]
+    return records.replace(setting, max_instances=min(limits)
+                           if limits else None)

@@ -3,6 +3,7 @@
     python tests/tools/mutation.py [--base REF] [--modules M ...]
                                    [--tests T ...] [--jobs N] [--keep]
                                    [--sample N [--seed S]] [--exclude P ...]
+                                   [--ignore-tests T ...]
 
 The modules: those named (``libvirt_gpu/util/bounds.py`` or
 ``libvirt_gpu.util.bounds``), else every ``libvirt_gpu`` module changed since
@@ -23,7 +24,9 @@ ignored by git), emptied first unless ``--keep``.
 from all those of the modules instead of every one: on many modules, an
 estimate of the ratio in minutes where the whole takes hours.  The ratio
 is then printed with its 95% interval (Wilson).  ``--exclude`` leaves out
-the modules under a path (``libvirt_gpu/simulator``).
+the modules under a path (``libvirt_gpu/simulator``); ``--ignore-tests``
+leaves test files out of a folder named in ``--tests`` (those that read
+the package's source, which mutmut rewrites).
 
 Prints, per module and in all, the kill ratio (killed, timed out or
 caught, over every mutant tried) and the surviving mutants; ``mutmut
@@ -214,6 +217,8 @@ def main(argv=None):
     parser.add_argument('--sample', type=int, default=None, metavar='N')
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--exclude', nargs='*', default=[], metavar='PATH')
+    parser.add_argument('--ignore-tests', nargs='*', default=[],
+                        metavar='PATH')
     args = parser.parse_args(argv)
     if args.sample is not None and args.sample < 1:
         parser.error('--sample takes a count of mutants, 1 or more')
@@ -249,7 +254,8 @@ def main(argv=None):
     from mutmut import __main__ as mutmut_main
     config = configuration.config()
     config.only_mutate = list(paths)
-    config.pytest_add_cli_args_test_selection = tests
+    config.pytest_add_cli_args_test_selection = tests + [
+        '--ignore=%s' % t for t in args.ignore_tests]
     # mutmut copies tests/ following links, and the captured sysfs trees
     # of tests/data link in cycles (a device's driver links back to it):
     # copied here instead, links as links.

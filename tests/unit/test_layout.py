@@ -275,6 +275,18 @@ def test_a_layout_type_takes_its_vgpu_section(tmp_path):
         others=(objects.EnabledType(objects.TypeId.parse('nvidia-1152')),))
 
 
+@pytest.mark.parametrize('limit, taken', [(1, 1), (2, 2), (5, 2)])
+def test_the_smaller_of_a_count_and_max_instances_is_the_limit(
+        tmp_path, limit, taken):
+    conf = two(tmp_path, MIG, L40S_BODY, extra=(
+        'enabled_vgpu_types = nvidia-1161\n[vgpu_nvidia-1161]\n'
+        'resource_class = CUSTOM_L40S_2Q\nmax_instances = %d\n' % limit))
+    mixed = enablement.resolve(conf, GPUS)[objects.PciAddress.parse(L40S)]
+    assert [(t.type_id, t.resource_class, t.max_instances)
+            for t in mixed.types] == [('nvidia-1160', 'VGPU', 2),
+                                      ('nvidia-1161', 'CUSTOM_L40S_2Q', taken)]
+
+
 def test_a_gpu_in_a_layout_and_in_device_addresses_is_refused(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY, extra=(
         'enabled_vgpu_types = nvidia-1160\n[vgpu_nvidia-1160]\n'
