@@ -25,8 +25,9 @@ from all those of the modules instead of every one: on many modules, an
 estimate of the ratio in minutes where the whole takes hours.  The ratio
 is then printed with its 95% interval (Wilson).  ``--exclude`` leaves out
 the modules under a path (``libvirt_gpu/simulator``); ``--ignore-tests``
-leaves test files out of a folder named in ``--tests`` (those that read
-the package's source, which mutmut rewrites).
+leaves test files (or ``file::test`` ids) out of a folder named in
+``--tests``: those that read the package's source or count the modules a
+program imports, which mutmut's rewritten copy changes.
 
 Prints, per module and in all, the kill ratio (killed, timed out or
 caught, over every mutant tried) and the surviving mutants; ``mutmut
@@ -191,6 +192,13 @@ def report(found, out=sys.stdout, sampled=False):
     return all_killed, all_tried
 
 
+def selection(tests, ignored=()):
+    """pytest's arguments for ``tests`` less ``ignored`` (files, or
+    ``file::test`` ids)."""
+    return list(tests) + [('--deselect=%s' if '::' in t else '--ignore=%s')
+                          % t for t in ignored]
+
+
 def _generate(jobs):
     """Make mutants/ the way ``mutmut run`` begins, and name every
     mutant of the configured modules."""
@@ -254,8 +262,12 @@ def main(argv=None):
     from mutmut import __main__ as mutmut_main
     config = configuration.config()
     config.only_mutate = list(paths)
-    config.pytest_add_cli_args_test_selection = tests + [
-        '--ignore=%s' % t for t in args.ignore_tests]
+    config.pytest_add_cli_args_test_selection = selection(
+        tests, args.ignore_tests)
+    # mutmut's copy of a module holds every mutant of it (tens of times
+    # the source): a test that starts Python anew compiles it again unless
+    # the bytecode is kept.
+    os.environ.pop('PYTHONDONTWRITEBYTECODE', None)
     # mutmut copies tests/ following links, and the captured sysfs trees
     # of tests/data link in cycles (a device's driver links back to it):
     # copied here instead, links as links.
@@ -267,8 +279,9 @@ def main(argv=None):
     for top in sorted(set(n.split('/')[0] for n in _git('ls-files'))):
         if top not in copied | {PACKAGE, 'tests', 'mutants'}:
             config.also_copy.append(top)
+    shutil.rmtree(os.path.join('mutants', 'tests'), ignore_errors=True)
     shutil.copytree('tests', os.path.join('mutants', 'tests'),
-                    symlinks=True, dirs_exist_ok=True,
+                    symlinks=True,
                     ignore=shutil.ignore_patterns('__pycache__'))
     names = []
     if args.sample:

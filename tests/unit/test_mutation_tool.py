@@ -54,3 +54,11 @@ def test_the_report_gives_the_interval_only_for_a_sample():
     out = io.StringIO()
     tool.report(found, out=out, sampled=True)
     assert '95% interval 9.5% to 90.5%' in out.getvalue()
+
+
+def test_the_selection_ignores_files_and_deselects_tests():
+    assert tool.selection(['tests/unit'], [
+        'tests/unit/test_a.py', 'tests/unit/test_b.py::test_c']) == [
+        'tests/unit', '--ignore=tests/unit/test_a.py',
+        '--deselect=tests/unit/test_b.py::test_c']
+    assert tool.selection(['t.py']) == ['t.py']
