@@ -284,6 +284,7 @@ def test_a_non_root_user_may_keep_a_private_state_directory(shared):
     for path, uid in ((mine, OTHER), (roots, 0), (theirs, THIRD)):
         os.mkdir(path, 0o755)
         os.chown(path, uid, uid)
+    statedir.check_dir(roots)                   # root's, for root too
     assert _as_user(OTHER, lambda: statedir.check_dir(mine)) == ('ok', None)
     assert _as_user(OTHER, lambda: statedir.check_dir(roots)) == (
         'ok', None)
@@ -467,6 +468,25 @@ def test_a_special_file_gone_before_it_is_named_is_still_refused(
         '(`rm %s`)' % (path, path))
 
 
+def test_what_a_refused_name_is_is_said_of_the_name_not_its_target(
+        tmp_path, sd, monkeypatch):
+    """A FIFO swapped for a link to one between the open and the look
+    at it: the link is named, never followed."""
+    os.mkfifo(tmp_path / 'fifo', 0o600)
+    os.symlink(tmp_path / 'fifo', sd / 'f')
+    real = os.open
+
+    def no_reader(name, flags, *args, **kwargs):
+        if kwargs.get('dir_fd') is None:
+            return real(name, flags, *args, **kwargs)
+        raise OSError(errno.ENXIO, 'No such device or address')
+    monkeypatch.setattr(os, 'open', no_reader)
+    path = str(sd / 'f')
+    assert _message(lambda: statedir.open_file(path, os.O_WRONLY)) == (
+        'State file %s: it is a symbolic link, not a regular file; remove '
+        'it (`rm %s`)' % (path, path))
+
+
 def test_a_fifo_is_never_waited_on(sd):
     """Opened for reading it would wait for a writer: refused at once."""
     path = str(sd / 'f')
@@ -528,6 +548,7 @@ def test_an_existing_file_is_opened_as_asked(sd):
     assert (sd / 'f').read_text() == 'old+'
     fd = statedir.open_file(str(sd / 'f'), os.O_WRONLY | os.O_TRUNC)
     try:
+        assert os.fstat(fd).st_size == 0
         os.write(fd, b'new')
     finally:
         os.close(fd)
@@ -538,6 +559,15 @@ def test_an_existing_file_is_opened_as_asked(sd):
     finally:
         os.close(fd)
     assert (sd / 'f').read_text() == 'new!'
+
+
+@pytest.mark.parametrize('flags', [os.O_RDONLY, os.O_WRONLY | os.O_CREAT,
+                                   os.O_WRONLY | os.O_CREAT | os.O_EXCL])
+def test_a_name_the_system_refuses_is_its_error(sd, flags):
+    with pytest.raises(OSError) as e:
+        statedir.open_file(str(sd / ('x' * 300)), flags)
+    assert e.value.errno == errno.ENAMETOOLONG
+    assert not isinstance(e.value, exception.StateError)
 
 
 def test_a_file_name_without_a_directory_is_in_the_current_one(
@@ -819,6 +849,29 @@ def test_the_timeout_is_said_in_whole_seconds(lock_file):
     assert 'still locked after 1 s by process %d' % os.getpid() in message
 
 
+def test_a_lock_let_go_while_waiting_is_taken_soon(lock_file,
+                                                   monkeypatch):
+    """Retried within milliseconds, not once a second: the holder lets
+    go as the waiter starts its first pause."""
+    path, fd = lock_file
+    holder = os.open(path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    real = time.sleep
+
+    def sleep(seconds):
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        real(seconds)
+    monkeypatch.setattr(time, 'sleep', sleep)
+    try:
+        start = time.monotonic()
+        statedir.lock(fd, path, timeout=5)
+        waited = time.monotonic() - start
+    finally:
+        os.close(holder)
+    assert waited < 0.5
+    assert not _try(path, fcntl.LOCK_SH)
+
+
 def test_a_lock_that_cannot_be_taken_at_all_says_why(tmp_path):
     fd = os.open(str(tmp_path), os.O_RDONLY)
     os.close(fd)
@@ -931,6 +984,22 @@ def test_a_waiter_is_not_a_holder(lock_file):
         holder.end()
 
 
+def test_the_kernels_table_is_read_to_1_mib_at_most(
+        lock_file, monkeypatch):
+    import io
+    path, fd = lock_file
+    st = os.fstat(fd)
+    line = b'1: FLOCK  ADVISORY  WRITE 4321 %02x:%02x:%d 0 EOF\n' % (
+        os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    filler = b'2: POSIX  ADVISORY  WRITE 1 00:00:1 0 EOF\n'
+    for head, found in ((b'', [4321]), (filler * ((1 << 20) // len(filler)
+                                                  + 1), [])):
+        table = head + line
+        monkeypatch.setattr(statedir, 'open', lambda name, mode:
+                            io.BytesIO(table), raising=False)
+        assert statedir.lock_holders(fd) == found
+
+
 def test_no_holders_of_a_closed_descriptor(tmp_path):
     fd = os.open(str(tmp_path), os.O_RDONLY)
     os.close(fd)
@@ -990,6 +1059,22 @@ def test_a_stopped_or_traced_process_is_stopped():
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def test_a_process_whose_command_cannot_be_read_is_shown_unknown(
+        monkeypatch):
+    pid = os.getpid()
+
+    def no_cmdline(name, mode):
+        if name.endswith('/cmdline'):
+            raise PermissionError(errno.EACCES, 'Permission denied', name)
+        return open(name, mode)
+    monkeypatch.setattr(statedir, 'open', no_cmdline, raising=False)
+    assert statedir.process_state(pid) == ('R', '')
+    assert statedir.describe_holder(pid, '/x').startswith(
+        'process %d (?); ' % pid)
+    assert statedir.describe_holder(99999999, '/x').startswith(
+        'process 99999999 (?); ')
 
 
 def test_a_zombie_has_no_command():
@@ -1126,6 +1211,7 @@ def test_an_untrusted_owner_file_is_refused_as_such(tmp_path, sd):
 def test_an_owner_file_that_cannot_be_read_says_why(shared):
     state_dir = os.path.join(shared, 'state')
     os.mkdir(state_dir, 0o700)
+    statedir.check_owner(state_dir, statedir.owner_text('/sys'))   # root's
     found = _as_user(OTHER, lambda: statedir.check_owner(
         state_dir, statedir.owner_text('/sys')))
     assert found == ('error', 'StateError', 'State file %s: Permission '
