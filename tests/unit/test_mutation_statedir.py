@@ -264,6 +264,20 @@ def test_parents_above_a_link_are_checked_too(tmp_path):
         _message(lambda: statedir.check_dir(path))
 
 
+def test_a_parent_where_a_link_points_is_named_with_the_state_dir(
+        tmp_path):
+    real = tmp_path / 'real'
+    (real / 'sub').mkdir(parents=True)
+    os.symlink(real / 'sub', tmp_path / 'link')
+    (real / 'sub' / 'state').mkdir(mode=0o700)
+    path = str(tmp_path / 'link' / 'state')
+    statedir.check_dir(path)
+    os.chmod(real, 0o777)
+    assert _message(lambda: statedir.check_dir(path)) == (
+        'State file %s: its parent %s is writable by group or others '
+        '(mode 0777): run `chmod go-w %s`' % (path, real, real))
+
+
 def test_a_parent_that_cannot_be_examined_is_named(sd, monkeypatch):
     parent = os.path.dirname(str(sd))
     real = os.lstat
@@ -870,6 +884,31 @@ def test_a_lock_let_go_while_waiting_is_taken_soon(lock_file,
         os.close(holder)
     assert waited < 0.5
     assert not _try(path, fcntl.LOCK_SH)
+
+
+def test_the_pause_between_tries_stays_short(lock_file, monkeypatch):
+    """A long wait is retried every 50 ms at most: a lock let go after
+    a dozen pauses is taken well within a second and a half (pauses that
+    kept doubling would have reached seconds)."""
+    path, fd = lock_file
+    holder = os.open(path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    real = time.sleep
+    pauses = []
+
+    def sleep(seconds):
+        pauses.append(seconds)
+        if len(pauses) == 12:
+            fcntl.flock(holder, fcntl.LOCK_UN)
+        real(seconds)
+    monkeypatch.setattr(time, 'sleep', sleep)
+    try:
+        start = time.monotonic()
+        statedir.lock(fd, path, timeout=10)
+        waited = time.monotonic() - start
+    finally:
+        os.close(holder)
+    assert len(pauses) == 12 and waited < 1.5
 
 
 def test_a_lock_that_cannot_be_taken_at_all_says_why(tmp_path):
