@@ -871,25 +871,27 @@ def test_a_lock_let_go_while_waiting_is_taken_soon(lock_file,
     holder = os.open(path, os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)
     real = time.sleep
+    pauses = []
 
     def sleep(seconds):
+        pauses.append(seconds)
         fcntl.flock(holder, fcntl.LOCK_UN)
         real(seconds)
     monkeypatch.setattr(time, 'sleep', sleep)
     try:
-        start = time.monotonic()
         statedir.lock(fd, path, timeout=5)
-        waited = time.monotonic() - start
     finally:
         os.close(holder)
-    assert waited < 0.5
+    # one pause of milliseconds, then taken (the pauses, not the wall
+    # clock: a loaded machine may run late)
+    assert len(pauses) == 1 and 0 < pauses[0] <= 0.05
     assert not _try(path, fcntl.LOCK_SH)
 
 
 def test_the_pause_between_tries_stays_short(lock_file, monkeypatch):
-    """A long wait is retried every 50 ms at most: a lock let go after
-    a dozen pauses is taken well within a second and a half (pauses that
-    kept doubling would have reached seconds)."""
+    """A long wait is retried every 50 ms at most: the pauses grow to
+    that cap and stay there (pauses that kept doubling would reach
+    seconds)."""
     path, fd = lock_file
     holder = os.open(path, os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)
@@ -903,12 +905,11 @@ def test_the_pause_between_tries_stays_short(lock_file, monkeypatch):
         real(seconds)
     monkeypatch.setattr(time, 'sleep', sleep)
     try:
-        start = time.monotonic()
         statedir.lock(fd, path, timeout=10)
-        waited = time.monotonic() - start
     finally:
         os.close(holder)
-    assert len(pauses) == 12 and waited < 1.5
+    assert len(pauses) == 12 and max(pauses) <= 0.05
+    assert pauses == sorted(pauses) and pauses[0] < pauses[-1]
 
 
 def test_a_lock_that_cannot_be_taken_at_all_says_why(tmp_path):
@@ -923,12 +924,12 @@ def test_a_stopped_holder_is_named_at_once(lock_file):
     child = Child(_flock(path), stop=True)
     try:
         start = time.monotonic()
-        message = _message(lambda: statedir.lock(fd, path, timeout=3))
+        message = _message(lambda: statedir.lock(fd, path, timeout=20))
         waited = time.monotonic() - start
         described = statedir.describe_holder(child.pid, path)
     finally:
         child.end()
-    assert waited < 1.5
+    assert waited < 10              # named, not waited out
     assert message == ('State file %s: locked by a stopped %s'
                        % (path, described))
     assert 'process %d (' % child.pid in message
