@@ -54,3 +54,18 @@ def test_the_report_gives_the_interval_only_for_a_sample():
     out = io.StringIO()
     tool.report(found, out=out, sampled=True)
     assert '95% interval 9.5% to 90.5%' in out.getvalue()
+
+
+def test_only_keeps_the_mutants_a_glob_names():
+    found = {'libvirt_gpu/a.py': {
+        'a.xǁCǁf__mutmut_1': 'killed', 'a.xǁCǁf__mutmut_2': 'survived',
+        'a.xǁCǁff__mutmut_1': 'survived', 'a.x_g__mutmut_1': 'survived'}}
+    assert tool.selected(found, []) == found
+    assert tool.selected(found, ['a.xǁCǁf__mutmut_*']) == {
+        'libvirt_gpu/a.py': {'a.xǁCǁf__mutmut_1': 'killed',
+                             'a.xǁCǁf__mutmut_2': 'survived'}}
+    assert tool.selected(found, ['a.xǁCǁf__mutmut_1', 'a.x_g*']) == {
+        'libvirt_gpu/a.py': {'a.xǁCǁf__mutmut_1': 'killed',
+                             'a.x_g__mutmut_1': 'survived'}}
+    out = io.StringIO()
+    assert tool.report(tool.selected(found, ['*ǁff_*']), out=out) == (0, 1)
