@@ -7,6 +7,7 @@ rest stayed green on (docs/dev/mutation.md).  The allocator is called in
 the test's own process (the hook run as a program runs the installed
 code, never the mutant)."""
 
+import os
 import shutil
 import tempfile
 import time
@@ -162,8 +163,11 @@ def test_exactly_what_fits_is_reserved_and_one_more_refused(alloc, store):
         '0000:3b:00.0, 6 on 0000:af:00.0); looked at 0000:3b:00.0 (0 '
         'free), 0000:af:00.0 (0 free)')
     assert store.leases() == []
-    grants = alloc.reserve_incoming(DOM, [claim() for _ in range(14)],
-                                    until)
+    claims = [claim() for _ in range(15)]
+    with pytest.raises(exception.NoCapacity) as e:
+        alloc.reserve_incoming(DOM, claims, until)
+    assert e.value.kwargs['uuid'] == claims[-1].uuid   # the claim refused
+    grants = alloc.reserve_incoming(DOM, claims[:-1], until)
     assert sorted(str(g.device.parent) for g in grants) == \
         [str(A)] * 8 + [str(B)] * 6
 
@@ -421,8 +425,9 @@ def test_a_taken_uuids_new_one_never_gets_the_vf_recorded_for_it(
     the claim's UUID is defined here on L2's first VF and leased by
     another domain, so it is taken and the vGPU gets a new UUID; that
     new vGPU is placed as itself, on the next VF, never on the one
-    recorded for the UUID it replaces.  The host's vGPUs are listed as
-    often for three claims as for one."""
+    recorded for the UUID it replaces; a VF recorded for the claim's own
+    UUID is usable by it.  The host's vGPUs are listed once for the
+    room of every GPU, and as often for three claims as for one."""
     from libvirt_gpu.devices.backends import base
     from tests.unit import test_nvidia_vgpu_lifecycle as tv
     alloc = l40s.allocator()
@@ -438,7 +443,46 @@ def test_a_taken_uuids_new_one_never_gets_the_vf_recorded_for_it(
         DOM, [claim(tv.T_NVIDIA_1145, uuid=taken)], time.time() + 60)
     assert grant.device.uuid != taken
     assert str(grant.device.parent) == '0000:bd:00.5'
+    # a VF recorded for the claim's own UUID is usable by it (the next
+    # free VF, 0000:bd:00.6, recorded for it)
+    own = new_uuid()
+    sixth = objects.PciAddress.parse('0000:bd:00.6')
+    alloc.backend.kind_of(sixth).define(base.VgpuDevice(
+        uuid=own, parent=sixth, type_id=tv.T_NVIDIA_1145))
+    (mine,) = alloc.reserve_incoming(
+        DOM2, [claim(tv.T_NVIDIA_1145, uuid=own)], time.time() + 60)
+    assert (mine.device.uuid, mine.device.parent) == (own, sixth)
+    del calls[:]
+    assert alloc.capacity('nvidia-1145') == {tv.L1: 29, tv.L2: 30}
+    assert len(calls) == 1
+    del calls[:]
+    alloc.reserve_incoming(DOM2, [claim(tv.T_NVIDIA_1145)],
+                           time.time() + 60)
     once = len(calls)
     alloc.reserve_incoming(DOM2, [claim(tv.T_NVIDIA_1145)
                                   for _ in range(3)], time.time() + 60)
     assert len(calls) == 2 * once
+
+
+def test_a_gpu_that_does_not_offer_the_type_is_passed_over(store):
+    """A lists no nvidia-223 (its type directory gone): the vGPU goes to
+    B, the GPU after it, and a refusal names A as not offering it."""
+    with trees.simulated_tree('t4') as (root, profile):
+        shutil.rmtree(os.path.join(
+            root, 'devices', 'pci0000:3a', '0000:3a:00.0', '0000:3b:00.0',
+            'mdev_supported_types', 'nvidia-223'))
+        backend = mdev.MdevBackend(kernel_sysfs.KernelSysfs(root, profile))
+        alloc = allocator.Allocator(backend, store, enabled())
+        (grant,) = alloc.reserve_incoming(DOM, [claim()], time.time() + 60)
+        assert grant.device.parent == B
+        said = _refused(exception.NoCapacity, alloc.reserve_incoming, DOM2,
+                        [claim() for _ in range(6)], time.time() + 60)
+    assert 'looked at 0000:3b:00.0 (type not offered), 0000:af:00.0 (0 ' \
+        'free); 1 slot(s) are reserved' in said
+
+
+def test_a_parent_that_is_not_parsed_is_refused(alloc, store):
+    with store.transaction() as txn:
+        said = _refused(TypeError, alloc.free, txn, str(A), T_NVIDIA_223,
+                        {})
+    assert said.startswith('parent must be an objects.PciAddress, not str')
