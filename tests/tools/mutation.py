@@ -4,6 +4,7 @@
                                    [--tests T ...] [--jobs N] [--keep]
                                    [--sample N [--seed S]] [--exclude P ...]
                                    [--ignore-tests T ...]
+                                   [--only GLOB ...]
 
 The modules: those named (``libvirt_gpu/util/bounds.py`` or
 ``libvirt_gpu.util.bounds``), else every ``libvirt_gpu`` module changed since
@@ -27,7 +28,9 @@ is then printed with its 95% interval (Wilson).  ``--exclude`` leaves out
 the modules under a path (``libvirt_gpu/simulator``); ``--ignore-tests``
 leaves test files (or ``file::test`` ids) out of a folder named in
 ``--tests``: those that read the package's source or count the modules a
-program imports, which mutmut's rewritten copy changes.
+program imports, which mutmut's rewritten copy changes.  ``--only`` runs
+and counts only the mutants whose names match one of the globs
+(``'*ǁAllocatorǁreserve_incoming__mutmut_*'``: one function's).
 
 Prints, per module and in all, the kill ratio (killed, timed out or
 caught, over every mutant tried) and the surviving mutants; ``mutmut
@@ -36,6 +39,7 @@ not a gate), 2 when nothing could be run.
 """
 
 import argparse
+import fnmatch
 import math
 import os
 import random
@@ -161,6 +165,16 @@ def draw(names, count, seed):
     return sorted(random.Random(seed).sample(names, count))
 
 
+def selected(found, globs):
+    """``found`` (``{module path: {mutant name: status}}``) with only
+    the mutants whose names match one of ``globs`` (all when none)."""
+    if not globs:
+        return found
+    return {path: {name: status for name, status in statuses.items()
+                   if any(fnmatch.fnmatchcase(name, g) for g in globs)}
+            for path, statuses in found.items()}
+
+
 def report(found, out=sys.stdout, sampled=False):
     """Print the ratio per module and in all; returns (killed, tried)."""
     all_killed = all_tried = 0
@@ -227,6 +241,7 @@ def main(argv=None):
     parser.add_argument('--exclude', nargs='*', default=[], metavar='PATH')
     parser.add_argument('--ignore-tests', nargs='*', default=[],
                         metavar='PATH')
+    parser.add_argument('--only', nargs='*', default=[], metavar='GLOB')
     args = parser.parse_args(argv)
     if args.sample is not None and args.sample < 1:
         parser.error('--sample takes a count of mutants, 1 or more')
@@ -283,9 +298,12 @@ def main(argv=None):
     shutil.copytree('tests', os.path.join('mutants', 'tests'),
                     symlinks=True,
                     ignore=shutil.ignore_patterns('__pycache__'))
-    names = []
+    names = list(args.only)
     if args.sample:
-        names = draw(_generate(args.jobs), args.sample, args.seed)
+        names = draw([n for n in _generate(args.jobs)
+                      if not args.only or any(fnmatch.fnmatchcase(n, g)
+                                              for g in args.only)],
+                     args.sample, args.seed)
         print('mutation: %d mutants drawn (seed %d)'
               % (len(names), args.seed))
     try:
@@ -296,7 +314,8 @@ def main(argv=None):
             print('mutation: mutmut stopped (exit %s)' % e.code)
             return 2
     print()
-    killed, tried = report(_results(paths), sampled=bool(args.sample))
+    killed, tried = report(selected(_results(paths), args.only),
+                           sampled=bool(args.sample))
     return 0 if tried else 2
 
 

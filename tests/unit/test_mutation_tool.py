@@ -62,3 +62,18 @@ def test_the_selection_ignores_files_and_deselects_tests():
         'tests/unit', '--ignore=tests/unit/test_a.py',
         '--deselect=tests/unit/test_b.py::test_c']
     assert tool.selection(['t.py']) == ['t.py']
+
+
+def test_only_keeps_the_mutants_a_glob_names():
+    found = {'libvirt_gpu/a.py': {
+        'a.xǁCǁf__mutmut_1': 'killed', 'a.xǁCǁf__mutmut_2': 'survived',
+        'a.xǁCǁff__mutmut_1': 'survived', 'a.x_g__mutmut_1': 'survived'}}
+    assert tool.selected(found, []) == found
+    assert tool.selected(found, ['a.xǁCǁf__mutmut_*']) == {
+        'libvirt_gpu/a.py': {'a.xǁCǁf__mutmut_1': 'killed',
+                             'a.xǁCǁf__mutmut_2': 'survived'}}
+    assert tool.selected(found, ['a.xǁCǁf__mutmut_1', 'a.x_g*']) == {
+        'libvirt_gpu/a.py': {'a.xǁCǁf__mutmut_1': 'killed',
+                             'a.x_g__mutmut_1': 'survived'}}
+    out = io.StringIO()
+    assert tool.report(tool.selected(found, ['*ǁff_*']), out=out) == (0, 1)
