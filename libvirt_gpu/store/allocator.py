@@ -301,7 +301,9 @@ class Allocator(object):
 
     def _pending_incoming(self, txn, domain_uuid):
         """``{uuid: Lease}`` of this domain's incoming reservations that
-        no prepare took over yet (in the order they were made)."""
+        no prepare took over yet, in no promised order (a retry matches
+        them to its claims by type, and the order of two of one type
+        changes nothing)."""
         return {lease.vgpu_uuid: lease
                 for lease in txn.for_domain(domain_uuid)
                 if lease.state == state.RESERVED
