@@ -254,6 +254,18 @@ def test_resolved_carving_names_vfs_ids_resource_class_and_alias(resolve):
     assert carved.alias == 'l40s-12q'
 
 
+def test_the_ids_nova_matches_are_the_vfs_not_the_pfs(fast_tmp):
+    # Nova's device_spec matches the VFs it is handed: their own ids
+    host = Host(fast_tmp, CARVING % (L2, 2))
+    (first,) = vfs(L2, 4)
+    with open(os.path.join(host.root, 'bus', 'pci', 'devices', str(first),
+                           'device'), 'w') as f:
+        f.write('0x26ba\n')
+    (carved,) = host.env().carved.planned
+    assert carved.vfs[0] == first
+    assert (carved.vendor_id, carved.product_id) == ('10de', '26ba')
+
+
 def test_resource_class_and_alias_may_be_named(resolve):
     (carved,) = resolve(CARVING % (L2, 1) + 'resource_class = '
                         'CUSTOM_VDI\nalias = vdi.large\n')
