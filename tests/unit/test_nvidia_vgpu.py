@@ -258,6 +258,21 @@ def test_state_file_and_persistence(backend, host, fast_tmp):
     assert backend.undefine(dev.uuid) is False
 
 
+@pytest.mark.parametrize('start', ['auto', 'manual'])
+def test_a_defined_vgpu_is_a_definition_with_its_start(backend, start):
+    dev = vgpu()
+    assert backend.definition(dev.uuid) is None
+    backend.define(dev, start=start)
+    found = backend.definition(dev.uuid)
+    assert (found.uuid, found.parent, found.type_id, found.start) == (
+        dev.uuid, dev.parent, dev.type_id, start)
+    assert found.source == 'the state file %s' % backend.state.path
+    assert backend.prepare(dev) is True
+    assert backend.definition(dev.uuid).start == start
+    backend.undefine(dev.uuid)
+    assert backend.definition(dev.uuid) is None
+
+
 def test_corrupt_state_is_typed_error(backend, fast_tmp):
     os.makedirs(os.path.join(fast_tmp, 'state'))
     with open(os.path.join(fast_tmp, 'state', 'nvidia-vgpu.json'), 'w') as f:
