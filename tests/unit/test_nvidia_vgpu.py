@@ -273,6 +273,28 @@ def test_a_defined_vgpu_is_a_definition_with_its_start(backend, start):
     assert backend.definition(dev.uuid) is None
 
 
+def test_after_a_boot_a_stale_vgpu_is_reset_and_an_unreadable_vf_named(
+        backend, host, monkeypatch):
+    dev = vgpu()
+    assert backend.prepare(dev) is True              # transient
+    path = os.path.join(vendor(host).vendor_dir(VF2),
+                        vendor_names.CURRENT_TYPE)
+    read = backend.files.current_type
+
+    def current_type(vf):
+        if vf == VF2:           # what read_int says of a file it cannot read
+            raise exception.SysfsBadNumber(path=path, expected='a number',
+                                           text='garbage')
+        return read(vf)
+    monkeypatch.setattr(backend.files, 'current_type', current_type)
+    notes = backend.boot_cleanup(lambda uuid: False)
+    by_target = {n.target: n for n in notes}
+    assert (by_target[dev.uuid].action, by_target[str(VF2)].action) == (
+        'reset', 'failed')
+    assert path in by_target[str(VF2)].detail
+    assert vendor(host).current_type(VF_FREE) == 0
+
+
 def test_corrupt_state_is_typed_error(backend, fast_tmp):
     os.makedirs(os.path.join(fast_tmp, 'state'))
     with open(os.path.join(fast_tmp, 'state', 'nvidia-vgpu.json'), 'w') as f:
