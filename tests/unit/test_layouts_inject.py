@@ -438,3 +438,23 @@ def test_a_gpu_instance_left_without_its_compute_instance_is_made_again(
     assert not again.failed, again.failed
     assert host.driver()[0] == references(H100, False).state
     assert host.apply().plans[0].converged
+
+
+def test_restore_applies_a_layout_then_finds_it_in_place(tmp_path):
+    """``restore`` brings the layouts back first: each step said as
+    restore's own actions (would / applied / ok), per GPU."""
+    from libvirt_gpu.guests import restore as restore_mod
+    host = Host(tmp_path, L40S)
+    env = host.env(L40S.layout)
+
+    def layout_notes(**kwargs):
+        report = restore_mod.restore(env, settle_timeout=0, **kwargs)
+        return [(a.action, a.target) for a in report.actions
+                if a.what == 'layout']
+
+    would = layout_notes(dry_run=True)
+    assert would and set(would) == {(restore_mod.WOULD, L40S.gpu)}
+    done = layout_notes()
+    assert set(done) == {(restore_mod.APPLIED, L40S.gpu)}
+    assert len(done) == len(would)
+    assert set(layout_notes()) == {(restore_mod.OK, L40S.gpu)}
