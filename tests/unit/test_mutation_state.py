@@ -35,6 +35,9 @@ B3 = objects.PciAddress.parse('0000:3b:00.0')
 T223 = objects.TypeId.parse('nvidia-223')
 T224 = objects.TypeId.parse('nvidia-224')
 OTHER = 4242            # a uid nobody here has
+NOT_A_DOMAIN = r'^domain_uuid must be an objects\.Uuid, not str'
+NOT_A_VGPU = r'^vgpu_uuid must be an objects\.Uuid, not str'
+NOT_A_PARENT = r'^parent must be an objects\.PciAddress, not str'
 BOOT = '1111aaaa-0000-4000-8000-000000000000'
 
 root_only = pytest.mark.skipif(os.geteuid() != 0,
@@ -214,6 +217,7 @@ def test_a_crash_point_fires_at_its_occurrence(monkeypatch, kills, wanted,
     monkeypatch.setenv(state.CRASH_ENV, wanted)
     for i in range(1, 5):
         state.crash_point('attach:other')
+        state.crash_point('attach:other')      # counted apart, never fired
         state.crash_point('attach:created')
         assert kills == ([(os.getpid(), signal.SIGKILL)] if i >= at else [])
 
@@ -272,7 +276,7 @@ def test_a_uuid_leased_twice_names_the_domain_holding_it(store):
         with store.transaction() as txn:
             txn.add(U1, DOM2, B3, T224)
     assert str(e.value) == 'vGPU %s is held by domain %s' % (U1, DOM)
-    with pytest.raises(TypeError, match='domain_uuid'):
+    with pytest.raises(TypeError, match=NOT_A_DOMAIN):
         with store.transaction() as txn:
             txn.add(U2, str(DOM), AF, T223)
 
@@ -290,10 +294,10 @@ def test_get_for_domain_and_for_parent_select_exactly(store):
         assert [x.vgpu_uuid for x in txn.for_parent(B3)] == [U3, U2]
         assert txn.delete(U2) is True
         assert [x.vgpu_uuid for x in txn.all()] == [U3, U1]
-    with pytest.raises(TypeError, match='domain_uuid'):
+    with pytest.raises(TypeError, match=NOT_A_DOMAIN):
         with store.transaction() as txn:
             txn.for_domain(str(DOM))
-    with pytest.raises(TypeError, match='parent'):
+    with pytest.raises(TypeError, match=NOT_A_PARENT):
         with store.transaction() as txn:
             txn.for_parent(str(AF))
 
@@ -348,7 +352,7 @@ def test_update_refuses_what_it_may_not_change(store):
             txn.update(U1, state='gone')
     for name, value in (('parent', str(B3)), ('type_id', str(T224)),
                         ('domain_uuid', str(DOM2))):
-        with pytest.raises(TypeError, match=name):
+        with pytest.raises(TypeError, match='^%s must be' % name):
             with store.transaction() as txn:
                 txn.update(U1, **{name: value})
     assert store.leases()[0].state == state.RESERVED
@@ -384,11 +388,36 @@ def test_borrowed_mdevs_are_recorded_replaced_and_given_back(
                                                               objects.Uuid)
                    for k, v in txn.borrowed().items())
         assert isinstance(txn.borrower(U3), objects.Uuid)
-    with pytest.raises(TypeError, match='domain_uuid'):
+    with pytest.raises(TypeError, match=NOT_A_DOMAIN):
         with store.transaction() as txn:
             txn.give_back(str(DOM2))
+    with pytest.raises(TypeError, match=NOT_A_DOMAIN):
+        with store.transaction() as txn:
+            txn.borrow(U1, str(DOM2))
+    with pytest.raises(TypeError, match=NOT_A_VGPU):
+        with store.transaction() as txn:
+            txn.borrow(str(U1), DOM2)
     with store.transaction() as txn:
         assert txn.borrowed() == {U3: (DOM2, 42.0)}
+
+
+def test_the_holder_named_is_the_kernels_else_the_recorded_one(tmp_path):
+    path = tmp_path / 'lock'
+    path.write_bytes(b'1 init\n')
+    fd = os.open(path, os.O_RDWR)
+    other = os.open(path, os.O_RDWR)
+    try:
+        assert state._holder(fd, 'L').startswith('process 1 (')
+        path.write_bytes(b'')
+        assert state._holder(fd, 'L') == (
+            'an unknown process; find it with `fuser -v L`')
+        path.write_bytes(b'1 init\n')
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert state._holder(fd, 'L').startswith('process %d ('
+                                                 % os.getpid())
+    finally:
+        os.close(other)
+        os.close(fd)
 
 
 # --- the lock ----------------------------------------------------------------
@@ -701,7 +730,7 @@ def test_a_lease_file_part_of_another_user_is_refused(store, suffix):
 
 @pytest.mark.parametrize('suffix', ['', '-wal', '-shm'])
 def test_a_lease_file_part_with_two_links_is_refused(store, tmp_path,
-                                                    suffix):
+                                                     suffix):
     with store.transaction() as txn:
         txn.add(U1, DOM, AF, T223)
     store.close()
