@@ -16,6 +16,8 @@ user's file is made with ``os.chown``.
 import fcntl
 import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -38,6 +40,8 @@ OTHER = 4242            # a uid nobody here has
 NOT_A_DOMAIN = r'^domain_uuid must be an objects\.Uuid, not str'
 NOT_A_VGPU = r'^vgpu_uuid must be an objects\.Uuid, not str'
 NOT_A_PARENT = r'^parent must be an objects\.PciAddress, not str'
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 BOOT = '1111aaaa-0000-4000-8000-000000000000'
 
 root_only = pytest.mark.skipif(os.geteuid() != 0,
@@ -841,3 +845,56 @@ def test_a_row_of_a_bad_type_is_listed_with_its_text(store):
     assert lease.type_id is None and lease.bad_type_id == 'bad type'
     assert records.replace(lease, type_id=T223, bad_type_id=None) \
         .checked_type_id() == T223
+
+
+def test_a_lease_file_gone_before_its_check_is_named(store):
+    store.leases()
+    store.close()
+    _unwal(store)
+    os.unlink(store.db_path)
+    assert _message(store._check_db_file) == (
+        'State file %s: No such file or directory' % store.db_path)
+
+
+def test_the_lock_file_records_at_most_400_bytes_of_the_command(store):
+    store.leases()
+    code = ('import sys; from libvirt_gpu.store import state; '
+            'state.LeaseStore(sys.argv[1]).leases()')
+    args = [sys.executable, '-c', code, store.state_dir, 'x' * 500]
+    subprocess.run(args, cwd=ROOT, check=True, timeout=60)
+    with open(store.lock_path, 'rb') as f:
+        pid, _, command = f.read().partition(b' ')
+    written = ' '.join(args).encode()
+    assert command == written[:400] + b'\n'
+
+
+def test_an_unreadable_command_line_is_recorded_as_a_question_mark(
+        store, monkeypatch):
+    def refuse(path, *args):
+        raise PermissionError(13, 'Permission denied', path)
+    monkeypatch.setattr(state, 'open', refuse, raising=False)
+    store.leases()
+    with open(store.lock_path, 'rb') as f:
+        assert f.read() == b'%d ?\n' % os.getpid()
+
+
+def test_a_store_never_used_closes_quietly(tmp_path):
+    s = state.LeaseStore(tmp_path / 'state')
+    s.close()
+    s.close()
+    assert not os.path.exists(s.state_dir)
+
+
+def test_a_file_of_an_earlier_boot_that_cannot_be_set_aside_is_named(
+        store, boot):
+    with store.transaction() as txn:
+        txn.add(U1, DOM, AF, T223)
+    store.close()
+    blocker = store.db_path + '.previous-boot'
+    os.mkdir(blocker)
+    with open(os.path.join(blocker, 'x'), 'w'):
+        pass
+    boot.write_text('2222\n')
+    said = _message(state.LeaseStore(store.state_dir,
+                                     boot_id_path=str(boot)).leases)
+    assert said == 'State file %s: Is a directory' % store.state_dir
