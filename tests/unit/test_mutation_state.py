@@ -898,3 +898,25 @@ def test_a_file_of_an_earlier_boot_that_cannot_be_set_aside_is_named(
     said = _message(state.LeaseStore(store.state_dir,
                                      boot_id_path=str(boot)).leases)
     assert said == 'State file %s: Is a directory' % store.state_dir
+
+
+def test_what_follows_analyzes_statistics_is_still_checked(store):
+    with store.transaction() as txn:
+        txn.add(U1, DOM, AF, T223)
+    store.close()
+    db = sqlite3.connect(store.db_path)
+    db.execute('ANALYZE')
+    db.execute('CREATE TABLE zzz (x)')
+    db.commit()
+    db.close()
+    again = state.LeaseStore(store.state_dir, boot_id_path=store.boot_id_path)
+    assert 'it holds a table zzz that libvirt-gpu never makes' in _message(
+        again.leases)
+
+
+def test_a_lease_table_without_our_columns_is_named_without_borrowed(store):
+    _foreign(store, 'CREATE TABLE leases (mdev_uuid TEXT, domain_uuid TEXT, '
+                    'state TEXT, pid INTEGER, pid_start INTEGER, '
+                    'created_at REAL, updated_at REAL, parent TEXT);')
+    assert 'its table leases lacks the column(s) type_id, so' in _message(
+        store.leases)
