@@ -920,3 +920,15 @@ def test_a_lease_table_without_our_columns_is_named_without_borrowed(store):
                     'created_at REAL, updated_at REAL, parent TEXT);')
     assert 'its table leases lacks the column(s) type_id, so' in _message(
         store.leases)
+
+
+def test_a_recorded_boot_id_of_other_bytes_is_another_boots(store, boot):
+    with store.transaction() as txn:
+        txn.add(U1, DOM, AF, T223)
+    marker = os.path.join(store.state_dir, state.BOOT_ID_NAME)
+    with open(marker, 'wb') as f:
+        f.write(b'\xff' + BOOT.encode()[1:] + b'\n')
+    assert state.LeaseStore(store.state_dir,
+                            boot_id_path=str(boot)).leases() == []
+    with open(marker) as f:
+        assert f.read() == BOOT + '\n'
