@@ -283,6 +283,13 @@ def test_a_uuid_leased_twice_names_the_domain_holding_it(store):
     with pytest.raises(TypeError, match=NOT_A_DOMAIN):
         with store.transaction() as txn:
             txn.add(U2, str(DOM), AF, T223)
+    with pytest.raises(TypeError, match=NOT_A_PARENT):
+        with store.transaction() as txn:
+            txn.add(U2, DOM, str(AF), T223)
+    with pytest.raises(TypeError, match=r'^type_id must be an objects\.'
+                                        r'TypeId, not str'):
+        with store.transaction() as txn:
+            txn.add(U2, DOM, AF, str(T223))
 
 
 def test_get_for_domain_and_for_parent_select_exactly(store):
