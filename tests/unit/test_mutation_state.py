@@ -939,3 +939,12 @@ def test_a_recorded_boot_id_of_other_bytes_is_another_boots(store, boot):
                             boot_id_path=str(boot)).leases() == []
     with open(marker) as f:
         assert f.read() == BOOT + '\n'
+
+
+def test_a_boot_id_that_is_not_ascii_is_read_not_a_crash(tmp_path):
+    boot = tmp_path / 'boot_id'
+    boot.write_bytes(b'\xff' + BOOT.encode()[1:] + b'\n')
+    s = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
+    assert s.leases() == []
+    with s.snapshot() as txn:
+        assert txn.all() == []
