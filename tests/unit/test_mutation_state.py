@@ -13,6 +13,7 @@ child told to go on through a pipe.  The tests run as root: another
 user's file is made with ``os.chown``.
 """
 
+import errno
 import fcntl
 import os
 import sqlite3
@@ -948,3 +949,51 @@ def test_a_boot_id_that_is_not_ascii_is_read_not_a_crash(tmp_path):
     assert s.leases() == []
     with s.snapshot() as txn:
         assert txn.all() == []
+
+
+# --- a disk that fails: each error names the file and what went wrong -------
+
+def _failing(real, path, error):
+    def call(name, *args, **kwargs):
+        if os.fspath(name) == path:
+            raise error
+        return real(name, *args, **kwargs)
+    return call
+
+
+def test_a_lease_file_that_cannot_be_made_is_named(store, monkeypatch):
+    monkeypatch.setattr(os, 'open', _failing(
+        os.open, store.db_path, OSError(errno.ENOSPC,
+                                        'No space left on device')))
+    assert _message(store.leases) == (
+        'State file %s: No space left on device' % store.db_path)
+
+
+def test_a_lease_file_sqlite_cannot_open_is_named(store, monkeypatch):
+    monkeypatch.setattr(state.sqlite3, 'connect', _failing(
+        state.sqlite3.connect, store.db_path,
+        sqlite3.OperationalError('unable to open database file')))
+    assert _message(store.leases) == (
+        'State file %s: SQLite failed on it (unable to open database file)'
+        % store.db_path)
+
+
+def test_a_wal_that_cannot_be_looked_at_is_named(store, monkeypatch):
+    store.leases()
+    store.close()
+    wal = store.db_path + '-wal'
+    monkeypatch.setattr(os, 'lstat', _failing(
+        os.lstat, wal, OSError(errno.EIO, 'Input/output error')))
+    again = state.LeaseStore(store.state_dir, boot_id_path=store.boot_id_path)
+    assert _message(again.leases) == 'State file %s: Input/output error' % wal
+
+
+def test_a_boot_id_record_that_cannot_be_read_is_named(store, monkeypatch):
+    store.leases()
+    marker = os.path.join(store.state_dir, state.BOOT_ID_NAME)
+    monkeypatch.setattr(state.statedir, 'read_file', _failing(
+        state.statedir.read_file, marker,
+        OSError(errno.EIO, 'Input/output error')))
+    again = state.LeaseStore(store.state_dir, boot_id_path=store.boot_id_path)
+    assert _message(again.leases) == (
+        'State file %s: Input/output error' % marker)
