@@ -969,13 +969,19 @@ def test_a_lease_file_that_cannot_be_made_is_named(store, monkeypatch):
         'State file %s: No space left on device' % store.db_path)
 
 
-def test_a_lease_file_sqlite_cannot_open_is_named(store, monkeypatch):
+@pytest.mark.parametrize('error, reason', [
+    ('unable to open database file',
+     'SQLite failed on it (unable to open database file)'),
+    ('file is not a database', 'it is not a SQLite file (garbage, or '
+     'another program\'s); move it aside (`mv {0} {0}.broken`), then run '
+     '`libvirt-gpu reconcile --dry-run`')])
+def test_a_lease_file_sqlite_cannot_open_is_named(store, monkeypatch, error,
+                                                  reason):
     monkeypatch.setattr(state.sqlite3, 'connect', _failing(
         state.sqlite3.connect, store.db_path,
-        sqlite3.OperationalError('unable to open database file')))
-    assert _message(store.leases) == (
-        'State file %s: SQLite failed on it (unable to open database file)'
-        % store.db_path)
+        sqlite3.DatabaseError(error)))
+    assert _message(store.leases) == 'State file %s: %s' % (
+        store.db_path, reason.format(store.db_path))
 
 
 def test_a_wal_that_cannot_be_looked_at_is_named(store, monkeypatch):
