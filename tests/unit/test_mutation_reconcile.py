@@ -18,6 +18,7 @@ import pytest
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import mdev as mdev_backend
 from libvirt_gpu.guests import reconcile
 from libvirt_gpu.store import state
@@ -239,16 +240,19 @@ class MadeUpDriver(fake_libvirt.FakeConnection):
         return self.uri
 
 
-def test_libvirts_test_driver_is_refused(world, tmp_path):
+@pytest.mark.parametrize('uri', ['test:///default',
+                                 'test:///etc/host:1.xml'])
+def test_libvirts_test_driver_is_refused(world, tmp_path, uri):
     world.conn = MadeUpDriver(tmp_path / 'test-doms')
+    world.conn.uri = uri
     uuid = world.mdev()
     with pytest.raises(exception.InvalidInput) as e:
         world.reconcile()
     assert str(e.value).endswith(
         "reconcile needs the libvirt that runs this host's guests; "
-        "test:///default is libvirt's test driver, which knows none of "
+        "%s is libvirt's test driver, which knows none of "
         'them (every vGPU would look unused): connect to qemu:///system '
-        'with -c')
+        'with -c' % uri)
     assert world.mdevs() == {uuid}
 
 
@@ -674,3 +678,79 @@ def test_a_borrow_still_running_or_just_made_is_kept(world, frozen):
     _borrow(world, new, DOM3, NOW)
     assert world.reconcile(covered=(A,)).findings == ()
     assert _borrowed(world) == {running: DOM2, new: DOM3}
+
+
+def test_a_running_domains_persistent_xml_protects_its_vgpus_too(world):
+    """Attached for the next boot only (in the persistent XML, not the
+    live one), or detached for the next boot only: both are referenced."""
+    next_boot, this_boot = world.mdev(), world.mdev()
+    world.domain([next_boot], dom=DOM)
+    world.domain([this_boot], dom=DOM2)
+    with world.conn.locked():
+        for dom, xml in ((DOM, th.domain_xml([], uuid=DOM)),
+                         (DOM2, None)):
+            record = world.conn.load(dom)
+            if xml is None:
+                record['config'] = th.domain_xml([], uuid=DOM2).decode()
+            else:
+                record['live'] = xml.decode()
+            world.conn.save(record)
+    refs = reconcile.domain_refs(world.env().host)
+    assert refs.running == {this_boot: frozenset([DOM2])}
+    assert refs.defined == {next_boot: frozenset([DOM])}
+    assert world.reconcile().findings == ()
+    assert world.mdevs() == {next_boot, this_boot}
+
+
+def test_a_hostdev_alone_references_a_vgpu(world):
+    uuid = world.mdev()
+    world.conn.define(th.domain_xml(hostdevs=[uuid]).decode(), active=True)
+    assert world.reconcile().findings == ()
+    assert world.mdevs() == {uuid}
+
+
+# --- which GPUs' vGPUs are ours to judge ------------------------------------
+
+@pytest.fixture
+def a100(tmp_path):
+    with trees.simulated_tree('a100', without_mdevs=True) as (root, profile):
+        yield World(root, profile, tmp_path)
+
+
+PF = objects.PciAddress.parse('0000:41:00.0')
+VF = objects.PciAddress.parse('0000:41:00.4')
+
+
+def test_a_vfs_vgpu_is_judged_by_its_physical_gpu(a100):
+    uuid = th.new_uuid()
+    a100.sysfs.kernel.create(VF, 'nvidia-472', uuid)
+    report = a100.reconcile(dry_run=True, covered=(VF,))
+    assert [(f.action, f.uuid) for f in report.findings] == [
+        (reconcile.WOULD_REMOVE, uuid)]
+    report = a100.reconcile(dry_run=True, covered=())
+    assert [(f.action, f.uuid, f.parent) for f in report.findings] == [
+        (reconcile.KEPT, uuid, VF)]
+    report = a100.reconcile(covered=(PF,))
+    assert [(f.action, f.uuid) for f in report.findings] == [
+        (reconcile.REMOVED, uuid)]
+    assert a100.mdevs() == set()
+
+
+@pytest.fixture
+def l40s(tmp_path):
+    with trees.simulated_tree('l40s', without_mdevs=True) as (root, profile):
+        yield World(root, profile, tmp_path)
+
+
+def test_a_vgpu_we_recorded_is_ours_on_any_gpu(l40s):
+    """A vendor-interface vGPU of ours (in the kind's own records) without
+    a lease: judged although no GPU is covered."""
+    uuid = th.new_uuid()
+    vf = objects.PciAddress.parse('0000:bd:00.4')
+    l40s.env().vgpus.prepare(base.VgpuDevice(
+        uuid=uuid, parent=vf, type_id=objects.TypeId.parse('nvidia-1145')))
+    report = l40s.reconcile(dry_run=True, covered=())
+    assert [(f.action, f.what, f.uuid, f.parent, f.reason)
+            for f in report.findings] == [
+        (reconcile.WOULD_REMOVE, 'mdev', uuid, vf,
+         'no domain references it and it has no lease')]
