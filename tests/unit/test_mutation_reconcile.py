@@ -30,8 +30,9 @@ from tests.unit import test_hook as th
 
 A, B = (objects.PciAddress.parse(a) for a in (th.A, th.B))
 DOM = th.DOM
-DOM2 = th.new_uuid()
-DOM3 = th.new_uuid()
+DOM2 = objects.Uuid.parse('d2000000-0000-4000-8000-000000000002')
+DOM3 = objects.Uuid.parse('d3000000-0000-4000-8000-000000000003')
+FIRST = objects.Uuid.parse('00000000-0000-4000-8000-000000000001')
 TYPE = objects.TypeId.parse('nvidia-223')
 GONE_PID = 2 ** 22 + 7               # above pid_max's default
 NOW = 1_800_000_000.0
@@ -216,13 +217,13 @@ def test_an_unreadable_domain_keeps_every_unleased_vgpu(world):
 
 def test_a_domain_undefined_while_listed_is_skipped(world, monkeypatch):
     uuid = world.mdev()
+    world.domain([], dom=FIRST)         # listed first
     world.domain([uuid], dom=DOM2)
-    world.domain([], dom=DOM3)
     real = fake_libvirt.FakeDomain.isActive
 
     def undefined(self):
-        if self.uuid == DOM3:
-            raise exception.DomainNotFound(domain=DOM3)
+        if self.uuid == FIRST:
+            raise exception.DomainNotFound(domain=FIRST)
         return real(self)
     monkeypatch.setattr(fake_libvirt.FakeDomain, 'isActive', undefined)
     refs = reconcile.domain_refs(world.env().host)
