@@ -314,13 +314,15 @@ def test_the_plan_is_announced_before_anything_is_removed(world):
 
     def on_plan(findings):
         seen.append((sorted((f.action, f.what, f.uuid, f.parent,
-                             f.type_id, f.domain_uuid) for f in findings),
-                     world.mdevs()))
+                             f.type_id, f.domain_uuid, f.reason)
+                            for f in findings), world.mdevs()))
     report = world.reconcile(on_plan=on_plan)
     assert seen == [(sorted([
-        (reconcile.WOULD_REMOVE, 'mdev', uuid, A, TYPE, None),
-        (reconcile.WOULD_REMOVE, 'mdev+lease', leased, B, TYPE, DOM)]),
-        {uuid, leased})]
+        (reconcile.WOULD_REMOVE, 'mdev', uuid, A, TYPE, None,
+         'no domain references it and it has no lease'),
+        (reconcile.WOULD_REMOVE, 'mdev+lease', leased, B, TYPE, DOM,
+         'no running domain uses it (lease created for domain %s, its '
+         'process gone)' % DOM)]), {uuid, leased})]
     assert [f.reason for f in report.findings if f.uuid == uuid] == [
         'no domain references it and it has no lease']
     assert world.mdevs() == set()
@@ -572,21 +574,25 @@ def test_a_dry_run_claims_nothing(world, monkeypatch):
 
 def test_a_removal_that_fails_is_stuck_and_keeps_its_lease(
         world, monkeypatch):
-    uuid = world.mdev()
+    uuid, unleased = world.mdev(), world.mdev(B)
     world.lease(uuid)
 
     def refuse(self, vgpu):
         raise exception.MdevRemoveFailed(uuid=vgpu, reason='device busy')
     monkeypatch.setattr(mdev_backend.MdevBackend, 'remove', refuse)
     report = world.reconcile()
-    (finding,) = report.findings
+    assert sorted(f.uuid for f in report.of(reconcile.STUCK)) == sorted(
+        [uuid, unleased])               # each tried
+    (finding,) = [f for f in report.findings if f.uuid == uuid]
     assert (finding.action, finding.what, finding.uuid, finding.reason,
             finding.parent, finding.domain_uuid) == (
         reconcile.STUCK, 'mdev+lease', uuid,
         str(exception.MdevRemoveFailed(uuid=uuid, reason='device busy')),
         A, DOM)
-    lease = world.leases()[uuid]
-    assert (lease.state, lease.pid) == (state.REMOVING, os.getpid())
+    assert world.mdevs() == {uuid, unleased}
+    leases = world.leases()
+    assert {u: (lease.state, lease.pid) for u, lease in leases.items()} \
+        == {u: (state.REMOVING, os.getpid()) for u in (uuid, unleased)}
 
 
 def test_a_removal_that_hangs_is_given_up_after_the_timeout(
@@ -755,3 +761,33 @@ def test_a_vgpu_we_recorded_is_ours_on_any_gpu(l40s):
             for f in report.findings] == [
         (reconcile.WOULD_REMOVE, 'mdev', uuid, vf,
          'no domain references it and it has no lease')]
+
+
+def test_a_lease_dropped_by_another_process_meanwhile_is_fine(
+        world, monkeypatch):
+    uuid = world.mdev()
+    world.lease(uuid)
+    real = mdev_backend.MdevBackend.remove
+
+    def released(self, vgpu):
+        real(self, vgpu)
+        with state.LeaseStore(world.state_dir).transaction() as txn:
+            txn.delete(vgpu)          # a release that came meanwhile
+    monkeypatch.setattr(mdev_backend.MdevBackend, 'remove', released)
+    report = world.reconcile()
+    assert [(f.action, f.uuid) for f in report.findings] == [
+        (reconcile.REMOVED, uuid)]
+    assert world.leases() == {}
+
+
+def test_a_running_domain_gives_back_only_what_it_no_longer_uses(
+        world, frozen):
+    kept, unplugged = world.mdev(B), world.mdev(B)
+    world.domain([kept], dom=DOM2)
+    world.domain([unplugged], dom=DOM3, active=False)
+    _borrow(world, kept, DOM2, NOW - 5)
+    _borrow(world, unplugged, DOM2, NOW - 5)
+    report = world.reconcile(covered=(A,))
+    assert [(f.action, f.uuid) for f in report.findings] == [
+        (reconcile.REPAIRED, unplugged)]
+    assert _borrowed(world) == {kept: DOM2}
