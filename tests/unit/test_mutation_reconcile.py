@@ -135,6 +135,19 @@ def test_the_report_counts_each_action_in_order_and_marks_a_dry_run(world):
     assert report.summary() == '1 kept, 2 removed'
 
 
+def test_the_summary_counts_in_the_order_of_the_actions_names(world):
+    incoming = th.new_uuid()        # found first: leases come first
+    world.lease(incoming, lease_state=state.RESERVED,
+                expires_at=time.time() + 600)
+    shared = world.mdev()
+    world.domain([shared], dom=DOM2)
+    world.domain([shared], dom=DOM3)
+    report = world.reconcile(dry_run=True)
+    assert [f.action for f in report.findings] == [reconcile.INCOMING,
+                                                   reconcile.CONFLICT]
+    assert report.summary() == '1 conflict, 1 incoming [dry run]'
+
+
 def test_rows_and_json_carry_every_field(world):
     uuid = world.mdev()
     world.lease(uuid, domain=DOM, lease_state=state.RESERVED)
