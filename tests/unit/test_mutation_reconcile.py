@@ -59,8 +59,8 @@ class World(object):
         return reconcile.reconcile(env, dry_run=dry_run, covered=covered,
                                    **kwargs)
 
-    def mdev(self, parent=A):
-        uuid = th.new_uuid()
+    def mdev(self, parent=A, uuid=None):
+        uuid = uuid or th.new_uuid()
         self.sysfs.kernel.create(parent, TYPE, uuid)
         return uuid
 
@@ -225,6 +225,8 @@ def test_an_unreadable_domain_keeps_every_unleased_vgpu(world):
     assert [x for x in lines(report) if x[1] == 'mdev'] == [
         (reconcile.KEPT, 'mdev', uuid, 'no readable domain references it, '
          'but some domain XML could not be read')]
+    (kept,) = report.of(reconcile.KEPT)
+    assert (kept.parent, kept.type_id) == (A, TYPE)
     assert world.mdevs() == {uuid}
 
 
@@ -376,7 +378,20 @@ def test_a_lease_used_by_another_domain_is_a_conflict(world):
     assert lines(report) == [(reconcile.CONFLICT, 'lease', uuid,
                               'leased to domain %s but used by running '
                               'domain(s) %s' % (DOM, DOM2))]
+    assert (report.findings[0].parent, report.findings[0].type_id,
+            report.findings[0].domain_uuid) == (A, TYPE, DOM)
     assert world.mdevs() == {uuid} and set(world.leases()) == {uuid}
+
+
+def test_each_lease_is_judged_after_a_used_one(world):
+    used, orphan = world.mdev(), world.mdev()
+    world.lease(used)                   # leases are judged as made
+    world.lease(orphan)
+    world.domain([used])
+    report = world.reconcile()
+    assert [(f.action, f.uuid) for f in report.findings] == [
+        (reconcile.REMOVED, orphan)]
+    assert world.mdevs() == {used}
 
 
 def test_a_leased_vgpu_used_by_two_domains_is_a_conflict(world):
@@ -387,6 +402,8 @@ def test_a_leased_vgpu_used_by_two_domains_is_a_conflict(world):
     report = world.reconcile()
     assert lines(report) == [(reconcile.CONFLICT, 'mdev', uuid,
                               'used by 2 running domains')]
+    assert (report.findings[0].parent, report.findings[0].type_id,
+            report.findings[0].domain_uuid) == (A, TYPE, DOM)
     world.conn.lookupByUUIDString(DOM).set_active(False)
     world.domain([uuid], dom=DOM3)
     report = world.reconcile()
@@ -406,6 +423,8 @@ def test_a_running_domains_missing_vgpu_is_reported_not_repaired(world):
     assert lines(report) == [(reconcile.STUCK, 'mdev', uuid,
                               'a running domain uses it but it does not '
                               'exist')]
+    assert (report.findings[0].parent, report.findings[0].type_id,
+            report.findings[0].domain_uuid) == (A, TYPE, DOM)
     assert world.leases()[uuid].state == state.RESERVED
 
 
@@ -437,7 +456,11 @@ def test_a_lease_of_this_process_is_judged(world):
 
 
 def test_a_lease_changed_as_reconcile_started_is_left_alone(world, frozen):
-    now, before = world.mdev(), world.mdev()
+    # both made at NOW: the one left alone is listed first (by UUID)
+    now = world.mdev(uuid=objects.Uuid.parse(
+        '00000000-0000-4000-8000-0000000000aa'))
+    before = world.mdev(uuid=objects.Uuid.parse(
+        'ffffffff-0000-4000-8000-0000000000bb'))
     world.lease(now, updated_at=NOW)
     world.lease(before, updated_at=NOW - 0.001)
     report = world.reconcile()
