@@ -33,6 +33,8 @@ DOM = th.DOM
 DOM2 = objects.Uuid.parse('d2000000-0000-4000-8000-000000000002')
 DOM3 = objects.Uuid.parse('d3000000-0000-4000-8000-000000000003')
 FIRST = objects.Uuid.parse('00000000-0000-4000-8000-000000000001')
+FIRST_VGPU = objects.Uuid.parse('00000000-0000-4000-8000-0000000000aa')
+LAST_VGPU = objects.Uuid.parse('ffffffff-0000-4000-8000-0000000000bb')
 TYPE = objects.TypeId.parse('nvidia-223')
 GONE_PID = 2 ** 22 + 7               # above pid_max's default
 NOW = 1_800_000_000.0
@@ -213,6 +215,7 @@ def test_metadata_alone_references_a_vgpu(world):
 
 def test_an_unreadable_domain_keeps_every_unleased_vgpu(world):
     uuid = world.mdev()
+    other = world.mdev(B)
     world.conn.define(th.domain_xml([('nonsense', TYPE, None)], uuid=DOM2,
                                     name='broken').decode(), active=True)
     report = world.reconcile()
@@ -222,12 +225,12 @@ def test_an_unreadable_domain_keeps_every_unleased_vgpu(world):
         (reconcile.CONFLICT, DOM2, DOM2)] * 2
     assert all(f.reason.startswith('its XML cannot be read: ')
                and 'nonsense' in f.reason for f in bad)
-    assert [x for x in lines(report) if x[1] == 'mdev'] == [
-        (reconcile.KEPT, 'mdev', uuid, 'no readable domain references it, '
-         'but some domain XML could not be read')]
-    (kept,) = report.of(reconcile.KEPT)
+    assert sorted(x for x in lines(report) if x[1] == 'mdev') == sorted(
+        (reconcile.KEPT, 'mdev', u, 'no readable domain references it, '
+         'but some domain XML could not be read') for u in (uuid, other))
+    (kept,) = [f for f in report.of(reconcile.KEPT) if f.uuid == uuid]
     assert (kept.parent, kept.type_id) == (A, TYPE)
-    assert world.mdevs() == {uuid}
+    assert world.mdevs() == {uuid, other}
 
 
 def test_a_domain_undefined_while_listed_is_skipped(world, monkeypatch):
@@ -457,10 +460,8 @@ def test_a_lease_of_this_process_is_judged(world):
 
 def test_a_lease_changed_as_reconcile_started_is_left_alone(world, frozen):
     # both made at NOW: the one left alone is listed first (by UUID)
-    now = world.mdev(uuid=objects.Uuid.parse(
-        '00000000-0000-4000-8000-0000000000aa'))
-    before = world.mdev(uuid=objects.Uuid.parse(
-        'ffffffff-0000-4000-8000-0000000000bb'))
+    now = world.mdev(uuid=FIRST_VGPU)
+    before = world.mdev(uuid=LAST_VGPU)
     world.lease(now, updated_at=NOW)
     world.lease(before, updated_at=NOW - 0.001)
     report = world.reconcile()
@@ -564,7 +565,8 @@ def test_an_unreferenced_vgpu_used_by_a_domain_elsewhere_is_kept(world):
 
 
 def test_an_mdevctl_definition_keeps_an_unreferenced_vgpu(world):
-    uuid = world.mdev()
+    uuid = world.mdev(uuid=FIRST_VGPU)              # judged first
+    orphan = world.mdev(uuid=LAST_VGPU)
     os.makedirs(os.path.join(world.mdevctl_dir, str(A)))
     with open(os.path.join(world.mdevctl_dir, str(A), uuid), 'w') as f:
         f.write('{"mdev_type": "%s", "start": "manual", "attrs": []}'
@@ -572,7 +574,10 @@ def test_an_mdevctl_definition_keeps_an_unreferenced_vgpu(world):
     report = world.reconcile()
     assert lines(report) == [(reconcile.KEPT, 'mdev', uuid,
                               'unreferenced, but defined by mdevctl (%s)'
-                              % world.mdevctl_dir)]
+                              % world.mdevctl_dir),
+                             (reconcile.REMOVED, 'mdev', orphan,
+                              'no domain references it and it has no '
+                              'lease')]
     assert (report.findings[0].parent, report.findings[0].type_id) == (
         A, TYPE)
     assert world.mdevs() == {uuid}
@@ -818,7 +823,8 @@ def test_a_lease_dropped_by_another_process_meanwhile_is_fine(
 
 def test_a_running_domain_gives_back_only_what_it_no_longer_uses(
         world, frozen):
-    kept, unplugged = world.mdev(B), world.mdev(B)
+    kept = world.mdev(B, uuid=FIRST_VGPU)          # judged first
+    unplugged = world.mdev(B, uuid=LAST_VGPU)
     world.domain([kept], dom=DOM2)
     world.domain([unplugged], dom=DOM3, active=False)
     _borrow(world, kept, DOM2, NOW - 5)
