@@ -693,7 +693,8 @@ def test_only_leases_this_process_claimed_are_dropped(world, monkeypatch):
 def _borrow(world, uuid, domain, since):
     with world.store.transaction() as txn:
         txn.borrow(uuid, domain)
-        txn._db.execute('UPDATE borrowed SET created_at = ?', (since,))
+        txn._db.execute('UPDATE borrowed SET created_at = ? WHERE '
+                        'mdev_uuid = ?', (since, uuid))
 
 
 def _borrowed(world):
