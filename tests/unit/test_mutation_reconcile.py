@@ -324,6 +324,16 @@ def test_a_dry_run_changes_nothing(world):
     assert world.mdevs() == {orphan, leased, used}
 
 
+def test_a_dry_run_never_waits_for_the_lease_lock(world):
+    """``libvirt-gpu exporter`` runs one per scrape: a guest start
+    holding the lock must not hold it up."""
+    uuid = world.mdev()
+    with world.store.transaction():
+        report = world.reconcile(dry_run=True)
+    assert [(f.action, f.uuid) for f in report.findings] == [
+        (reconcile.WOULD_REMOVE, uuid)]
+
+
 def test_the_plan_is_announced_before_anything_is_removed(world):
     uuid = world.mdev()
     leased = world.mdev(B)
@@ -446,6 +456,8 @@ def test_a_live_holder_is_left_alone_until_stuck(world, frozen):
     report = world.reconcile(stuck_after=299.5)
     assert sorted(f.uuid for f in report.of(reconcile.STUCK)) == sorted(
         [young, old])
+    report = world.reconcile()              # 300 s unless told
+    assert [f.uuid for f in report.of(reconcile.STUCK)] == [old]
     assert world.mdevs() == {young, old}
 
 
