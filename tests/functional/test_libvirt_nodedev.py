@@ -200,9 +200,11 @@ def test_define_persists_mdevctl_json_and_starts(host):
     found = backend.definition(device.uuid)
     assert (found.parent, found.type_id) == (device.parent, 'nvidia-223')
     # defined, not started: the kernel has no such mdev, libvirt lists it
-    # inactive
+    # inactive (once its nodedev driver has read mdevctl's answer, which
+    # it may do after nodeDeviceDefineXML returns)
     assert device.uuid not in kernel_mdevs(host)
-    assert device.uuid in libvirt_mdevs(host, active_only=False)
+    assert ls.wait_for(
+        lambda: device.uuid in libvirt_mdevs(host, active_only=False))
     assert device.uuid not in libvirt_mdevs(host)
     conn = libvirt.open(host.uri)
     try:
