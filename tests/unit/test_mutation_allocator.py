@@ -11,10 +11,8 @@ import pytest
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.store import allocator
-from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu.store import state
-from tests.doubles import kernel_sysfs
-from tests.doubles import trees
+from tests.unit import test_allocator
 from tests.unit.test_allocator import (
     A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
@@ -23,15 +21,9 @@ DEAD_PID = 2 ** 22 + 11
 NO_ROOM = 'No capacity left for vGPU type nvidia-223 on '
 
 
-@pytest.fixture
-def backend():
-    with trees.simulated_tree('t4') as tree:
-        yield mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
-
-
-@pytest.fixture
-def store(tmp_path):
-    return state.LeaseStore(tmp_path / 'state')
+# the T4 host and its lease store, as test_allocator makes them
+backend = test_allocator.backend
+store = test_allocator.store
 
 
 def _domain(n):

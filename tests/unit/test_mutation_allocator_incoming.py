@@ -21,6 +21,7 @@ from libvirt_gpu.store import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
+from tests.unit import test_allocator
 from tests.unit.test_allocator import (
     A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
@@ -28,15 +29,9 @@ T222 = objects.TypeId.parse('nvidia-222')
 DEAD_PID = 2 ** 22 + 11
 
 
-@pytest.fixture
-def backend():
-    with trees.simulated_tree('t4') as tree:
-        yield mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
-
-
-@pytest.fixture
-def store(tmp_path):
-    return state.LeaseStore(tmp_path / 'state')
+# the T4 host and its lease store, as test_allocator makes them
+backend = test_allocator.backend
+store = test_allocator.store
 
 
 @pytest.fixture
