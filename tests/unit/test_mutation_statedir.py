@@ -141,13 +141,32 @@ def _as_user(uid, call):
     return pickle.loads(data)
 
 
+def _reachable_by_all(path):
+    """Whether root's state checks pass for ``path`` and its parents, and
+    every user can pass through each of them."""
+    try:
+        statedir.check_dir(path)
+    except (OSError, exception.StateError):
+        return False
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return False
+        if path == '/':
+            return True
+        path = os.path.dirname(path)
+
+
 @pytest.fixture
-def shared(tmp_path):
-    """A directory every user can reach (under the checkout's .cache,
-    whose parents only root writes), removed after."""
-    base = os.path.join(ROOT, '.cache')
-    os.makedirs(base, exist_ok=True)
-    path = tempfile.mkdtemp(prefix='mutstatedir-', dir=base)
+def shared():
+    """A directory every user can reach, in a root-owned parent nobody
+    else writes (not the checkout: a clone below /tmp, which everyone
+    writes, or in a private directory would fail the parents' check for
+    reasons of its own), removed after."""
+    candidates = ('/run', '/var/lib', os.path.join(ROOT, '.cache'))
+    bases = [base for base in candidates
+             if os.path.isdir(base) and _reachable_by_all(base)]
+    assert bases, 'no root-owned directory every user can pass through'
+    path = tempfile.mkdtemp(prefix='libvirt-gpu-test-', dir=bases[0])
     os.chmod(path, 0o755)
     yield path
     subprocess.run(['rm', '-rf', path], check=True)
