@@ -32,6 +32,14 @@ program imports, which mutmut's rewritten copy changes.  ``--only`` runs
 and counts only the mutants whose names match one of the globs
 (``'*ǁAllocatorǁreserve_incoming__mutmut_*'``: one function's).
 
+A test that starts Python (the CLI as ``python -m libvirt_gpu.cmd.main``,
+a probe with ``-c``) counts as calling what that Python calls: while
+mutmut learns which test calls which function, every Python started
+without ``-I`` finds ``mutants/`` and a ``sitecustomize`` first on its
+path (``PYTHONPATH``) that writes down the functions it called, and they
+are added to the test that started it.  Its mutants then run with those
+tests, the started Python importing the mutated copy.
+
 Prints, per module and in all, the kill ratio (killed, timed out or
 caught, over every mutant tried) and the surviving mutants; ``mutmut
 show NAME`` prints one's diff.  Exits 0 whatever the ratio (a report,
@@ -47,6 +55,8 @@ import re
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -213,6 +223,97 @@ def selection(tests, ignored=()):
                           % t for t in ignored]
 
 
+# Written to mutants/.child-site/sitecustomize.py (see the docstring).
+CHILD_SITE = '''\
+"""Written by tests/tools/mutation.py: while mutmut learns which test
+calls which function, a Python a test starts writes down the functions
+it called, one file per process in $%(env)s."""
+import atexit
+import os
+
+
+def _record():
+    where = os.environ.get(%(env)r)
+    if not where or os.environ.get('MUTANT_UNDER_TEST') != 'stats':
+        return
+    try:
+        from mutmut.mutation import trampoline
+    except ImportError:
+        return
+    hits = set()
+
+    def hit(name, caller=None):
+        hits.add(name)
+
+    def save():
+        if hits:
+            path = os.path.join(where, '%%d.hits' %% os.getpid())
+            with open(path + '.tmp', 'w') as f:
+                f.write('\\n'.join(sorted(hits)))
+            os.rename(path + '.tmp', path)
+
+    trampoline.record_trampoline_hit = hit
+    atexit.register(save)
+
+
+_record()
+''' % {'env': 'LIBVIRT_GPU_MUTATION_HITS'}
+HITS_ENV = 'LIBVIRT_GPU_MUTATION_HITS'
+
+
+class ChildHits:
+    """A pytest plugin: before mutmut's own collector reads what a test
+    called, add what the Pythons it started called (their ``.hits``
+    files, removed once read)."""
+
+    def __init__(self, where, stats):
+        self.where = where
+        self.stats = stats
+
+    def take(self):
+        for name in sorted(os.listdir(self.where)):
+            if name.endswith('.hits'):
+                path = os.path.join(self.where, name)
+                with open(path) as f:
+                    self.stats.update(f.read().split())
+                os.unlink(path)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        self.take()
+
+
+def child_hits(mutants):
+    """Make the Pythons that tests start during mutmut's run find
+    ``mutants`` and record their calls; return the folder of records."""
+    site = os.path.join(mutants, '.child-site')
+    where = os.path.join(mutants, '.child-hits')
+    for folder in (site, where):
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+    with open(os.path.join(site, 'sitecustomize.py'), 'w') as f:
+        f.write(CHILD_SITE)
+    path = [site, mutants] + [p for p in os.environ.get(
+        'PYTHONPATH', '').split(os.pathsep) if p]
+    os.environ['PYTHONPATH'] = os.pathsep.join(path)
+    os.environ[HITS_ENV] = where
+    return where
+
+
+def _collect_child_hits(where):
+    from mutmut.runners import harness
+    from mutmut.state import state
+    plugin = ChildHits(where, state()._stats)
+    execute = harness.PytestRunner.execute_pytest
+
+    def execute_pytest(self, params, **kwargs):
+        plugin.stats = state()._stats
+        kwargs['plugins'] = list(kwargs.get('plugins') or []) + [plugin]
+        return execute(self, params, **kwargs)
+
+    harness.PytestRunner.execute_pytest = execute_pytest
+
+
 def _generate(jobs):
     """Make mutants/ the way ``mutmut run`` begins, and name every
     mutant of the configured modules."""
@@ -298,6 +399,7 @@ def main(argv=None):
     shutil.copytree('tests', os.path.join('mutants', 'tests'),
                     symlinks=True,
                     ignore=shutil.ignore_patterns('__pycache__'))
+    _collect_child_hits(child_hits(os.path.abspath('mutants')))
     names = list(args.only)
     if args.sample:
         names = draw([n for n in _generate(args.jobs)

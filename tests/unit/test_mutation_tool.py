@@ -77,3 +77,49 @@ def test_only_keeps_the_mutants_a_glob_names():
                              'a.x_g__mutmut_1': 'survived'}}
     out = io.StringIO()
     assert tool.report(tool.selected(found, ['*ǁff_*']), out=out) == (0, 1)
+
+
+def _child(site, where, env_mutant, code):
+    env = dict(os.environ, PYTHONPATH=site, MUTANT_UNDER_TEST=env_mutant)
+    env[tool.HITS_ENV] = where
+    env.pop('PYTHONSAFEPATH', None)
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, '-c', code], env=env, check=True)
+
+
+def test_a_started_python_writes_down_what_it_called(tmp_path, monkeypatch):
+    monkeypatch.setenv('PYTHONPATH', '/elsewhere')
+    where = tool.child_hits(str(tmp_path))
+    assert os.environ['PYTHONPATH'].split(os.pathsep) == [
+        str(tmp_path / '.child-site'), str(tmp_path), '/elsewhere']
+    assert os.environ[tool.HITS_ENV] == where
+    site = str(tmp_path / '.child-site')
+    call = ('from mutmut.mutation import trampoline as t; '
+            't.record_trampoline_hit("libvirt_gpu.a.x_f"); '
+            't.record_trampoline_hit("libvirt_gpu.b.x_g", caller="c")')
+    _child(site, where, 'stats', call)
+    files = os.listdir(where)
+    assert len(files) == 1 and files[0].endswith('.hits')
+    stats = set()
+    plugin = tool.ChildHits(where, stats)
+    plugin.pytest_runtest_teardown(None, None)
+    assert stats == {'libvirt_gpu.a.x_f', 'libvirt_gpu.b.x_g'}
+    assert os.listdir(where) == []
+
+
+@pytest.mark.parametrize('mutant', ['', 'libvirt_gpu.a.x_f__mutmut_1',
+                                    'fail'])
+def test_only_the_stats_run_is_written_down(tmp_path, monkeypatch, mutant):
+    monkeypatch.delenv('PYTHONPATH', raising=False)
+    where = tool.child_hits(str(tmp_path))
+    _child(str(tmp_path / '.child-site'), where, mutant,
+           'import sitecustomize')
+    assert os.listdir(where) == []
+
+
+def test_a_python_that_called_nothing_leaves_no_file(tmp_path, monkeypatch):
+    monkeypatch.delenv('PYTHONPATH', raising=False)
+    where = tool.child_hits(str(tmp_path))
+    _child(str(tmp_path / '.child-site'), where, 'stats', 'pass')
+    assert os.listdir(where) == []
