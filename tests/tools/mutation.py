@@ -402,12 +402,12 @@ def main(argv=None):
     _collect_child_hits(child_hits(os.path.abspath('mutants')))
     names = list(args.only)
     if args.sample:
-        names = draw([n for n in _generate(args.jobs)
+        population = [n for n in _generate(args.jobs)
                       if not args.only or any(fnmatch.fnmatchcase(n, g)
-                                              for g in args.only)],
-                     args.sample, args.seed)
-        print('mutation: %d mutants drawn (seed %d)'
-              % (len(names), args.seed))
+                                              for g in args.only)]
+        names = draw(population, args.sample, args.seed)
+        print('mutation: %d mutants drawn (seed %d) of %d'
+              % (len(names), args.seed, len(population)))
     try:
         mutmut_main.cli(['run', '--max-children', str(args.jobs)] + names,
                         standalone_mode=False)
