@@ -473,13 +473,21 @@ def test_name_taken_by_another_provider_is_reported(client, raw):
     assert raw.exists(uuid_of('h10_0000:3b:00.0'))
 
 
+def _on_providers(requests):
+    """The requests on providers: not those making the custom traits and
+    resource classes, which Placement keeps across the tests' wipes (an
+    earlier test of the session may have made them already)."""
+    return [r for r in requests if r.url.startswith('/resource_providers')]
+
+
 def test_dry_run_plans_exactly_what_sync_sends(client, raw):
     tree = build('h11', [t4(AF), t4(B3)], {AF: 'nvidia-223'})
     plan = sync.sync(client, tree, dry_run=True)
     assert plan.dry_run and plan.stats.writes == 0
     assert not raw.exists(uuid_of('h11'))
-    assert plan.requests[0].method == 'POST'
-    assert plan.requests[0].body == {'name': 'h11', 'uuid': uuid_of('h11')}
+    first = _on_providers(plan.requests)[0]
+    assert first.method == 'POST'
+    assert first.body == {'name': 'h11', 'uuid': uuid_of('h11')}
 
     real = sync.sync(client, tree)
     assert real.requests == plan.requests   # bodies and generations too
@@ -487,7 +495,7 @@ def test_dry_run_plans_exactly_what_sync_sends(client, raw):
 
     changed = build('h11', [t4(AF)], {AF: 'nvidia-222'})
     plan2 = sync.sync(client, changed, dry_run=True)
-    assert sorted(r.method for r in plan2.requests) == [
+    assert sorted(r.method for r in _on_providers(plan2.requests)) == [
         'DELETE', 'PUT', 'PUT']
     assert raw.exists(uuid_of('h11_0000:3b:00.0'))
     real2 = sync.sync(client, changed)
