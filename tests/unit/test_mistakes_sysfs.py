@@ -211,3 +211,23 @@ def test_an_out_of_range_numa_node_is_unknown(sysfs, caplog, text, node):
     assert ('%s is no NUMA node' % text in caplog.text) == out_of_range
     assert devices_mod.MAX_NUMA_NODE == 1023
     assert sysfs_mod.Sysfs(sysfs.root).read_gpu(A).numa_node == node
+
+
+@pytest.mark.parametrize('text', ['abc', '', '1.5', '-2'])
+def test_a_numa_node_that_is_no_number_is_unknown_where_nearness_asks(
+        sysfs, caplog, text):
+    # the allocator asks locality() of a VF or GPU for a pinned guest:
+    # an unreadable node is a lost preference, not a refused reservation
+    path = os.path.join(_gpu_dir(sysfs, A), 'numa_node')
+    with open(os.path.join(_gpu_dir(sysfs, A), 'local_cpulist'), 'w') as f:
+        f.write('0-3,8\n')
+    local_cpus = sysfs.locality(A)[1]
+    assert local_cpus                       # read before the damage
+    with open(path, 'w') as f:
+        f.write(text + '\n')
+    with caplog.at_level(logging.WARNING):
+        node, cpus = sysfs.locality(A)
+    assert node is None
+    assert cpus == local_cpus               # still read
+    assert 'numa_node' in caplog.text
+    assert 'the node is taken as unknown' in caplog.text

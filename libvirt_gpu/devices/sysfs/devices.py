@@ -178,14 +178,19 @@ class Sysfs(reader.Reader):
 
     def locality(self, address):
         """``(numa_node, local CPUs)`` of a PCI function: its node (None:
-        unknown, -1 or missing) and ``local_cpulist`` as a
+        unknown, -1, missing or not a number, said) and ``local_cpulist`` as a
         ``bounds.CpuList`` (empty when missing or unreadable as a list; its
         bounds are checked before it is parsed, and it is never expanded).
         """
         base = self.pci_dir(address)
         path = os.path.join(base, 'numa_node')
-        numa = _numa_node(self.read_int(path, optional=True, minimum=-1),
-                          path, _log_warning)
+        try:
+            numa = self.read_int(path, optional=True, minimum=-1)
+        except exception.SysfsBadNumber as e:
+            # as an unreadable local_cpulist: nearness is a preference
+            _log_warning('%s: the node is taken as unknown' % e)
+            numa = None
+        numa = _numa_node(numa, path, _log_warning)
         text = self.read(os.path.join(base, 'local_cpulist'), optional=True)
         try:
             cpus = objects.parse_cpulist(text, 'local_cpulist')
