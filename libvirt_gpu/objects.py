@@ -616,6 +616,8 @@ class NumaPinning:
             return True
         if isinstance(self.cpus, bounds.CpuList):
             return self.cpus.intersects(local_cpus)
+        if isinstance(local_cpus, bounds.CpuList):
+            return local_cpus.intersects(self.cpus)
         return bool(set(self.cpus) & set(local_cpus))
 
 

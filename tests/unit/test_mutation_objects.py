@@ -180,6 +180,11 @@ def test_near_with_cpus_held_as_a_set():
     assert pinning.is_near(None, {5, 6, 7})
     assert pinning.is_near(None, {2})
     assert not pinning.is_near(None, {3, 4, 6})
+    # against the local CPUs as sysfs gives them (a CpuList, never
+    # expanded)
+    assert pinning.is_near(None, bounds.parse_cpulist('4-5'))
+    assert not pinning.is_near(None, bounds.parse_cpulist('3,6-9'))
+    assert not pinning.is_near(None, bounds.EMPTY)
 
 
 # --- Gpu ----------------------------------------------------------------
