@@ -68,6 +68,9 @@ BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
 SCHEMA_VERSION = 2
 # A boot id is 36 characters and a newline; a longer file is not one.
 _MAX_BOOT_ID_BYTES = 64
+# what <state_dir>/boot_id may hold: a boot id as _boot_id_text writes it
+# (each byte at most 4 characters) and its newline
+_MAX_RECORDED_BOOT_ID_BYTES = 4 * _MAX_BOOT_ID_BYTES + 1
 # A SQLite file is at least its 100-byte header (in practice a page).
 _SQLITE_HEADER_BYTES = 100
 
@@ -472,6 +475,15 @@ def _sqlite_reason(error, path):
     return 'SQLite failed on it (%s)' % text[:200]
 
 
+def _boot_id_text(data):
+    """A boot id as read, as text that reads back the same once written
+    to ``<state_dir>/boot_id``: a byte that is not ASCII (no kernel's id
+    has one) as ``\\xNN``, not as U+FFFD, which would be written as three
+    bytes and read back as three replacement characters: another boot's
+    id at every open."""
+    return data.decode('ascii', 'backslashreplace').strip()
+
+
 class LeaseStore(object):
     """The lease file of one host (``[DEFAULT]/state_dir``)."""
 
@@ -566,7 +578,7 @@ class LeaseStore(object):
                 path=self.boot_id_path,
                 reason='longer than a boot id (%d bytes or more)'
                        % _MAX_BOOT_ID_BYTES)
-        return data.decode('ascii', 'replace').strip()
+        return _boot_id_text(data)
 
     def _recorded_boot_id(self):
         """The boot id ``<state_dir>/boot_id`` records (a state file:
@@ -574,16 +586,16 @@ class LeaseStore(object):
         as another boot's."""
         marker = os.path.join(self.state_dir, BOOT_ID_NAME)
         try:
-            data = statedir.read_file(marker, _MAX_BOOT_ID_BYTES)
+            data = statedir.read_file(marker, _MAX_RECORDED_BOOT_ID_BYTES)
         except FileNotFoundError:
             return None
         except exception.StateError:
             raise
         except OSError as e:
             raise exception.StateError(path=marker, reason=e.strerror)
-        if len(data) > _MAX_BOOT_ID_BYTES:
+        if len(data) > _MAX_RECORDED_BOOT_ID_BYTES:
             return ''
-        return data.decode('ascii', 'replace').strip()
+        return _boot_id_text(data)
 
     def _connect(self):
         self._check_boot()

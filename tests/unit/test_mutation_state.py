@@ -549,7 +549,7 @@ def test_a_recorded_boot_id_past_the_bound_is_another_boots(store, boot):
         txn.add(U1, DOM, AF, T223)
     marker = os.path.join(store.state_dir, state.BOOT_ID_NAME)
     with open(marker, 'w') as f:
-        f.write(BOOT + ' ' * 28 + '\n')         # 65 bytes
+        f.write(BOOT + ' ' * 221 + '\n')        # 258 bytes
     assert state.LeaseStore(store.state_dir,
                             boot_id_path=str(boot)).leases() == []
     assert os.path.exists(store.db_path + '.previous-boot')
@@ -562,9 +562,33 @@ def test_a_recorded_boot_id_within_the_bound_is_read(store, boot):
         txn.add(U1, DOM, AF, T223)
     marker = os.path.join(store.state_dir, state.BOOT_ID_NAME)
     with open(marker, 'w') as f:
-        f.write(BOOT + ' ' * 27 + '\n')         # 64 bytes: the same id
+        f.write(BOOT + ' ' * 220 + '\n')        # 257 bytes: the same id
     assert [x.vgpu_uuid for x in state.LeaseStore(
         store.state_dir, boot_id_path=str(boot)).leases()] == [U1]
+
+
+@pytest.mark.parametrize('raw', [b'\xff\xfe-boot\n', b'\xff' * 64])
+def test_a_boot_id_that_is_not_ascii_is_the_same_boot_at_each_open(
+        tmp_path, raw):
+    # no kernel's id has such bytes; if one did, its leases must not be
+    # set aside at every open (U+FFFD written as three bytes read back as
+    # three replacement characters: another boot's id)
+    boot = tmp_path / 'boot_id'
+    boot.write_bytes(raw)
+    s = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
+    with s.transaction() as txn:
+        txn.add(U1, DOM, AF, T223)
+    for _ in range(2):
+        again = state.LeaseStore(tmp_path / 'state', boot_id_path=str(boot))
+        assert [x.vgpu_uuid for x in again.leases()] == [U1]
+        again.close()
+    s.close()
+    assert not os.path.exists(s.db_path + '.previous-boot')
+    marker = (tmp_path / 'state' / state.BOOT_ID_NAME).read_bytes()
+    assert marker.isascii() and b'\\xff' in marker
+    boot.write_bytes(raw.replace(b'\xff', b'\xfe', 1))    # another boot
+    assert state.LeaseStore(tmp_path / 'state',
+                            boot_id_path=str(boot)).leases() == []
 
 
 # --- the file and its schema -------------------------------------------------
