@@ -1051,6 +1051,55 @@ def test_the_connections_held_stay_under_the_file_limit(soft, limit, held):
         resource.setrlimit(resource.RLIMIT_NOFILE, old)
 
 
+def _no_file_left():
+    """Lower this process's open-file limit to its lowest free
+    descriptor: the next file it opens fails with EMFILE."""
+    spare = os.dup(0)
+    os.close(spare)
+    resource.setrlimit(resource.RLIMIT_NOFILE,
+                       (spare, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def test_accepting_with_no_file_left_makes_room_from_the_oldest(server,
+                                                                caplog):
+    """EMFILE at accept: the longest-waiting connection is closed and the
+    new one taken; with none held, accepting stops for a moment
+    (False)."""
+    sel = selectors.DefaultSelector()
+    server.limit = 8
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    clients = []
+    try:
+        clients.append(socket.create_connection(('127.0.0.1', server.port),
+                                                timeout=2))
+        assert server._accept(sel) is True
+        [oldest] = list(server._pending)
+        clients.append(socket.create_connection(('127.0.0.1', server.port),
+                                                timeout=2))
+        _no_file_left()
+        with caplog.at_level(logging.WARNING):
+            assert server._accept(sel) is True
+        [held] = list(server._pending)
+        assert held is not oldest and oldest.fileno() == -1
+        assert {k.fileobj for k in sel.get_map().values()} == {held}
+        assert clients[0].recv(1) == b''        # the oldest, closed
+        assert _warnings(caplog) == [
+            'exporter: cannot accept a connection: [Errno 24] Too many '
+            'open files']
+        server._drop(sel, held)
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+        clients.append(socket.create_connection(('127.0.0.1', server.port),
+                                                timeout=2))
+        _no_file_left()
+        # nothing held to close: accepting stops for a moment
+        assert server._accept(sel) is False
+        assert server._pending == {}
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+        for c in clients:
+            c.close()
+
+
 def test_serve_says_where_and_stops_when_told(caplog):
     import threading
     stop = threading.Event()
