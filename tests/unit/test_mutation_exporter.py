@@ -37,6 +37,7 @@ from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
+from tests.doubles.poll import wait_for
 from tests.doubles import trees
 from tests.unit import test_exporter as te
 from tests.unit import test_exporter_layout as tel
@@ -759,6 +760,9 @@ def shared_dir():
 
 def _as_nobody(state_dir):
     """What ``_readable`` says, run as nobody: '' or its error's text."""
+    # root reads all; called here too so that mutmut, which learns which
+    # test calls which function in this process only, runs this test
+    exporter._readable(Store(state_dir))
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -1314,3 +1318,107 @@ def test_layouts_without_nvml_say_why_in_the_log(layout_host, caplog):
         "scrape: cannot read layout: NVML cannot be used: [gpu]/nvml is "
         "off, or the GPUs are not read from this host's /sys; layouts need "
         "NVIDIA's driver and the nvidia-ml-py package ([gpu]/nvml = auto)"]
+
+
+# --- the leases and free counts a scrape reads ------------------------------
+
+class Snapshot(object):
+    """A lease snapshot (``LeaseStore.snapshot``'s transaction)."""
+
+    def __init__(self, leases, borrowed):
+        self.leases, self._borrowed = leases, borrowed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def all(self):
+        return list(self.leases)
+
+    def borrowed(self):
+        return self._borrowed
+
+
+class LeaseHost(object):
+    """What ``_read_leases`` reads of an ``Environment``: ``free`` is
+    ``{(gpu, type): count or an error}``."""
+
+    def __init__(self, state_dir, snapshot, mdevs, existing, free):
+        self.store = Store(state_dir)
+        self.store.snapshot = lambda: snapshot
+        self.sysfs = self
+        self.vgpus = self
+        self.allocator = self
+        self._mdevs, self._existing, self._free = mdevs, existing, free
+        self.asked = []
+
+    def mdevs_by_parent(self, skipped):
+        assert skipped == []
+        return self._mdevs
+
+    def existing(self, mdevs):
+        assert mdevs is self._mdevs
+        return self._existing
+
+    def free(self, txn, address, type_id, mdevs):
+        assert mdevs is self._mdevs and isinstance(txn, Snapshot)
+        self.asked.append((address, type_id))
+        answer = self._free[address, type_id]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_free_counts_of_every_enabled_type_and_one_unreadable_said(
+        tmp_path, caplog):
+    leases = (_lease(U1, A),)
+    snapshot = Snapshot(leases, {U2: (D2, 'x')})
+    error = exception.SysfsError(path='/sys/x', reason='gone')
+    env = LeaseHost(str(tmp_path), snapshot, {A: ()}, {U1: (A, T)}, {
+        (A, T): 3, (A, T2): error, (C, T): 0})
+    enabled = {C: objects.EnabledType(T), A: objects.EnabledType(
+        T, others=(objects.EnabledType(T2),))}
+    with caplog.at_level(logging.WARNING):
+        found = exporter._read_leases(env, enabled)
+    assert found == (leases, {U2: (D2, 'x')}, {(A, T): 3, (C, T): 0},
+                     {U1: (A, T)})
+    assert env.asked == [(A, T), (A, T2), (C, T)]
+    assert _warnings(caplog) == [
+        'scrape: no free count of %s for %s: sysfs: /sys/x: gone' % (A, T2)]
+
+
+def test_a_host_whose_gpus_cannot_be_read_says_so(t4, caplog):
+    col, _ = te.collector(t4)
+    shutil.rmtree(os.path.join(t4.root, 'bus'))
+    with caplog.at_level(logging.WARNING):
+        found = te.scrape(col)
+    assert _read_ok(found) == {'host': 0, 'leases': 1, 'hook': 1,
+                               'tasks': 1, 'layout': 0}
+    assert not [k for k in found if k[0] == P + 'gpu_info']
+    assert _warnings(caplog)[0].startswith('scrape: cannot read host: ')
+
+
+def test_the_workers_do_not_hold_up_the_process_s_exit():
+    """They are daemon threads: one still sending to a slow client when
+    the server stops does not keep the process alive."""
+    import threading
+    stop = threading.Event()
+    server = exporter.Server(Families([]), '127.0.0.1', 0)
+    runner = threading.Thread(target=server.serve, args=(stop,))
+    runner.start()
+    try:
+        assert wait_for(lambda: len([
+            t for t in threading.enumerate()
+            if t.name.startswith('exporter-')]) == exporter.WORKERS,
+            timeout=10)
+        workers = [t for t in threading.enumerate()
+                   if t.name.startswith('exporter-')]
+        assert sorted(t.name for t in workers) == ['exporter-0',
+                                                   'exporter-1']
+        assert all(t.daemon for t in workers)
+    finally:
+        stop.set()
+        runner.join(10)
+    assert not runner.is_alive()
