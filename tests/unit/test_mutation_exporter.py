@@ -247,7 +247,7 @@ def test_a_vgpu_gpu_counts_the_vgpus_of_its_vfs():
     vf2 = _gpu(VF2, mdev_types=(_vtype(T, 1, 2),), physfn=B)
     pf = _gpu(B, virtfns=(VF, VF2), vf_gpus=(vf1, vf2))
     found = samples(exporter.gpu_families(
-        [pf, vf1, vf2], {B: objects.EnabledType(T)}, {}, {U1: (VF, T)},
+        [vf1, pf, vf2], {B: objects.EnabledType(T)}, {}, {U1: (VF, T)},
         (_lease(U2, VF2, state_name=state.RESERVED),), None))
     b = str(B)
     assert found == rows(
@@ -1422,3 +1422,148 @@ def test_the_workers_do_not_hold_up_the_process_s_exit():
         stop.set()
         runner.join(10)
     assert not runner.is_alive()
+
+
+# --- one GPU's layout as NVML says it is -------------------------------------
+
+class Recorder(object):
+    """An ``nvml.Session`` (and ``GpuDriver``) stand-in: each read answers
+    from ``answers`` and is noted with its arguments in ``asked``."""
+
+    def __init__(self, **answers):
+        self.answers = answers
+        self.asked = []
+        self.session = self
+        self.sysfs = self
+
+    def _answer(self, name, *args, **kwargs):
+        self.asked.append((name, args, kwargs))
+        return self.answers.get(name)
+
+    def mig_mode(self, address):
+        return self._answer('mig_mode', address)
+
+    def gi_profiles(self, address):
+        return self._answer('gi_profiles', address)
+
+    def vgpu_types(self, address, **kwargs):
+        return self._answer('vgpu_types', address, **kwargs)
+
+    def sriov_totalvfs(self, address):
+        return self._answer('sriov_totalvfs', address)
+
+    def mixed_size(self, address):
+        return self._answer('mixed_size', address)
+
+    def active_vgpus(self, address, mig):
+        return self._answer('active_vgpus', address, mig)
+
+    def scheduler(self, address):
+        return self._answer('scheduler', address)
+
+    def gpu_instances(self, address, profiles):
+        return self._answer('gpu_instances', address, profiles)
+
+    def creatable_placements(self, address, number):
+        return self._answer('creatable_placements', address, number)
+
+
+PROFILES = (layout_mod.GiProfile(id=9, name='3g.40gb', slices=3,
+                                 instances=2, memory_mib=40000),)
+
+
+def test_a_mig_gpu_s_facts_and_view():
+    types = (_tf(1152, 9, 4),)
+    nv = Recorder(mig_mode=True, gi_profiles=PROFILES, vgpu_types=types,
+                  sriov_totalvfs=None, active_vgpus=(_active(TA, 1),),
+                  gpu_instances=(layout_mod.GpuInstance(1, 9),),
+                  scheduler=layout_mod.Scheduler('best-effort'))
+    assert exporter._facts(nv, A) == layout_mod.GpuFacts(
+        address=A, mig=True, profiles=PROFILES, types=types, vfs_total=0)
+    assert nv.asked == [('mig_mode', (A,), {}), ('gi_profiles', (A,), {}),
+                        ('vgpu_types', (A,), {'placements': True}),
+                        ('sriov_totalvfs', (A,), {})]
+    nv.asked = []
+    view = exporter._layout_view(nv, A, None)
+    assert view == exporter.LayoutView(
+        address=A, mode='mig', gpu_instances=(exporter.GiView(
+            id=1, profile='3g.40gb', types=(
+                exporter.TypeRoom(TA, 1, 3),)),),
+        scheduler=layout_mod.Scheduler('best-effort'))
+    assert [a for a in nv.asked if a[0] in (
+        'mixed_size', 'active_vgpus', 'scheduler')] == [
+        ('active_vgpus', (A, True), {}), ('scheduler', (A,), {})]
+
+
+@pytest.mark.parametrize('mig', [None, False])
+def test_a_gpu_without_mig_on_has_no_profiles_read(mig):
+    types = (_tf(1160, size=1),)
+    nv = Recorder(mig_mode=mig, gi_profiles=PROFILES, vgpu_types=types,
+                  sriov_totalvfs=16)
+    facts = exporter._facts(nv, A)
+    assert facts == layout_mod.GpuFacts(
+        address=A, mig=mig, profiles=PROFILES if mig is False else (),
+        types=types, vfs_total=16)
+    assert ('gi_profiles', (A,), {}) in nv.asked or mig is None
+    assert ('gi_profiles', (A,), {}) not in nv.asked or mig is False
+
+
+@pytest.mark.parametrize('mixed,mode', [
+    (True, exporter.MODE_MIXED), (False, exporter.MODE_SLICED),
+    (None, exporter.MODE_SLICED)])
+def test_a_time_sliced_gpu_s_view(mixed, mode):
+    types = (_tf(1160, size=1),)
+    nv = Recorder(mig_mode=None, vgpu_types=types, sriov_totalvfs=0,
+                  mixed_size=mixed, active_vgpus=(_active(TS, None, 0),),
+                  creatable_placements=(1, (1, 2)),
+                  scheduler=layout_mod.Scheduler('equal-share', 2))
+    view = exporter._layout_view(nv, A, None)
+    placements = ((exporter.TypeRoom(TS, 1, 2),)
+                  if mode == exporter.MODE_MIXED else ())
+    assert view == exporter.LayoutView(
+        address=A, mode=mode, placements=placements,
+        scheduler=layout_mod.Scheduler('equal-share', 2))
+    assert ('mixed_size', (A,), {}) in nv.asked
+    assert ('active_vgpus', (A, False), {}) in nv.asked
+    assert not [a for a in nv.asked if a[0] == 'gpu_instances']
+
+
+def test_a_gpu_in_no_layout_and_without_vgpu_types_has_no_view():
+    nv = Recorder(mig_mode=None, vgpu_types=(), sriov_totalvfs=0)
+    assert exporter._layout_view(nv, A, None) is None
+    assert [a[0] for a in nv.asked] == [
+        'mig_mode', 'vgpu_types', 'sriov_totalvfs']
+
+
+def test_without_nvml_and_layouts_the_reason_is_a_debug_line(layout_host,
+                                                             caplog):
+    with caplog.at_level(logging.DEBUG, logger=exporter.LOG.name):
+        found = tel.scrape(layout_host, '', None)
+    assert 'layout' not in tel.read_ok(found)
+    assert [r.getMessage() for r in caplog.records
+            if r.name == exporter.LOG.name] == [
+        "scrape: no layout series: NVML cannot be used: NVML Shared Library "
+        "Not Found; layouts need NVIDIA's driver and the nvidia-ml-py "
+        "package ([gpu]/nvml = auto)"]
+
+
+def test_a_worker_answers_each_request_and_closes_it(server):
+    server.collector = Families(_empty_families()[:1])
+    mine, theirs = socket.socketpair()
+    mine.setblocking(False)
+    gone, gone_peer = socket.socketpair()
+    gone_peer.close()
+    server._work.put((gone, b'GET /metrics HTTP/1.1\r\n\r\n'))
+    server._work.put((mine, b'HEAD /metrics HTTP/1.1\r\n\r\n'))
+    server._work.put(None)
+    server._answer()                # returns at None
+    assert gone.fileno() == -1 and mine.fileno() == -1
+    theirs.settimeout(2)
+    answer = b''
+    while True:
+        data = theirs.recv(65536)
+        if not data:
+            break
+        answer += data
+    theirs.close()
+    assert answer == server._response(b'HEAD /metrics HTTP/1.1\r\n\r\n')
