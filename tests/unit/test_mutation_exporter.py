@@ -14,9 +14,11 @@ import math
 import os
 import queue
 import resource
+import select
 import selectors
 import shutil
 import socket
+import struct
 import tempfile
 import time
 
@@ -886,6 +888,11 @@ def test_a_request_s_method_and_path(server):
         exporter._http(404, b'not found: the metrics are at /metrics\n')
     assert server._response(b'GET\r\n\r\n') == \
         exporter._http(404, b'not found: the metrics are at /metrics\n')
+    # the first line alone decides: no version is fine, an empty line
+    # with the request on the next one is not
+    assert server._response(b'GET /metrics\r\n\r\n') == ok
+    assert server._response(b'\r\nGET /metrics HTTP/1.1\r\n\r\n') == \
+        exporter._http(405, b'only GET /metrics\n')
 
 
 def test_a_scrape_that_fails_is_a_500_logged(server, caplog):
@@ -912,7 +919,7 @@ def test_the_server_s_bounds(server):
         default.sock.close()
 
 
-def test_a_port_in_use_is_refused_and_its_socket_closed(server):
+def test_a_port_in_use_is_refused(server):
     with pytest.raises(OSError):
         exporter.Server(Families([]), '127.0.0.1', server.port)
 
@@ -1104,19 +1111,91 @@ def test_accepting_with_no_file_left_makes_room_from_the_oldest(server,
             c.close()
 
 
-def test_serve_says_where_and_stops_when_told(caplog):
+def _free_port(address):
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def _connection(address, port):
+    try:
+        return socket.create_connection((address, port), timeout=5)
+    except OSError:
+        return None
+
+
+def test_serve_serves_its_collector_on_the_address_and_port_given(caplog):
+    """``serve`` hands its collector, address, port and limits to the
+    server: the scrape answers with the collector's series, on that
+    address only (127.0.0.2: not 127.0.0.1, where a server bound to
+    every address would answer too), and an idle client is closed at
+    the request timeout given, not the default."""
     import threading
     stop = threading.Event()
-    stop.set()
+    port = _free_port('127.0.0.2')
+    col = Families(_empty_families()[:1])
+    runner = threading.Thread(target=exporter.serve, args=(
+        col, '127.0.0.2', port, stop), kwargs={'request_timeout': 0.3})
+    clients = []
     with caplog.at_level(logging.INFO):
-        exporter.serve(Families([]), '127.0.0.1', 0, stop,
-                       max_connections=1, request_timeout=1.0)
-    said = [r.getMessage() for r in caplog.records
-            if r.name == exporter.LOG.name]
-    assert len(said) == 1
-    port = int(said[0].rsplit(':', 1)[1].split('/')[0])
-    assert said == ['exporter: serving http://127.0.0.1:%d/metrics' % port]
-    assert port > 0
+        runner.start()
+        try:
+            scrape = wait_for(lambda: _connection('127.0.0.2', port),
+                              timeout=10)
+            assert scrape is not None
+            clients.append(scrape)
+            scrape.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
+            assert _read_all(scrape) == exporter._http(
+                200, exporter.render(col), exporter.CONTENT_TYPE)
+            assert _connection('127.0.0.1', port) is None
+            idle = _connection('127.0.0.2', port)
+            clients.append(idle)
+            started = time.monotonic()
+            assert _read_all(idle) == b''
+            assert time.monotonic() - started < exporter.REQUEST_TIMEOUT
+        finally:
+            stop.set()
+            runner.join(10)
+            for c in clients:
+                c.close()
+    assert not runner.is_alive()
+    assert [r.getMessage() for r in caplog.records
+            if r.name == exporter.LOG.name] == [
+        'exporter: serving http://127.0.0.2:%d/metrics' % port]
+
+
+def test_one_round_accepts_at_most_64_connections(server):
+    """The rest wait for the next round of the loop, which first expires
+    and reads those it holds."""
+    sel = selectors.DefaultSelector()
+    server.limit = 100
+    clients = [socket.create_connection(('127.0.0.1', server.port),
+                                        timeout=2) for _ in range(65)]
+    try:
+        assert server._accept(sel) is True
+        assert len(server._pending) == 64
+        assert server._accept(sel) is True
+        assert len(server._pending) == 65
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_a_client_that_resets_is_dropped(server):
+    sel = selectors.DefaultSelector()
+    client = socket.create_connection(('127.0.0.1', server.port), timeout=2)
+    assert server._accept(sel) is True
+    [conn] = list(server._pending)
+    client.sendall(b'GET')
+    assert wait_for(lambda: server._read(sel, conn) or
+                    server._pending[conn][1] == b'GET', timeout=5)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                      struct.pack('ii', 1, 0))
+    client.close()                  # RST: recv raises ECONNRESET
+    assert select.select([conn], [], [], 5)[0] == [conn]
+    server._read(sel, conn)         # once: the next recv would say EOF
+    assert conn.fileno() == -1 and sel.get_map() == {}
+    assert conn not in server._pending
 
 
 # --- MIG GPU instances and placements ----------------------------------------
@@ -1166,7 +1245,7 @@ def test_each_gpu_instance_s_room_by_type():
                                        _tf(1150, 19), _tf(1160, size=1)))
     gis = tuple(layout_mod.GpuInstance(i, p)
                 for i, p in ((1, 9), (2, 9), (3, 19), (4, 77), (5, 9)))
-    active = [_active(TA, 1), _active(TA, 1), _active(TB, 3)] + \
+    active = [_active(TA, 1), _active(TA, 1), _active(TB, 5)] + \
         [_active(TA, 5)] * 5
     session = Layouts(gis)
     views = exporter._gi_views(session, A, facts, active)
@@ -1181,7 +1260,7 @@ def test_each_gpu_instance_s_room_by_type():
         exporter.GiView(id=3, profile='1g.10gb', types=(room(TC, 0, 0),)),
         exporter.GiView(id=4, profile='profile 77', types=()),
         exporter.GiView(id=5, profile='3g.40gb', types=(
-            room(TA, 5, 0), room(TB, 0, 0))))
+            room(TA, 5, 0), room(TB, 1, 0))))
 
 
 def test_each_time_sliced_type_s_placements():
@@ -1400,14 +1479,38 @@ def test_a_host_whose_gpus_cannot_be_read_says_so(t4, caplog):
     assert _warnings(caplog)[0].startswith('scrape: cannot read host: ')
 
 
-def test_the_workers_do_not_hold_up_the_process_s_exit():
-    """They are daemon threads: one still sending to a slow client when
-    the server stops does not keep the process alive."""
+def _read_all(sock):
+    """Everything ``sock`` receives until its peer closes (b'' on a
+    reset), each wait bounded by its timeout."""
+    data = b''
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_the_serve_loop_answers_times_out_and_closes_at_stop():
+    """In this process (the hardening tests run it in a child): a scrape
+    answered, an idle client closed at its deadline, every connection and
+    the listening socket closed when told to stop; the workers are daemon
+    threads (one still sending to a slow client does not keep the process
+    alive at exit)."""
     import threading
     stop = threading.Event()
-    server = exporter.Server(Families([]), '127.0.0.1', 0)
+    server = exporter.Server(Families(_empty_families()[:1]), '127.0.0.1',
+                             0, request_timeout=0.3)
     runner = threading.Thread(target=server.serve, args=(stop,))
     runner.start()
+    clients = []
+
+    def connect():
+        clients.append(socket.create_connection(
+            ('127.0.0.1', server.port), timeout=5))
+        return clients[-1]
     try:
         assert wait_for(lambda: len([
             t for t in threading.enumerate()
@@ -1418,10 +1521,27 @@ def test_the_workers_do_not_hold_up_the_process_s_exit():
         assert sorted(t.name for t in workers) == ['exporter-0',
                                                    'exporter-1']
         assert all(t.daemon for t in workers)
+        idle = connect()
+        scrape = connect()
+        scrape.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
+        assert _read_all(scrape) == server._response(
+            b'GET /metrics HTTP/1.1\r\n\r\n')
+        started = time.monotonic()
+        assert _read_all(idle) == b''       # its deadline passed
+        assert time.monotonic() - started < 4
+        held = connect()
+        held.sendall(b'GET')
+        assert wait_for(lambda: len(server._pending) == 1, timeout=5)
     finally:
         stop.set()
         runner.join(10)
     assert not runner.is_alive()
+    assert _read_all(held) == b''
+    assert server.sock.fileno() == -1
+    assert not [t for t in threading.enumerate()
+                if t.name.startswith('exporter-')]
+    for c in clients:
+        c.close()
 
 
 # --- one GPU's layout as NVML says it is -------------------------------------
@@ -1567,3 +1687,23 @@ def test_a_worker_answers_each_request_and_closes_it(server):
         answer += data
     theirs.close()
     assert answer == server._response(b'HEAD /metrics HTTP/1.1\r\n\r\n')
+
+
+class Counting(Families):
+    def __init__(self, families):
+        super().__init__(families)
+        self.scrapes = 0
+
+    def collect(self):
+        self.scrapes += 1
+        return super().collect()
+
+
+def test_a_render_reads_the_host_once():
+    """Not once more to learn the series' names (a registry's
+    auto_describe): each scrape reads the host once."""
+    col = Counting(_empty_families()[:1])
+    text = exporter.exposition(col)
+    assert col.scrapes == 1
+    assert text == exporter.render(col).decode()
+    assert text.startswith('# HELP libvirt_gpu_gpu_info ')
