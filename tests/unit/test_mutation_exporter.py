@@ -18,6 +18,7 @@ import select
 import selectors
 import shutil
 import socket
+import sqlite3
 import struct
 import tempfile
 import time
@@ -538,14 +539,16 @@ def test_nvml_figures_join_a_vgpu_by_its_uuid_else_its_vf():
     usage = {
         A: nvml.GpuUsage(utilization=0.5, memory_used=100,
                          memory_total=1000, vgpus=(
-                             nvml.VgpuUsage(str(U1), None, 0.25, 64),
                              nvml.VgpuUsage('stranger', None, 0.9, 1),
-                             nvml.VgpuUsage(str(U3), None, None, None))),
+                             nvml.VgpuUsage(str(U1), None, 0.25, 64),
+                             nvml.VgpuUsage(str(U3), None, 0.5, None),
+                             nvml.VgpuUsage(str(U4), None, None, None))),
         B: nvml.GpuUsage(utilization=None, memory_used=None,
                          memory_total=None, vgpus=(
                              nvml.VgpuUsage(None, VF, 0.1, 32),
                              nvml.VgpuUsage(None, VF2, 0.2, 8)))}
-    owners = {U1: (A, 'one', D1), U2: (VF, '', ''), U3: (None, '', '')}
+    owners = {U1: (A, 'one', D1), U2: (VF, '', ''), U3: (None, '', ''),
+              U4: (A, '', '')}
     found = samples(exporter.nvml_families(usage, owners))
     assert found == rows(
         row('nvml_gpu_utilization_ratio', 0.5, gpu=str(A)),
@@ -555,6 +558,9 @@ def test_nvml_figures_join_a_vgpu_by_its_uuid_else_its_vf():
             parent=str(A), domain='one', domain_uuid=D1),
         row('nvml_vgpu_fb_used_bytes', 64, uuid=U1, gpu=str(A),
             parent=str(A), domain='one', domain_uuid=D1),
+        # a parent unknown (no VF, no mdev parent said): empty
+        row('nvml_vgpu_utilization_ratio', 0.5, uuid=U3, gpu=str(A),
+            parent='', domain='', domain_uuid=''),
         row('nvml_vgpu_utilization_ratio', 0.1, uuid=U2, gpu=str(B),
             parent=str(VF), domain='', domain_uuid=''),
         row('nvml_vgpu_fb_used_bytes', 32, uuid=U2, gpu=str(B),
@@ -1051,13 +1057,15 @@ def test_accepting_past_the_bound_drops_the_longest_waiting(server):
 
 @pytest.mark.parametrize('soft,limit,held', [
     (1024, None, exporter.MAX_CONNECTIONS), (576, None, 256),
-    (574, None, 255), (200, None, 68), (200, 10, 10), (66, None, 1),
+    (574, None, 255), (200, None, 68), (201, None, 68), (200, 10, 10),
+    (66, None, 1),
     (60, None, 1)])
 def test_the_connections_held_stay_under_the_file_limit(soft, limit, held):
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
     try:
-        assert exporter.connection_limit(limit) == held
+        found = exporter.connection_limit(limit)
+        assert found == held and isinstance(found, int)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, old)
 
@@ -1707,3 +1715,45 @@ def test_a_render_reads_the_host_once():
     assert col.scrapes == 1
     assert text == exporter.render(col).decode()
     assert text.startswith('# HELP libvirt_gpu_gpu_info ')
+
+
+def test_a_lease_file_another_program_altered_is_not_read_as_none(t4):
+    """read_ok{leases} 0 and no leases series (not every state at 0);
+    the GPUs are still served."""
+    assert t4.run('prepare', th.domain_xml([(te.new_uuid(), 'nvidia-223',
+                                             te.B)]))[0] == 0
+    col, _ = te.collector(t4)
+    db = os.path.join(t4.state_dir, state.DB_NAME)
+    for suffix in ('', '-wal', '-shm'):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+    with sqlite3.connect(db) as other:
+        other.execute('CREATE TABLE other (x)')
+    other.close()
+    found = te.scrape(col)
+    assert _read_ok(found)['leases'] == 0
+    assert not [k for k in found if k[0] == P + 'leases']
+    assert [k for k in found if k[0] == P + 'gpu_info']
+
+
+def test_a_client_that_does_not_take_its_answer_frees_the_worker(
+        server, monkeypatch):
+    """Within SEND_TIMEOUT (made short here) the worker gives up on a
+    client that reads nothing of a large answer, and closes it."""
+    import threading
+    monkeypatch.setattr(exporter, 'SEND_TIMEOUT', 0.2)
+    big = prom.GaugeMetricFamily(P + 'big', 'a large answer',
+                                 labels=['name'])
+    big.add_metric(['x' * (8 << 20)], 1)
+    server.collector = Families([big])
+    mine, theirs = socket.socketpair()
+    server._work.put((mine, b'GET /metrics HTTP/1.1\r\n\r\n'))
+    server._work.put(None)
+    worker = threading.Thread(target=server._answer, daemon=True)
+    worker.start()
+    worker.join(10)
+    try:
+        assert not worker.is_alive()
+        assert mine.fileno() == -1
+    finally:
+        theirs.close()
