@@ -1757,3 +1757,34 @@ def test_a_client_that_does_not_take_its_answer_frees_the_worker(
         assert mine.fileno() == -1
     finally:
         theirs.close()
+
+
+class NoEnabled(object):
+    """An ``Environment`` whose enabled types cannot be read (its GPUs
+    can)."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    @property
+    def enabled(self):
+        raise exception.ConfigError(reason='[vgpu_x]: broken')
+
+    def rediscover(self):
+        self._env = self._env.rediscover()
+        return self
+
+
+def test_enabled_types_that_cannot_be_read_make_the_host_part_unread(
+        t4, caplog):
+    _, env = te.collector(t4)
+    with caplog.at_level(logging.WARNING):
+        found = te.scrape(exporter.HostCollector(NoEnabled(env)))
+    assert _read_ok(found)['host'] == 0
+    # the GPUs are still served, as whole GPUs
+    assert {s['mode'] for s in te.series(found, P + 'gpu_info')} == {'pgpu'}
+    assert _warnings(caplog)[0] == (
+        'scrape: cannot read host: Configuration error: [vgpu_x]: broken')
