@@ -1788,3 +1788,29 @@ def test_enabled_types_that_cannot_be_read_make_the_host_part_unread(
     assert {s['mode'] for s in te.series(found, P + 'gpu_info')} == {'pgpu'}
     assert _warnings(caplog)[0] == (
         'scrape: cannot read host: Configuration error: [vgpu_x]: broken')
+
+
+def test_a_vgpu_on_a_vf_is_shown_on_its_physical_gpu(layout_host, tmp_path):
+    _, root = layout_host
+    config = tmp_path / 'libvirt-gpu.conf'
+    config.write_text('[DEFAULT]\nstate_dir = %s\nsysfs_root = %s\n'
+                      % (tmp_path / 'state', root))
+    env = environment.Environment.from_conf(conf_mod.load(str(config)))
+    vf = next(g for g in env.discovered.gpus if g.is_vf)
+    with env.store.transaction() as txn:
+        txn.add(U1, None, vf.address, objects.TypeId.parse('nvidia-1145'))
+    found = te.scrape(exporter.HostCollector(env))
+    assert te.series(found, P + 'vgpu_info') == [dict(
+        uuid=U1, type='nvidia-1145', gpu=str(vf.physfn),
+        parent=str(vf.address), domain='', domain_uuid='',
+        lease_state='reserved', exists='no')]
+
+
+def test_a_running_domain_s_vgpu_is_named_by_libvirt(t4, tmp_path):
+    conn = fake_libvirt.FakeConnection(str(tmp_path / 'doms'))
+    conn.define(th.domain_xml([(te.PRE[0], 'nvidia-223', te.B)]).decode(),
+                active=True)
+    found = te.scrape(_collector(t4, conn, None))
+    [info] = [s for s in te.series(found, P + 'vgpu_info')
+              if s['uuid'] == te.PRE[0]]
+    assert (info['domain'], info['domain_uuid']) == ('vm1', th.DOM)
