@@ -877,6 +877,7 @@ class Server(object):
                 worker.join(SEND_TIMEOUT)
 
     def _accept(self, sel):
+        made_room = False
         for _ in range(64):
             try:
                 conn, _ = self.sock.accept()
@@ -888,6 +889,7 @@ class Server(object):
                 LOG.warning('exporter: cannot accept a connection: %s', e)
                 if self._pending:
                     self._drop(sel, next(iter(self._pending)))
+                    made_room = True
                     continue
                 return False
             if len(self._pending) >= self.limit:
@@ -895,6 +897,10 @@ class Server(object):
             conn.setblocking(False)
             self._pending[conn] = [time.monotonic() + self.timeout, b'']
             sel.register(conn, selectors.EVENT_READ)
+            if made_room:
+                # it took the file freed for it: another accept now would
+                # fail again and close one more, this one if it is alone
+                return True
         return True
 
     def _expire(self, sel, now):
