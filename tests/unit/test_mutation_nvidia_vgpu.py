@@ -1008,6 +1008,17 @@ def test_boot_cleanup_forgets_a_transient_entry_whose_vf_is_empty(
     assert set(backend.vgpus()) == {UUID3}
 
 
+def test_boot_cleanup_forgets_past_an_entry_still_held(backend, host):
+    backend.prepare(vgpu())                              # its guest runs
+    backend.prepare(vgpu(parent=EMPTY1, uuid=UUID2))
+    files.VendorFiles(host).set_current_type(EMPTY1, 0)
+    assert notes_of(backend.boot_cleanup(lambda uuid: True))[2:] == [
+        ('ok', UUID1, 'nvidia-1145 on VF 0000:3d:00.6 is in use by a running '
+         'guest'),
+        ('forgot', UUID2, 'its VF 0000:bd:00.4 holds no vGPU any more')]
+    assert set(backend.vgpus()) == {UUID1}
+
+
 def test_boot_cleanup_forgets_an_entry_whose_vf_is_gone(backend, host):
     backend.prepare(vgpu())
     shutil.rmtree(files.VendorFiles(host).vendor_dir(FREE1))
