@@ -357,11 +357,10 @@ class NvidiaVgpuBackend(base.VgpuKind):
                      for a in exclude)
         looked = 0
         for vf in self.sysfs.virtfns(gpu):
-            if vf in taken or not self.is_parent(vf):
+            if vf in taken or not self.is_parent(vf) \
+                    or self.files.current_type(vf):
                 continue
             looked += 1
-            if self.files.current_type(vf):
-                continue
             if any(n == number for n, _ in
                    self.files.creatable_types(vf)):
                 return vf
