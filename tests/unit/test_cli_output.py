@@ -87,9 +87,13 @@ class _Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize('stream,lines', [(io.StringIO(), 1),
-                                          (_Terminal(), 10)])
-def test_json_compact_for_scripts_indented_on_a_terminal(stream, lines):
+@pytest.mark.parametrize('stream_class,lines', [(io.StringIO, 1),
+                                                (_Terminal, 10)])
+def test_json_compact_for_scripts_indented_on_a_terminal(stream_class,
+                                                         lines):
+    # a stream of its own at each run (mutmut runs a test more than once
+    # in one process)
+    stream = stream_class()
     document = {'b': [1, {'y': None, 'x': 'é'}], 'a': True}
     output.emit_json(document, stream)
     text = stream.getvalue()
