@@ -114,8 +114,9 @@ def test_a_pf_without_vfs_enabled_gets_all_of_them(a100, fast_tmp):
 
 def test_a_pf_given_as_text_is_refused(a100, fast_tmp):
     run = restore.Restore(env_of(a100, fast_tmp), settle_timeout=0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError) as e:
         run.enable_vfs('0000:41:00.0')
+    assert str(e.value).startswith('pf must be an objects.PciAddress')
     assert a100.sriov_numvfs(PF) == 0
 
 
@@ -193,8 +194,8 @@ def test_a_failing_script_is_named_with_its_status_and_last_words(
     run.enable_vfs(PF)
     ((action, what, target, detail),) = actions(run)
     assert (action, what, target) == ('failed', 'vfs', '0000:41:00.0')
-    assert detail.startswith('cannot enable VFs: ')
-    assert '%s -e exited 3: ' % script in detail
+    assert detail.startswith('cannot enable VFs: cannot write 0000:41:00.0: '
+                             '%s -e exited 3: ' % script)
     assert detail.endswith('x' * 300)          # its last 300 characters
     assert 'first' not in detail and 'x' * 301 not in detail
 
@@ -233,13 +234,17 @@ class _Counting(restore.Restore):
         return self.asked > self.ready_at
 
 
-def test_the_wait_ends_when_every_vf_shows_its_interface(a100, fast_tmp):
+def test_the_wait_ends_when_every_vf_shows_its_interface(a100, fast_tmp,
+                                                         monkeypatch):
+    pauses = []
+    monkeypatch.setattr(restore.time, 'sleep', pauses.append)
     run = _Counting(env_of(a100, fast_tmp), settle_timeout=30)
     run.ready_at = 20             # the first pass sees 0 of 16 ready
     run.enable_vfs(PF)
     assert actions(run) == [('enabled-vfs', 'vfs', '0000:41:00.0',
                              'enabled 16 VFs (sriov_numvfs)')]
     assert run.asked == 16 * 3    # 0/16, then 12/16, then 16/16
+    assert pauses == [0.1, 0.1]   # a short pause between looks
 
 
 def test_the_wait_gives_up_at_its_deadline_and_counts_the_missing(
@@ -319,12 +324,12 @@ def test_a_run_leaves_its_changes_and_failures_for_the_exporter(
     assert doc['last_error'] == 'mdev %s: %s' % (U2, failed.detail)
     # a clean run: its changes are counted, no error
     shutil.rmtree(mdevctl)
-    define(mdevctl, '0000:41:00.4', U1, 'nvidia-472', 'auto')
+    define(mdevctl, '0000:41:00.5', U2, 'nvidia-472', 'auto')
     report = restore.restore(env.replace(), vf_pfs=[PF], settle_timeout=0)
-    assert report.failed == ()
+    assert report.failed == () and len(report.changed) == 1
     doc = figures.outcome(state_dir, figures.RESTORE)
     assert doc['runs'] == 2 and doc['failures'] == 1
-    assert doc['last_changes'] == len(report.changed)
+    assert doc['last_changes'] == 1 and doc['changes_total'] == 1
     assert doc['last_success'] is not None
 
 
@@ -368,6 +373,11 @@ def test_a_run_that_raises_records_the_error_and_raises_it(
 # --- how VFs are enabled -----------------------------------------------------
 
 def test_the_way_to_enable_vfs(fast_tmp):
+    # auto unless asked otherwise
+    assert restore.sriov_manage_for(fast_tmp) is None
+    installed = os.access(restore.SRIOV_MANAGE, os.X_OK)
+    assert restore.sriov_manage_for('/sys') == (
+        restore.SRIOV_MANAGE if installed else None)
     assert restore.sriov_manage_for('/sys', None) is None
     assert restore.sriov_manage_for('/sys', 'none') is None
     assert restore.sriov_manage_for(fast_tmp, '/x/sriov') == '/x/sriov'
