@@ -882,6 +882,8 @@ def test_a_request_s_method_and_path(server):
     assert exporter.CONTENT_TYPE == 'text/plain; version=0.0.4; ' \
         'charset=utf-8'
     assert server._response(b'GET / HTTP/1.0\n\n') == ok
+    # the path ends at the first '?'
+    assert server._response(b'GET /metrics?a?b HTTP/1.1\r\n\r\n') == ok
     assert server._response(b'HEAD /metrics HTTP/1.1\r\n\r\n') == \
         exporter._http(200, body, exporter.CONTENT_TYPE, head=True)
     assert server._response(b'POST /metrics HTTP/1.1\r\n\r\n') == \
