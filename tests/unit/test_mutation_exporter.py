@@ -1860,3 +1860,22 @@ def test_with_no_file_left_the_loop_pauses_accepting_then_resumes(caplog):
     assert set(_warnings(caplog)) == {
         'exporter: cannot accept a connection: [Errno 24] Too many open '
         'files'}
+
+
+class Asked(tel.Session):
+    """test_exporter_layout's Session, noting each GPU NVML is asked
+    about."""
+
+    def __init__(self, gpus):
+        super().__init__(gpus)
+        self.addresses = set()
+
+    def mig_mode(self, address):
+        self.addresses.add(str(address))
+        return super().mig_mode(address)
+
+
+def test_nvml_is_asked_about_physical_gpus_only(layout_host):
+    session = Asked({tel.L40S: tel.l40s()})
+    tel.scrape(layout_host, '', session)
+    assert session.addresses == {tel.L40S, tel.MIGGPU}     # not their VFs
