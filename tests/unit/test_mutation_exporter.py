@@ -1818,50 +1818,6 @@ def test_a_running_domain_s_vgpu_is_named_by_libvirt(t4, tmp_path):
     assert (info['domain'], info['domain_uuid']) == ('vm1', th.DOM)
 
 
-def test_with_no_file_left_the_loop_pauses_accepting_then_resumes(caplog):
-    """EMFILE with no connection to close: the listening socket is left
-    alone for a moment (a few warnings, not a spin on a readable socket),
-    then taken up again: the waiting client is answered once files are
-    free."""
-    import threading
-    stop = threading.Event()
-    server = exporter.Server(Families(_empty_families()[:1]), '127.0.0.1',
-                             0)
-    runner = threading.Thread(target=server.serve, args=(stop,))
-    client = socket.socket()
-    client.settimeout(5)
-    old = resource.getrlimit(resource.RLIMIT_NOFILE)
-    with caplog.at_level(logging.WARNING):
-        runner.start()
-        try:
-            assert wait_for(lambda: len([
-                t for t in threading.enumerate()
-                if t.name.startswith('exporter-')]) == exporter.WORKERS,
-                timeout=10)
-            _no_file_left()
-            try:
-                client.connect(('127.0.0.1', server.port))
-                assert wait_for(lambda: len(_warnings(caplog)) >= 2,
-                                timeout=5)
-            finally:
-                resource.setrlimit(resource.RLIMIT_NOFILE, old)
-            warned = len(_warnings(caplog))
-            client.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
-            assert _read_all(client) == server._response(
-                b'GET /metrics HTTP/1.1\r\n\r\n')
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, old)
-            stop.set()
-            runner.join(10)
-            client.close()
-    assert not runner.is_alive()
-    # one warning per pause (0.2 s), not one per turn of a spinning loop
-    assert 2 <= warned <= 30
-    assert set(_warnings(caplog)) == {
-        'exporter: cannot accept a connection: [Errno 24] Too many open '
-        'files'}
-
-
 class Asked(tel.Session):
     """test_exporter_layout's Session, noting each GPU NVML is asked
     about."""
