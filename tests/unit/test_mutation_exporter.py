@@ -882,6 +882,8 @@ def test_a_request_s_method_and_path(server):
     assert exporter.CONTENT_TYPE == 'text/plain; version=0.0.4; ' \
         'charset=utf-8'
     assert server._response(b'GET / HTTP/1.0\n\n') == ok
+    # the path ends at the first '?'
+    assert server._response(b'GET /metrics?a?b HTTP/1.1\r\n\r\n') == ok
     assert server._response(b'HEAD /metrics HTTP/1.1\r\n\r\n') == \
         exporter._http(200, body, exporter.CONTENT_TYPE, head=True)
     assert server._response(b'POST /metrics HTTP/1.1\r\n\r\n') == \
@@ -1816,45 +1818,20 @@ def test_a_running_domain_s_vgpu_is_named_by_libvirt(t4, tmp_path):
     assert (info['domain'], info['domain_uuid']) == ('vm1', th.DOM)
 
 
-def test_with_no_file_left_the_loop_pauses_accepting_then_resumes(caplog):
-    """EMFILE with no connection to close: the listening socket is left
-    alone for a moment (a few warnings, not a spin on a readable socket),
-    then taken up again: the waiting client is answered once files are
-    free."""
-    import threading
-    stop = threading.Event()
-    server = exporter.Server(Families(_empty_families()[:1]), '127.0.0.1',
-                             0)
-    runner = threading.Thread(target=server.serve, args=(stop,))
-    client = socket.socket()
-    client.settimeout(5)
-    old = resource.getrlimit(resource.RLIMIT_NOFILE)
-    with caplog.at_level(logging.WARNING):
-        runner.start()
-        try:
-            assert wait_for(lambda: len([
-                t for t in threading.enumerate()
-                if t.name.startswith('exporter-')]) == exporter.WORKERS,
-                timeout=10)
-            _no_file_left()
-            try:
-                client.connect(('127.0.0.1', server.port))
-                assert wait_for(lambda: len(_warnings(caplog)) >= 2,
-                                timeout=5)
-            finally:
-                resource.setrlimit(resource.RLIMIT_NOFILE, old)
-            warned = len(_warnings(caplog))
-            client.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
-            assert _read_all(client) == server._response(
-                b'GET /metrics HTTP/1.1\r\n\r\n')
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, old)
-            stop.set()
-            runner.join(10)
-            client.close()
-    assert not runner.is_alive()
-    # one warning per pause (0.2 s), not one per turn of a spinning loop
-    assert 2 <= warned <= 30
-    assert set(_warnings(caplog)) == {
-        'exporter: cannot accept a connection: [Errno 24] Too many open '
-        'files'}
+class Asked(tel.Session):
+    """test_exporter_layout's Session, noting each GPU NVML is asked
+    about."""
+
+    def __init__(self, gpus):
+        super().__init__(gpus)
+        self.addresses = set()
+
+    def mig_mode(self, address):
+        self.addresses.add(str(address))
+        return super().mig_mode(address)
+
+
+def test_nvml_is_asked_about_physical_gpus_only(layout_host):
+    session = Asked({tel.L40S: tel.l40s()})
+    tel.scrape(layout_host, '', session)
+    assert session.addresses == {tel.L40S, tel.MIGGPU}     # not their VFs
