@@ -1151,3 +1151,15 @@ def test_a_mig_room_is_its_gpu_instances(mig):
                               (8, 19, '1g.10gb', 0, 0)]
     unknown = objects.TypeId.parse('nvidia-99999')
     assert gi_rooms(mig.room(H100, unknown)) == gi_rooms(room)
+
+
+def test_a_held_type_nvml_does_not_know_takes_no_size(mig, monkeypatch):
+    before = gi_rooms(mig.room(H100, T1308))
+    # a VF holding a type NVML does not list for the GPU (someone else's,
+    # of a driver the catalogue predates): counted as held, of no size
+    held = objects.PciAddress.parse(H100_VFS[2])
+    read = mig.files.current_type
+    monkeypatch.setattr(mig.files, 'current_type',
+                        lambda vf: 99999 if vf == held else read(vf))
+    room = mig.room(H100, T1308)
+    assert (room.used, gi_rooms(room)) == (0, before)
