@@ -762,9 +762,19 @@ class LeaseStore(object):
             db.close()
 
     def _current_boot(self):
-        """Whether a lease file exists and was written in this boot."""
-        if not os.path.isfile(self.db_path):
+        """Whether a lease file exists and was written in this boot; what
+        stands in its place and is no regular file (a directory, a link,
+        a FIFO) is refused, not read as "no leases"."""
+        try:
+            st = os.lstat(self.db_path)
+        except FileNotFoundError:
             return False
+        except OSError as e:
+            raise exception.StateError(path=self.db_path, reason=e.strerror)
+        reason = filetype.not_regular(st.st_mode)
+        if reason is not None:
+            raise exception.StateError(path=self.db_path,
+                                       reason='%s; remove it' % reason)
         current = self._kernel_boot_id()
         if current is None:
             return True         # no boot id (not Linux?): nothing to compare

@@ -843,6 +843,23 @@ def test_a_snapshot_of_an_earlier_boots_file_reads_no_leases(store, boot):
     assert os.path.exists(store.db_path)        # set aside by a writer only
 
 
+@pytest.mark.parametrize('make, kind', [
+    (os.mkdir, 'a directory'), (os.mkfifo, 'a FIFO'),
+    (lambda path: os.symlink('/etc/hostname', path), 'a symbolic link')])
+def test_a_snapshot_of_what_is_no_lease_file_refuses_it(store, make, kind):
+    # read as "no leases", the exporter said read_ok 1 and every count 0
+    store.leases()
+    _unwal(store)
+    os.unlink(store.db_path)
+    make(store.db_path)
+    with pytest.raises(exception.StateError) as e:
+        with store.snapshot():
+            pass
+    assert str(e.value) == (
+        'State file %s: it is %s, not a regular file; remove it'
+        % (store.db_path, kind))
+
+
 def test_a_snapshot_of_garbage_says_what_it_is(store):
     store.leases()
     _unwal(store)
