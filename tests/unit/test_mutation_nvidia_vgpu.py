@@ -228,7 +228,7 @@ def test_the_interface_is_on_the_vfs_only(host):
 
 def test_a_list_the_parser_refuses_names_its_file(host):
     put(host, FREE1, names.CREATABLE_TYPES, 'garbage\n')
-    path = os.path.join(host.pci_dir(FREE1), 'nvidia', 'creatable_vgpu_types')
+    path = vendor_file(host, FREE1, names.CREATABLE_TYPES)
     with pytest.raises(exception.SysfsReadError) as e:
         files.VendorFiles(host).creatable_types(FREE1)
     assert str(e.value) == (
@@ -262,8 +262,8 @@ def test_a_type_number_that_is_none_is_refused_unwritten(host, number):
     with pytest.raises(exception.InvalidInput) as e:
         files.VendorFiles(host).set_current_type(FREE1, number)
     assert str(e.value) == (
-        'Invalid input: current_vgpu_type takes a type number, not %r'
-        % (number,))
+        'Invalid input: %s takes a type number, not %r'
+        % (names.CURRENT_TYPE, number))
     assert host.writes == []
 
 
@@ -283,7 +283,8 @@ def test_params_that_are_not_one_line_are_refused_unwritten(host, params):
     with pytest.raises(exception.InvalidInput) as e:
         files.VendorFiles(host).write_params(FREE1, params)
     assert str(e.value) == (
-        'Invalid input: vgpu_params must be one line of key=value pairs')
+        'Invalid input: %s must be one line of key=value pairs'
+        % names.VGPU_PARAMS)
     assert content(host, FREE1, names.VGPU_PARAMS) == ''
 
 
@@ -723,8 +724,8 @@ def test_a_create_the_file_does_not_show_failed(backend, host):
         backend.prepare(vgpu())
     assert str(e.value) == (
         'Cannot create vGPU 11111111-2222-4333-8444-555555555555 (type '
-        'nvidia-1145 on 0000:3d:00.6): current_vgpu_type does not read 1145 '
-        'after the write')
+        'nvidia-1145 on 0000:3d:00.6): %s does not read 1145 '
+        'after the write' % names.CURRENT_TYPE)
 
 
 def test_a_busy_create_is_retried_for_retry_stop(backend, host):
@@ -767,7 +768,7 @@ def test_write_type_refusals(backend, host):
         backend.write_type(FREE1, T1145)
     assert str(e.value) == (
         'Cannot create vGPU for Nova (type nvidia-1145 on 0000:3d:00.6): '
-        'current_vgpu_type does not read 1145 after the write')
+        '%s does not read 1145 after the write' % names.CURRENT_TYPE)
 
 
 def test_write_type_retries_a_busy_driver(backend, host):
@@ -842,8 +843,8 @@ def test_reset_refusals_name_the_vgpu_or_the_vf(backend, host):
     with pytest.raises(exception.MdevRemoveFailed) as e:
         backend.reset_vf(FREE1)
     assert str(e.value) == (
-        'Cannot remove vGPU on VF 0000:3d:00.6: current_vgpu_type of '
-        '0000:3d:00.6 is not 0 after the write')
+        'Cannot remove vGPU on VF 0000:3d:00.6: %s of '
+        '0000:3d:00.6 is not 0 after the write' % names.CURRENT_TYPE)
     assert backend.held_type(FREE1) == T1145
 
 
@@ -945,8 +946,8 @@ def test_boot_cleanup_judges_by_the_guest(backend, host):
     assert notes_of(backend.boot_cleanup(lambda uuid: False,
                                          dry_run=True))[2:] == [
         ('would', UUID1, 'would reset VF 0000:3d:00.6 (write 0 to its '
-         'current_vgpu_type: it holds nvidia-1145 for a guest that is not '
-         'running)')]
+         '%s: it holds nvidia-1145 for a guest that is not '
+         'running)' % names.CURRENT_TYPE)]
     assert backend.held_type(FREE1) == T1145
     assert set(backend.vgpus()) == {UUID1}
 
@@ -956,8 +957,9 @@ def test_boot_cleanup_notes_a_reset_that_failed(backend, host):
     host.answers[FREE1] = None
     backend.remove_timeout = 0.1
     assert notes_of(backend.boot_cleanup(lambda uuid: False))[2:] == [
-        ('failed', UUID1, 'Cannot remove vGPU %s: current_vgpu_type of '
-         '0000:3d:00.6 is not 0 after the write' % UUID1)]
+        ('failed', UUID1, 'Cannot remove vGPU %s: %s of '
+         '0000:3d:00.6 is not 0 after the write'
+         % (UUID1, names.CURRENT_TYPE))]
 
 
 def test_boot_cleanup_leaves_persistent_vgpus_to_restore(backend, host):
