@@ -91,11 +91,17 @@ def _foreign(store, script):
     os.makedirs(store.state_dir, mode=0o700, exist_ok=True)
     with open(os.path.join(store.state_dir, state.BOOT_ID_NAME), 'w') as f:
         f.write(BOOT + '\n')
+    _sql(store, script)
+    return store
+
+
+def _sql(store, script):
+    """Run ``script`` on the store's lease file as another program would
+    (its own SQLite connection, committed)."""
     db = sqlite3.connect(store.db_path)
     db.executescript(script)
     db.commit()
     db.close()
-    return store
 
 
 class Child(object):
@@ -604,10 +610,7 @@ def test_the_lease_file_is_written_ahead(store):
 def test_a_file_of_the_next_schema_is_refused(store, version, refused):
     store.leases()
     _unwal(store)
-    db = sqlite3.connect(store.db_path)
-    db.execute('PRAGMA user_version = %d' % version)
-    db.commit()
-    db.close()
+    _sql(store, 'PRAGMA user_version = %d' % version)
     again = state.LeaseStore(store.state_dir, boot_id_path=store.boot_id_path)
     if refused:
         assert _message(again.leases) == (
@@ -691,10 +694,7 @@ def test_a_file_of_before_borrowing_gains_its_table(store):
 def test_analyzes_statistics_are_no_foreign_table(store):
     with store.transaction() as txn:
         txn.add(U1, DOM, AF, T223)
-    db = sqlite3.connect(store.db_path)
-    db.execute('ANALYZE')
-    db.commit()
-    db.close()
+    _sql(store, 'ANALYZE')
     again = state.LeaseStore(store.state_dir, boot_id_path=store.boot_id_path)
     assert [x.vgpu_uuid for x in again.leases()] == [U1]
 
@@ -886,10 +886,7 @@ def test_a_snapshot_opens_a_path_of_any_characters(tmp_path, boot, name):
 def test_a_row_of_a_bad_type_is_listed_with_its_text(store):
     with store.transaction() as txn:
         txn.add(U1, DOM, AF, T223)
-    db = sqlite3.connect(store.db_path)
-    db.execute("UPDATE leases SET type_id = 'bad type'")
-    db.commit()
-    db.close()
+    _sql(store, "UPDATE leases SET type_id = 'bad type'")
     (lease,) = store.leases()
     assert lease.type_id is None and lease.bad_type_id == 'bad type'
     assert records.replace(lease, type_id=T223, bad_type_id=None) \
@@ -953,11 +950,7 @@ def test_what_follows_analyzes_statistics_is_still_checked(store):
     with store.transaction() as txn:
         txn.add(U1, DOM, AF, T223)
     store.close()
-    db = sqlite3.connect(store.db_path)
-    db.execute('ANALYZE')
-    db.execute('CREATE TABLE zzz (x)')
-    db.commit()
-    db.close()
+    _sql(store, 'ANALYZE; CREATE TABLE zzz (x)')
     again = state.LeaseStore(store.state_dir, boot_id_path=store.boot_id_path)
     assert 'it holds a table zzz that libvirt-gpu never makes' in _message(
         again.leases)
