@@ -223,6 +223,7 @@ def selection(tests, ignored=()):
                           % t for t in ignored]
 
 
+HITS_ENV = 'LIBVIRT_GPU_MUTATION_HITS'
 # Written to mutants/.child-site/sitecustomize.py (see the docstring).
 CHILD_SITE = '''\
 """Written by tests/tools/mutation.py: while mutmut learns which test
@@ -257,8 +258,7 @@ def _record():
 
 
 _record()
-''' % {'env': 'LIBVIRT_GPU_MUTATION_HITS'}
-HITS_ENV = 'LIBVIRT_GPU_MUTATION_HITS'
+''' % {'env': HITS_ENV}
 
 
 class ChildHits:
