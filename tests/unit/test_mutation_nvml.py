@@ -68,7 +68,7 @@ def _fake(*gpus):
     return nvml_fake.module({'gpus': list(gpus)})
 
 
-# --- Nvml.query ---------------------------------------------------------------
+# --- Nvml.query --------------------------------------------------------------
 
 @pytest.mark.parametrize('mode, name', [(0, 'none'), (1, 'passthrough'),
                                         (2, 'vgpu'), (3, 'vgpu_host'),
@@ -239,7 +239,7 @@ def test_a_driver_error_other_than_cannot_tell_is_raised_not_none():
     assert list(nvml.Nvml(lib).query()) == [L40S_2]
 
 
-# --- Nvml.usage ---------------------------------------------------------------
+# --- Nvml.usage --------------------------------------------------------------
 
 UUID = '11111111-2222-4333-8444-555555555555'
 
@@ -282,7 +282,7 @@ def test_usage_of_the_simulated_vfs():
     assert usage[L40S_2].vgpus == ()
 
 
-# --- source -------------------------------------------------------------------
+# --- source ------------------------------------------------------------------
 
 def test_source_settings(tmp_path):
     fake = _fake(_gpu())
@@ -313,7 +313,7 @@ def test_a_setting_of_none_of_the_choices():
         "simulated, not 'on'")
 
 
-# --- Session: opening, calls, handles -------------------------------------------
+# --- Session: opening, calls, handles ----------------------------------------
 
 def test_a_session_is_one_init_and_its_with_block_shuts_it_down():
     kernel, lib = _host('l40s')
@@ -395,7 +395,7 @@ def test_a_gpu_whose_bus_id_is_not_an_address_is_not_listed():
         session.handle(L40S)
 
 
-# --- Session: reading ---------------------------------------------------------
+# --- Session: reading --------------------------------------------------------
 
 def test_mig_mode_is_the_current_one():
     kernel, lib = _host('h100-80gb')
@@ -686,7 +686,7 @@ def test_no_active_vgpus_where_the_gpu_cannot_tell():
     assert len(session.active_vgpus(L40S, mig=False)) == 2
 
 
-# --- Session: changing --------------------------------------------------------
+# --- Session: changing -------------------------------------------------------
 
 def _gis(session):
     return [(g.id, g.profile_id, g.start, g.compute)
@@ -782,3 +782,185 @@ def test_a_gi_that_is_not_there_cannot_be_destroyed():
     kernel, lib, session, profiles = _mig_h100()
     with pytest.raises(nvml.NvmlError, match='nvmlDeviceGetGpuInstanceById'):
         session.destroy_gpu_instance(H100, 3)
+
+
+# --- every call: its failure names the call and the GPU; "cannot tell" is
+# None where the caller allows it ---------------------------------------------
+
+def _mig_with_vgpu():
+    """The H100 in MIG mode: GI 7 (1g.10gb) holding an H100-1-10C on its
+    first VF, GI 4 (2g.20gb) empty: ``(kernel, session, profiles)``."""
+    kernel, lib, session, profiles = _mig_h100()
+    kernel.set_numvfs(str(H100), '4')
+    assert session.create_gpu_instance(H100, profiles['1g.10gb']) == 7
+    kernel.set_vgpu_type(H100_VF, b'1308')
+    assert session.create_gpu_instance(H100, profiles['2g.20gb']) == 4
+    return kernel, session, profiles
+
+
+def _mixed_l40s():
+    """The L40S's second GPU in mixed-size mode, an L40S-24Q at
+    placement 0."""
+    kernel, lib = _host('l40s')
+    session = _session(lib)
+    session.set_mixed_size(L40S_2, True)
+    kernel.set_vgpu_type('0000:bd:00.4', b'1155')
+    return kernel, session, None
+
+
+EQUAL_4 = layout.Scheduler('equal-share', 4)
+FAILS = [
+    # (host, C function failing, the call named, what is done)
+    (_mig_with_vgpu, 'nvmlDeviceGetMigMode', 'nvmlDeviceGetMigMode',
+     lambda s, p: s.mig_mode(H100)),
+    (_mig_with_vgpu, 'nvmlDeviceGetGpuInstancePossiblePlacements_v2',
+     'nvmlDeviceGetGpuInstancePossiblePlacements',
+     lambda s, p: s.gi_profiles(H100)),
+    (_mig_with_vgpu, 'nvmlDeviceGetSupportedVgpus',
+     'nvmlDeviceGetSupportedVgpus', lambda s, p: s.vgpu_types(H100)),
+    (_mig_with_vgpu, 'nvmlVgpuTypeGetGpuInstanceProfileId',
+     'nvmlVgpuTypeGetGpuInstanceProfileId', lambda s, p: s.vgpu_types(H100)),
+    (_mig_with_vgpu, 'nvmlVgpuTypeGetMaxInstancesPerGpuInstance',
+     'nvmlVgpuTypeGetMaxInstancesPerGpuInstance',
+     lambda s, p: s.vgpu_types(H100)),
+    (_mig_with_vgpu, 'nvmlVgpuTypeGetFramebufferSize',
+     'nvmlVgpuTypeGetFramebufferSize', lambda s, p: s.vgpu_types(H100)),
+    (_mig_with_vgpu, 'nvmlVgpuTypeGetName', 'nvmlVgpuTypeGetName',
+     lambda s, p: s.vgpu_types(H100)),
+    (_mig_with_vgpu, 'nvmlDeviceGetGpuInstances', 'nvmlDeviceGetGpuInstances',
+     lambda s, p: s.gpu_instances(H100, H100_PROFILES)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetInfo', 'nvmlGpuInstanceGetInfo',
+     lambda s, p: s.gpu_instances(H100, H100_PROFILES)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetComputeInstanceProfileInfoV',
+     'nvmlGpuInstanceGetComputeInstanceProfileInfo',
+     lambda s, p: s.gpu_instances(H100, H100_PROFILES, computes=True)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetComputeInstances',
+     'nvmlGpuInstanceGetComputeInstances',
+     lambda s, p: s.gpu_instances(H100, H100_PROFILES, computes=True)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetVgpuSchedulerState_v2',
+     'nvmlGpuInstanceGetVgpuSchedulerState_v2',
+     lambda s, p: s.gpu_instances(H100, H100_PROFILES, schedulers=True)),
+    (_mig_with_vgpu, 'nvmlDeviceGetActiveVgpus', 'nvmlDeviceGetActiveVgpus',
+     lambda s, p: s.active_vgpus(H100, mig=True)),
+    (_mig_with_vgpu, 'nvmlVgpuInstanceGetType', 'nvmlVgpuInstanceGetType',
+     lambda s, p: s.active_vgpus(H100, mig=True)),
+    (_mig_with_vgpu, 'nvmlVgpuInstanceGetGpuInstanceId',
+     'nvmlVgpuInstanceGetGpuInstanceId',
+     lambda s, p: s.active_vgpus(H100, mig=True)),
+    (_mig_with_vgpu, 'nvmlDeviceSetMigMode', 'nvmlDeviceSetMigMode',
+     lambda s, p: s.set_mig_mode(H100, False)),
+    (_mig_with_vgpu, 'nvmlDeviceCreateGpuInstance',
+     'nvmlDeviceCreateGpuInstance',
+     lambda s, p: s.create_gpu_instance(H100, p['1g.10gb'])),
+    (_mig_with_vgpu, 'nvmlDeviceCreateGpuInstanceWithPlacement',
+     'nvmlDeviceCreateGpuInstanceWithPlacement',
+     lambda s, p: s.create_gpu_instance(H100, p['1g.10gb'], start=6)),
+    (_mig_with_vgpu, 'nvmlDeviceGetGpuInstanceById',
+     'nvmlDeviceGetGpuInstanceById',
+     lambda s, p: s.destroy_gpu_instance(H100, 4)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetComputeInstances',
+     'nvmlGpuInstanceGetComputeInstances',
+     lambda s, p: s.destroy_gpu_instance(H100, 4)),
+    (_mig_with_vgpu, 'nvmlComputeInstanceDestroy',
+     'nvmlComputeInstanceDestroy',
+     lambda s, p: s.destroy_gpu_instance(H100, 4)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceDestroy', 'nvmlGpuInstanceDestroy',
+     lambda s, p: s.destroy_gpu_instance(H100, 4)),
+    (_mig_with_vgpu, 'nvmlGpuInstanceSetVgpuSchedulerState_v2',
+     'nvmlGpuInstanceSetVgpuSchedulerState_v2',
+     lambda s, p: s.set_gpu_instances_scheduler(H100, H100_PROFILES,
+                                                EQUAL_4)),
+    (_mixed_l40s, 'nvmlDeviceGetVgpuHeterogeneousMode',
+     'nvmlDeviceGetVgpuHeterogeneousMode', lambda s, p: s.mixed_size(L40S_2)),
+    (_mixed_l40s, 'nvmlDeviceSetVgpuHeterogeneousMode',
+     'nvmlDeviceSetVgpuHeterogeneousMode',
+     lambda s, p: s.set_mixed_size(L40S_2, True)),
+    (_mixed_l40s, 'nvmlDeviceGetVgpuTypeCreatablePlacements',
+     'nvmlDeviceGetVgpuTypeCreatablePlacements',
+     lambda s, p: s.creatable_placements(L40S_2, 1155)),
+    (_mixed_l40s, 'nvmlDeviceGetVgpuSchedulerState_v2',
+     'nvmlDeviceGetVgpuSchedulerState_v2', lambda s, p: s.scheduler(L40S_2)),
+    (_mixed_l40s, 'nvmlDeviceSetVgpuSchedulerState_v2',
+     'nvmlDeviceSetVgpuSchedulerState_v2',
+     lambda s, p: s.set_scheduler(L40S_2, EQUAL_4)),
+    (_mixed_l40s, 'nvmlVgpuInstanceGetPlacementId',
+     'nvmlVgpuInstanceGetPlacementId',
+     lambda s, p: s.active_vgpus(L40S_2, mig=False)),
+]
+
+
+@pytest.mark.parametrize('host, point, call, do', FAILS,
+                         ids=['%s-%d' % (f[1], i) for i, f in
+                              enumerate(FAILS)])
+def test_each_failing_call_names_itself_and_the_gpu(host, point, call, do):
+    kernel, session, profiles = host()
+    address = H100 if host is _mig_with_vgpu else L40S_2
+    sim_nvml.inject(point, kernel=kernel)
+    with pytest.raises(nvml.NvmlError) as raised:
+        do(session, profiles)
+    assert str(raised.value) == 'NVML %s on GPU %s: Unknown Error' % (
+        call, address)
+
+
+def _first_mig_backed(session):
+    return [t for t in session.vgpu_types(H100)
+            if t.type_id == 'nvidia-1308'][0]
+
+
+CANNOT_TELL = [
+    # (host, C function not supported (its nth call), what is read,
+    #  what it reads then)
+    (_mig_with_vgpu, 'nvmlDeviceGetMigMode', 1,
+     lambda s, p: s.mig_mode(H100), None),
+    (_mig_with_vgpu, 'nvmlDeviceGetGpuInstancePossiblePlacements_v2', 1,
+     lambda s, p: [g.placements for g in s.gi_profiles(H100)[:2]],
+     [(), H100_PROFILES[1].placements]),
+    (_mig_with_vgpu, 'nvmlDeviceGetSupportedVgpus', 1,
+     lambda s, p: s.vgpu_types(H100), ()),
+    (_mig_with_vgpu, 'nvmlVgpuTypeGetMaxInstancesPerGpuInstance', 1,
+     lambda s, p: _first_mig_backed(s).max_per_gi, None),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetComputeInstanceProfileInfoV', 1,
+     lambda s, p: [g.compute for g in s.gpu_instances(
+         H100, H100_PROFILES, computes=True)], [True, None]),
+    (_mig_with_vgpu, 'nvmlGpuInstanceGetVgpuSchedulerState_v2', 2,
+     lambda s, p: [g.scheduler for g in s.gpu_instances(
+         H100, H100_PROFILES, schedulers=True)],
+     [None, layout.Scheduler('best-effort', None)]),
+    (_mig_with_vgpu, 'nvmlVgpuInstanceGetType', 1,
+     lambda s, p: s.active_vgpus(H100, mig=True),
+     (nvml.ActiveVgpu(type_id=None, gi_id=7, placement=None),)),
+    (_mig_with_vgpu, 'nvmlVgpuInstanceGetGpuInstanceId', 1,
+     lambda s, p: s.active_vgpus(H100, mig=True),
+     (nvml.ActiveVgpu(type_id=objects.TypeId.parse('nvidia-1308'),
+                      gi_id=None, placement=None),)),
+    (_mixed_l40s, 'nvmlDeviceGetVgpuHeterogeneousMode', 1,
+     lambda s, p: s.mixed_size(L40S_2), None),
+    (_mixed_l40s, 'nvmlDeviceGetVgpuTypeCreatablePlacements', 1,
+     lambda s, p: s.creatable_placements(L40S_2, 1155), None),
+    (_mixed_l40s, 'nvmlVgpuInstanceGetPlacementId', 1,
+     lambda s, p: s.active_vgpus(L40S_2, mig=False),
+     (nvml.ActiveVgpu(type_id=objects.TypeId.parse('nvidia-1155'),
+                      gi_id=None, placement=None),)),
+]
+
+
+@pytest.mark.parametrize('host, point, nth, read, expected', CANNOT_TELL,
+                         ids=['%s-%d' % (f[1], i) for i, f in
+                              enumerate(CANNOT_TELL)])
+def test_each_call_the_gpu_cannot_answer_reads_none(host, point, nth, read,
+                                                    expected):
+    kernel, session, profiles = host()
+    sim_nvml.inject(point, nth=nth, error=mig.NVML_ERROR_NOT_SUPPORTED,
+                    kernel=kernel)
+    assert read(session, profiles) == expected
+
+
+def test_an_older_binding_without_one_of_the_cannot_tell_codes():
+    """A binding without NVML_ERROR_NO_PERMISSION still tells Not
+    Supported from an error; an error without a code is one."""
+    lib = types.SimpleNamespace(NVML_ERROR_NOT_SUPPORTED=3,
+                                NVML_ERROR_INVALID_ARGUMENT=2)
+    assert nvml._unanswered(lib, types.SimpleNamespace(value=3)) is True
+    assert nvml._unanswered(lib, types.SimpleNamespace(value=4)) is False
+    assert nvml._no_such_profile(lib, types.SimpleNamespace(value=2)) is True
+    assert nvml._no_such_profile(lib, Exception('no code')) is False
