@@ -44,14 +44,28 @@ def _session(lib):
 
 
 def _mig_h100():
-    """An H100 with its VFs off and MIG on: ``(kernel, lib, session,
-    {profile name: GiProfile})``."""
+    """An H100 with its VFs off and MIG on (through the binding, not the
+    code under test): ``(kernel, lib, session, {profile name:
+    GiProfile})``."""
     kernel, lib = _host('h100-80gb')
     kernel.set_numvfs(str(H100), '0')
     session = _session(lib)
-    session.set_mig_mode(H100, True)
-    return kernel, lib, session, {
-        p.name: p for p in session.gi_profiles(H100)}
+    lib.nvmlDeviceSetMigMode(session.handle(H100), 1)
+    return kernel, lib, session, {p.name: p for p in H100_PROFILES}
+
+
+def _make_gi(lib, profile_id, compute=True):
+    """A GPU instance made through the binding, with the compute instance
+    that spans it (``compute``); its id."""
+    handle = lib.nvmlDeviceGetHandleByIndex(0)
+    gi = lib.nvmlDeviceCreateGpuInstance(handle, profile_id)
+    if compute:
+        slices = {19: 1, 14: 2}[profile_id]
+        info = lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, {1: 0, 2: 1}[slices],
+            lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        lib.nvmlGpuInstanceCreateComputeInstance(gi, info.id)
+    return lib.nvmlGpuInstanceGetInfo(gi).id
 
 
 def _gpu(**changes):
@@ -559,23 +573,22 @@ def test_placements_that_fail_otherwise_are_an_error():
 
 def test_gpu_instances_with_their_compute_and_scheduler():
     kernel, lib, session, profiles = _mig_h100()
-    assert session.create_gpu_instance(H100, profiles['1g.10gb'],
-                                       start=3) == 10
-    assert session.create_gpu_instance(H100, profiles['2g.20gb']) == 3
-    lib.nvmlDeviceCreateGpuInstance(session.handle(H100), 19)  # no CI
+    assert _make_gi(lib, 19) == 7
+    assert _make_gi(lib, 14) == 4
+    assert _make_gi(lib, 19, compute=False) == 8
     best = layout.Scheduler('best-effort', None)
     assert session.gpu_instances(H100, H100_PROFILES, schedulers=True,
                                  computes=True) == (
-        layout.GpuInstance(id=3, profile_id=14, scheduler=best, start=0,
+        layout.GpuInstance(id=4, profile_id=14, scheduler=best, start=2,
                            size=2, compute=True),
-        layout.GpuInstance(id=9, profile_id=19, scheduler=best, start=2,
-                           size=1, compute=False),
-        layout.GpuInstance(id=10, profile_id=19, scheduler=best, start=3,
-                           size=1, compute=True))
+        layout.GpuInstance(id=7, profile_id=19, scheduler=best, start=0,
+                           size=1, compute=True),
+        layout.GpuInstance(id=8, profile_id=19, scheduler=best, start=1,
+                           size=1, compute=False))
     assert session.gpu_instances(H100, (profiles['1g.10gb'],)) == (
-        layout.GpuInstance(id=9, profile_id=19, scheduler=None, start=2,
+        layout.GpuInstance(id=7, profile_id=19, scheduler=None, start=0,
                            size=1, compute=None),
-        layout.GpuInstance(id=10, profile_id=19, scheduler=None, start=3,
+        layout.GpuInstance(id=8, profile_id=19, scheduler=None, start=1,
                            size=1, compute=None))
     odd = layout.GiProfile(id=19, name='1g.10gb', slices=5, instances=7,
                            memory_mib=9984, placements=())
@@ -585,8 +598,8 @@ def test_gpu_instances_with_their_compute_and_scheduler():
 
 def test_the_gi_scheduler_is_set_on_every_gi_of_the_profiles():
     kernel, lib, session, profiles = _mig_h100()
-    session.create_gpu_instance(H100, profiles['1g.10gb'])
-    session.create_gpu_instance(H100, profiles['2g.20gb'])
+    _make_gi(lib, 19)
+    _make_gi(lib, 14)
     session.set_gpu_instances_scheduler(
         H100, (profiles['2g.20gb'],), layout.Scheduler('equal-share', 4))
     assert [g.scheduler for g in session.gpu_instances(
@@ -663,7 +676,7 @@ def test_mixed_size_is_none_where_n_a():
 def test_a_mig_vgpu_is_in_its_gpu_instance():
     kernel, lib, session, profiles = _mig_h100()
     kernel.set_numvfs(str(H100), '4')
-    assert session.create_gpu_instance(H100, profiles['1g.10gb']) == 7
+    assert _make_gi(lib, 19) == 7
     kernel.set_vgpu_type(H100_VF, b'1308')
     assert session.active_vgpus(H100, mig=True) == (nvml.ActiveVgpu(
         type_id=objects.TypeId.parse('nvidia-1308'), gi_id=7,
@@ -755,9 +768,9 @@ def test_a_gi_that_cannot_be_destroyed_again_says_both():
 
 def test_destroying_a_gi_destroys_its_compute_instance_first():
     kernel, lib, session, profiles = _mig_h100()
-    session.create_gpu_instance(H100, profiles['1g.10gb'], start=0)
-    session.create_gpu_instance(H100, profiles['1g.10gb'], start=6)
-    lib.nvmlDeviceCreateGpuInstance(session.handle(H100), 14)     # no CI
+    _make_gi(lib, 19)
+    _make_gi(lib, 19)
+    _make_gi(lib, 14, compute=False)
     before = _gis(session)
     assert sorted(g[3] for g in before) == [False, True, True]
     for gi_id, _, _, _ in before:
@@ -767,7 +780,7 @@ def test_destroying_a_gi_destroys_its_compute_instance_first():
 
 def test_destroying_a_gi_whose_compute_profile_fails_names_the_call():
     kernel, lib, session, profiles = _mig_h100()
-    gi_id = session.create_gpu_instance(H100, profiles['1g.10gb'])
+    gi_id = _make_gi(lib, 19)
     sim_nvml.inject('nvmlGpuInstanceGetComputeInstanceProfileInfoV',
                     kernel=kernel)
     with pytest.raises(nvml.NvmlError) as raised:
@@ -792,9 +805,9 @@ def _mig_with_vgpu():
     first VF, GI 4 (2g.20gb) empty: ``(kernel, session, profiles)``."""
     kernel, lib, session, profiles = _mig_h100()
     kernel.set_numvfs(str(H100), '4')
-    assert session.create_gpu_instance(H100, profiles['1g.10gb']) == 7
+    assert _make_gi(lib, 19) == 7
     kernel.set_vgpu_type(H100_VF, b'1308')
-    assert session.create_gpu_instance(H100, profiles['2g.20gb']) == 4
+    assert _make_gi(lib, 14) == 4
     return kernel, session, profiles
 
 
@@ -803,7 +816,8 @@ def _mixed_l40s():
     placement 0."""
     kernel, lib = _host('l40s')
     session = _session(lib)
-    session.set_mixed_size(L40S_2, True)
+    lib.nvmlDeviceSetVgpuHeterogeneousMode(
+        session.handle(L40S_2), lib.NVML_VGPU_PGPU_HETEROGENEOUS_MODE)
     kernel.set_vgpu_type('0000:bd:00.4', b'1155')
     return kernel, session, None
 
