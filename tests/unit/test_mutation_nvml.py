@@ -264,7 +264,8 @@ def test_usage_in_shares_and_bytes():
          'fb_usage_mib': 7, 'sm_util': 25},
         {'id': 6, 'mdev_uuid': 'not-a-uuid', 'pci_id': 'nowhere',
          'fb_usage_mib': 0},
-        {'id': 8, 'mdev_uuid': '  ', 'pci_id': ' '}]))
+        {'id': 8, 'mdev_uuid': '  ', 'pci_id': ' '},
+        {'id': 9}]))
     (usage,) = nvml.Nvml(fake).usage().values()
     assert usage == nvml.GpuUsage(
         utilization=0.37, memory_used=3 * MIB, memory_total=46068 * MIB,
@@ -273,6 +274,8 @@ def test_usage_in_shares_and_bytes():
                               utilization=0.25, fb_used=7 * MIB),
                nvml.VgpuUsage(mdev_uuid=None, vf=None, utilization=None,
                               fb_used=0),
+               nvml.VgpuUsage(mdev_uuid=None, vf=None, utilization=None,
+                              fb_used=None),
                nvml.VgpuUsage(mdev_uuid=None, vf=None, utilization=None,
                               fb_used=None)))
 
@@ -769,8 +772,8 @@ def test_a_gi_that_cannot_be_destroyed_again_says_both():
 def test_destroying_a_gi_destroys_its_compute_instance_first():
     kernel, lib, session, profiles = _mig_h100()
     _make_gi(lib, 19)
-    _make_gi(lib, 19)
-    _make_gi(lib, 14, compute=False)
+    _make_gi(lib, 14)                   # its compute profile is not the first
+    _make_gi(lib, 19, compute=False)
     before = _gis(session)
     assert sorted(g[3] for g in before) == [False, True, True]
     for gi_id, _, _, _ in before:
@@ -978,3 +981,21 @@ def test_an_older_binding_without_one_of_the_cannot_tell_codes():
     assert nvml._unanswered(lib, types.SimpleNamespace(value=4)) is False
     assert nvml._no_such_profile(lib, types.SimpleNamespace(value=2)) is True
     assert nvml._no_such_profile(lib, Exception('no code')) is False
+
+
+def test_a_time_sliced_type_is_not_asked_for_mig_facts_or_placements():
+    """Neither the per-GPU-instance maximum of a time-sliced type nor, when
+    not asked for, its placements: a failure of either is never met."""
+    kernel, lib = _host('l40s')
+    session = _session(lib)
+    session.handle(L40S)
+    sim_nvml.inject('nvmlVgpuTypeGetMaxInstancesPerGpuInstance',
+                    kernel=kernel)
+    sim_nvml.inject('nvmlDeviceGetVgpuTypeSupportedPlacements',
+                    kernel=kernel)
+    found = session.vgpu_types(L40S)
+    assert {(t.max_per_gi, t.placement_size) for t in found} == {
+        (None, None)}
+    assert set(sim_nvml.faults(kernel=kernel)) == {
+        'nvmlVgpuTypeGetMaxInstancesPerGpuInstance',
+        'nvmlDeviceGetVgpuTypeSupportedPlacements'}
