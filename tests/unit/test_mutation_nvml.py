@@ -350,12 +350,29 @@ def test_a_session_without_a_driver_names_the_error():
         'driver and the nvidia-ml-py package ([gpu]/nvml = auto)')
 
 
-def test_a_shutdown_that_fails_at_the_end_of_a_session_is_not_raised():
+def test_a_shutdown_that_fails_at_the_end_of_a_session_is_not_raised(
+        caplog):
     kernel, lib = _host('l40s')
     lib.nvmlShutdown = lambda: (_ for _ in ()).throw(
         lib.NVMLError(lib.NVML_ERROR_UNKNOWN))
+    caplog.set_level(logging.DEBUG)
     with nvml.Session(lib):
         pass
+    assert [r.getMessage() for r in caplog.records] == [
+        'NVML shutdown: Unknown Error']
+
+
+def test_the_installed_binding_is_used_when_none_is_given():
+    """This machine has nvidia-ml-py but no driver: the binding is
+    imported (kept for the next call) and its nvmlInit fails."""
+    import ctypes.util
+    if ctypes.util.find_library('nvidia-ml'):
+        pytest.skip('this machine has libnvidia-ml')
+    source = nvml.Nvml()
+    for _ in range(2):
+        with pytest.raises(nvml.NvmlUnavailable) as raised:
+            source.session()
+        assert 'nvidia-ml-py is not installed' not in str(raised.value)
 
 
 def test_a_failing_call_names_the_call_and_the_gpu():
@@ -619,6 +636,10 @@ def test_the_gpu_scheduler_round_trips():
     assert session.scheduler(L40S_2) == layout.Scheduler('equal-share', 4)
     session.set_scheduler(L40S_2, layout.Scheduler('fixed-share', 10))
     assert session.scheduler(L40S_2) == layout.Scheduler('fixed-share', 10)
+    session.set_scheduler(L40S_2, layout.Scheduler('equal-share', 3))
+    found = session.scheduler(L40S_2)      # 333 Hz: a slice of 3.003 ms
+    assert found == layout.Scheduler('equal-share', 3)
+    assert type(found.time_slice_ms) is int
     session.set_scheduler(L40S_2, layout.Scheduler('fixed-share', None))
     assert session.scheduler(L40S_2) == layout.Scheduler('fixed-share', 2)
     assert session.scheduler(L40S) == layout.Scheduler('best-effort', None)
@@ -999,3 +1020,23 @@ def test_a_time_sliced_type_is_not_asked_for_mig_facts_or_placements():
     assert set(sim_nvml.faults(kernel=kernel)) == {
         'nvmlVgpuTypeGetMaxInstancesPerGpuInstance',
         'nvmlDeviceGetVgpuTypeSupportedPlacements'}
+
+
+def test_compute_instances_are_listed_of_the_profile_spanning_the_gi():
+    """NVML lists a GPU instance's compute instances of one profile; the
+    simulated driver has one per GI and does not look at it, so the
+    profile asked for is recorded: NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE
+    (1) for a 2g GPU instance."""
+    kernel, lib, session, profiles = _mig_h100()
+    gi_id = _make_gi(lib, 14)
+    asked = []
+    listing = lib.nvmlGpuInstanceGetComputeInstances
+
+    def recorded(gi, profile_id, handles, count):
+        asked.append(profile_id)
+        return listing(gi, profile_id, handles, count)
+    lib.nvmlGpuInstanceGetComputeInstances = recorded
+    assert [g.compute for g in session.gpu_instances(
+        H100, (profiles['2g.20gb'],), computes=True)] == [True]
+    session.destroy_gpu_instance(H100, gi_id)
+    assert asked == [lib.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE] * 2 == [1, 1]
