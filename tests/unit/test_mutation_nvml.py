@@ -231,7 +231,8 @@ def test_without_the_binding_nothing_is_read(monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     assert nvml.Nvml().query() == {}
     assert nvml.Nvml().usage() == {}
-    assert 'NVML not used: nvidia-ml-py is not installed' in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        'NVML not used: nvidia-ml-py is not installed'] * 2
     with pytest.raises(nvml.NvmlUnavailable) as raised:
         nvml.Nvml().session()
     assert str(raised.value) == (
@@ -433,7 +434,13 @@ def test_a_gpu_whose_bus_id_is_not_an_address_is_not_listed():
 
 # --- Session: reading --------------------------------------------------------
 
-def test_mig_mode_is_the_current_one():
+def test_mig_mode_is_the_current_one_not_the_pending():
+    for current, pending in ((0, 1), (1, 0)):
+        session = _session(_fake(_gpu(mig_mode=[current, pending])))
+        assert session.mig_mode(L40S) is bool(current)
+
+
+def test_mig_mode_changes():
     kernel, lib = _host('h100-80gb')
     session = _session(lib)
     assert session.mig_mode(H100) is False
@@ -673,6 +680,8 @@ def test_the_scheduler_state_nvml_is_given():
     assert (state.schedulerPolicy, state.frequency) == (2, 0)
     state = session._scheduler_state(layout.Scheduler('best-effort', 3))
     assert (state.schedulerPolicy, state.frequency) == (1, 333)
+    state = session._scheduler_state(layout.Scheduler('equal-share', 1))
+    assert state.frequency == 1000
 
 
 def test_mixed_size_mode_and_its_placements():
@@ -1008,6 +1017,7 @@ def test_an_older_binding_without_one_of_the_cannot_tell_codes():
     assert nvml._unanswered(lib, types.SimpleNamespace(value=4)) is False
     assert nvml._no_such_profile(lib, types.SimpleNamespace(value=2)) is True
     assert nvml._no_such_profile(lib, Exception('no code')) is False
+    assert nvml._unanswered(nvml_fake.pynvml, Exception('no code')) is False
 
 
 def test_a_time_sliced_type_is_not_asked_for_mig_facts_or_placements():
