@@ -190,3 +190,20 @@ def test_not_an_mdev_is_refused():
     with pytest.raises(ValueError) as info:
         nodedev.parse_mdev(GPU_XML % '0')
     assert str(info.value) == 'pci_0000_af_00_0 is not an mdev'
+
+
+@pytest.mark.parametrize('parse', [nodedev.parse_pci, nodedev.parse_function,
+                                   nodedev.parse_mdev, nodedev.pci_class])
+def test_malformed_xml_is_refused_as_node_device_xml(parse):
+    with pytest.raises(exception.InvalidXml) as info:
+        parse('<device>')
+    assert str(info.value) == ('Refused XML: node-device XML is malformed: '
+                               'no element found: line 1, column 8')
+
+
+def test_names_without_text_are_none():
+    gpu = nodedev.parse_pci('''<device><name>pci_0000_01_00_0</name>
+      <capability type='pci'><domain>0</domain><bus>1</bus><slot>0</slot>
+      <function>0</function><product id='0x1eb8'> </product>
+      <vendor id='0x10de'/></capability></device>''')
+    assert (gpu.vendor_name, gpu.product_name) == (None, None)
