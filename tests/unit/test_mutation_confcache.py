@@ -76,8 +76,9 @@ def test_the_snapshot_size_limit_is_inclusive(cached, extra, read):
     config, environ, snap = cached
     with open(snap, 'rb') as f:
         data = f.read()
+    # padded in front: the document's last byte is the file's last
     with open(snap, 'wb') as f:
-        f.write(data.ljust(confcache._MAX_SNAPSHOT_BYTES + extra))
+        f.write(data.rjust(confcache._MAX_SNAPSHOT_BYTES + extra))
     assert (confcache.read(config, environ) is not None) is read
 
 
