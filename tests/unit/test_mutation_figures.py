@@ -317,3 +317,42 @@ def test_an_outcome_not_ours_is_none(tmp_path):
     assert figures.outcome(sd, figures.RESTORE) is None
     assert figures.record_outcome(sd, figures.RESTORE, changes=1, now=2.0)
     assert figures.outcome(sd, figures.RESTORE)['runs'] == 1
+
+
+def _held(state_dir, operation):
+    """Another open file of the hook's figures, holding a ``flock``."""
+    import fcntl
+    figures.record_hook_call(state_dir, 'prepare', figures.OK, 0.01)
+    fd = os.open(os.path.join(state_dir, figures.HOOK_FIGURES), os.O_RDONLY)
+    fcntl.flock(fd, operation)
+    return fd
+
+
+def test_a_scrape_reads_beside_another_reader(tmp_path, monkeypatch):
+    import fcntl
+    monkeypatch.setattr(figures, 'LOCK_TIMEOUT', 0.2)
+    fd = _held(str(tmp_path), fcntl.LOCK_SH)
+    try:
+        assert figures.hook_figures(str(tmp_path))['prepare']['calls'] == 1
+    finally:
+        os.close(fd)
+
+
+def test_a_scrape_held_up_names_the_file(tmp_path, monkeypatch):
+    import fcntl
+    from libvirt_gpu import exception
+    monkeypatch.setattr(figures, 'LOCK_TIMEOUT', 0.05)
+    fd = _held(str(tmp_path), fcntl.LOCK_EX)
+    try:
+        with pytest.raises(exception.StateError) as info:
+            figures.hook_figures(str(tmp_path))
+    finally:
+        os.close(fd)
+    assert str(info.value).startswith('State file %s: still locked after '
+                                      % (tmp_path / figures.HOOK_FIGURES))
+
+
+def test_an_outcome_that_cannot_be_written_is_false():
+    # read: no such directory (nothing recorded); write: cannot be made
+    assert figures.record_outcome('/proc/libvirt-gpu-no-such-dir',
+                                  figures.RESTORE) is False
