@@ -152,3 +152,18 @@ def test_only_vgpus_on_vfs_never_read_the_destination_s_devices():
     (999, (0, 0, 999))])
 def test_version_decodes_each_part(number, parts):
     assert migration.version(number) == parts
+
+
+def test_migrate_moves_the_guest_it_was_named():
+    class Named(Conn):
+        def lookupByName(self, name):
+            assert name == 'vm1', name
+            return self.domain
+
+        def lookupByUUIDString(self, uuid):
+            raise AssertionError('looked up by UUID: %s' % uuid)
+    source = Named(domain=Domain(stats={'downtime': 5}))
+    outcome = migration.migrate(host_mod.Host.from_connection(source),
+                                host_mod.Host.from_connection(Conn()),
+                                'qemu+ssh://b/system', 'vm1', poll=0.01)
+    assert (outcome.done, outcome.downtime_ms) == (True, 5)
