@@ -235,3 +235,10 @@ def test_a_pinning_that_is_not_a_list_is_refused_whole():
         config_xml.read_domain(_domain(
             extra="<numatune><memory nodeset='y'/></numatune>"))
     assert str(info.value).startswith("Refused XML: <numatune> nodeset 'y'")
+
+
+def test_a_template_is_read_from_the_first_place_that_has_it(monkeypatch):
+    monkeypatch.setattr(config_xml, '_templates', {})
+    with open(os.path.join(REPO, 'templates', 'hostdev-mdev.xml')) as f:
+        expected = f.read().replace('$uuid', str(UUID))
+    assert config_xml.mdev_hostdev(UUID) == expected
