@@ -6,6 +6,7 @@ unknown place, and the parts that exist only with a configuration."""
 
 import pytest
 
+from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import mdev as mdev_backend
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import sysfs as sysfs_mod
@@ -175,3 +176,24 @@ def test_replace_resolves_enabled_again_after_each_host_input(
     kept = t4_env.replace(remove_timeout=2.0, parallel=True, host=None)
     assert kept.enabled == enabled
     assert len(calls) == 1
+
+
+class TwoPlaces(mdev_backend.MdevBackend):
+    """A kind that declares two places of its own (``kinds`` by spec)."""
+
+    name = 'two-places'
+    places = (base.Place('b_dir', '/b'),
+              base.Place('a_dir', '/a'))
+
+
+def test_the_refusal_lists_every_known_place_sorted(tmp_path):
+    kinds = ('tests.unit.test_mutation_environment:TwoPlaces',)
+    with pytest.raises(TypeError) as info:
+        environment.Environment(str(tmp_path), sysfs_root=str(tmp_path),
+                                kinds=kinds, c_dir='c')
+    assert str(info.value) == (
+        'Environment() got unexpected keyword argument(s) c_dir: no vGPU '
+        'kind declares such a place (known: a_dir, b_dir)')
+    env = environment.Environment(str(tmp_path), sysfs_root=str(tmp_path),
+                                  kinds=kinds, a_dir='/given')
+    assert env.places == {'a_dir': '/given', 'b_dir': '/b'}
