@@ -70,6 +70,18 @@ def test_the_state_directory_is_made_private_and_the_file_too(tmp_path):
     assert figures.hook_figures(str(sd))['prepare']['calls'] == 1
 
 
+def test_a_new_file_in_an_existing_directory_is_private(tmp_path):
+    figures.record_hook_call(str(tmp_path), 'prepare', figures.OK, 0.01)
+    path = tmp_path / figures.HOOK_FIGURES
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with open(path) as f:
+        assert f.read() == (
+            '{"version":1,"buckets":[0.001,0.0025,0.005,0.01,0.025,0.05,'
+            '0.1,0.25,0.5,1.0,2.5,5.0,10.0,30.0],"operations":{"prepare":'
+            '{"calls":1,"refusals":0,"errors":0,"seconds_sum":0.01,'
+            '"counts":[0,0,0,1,0,0,0,0,0,0,0,0,0,0,0]}}}')
+
+
 def test_the_file_is_rewritten_in_place_padded_not_shortened(tmp_path):
     sd = str(tmp_path)
     long_doc = _hook_doc({'prepare': _entry(calls=123456789)})
@@ -102,11 +114,18 @@ def test_junk_over_the_size_limit_starts_afresh(tmp_path):
 def test_the_size_limit_is_inclusive(tmp_path, size, read):
     sd = str(tmp_path)
     doc = json.dumps(_hook_doc({'prepare': _entry(calls=7)}))
-    _write(sd, doc.ljust(size))
+    # padded in front: the document's last byte is the file's last
+    path = _write(sd, doc.rjust(size))
     assert figures.hook_figures(sd)['prepare']['calls'] == (7 if read else 0)
     figures.record_hook_call(sd, 'prepare', figures.OK, 0.01)
     assert _on_disk(sd)['operations']['prepare']['calls'] == (
         8 if read else 1)
+    # a document of ours is rewritten in place, padded to its size; junk
+    # is cut first
+    if read:
+        assert os.path.getsize(path) == size
+    else:
+        assert os.path.getsize(path) < 1000
 
 
 @pytest.mark.parametrize('doc', [
