@@ -87,7 +87,10 @@ def test_without_a_sysfs_the_root_is_read(tmp_path):
     env = environment.Environment(str(tmp_path), sysfs_root=str(tmp_path))
     assert env.sysfs_root == str(tmp_path)
     assert env.sysfs.root == str(tmp_path)
-    assert environment.Environment(str(tmp_path)).sysfs_root == '/sys'
+    bare = environment.Environment(str(tmp_path))
+    assert bare.sysfs_root == '/sys'
+    assert (bare.host, bare.conf, bare.remove_timeout, bare.source,
+            bare.parallel) == (None, None, None, None, False)
 
 
 def test_given_enabled_types_are_a_copy_of_their_kind(tmp_path):
