@@ -242,3 +242,11 @@ def test_a_template_is_read_from_the_first_place_that_has_it(monkeypatch):
     with open(os.path.join(REPO, 'templates', 'hostdev-mdev.xml')) as f:
         expected = f.read().replace('$uuid', str(UUID))
     assert config_xml.mdev_hostdev(UUID) == expected
+
+
+def test_hostdevs_after_one_skipped_are_still_read():
+    found = config_xml.read_domain(_domain(
+        _pci(mode=" mode='capabilities'") + "<hostdev type='pci'/>" +
+        "<hostdev type='usb'/>" + _mdev(UUID2) + _pci()))
+    assert found.mdev_uuids == (UUID2,)
+    assert found.pci_addresses == (ADDRESS,)
