@@ -167,3 +167,15 @@ def test_migrate_moves_the_guest_it_was_named():
                                 host_mod.Host.from_connection(Conn()),
                                 'qemu+ssh://b/system', 'vm1', poll=0.01)
     assert (outcome.done, outcome.downtime_ms) == (True, 5)
+
+
+def test_check_looks_at_the_guest_it_was_named():
+    class Named(Conn):
+        def lookupByName(self, name):
+            assert name == 'vm1', name
+            return self.domain
+
+        def lookupByUUIDString(self, uuid):
+            raise AssertionError('looked up by UUID: %s' % uuid)
+    plan = check(Named(domain=Domain(th.domain_xml())), Conn())
+    assert plan.ok and plan.domain == 'vm1'
