@@ -20,6 +20,17 @@ U2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'
 U3 = '0f0e7a1c-77a4-4a55-9c4d-2b8c2f9f1e11'
 
 
+class Named(Conn):
+    """A source that finds the guest by its name, vm1, only."""
+
+    def lookupByName(self, name):
+        assert name == 'vm1', name
+        return self.domain
+
+    def lookupByUUIDString(self, uuid):
+        raise AssertionError('looked up by UUID: %s' % uuid)
+
+
 def _checks(plan):
     return [(c.what, c.ok, c.detail) for c in plan.checks]
 
@@ -155,13 +166,6 @@ def test_version_decodes_each_part(number, parts):
 
 
 def test_migrate_moves_the_guest_it_was_named():
-    class Named(Conn):
-        def lookupByName(self, name):
-            assert name == 'vm1', name
-            return self.domain
-
-        def lookupByUUIDString(self, uuid):
-            raise AssertionError('looked up by UUID: %s' % uuid)
     source = Named(domain=Domain(stats={'downtime': 5}))
     outcome = migration.migrate(host_mod.Host.from_connection(source),
                                 host_mod.Host.from_connection(Conn()),
@@ -170,12 +174,5 @@ def test_migrate_moves_the_guest_it_was_named():
 
 
 def test_check_looks_at_the_guest_it_was_named():
-    class Named(Conn):
-        def lookupByName(self, name):
-            assert name == 'vm1', name
-            return self.domain
-
-        def lookupByUUIDString(self, uuid):
-            raise AssertionError('looked up by UUID: %s' % uuid)
     plan = check(Named(domain=Domain(th.domain_xml())), Conn())
     assert plan.ok and plan.domain == 'vm1'
