@@ -4,8 +4,10 @@ confcache.py that the rest stayed green on (docs/dev/mutation.md): which
 snapshot file is trusted (owner, mode, size, kind of file), the bounds of
 each size limit, the exact key, and which values survive JSON."""
 
+import contextlib
 import hashlib
 import os
+import signal
 
 import pytest
 
@@ -14,6 +16,23 @@ from libvirt_gpu import conffile
 
 VALUES = confcache.Values({'state_dir': '/s', 'debug': False},
                           {'gpu': {'nvml': 'auto'}})
+
+
+@contextlib.contextmanager
+def _no_wait(seconds=2.0):
+    """Fail, rather than hang, when the code under test waits (an open of
+    a FIFO without O_NONBLOCK waits for a writer for ever, and uses no
+    CPU time that mutmut's timeout would count)."""
+    def waited(signum, frame):
+        raise AssertionError('waited %.0f s: opened a FIFO blocking?'
+                             % seconds)
+    old = signal.signal(signal.SIGALRM, waited)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture
@@ -68,7 +87,8 @@ def test_a_fifo_in_its_place_is_not_waited_for(cached):
     config, environ, snap = cached
     os.unlink(snap)
     os.mkfifo(snap, 0o600)
-    assert confcache.read(config, environ) is None
+    with _no_wait():
+        assert confcache.read(config, environ) is None
 
 
 @pytest.mark.parametrize('extra,read', [(0, True), (1, False)])
@@ -154,7 +174,8 @@ def test_file_key_of_what_is_not_a_readable_file_is_none(tmp_path):
     assert confcache.file_key('/dev/null') is None
     fifo = str(tmp_path / 'fifo')
     os.mkfifo(fifo)
-    assert confcache.file_key(fifo) is None
+    with _no_wait():
+        assert confcache.file_key(fifo) is None
 
 
 def test_the_key_names_each_input(tmp_path):
