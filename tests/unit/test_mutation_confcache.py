@@ -57,7 +57,8 @@ def test_a_written_snapshot_reads_back(cached):
 
 
 @pytest.mark.parametrize('mode,read', [
-    (0o600, True), (0o644, True), (0o604, True), (0o620, False),
+    (0o600, True), (0o644, True), (0o604, True), (0o711, True),
+    (0o620, False),
     (0o602, False), (0o622, False)])
 def test_a_snapshot_others_can_write_is_not_trusted(cached, mode, read):
     config, environ, snap = cached
@@ -69,6 +70,13 @@ def test_a_snapshot_others_can_write_is_not_trusted(cached, mode, read):
 def test_a_snapshot_of_another_owner_is_not_trusted(cached):
     config, environ, snap = cached
     os.chown(snap, 4242, -1)
+    assert confcache.read(config, environ) is None
+
+
+def test_a_snapshot_that_is_not_utf8_is_none(cached):
+    config, environ, snap = cached
+    with open(snap, 'wb') as f:
+        f.write(b'{"key": "\xff"}')
     assert confcache.read(config, environ) is None
 
 
