@@ -55,10 +55,11 @@ def test_each_outcome_counts_once_where_it_belongs(tmp_path, outcome,
     sd = str(tmp_path)
     figures.record_hook_call(sd, 'migrate', outcome, 0.5)
     figures.record_hook_call(sd, 'migrate', outcome, 0.25)
+    figures.record_hook_call(sd, 'migrate', outcome, 0.25)
     found = figures.hook_figures(sd)
     assert found['migrate'] == _entry(
-        calls=2, refusals=2 * refusals, errors=2 * errors, seconds_sum=0.75,
-        counts=[0] * 7 + [1, 1] + [0] * 6)
+        calls=3, refusals=3 * refusals, errors=3 * errors, seconds_sum=1.0,
+        counts=[0] * 7 + [2, 1] + [0] * 6)
     assert found['prepare'] == ZERO
 
 
@@ -247,13 +248,15 @@ def test_outcomes_accumulate(tmp_path):
     assert figures.outcome(sd, figures.RESTORE) is None
     assert figures.record_outcome(sd, figures.RESTORE, changes=2, now=10.0)
     assert figures.record_outcome(sd, figures.RESTORE, changes=3, now=20.0)
+    assert figures.record_outcome(sd, figures.RESTORE, error='y',
+                                  changes=9, now=25.0)
     assert figures.record_outcome(sd, figures.RESTORE, error='x' * 600,
                                   changes=9, now=30.0)
     assert stat.S_IMODE(os.stat(sd).st_mode) == 0o700
     path = os.path.join(sd, 'outcome-restore.json')
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert figures.outcome(sd, figures.RESTORE) == {
-        'version': 1, 'runs': 3, 'failures': 1, 'last_run': 30.0,
+        'version': 1, 'runs': 4, 'failures': 2, 'last_run': 30.0,
         'last_success': 20.0, 'last_error': 'x' * 500,
         'last_error_time': 30.0, 'last_changes': 3, 'changes_total': 5}
     assert figures.outcome(sd, figures.PLACEMENT_SYNC) is None
@@ -277,6 +280,7 @@ def test_an_outcome_without_now_takes_the_clock(tmp_path):
     found = figures.outcome(sd, figures.RESTORE)
     assert before <= found['last_run'] == found['last_success'] <= \
         time.time()
+    assert (found['last_changes'], found['changes_total']) == (0, 0)
 
 
 def test_an_outcome_never_raises_for_a_directory_it_cannot_use(tmp_path):
@@ -367,8 +371,27 @@ def test_a_scrape_held_up_names_the_file(tmp_path, monkeypatch):
             figures.hook_figures(str(tmp_path))
     finally:
         os.close(fd)
-    assert str(info.value).startswith('State file %s: still locked after '
-                                      % (tmp_path / figures.HOOK_FIGURES))
+    assert str(info.value).startswith(
+        'State file %s: still locked after 0 s by '
+        % (tmp_path / figures.HOOK_FIGURES))
+
+
+def test_a_hook_call_takes_the_lock_alone_and_names_the_file(
+        tmp_path, monkeypatch):
+    import fcntl
+    from libvirt_gpu import exception
+    monkeypatch.setattr(figures, 'LOCK_TIMEOUT', 0.05)
+    fd = _held(str(tmp_path), fcntl.LOCK_SH)
+    try:
+        with pytest.raises(exception.StateError) as info:
+            figures.record_hook_call(str(tmp_path), 'prepare', figures.OK,
+                                     0.01)
+    finally:
+        os.close(fd)
+    assert str(info.value).startswith(
+        'State file %s: still locked after 0 s by '
+        % (tmp_path / figures.HOOK_FIGURES))
+    assert figures.hook_figures(str(tmp_path))['prepare']['calls'] == 1
 
 
 def test_an_outcome_that_cannot_be_written_is_false():
