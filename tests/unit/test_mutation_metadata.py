@@ -118,6 +118,20 @@ def test_comment_between_entries_is_skipped_and_order_kept():
     assert meta.pgpus == (metadata.PgpuEntry(GPU), metadata.PgpuEntry(GPU2))
 
 
+def test_comments_and_instructions_kept_by_a_parser_are_skipped():
+    """``xmlutil.parse`` drops them; an element built by a parser that
+    keeps them is read the same."""
+    import xml.etree.ElementTree as ET
+    builder = ET.TreeBuilder(insert_comments=True, insert_pis=True)
+    parser = ET.XMLParser(target=builder)
+    parser.feed('<gpu:gpus xmlns:gpu="urn:libvirt-gpu:1"><!-- c --><?pi x?>'
+                '<gpu:vgpu uuid="%s" type="nvidia-223"/><!-- d -->'
+                '<gpu:pgpu address="0000:3b:00.0"/></gpu:gpus>' % UUID)
+    meta = metadata.parse_element(parser.close())
+    assert meta.vgpus == (metadata.VgpuEntry(UUID, TYPE),)
+    assert meta.pgpus == (metadata.PgpuEntry(GPU),)
+
+
 def test_same_uuid_as_vgpu_and_address_as_gpu_are_distinct_keys():
     # a UUID seen among vGPUs does not count against GPUs, nor the reverse
     meta = _parse(_doc(
