@@ -18,6 +18,7 @@ from libvirt_gpu.devices.sysfs import devices as devices_mod
 from libvirt_gpu.devices.sysfs import parsers
 from libvirt_gpu.devices.sysfs import reader as reader_mod
 from libvirt_gpu.util import bounds
+from libvirt_gpu.util import safeopen
 
 GPU = '0000:41:00.0'
 VF1 = '0000:41:00.4'
@@ -129,7 +130,9 @@ def test_read_gpu_reads_every_file_as_a_record(gpu):
             objects.TypeId.parse(TYPE), 'GRID A',
             'num_heads=4, max_instance=4', 'vfio-pci', 4),),
         mdevs=(), local_cpulist='0-7,16-23')
+    # not compared by Gpu's equality: asked for by name
     assert found.mdev_types[0].description == 'num_heads=4, max_instance=4'
+    assert found.local_cpulist == '0-7,16-23'
 
 
 def test_read_gpu_leaves_optional_files_none(tree):
@@ -591,9 +594,13 @@ def test_a_linked_types_directory_is_read_where_it_leads(tree):
     tree.mdev_type(OTHER, TYPE, available='2')
     tree.link(GPU, reader_mod.TYPES_DIR,
               '../%s/%s' % (OTHER, reader_mod.TYPES_DIR))
-    found = _sysfs(tree).read_gpu(GPU, mdevs_by_parent={})
+    cache = {}
+    found = _sysfs(tree).read_gpu(GPU, mdevs_by_parent={}, static_cache=cache)
     assert [(t.id, t.available_instances) for t in found.mdev_types] == [
         (TYPE, 2)]
+    # read the thorough way, the texts are still kept for the model
+    assert cache[(None, '10de', '2331', False)][TYPE] == (
+        'GRID A', 'num_heads=4, max_instance=4', 'vfio-pci')
 
 
 # -- mdevs ------------------------------------------------------------------
@@ -714,6 +721,8 @@ def test_set_sriov_numvfs_refuses_what_is_no_count(tree, count):
     ('0x10', 16, 0, 16),
     ('0X1f', 16, 0, 31),
     ('Ab', 16, 0, 0xab),
+    ('0x1', 16, 0, 1),
+    ('f', 16, 0, 15),
 ])
 def test_parse_number_takes(text, base, minimum, value):
     assert parsers.parse_number(text, 'p', minimum=minimum,
@@ -1136,3 +1145,83 @@ def test_own_file(tree):
         'written' % (os.path.join(tree.pci(GPU), 'remove'),
                      os.path.join(tree.real(OTHER), 'remove'),
                      tree.real(GPU)))
+
+
+# -- reader: errors met past the checks ------------------------------------
+
+def test_a_path_too_long_to_open_is_named(tree):
+    reader = reader_mod.Reader(tree.root)
+    path = os.path.join(tree.root, *['x' * 200] * 25)
+    with pytest.raises(exception.SysfsReadError) as e:
+        reader.listdir(path)
+    assert str(e.value) == 'cannot read %s: File name too long' % path
+
+
+def test_a_read_that_fails_names_the_file(tmp_path):
+    """``_read_fd`` on a descriptor the kernel refuses to read from."""
+    fd = os.open(str(tmp_path / 'f'), os.O_WRONLY | os.O_CREAT)
+    with pytest.raises(exception.SysfsReadError) as e:
+        reader_mod._read_fd(fd, '/sys/x', 'vendor')
+    assert str(e.value) == 'cannot read /sys/x/vendor: Bad file descriptor'
+
+
+def test_a_link_read_in_a_directory_that_fails_is_named(tree):
+    tree.device(GPU)
+    reader = reader_mod.Reader(tree.root)
+    dfd = os.open(tree.real(GPU), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(exception.SysfsReadError) as e:
+            reader._link_name_in(dfd, tree.pci(GPU), 'vendor/x')
+    finally:
+        os.close(dfd)
+    assert str(e.value) == 'cannot read %s: Not a directory' % os.path.join(
+        tree.pci(GPU), 'vendor/x')
+
+
+def test_an_entry_the_file_system_cannot_type_is_not_plain():
+    class Entry:
+        def is_dir(self, follow_symlinks=True):
+            raise OSError(5, 'Input/output error')
+    assert reader_mod._plain_dir(Entry()) is False
+
+
+def test_a_tree_that_changes_under_a_write_is_named(tree):
+    class Racing(reader_mod.Reader):
+        def resolved_under_root(self, path):
+            raise FileNotFoundError(2, 'No such file or directory')
+    path = os.path.join(tree.root, 'gone')
+    with pytest.raises(exception.SysfsWriteError) as e:
+        Racing(tree.root).write(path, '1')
+    assert str(e.value) == 'cannot write %s: No such file or directory' % path
+    assert e.value.kwargs['errno'] == 2
+
+
+# -- safeopen (the walk under the root that ``write`` takes) ---------------
+
+@pytest.mark.parametrize('relative', ['a/../b', '.', '', '/'])
+def test_open_beneath_names_a_path_that_is_not_plain(tmp_path, relative):
+    top = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError) as e:
+            safeopen.open_beneath(top, relative, os.O_RDONLY)
+    finally:
+        os.close(top)
+    assert str(e.value) == ('[Errno 22] not a plain relative path: %r'
+                            % relative)
+
+
+@pytest.mark.parametrize('use_openat2', [False, True])
+def test_open_beneath_opens_with_the_flags_asked(tmp_path, use_openat2):
+    (tmp_path / 'd').mkdir()
+    (tmp_path / 'd' / 'f').write_text('0\n')
+    top = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = safeopen.open_beneath(top, 'd/f', os.O_WRONLY | os.O_TRUNC,
+                                   use_openat2=use_openat2)
+    finally:
+        os.close(top)
+    try:
+        os.write(fd, b'7')
+    finally:
+        os.close(fd)
+    assert (tmp_path / 'd' / 'f').read_text() == '7'
