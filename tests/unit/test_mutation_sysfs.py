@@ -1225,3 +1225,207 @@ def test_open_beneath_opens_with_the_flags_asked(tmp_path, use_openat2):
     finally:
         os.close(fd)
     assert (tmp_path / 'd' / 'f').read_text() == '7'
+
+
+# -- what is read relative to an open directory -----------------------------
+
+def test_the_types_read_are_the_devices_own_whatever_the_cwd(
+        tree, monkeypatch):
+    tree.device(GPU)
+    tree.device(OTHER)
+    tree.mdev_type(GPU, TYPE)
+    tree.mdev_type(OTHER, TYPE2)
+    monkeypatch.chdir(tree.real(OTHER))
+    found = _sysfs(tree).read_gpu(GPU, mdevs_by_parent={})
+    assert [t.id for t in found.mdev_types] == [TYPE]
+
+
+def test_pci_function_reads_an_attribute_linked_under_the_root(tree):
+    tree.device(GPU)
+    tree.write(GPU, ids='0x10de')
+    os.unlink(os.path.join(tree.real(GPU), 'vendor'))
+    os.symlink('ids', os.path.join(tree.real(GPU), 'vendor'))
+    assert _sysfs(tree).pci_function(GPU).vendor_id == '10de'
+
+
+def test_pci_function_names_a_class_that_is_no_file(tree):
+    tree.device(GPU)
+    os.unlink(os.path.join(tree.real(GPU), 'class'))
+    os.mkfifo(os.path.join(tree.real(GPU), 'class'))
+    with pytest.raises(exception.SysfsNotRegularFile) as e:
+        _sysfs(tree).pci_function(GPU)
+    assert str(e.value) == (
+        'refusing to read %s: it is a FIFO, not a regular file as every '
+        'sysfs attribute is' % os.path.join(tree.pci(GPU), 'class'))
+
+
+def test_a_types_count_and_api_linked_under_the_root_are_read(tree):
+    tree.device(GPU)
+    path = tree.mdev_type(GPU, TYPE, available=None, device_api=None)
+    tree.write(GPU, count='3', api='vfio-pci')
+    os.symlink('../../count', os.path.join(path, 'available_instances'))
+    os.symlink('../../api', os.path.join(path, 'device_api'))
+    found = _sysfs(tree).mdev_types(GPU)
+    assert [(t.available_instances, t.device_api) for t in found] == [
+        (3, 'vfio-pci')]
+
+
+def test_a_linked_type_on_a_warm_pass_takes_the_models_texts(tree):
+    """A type read the thorough way (its directory a link) still takes
+    the text its model's first parent showed."""
+    tree.device(GPU)
+    tree.device(OTHER)
+    tree.mdev_type(GPU, TYPE, available='3')
+    elsewhere = tree.mdev_type(VF1, TYPE, available='1', name='other name')
+    os.makedirs(os.path.join(tree.real(OTHER), reader_mod.TYPES_DIR))
+    os.symlink(elsewhere, os.path.join(tree.real(OTHER),
+                                       reader_mod.TYPES_DIR, TYPE))
+    sysfs = _sysfs(tree)
+    cache = {}
+    sysfs.mdev_types(GPU, cache, model='m')
+    found = sysfs.mdev_types(OTHER, cache, model='m')
+    assert [(t.name, t.available_instances) for t in found] == [
+        ('GRID A', 1)]
+
+
+def test_a_file_swapped_for_a_link_after_the_check_is_not_written(tree):
+    """The check resolved the path; by the open its file is a link (a
+    racer's): refused as a path leaving the root, nothing written."""
+    tree.device(GPU, sriov_numvfs='0')
+    alias = os.path.join(tree.real(GPU), 'alias')
+    os.symlink('sriov_numvfs', alias)
+
+    class Racing(reader_mod.Reader):
+        def resolved_under_root(self, path):
+            return alias
+    path = os.path.join(tree.pci(GPU), 'sriov_numvfs')
+    with pytest.raises(exception.UnsafePath) as e:
+        Racing(tree.root).write(path, '4')
+    assert str(e.value) == ('refusing path %s: it leaves the sysfs root %s'
+                            % (path, tree.root))
+    with open(os.path.join(tree.real(GPU), 'sriov_numvfs')) as f:
+        assert f.read() == '0\n'
+
+
+def test_a_file_in_a_directory_linked_out_of_the_root_is_refused(
+        tree, tmp_path):
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    (outside / 'vendor').write_text('0x10de\n')
+    os.symlink(str(outside), os.path.join(tree.root, 'out'))
+    path = os.path.join(tree.root, 'out', 'vendor')
+    with pytest.raises(exception.SysfsOutsideRoot) as e:
+        reader_mod.Reader(tree.root).read(path)
+    assert str(e.value) == (
+        'refusing to read %s: it resolves to %s, outside the sysfs root %s'
+        % (path, outside / 'vendor', tree.root))
+
+
+def test_a_read_is_the_trees_own_whatever_the_cwd(tree, monkeypatch):
+    tree.device(GPU, label='gpu')
+    tree.device(OTHER, label='other')
+    monkeypatch.chdir(tree.real(OTHER))
+    assert reader_mod.Reader(tree.root).read(
+        os.path.join(tree.pci(GPU), 'label')) == 'gpu'
+
+
+def test_a_socket_is_refused_by_name(tree, monkeypatch):
+    import socket
+    tree.device(GPU)
+    monkeypatch.chdir(tree.real(GPU))
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind('sock')
+        path = os.path.join(tree.pci(GPU), 'sock')
+        with pytest.raises(exception.SysfsNotRegularFile) as e:
+            reader_mod.Reader(tree.root).read(path)
+    finally:
+        sock.close()
+    assert str(e.value) == (
+        'refusing to read %s: it is a socket, not a regular file as every '
+        'sysfs attribute is' % path)
+
+
+def test_a_linked_file_over_the_bound_is_named_by_its_link(tree):
+    tree.device(GPU)
+    with open(os.path.join(tree.real(GPU), 'big'), 'w') as f:
+        f.write('x' * (reader_mod.MAX_ATTRIBUTE_BYTES + 1))
+    alias = os.path.join(tree.real(GPU), 'alias')
+    os.symlink('big', alias)
+    with pytest.raises(exception.SysfsFileTooLarge) as e:
+        reader_mod.Reader(tree.root).read(alias)
+    assert str(e.value) == (
+        'refusing to read %s: it holds more than 65536 bytes, which no '
+        'sysfs attribute does' % alias)
+
+
+def test_a_physfn_that_is_no_link_is_named(tree):
+    tree.device(GPU, physfn='0000:41:00.0')
+    with pytest.raises(exception.SysfsReadError) as e:
+        _sysfs(tree).read_gpu(GPU, mdevs_by_parent={})
+    assert str(e.value) == (
+        'cannot read %s: expected a link to a PCI device, found None'
+        % os.path.join(tree.pci(GPU), 'physfn'))
+
+
+def test_functions_with_on_a_tree_whose_pci_devices_is_a_file(tmp_path):
+    os.makedirs(str(tmp_path / 'bus' / 'pci'))
+    (tmp_path / 'bus' / 'pci' / 'devices').write_text('')
+    assert reader_mod.Reader(tmp_path).functions_with('vendor') == []
+
+
+def test_write_refuses_a_fifo_with_a_reader(tree):
+    tree.device(GPU)
+    fifo = os.path.join(tree.real(GPU), 'fifo')
+    os.mkfifo(fifo)
+    readable = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        path = os.path.join(tree.pci(GPU), 'fifo')
+        with pytest.raises(exception.SysfsWriteError) as e:
+            reader_mod.Reader(tree.root).write(path, '1')
+        assert os.read(readable, 10) == b''     # nothing was written
+    finally:
+        os.close(readable)
+    assert str(e.value) == ('cannot write %s: it is a FIFO, not a regular '
+                            'file' % path)
+    assert e.value.kwargs['errno'] is None
+
+
+def test_the_kernels_refusal_of_a_write_is_passed_on(tree, monkeypatch):
+    """sysfs answers a write it refuses (``create`` of a type with no
+    room: EINVAL, a busy device: EBUSY) with an errno: it is kept."""
+    import errno
+    tree.device(GPU, create='')
+    target = os.path.join(tree.real(GPU), 'create')
+    real_write = os.write
+
+    def write(fd, data):
+        if os.readlink('/proc/self/fd/%d' % fd) == target:
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+        return real_write(fd, data)
+    monkeypatch.setattr(reader_mod.os, 'write', write)
+    path = os.path.join(tree.pci(GPU), 'create')
+    with pytest.raises(exception.SysfsWriteError) as e:
+        reader_mod.Reader(tree.root).write(path, UUID)
+    assert str(e.value) == ('cannot write %s: Device or resource busy'
+                            % path)
+    assert e.value.kwargs['errno'] == errno.EBUSY
+
+
+def test_own_file_of_a_tree_that_changes_under_it(tree):
+    class Racing(reader_mod.Reader):
+        def resolved_under_root(self, path):
+            raise FileNotFoundError(2, 'No such file or directory')
+    with pytest.raises(exception.SysfsError) as e:
+        Racing(tree.root).own_file(tree.pci(GPU), 'remove')
+    assert str(e.value) == ('sysfs: %s: No such file or directory'
+                            % os.path.join(tree.pci(GPU), 'remove'))
+
+
+def test_a_device_that_is_not_there_is_named(tree):
+    sysfs = _sysfs(tree)
+    path = tree.pci(GPU)
+    for read in (sysfs.pci_class, sysfs.read_gpu, sysfs.pci_function):
+        with pytest.raises(exception.SysfsReadError) as e:
+            read(GPU)
+        assert str(e.value) == 'cannot read %s: no such directory' % path
