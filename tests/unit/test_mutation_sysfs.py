@@ -1429,3 +1429,144 @@ def test_a_device_that_is_not_there_is_named(tree):
         with pytest.raises(exception.SysfsReadError) as e:
             read(GPU)
         assert str(e.value) == 'cannot read %s: no such directory' % path
+
+
+# -- bounds.CpuList and parse_cpulist (what ``locality`` returns) -----------
+
+def _cpus(text):
+    return bounds.parse_cpulist(text)
+
+
+def test_a_cpu_list_answers_membership_at_every_edge():
+    cpus = _cpus('0-3,8-11,20,30-31')
+    inside = set(range(0, 4)) | set(range(8, 12)) | {20, 30, 31}
+    for n in range(0, 40):
+        assert (n in cpus) is (n in inside), n
+    assert 5 not in _cpus('')
+    assert len(cpus) == 11 and len(_cpus('5')) == 1 and len(_cpus('')) == 0
+    assert bool(cpus) and not _cpus('') and not bounds.EMPTY
+    assert bounds.EMPTY == _cpus('')
+
+
+def test_a_cpu_list_compares_with_sets_by_members():
+    cpus = _cpus('0-2,5')
+    assert cpus == {0, 1, 2, 5} and cpus == frozenset({0, 1, 2, 5})
+    assert cpus != {0, 1, 2} and cpus != {0, 1, 2, 6}
+    assert cpus != {0, 1, 2, 5, 6}
+    assert cpus != [0, 1, 2, 5] and cpus != '0-2,5'
+    assert cpus != _cpus('0-2')
+
+
+@pytest.mark.parametrize('a, b, shared', [
+    ('0-3', '4-7', False), ('0-3', '3-7', True), ('4-7', '0-4', True),
+    ('0-1,10-11', '2-9,12', False), ('0-1,10-11', '2-9,11', True),
+    ('2-9,11', '0-1,10-11', True), ('5', '0-4,6-9', False),
+    ('', '0-9', False), ('0-9', '', False)])
+def test_cpu_lists_intersect(a, b, shared):
+    assert _cpus(a).intersects(_cpus(b)) is shared
+    assert _cpus(a).intersects(set(_cpus_members(b))) is shared
+
+
+def _cpus_members(text):
+    return [n for first, last in _cpus(text).ranges
+            for n in range(first, last + 1)]
+
+
+@pytest.mark.parametrize('text, ranges', [
+    (' 0 - 3 , 5 ', ((0, 3), (5, 5))),
+    ('0-9,^0', ((1, 9),)),
+    ('0-9,^9', ((0, 8),)),
+    ('0-9,^3-5,^7', ((0, 2), (6, 6), (8, 9))),
+    ('0-3,8-11,^2-9', ((0, 1), (10, 11))),
+    ('^2,0-4', ((0, 1), (3, 4))),
+    ('0-3,^0-3', ()),
+    ('0-3,^5', ((0, 3),)),
+    ('5-9,^0-2', ((5, 9),)),
+    ('0-2,4-6,^1,^5', ((0, 0), (2, 2), (4, 4), (6, 6))),
+    (',,1,,', ((1, 1),)),
+    ('', ()),
+    (None, ()),
+    ('3-3', ((3, 3),)),
+])
+def test_cpu_lists_are_read_as_ranges(text, ranges):
+    assert bounds.parse_cpulist(text).ranges == ranges
+
+
+@pytest.mark.parametrize('bad', [
+    '3-2', '-1', '1-', '^', 'a', '1-a', '1--2', '0x1', '0000001',
+    '0-0000001', '\u0661', '%d' % bounds.MAX_CPU, '0-%d' % bounds.MAX_CPU])
+def test_cpu_list_refusals_say_what_a_list_is(bad):
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist('0,' + bad, 'cpuset')
+    assert str(e.value) == (
+        'Invalid input: cpuset %r is not a list of numbers and ranges '
+        '(0-15,32) below %d' % (('0,' + bad)[:40], bounds.MAX_CPU))
+
+
+def test_cpu_list_length_refusals_name_the_counts():
+    text = '0' * (bounds.MAX_CPULIST_CHARS + 1)
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist(text, 'nodeset')
+    assert str(e.value) == (
+        'Invalid input: nodeset is %d characters long, more than the %d '
+        'allowed' % (bounds.MAX_CPULIST_CHARS + 1, bounds.MAX_CPULIST_CHARS))
+    text = ',' * bounds.MAX_CPULIST_PARTS
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.parse_cpulist(text, 'nodeset')
+    assert str(e.value) == (
+        'Invalid input: nodeset has %d parts, more than the %d allowed'
+        % (bounds.MAX_CPULIST_PARTS + 1, bounds.MAX_CPULIST_PARTS))
+    assert bounds.parse_cpulist(',' * (bounds.MAX_CPULIST_PARTS - 1)) \
+        == bounds.EMPTY
+
+
+def test_check_instances_says_the_bound():
+    with pytest.raises(exception.InvalidInput) as e:
+        bounds.check_instances(bounds.MAX_INSTANCES + 1, 'max_instance')
+    assert str(e.value) == (
+        'Invalid input: max_instance is %d, more than the %d instances of '
+        'one type a GPU can hold' % (bounds.MAX_INSTANCES + 1,
+                                     bounds.MAX_INSTANCES))
+
+
+def _open_fds():
+    return len(os.listdir('/proc/self/fd'))
+
+
+@pytest.mark.parametrize('use_openat2', [False, True])
+def test_open_beneath_leaves_only_the_descriptor_it_returns(
+        tmp_path, use_openat2):
+    (tmp_path / 'a' / 'b').mkdir(parents=True)
+    (tmp_path / 'a' / 'b' / 'f').write_text('x')
+    os.symlink('b', str(tmp_path / 'a' / 'l'))
+    top = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        before = _open_fds()
+        fd = safeopen.open_beneath(top, 'a/b/f', os.O_RDONLY,
+                                   use_openat2=use_openat2)
+        assert _open_fds() == before + 1
+        assert os.read(fd, 10) == b'x'
+        os.close(fd)
+        for refused in ('a/l/f', 'a/b/none'):
+            with pytest.raises(OSError):
+                safeopen.open_beneath(top, refused, os.O_RDONLY,
+                                      use_openat2=use_openat2)
+            assert _open_fds() == before
+    finally:
+        os.close(top)
+
+
+def test_a_kernel_without_openat2_gets_the_walk(tmp_path, monkeypatch):
+    import errno
+
+    def enosys(dir_fd, path, flags):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), path)
+    monkeypatch.setattr(safeopen, '_openat2', enosys)
+    (tmp_path / 'f').write_text('x')
+    top = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = safeopen.open_beneath(top, 'f', os.O_RDONLY, use_openat2=True)
+        os.close(fd)
+    finally:
+        os.close(top)
+    assert safeopen._openat2 is False     # not tried again
