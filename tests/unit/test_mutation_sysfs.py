@@ -1570,3 +1570,45 @@ def test_a_kernel_without_openat2_gets_the_walk(tmp_path, monkeypatch):
     finally:
         os.close(top)
     assert safeopen._openat2 is False     # not tried again
+
+
+@pytest.fixture
+def fresh_openat2(monkeypatch):
+    """``open_beneath`` as on the first call of a process: openat2 not
+    looked up yet."""
+    monkeypatch.setattr(safeopen, '_openat2', None)
+
+
+@pytest.fixture
+def beneath(tmp_path):
+    (tmp_path / 'a' / 'b').mkdir(parents=True)
+    (tmp_path / 'a' / 'b' / 'f').write_text('0\n')
+    os.symlink('b', str(tmp_path / 'a' / 'l'))
+    os.symlink(str(tmp_path / 'a' / 'b'), str(tmp_path / 'a' / 'abs'))
+    os.symlink('f', str(tmp_path / 'a' / 'b' / 'lf'))
+    top = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    yield top
+    os.close(top)
+
+
+def test_openat2_looked_up_opens_with_the_flags_asked(fresh_openat2,
+                                                      beneath, tmp_path):
+    fd = safeopen.open_beneath(beneath, 'a/b/f', os.O_WRONLY | os.O_TRUNC,
+                               use_openat2=True)
+    try:
+        os.write(fd, b'5')
+    finally:
+        os.close(fd)
+    assert (tmp_path / 'a' / 'b' / 'f').read_text() == '5'
+    assert callable(safeopen._openat2)        # looked up once, kept
+
+
+@pytest.mark.parametrize('relative', ['a/l/f', 'a/abs/f', 'a/b/lf'])
+def test_openat2_refuses_every_link_on_the_way(fresh_openat2, beneath,
+                                               relative):
+    """openat2 says ELOOP for a link anywhere on the way (the walk says
+    ENOTDIR for one before the end), naming the path."""
+    with pytest.raises(OSError) as e:
+        safeopen.open_beneath(beneath, relative, os.O_RDONLY,
+                              use_openat2=True)
+    assert str(e.value) == '[Errno 40] %s: %r' % (os.strerror(40), relative)
