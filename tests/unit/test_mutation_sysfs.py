@@ -1461,6 +1461,7 @@ def test_a_cpu_list_compares_with_sets_by_members():
     ('0-3', '4-7', False), ('0-3', '3-7', True), ('4-7', '0-4', True),
     ('0-1,10-11', '2-9,12', False), ('0-1,10-11', '2-9,11', True),
     ('2-9,11', '0-1,10-11', True), ('5', '0-4,6-9', False),
+    ('5', '0-1,5,9', True), ('0-1,5,9', '5', True),
     ('', '0-9', False), ('0-9', '', False)])
 def test_cpu_lists_intersect(a, b, shared):
     assert _cpus(a).intersects(_cpus(b)) is shared
@@ -1612,3 +1613,25 @@ def test_openat2_refuses_every_link_on_the_way(fresh_openat2, beneath,
         safeopen.open_beneath(beneath, relative, os.O_RDONLY,
                               use_openat2=True)
     assert str(e.value) == '[Errno 40] %s: %r' % (os.strerror(40), relative)
+
+
+@pytest.mark.parametrize('use_openat2', [False, True])
+def test_open_beneath_descriptors_close_on_exec(fresh_openat2, beneath,
+                                                use_openat2):
+    import fcntl
+    fd = safeopen.open_beneath(beneath, 'a/b/f', os.O_RDONLY,
+                               use_openat2=use_openat2)
+    try:
+        assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    finally:
+        os.close(fd)
+
+
+def test_open_beneath_walks_unless_asked_for_openat2(fresh_openat2,
+                                                     beneath):
+    """The walk (the default) meets the link as a directory it may not
+    follow: ENOTDIR naming the component, where openat2 says ELOOP."""
+    with pytest.raises(OSError) as e:
+        safeopen.open_beneath(beneath, 'a/l/f', os.O_RDONLY)
+    assert str(e.value) == "[Errno 20] Not a directory: 'l'"
+    assert safeopen._openat2 is None          # never looked up
