@@ -1,8 +1,9 @@
 """What the sysfs reader promises that its other tests left open: each
 test here fails on a change ``make mutation`` made to
-devices/sysfs/{devices,reader,parsers}.py that the rest stayed green on
-(docs/dev/mutation.md): the whole refusal a user reads, the bounds of
-each number, the order of what is listed, what a cache keeps.
+devices/sysfs/{devices,reader,parsers}.py, util/bounds.py or
+util/safeopen.py that the rest stayed green on (docs/dev/mutation.md):
+the whole refusal a user reads, the bounds of each number, the order of
+what is listed, what a cache keeps, the flags a file is opened with.
 
 Every test builds its own small tree in ``tmp_path`` (a GPU, its types,
 its links), so each says exactly which file it is about."""
