@@ -1,0 +1,720 @@
+"""What backends.mdev, backends.registry and backends.base promise, on the
+simulated T4 host of test_backends (tests/doubles/mdev_host.py: 0000:3b:00.0
+empty, eight nvidia-223 free; 0000:af:00.0 holding two nvidia-223): each
+test here fails on a change ``make mutation`` made that the rest stayed
+green on (docs/dev/mutation.md): the kernel's answers to a create turned
+into their typed errors, word for word; mdevctl's definitions read and
+written; the registry handing each call to the right kind."""
+
+import errno
+import json
+import os
+
+import pytest
+
+from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import mdev
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.devices import sysfs as sysfs_mod
+from tests.doubles import kernel_sysfs
+from tests.doubles import mdev_host
+
+tree = mdev_host.tree
+sysfs = mdev_host.sysfs
+backend = mdev_host.backend
+
+GPU_A = objects.PciAddress.parse('0000:3b:00.0')     # empty
+GPU_B = objects.PciAddress.parse('0000:af:00.0')     # two nvidia-223
+GONE = objects.PciAddress.parse('0000:5e:00.0')      # no such parent
+T_223 = objects.TypeId.parse('nvidia-223')
+T_222 = objects.TypeId.parse('nvidia-222')
+T_999 = objects.TypeId.parse('nvidia-999')
+EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
+U1 = objects.Uuid.parse('11111111-1111-4111-8111-111111111111')
+U2 = objects.Uuid.parse('22222222-2222-4222-8222-222222222222')
+U3 = objects.Uuid.parse('33333333-3333-4333-8333-333333333333')
+U4 = objects.Uuid.parse('44444444-4444-4444-8444-444444444444')
+
+
+def vgpu(uuid=U1, parent=GPU_A, type_id=T_223):
+    return base.VgpuDevice(uuid=uuid, parent=parent, type_id=type_id)
+
+
+def refused(error, call, *args, **kwargs):
+    """The error ``call`` raises, of exactly the class ``error``."""
+    with pytest.raises(error) as e:
+        call(*args, **kwargs)
+    assert type(e.value) is error
+    return e.value
+
+
+def same(err, cls, **kwargs):
+    """``err`` is ``cls(**kwargs)``: the same class, the same values (an
+    API answer carries them), the same message."""
+    assert type(err) is cls
+    assert err.kwargs == kwargs
+    assert str(err) == str(cls(**kwargs))
+
+
+def answering(sysfs, answer, reason='refused', then=None):
+    """``sysfs`` whose kernel answers ``answer`` (an errno, or None: no
+    errno at all) to every create; ``then(sysfs)`` runs first (what
+    changed on the host meanwhile)."""
+    class Refusing(kernel_sysfs.KernelSysfs):
+        def write(self, path, data):
+            if path.endswith('/create'):
+                if then is not None:
+                    then(self)
+                extra = {} if answer is None else {'errno': answer}
+                raise exception.SysfsWriteError(path=path, reason=reason,
+                                                **extra)
+            return super().write(path, data)
+    return Refusing(sysfs.root, sysfs.profile)
+
+
+def set_available(sysfs, parent, type_id, count):
+    with open(os.path.join(sysfs.types_dir(parent), type_id,
+                           'available_instances'), 'w') as f:
+        f.write('%d\n' % count)
+
+
+def made(sysfs, **kwargs):
+    kwargs.setdefault('appear_timeout', 0.5)
+    kwargs.setdefault('remove_timeout', 0.5)
+    kwargs.setdefault('retry_stop', 0.5)
+    return mdev.MdevBackend(sysfs, **kwargs)
+
+
+# --- the kernel's answer to a create (_create_refused) -----------------------
+
+def test_eexist_for_a_uuid_no_mdev_holds_is_a_create_failure(sysfs):
+    err = refused(exception.MdevCreateFailed,
+                  made(answering(sysfs, errno.EEXIST)).prepare, vgpu())
+    same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
+         parent=GPU_A, reason='the kernel answered EEXIST: the UUID is in '
+                              'use by a device that is not a PCI mdev')
+
+
+def test_eexist_for_a_uuid_of_another_type_is_a_conflict(sysfs):
+    def racer(s):       # someone made U1 as nvidia-222 first
+        s.kernel.create(GPU_A, 'nvidia-222', U1)
+    err = refused(exception.MdevConflict,
+                  made(answering(sysfs, errno.EEXIST, then=racer)).prepare,
+                  vgpu())
+    same(err, exception.MdevConflict, uuid=U1, existing_type=T_222,
+         existing_parent=GPU_A, type_id=T_223, parent=GPU_A)
+
+
+def test_enodev_is_the_parent_going_away(sysfs):
+    err = refused(exception.ParentGone,
+                  made(answering(sysfs, errno.ENODEV)).prepare, vgpu())
+    same(err, exception.ParentGone, address=GPU_A, uuid=U1,
+         reason='the kernel answered ENODEV to the create')
+
+
+def test_any_answer_from_a_parent_that_left_is_the_parent_going_away(sysfs):
+    def leave(s):
+        os.unlink(s.path('class', 'mdev_bus', str(GPU_A)))
+    err = refused(exception.ParentGone,
+                  made(answering(sysfs, errno.EIO, then=leave)).prepare,
+                  vgpu())
+    same(err, exception.ParentGone, address=GPU_A, uuid=U1,
+         reason='the kernel answered EIO to the create')
+
+
+def test_enoent_is_a_type_the_parent_does_not_offer(sysfs):
+    err = refused(exception.UnknownType,
+                  made(answering(sysfs, errno.ENOENT)).prepare, vgpu())
+    same(err, exception.UnknownType, type_id=T_223, address=GPU_A)
+
+
+@pytest.mark.parametrize('code', [errno.EUSERS, errno.ENOSPC, errno.EDQUOT])
+def test_the_mdev_cores_full_answers_are_no_capacity(sysfs, code):
+    err = refused(exception.NoCapacity,
+                  made(answering(sysfs, code)).prepare, vgpu())
+    same(err, exception.NoCapacity, uuid=U1, type_id=T_223,
+         where='the GPU 0000:3b:00.0',
+         reason='the kernel answered %s' % errno.errorcode[code])
+
+
+def test_einval_with_no_room_left_is_no_capacity(sysfs):
+    def fill(s):
+        set_available(s, GPU_A, 'nvidia-223', 0)
+    err = refused(exception.NoCapacity,
+                  made(answering(sysfs, errno.EINVAL, then=fill)).prepare,
+                  vgpu())
+    same(err, exception.NoCapacity, uuid=U1, type_id=T_223,
+         where='the GPU 0000:3b:00.0',
+         reason='the kernel answered EINVAL and available_instances is now '
+                '0 (NVIDIA answers EINVAL when the GPU is full or holds '
+                'vGPUs of another type)')
+
+
+def test_einval_with_exactly_one_left_is_a_create_failure(sysfs):
+    set_available(sysfs, GPU_A, 'nvidia-223', 1)
+    err = refused(exception.MdevCreateFailed,
+                  made(answering(sysfs, errno.EINVAL, 'bad')).prepare,
+                  vgpu())
+    same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
+         parent=GPU_A, reason='the kernel answered EINVAL (bad)')
+
+
+def test_another_answer_with_no_room_left_is_still_that_answer(sysfs):
+    def fill(s):
+        set_available(s, GPU_A, 'nvidia-223', 0)
+    err = refused(exception.MdevCreateFailed,
+                  made(answering(sysfs, errno.EACCES, 'denied',
+                                 then=fill)).prepare, vgpu())
+    same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
+         parent=GPU_A, reason='the kernel answered EACCES (denied)')
+
+
+def test_an_answer_without_reason_is_explained_by_its_errno(sysfs):
+    err = refused(exception.MdevCreateFailed,
+                  made(answering(sysfs, errno.EIO, '')).prepare, vgpu())
+    assert err.kwargs['reason'] == ('the kernel answered EIO (%s)'
+                                    % os.strerror(errno.EIO))
+
+
+def test_an_errno_python_has_no_name_for_is_given_by_number(sysfs):
+    err = refused(exception.MdevCreateFailed,
+                  made(answering(sysfs, 9999, '')).prepare, vgpu())
+    assert err.kwargs['reason'] == ('the kernel answered 9999 (%s)'
+                                    % os.strerror(9999))
+
+
+def test_a_write_error_without_errno_says_none(sysfs):
+    err = refused(exception.MdevCreateFailed,
+                  made(answering(sysfs, None, '')).prepare, vgpu())
+    assert err.kwargs['reason'] == 'the kernel answered None (%s)' % (
+        os.strerror(0))
+
+
+# --- create through sysfs (_create_sysfs) -----------------------------------
+
+def test_a_create_file_linked_to_another_gpus_is_not_written(sysfs):
+    create = os.path.join(sysfs.types_dir(GPU_A), 'nvidia-223', 'create')
+    os.unlink(create)
+    os.symlink(os.path.join(sysfs.types_dir(GPU_B), 'nvidia-223', 'create'),
+               create)
+    b = made(sysfs)
+    err = refused(exception.MdevCreateFailed, b.prepare, vgpu())
+    expected = refused(exception.SysfsError, sysfs.own_file,
+                       sysfs.pci_dir(GPU_A), sysfs_mod.TYPES_DIR, T_223,
+                       'create')
+    same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
+         parent=GPU_A, reason='%s: %s' % (expected.kwargs['path'],
+                                          expected.kwargs['reason']))
+    assert sysfs.writes == []
+    assert b.lookup(U1) is None
+
+
+def test_a_create_the_kernel_never_makes_names_the_missing_path(tree):
+    b = mdev.MdevBackend(sysfs_mod.Sysfs(tree[0]), appear_timeout=0.01)
+    err = refused(exception.MdevCreateFailed, b.prepare, vgpu())
+    same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
+         parent=GPU_A, reason='the kernel accepted the UUID but %s did not '
+         'appear within 0 s' % b.sysfs.mdev_dir(U1))
+
+
+def test_a_busy_kernel_is_asked_again_until_retry_stop(sysfs):
+    busy = [errno.EBUSY]
+
+    class Busy(kernel_sysfs.KernelSysfs):
+        def write(self, path, data):
+            if busy:
+                raise exception.SysfsWriteError(path=path, reason='busy',
+                                                errno=busy.pop())
+            return super().write(path, data)
+    b = made(Busy(sysfs.root, sysfs.profile), retry_stop=5)
+    assert b.prepare(vgpu()) is True
+    assert b.lookup(U1) == vgpu()
+
+
+# --- check_type, is_parent, available, vgpu_type, max_instance --------------
+
+def test_check_type_names_a_parent_that_is_not_one(backend):
+    err = refused(exception.ParentGone, backend.check_type, GONE, T_223)
+    same(err, exception.ParentGone, address=GONE, uuid=None,
+         reason='no 0000:5e:00.0 in the sysfs class mdev_bus (is the GPU '
+                'bound to its vGPU driver?)')
+
+
+def test_check_type_names_a_type_the_parent_does_not_offer(backend):
+    err = refused(exception.UnknownType, backend.check_type, GPU_A, T_999)
+    same(err, exception.UnknownType, type_id=T_999, address=GPU_A)
+    assert backend.check_type(GPU_A, T_223) is None
+
+
+def test_check_type_and_is_parent_take_parsed_values_only(backend):
+    with pytest.raises(TypeError, match=r'^type_id must be an '
+                                        r'objects\.TypeId'):
+        backend.check_type(GPU_A, 'nvidia-223')
+    with pytest.raises(TypeError, match=r'^address must be an '
+                                        r'objects\.PciAddress'):
+        backend.is_parent('0000:3b:00.0')
+    assert backend.is_parent(GPU_A) and not backend.is_parent(GONE)
+
+
+def test_type_figures_as_the_parent_lists_them(backend):
+    assert backend.available(GPU_A, T_223) == 8
+    assert backend.max_instance(GPU_A, T_223) == 8
+    assert backend.max_instance(GPU_A, T_222) == 16
+    assert backend.max_instance(GPU_A, T_999) is None
+    assert backend.vgpu_type(GPU_A, T_222) == objects.VgpuType(
+        id=T_222, name=None, description=None, device_api='',
+        available_instances=16)
+    assert backend.vgpu_type(GPU_A, T_999) is None
+
+
+def test_exists_needs_the_same_parent_and_type(backend):
+    held = vgpu(uuid=EXISTING, parent=GPU_B)
+    assert backend.exists(held)
+    assert not backend.exists(vgpu(uuid=EXISTING, parent=GPU_A))
+    assert not backend.exists(vgpu(uuid=EXISTING, parent=GPU_B,
+                                   type_id=T_222))
+    assert not backend.exists(vgpu())
+    assert backend.owns(EXISTING) and not backend.owns(U1)
+
+
+# --- lookup ------------------------------------------------------------------
+
+def test_an_mdev_without_type_link_is_a_read_error(tree, backend):
+    path = os.path.join(tree[0], 'bus', 'mdev', 'devices', EXISTING)
+    os.unlink(os.path.join(path, 'mdev_type'))
+    err = refused(exception.SysfsReadError, backend.lookup, EXISTING)
+    same(err, exception.SysfsReadError,
+         path=os.path.join(path, 'mdev_type'),
+         reason='mdev without a type link')
+
+
+def test_an_mdev_whose_parent_is_no_pci_device_is_a_read_error(tree,
+                                                               backend):
+    root = tree[0]
+    home = os.path.join(root, 'devices', 'platform', 'vfio', U1)
+    os.makedirs(home)
+    os.symlink(os.path.join(sysfs_mod.Sysfs(root).types_dir(GPU_A),
+                            'nvidia-223'), os.path.join(home, 'mdev_type'))
+    link = os.path.join(root, 'bus', 'mdev', 'devices', U1)
+    os.symlink(home, link)
+    err = refused(exception.SysfsReadError, backend.lookup, U1)
+    same(err, exception.SysfsReadError, path=link,
+         reason='the parent of this mdev is not a PCI device')
+
+
+def test_an_mdev_that_goes_while_its_type_is_read_is_none(sysfs):
+    class Racing(kernel_sysfs.KernelSysfs):
+        def link_name(self, path):
+            if path.endswith('/mdev_type'):
+                self.kernel.remove(EXISTING)
+            return super().link_name(path)
+    assert made(Racing(sysfs.root, sysfs.profile)).lookup(EXISTING) is None
+
+
+# --- remove ------------------------------------------------------------------
+
+def test_remove_takes_a_parsed_uuid_and_is_false_for_none(backend, sysfs):
+    with pytest.raises(TypeError, match=r'^uuid must be an objects\.Uuid'):
+        backend.remove(str(EXISTING))
+    assert backend.remove(U1) is False
+    assert sysfs.writes == []
+
+
+def test_a_remove_that_never_happens_says_how_long_it_waited(tree):
+    b = mdev.MdevBackend(sysfs_mod.Sysfs(tree[0]), remove_timeout=0.01)
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    same(err, exception.MdevRemoveFailed, uuid=EXISTING,
+         reason='it is still present 0 s after the remove; is a guest '
+                'still using it?')
+
+
+def test_a_link_to_another_vgpus_directory_removes_nothing(tree, sysfs):
+    devices = os.path.join(tree[0], 'bus', 'mdev', 'devices')
+    os.symlink(os.readlink(os.path.join(devices, EXISTING)),
+               os.path.join(devices, U1))
+    b = made(sysfs)
+    err = refused(exception.MdevRemoveFailed, b.remove, U1)
+    same(err, exception.MdevRemoveFailed, uuid=U1,
+         reason='%s leads to %s, not to a directory of that vGPU; nothing '
+                'removed' % (sysfs.mdev_dir(U1),
+                             os.path.realpath(sysfs.mdev_dir(EXISTING))))
+    assert b.lookup(EXISTING) is not None
+    assert sysfs.writes == []
+
+
+def test_a_remove_file_linked_to_another_vgpus_is_not_written(sysfs):
+    mine = os.path.realpath(sysfs.mdev_dir(EXISTING))
+    other = [u for u in os.listdir(os.path.dirname(mine))
+             if u != EXISTING and len(u) == 36][0]
+    os.unlink(os.path.join(mine, 'remove'))
+    os.symlink(os.path.join(os.path.dirname(mine), other, 'remove'),
+               os.path.join(mine, 'remove'))
+    b = made(sysfs)
+    expected = refused(exception.SysfsError, sysfs.own_file,
+                       sysfs.mdev_dir(EXISTING), 'remove')
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    same(err, exception.MdevRemoveFailed, uuid=EXISTING,
+         reason='%s: %s' % (expected.kwargs['path'],
+                            expected.kwargs['reason']))
+    assert sysfs.writes == []
+
+
+def removing(sysfs, answer, remove=True):
+    """``sysfs`` whose kernel answers ``answer`` to a remove, having
+    removed the mdev itself first when ``remove``."""
+    class Answering(kernel_sysfs.KernelSysfs):
+        def write(self, path, data):
+            if path.endswith('/remove'):
+                if remove:
+                    super().write(path, data)
+                raise exception.SysfsWriteError(path=path, reason='no',
+                                                errno=answer)
+            return super().write(path, data)
+    return Answering(sysfs.root, sysfs.profile)
+
+
+@pytest.mark.parametrize('code', [errno.ENOENT, errno.ENODEV])
+def test_a_remove_answered_gone_is_done(sysfs, code):
+    b = made(removing(sysfs, code))
+    assert b.remove(EXISTING) is True
+    assert b.lookup(EXISTING) is None
+
+
+@pytest.mark.parametrize('code,name', [(errno.EACCES, 'EACCES'),
+                                       (errno.EIO, 'EIO')])
+def test_a_refused_remove_names_the_kernels_answer(sysfs, code, name):
+    b = made(removing(sysfs, code, remove=False))
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    same(err, exception.MdevRemoveFailed, uuid=EXISTING,
+         reason='the kernel answered %s' % name)
+
+
+def test_a_remove_answered_with_an_unnamed_errno_gives_the_error(sysfs):
+    b = made(removing(sysfs, 9999, remove=False))
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    path = os.path.join(sysfs.mdev_dir(EXISTING), 'remove')
+    assert err.kwargs['reason'] == 'the kernel answered cannot write %s: ' \
+                                   'no' % path
+
+
+def test_a_busy_remove_is_asked_again_within_remove_timeout(sysfs):
+    busy = [errno.EBUSY, errno.EAGAIN]
+
+    class Busy(kernel_sysfs.KernelSysfs):
+        def write(self, path, data):
+            if busy:
+                raise exception.SysfsWriteError(path=path, reason='busy',
+                                                errno=busy.pop())
+            return super().write(path, data)
+    b = made(Busy(sysfs.root, sysfs.profile), remove_timeout=5,
+             retry_stop=0)
+    assert b.remove(EXISTING) is True
+    assert busy == [] and b.lookup(EXISTING) is None
+
+
+# --- the libvirt path --------------------------------------------------------
+
+class Host(object):
+    """``host.Host``'s node-device calls: each answers ``answers[name]``
+    (an exception to raise, else a value to return after doing it on the
+    simulated kernel), recording what it was asked."""
+
+    def __init__(self, sysfs, **answers):
+        self.sysfs = sysfs
+        self.answers = answers
+        self.calls = []
+
+    def _answer(self, name, *args):
+        self.calls.append((name,) + args)
+        answer = self.answers.get(name)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def create_mdev(self, xml):
+        from lxml import etree
+        root = etree.fromstring(xml)
+        self.sysfs.kernel.create(
+            objects.PciAddress.from_libvirt_name(root.findtext('parent')),
+            root.find('capability/type').get('id'),
+            root.findtext('capability/uuid'))
+        return self._answer('create_mdev', xml)
+
+    def destroy_mdev(self, uuid):
+        answer = self._answer('destroy_mdev', uuid)
+        if answer:
+            self.sysfs.kernel.remove(uuid)
+        return answer
+
+    def define_mdev(self, xml, autostart):
+        return self._answer('define_mdev', xml, autostart)
+
+    def undefine_mdev(self, uuid):
+        return self._answer('undefine_mdev', uuid)
+
+
+LIBVIRT_FAILED = exception.LibvirtError(reason='internal error')
+NO_SUPPORT = exception.NotSupported(what='mdevs', reason='old libvirt')
+
+
+def test_a_vgpu_libvirt_made_but_called_a_failure_is_made(sysfs):
+    b = made(sysfs, host=Host(sysfs, create_mdev=LIBVIRT_FAILED))
+    assert b.prepare(vgpu()) is True
+    assert sysfs.writes == []
+    assert b.lookup(U1) == vgpu()
+
+
+def test_a_vgpu_libvirt_made_of_another_type_is_a_conflict(sysfs):
+    b = made(sysfs, host=Host(sysfs, create_mdev=LIBVIRT_FAILED))
+    b.host.create_mdev = lambda xml: (
+        sysfs.kernel.create(GPU_A, 'nvidia-222', U1),
+        b.host._answer('create_mdev', xml))
+    err = refused(exception.MdevConflict, b.prepare, vgpu())
+    same(err, exception.MdevConflict, uuid=U1, existing_type=T_222,
+         existing_parent=GPU_A, type_id=T_223, parent=GPU_A)
+
+
+def test_the_kernels_refusal_after_libvirts_names_both(sysfs):
+    host = Host(answering(sysfs, errno.ENOSPC))
+    host.create_mdev = lambda xml: host._answer('create_mdev', xml)
+    host.answers['create_mdev'] = LIBVIRT_FAILED
+    b = made(host.sysfs, host=host)
+    err = refused(exception.NoCapacity, b.prepare, vgpu())
+    kwargs = dict(uuid=U1, type_id=T_223, where='the GPU 0000:3b:00.0',
+                  reason='the kernel answered ENOSPC')
+    assert err.kwargs == kwargs
+    assert str(err) == '%s (libvirt first answered: %s)' % (
+        exception.NoCapacity(**kwargs), LIBVIRT_FAILED)
+
+
+def test_libvirt_removes_what_it_can_and_sysfs_the_rest(sysfs):
+    host = Host(sysfs, destroy_mdev=True)
+    b = made(sysfs, host=host)
+    assert b.remove(EXISTING) is True
+    assert host.calls == [('destroy_mdev', EXISTING)]
+    assert sysfs.writes == []
+    # libvirt answers it removed nothing: the kernel is asked
+    host.answers['destroy_mdev'] = False
+    b.prepare(vgpu())
+    assert b.remove(U1) is True
+    assert [w[0] for w in sysfs.writes] == ['remove']
+    # libvirt cannot: the kernel is asked
+    host.answers['destroy_mdev'] = NO_SUPPORT
+    b.prepare(vgpu(uuid=U2))
+    assert b.remove(U2) is True
+    assert [w[0] for w in sysfs.writes][-1] == 'remove'
+
+
+def test_a_libvirt_failure_to_remove_what_is_there_is_a_remove_failure(
+        sysfs):
+    b = made(sysfs, host=Host(sysfs, destroy_mdev=LIBVIRT_FAILED))
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    same(err, exception.MdevRemoveFailed, uuid=EXISTING,
+         reason='libvirt: internal error')
+    assert b.lookup(EXISTING) is not None
+
+
+def test_a_libvirt_failure_to_remove_what_went_meanwhile_is_false(sysfs):
+    host = Host(sysfs)
+
+    def destroy(uuid):
+        sysfs.kernel.remove(uuid)        # the vendor driver's own cleanup
+        raise LIBVIRT_FAILED
+    host.destroy_mdev = destroy
+    assert made(sysfs, host=host).remove(EXISTING) is False
+
+
+# --- persistent definitions: define, undefine --------------------------------
+
+def test_define_refuses_a_start_mdevctl_does_not_know(backend):
+    err = refused(exception.InvalidInput, backend.define, vgpu(),
+                  start='sometimes')
+    same(err, exception.InvalidInput,
+         reason="start must be auto or manual, not 'sometimes'")
+    assert not os.path.exists(backend.mdevctl_dir)
+
+
+def test_define_writes_mdevctls_file_manual_by_default(backend):
+    old = os.umask(0o022)
+    try:
+        backend.define(vgpu())
+    finally:
+        os.umask(old)
+    path = os.path.join(backend.mdevctl_dir, str(GPU_A), U1)
+    with open(path) as f:
+        assert f.read() == json.dumps(
+            {'mdev_type': 'nvidia-223', 'start': 'manual', 'attrs': []},
+            indent=2) + '\n'
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o755
+    # the same definition again changes nothing
+    backend.define(vgpu())
+    assert backend.definition(U1).start == 'manual'
+
+
+def test_define_refuses_the_uuid_defined_on_another_parent(backend):
+    backend.define(vgpu(parent=GPU_B))
+    err = refused(exception.MdevConflict, backend.define, vgpu())
+    same(err, exception.MdevConflict, uuid=U1, existing_type=T_223,
+         existing_parent=GPU_B, type_id=T_223, parent=GPU_A)
+    assert backend.definitions() == [(GPU_B, U1)]
+
+
+@pytest.mark.parametrize('start,autostart', [('auto', True),
+                                             ('manual', False)])
+def test_define_through_libvirt_writes_no_file(sysfs, tmp_path, start,
+                                               autostart):
+    host = Host(sysfs, define_mdev='mdev_x')
+    b = made(sysfs, host=host, mdevctl_dir=str(tmp_path / 'm'))
+    assert b.define(vgpu(), start=start) is None
+    assert host.calls == [('define_mdev', config_xml_of(vgpu()), autostart)]
+    assert not os.path.exists(b.mdevctl_dir)
+
+
+def config_xml_of(device):
+    from libvirt_gpu.virt import config_xml
+    return config_xml.mdev_nodedev(device.parent, device.type_id,
+                                   device.uuid)
+
+
+def test_define_without_libvirt_support_writes_the_file(sysfs, tmp_path):
+    b = made(sysfs, host=Host(sysfs, define_mdev=NO_SUPPORT,
+                              undefine_mdev=NO_SUPPORT),
+             mdevctl_dir=str(tmp_path / 'm'))
+    b.define(vgpu(), start='auto')
+    assert b.definition(U1).start == 'auto'
+    assert b.undefine(U1) is True
+    assert b.definition(U1) is None
+    assert b.undefine(U1) is False
+
+
+def test_undefine_through_libvirt(sysfs, tmp_path):
+    host = Host(sysfs, undefine_mdev=True)
+    b = made(sysfs, host=host, mdevctl_dir=str(tmp_path / 'm'))
+    assert b.undefine(U1) is True
+    # libvirt had none: mdevctl's file is looked for
+    host.answers['undefine_mdev'] = False
+    assert b.undefine(U1) is False
+    with pytest.raises(TypeError, match=r'^uuid must be an objects\.Uuid'):
+        b.undefine(str(U1))
+
+
+# --- persistent definitions: reading mdevctl's files ------------------------
+
+def write_definition(backend, parent, uuid, text):
+    directory = os.path.join(backend.mdevctl_dir, str(parent))
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, uuid)
+    with open(path, 'wb' if isinstance(text, bytes) else 'w') as f:
+        f.write(text)
+    return path
+
+
+def bad_definition(backend, text):
+    path = write_definition(backend, GPU_A, U1, text)
+    err = refused(exception.ConfigError, backend.definition, U1)
+    prefix = 'mdevctl definition %s: ' % path
+    assert err.kwargs['reason'].startswith(prefix)
+    return err.kwargs['reason'][len(prefix):]
+
+
+def test_a_definition_of_exactly_the_size_limit_is_read(backend):
+    text = '{"mdev_type": "nvidia-223"}'
+    text += ' ' * (64 * 1024 - len(text))
+    write_definition(backend, GPU_A, U1, text)
+    assert backend.definition(U1).type_id == T_223
+    assert bad_definition(backend, text + ' ') == 'larger than 65536 bytes'
+
+
+def test_definitions_that_are_no_json_object_are_refused(backend):
+    assert bad_definition(backend, b'\xff').startswith('not JSON: ')
+    assert bad_definition(backend, '{').startswith('not JSON: ')
+    assert bad_definition(backend, '[' * 60000) == (
+        'not JSON: nested too deeply')
+    assert bad_definition(backend, '"x"') == 'not a JSON object'
+    assert bad_definition(backend, '{}') == str(
+        exception.InvalidTypeId(value=None))
+    assert bad_definition(backend, '{"mdev_type": "nvidia-223", '
+                          '"start": "never"}') == (
+        '"start" is \'never\', not auto or manual')
+
+
+@pytest.mark.parametrize('attrs', ['[{}]', '[{"a": "1", "b": "2"}]',
+                                   '["a=1"]'])
+def test_attributes_must_be_one_name_each(backend, attrs):
+    assert bad_definition(
+        backend, '{"mdev_type": "nvidia-223", "attrs": %s}' % attrs) == (
+        '"attrs" entries must be {"name": "value"}')
+
+
+def test_a_definition_is_read_whole(backend):
+    write_definition(backend, GPU_B, U1, json.dumps({
+        'mdev_type': 'nvidia-222', 'attrs': [{'a': 1}, {'b': 'x'}]}))
+    assert backend.definition(U1) == mdev.MdevDefinition(
+        uuid=U1, parent=GPU_B, type_id=T_222, start='manual',
+        attrs=(('a', '1'), ('b', 'x')),
+        source='mdevctl (%s)' % backend.mdevctl_dir)
+    write_definition(backend, GPU_B, U2, '{"mdev_type": "nvidia-222", '
+                                         '"attrs": null}')
+    assert backend.definition(U2).attrs == ()
+
+
+def test_definitions_lists_pci_parents_and_uuids_sorted(backend):
+    write_definition(backend, GPU_B, U2, '{}')
+    write_definition(backend, GPU_B, U1, '{}')
+    write_definition(backend, GPU_A, U3, '{}')
+    write_definition(backend, GPU_A, 'not-a-uuid', '{}')
+    write_definition(backend, '0.0.0033', U4, '{}')
+    with open(os.path.join(backend.mdevctl_dir, '0000:00:01.0'), 'w'):
+        pass                                   # a stray file
+    assert backend.definitions() == [(GPU_A, U3), (GPU_B, U1), (GPU_B, U2)]
+
+
+def test_an_mdevctl_dir_that_is_a_file_is_a_config_error(backend):
+    with open(backend.mdevctl_dir, 'w'):
+        pass
+    err = refused(exception.ConfigError, backend.definitions)
+    same(err, exception.ConfigError, reason='%s: %s' % (
+        backend.mdevctl_dir, os.strerror(errno.ENOTDIR)))
+
+
+def test_no_mdevctl_dir_is_no_definitions(backend):
+    assert backend.definitions() == []
+    assert backend.definition(U1) is None
+    assert backend.restorable() == ()
+
+
+def test_restorable_says_what_it_creates_and_what_it_leaves(backend):
+    auto = '{"mdev_type": "nvidia-223", "start": "auto"}'
+    write_definition(backend, GPU_A, U1, '{"mdev_type": "../x"}')
+    write_definition(backend, GPU_A, U2, auto)
+    write_definition(backend, GPU_A, U3, '{"mdev_type": "nvidia-223"}')
+    write_definition(backend, GPU_A, U4, '{"mdev_type": "nvidia-223", '
+                     '"start": "auto", "attrs": [{"a": "b"}]}')
+    write_definition(backend, GPU_B, U2, auto)
+    bad = refused(exception.ConfigError, backend.definition, U1)
+    assert backend.restorable() == (
+        base.Restorable(uuid=U1, detail=str(bad), failed=True),
+        base.Restorable(uuid=U2, detail='nvidia-223 on 0000:3b:00.0',
+                        device=vgpu(uuid=U2)),
+        base.Restorable(uuid=U3, detail='nvidia-223 on 0000:3b:00.0 is '
+                        'defined with start manual: its guest creates it'),
+        base.Restorable(uuid=U4, detail='nvidia-223 on 0000:3b:00.0 sets '
+                        'attributes: `mdevctl start -u %s` applies them'
+                        % U4),
+        base.Restorable(uuid=U2, detail='defined under 0000:af:00.0 and '
+                        'elsewhere; left to mdevctl'),
+    )
+
+
+def test_a_definition_setting_attributes_is_refused_saying_what_to_do(
+        backend):
+    write_definition(backend, GPU_A, U1, '{"mdev_type": "nvidia-223", '
+                     '"attrs": [{"a": "b"}]}')
+    err = refused(exception.MdevCreateFailed, backend.defined_device, U1)
+    same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
+         parent=GPU_A, reason='its mdevctl definition sets attributes; '
+         'start it with `mdevctl start -u %s` instead' % U1)
+    write_definition(backend, GPU_A, U2, '{"mdev_type": "nvidia-223"}')
+    assert backend.defined_device(U2) == vgpu(uuid=U2)
+    assert backend.defined_device(U3) is None
