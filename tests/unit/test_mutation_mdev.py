@@ -14,6 +14,7 @@ import pytest
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import mdev
+from libvirt_gpu.devices.backends import registry
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.devices import sysfs as sysfs_mod
@@ -718,3 +719,453 @@ def test_a_definition_setting_attributes_is_refused_saying_what_to_do(
     write_definition(backend, GPU_A, U2, '{"mdev_type": "nvidia-223"}')
     assert backend.defined_device(U2) == vgpu(uuid=U2)
     assert backend.defined_device(U3) is None
+
+
+# --- the registry of kinds (registry.Vgpus) ----------------------------------
+
+class Kind(base.VgpuKind):
+    """A kind that claims the parents and UUIDs it is given and answers
+    every call with ``(its name, the call, its arguments)``."""
+
+    kind = 'mdev'
+
+    def __init__(self, name, parents=(), uuids=(), binds_parent=False,
+                 room=None, choose=None, recorded=(), reserved=None):
+        self.name = name
+        self.parents = parents
+        self.uuids = uuids
+        self.binds_parent = binds_parent
+        self._room = room
+        self._choose = choose or {}
+        self._recorded = recorded
+        self._reserved = reserved or {}
+        self.calls = []
+
+    def _says(self, call, *args):
+        self.calls.append((call,) + args)
+        return (self.name, call) + args
+
+    @classmethod
+    def from_environment(cls, env):
+        return cls('from-env')
+
+    def is_parent(self, address):
+        return address in self.parents
+
+    def owns(self, uuid):
+        return uuid in self.uuids
+
+    def hostdev_xml(self, device):
+        return self._says('hostdev_xml', device)
+
+    def exists(self, device):
+        return self._says('exists', device)
+
+    def prepare(self, device):
+        return self._says('prepare', device)
+
+    def release(self, device):
+        return self._says('release', device)
+
+    def lookup(self, uuid):
+        return self._says('lookup', uuid)
+
+    def remove(self, uuid):
+        return self._says('remove', uuid)
+
+    def check_type(self, parent, type_id):
+        return self._says('check_type', parent, type_id)
+
+    def available(self, parent, type_id):
+        return self._says('available', parent, type_id)
+
+    def vgpu_type(self, parent, type_id):
+        return self._says('vgpu_type', parent, type_id)
+
+    def existing(self, mdevs_by_parent=None):
+        return {uuid: (self.name, mdevs_by_parent) for uuid in self.uuids}
+
+    def definition(self, uuid):
+        return self._says('definition', uuid) if uuid in self.uuids else None
+
+    def defined_device(self, uuid):
+        return (self._says('defined_device', uuid) if uuid in self.uuids
+                else None)
+
+    def define(self, device, start='manual'):
+        return self._says('define', device, start)
+
+    def undefine(self, uuid):
+        return self._says('undefine', uuid)
+
+    def in_devices(self, devices, uuid, parent):
+        return (uuid, parent) in devices
+
+    def recorded(self, uuid):
+        return uuid in self._recorded
+
+    def reserved_parents(self):
+        return dict(self._reserved)
+
+    def room(self, gpu, type_id):
+        return None if self._room is None else self._room.get(gpu)
+
+    def choose_parent(self, gpu, type_id):
+        self.calls.append(('choose_parent', gpu, type_id))
+        chosen = self._choose.get(gpu)
+        if chosen is None:
+            raise exception.NoCapacity(uuid=None, type_id=type_id,
+                                       where=str(gpu), reason='full')
+        return chosen
+
+
+P1, P2, P3, P4 = (objects.PciAddress.parse('0000:0%d:00.0' % n)
+                  for n in (1, 2, 3, 4))
+
+
+def three(sysfs, **first):
+    """Kinds a (parent P1, UUID U1), b (P1 and P2, U1 and U2) and the
+    fallback c (P3, U3)."""
+    a = Kind('a', parents=(P1,), uuids=(U1,), **first)
+    b = Kind('b', parents=(P1, P2), uuids=(U1, U2))
+    c = Kind('c', parents=(P3,), uuids=(U3,))
+    return registry.Vgpus(sysfs, [a, b, c]), a, b, c
+
+
+def test_kinds_are_loaded_by_spec_and_must_be_vgpu_kinds():
+    assert registry.load_kind(
+        'libvirt_gpu.devices.backends.mdev:MdevBackend') is mdev.MdevBackend
+    for spec in ('libvirt_gpu.objects:PciAddress',
+                 'libvirt_gpu.objects:NVIDIA_VENDOR_ID'):
+        err = refused(exception.ConfigError, registry.load_kind, spec)
+        same(err, exception.ConfigError, reason='%s is not a vGPU kind (a '
+             'backends.base.VgpuKind)' % spec)
+    mine = ['libvirt_gpu.devices.backends.mdev:MdevBackend']
+    assert registry.kind_classes(mine) == [mdev.MdevBackend]
+    assert registry.kind_classes(mine) is registry.kind_classes(tuple(mine))
+    assert [c.name for c in registry.kind_classes()] == [
+        'nvidia', 'mdev']
+
+
+def test_a_registry_needs_a_kind_and_finds_them_by_name(sysfs):
+    err = refused(exception.ConfigError, registry.Vgpus, sysfs, [])
+    same(err, exception.ConfigError, reason='no vGPU kind is registered')
+    vgpus, a, b, c = three(sysfs)
+    assert vgpus.kind('b') is b
+    with pytest.raises(KeyError):
+        vgpus.kind('d')
+    assert vgpus.kind_classes == (Kind, Kind, Kind)
+
+
+def test_the_first_kind_claiming_a_parent_or_uuid_takes_the_call(sysfs):
+    vgpus, a, b, c = three(sysfs)
+    assert [vgpus.kind_of(p).name for p in (P1, P2, P3, P4)] == [
+        'a', 'b', 'c', 'c']
+    assert [vgpus.kind_owning(u).name for u in (U1, U2, U3, U4)] == [
+        'a', 'b', 'c', 'c']
+    on_p2 = vgpu(parent=P2)
+    assert vgpus.hostdev_xml(on_p2) == ('b', 'hostdev_xml', on_p2)
+    assert vgpus.exists(on_p2) == ('b', 'exists', on_p2)
+    assert vgpus.prepare(on_p2) == ('b', 'prepare', on_p2)
+    assert vgpus.release(vgpu(uuid=U2, parent=P1)) == ('b', 'remove', U2)
+    assert vgpus.lookup(U2) == ('b', 'lookup', U2)
+    assert vgpus.remove(U1) == ('a', 'remove', U1)
+    assert vgpus.check_type(P2, T_223) == ('b', 'check_type', P2, T_223)
+    assert vgpus.available(P2, T_223) == ('b', 'available', P2, T_223)
+    assert vgpus.vgpu_type(P4, T_223) == ('c', 'vgpu_type', P4, T_223)
+    for call in (vgpus.lookup, vgpus.remove):
+        with pytest.raises(TypeError, match=r'^uuid must be an '
+                                            r'objects\.Uuid'):
+            call(str(U1))
+    assert vgpus.is_parent(P3) and not vgpus.is_parent(P4)
+
+
+def test_the_fallbacks_definition_comes_first(sysfs):
+    vgpus, a, b, c = three(sysfs)
+    assert vgpus.definition(U1) == ('b', 'definition', U1)
+    assert vgpus.definition(U3) == ('c', 'definition', U3)
+    assert vgpus.definition(U4) is None
+    assert vgpus.defined_device(U1) == ('b', 'defined_device', U1)
+    assert vgpus.defined_device(U4) is None
+    # the first kind's view of a UUID wins
+    assert vgpus.existing('read') == {U1: ('a', 'read'), U2: ('b', 'read'),
+                                      U3: ('c', 'read')}
+    assert vgpus.existing() == {U1: ('a', None), U2: ('b', None),
+                                U3: ('c', None)}
+
+
+def test_records_of_every_kind_count(sysfs):
+    a = Kind('a', recorded=(U1,), reserved={P1: U1, P2: U1})
+    b = Kind('b', recorded=(U2,), reserved={P2: U2})
+    vgpus = registry.Vgpus(sysfs, [a, b])
+    assert vgpus.recorded(U1) and vgpus.recorded(U2)
+    assert not vgpus.recorded(U3)
+    assert vgpus.reserved_parents() == {P1: U1, P2: U2}
+    assert vgpus.in_devices({(U2, P2)}, U2, P2)
+    assert not vgpus.in_devices({(U2, P2)}, U2, P1)
+
+
+def test_the_room_of_the_first_kind_that_counts_one(sysfs):
+    a = Kind('a', room={P1: None})
+    b = Kind('b', room={P1: 'b-room', P2: 'b-room-2'})
+    c = Kind('c', room={P1: 'c-room', P3: 'c-room'})
+    vgpus = registry.Vgpus(sysfs, [a, b, c])
+    assert vgpus.room(P1, T_223) == 'b-room'
+    assert vgpus.room(P4, T_223) is None
+    enabled = {P3: objects.EnabledType(type_id=T_223, others=(
+        objects.EnabledType(type_id=T_222),)), P4: objects.EnabledType(
+        type_id=T_223), P2: objects.EnabledType(type_id=T_222)}
+    assert vgpus.rooms(enabled) == {(P2, T_222): 'b-room-2',
+                                    (P3, T_223): 'c-room',
+                                    (P3, T_222): 'c-room'}
+
+
+def test_the_hostdev_of_a_vgpu_by_its_parents_kind(sysfs):
+    from libvirt_gpu.virt import config_xml
+    vgpus, a, b, c = three(sysfs, binds_parent=True)
+    assert vgpus.hostdev_for(U1, P1, T_223) == (
+        'a', 'hostdev_xml', vgpu(uuid=U1, parent=P1))
+    assert vgpus.hostdev_for(U2, P2, T_223) == config_xml.mdev_hostdev(U2)
+    assert vgpus.hostdev_for(U1) == config_xml.mdev_hostdev(U1)
+    assert vgpus.hostdev_function(U1, P1, {(U1, P1)}) == P1
+    assert vgpus.hostdev_function(U1, P1, set()) is None
+    assert vgpus.hostdev_function(U2, P2, {(U2, P2)}) is None
+    assert vgpus.hostdev_function(U1, None, {(U1, None)}) is None
+    assert vgpus.binds_parent(P1) and not vgpus.binds_parent(P2)
+
+
+def test_config_vgpus_are_kept_only_by_kinds_that_bind_the_parent(sysfs):
+    vgpus, a, b, c = three(sysfs, binds_parent=True)
+    assert vgpus.keep_for_config(vgpu(parent=P1)) is True
+    assert a.calls == [('define', vgpu(parent=P1), 'manual')]
+    assert vgpus.keep_for_config(vgpu(parent=P2)) is False
+    vgpus.forget_for_config(U1, P1)
+    vgpus.forget_for_config(U2, P2)
+    assert a.calls[-1] == ('undefine', U1)
+    assert b.calls == []
+
+
+def test_bind_for_config_chooses_on_the_first_gpu_with_room(sysfs):
+    # on the T4 host every GPU is its own parent
+    a = Kind('a', parents=(GPU_A, GPU_B, P2, P3), binds_parent=True,
+             choose={GPU_B: P2})
+    vgpus = registry.Vgpus(sysfs, [a, Kind('c')])
+    assert vgpus.bind_for_config([P4, GPU_A, GPU_B], T_223, None,
+                                 U1) == P2
+    assert a.calls == [('choose_parent', GPU_A, T_223),
+                       ('choose_parent', GPU_B, T_223),
+                       ('define', vgpu(parent=P2), 'manual')]
+    # the caller's own function is taken as it is
+    del a.calls[:]
+    assert vgpus.bind_for_config([GPU_A, GPU_B], T_223, P3, U1) == P3
+    assert a.calls == [('define', vgpu(parent=P3), 'manual')]
+    # ... naming the first GPU is choosing on it
+    del a.calls[:]
+    assert vgpus.bind_for_config([GPU_B], T_223, GPU_B, U1) == P2
+    assert a.calls[0] == ('choose_parent', GPU_B, T_223)
+    # GPUs of a kind that does not bind the parent: chosen at start
+    assert vgpus.bind_for_config([P4], T_223, None, U1) is None
+
+
+def test_bind_for_config_without_room_names_every_gpus_answer(sysfs):
+    a = Kind('a', parents=(GPU_A, GPU_B), binds_parent=True)
+    vgpus = registry.Vgpus(sysfs, [a, Kind('c')])
+    err = refused(exception.NoCapacity, vgpus.bind_for_config,
+                  [GPU_A, GPU_B], T_223, None, U1)
+    full = [str(exception.NoCapacity(uuid=None, type_id=T_223,
+                                     where=str(g), reason='full'))
+            for g in (GPU_A, GPU_B)]
+    same(err, exception.NoCapacity, uuid=U1, type_id=T_223,
+         where='any GPU of this host', reason='; '.join(full))
+    assert [c[0] for c in a.calls] == ['choose_parent', 'choose_parent']
+
+
+def test_physical_gpus_and_their_functions(sysfs):
+    assert registry.Vgpus(sysfs, [Kind('c')]).physical(GPU_A) == GPU_A
+    vgpus = registry.Vgpus(sysfs, [Kind('c')])
+    assert vgpus.parents_of(GPU_B) == (GPU_B,)
+    # make 0000:3b:00.0 a VF of 0000:af:00.0
+    pf = os.path.realpath(sysfs.pci_dir(GPU_B))
+    vf = os.path.realpath(sysfs.pci_dir(GPU_A))
+    os.symlink(pf, os.path.join(vf, 'physfn'))
+    os.symlink(vf, os.path.join(pf, 'virtfn0'))
+    assert vgpus.physical(GPU_A) == GPU_B
+    assert vgpus.physical(GPU_B) == GPU_B
+    assert vgpus.parents_of(GPU_B) == (GPU_A,)
+    with pytest.raises(TypeError, match=r'^address must be'):
+        vgpus.physical(str(GPU_A))
+    with pytest.raises(TypeError, match=r'^gpu must be'):
+        vgpus.parents_of(str(GPU_A))
+
+
+# --- the contract's defaults and helpers (backends.base) --------------------
+
+class Persisting(Kind):
+    """A kind recording one vGPU to start with the host, on a 'VF'."""
+
+    parent_noun = 'VF'
+
+    def persistent(self):
+        return (vgpu(uuid=U2, parent=P2),)
+
+
+def test_a_kinds_defaults_are_empty_answers(sysfs):
+    plain = Kind('plain')
+    assert plain.persistent() == () and plain.restorable() == ()
+    assert Persisting('p').restorable() == (base.Restorable(
+        uuid=U2, device=vgpu(uuid=U2, parent=P2),
+        detail='nvidia-223 on VF 0000:02:00.0'),)
+    assert base.VgpuKind.parents_now(sysfs) == []
+    assert base.VgpuKind.sriov_pfs(sysfs) == ()
+    assert base.VgpuKind.read_function(sysfs, GPU_A) is None
+    assert base.VgpuKind.complete_types(GPU_A, ['vf']) == ['vf']
+    assert plain.recorded_gpus() == ()
+    assert plain.boot_cleanup(lambda uuid: False) == ()
+    assert plain.boot_cleanup(lambda uuid: False, dry_run=True) == ()
+    assert base.VgpuKind.recorded(plain, U1) is False
+    assert base.VgpuKind.reserved_parents(plain) == {}
+    assert not plain.carvable
+    definition = mdev.MdevDefinition(uuid=U1, parent=GPU_A, type_id=T_223,
+                                     start='auto', attrs=(('a', 'b'),),
+                                     source='its file')
+    assert base.VgpuKind.attrs_refusal(plain, definition) == (
+        'its definition (its file) sets attributes, which this hook does '
+        'not apply')
+
+
+@pytest.mark.parametrize('call,args,text', [
+    ('held_type', (P1,), 'plain carves nothing'),
+    ('write_type', (P1, T_223), 'plain carves nothing'),
+    ('clear_type', (P1,), 'plain carves nothing'),
+    ('choose_parent', (P1, T_223),
+     'plain does not choose parents at define time'),
+])
+def test_what_a_kind_does_not_do_it_says(call, args, text):
+    plain = Kind('plain')
+    with pytest.raises(NotImplementedError) as e:
+        getattr(base.VgpuKind, call)(plain, *args)
+    assert str(e.value) == text
+
+
+def test_a_guest_holds_a_vgpu_by_uuid_or_a_function_by_address(sysfs):
+    from types import SimpleNamespace
+
+    class Function(mdev.MdevBackend):
+        kind = 'pci'
+    devices = SimpleNamespace(mdev_uuids={U1}, pci_addresses={GPU_A, P1})
+    by_uuid = mdev.MdevBackend(sysfs)
+    assert by_uuid.in_devices(devices, U1, None)
+    assert not by_uuid.in_devices(devices, U2, GPU_A)
+    function = Function(sysfs)
+    assert function.in_devices(devices, U2, GPU_A)
+    assert not function.in_devices(devices, U1, None)
+    assert not function.in_devices(devices, U1, GPU_B)     # not handed over
+    assert not function.in_devices(devices, U1, P1)        # no parent
+
+
+def test_only_transient_answers_are_retried():
+    calls = []
+
+    def answers(*errors):
+        errors = list(errors)
+
+        def call():
+            calls.append(1)
+            if errors:
+                raise errors.pop(0)
+            return 'done'
+        return call
+
+    def write_error(code):
+        return exception.SysfsWriteError(path='p', reason='r', errno=code)
+    assert base.retry_transient(answers(
+        write_error(errno.EBUSY), write_error(errno.EAGAIN),
+        write_error(errno.EINTR), exception.LibvirtTimeout(reason='slow')),
+        first_wait=0.001) == 'done'
+    assert len(calls) == 5
+    for error in (write_error(errno.EACCES), exception.LibvirtError(
+            reason='no'), exception.SysfsReadError(path='p', reason='r')):
+        del calls[:]
+        with pytest.raises(type(error)) as e:
+            base.retry_transient(answers(error, error), first_wait=0.001)
+        assert e.value is error and len(calls) == 1
+    # a later answer that is no longer transient ends the retries
+    del calls[:]
+    with pytest.raises(exception.SysfsWriteError) as e:
+        base.retry_transient(answers(write_error(errno.EBUSY),
+                                     write_error(errno.EIO), 'x'),
+                             first_wait=0.001)
+    assert e.value.kwargs['errno'] == errno.EIO and len(calls) == 2
+    # ever busy: the last answer itself, once stop_after has passed
+    busy = write_error(errno.EBUSY)
+
+    def always_busy():
+        raise busy
+    with pytest.raises(exception.SysfsWriteError) as e:
+        base.retry_transient(always_busy, stop_after=0.01, first_wait=0.001)
+    assert e.value is busy
+    assert base.is_transient(exception.LibvirtTimeout(reason='x'))
+    assert not base.is_transient(exception.LibvirtError(reason='x'))
+    assert not base.is_transient(exception.SysfsReadError(
+        path='p', reason='r', errno=errno.EBUSY))
+
+
+def write_pci(sysfs, address, name, text):
+    with open(os.path.join(sysfs.pci_dir(address), name), 'w') as f:
+        f.write(text)
+
+
+def test_nvidia_sriov_pfs_are_nvidia_gpus_with_vfs_to_enable(sysfs):
+    assert mdev.MdevBackend.sriov_pfs(sysfs) == []
+    assert not base.is_sriov_pf(sysfs, GPU_A)
+    write_pci(sysfs, GPU_B, 'sriov_totalvfs', '4\n')
+    write_pci(sysfs, GPU_A, 'sriov_totalvfs', '0\n')
+    assert mdev.MdevBackend.sriov_pfs(sysfs) == [GPU_B]
+    assert base.is_sriov_pf(sysfs, GPU_B)
+    assert not base.is_sriov_pf(sysfs, GPU_A)
+    write_pci(sysfs, GPU_A, 'sriov_totalvfs', '2\n')
+    assert base.nvidia_sriov_pfs(sysfs) == [GPU_A, GPU_B]
+    # a VF is not a PF; an unreadable count is none
+    os.symlink(os.path.realpath(sysfs.pci_dir(GPU_B)),
+               os.path.join(sysfs.pci_dir(GPU_A), 'physfn'))
+    assert not base.is_sriov_pf(sysfs, GPU_A)
+    write_pci(sysfs, GPU_B, 'sriov_totalvfs', 'many\n')
+    assert not base.is_sriov_pf(sysfs, GPU_B)
+    assert base.nvidia_sriov_pfs(sysfs) == []
+
+
+def test_nvidia_sriov_pfs_skips_other_vendors_drivers_and_bad_files(sysfs):
+    write_pci(sysfs, GPU_A, 'sriov_totalvfs', '2\n')
+    write_pci(sysfs, GPU_B, 'sriov_totalvfs', '2\n')
+    write_pci(sysfs, GPU_A, 'vendor', '0x8086\n')
+    assert base.nvidia_sriov_pfs(sysfs) == [GPU_B]
+    write_pci(sysfs, GPU_A, 'vendor', 'not hex\n')
+    assert base.nvidia_sriov_pfs(sysfs) == [GPU_B]
+    write_pci(sysfs, GPU_A, 'vendor', '0x10DE\n')
+    assert base.nvidia_sriov_pfs(sysfs) == [GPU_A, GPU_B]
+    os.unlink(os.path.join(sysfs.pci_dir(GPU_B), 'vendor'))
+    driver = os.path.join(sysfs.pci_dir(GPU_A), 'driver')
+    os.unlink(driver)
+    os.symlink('../../../../bus/pci/drivers/vfio-pci', driver)
+    assert base.nvidia_sriov_pfs(sysfs) == []
+
+
+def test_device_records_name_the_first_untyped_field():
+    with pytest.raises(TypeError) as e:
+        base.VgpuDevice(uuid=str(U1), parent=GPU_A, type_id=str(T_223))
+    assert str(e.value) == (
+        "VgpuDevice.uuid must be an objects.Uuid, not str '%s': parse it "
+        "with objects.Uuid.parse where it enters the program (CLI, API, "
+        "hook input, state load, sysfs) and pass the result" % U1)
+    with pytest.raises(TypeError, match=r'^VgpuDevice\.type_id must be an '
+                                        r'objects\.TypeId, not str'):
+        base.VgpuDevice(uuid=U1, parent=GPU_A, type_id=str(T_223))
+    with pytest.raises(TypeError, match=r'^VgpuDevice\.parent '):
+        base.VgpuDevice(uuid=U1, parent=None, type_id=T_223)
+    # a field that may be None is passed over
+    base.refuse_untyped(vgpu(), optional=('uuid',))
+    base.refuse_untyped(base.Restorable(uuid=None, detail='d'),
+                        optional=('uuid',))
+    with pytest.raises(TypeError, match=r'^Restorable\.uuid must be an '
+                                        r'objects\.Uuid, not NoneType'):
+        base.refuse_untyped(base.Restorable(uuid=None, detail='d'))
