@@ -192,6 +192,26 @@ def test_a_write_error_without_errno_says_none(sysfs):
         os.strerror(0))
 
 
+# --- prepare ----------------------------------------------------------------
+
+def test_exactly_one_available_is_room_for_one(backend, sysfs):
+    set_available(sysfs, GPU_A, 'nvidia-223', 1)
+    assert backend.prepare(vgpu()) is True
+    set_available(sysfs, GPU_A, 'nvidia-223', 0)
+    err = refused(exception.NoCapacity, backend.prepare, vgpu(uuid=U2))
+    same(err, exception.NoCapacity, uuid=U2, type_id=T_223,
+         where='the GPU 0000:3b:00.0', reason='available_instances is 0')
+    assert [w[0] for w in sysfs.writes] == ['create']
+
+
+def test_a_uuid_held_elsewhere_is_a_conflict_before_any_check(backend):
+    err = refused(exception.MdevConflict, backend.prepare,
+                  vgpu(uuid=EXISTING, parent=GONE, type_id=T_999))
+    same(err, exception.MdevConflict, uuid=EXISTING, existing_type=T_223,
+         existing_parent=GPU_B, type_id=T_999, parent=GONE)
+    assert backend.prepare(vgpu(uuid=EXISTING, parent=GPU_B)) is False
+
+
 # --- create through sysfs (_create_sysfs) -----------------------------------
 
 def test_a_create_file_linked_to_another_gpus_is_not_written(sysfs):
@@ -1169,3 +1189,33 @@ def test_device_records_name_the_first_untyped_field():
     with pytest.raises(TypeError, match=r'^Restorable\.uuid must be an '
                                         r'objects\.Uuid, not NoneType'):
         base.refuse_untyped(base.Restorable(uuid=None, detail='d'))
+
+
+# --- from an Environment ----------------------------------------------------
+
+MDEV_SPEC = 'libvirt_gpu.devices.backends.mdev:MdevBackend'
+
+
+def test_kinds_are_made_for_an_environment(sysfs, tmp_path):
+    from libvirt_gpu import environment
+    host = Host(sysfs)
+    env = environment.Environment(str(tmp_path / 'state'), sysfs=sysfs,
+                                  host=host, kinds=[MDEV_SPEC],
+                                  mdevctl_dir=str(tmp_path / 'm'))
+    b = mdev.MdevBackend.from_environment(env)
+    assert (b.sysfs, b.host, b.mdevctl_dir, b.remove_timeout) == (
+        sysfs, host, str(tmp_path / 'm'), 10.0)
+    env.remove_timeout = 3
+    assert mdev.MdevBackend.from_environment(env).remove_timeout == 3
+    vgpus = registry.Vgpus.from_environment(env, [MDEV_SPEC])
+    assert vgpus.sysfs is sysfs
+    assert [type(k) for k in vgpus.kinds] == [mdev.MdevBackend]
+    assert vgpus.kinds[0].remove_timeout == 3
+    assert [k.name for k in registry.Vgpus.from_environment(env).kinds] == [
+        'nvidia', 'mdev']
+
+
+def test_the_mdev_parents_now(sysfs, tmp_path):
+    assert mdev.MdevBackend.parents_now(sysfs) == ['0000:3b:00.0',
+                                                   '0000:af:00.0']
+    assert mdev.MdevBackend.parents_now(sysfs_mod.Sysfs(str(tmp_path))) == []
