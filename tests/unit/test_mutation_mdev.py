@@ -381,6 +381,23 @@ def test_a_remove_file_linked_to_another_vgpus_is_not_written(sysfs):
     assert sysfs.writes == []
 
 
+def test_a_vgpu_directory_that_cannot_be_resolved_any_more_is_kept(sysfs):
+    class Changing(kernel_sysfs.KernelSysfs):
+        looked = 0
+
+        def resolved_under_root(self, path):
+            if path == self.mdev_dir(EXISTING):
+                self.looked += 1
+                if self.looked > 1:     # the tree changed after lookup
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+            return super().resolved_under_root(path)
+    b = made(Changing(sysfs.root, sysfs.profile))
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    same(err, exception.MdevRemoveFailed, uuid=EXISTING,
+         reason=os.strerror(errno.ELOOP))
+    assert b.sysfs.writes == []
+
+
 def removing(sysfs, answer, remove=True):
     """``sysfs`` whose kernel answers ``answer`` to a remove, having
     removed the mdev itself first when ``remove``."""
