@@ -28,6 +28,7 @@ backend = mdev_host.backend
 GPU_A = objects.PciAddress.parse('0000:3b:00.0')     # empty
 GPU_B = objects.PciAddress.parse('0000:af:00.0')     # two nvidia-223
 GONE = objects.PciAddress.parse('0000:5e:00.0')      # no such parent
+GPU_D8 = objects.PciAddress.parse('0000:d8:00.0')    # neither
 T_223 = objects.TypeId.parse('nvidia-223')
 T_222 = objects.TypeId.parse('nvidia-222')
 T_999 = objects.TypeId.parse('nvidia-999')
@@ -36,6 +37,7 @@ U1 = objects.Uuid.parse('11111111-1111-4111-8111-111111111111')
 U2 = objects.Uuid.parse('22222222-2222-4222-8222-222222222222')
 U3 = objects.Uuid.parse('33333333-3333-4333-8333-333333333333')
 U4 = objects.Uuid.parse('44444444-4444-4444-8444-444444444444')
+U5 = objects.Uuid.parse('55555555-5555-4555-8555-555555555555')
 
 
 def vgpu(uuid=U1, parent=GPU_A, type_id=T_223):
@@ -574,7 +576,7 @@ def test_define_refuses_a_start_mdevctl_does_not_know(backend):
 
 
 def test_define_writes_mdevctls_file_manual_by_default(backend):
-    old = os.umask(0o022)
+    old = os.umask(0)          # the mode is define's own, not the umask's
     try:
         backend.define(vgpu())
     finally:
@@ -635,6 +637,28 @@ def test_undefine_through_libvirt(sysfs, tmp_path):
     assert b.undefine(U1) is False
     with pytest.raises(TypeError, match=r'^uuid must be an objects\.Uuid'):
         b.undefine(str(U1))
+
+
+def test_libvirt_timeouts_are_retried_only_until_retry_stop(sysfs, tmp_path):
+    # retry_stop 0.05 s: the first call, then a retry or two; the default
+    # (5 s) would make about ten
+    slow = exception.LibvirtTimeout(reason='busy')
+    host = Host(sysfs, define_mdev=slow, undefine_mdev=slow,
+                destroy_mdev=slow)
+    b = made(sysfs, host=host, mdevctl_dir=str(tmp_path / 'm'),
+             retry_stop=0.05)
+    for call, arg in ((b.define, vgpu()), (b.undefine, U1)):
+        del host.calls[:]
+        assert refused(exception.LibvirtTimeout, call, arg) is slow
+        assert 2 <= len(host.calls) <= 3
+    del host.calls[:]
+    refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    assert 2 <= len(host.calls) <= 3
+    host.create_mdev = lambda xml: host._answer('create_mdev', xml)
+    host.answers['create_mdev'] = slow
+    del host.calls[:]
+    assert b.prepare(vgpu()) is True           # the kernel made it
+    assert 2 <= len(host.calls) <= 3
 
 
 # --- persistent definitions: reading mdevctl's files ------------------------
@@ -730,6 +754,7 @@ def test_restorable_says_what_it_creates_and_what_it_leaves(backend):
     write_definition(backend, GPU_A, U4, '{"mdev_type": "nvidia-223", '
                      '"start": "auto", "attrs": [{"a": "b"}]}')
     write_definition(backend, GPU_B, U2, auto)
+    write_definition(backend, GPU_D8, U5, auto)
     bad = refused(exception.ConfigError, backend.definition, U1)
     assert backend.restorable() == (
         base.Restorable(uuid=U1, detail=str(bad), failed=True),
@@ -742,6 +767,8 @@ def test_restorable_says_what_it_creates_and_what_it_leaves(backend):
                         % U4),
         base.Restorable(uuid=U2, detail='defined under 0000:af:00.0 and '
                         'elsewhere; left to mdevctl'),
+        base.Restorable(uuid=U5, detail='nvidia-223 on 0000:d8:00.0',
+                        device=vgpu(uuid=U5, parent=GPU_D8)),
     )
 
 
