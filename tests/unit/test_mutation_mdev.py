@@ -255,6 +255,50 @@ def test_a_busy_kernel_is_asked_again_until_retry_stop(sysfs):
     assert b.lookup(U1) == vgpu()
 
 
+class Slow(kernel_sysfs.KernelSysfs):
+    """A kernel that accepts a create or a remove at once and does it a
+    few looks later (``bus/mdev/devices/<uuid>`` read three more times)."""
+
+    pending = None
+    looks = 0
+
+    def write(self, path, data):
+        if path.endswith('/create'):
+            self.pending = lambda: self.kernel.create(GPU_A, 'nvidia-223',
+                                                      data)
+        elif path.endswith('/remove'):
+            uuid = os.path.basename(os.path.dirname(path))
+            self.pending = lambda: self.kernel.remove(uuid)
+        else:
+            return super().write(path, data)
+        self.looks = 0
+
+    def mdev_dir(self, uuid):
+        if self.pending is not None:
+            self.looks += 1
+            if self.looks > 3:
+                self.pending, done = None, self.pending
+                done()
+        return super().mdev_dir(uuid)
+
+
+def test_a_vgpu_that_comes_and_goes_a_moment_later_is_waited_for(sysfs):
+    b = made(Slow(sysfs.root, sysfs.profile), appear_timeout=30,
+             remove_timeout=30)
+    assert b.prepare(vgpu()) is True
+    assert b.lookup(U1) == vgpu()
+    assert b.remove(U1) is True
+    assert b.lookup(U1) is None
+
+
+def test_the_defaults_of_an_mdev_kind(sysfs):
+    b = mdev.MdevBackend(sysfs)
+    assert (b.host, b.mdevctl_dir, b.appear_timeout, b.remove_timeout,
+            b.retry_stop) == (None, '/etc/mdevctl.d', 5.0, 10.0, 5.0)
+    assert mdev.MdevBackend.places == (base.Place('mdevctl_dir',
+                                                  '/etc/mdevctl.d'),)
+
+
 # --- check_type, is_parent, available, vgpu_type, max_instance --------------
 
 def test_check_type_names_a_parent_that_is_not_one(backend):
