@@ -705,6 +705,26 @@ def test_libvirt_timeouts_are_retried_only_until_retry_stop(sysfs, tmp_path):
     assert 2 <= len(host.calls) <= 3
 
 
+def test_a_busy_kernel_is_asked_again_only_until_its_limit(sysfs):
+    # create: retry_stop; remove: remove_timeout (0.05 s: the first write,
+    # then a retry or two; the 5 s default would make about ten)
+    writes = []
+
+    class AlwaysBusy(kernel_sysfs.KernelSysfs):
+        def write(self, path, data):
+            writes.append(os.path.basename(path))
+            raise exception.SysfsWriteError(path=path, reason='busy',
+                                            errno=errno.EBUSY)
+    b = made(AlwaysBusy(sysfs.root, sysfs.profile), retry_stop=0.05,
+             remove_timeout=0.05)
+    refused(exception.MdevCreateFailed, b.prepare, vgpu())
+    assert 2 <= len(writes) <= 3
+    del writes[:]
+    err = refused(exception.MdevRemoveFailed, b.remove, EXISTING)
+    assert err.kwargs['reason'] == 'the kernel answered EBUSY'
+    assert 2 <= len(writes) <= 3
+
+
 # --- persistent definitions: reading mdevctl's files ------------------------
 
 def write_definition(backend, parent, uuid, text):
