@@ -1040,6 +1040,9 @@ def test_the_room_of_the_first_kind_that_counts_one(sysfs):
     vgpus = registry.Vgpus(sysfs, [a, b, c])
     assert vgpus.room(P1, T_223) == 'b-room'
     assert vgpus.room(P4, T_223) is None
+    # a kind that reads no room (classic mdev) is passed over
+    assert registry.Vgpus(sysfs, [mdev.MdevBackend(sysfs), b]).room(
+        P1, T_223) == 'b-room'
     enabled = {P3: objects.EnabledType(type_id=T_223, others=(
         objects.EnabledType(type_id=T_222),)), P4: objects.EnabledType(
         type_id=T_223), P2: objects.EnabledType(type_id=T_222)}
@@ -1091,6 +1094,12 @@ def test_bind_for_config_chooses_on_the_first_gpu_with_room(sysfs):
     del a.calls[:]
     assert vgpus.bind_for_config([GPU_B], T_223, GPU_B, U1) == P2
     assert a.calls[0] == ('choose_parent', GPU_B, T_223)
+    # the first GPU with room is taken, the others not asked
+    a._choose[GPU_A] = P3
+    del a.calls[:]
+    assert vgpus.bind_for_config([GPU_A, GPU_B], T_223, None, U1) == P3
+    assert [c[:2] for c in a.calls] == [('choose_parent', GPU_A),
+                                        ('define', vgpu(parent=P3))]
     # GPUs of a kind that does not bind the parent: chosen at start
     assert vgpus.bind_for_config([P4], T_223, None, U1) is None
 
@@ -1327,3 +1336,34 @@ def test_the_mdev_parents_now(sysfs, tmp_path):
     assert mdev.MdevBackend.parents_now(sysfs) == ['0000:3b:00.0',
                                                    '0000:af:00.0']
     assert mdev.MdevBackend.parents_now(sysfs_mod.Sysfs(str(tmp_path))) == []
+
+
+def test_refuse_untyped_looks_at_every_typed_field(tmp_path):
+    from libvirt_gpu.util import records
+
+    @records.record
+    class Named:
+        name: str
+        uuid: objects.Uuid
+
+    with pytest.raises(TypeError, match=r'^Named\.uuid must be'):
+        base.refuse_untyped(Named(name='n', uuid='raw'))
+    # optional: None is allowed, a wrong value still refused
+    base.refuse_untyped(Named(name='n', uuid=None), optional=('uuid',))
+    with pytest.raises(TypeError, match=r'^Named\.uuid must be'):
+        base.refuse_untyped(Named(name='n', uuid='raw'), optional=('uuid',))
+    with pytest.raises(TypeError, match=r'^Named\.uuid must be'):
+        base.refuse_untyped(Named(name='n', uuid=None), optional=('name',))
+
+
+def test_a_pci_device_whose_vendor_cannot_be_read_is_skipped_saying_so(
+        sysfs, caplog):
+    write_pci(sysfs, GPU_A, 'sriov_totalvfs', '2\n')
+    write_pci(sysfs, GPU_B, 'sriov_totalvfs', '2\n')
+    write_pci(sysfs, GPU_A, 'vendor', 'not hex\n')
+    with caplog.at_level('WARNING'):
+        assert base.nvidia_sriov_pfs(sysfs) == [GPU_B]
+    warned = [r for r in caplog.records if r.levelname == 'WARNING']
+    assert len(warned) == 1
+    assert warned[0].getMessage().startswith(
+        'PCI device 0000:3b:00.0 skipped: ')
