@@ -676,6 +676,7 @@ def test_undefine_through_libvirt(sysfs, tmp_path):
     host = Host(sysfs, undefine_mdev=True)
     b = made(sysfs, host=host, mdevctl_dir=str(tmp_path / 'm'))
     assert b.undefine(U1) is True
+    assert host.calls == [('undefine_mdev', U1)]
     # libvirt had none: mdevctl's file is looked for
     host.answers['undefine_mdev'] = False
     assert b.undefine(U1) is False
@@ -805,6 +806,8 @@ def test_an_mdevctl_dir_that_is_a_file_is_a_config_error(backend):
 
 
 def test_no_mdevctl_dir_is_no_definitions(backend):
+    with pytest.raises(TypeError, match=r'^uuid must be an objects\.Uuid'):
+        backend.definition(str(U1))
     assert backend.definitions() == []
     assert backend.definition(U1) is None
     assert backend.restorable() == ()
