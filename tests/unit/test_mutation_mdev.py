@@ -939,7 +939,8 @@ class Kind(base.VgpuKind):
         return dict(self._reserved)
 
     def room(self, gpu, type_id):
-        return None if self._room is None else self._room.get(gpu)
+        found = None if self._room is None else self._room.get(gpu)
+        return None if found is None else (found, type_id)
 
     def choose_parent(self, gpu, type_id):
         self.calls.append(('choose_parent', gpu, type_id))
@@ -963,7 +964,8 @@ def three(sysfs, **first):
     return registry.Vgpus(sysfs, [a, b, c]), a, b, c
 
 
-def test_kinds_are_loaded_by_spec_and_must_be_vgpu_kinds():
+def test_kinds_are_loaded_by_spec_and_must_be_vgpu_kinds(monkeypatch):
+    monkeypatch.setattr(registry, '_loaded', {})    # nothing loaded yet
     assert registry.load_kind(
         'libvirt_gpu.devices.backends.mdev:MdevBackend') is mdev.MdevBackend
     for spec in ('libvirt_gpu.objects:PciAddress',
@@ -983,8 +985,9 @@ def test_a_registry_needs_a_kind_and_finds_them_by_name(sysfs):
     same(err, exception.ConfigError, reason='no vGPU kind is registered')
     vgpus, a, b, c = three(sysfs)
     assert vgpus.kind('b') is b
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as e:
         vgpus.kind('d')
+    assert e.value.args == ('d',)
     assert vgpus.kind_classes == (Kind, Kind, Kind)
 
 
@@ -1003,6 +1006,7 @@ def test_the_first_kind_claiming_a_parent_or_uuid_takes_the_call(sysfs):
     assert vgpus.remove(U1) == ('a', 'remove', U1)
     assert vgpus.check_type(P2, T_223) == ('b', 'check_type', P2, T_223)
     assert vgpus.available(P2, T_223) == ('b', 'available', P2, T_223)
+    assert vgpus.vgpu_type(P2, T_223) == ('b', 'vgpu_type', P2, T_223)
     assert vgpus.vgpu_type(P4, T_223) == ('c', 'vgpu_type', P4, T_223)
     for call in (vgpus.lookup, vgpus.remove):
         with pytest.raises(TypeError, match=r'^uuid must be an '
@@ -1041,17 +1045,17 @@ def test_the_room_of_the_first_kind_that_counts_one(sysfs):
     b = Kind('b', room={P1: 'b-room', P2: 'b-room-2'})
     c = Kind('c', room={P1: 'c-room', P3: 'c-room'})
     vgpus = registry.Vgpus(sysfs, [a, b, c])
-    assert vgpus.room(P1, T_223) == 'b-room'
+    assert vgpus.room(P1, T_223) == ('b-room', T_223)
     assert vgpus.room(P4, T_223) is None
     # a kind that reads no room (classic mdev) is passed over
     assert registry.Vgpus(sysfs, [mdev.MdevBackend(sysfs), b]).room(
-        P1, T_223) == 'b-room'
+        P1, T_223) == ('b-room', T_223)
     enabled = {P3: objects.EnabledType(type_id=T_223, others=(
         objects.EnabledType(type_id=T_222),)), P4: objects.EnabledType(
         type_id=T_223), P2: objects.EnabledType(type_id=T_222)}
-    assert vgpus.rooms(enabled) == {(P2, T_222): 'b-room-2',
-                                    (P3, T_223): 'c-room',
-                                    (P3, T_222): 'c-room'}
+    assert vgpus.rooms(enabled) == {(P2, T_222): ('b-room-2', T_222),
+                                    (P3, T_223): ('c-room', T_223),
+                                    (P3, T_222): ('c-room', T_222)}
 
 
 def test_the_hostdev_of_a_vgpu_by_its_parents_kind(sysfs):
