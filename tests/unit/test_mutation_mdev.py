@@ -1248,6 +1248,17 @@ def test_only_transient_answers_are_retried():
     with pytest.raises(exception.SysfsWriteError) as e:
         base.retry_transient(always_busy, stop_after=0.01, first_wait=0.001)
     assert e.value is busy
+    # each wait is at most max_wait: many tries within stop_after (a wait
+    # growing without bound would allow about ten in 0.4 s)
+    del calls[:]
+
+    def busy_counted():
+        calls.append(1)
+        raise busy
+    with pytest.raises(exception.SysfsWriteError):
+        base.retry_transient(busy_counted, stop_after=0.4, first_wait=0.001,
+                             max_wait=0.001)
+    assert len(calls) >= 20
     assert base.is_transient(exception.LibvirtTimeout(reason='x'))
     assert not base.is_transient(exception.LibvirtError(reason='x'))
     assert not base.is_transient(exception.SysfsReadError(
@@ -1362,6 +1373,15 @@ def test_refuse_untyped_looks_at_every_typed_field(tmp_path):
     with pytest.raises(TypeError, match=r'^Named\.uuid must be'):
         base.refuse_untyped(Named(name='n', uuid=None), optional=('name',))
 
+    @records.record
+    class Pair:
+        uuid: objects.Uuid
+        type_id: objects.TypeId
+
+    with pytest.raises(TypeError, match=r'^Pair\.type_id must be'):
+        base.refuse_untyped(Pair(uuid=None, type_id='raw'),
+                            optional=('uuid',))
+
 
 def test_a_pci_device_whose_vendor_cannot_be_read_is_skipped_saying_so(
         sysfs, caplog):
@@ -1372,5 +1392,13 @@ def test_a_pci_device_whose_vendor_cannot_be_read_is_skipped_saying_so(
         assert base.nvidia_sriov_pfs(sysfs) == [GPU_B]
     warned = [r for r in caplog.records if r.levelname == 'WARNING']
     assert len(warned) == 1
-    assert warned[0].getMessage().startswith(
-        'PCI device 0000:3b:00.0 skipped: ')
+    assert warned[0].getMessage() == (
+        "PCI device 0000:3b:00.0 skipped: Invalid input: 'not hex' is not "
+        "a 4-digit hex PCI id")
+    # a device without a vendor file is no NVIDIA GPU: skipped silently
+    caplog.clear()
+    os.unlink(os.path.join(sysfs.pci_dir(GPU_B), 'vendor'))
+    with caplog.at_level('WARNING'):
+        assert base.nvidia_sriov_pfs(sysfs) == []
+    assert not [r for r in caplog.records if '0000:af:00.0' in
+                r.getMessage()]
