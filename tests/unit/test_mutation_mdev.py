@@ -345,6 +345,14 @@ def test_exists_needs_the_same_parent_and_type(backend):
     assert backend.owns(EXISTING) and not backend.owns(U1)
 
 
+def test_existing_mdevs_and_their_hostdev(backend, sysfs):
+    from libvirt_gpu.virt import config_xml
+    found = backend.existing()
+    assert found[EXISTING] == (GPU_B, T_223) and len(found) == 2
+    assert backend.existing({GPU_A: []}) == {}
+    assert backend.hostdev_xml(vgpu()) == config_xml.mdev_hostdev(U1)
+
+
 # --- lookup ------------------------------------------------------------------
 
 def test_an_mdev_without_type_link_is_a_read_error(tree, backend):
