@@ -1267,6 +1267,13 @@ def test_only_transient_answers_are_retried():
         base.retry_transient(busy_counted, stop_after=0.4, first_wait=0.001,
                              max_wait=0.001)
     assert len(calls) >= 20
+    # ... and they start at first_wait (0.001 s, doubling: several tries
+    # in 0.3 s; a first wait of a second would allow two)
+    del calls[:]
+    with pytest.raises(exception.SysfsWriteError):
+        base.retry_transient(busy_counted, stop_after=0.3, first_wait=0.001,
+                             max_wait=0.5)
+    assert len(calls) >= 5
     assert base.is_transient(exception.LibvirtTimeout(reason='x'))
     assert not base.is_transient(exception.LibvirtError(reason='x'))
     assert not base.is_transient(exception.SysfsReadError(
