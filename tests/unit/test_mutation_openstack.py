@@ -7,6 +7,7 @@ The sync runs over test_placement_sync's in-memory Placement (generations
 as the real one keeps them)."""
 
 import logging
+import time
 import uuid as uuidlib
 
 import pytest
@@ -202,6 +203,7 @@ def test_a_moved_provider_with_a_verified_state_is_updated_unread():
     assert _outcomes(plan.results) == [
         ('h', sync.UNCHANGED, ''), ('h_0000:3b:00.0', sync.UNCHANGED, ''),
         ('h_0000:af:00.0', sync.UPDATED, 'moved')]
+    assert [r.uuid for r in plan.results] == [ROOT, B3, AF]
     assert [(a.kind, a.reason) for a in plan.actions] == [
         (sync.MOVE, 'parent %s -> %s' % (B3, ROOT))]
 
@@ -252,6 +254,17 @@ def test_inventory_diff(current, desired, diff):
     assert sync._inventory_diff(current, desired) == diff
 
 
+def test_a_new_provider_s_writes_say_new():
+    plan = sync.plan(FakePlacement(), gpu_tree('h', {'af': TWO['af']}))
+    assert [(a.kind, a.name, a.generation, a.reason)
+            for a in plan.actions] == [
+        (sync.CREATE_TRAIT, 'CUSTOM_T4_2B', None, 'custom trait'),
+        (sync.CREATE, 'h', 0, ''),
+        (sync.CREATE, 'h_0000:af:00.0', 0, ''),
+        (sync.INVENTORIES, 'h_0000:af:00.0', 0, 'new'),
+        (sync.TRAITS, 'h_0000:af:00.0', 1, 'new')]
+
+
 def test_a_gone_gpu_in_use_is_kept_reserved_with_its_consumers():
     fake = _synced()
     fake.allocate(AF, 'c1')
@@ -261,6 +274,7 @@ def test_a_gone_gpu_in_use_is_kept_reserved_with_its_consumers():
               'c1, c2')
     assert _outcomes(plan.results)[2] == (
         'h_0000:af:00.0', sync.KEPT, detail)
+    assert [r.uuid for r in plan.results] == [ROOT, B3, AF]
     (keep,) = plan.actions
     assert (keep.kind, keep.uuid, keep.name, keep.generation,
             keep.reason) == (
@@ -281,6 +295,7 @@ def test_a_kept_provider_already_reserved_is_verified_not_written():
     assert _outcomes(plan.results)[2] == (
         'h_0000:af:00.0', sync.KEPT,
         'GPU gone; kept with reserved = total for 1 consumer(s): c1')
+    assert plan.results[2].uuid == AF
 
 
 def test_a_kept_provider_verified_earlier_is_not_read_again():
@@ -292,7 +307,10 @@ def test_a_kept_provider_verified_earlier_is_not_read_again():
     before = fake.stats.copy()
     plan = sync.plan(fake, gpu_tree('h', {'3b': TWO['3b']}), state)
     assert dict((fake.stats - before).by_method) == {'GET': 2}
-    assert _outcomes(plan.results)[2][1] == sync.KEPT
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.KEPT,
+        'GPU gone; kept with reserved = total for 1 consumer(s): c1')
+    assert plan.results[2].uuid == AF
 
 
 def test_a_gone_gpu_without_allocations_is_deleted_first():
@@ -354,10 +372,23 @@ def test_a_remembered_nova_root_stays_nested():
         'h_0000:3b:00.0', 'h_0000:af:00.0']
 
 
+def test_a_nested_tree_is_read_under_the_existing_root():
+    fake = FakePlacement()
+    fake.add('h', uuid=NOVA)
+    sync.sync(fake, gpu_tree('h', TWO))
+    report = sync.sync(fake, gpu_tree('h', TWO))
+    assert report.requests == [] and report.failed == []
+    assert [(r.name, r.outcome) for r in report.results] == [
+        ('h_0000:3b:00.0', sync.UNCHANGED),
+        ('h_0000:af:00.0', sync.UNCHANGED)]
+
+
 def test_a_remembered_own_root_is_not_nested():
     state = sync.SyncState()
     fake = _synced(state=state)
     report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+    assert [(r.uuid, r.outcome) for r in report.results] == [
+        (ROOT, sync.UNCHANGED), (B3, sync.UNCHANGED), (AF, sync.UNCHANGED)]
     assert not report.nested and report.root_uuid == ROOT
     assert report.parent_uuid == ROOT
 
@@ -436,6 +467,20 @@ class Refusing(FakePlacement):
         return super().create_provider(name, uuid, parent_uuid)
 
 
+def test_the_children_of_a_root_not_created_fail_with_it():
+    fake = Refusing()
+    fake.refuse['create', ROOT] = pc.ProviderConflict(
+        name='h', uuid=ROOT, detail='dup')
+    report = sync.sync(fake, gpu_tree('h', TWO))
+    assert [(r.name, r.uuid, r.outcome, r.detail)
+            for r in report.results][1:] == [
+        ('h_0000:3b:00.0', B3, sync.FAILED,
+         'not created: its parent h could not be created'),
+        ('h_0000:af:00.0', AF, sync.FAILED,
+         'not created: its parent h could not be created')]
+    assert fake.providers == {}
+
+
 def test_a_trait_write_refused_fails_that_provider_and_forgets_it():
     state = sync.SyncState()
     fake = Refusing()
@@ -457,11 +502,16 @@ def test_a_trait_write_refused_fails_that_provider_and_forgets_it():
     assert _verbs(again) == [('PUT', '/resource_providers/%s/traits' % AF)]
 
 
-def test_a_create_refused_fails_the_provider_and_skips_its_writes():
+def test_a_create_refused_fails_the_provider_and_skips_its_writes(
+        caplog):
     fake = Refusing()
-    fake.refuse['create', AF] = pc.ProviderConflict(
-        name='h_0000:af:00.0', uuid=AF, detail='dup')
-    report = sync.sync(fake, gpu_tree('h', TWO))
+    refused = pc.ProviderConflict(name='h_0000:af:00.0', uuid=AF,
+                                  detail='dup')
+    fake.refuse['create', AF] = refused
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        report = sync.sync(fake, gpu_tree('h', TWO))
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == [str(refused)]
     assert [(r.name, r.outcome) for r in report.results] == [
         ('h', sync.CREATED), ('h_0000:3b:00.0', sync.CREATED),
         ('h_0000:af:00.0', sync.FAILED)]
@@ -488,6 +538,50 @@ def test_apply_carries_each_write_s_generation_and_remembers_it():
     assert state.verified[AF] == (5, gpu_tree('h', spec).children[1])
 
 
+def test_a_renamed_provider_is_named_back_then_written():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    fake.providers[AF]['name'] = 'other'
+    fake.bump(AF)
+    spec = {'af': ('VGPU', 8, set()), '3b': TWO['3b']}
+    report = sync.sync(fake, gpu_tree('h', spec), state=state)
+    assert fake.providers[AF]['name'] == 'h_0000:af:00.0'
+    assert fake.traits[AF] == {'OWNER_CYBORG'}
+    assert _verbs(report) == [
+        ('PUT', '/resource_providers/%s' % AF),
+        ('PUT', '/resource_providers/%s/traits' % AF)]
+    assert state.verified[AF] == (4, gpu_tree('h', spec).children[1])
+
+
+class Intruded(FakePlacement):
+    """Another writer bumps a provider just before our inventory write;
+    the client re-reads the generation and retries (as PlacementClient
+    does), so the write returns a generation two above the planned one."""
+
+    intrude = False
+
+    def set_inventories(self, uuid, generation, inventories):
+        if self.intrude:
+            self.bump(uuid)
+            generation += 1
+        return super().set_inventories(uuid, generation, inventories)
+
+
+def test_a_write_after_a_retried_one_carries_the_real_generation():
+    fake = Intruded()
+    state = sync.SyncState()
+    sync.sync(fake, gpu_tree('h', {'af': TWO['af']}), state=state)
+    assert AF in state.verified
+    fake.intrude = True
+    spec = {'af': ('VGPU', 4, {'CUSTOM_T4_2B', 'CUSTOM_Y'})}
+    report = sync.sync(fake, gpu_tree('h', spec), state=state)
+    assert [r.body['resource_provider_generation']
+            for r in report.requests if r.body] == [2, 4]
+    assert fake.traits[AF] == {'OWNER_CYBORG', 'CUSTOM_T4_2B', 'CUSTOM_Y'}
+    # written over another writer: read again next time
+    assert AF not in state.verified
+
+
 def test_remember_keeps_what_was_verified_and_written():
     state = sync.SyncState()
     fake = _synced(state=state)
@@ -499,11 +593,28 @@ def test_remember_keeps_what_was_verified_and_written():
     assert state.root_uuid == ROOT
 
 
-def test_remember_keeps_a_provider_kept_instead_of_deleted():
+def test_a_first_sync_with_a_state_remembers_what_it_read():
+    fake = _synced()
+    state = sync.SyncState()
+    sync.sync(fake, gpu_tree('h', TWO), state=state)
+    found = gpu_tree('h', TWO)
+    assert state.verified == {ROOT: (0, found.root),
+                              B3: (2, found.children[0]),
+                              AF: (2, found.children[1])}
+
+
+def test_remember_keeps_a_provider_kept_instead_of_deleted(caplog):
     state = sync.SyncState()
     fake = _synced(state=state)
     fake.refuse_delete.add(B3)
-    sync.sync(fake, gpu_tree('h', {'af': TWO['af']}), state=state)
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}),
+                           state=state)
+    assert caplog.records[0].getMessage() == (
+        'Provider h_0000:3b:00.0 gained allocations; keeping it')
+    assert report.results[2] == sync.ProviderResult(
+        'h_0000:3b:00.0', B3, sync.KEPT,
+        'GPU gone; allocations appeared while deleting: reserved = total')
     assert state.verified[B3] == (3, sync.KEPT)
     assert fake.inventories[B3]['PGPU'].reserved == 1
     fake.refuse_delete.clear()
@@ -521,9 +632,14 @@ def test_a_deleted_provider_is_forgotten():
     assert B3 not in state.verified and AF in state.verified
 
 
-def test_a_sync_report_counts_only_its_own_requests():
+def test_a_sync_report_counts_only_its_own_requests(caplog):
     fake = _synced()
-    report = sync.sync(fake, gpu_tree('h', TWO))
+    start = time.monotonic()
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        report = sync.sync(fake, gpu_tree('h', TWO))
+    took = time.monotonic() - start
+    assert 0 <= report.duration_s <= took
+    assert [r.getMessage() for r in caplog.records] == [report.summary()]
     assert report.stats.total == 7 and report.stats.writes == 0
     assert not report.changed and report.requests == []
     assert report.host == 'h' and not report.dry_run
