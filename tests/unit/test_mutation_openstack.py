@@ -13,6 +13,7 @@ import uuid as uuidlib
 import pytest
 
 from libvirt_gpu import conf as conf_mod
+from libvirt_gpu import conffile
 from libvirt_gpu.devices import capacity
 from libvirt_gpu import environment
 from libvirt_gpu import objects
@@ -657,12 +658,12 @@ def _addr(text):
 
 
 def test_pci_and_mdev_info_write_every_part_of_the_address():
-    address = _addr('0001:3b:1f.7')
+    address = _addr('00ab:3b:1f.7')
     assert cyborg_objects.pci_info(address) == (
-        '{"bus": "3b", "device": "1f", "domain": "0001", "function": "7"}')
+        '{"bus": "3b", "device": "1f", "domain": "00ab", "function": "7"}')
     assert cyborg_objects.mdev_info(address, 'nvidia-223', 12) == (
         '{"asked_type": "nvidia-223", "bus": "3b", "device": "1f", '
-        '"domain": "0001", "function": "7", "vgpu_mark": "nvidia-223_12"}')
+        '"domain": "00ab", "function": "7", "vgpu_mark": "nvidia-223_12"}')
 
 
 @pytest.mark.parametrize('given,ordered', [
@@ -1036,8 +1037,12 @@ def test_withheld_gpus_are_logged_warning_only_where_a_type_is_enabled(
         tmp_path, caplog):
     from tests.unit import test_cyborg_report_guards as guards
     path = guards.host_conf(tmp_path)
+    # the file named in the environment handed in
     with caplog.at_level(logging.INFO, 'libvirt_gpu'):
-        devices = cyborg_driver.discover_records('host-1', path)
+        devices = cyborg_driver.discover_records(
+            'host-1', environ={conffile.CONFIG_ENV: path})
+    assert [d.deployable_list[0].name for d in devices
+            if d.deployable_list] == ['host-1_0000:3b:00.0']
     assert len(devices) == 2
     (record,) = [r for r in caplog.records
                  if 'nothing to offer' in r.getMessage()]
