@@ -1323,12 +1323,13 @@ def test_build_tree_leaves_carved_gpus_out_and_names_further_types():
 class HostEnv:
     """What host_tree reads of an ``environment.Environment``."""
 
-    def __init__(self, gpus, enabled, carved, rooms):
+    def __init__(self, gpus, enabled, carved, rooms, gpu_traits=False):
         self.discovered = type('Discovered', (), {'gpus': tuple(gpus)})
         self.enabled = enabled
         self.carved = type('Carved', (), {'gpus': frozenset(carved)})
         self.conf = type('Conf', (), {'gpu': type('Gpu', (), {
-            'report_gpu_traits': False, 'pgpu_vendor_ids': ('1002',)})})
+            'report_gpu_traits': gpu_traits,
+            'pgpu_vendor_ids': ('1002',)})})
         self.vgpus = type('Vgpus', (), {
             'rooms': staticmethod(lambda asked: rooms if asked is enabled
                                   else {})})
@@ -1337,16 +1338,21 @@ class HostEnv:
 def test_host_tree_takes_everything_from_the_environment():
     a, b = fakes.gpu('0000:af:00.0'), fakes.gpu('0000:3b:00.0')
     amd = records.replace(fakes.gpu('0000:5e:00.0'), vendor_id='1002')
+    carved = records.replace(fakes.gpu('0000:5f:00.0'), vendor_id='1002')
     nvidia = fakes.gpu('0000:d8:00.0')
     enabled = {a.address: _type()}
     rooms = {(a.address, enabled[a.address].type_id): capacity.DriverRoom(
         mode=capacity.MODE_MIXED, type_id=enabled[a.address].type_id,
         used=0, placement_size=2, placements=(0, 2))}
-    found = model.host_tree(HostEnv([a, b, amd, nvidia], enabled,
-                                    {b.address}, rooms), 'c1')
+    gpus = [a, b, amd, carved, nvidia]
+    found = model.host_tree(HostEnv(gpus, enabled, {carved.address},
+                                    rooms), 'c1')
     assert found.root.name == 'c1'
     assert [(p.name, p.inventories[0].total, sorted(p.traits))
             for p in found.children] == [
         ('c1_0000:5e:00.0', 1, ['CUSTOM_AMD_1EB8', 'OWNER_CYBORG']),
         ('c1_0000:af:00.0', 2, ['CUSTOM_NVIDIA_1EB8_T4_2B',
                                 'OWNER_CYBORG'])]
+    displayed = model.host_tree(HostEnv(gpus, enabled, {carved.address},
+                                        rooms, gpu_traits=True), 'c1')
+    assert 'HW_GPU_MAX_DISPLAY_HEADS_4' in displayed.children[1].traits
