@@ -763,3 +763,440 @@ def test_carved_views_of_plan_and_record(tmp_path):
     assert both.of_gpu(addr(L1)) is planned[0]
     assert both.of_gpu(addr(L2)) is None
     assert carving.section('x') == 'nova_x'
+
+
+# --- discovery: a hand-written host ------------------------------------------
+#
+# libvirt's test driver reads a node-device XML written here, and a sysfs
+# tree of a few files beside it: each device only with what the test needs.
+
+COMPUTER = ('<device><name>computer</name><capability type="system">'
+            '<hardware><vendor>x</vendor><uuid>'
+            '2e884e71-9d54-5570-b870-a9fc64b313ac</uuid></hardware>'
+            '<firmware><vendor>x</vendor></firmware></capability></device>')
+
+
+def node_device(address, vendor='10de', product='1eb8', cls='0x030200',
+                group=None, members=(), name=None, extra=''):
+    """One PCI node device as libvirt writes it (``cls`` None: no
+    ``<class>``, as libvirt < 5.2); ``members``: its IOMMU group's
+    addresses (itself when empty)."""
+    a = addr(address)
+    xml = ('<device><name>%s</name><parent>computer</parent>'
+           '<capability type="pci">' % (name or a.libvirt_name))
+    if cls is not None:
+        xml += '<class>%s</class>' % cls
+    xml += ('<domain>%d</domain><bus>%d</bus><slot>%d</slot>'
+            '<function>%d</function><product id="0x%s">Product %s</product>'
+            '<vendor id="0x%s">Vendor %s</vendor>'
+            % (a.domain, a.bus, a.slot, a.function, product, product,
+               vendor, vendor))
+    xml += extra
+    if group is not None:
+        xml += '<iommuGroup number="%d">' % group
+        for m in [addr(t) for t in (members or (address,))]:
+            xml += ('<address domain="0x%04x" bus="0x%02x" slot="0x%02x" '
+                    'function="0x%x"/>' % (m.domain, m.bus, m.slot,
+                                           m.function))
+        xml += '</iommuGroup>'
+    return xml + '<numa node="0"/></capability></device>'
+
+
+def write_node_xml(directory, *devices):
+    path = directory / 'node.xml'
+    path.write_text('<node>%s%s</node>' % (COMPUTER, ''.join(devices)))
+    return 'test://%s' % path
+
+
+def sysfs_device(root, address, vendor='10de', product='1eb8',
+                 cls='0x030200', driver=None, group=None, files=None):
+    """One PCI function in the sysfs tree at ``root``."""
+    import os
+    dev = root / 'devices' / 'pci0000:00' / address
+    dev.mkdir(parents=True)
+    for name, text in [('vendor', '0x' + vendor), ('device', '0x' + product),
+                       ('class', cls)] + sorted((files or {}).items()):
+        if text is not None:
+            (dev / name).write_text(text + '\n')
+    if driver is not None:
+        os.symlink('../../../bus/pci/drivers/' + driver, dev / 'driver')
+    if group is not None:
+        groups = root / 'kernel' / 'iommu_groups' / str(group) / 'devices'
+        groups.mkdir(parents=True, exist_ok=True)
+        os.symlink('../../../kernel/iommu_groups/%d' % group,
+                   dev / 'iommu_group')
+        os.symlink('../../../../devices/pci0000:00/' + address,
+                   groups / address)
+    devices = root / 'bus' / 'pci' / 'devices'
+    devices.mkdir(parents=True, exist_ok=True)
+    os.symlink('../../../devices/pci0000:00/' + address, devices / address)
+    return dev
+
+
+def from_libvirt(uri, root=None):
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    from libvirt_gpu.virt import host
+    with host.Host(uri, read_only=True) as h:
+        return discovery.from_libvirt(
+            h, sysfs_mod.Sysfs(str(root)) if root is not None else None,
+            kinds=())
+
+
+def gpu_of(result, address):
+    return result.gpu(addr(address))
+
+
+GPU = '0000:01:00.0'
+AUDIO = '0000:01:00.1'
+OTHER = '0000:02:00.0'
+STORAGE = '0000:00:17.0'
+
+
+def test_libvirt_group_members_described_and_judged(tmp_path):
+    """The group of the GPU lists its audio function (a node device) and a
+    device libvirt has no node device of: each is a member; sysfs, given,
+    adds the drivers libvirt's test driver keeps none of."""
+    group = dict(group=5, members=(GPU, AUDIO, OTHER, STORAGE))
+    uri = write_node_xml(
+        tmp_path, node_device(AUDIO, product='10fa', cls='0x040300',
+                              **group),
+        node_device(STORAGE, vendor='8086', product='a282',
+                    cls='0x010601', **group),
+        node_device(GPU, **group))
+    (gpu,) = from_libvirt(uri).gpus
+    assert [(str(m.address), m.vendor_id, m.class_code, m.driver,
+             m.companion) for m in gpu.iommu_members] == [
+        (STORAGE, '8086', '0x010601', None, False),
+        (GPU, '10de', '0x030200', None, False),
+        (AUDIO, '10de', '0x040300', None, True),
+        (OTHER, None, None, None, False)]
+    root = tmp_path / 'sys'
+    sysfs_device(root, GPU, driver='nvidia', group=5,
+                 files={'local_cpulist': '0-7'})
+    sysfs_device(root, AUDIO, product='10fa', cls='0x040300',
+                 driver='snd_hda_intel', group=5)
+    sysfs_device(root, OTHER, vendor='8086', product='2822',
+                 cls='0x010601', driver='ahci', group=5)
+    sysfs_device(root, STORAGE, vendor='8086', product='a282',
+                 cls='0x010601', driver='ahci', group=5)
+    (gpu,) = from_libvirt(uri, root).gpus
+    assert (gpu.driver, gpu.local_cpulist) == ('nvidia', '0-7')
+    assert [(str(m.address), m.driver, m.companion, m.host_uses,
+             m.host_class) for m in gpu.iommu_members] == [
+        (STORAGE, 'ahci', False, True, 'storage controller'),
+        (GPU, 'nvidia', False, False, None),
+        (AUDIO, 'snd_hda_intel', True, False, None),
+        (OTHER, 'ahci', False, False, None)]
+
+
+def test_a_gpu_without_a_group_keeps_no_members(tmp_path):
+    uri = write_node_xml(tmp_path, node_device(GPU))
+    (gpu,) = from_libvirt(uri).gpus
+    assert (gpu.iommu_group, gpu.iommu_members) == (None, ())
+
+
+def test_libvirt_without_class_nvidia_function_zero_only(tmp_path):
+    """libvirt < 5.2 writes no ``<class>``: without this machine's sysfs,
+    an NVIDIA function 0 is taken for a GPU, its other functions and
+    other vendors' devices are not; a class other than a GPU's is never
+    one."""
+    uri = write_node_xml(
+        tmp_path, node_device('0000:04:00.0', cls=None),
+        node_device('0000:03:00.1', cls=None),
+        node_device('0000:03:00.0', vendor='8086', cls=None),
+        node_device('0000:05:00.0', cls='0x020000'),
+        node_device('0000:06:00.0', cls='0x030000'))
+    result = from_libvirt(uri)
+    assert result.source == 'libvirt'
+    assert [(str(g.address), g.class_code) for g in result.gpus] == [
+        ('0000:04:00.0', None), ('0000:06:00.0', '0x030000')]
+
+
+def test_libvirt_without_class_reads_the_class_from_sysfs(tmp_path, caplog):
+    uri = write_node_xml(
+        tmp_path, node_device('0000:04:00.1', cls=None),
+        node_device('0000:04:00.0', vendor='8086', cls=None),
+        node_device('0000:05:00.0', cls=None),
+        node_device('0000:06:00.0', cls=None),
+        node_device('0000:07:00.0', cls=None))
+    root = tmp_path / 'sys'
+    sysfs_device(root, '0000:04:00.1', cls='0x030200')
+    sysfs_device(root, '0000:04:00.0', vendor='8086', cls='0x038000')
+    sysfs_device(root, '0000:05:00.0', cls='0x040300')
+    dev = sysfs_device(root, '0000:06:00.0', cls=None)
+    (dev / 'class').mkdir()
+    with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
+        result = from_libvirt(uri, root)
+    # 07:00.0 has no sysfs entry here: judged as without sysfs
+    assert [(str(g.address), g.class_code) for g in result.gpus] == [
+        ('0000:04:00.0', '0x038000'), ('0000:04:00.1', '0x030200'),
+        ('0000:07:00.0', None)]
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        'PCI device 0000:06:00.0 skipped: ')
+    assert '0000:06:00.0/class' in record.getMessage()
+
+
+def test_libvirt_lists_an_address_twice_and_neither_is_kept(
+        tmp_path, caplog):
+    uri = write_node_xml(tmp_path, node_device(GPU, product='1eb8'),
+                         node_device(GPU, product='1eb9', name='pci_again'),
+                         node_device(OTHER))
+    with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
+        result = from_libvirt(uri)
+    assert [str(g.address) for g in result.gpus] == [OTHER]
+    assert [r.getMessage() for r in caplog.records] == [
+        'PCI device 0000:01:00.0 skipped: it is listed 2 times; which one '
+        'is the device cannot be told']
+
+
+def mdev_types_xml(*type_ids):
+    return '<capability type="mdev_types">%s</capability>' % ''.join(
+        '<type id="%s"><name>GRID %s</name><deviceAPI>vfio-pci</deviceAPI>'
+        '<availableInstances>4</availableInstances></type>' % (t, t)
+        for t in type_ids)
+
+
+def sysfs_type(dev, type_id, description):
+    tdir = dev / 'mdev_supported_types' / type_id
+    tdir.mkdir(parents=True)
+    for name, text in [('name', 'GRID ' + type_id),
+                       ('device_api', 'vfio-pci'),
+                       ('available_instances', '4'),
+                       ('description', description)]:
+        if text is not None:
+            (tdir / name).write_text(text + '\n')
+    return tdir
+
+
+def test_sysfs_supplies_descriptions_drivers_and_cpus(tmp_path, caplog):
+    uri = write_node_xml(
+        tmp_path,
+        node_device(GPU, extra=mdev_types_xml('nvidia-222', 'nvidia-223',
+                                              'nvidia-224')),
+        node_device(OTHER, extra=mdev_types_xml('nvidia-222')),
+        node_device('0000:03:00.0'), node_device('0000:04:00.0'))
+    root = tmp_path / 'sys'
+    dev = sysfs_device(root, GPU, driver='nvidia')
+    sysfs_type(dev, 'nvidia-222', 'max_instance=16')
+    sysfs_type(dev, 'nvidia-223', None)
+    (sysfs_type(dev, 'nvidia-224', 'x') / 'available_instances').unlink()
+    (dev / 'mdev_supported_types' / 'nvidia-224' /
+     'available_instances').mkdir()
+    # a GPU whose sysfs lists no type directory keeps libvirt's types
+    sysfs_device(root, OTHER, files={'local_cpulist': '8-15'})
+    # its local_cpulist unreadable: the GPU is left out, said
+    bad = sysfs_device(root, '0000:03:00.0', driver='nvidia')
+    (bad / 'local_cpulist').mkdir()
+    with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
+        result = from_libvirt(uri, root)
+    gpu = gpu_of(result, GPU)
+    assert [(t.id, t.name, t.description) for t in gpu.mdev_types] == [
+        ('nvidia-222', 'GRID nvidia-222', 'max_instance=16'),
+        ('nvidia-223', 'GRID nvidia-223', None),
+        ('nvidia-224', 'GRID nvidia-224', None)]
+    assert (gpu.driver, gpu.local_cpulist) == ('nvidia', None)
+    other = gpu_of(result, OTHER)
+    assert [(t.id, t.description) for t in other.mdev_types] == [
+        ('nvidia-222', None)]
+    assert (other.driver, other.local_cpulist) == (None, '8-15')
+    # no sysfs entry: as libvirt has it
+    assert gpu_of(result, '0000:04:00.0').driver is None
+    assert [str(g.address) for g in result.gpus] == [
+        GPU, OTHER, '0000:04:00.0']
+    # (libvirt lists the devices in an order of its own)
+    cpus, types = sorted(r.getMessage() for r in caplog.records)
+    assert types.startswith('type description skipped: ')
+    assert 'nvidia-224/available_instances' in types
+    assert cpus.startswith('PCI device 0000:03:00.0 skipped: ')
+    assert '0000:03:00.0/local_cpulist' in cpus
+
+
+# --- discovery: which source -------------------------------------------------
+
+PCI_IDS = ('# pci.ids\n10de  NVIDIA Corporation\n'
+           '\t1eb8  TU104GL [Tesla T4]\n\t10fa  GP102 HDMI Audio\n')
+
+
+def small_host(tmp_path):
+    """A T4 known to libvirt (test driver) and to sysfs: ``(uri, root,
+    pci_ids)``."""
+    from libvirt_gpu.devices import pciids
+    uri = write_node_xml(tmp_path, node_device(GPU))
+    root = tmp_path / 'sys'
+    sysfs_device(root, GPU, driver='nvidia')
+    (tmp_path / 'pci.ids').write_text(PCI_IDS)
+    return uri, str(root), pciids.PciIds(str(tmp_path / 'pci.ids'))
+
+
+def names(result):
+    return [(result.source, str(g.address), g.driver, g.vendor_name,
+             g.product_name) for g in result.gpus]
+
+
+def test_discover_sysfs_when_named(tmp_path):
+    from libvirt_gpu.devices import discovery
+    uri, root, ids = small_host(tmp_path)
+    assert names(discovery.discover(sysfs_root=root, pci_ids=ids,
+                                    default_uri=uri, kinds=())) == [
+        ('sysfs', GPU, 'nvidia', 'NVIDIA Corporation',
+         'TU104GL [Tesla T4]')]
+    assert names(discovery.discover(sysfs_root=root, kinds=())) == [
+        ('sysfs', GPU, 'nvidia', None, None)]
+
+
+def test_discover_libvirt_named_with_the_sysfs_named(tmp_path):
+    from libvirt_gpu.devices import discovery
+    uri, root, ids = small_host(tmp_path)
+    # libvirt names the GPU itself; sysfs adds the driver
+    assert names(discovery.discover(uri=uri, sysfs_root=root, pci_ids=ids,
+                                    kinds=())) == [
+        ('libvirt', GPU, 'nvidia', 'Vendor 10de', 'Product 1eb8')]
+    # a test:/// URI describes no host: this machine's sysfs is not read
+    assert names(discovery.discover(uri=uri, default_sysfs_root=root,
+                                    kinds=())) == [
+        ('libvirt', GPU, None, 'Vendor 10de', 'Product 1eb8')]
+
+
+def test_discover_the_configured_libvirt_with_its_sysfs(tmp_path):
+    from libvirt_gpu.devices import discovery
+    uri, root, ids = small_host(tmp_path)
+    assert names(discovery.discover(default_uri=uri, default_sysfs_root=root,
+                                    pci_ids=ids, kinds=())) == [
+        ('libvirt', GPU, 'nvidia', 'Vendor 10de', 'Product 1eb8')]
+
+
+def test_discover_falls_back_to_the_configured_sysfs_and_says_so(
+        tmp_path, caplog):
+    from libvirt_gpu.devices import discovery
+    _uri, root, ids = small_host(tmp_path)
+    down = 'qemu:///system?socket=%s/none' % tmp_path
+    with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
+        result = discovery.discover(default_uri=down,
+                                    default_sysfs_root=root, pci_ids=ids,
+                                    kinds=())
+    assert names(result) == [('sysfs', GPU, 'nvidia', 'NVIDIA Corporation',
+                              'TU104GL [Tesla T4]')]
+    (record,) = caplog.records
+    assert record.getMessage().startswith('libvirt unavailable (')
+    assert record.getMessage().endswith(
+        '); reading sysfs at %s instead' % root)
+
+
+def test_with_names_fills_only_what_is_missing(tmp_path):
+    from libvirt_gpu.devices import discovery
+    _uri, _root, ids = small_host(tmp_path)
+    named = fakes.gpu(GPU)
+    named = records.replace(named, vendor_name='V', product_name='P')
+    half = records.replace(fakes.gpu(B), vendor_name='V')
+    unknown = fakes.gpu(C, vendor_id='1234')
+    result = objects.DiscoveryResult(source='libvirt', gpus=(named,))
+    assert discovery.with_names(result, ids, ()) is result
+    assert discovery.with_names(result, None, ()) is result
+    result = objects.DiscoveryResult(source='libvirt',
+                                     gpus=(named, half, unknown))
+    assert [(g.vendor_name, g.product_name) for g in discovery.with_names(
+        result, ids, ()).gpus] == [('V', 'P'), ('V', 'TU104GL [Tesla T4]'),
+                                   (None, None)]
+
+
+def test_with_nvml_adds_what_nvml_sees(tmp_path):
+    from libvirt_gpu.devices import discovery
+
+    class Nvml(object):
+        def __init__(self, found):
+            self.found = found
+
+        def query(self):
+            return self.found
+    info = objects.NvmlGpu(name='NVIDIA T4', memory_total_mib=16384,
+                           virtualization_mode='vgpu_host', mig_enabled=None)
+    named = records.replace(fakes.gpu(A), product_name='Tesla T4')
+    result = objects.DiscoveryResult(source='sysfs', gpus=(
+        named, fakes.gpu(B), fakes.gpu(C)))
+    assert discovery.with_nvml(result, None, ()) is result
+    assert discovery.with_nvml(result, Nvml({}), ()) is result
+    found = discovery.with_nvml(result, Nvml({addr(A): info, addr(B): info}),
+                                ())
+    assert found.source == 'sysfs'
+    assert [(g.product_name, g.nvml) for g in found.gpus] == [
+        ('Tesla T4', info), ('NVIDIA T4', info), (None, None)]
+
+
+@pytest.mark.parametrize('uri, local', [
+    ('qemu:///system', True), ('qemu+unix:///system', True),
+    ('qemu:///session', True), ('qemu+ssh://other/system', False),
+    ('qemu://host/system', False), ('qemu+tcp:///system', False),
+    ('test:///default', False), ('test+unix:///default', False),
+    ('///system', False), ('', False), ('qemu://[::1/system', False)])
+def test_is_local_uri(uri, local):
+    from libvirt_gpu.devices import discovery
+    assert discovery.is_local_uri(uri) is local
+
+
+# --- discovery: sysfs ------------------------------------------------------
+
+def test_from_sysfs_reads_gpus_with_their_groups_and_says_what_it_skips(
+        tmp_path, caplog):
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    root = tmp_path / 'sys'
+    dev = sysfs_device(root, GPU, cls='0x030000', driver='nvidia', group=5)
+    sysfs_type(dev, 'nvidia-222', 'max_instance=16')
+    (sysfs_type(dev, 'nvidia-223', None) / 'available_instances').write_text(
+        'many\n')
+    sysfs_device(root, AUDIO, product='10fa', cls='0x040300',
+                 driver='snd_hda_intel', group=5)
+    sysfs_device(root, STORAGE, vendor='8086', product='a282',
+                 cls='0x010601', driver='ahci', group=5)
+    sysfs_device(root, '0000:05:00.0', cls='0x020000', driver='mlx5_core')
+    sysfs_device(root, '0000:06:00.0', files={'numa_node': 'lots'})
+    sysfs_device(root, '0000:0A:00.0')
+    sysfs_device(root, '0000:0a:00.0')
+    sysfs_device(root, '0000:07:00.0', product='1eb9', group=9)
+    (tmp_path / 'pci.ids').write_text(PCI_IDS)
+    from libvirt_gpu.devices import pciids
+    with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
+        result = discovery.from_sysfs(
+            sysfs_mod.Sysfs(str(root)),
+            pci_ids=pciids.PciIds(str(tmp_path / 'pci.ids')), kinds=())
+    assert result.source == 'sysfs'
+    assert [(str(g.address), g.class_code, g.driver, g.product_name)
+            for g in result.gpus] == [
+        (GPU, '0x030000', 'nvidia', 'TU104GL [Tesla T4]'),
+        ('0000:07:00.0', '0x030200', None, None)]
+    gpu = result.gpus[0]
+    assert [t.id for t in gpu.mdev_types] == ['nvidia-222']
+    assert [(str(m.address), m.vendor_id, m.product_id, m.class_code,
+             m.driver, m.companion, m.host_uses, m.host_class)
+            for m in gpu.iommu_members] == [
+        (STORAGE, '8086', 'a282', '0x010601', 'ahci', False, True,
+         'storage controller'),
+        (GPU, '10de', '1eb8', '0x030000', 'nvidia', False, False, None),
+        (AUDIO, '10de', '10fa', '0x040300', 'snd_hda_intel', True, False,
+         None)]
+    assert [str(m.address) for m in result.gpus[1].iommu_members] == [
+        '0000:07:00.0']
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith('PCI device 0000:06:00.0 skipped: ')
+    assert "'lots'" in messages[0]
+    assert messages[1].startswith('sysfs entry skipped: ')
+    assert 'nvidia-223/available_instances' in messages[1]
+    assert messages[2:] == [
+        'PCI device 0000:0a:00.0 skipped: it is listed 2 times; which one '
+        'is the device cannot be told']
+
+
+def test_two_gpus_of_one_group_each_list_both(tmp_path):
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    root = tmp_path / 'sys'
+    sysfs_device(root, GPU, driver='nvidia', group=5)
+    sysfs_device(root, OTHER, product='1eb9', driver='vfio-pci', group=5)
+    first, second = discovery.from_sysfs(sysfs_mod.Sysfs(str(root)),
+                                         kinds=()).gpus
+    assert first.iommu_members == second.iommu_members
+    assert [(str(m.address), m.product_id, m.driver)
+            for m in first.iommu_members] == [
+        (GPU, '1eb8', 'nvidia'), (OTHER, '1eb9', 'vfio-pci')]
