@@ -1200,3 +1200,128 @@ def test_two_gpus_of_one_group_each_list_both(tmp_path):
     assert [(str(m.address), m.product_id, m.driver)
             for m in first.iommu_members] == [
         (GPU, '1eb8', 'nvidia'), (OTHER, '1eb9', 'vfio-pci')]
+
+
+# --- discovery: SR-IOV VFs ------------------------------------------------
+
+PF = '0000:01:00.0'
+VF4, VF5, VF6 = '0000:01:00.4', '0000:01:00.5', '0000:01:00.6'
+
+
+def sriov_tree(root, toy_vfs=(VF4,), mdev_vf=VF6):
+    """A PF with the VFs 01:00.4-6: ``toy_vfs`` with the toy kind's
+    interface, ``mdev_vf`` with an mdev type too."""
+    import os
+    from tests.doubles import toy_kind
+    pf = sysfs_device(root, PF, driver='nvidia')
+    for n, vf in enumerate((VF4, VF5, VF6)):
+        dev = sysfs_device(root, vf, product='1eb9', driver='nvidia')
+        os.symlink('../' + PF, dev / 'physfn')
+        os.symlink('../' + vf, pf / ('virtfn%d' % n))
+        if vf in toy_vfs:
+            toy_kind.make_toy_vf(str(root), vf)
+        if vf == mdev_vf:
+            sysfs_type(dev, 'nvidia-222', None)
+    return str(root)
+
+
+class Completing(object):
+    """A kind whose ``complete_types`` marks each VF it sees (the second
+    of two kinds sees what the first made)."""
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        return None
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        return [records.replace(vf, product_name=(vf.product_name or '')
+                                + '+%s' % pf.address.function)
+                for vf in vfs]
+
+
+def toy_kinds():
+    from tests.doubles import toy_kind
+    return (Completing, toy_kind.ToyKind, Completing)
+
+
+def test_a_pf_carries_its_vfs_with_their_vendor_interface(tmp_path):
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    root = sriov_tree(tmp_path / 'sys')
+    result = discovery.from_sysfs(sysfs_mod.Sysfs(root), kinds=toy_kinds())
+    pf, vf4, vf5, vf6 = result.gpus
+    assert [str(v.address) for v in pf.vf_gpus] == [VF4, VF5, VF6]
+    assert pf.vf_gpus == (vf4, vf5, vf6)
+    # the toy VF read by the second kind, the first reading nothing
+    assert vf4.vendor_vf.interface == 'toy'
+    assert [t.id for t in vf4.vendor_vf.creatable] == ['toy-1', 'toy-2']
+    # a VF with mdev types is never asked; one without an interface has none
+    assert (vf5.vendor_vf, vf6.vendor_vf) == (None, None)
+    # every kind completes the VFs, in order
+    assert [v.product_name for v in pf.vf_gpus] == ['+0+0'] * 3
+    assert pf.product_name is None
+    # the view of one GPU is discovery's
+    assert discovery.gpu_view(sysfs_mod.Sysfs(root), addr(PF),
+                              toy_kinds()) == pf
+    # no VF with an interface: nothing to complete
+    root = sriov_tree(tmp_path / 'plain', toy_vfs=())
+    pf = discovery.from_sysfs(sysfs_mod.Sysfs(root),
+                              kinds=toy_kinds()).gpus[0]
+    assert [v.product_name for v in pf.vf_gpus] == [None] * 3
+
+
+def test_libvirt_vfs_get_their_vendor_interface_from_sysfs(tmp_path):
+    root = sriov_tree(tmp_path / 'sys', toy_vfs=(VF4, VF6))
+
+    def link(kind, *addresses):
+        return '<capability type="%s">%s</capability>' % (kind, ''.join(
+            '<address domain="0x0000" bus="0x01" slot="0x00" '
+            'function="0x%s"/>' % a[-1] for a in addresses))
+    uri = write_node_xml(
+        tmp_path,
+        node_device(PF, extra=link('virt_functions', VF4, VF5, VF6)),
+        node_device(VF4, product='1eb9', extra=link('phys_function', PF)),
+        node_device(VF5, product='1eb9', extra=link('phys_function', PF)),
+        node_device(VF6, product='1eb9', extra=link(
+            'phys_function', PF) + mdev_types_xml('nvidia-222')))
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    from libvirt_gpu.virt import host
+    with host.Host(uri, read_only=True) as h:
+        result = discovery.from_libvirt(h, sysfs_mod.Sysfs(root),
+                                        kinds=toy_kinds())
+    pf, vf4, vf5, vf6 = result.gpus
+    assert vf4.vendor_vf.interface == 'toy'
+    assert (vf5.vendor_vf, vf6.vendor_vf) == (None, None)
+    assert pf.vendor_vf is None
+    assert [v.product_name for v in pf.vf_gpus] == ['Product 1eb9+0+0'] * 3
+
+
+def test_group_members_companions_and_devices_the_host_uses():
+    from libvirt_gpu.devices import discovery
+
+    def member(address, cls, driver):
+        return objects.IommuMember(addr(address), '10de', '0000', cls,
+                                   driver)
+    gpu = fakes.gpu('0000:01:02.0')
+    members = discovery.with_iommu_members(gpu, [
+        member('0000:01:02.1', '0x040300', 'snd_hda_intel'),  # its audio
+        member('0000:01:02.2', '0x0c0330', 'xhci_hcd'),       # its USB
+        member('0000:01:02.3', '0x020000', 'mlx5_core'),      # a NIC
+        member('0000:01:03.1', '0x040300', 'snd_hda_intel'),  # other slot
+        member('0000:02:02.1', '0x0c0330', 'xhci_hcd'),       # other bus
+        member('0001:01:02.1', '0x0c0330', None),             # other domain
+        member('0000:01:02.4', '0x010601', 'vfio-pci'),       # held by VFIO
+        member('0000:01:02.0', '0x030200', 'nvidia'),         # itself
+    ]).iommu_members
+    assert [(str(m.address), m.companion, m.host_uses, m.host_class)
+            for m in members] == [
+        ('0000:01:02.0', False, False, None),
+        ('0000:01:02.1', True, False, None),
+        ('0000:01:02.2', True, False, None),
+        ('0000:01:02.3', False, True, 'network controller'),
+        ('0000:01:02.4', False, False, None),
+        ('0000:01:03.1', False, False, None),
+        ('0000:02:02.1', False, True, 'USB controller'),
+        ('0001:01:02.1', False, False, None)]
