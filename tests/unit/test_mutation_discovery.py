@@ -906,11 +906,20 @@ def test_libvirt_without_class_nvidia_function_zero_only(tmp_path):
         node_device('0000:03:00.1', cls=None),
         node_device('0000:03:00.0', vendor='8086', cls=None),
         node_device('0000:05:00.0', cls='0x020000'),
-        node_device('0000:06:00.0', cls='0x030000'))
+        node_device('0000:06:00.0', cls='0x030000'),
+        # an NVIDIA VF, and a function offering vGPU types
+        node_device('0000:04:00.5', cls=None, extra=(
+            '<capability type="phys_function"><address domain="0x0000" '
+            'bus="0x04" slot="0x00" function="0x0"/></capability>')),
+        node_device('0000:04:00.6', cls=None,
+                    extra=mdev_types_xml('nvidia-222')),
+        node_device('0000:03:00.6', vendor='8086', cls=None,
+                    extra=mdev_types_xml('nvidia-222')))
     result = from_libvirt(uri)
     assert result.source == 'libvirt'
     assert [(str(g.address), g.class_code) for g in result.gpus] == [
-        ('0000:04:00.0', None), ('0000:06:00.0', '0x030000')]
+        ('0000:04:00.0', None), ('0000:04:00.5', None),
+        ('0000:04:00.6', None), ('0000:06:00.0', '0x030000')]
 
 
 def test_libvirt_without_class_reads_the_class_from_sysfs(tmp_path, caplog):
