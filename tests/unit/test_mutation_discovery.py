@@ -1334,3 +1334,23 @@ def test_group_members_companions_and_devices_the_host_uses():
         ('0000:01:03.1', False, False, None),
         ('0000:02:02.1', False, True, 'USB controller'),
         ('0001:01:02.1', False, False, None)]
+
+
+def test_libvirt_mdevs_go_to_their_parent_sorted(tmp_path):
+    def mdev(uuid, parent, type_id):
+        return ('<device><name>mdev_%s</name><parent>%s</parent>'
+                '<capability type="mdev"><type id="%s"/><uuid>%s</uuid>'
+                '<iommuGroup number="90"/></capability></device>'
+                % (uuid.replace('-', '_'), addr(parent).libvirt_name,
+                   type_id, uuid))
+    u1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+    u2 = '0a2b8d1c-1111-4222-8333-944445555666'
+    u3 = 'ffffffff-1111-4222-8333-944445555666'
+    uri = write_node_xml(
+        tmp_path, node_device(GPU, extra=mdev_types_xml('nvidia-222')),
+        node_device(OTHER, extra=mdev_types_xml('nvidia-222')),
+        mdev(u1, GPU, 'nvidia-222'), mdev(u3, OTHER, 'nvidia-222'),
+        mdev(u2, GPU, 'nvidia-222'))
+    result = from_libvirt(uri)
+    assert [(str(g.address), [m.uuid for m in g.mdevs])
+            for g in result.gpus] == [(GPU, [u2, u1]), (OTHER, [u3])]
