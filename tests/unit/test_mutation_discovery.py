@@ -1108,6 +1108,14 @@ def test_with_names_fills_only_what_is_missing(tmp_path):
     assert [(g.vendor_name, g.product_name) for g in discovery.with_names(
         result, ids, ()).gpus] == [('V', 'P'), ('V', 'TU104GL [Tesla T4]'),
                                    (None, None)]
+    # the VFs regrouped, completed by the kinds
+    pf = records.replace(fakes.gpu(A), virtfns=(addr('0000:3b:00.4'),))
+    vf = records.replace(vf_of(pf, 4), vendor_vf=objects.VendorVf())
+    result = objects.DiscoveryResult(source='sysfs', gpus=(pf, vf))
+    pf, vf = discovery.with_names(result, ids, (Completing,)).gpus
+    assert (pf.vendor_name, vf.product_name) == (
+        'NVIDIA Corporation', 'TU104GL [Tesla T4]+0')
+    assert pf.vf_gpus == (vf,)
 
 
 def test_with_nvml_adds_what_nvml_sees(tmp_path):
@@ -1164,6 +1172,10 @@ def test_from_sysfs_reads_gpus_with_their_groups_and_says_what_it_skips(
     sysfs_device(root, '0000:0A:00.0')
     sysfs_device(root, '0000:0a:00.0')
     sysfs_device(root, '0000:07:00.0', product='1eb9', group=9)
+    # an mdev entry that is no link
+    mdevs = root / 'bus' / 'mdev' / 'devices'
+    mdevs.mkdir(parents=True)
+    (mdevs / '4b20d080-1b54-4048-85b3-a6a62d165c01').write_text('')
     (tmp_path / 'pci.ids').write_text(PCI_IDS)
     from libvirt_gpu.devices import pciids
     with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
@@ -1191,8 +1203,10 @@ def test_from_sysfs_reads_gpus_with_their_groups_and_says_what_it_skips(
     assert messages[0].startswith('PCI device 0000:06:00.0 skipped: ')
     assert "'lots'" in messages[0]
     assert messages[1].startswith('sysfs entry skipped: ')
-    assert 'nvidia-223/available_instances' in messages[1]
-    assert messages[2:] == [
+    assert '4b20d080-1b54-4048-85b3-a6a62d165c01' in messages[1]
+    assert messages[2].startswith('sysfs entry skipped: ')
+    assert 'nvidia-223/available_instances' in messages[2]
+    assert messages[3:] == [
         'PCI device 0000:0a:00.0 skipped: it is listed 2 times; which one '
         'is the device cannot be told']
 
@@ -1354,3 +1368,20 @@ def test_libvirt_mdevs_go_to_their_parent_sorted(tmp_path):
     result = from_libvirt(uri)
     assert [(str(g.address), [m.uuid for m in g.mdevs])
             for g in result.gpus] == [(GPU, [u2, u1]), (OTHER, [u3])]
+
+
+def test_many_devices_read_by_several_processes_read_as_by_one(tmp_path):
+    """130 devices: two processes where two CPUs are there (``fanout``);
+    the result and the warnings are those of one."""
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    root = tmp_path / 'sys'
+    for n in range(130):
+        sysfs_device(root, '0000:%02x:00.0' % (n + 1),
+                     cls='0x030200' if n % 2 else '0x020000')
+    tree = sysfs_mod.Sysfs(str(root))
+    alone = discovery.from_sysfs(tree, kinds=())
+    assert len(alone.gpus) == 65
+    assert discovery.from_sysfs(tree, parallel=True, kinds=()) == alone
+    assert discovery.discover(sysfs_root=str(root), parallel=True,
+                              kinds=()) == alone
