@@ -1385,3 +1385,23 @@ def test_many_devices_read_by_several_processes_read_as_by_one(tmp_path):
     assert discovery.from_sysfs(tree, parallel=True, kinds=()) == alone
     assert discovery.discover(sysfs_root=str(root), parallel=True,
                               kinds=()) == alone
+
+
+def test_the_vf_ids_are_the_gpus_when_the_first_vf_is_not_listed(tmp_path):
+    (pf, *_vfs) = l40s(L2, vfs=4)
+    pf = records.replace(pf, vf_gpus=(), vendor_vf=objects.VendorVf(
+        creatable=(TYPE_12Q,)))
+    conf = nova(tmp_path, ('a', carving_body(count=4)))
+    (found,) = carving.resolve(conf, [pf], {})
+    assert (found.vendor_id, found.product_id) == ('10de', '26b9')
+
+
+def test_a_record_of_exactly_the_most_bytes_is_read(tmp_path):
+    text = '{"version": 1, "vfs": {}}'
+    path = tmp_path / 'nova-carved.json'
+    path.write_text(text + ' ' * (1024 * 1024 - len(text)))
+    record = carving.CarveRecord(str(tmp_path))
+    assert record.read() == {}
+    path.write_text(text + ' ' * (1024 * 1024 + 1 - len(text)))
+    with pytest.raises(exception.StateError):
+        record.read()
