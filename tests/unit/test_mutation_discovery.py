@@ -1271,7 +1271,7 @@ def toy_kinds():
 def test_a_pf_carries_its_vfs_with_their_vendor_interface(tmp_path):
     from libvirt_gpu.devices import discovery
     from libvirt_gpu.devices import sysfs as sysfs_mod
-    root = sriov_tree(tmp_path / 'sys')
+    root = sriov_tree(tmp_path / 'sys', toy_vfs=(VF4, VF6))
     result = discovery.from_sysfs(sysfs_mod.Sysfs(root), kinds=toy_kinds())
     pf, vf4, vf5, vf6 = result.gpus
     assert [str(v.address) for v in pf.vf_gpus] == [VF4, VF5, VF6]
