@@ -408,6 +408,10 @@ def carving_body(gpus=L2, vgpu_type='nvidia-1153', count=2, extra=''):
     ('gpus = 0000:bd:00.0\ncount = 1\n',
      '[nova_a]/vgpu_type is not set: name the vGPU type to write to the '
      'VFs (`libvirt-gpu types <GPU>` lists them)'),
+    ('gpus = 0000:bd:00.0\nvgpu_type = ../x\ncount = 1\n',
+     "[nova_a]/vgpu_type: '../x' is not a valid vGPU type id (1 to 64 "
+     "letters, digits, '-', '_' or '.', starting with a letter or digit, "
+     "e.g. nvidia-223)"),
     ('gpus = 0000:bd:00.0\nvgpu_type = nvidia-1153\n',
      '[nova_a]/count is not set: say how many VFs of each GPU get the '
      'type'),
