@@ -989,7 +989,9 @@ def test_sysfs_supplies_descriptions_drivers_and_cpus(tmp_path, caplog):
         node_device(GPU, extra=mdev_types_xml('nvidia-222', 'nvidia-223',
                                               'nvidia-224')),
         node_device(OTHER, extra=mdev_types_xml('nvidia-222')),
-        node_device('0000:03:00.0'), node_device('0000:04:00.0'))
+        node_device('0000:03:00.0'), node_device('0000:04:00.0'),
+        # more after it: libvirt lists node devices in an order of its own
+        *[node_device('0000:%02x:00.0' % n) for n in range(8, 14)])
     root = tmp_path / 'sys'
     dev = sysfs_device(root, GPU, driver='nvidia')
     sysfs_type(dev, 'nvidia-222', 'max_instance=16')
@@ -1017,7 +1019,8 @@ def test_sysfs_supplies_descriptions_drivers_and_cpus(tmp_path, caplog):
     # no sysfs entry: as libvirt has it
     assert gpu_of(result, '0000:04:00.0').driver is None
     assert [str(g.address) for g in result.gpus] == [
-        GPU, OTHER, '0000:04:00.0']
+        GPU, OTHER, '0000:04:00.0'] + [
+        '0000:%02x:00.0' % n for n in range(8, 14)]
     # (libvirt lists the devices in an order of its own)
     cpus, types = sorted(r.getMessage() for r in caplog.records)
     assert types.startswith('type description skipped: ')
