@@ -564,13 +564,13 @@ def test_a_type_not_offered_names_what_is_and_why(tmp_path):
         '[nova_a]/vgpu_type = nvidia-1155: the GPU 0000:bd:00.0 does not '
         'offer it (it offers: nvidia-1153 (NVIDIA L40S-12Q), nvidia-1160)')
     # its VFs hold a type: the GPU offers that size only
-    gpus = l40s(L2, creatable=(TYPE_24Q,), current={4: TYPE_24Q,
-                                                    6: TYPE_24Q})
+    gpus = l40s(L2, creatable=(TYPE_24Q,), current={
+        4: TYPE_24Q, 6: TYPE_24Q, 7: TYPE_12Q})
     assert reason(carving.resolve, conf, gpus, {}) == (
         '[nova_a]/vgpu_type = nvidia-1155: the GPU 0000:bd:00.0 does not '
-        'offer it (it offers: nvidia-1154 (NVIDIA L40S-24Q)); its VFs hold '
-        'nvidia-1154 now, and a GPU in equal-size mode offers only types '
-        'of that size')
+        'offer it (it offers: nvidia-1154 (NVIDIA L40S-24Q), nvidia-1153 '
+        '(NVIDIA L40S-12Q)); its VFs hold nvidia-1153, nvidia-1154 now, and '
+        'a GPU in equal-size mode offers only types of that size')
     # no VF enabled: restore enables them
     (pf,) = l40s(L2, vfs=0, driver=None)
     assert reason(carving.resolve, conf, [pf], {}) == (
