@@ -410,9 +410,9 @@ class CarveRecord(object):
                 RECORD_VERSION or not isinstance(data.get('vfs'), dict):
             raise self._error('not a version %d record' % RECORD_VERSION)
         found = {}
-        for vf, entry in data['vfs'].items():
+        for key, entry in data['vfs'].items():
             try:
-                vf = objects.PciAddress.parse(vf)
+                vf = objects.PciAddress.parse(key)
                 carving = entry['carving']
                 type_name = entry.get('type_name')
                 if not isinstance(carving, str) or not isinstance(
@@ -423,7 +423,7 @@ class CarveRecord(object):
                     type_id=objects.TypeId.parse(entry['type_id']),
                     carving=carving, type_name=type_name)
             except (exception.InvalidInput, KeyError, TypeError) as e:
-                raise self._error('entry %r is invalid: %s' % (vf, e))
+                raise self._error('entry %r is invalid: %s' % (key, e))
         return found
 
     def locked(self):
