@@ -1,0 +1,554 @@
+"""The CLI's behaviours a sample of ``make mutation`` found unguarded:
+nova-config's texts, bounds and parsing of a Nova file, the judging of
+each carved VF and alias (exact lines, first match wins), and the parsers'
+options, defaults and refusals.  In process (``main(argv)``) and on hand-
+built records: every test here is fast and runs alone."""
+
+import json
+
+import pytest
+
+from libvirt_gpu.cmd import nova_cmds
+from libvirt_gpu.devices import carving
+from libvirt_gpu import exception
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from tests.doubles import fakes
+
+PF = objects.PciAddress.parse('0000:af:00.0')
+VF4 = objects.PciAddress.parse('0000:af:00.4')
+VF5 = objects.PciAddress.parse('0000:af:00.5')
+TYPE = objects.TypeId.parse('nvidia-1153')
+OTHER = objects.TypeId.parse('nvidia-1154')
+RC = 'CUSTOM_NVIDIA_L40S_12Q'
+CARVING = carving.Carving(name='l40s_12q', selectors=(), type_id=TYPE,
+                          count=2)
+
+
+def _uuid(n):
+    return objects.Uuid.parse('00000000-0000-0000-0000-%012d' % n)
+
+
+def _vf(address, *held):
+    return records.replace(
+        fakes.gpu(str(address), types=(), product_id='26b9',
+                  mdevs=tuple(objects.Mdev(uuid=_uuid(n), type_id=t)
+                              for n, t in enumerate(held, 1))),
+        physfn=PF)
+
+
+def _pf(*vfs):
+    return records.replace(fakes.gpu(str(PF), types=(), product_id='26b9'),
+                           virtfns=tuple(v.address for v in vfs),
+                           vf_gpus=tuple(vfs))
+
+
+def _carved(*vfs, **changes):
+    found = carving.CarvedGpu(
+        carving=CARVING, gpu=PF, vfs=tuple(vfs), type_name='NVIDIA L40S-12Q',
+        vendor_id='10de', product_id='26b9', resource_class=RC,
+        alias='l40s-12q')
+    return records.replace(found, **changes) if changes else found
+
+
+def _config(*carved, versions=None):
+    return nova_cmds.nova_config(
+        carved, versions or nova_cmds.Versions(libvirt=9000000,
+                                               qemu=8000000),
+        'compute-1', '/etc/libvirt-gpu/libvirt-gpu.conf')
+
+
+def _spec(address=VF4, **changes):
+    found = {'vendor_id': '10de', 'product_id': '26b9',
+             'address': str(address), 'managed': 'no', 'resource_class': RC}
+    found.update(changes)
+    return {k: v for k, v in found.items() if v is not None}
+
+
+ALIAS = {'name': 'l40s-12q', 'device_type': 'type-VF', 'resource_class': RC,
+         'vendor_id': '10de', 'product_id': '26b9'}
+
+
+def _file(specs=(), aliases=(), problems=()):
+    return nova_cmds.NovaFile(
+        specs=tuple(nova_cmds.NovaEntry(key='device_spec', line=n, value=v)
+                    for n, v in specs),
+        aliases=tuple(nova_cmds.NovaEntry(key='alias', line=n, value=v)
+                      for n, v in aliases),
+        problems=tuple(problems))
+
+
+# --- versions ----------------------------------------------------------------
+
+@pytest.mark.parametrize('number, text', [
+    (None, '?'), (10000000, '10.0.0'), (8002002, '8.2.2'),
+    (12345678, '12.345.678'), (0, '0.0.0')])
+def test_version_text(number, text):
+    assert nova_cmds.version_text(number) == text
+
+
+@pytest.mark.parametrize('libvirt, qemu, migratable', [
+    (10000000, 8002002, True),
+    (9999999, 8002002, False),
+    (10000000, 8002001, False),
+    (None, 8002002, False),
+    (10000000, None, False),
+])
+def test_live_migratable_bounds(libvirt, qemu, migratable):
+    assert nova_cmds.Versions(libvirt=libvirt,
+                              qemu=qemu).live_migratable is migratable
+
+
+def test_versions_describe_each_way():
+    assert nova_cmds.Versions(libvirt=10000000, qemu=8002002).describe() == (
+        'libvirt 10.0.0, QEMU 8.2.2: "live_migratable": "yes" (Nova needs '
+        'libvirt >= 10.0.0 and QEMU >= 8.2.2)')
+    assert nova_cmds.Versions(libvirt=9001000, qemu=8002002).describe() == (
+        'libvirt 9.1.0, QEMU 8.2.2: "live_migratable" left out (Nova needs '
+        'libvirt >= 10.0.0 and QEMU >= 8.2.2)')
+    assert nova_cmds.Versions(error='no socket').describe() == (
+        'libvirt and QEMU versions unknown (no socket): "live_migratable" '
+        'left out')
+
+
+def test_host_versions_of_a_libvirt_that_answers_and_one_that_does_not(
+        tmp_path):
+    found = nova_cmds.host_versions('test:///default')
+    assert found.error is None
+    assert found.libvirt > 0 and found.qemu is not None
+    uri = 'qemu+unix:///system?socket=%s/none' % tmp_path
+    gone = nova_cmds.host_versions(uri)
+    assert (gone.libvirt, gone.qemu) == (None, None)
+    assert gone.error.startswith('libvirt at %s: ' % uri)
+    assert '\n' not in gone.error
+
+
+# --- what nova-config prints -------------------------------------------------
+
+def test_device_spec_and_alias_records():
+    spec = nova_cmds.DeviceSpec(vendor_id='10de', product_id='26b9',
+                                address=VF4, resource_class=RC)
+    assert spec.to_json() == _spec()
+    assert records.replace(spec, live_migratable=True).to_json() == dict(
+        _spec(), live_migratable='yes')
+    assert nova_cmds.Alias(name='l40s-12q', resource_class=RC,
+                           vendor_id='10de',
+                           product_id='26b9').to_json() == ALIAS
+
+
+def test_nova_config_one_spec_per_vf_one_alias_per_name_sorted():
+    other = _carved(VF5, alias='a-first', resource_class='CUSTOM_A',
+                    product_id='26ba')
+    again = _carved(VF4, resource_class='CUSTOM_SECOND')
+    config = _config(_carved(VF4), other, again,
+                     versions=nova_cmds.Versions(libvirt=10000000,
+                                                 qemu=8002002))
+    assert [s.to_json() for s in config.device_specs] == [
+        dict(_spec(), live_migratable='yes'),
+        dict(_spec(VF5, resource_class='CUSTOM_A', product_id='26ba'),
+             live_migratable='yes'),
+        dict(_spec(resource_class='CUSTOM_SECOND'), live_migratable='yes')]
+    # one alias per name, the first carving's, in name order
+    assert [a.to_json() for a in config.aliases] == [
+        dict(ALIAS, name='a-first', resource_class='CUSTOM_A',
+             product_id='26ba'), ALIAS]
+    assert config.hostname == 'compute-1'
+    assert config.source == '/etc/libvirt-gpu/libvirt-gpu.conf'
+    assert len(config.carved) == 3
+
+
+def test_the_text_line_by_line():
+    config = _config(_carved(VF4, VF5), _carved(VF5, type_name=None))
+    assert config.text().splitlines() == [
+        '# Generated by `libvirt-gpu nova-config` on compute-1 from the '
+        'carvings',
+        '# of /etc/libvirt-gpu/libvirt-gpu.conf ([nova]/carved); do not '
+        'edit: generate it again after',
+        '# a change and check a file with `libvirt-gpu nova-config '
+        '--check FILE`.',
+        '# Drop it into /etc/nova/nova.conf.d/ and restart nova-compute; '
+        'set',
+        '# [pci] report_in_placement = true here and [filter_scheduler]',
+        '# pci_in_placement = true on the schedulers.',
+        '# libvirt 9.0.0, QEMU 8.0.0: "live_migratable" left out (Nova '
+        'needs libvirt >= 10.0.0 and QEMU >= 8.2.2)',
+        '# [nova_l40s_12q]: nvidia-1153 (NVIDIA L40S-12Q) on 0000:af:00.0: '
+        '0000:af:00.4, 0000:af:00.5',
+        '# [nova_l40s_12q]: nvidia-1153 (unnamed) on 0000:af:00.0: '
+        '0000:af:00.5',
+        '[pci]',
+        'device_spec = %s' % json.dumps(_spec()),
+        'device_spec = %s' % json.dumps(_spec(VF5)),
+        'device_spec = %s' % json.dumps(_spec(VF5)),
+        'alias = %s' % json.dumps(ALIAS)]
+
+
+def test_the_text_of_nothing_carved():
+    lines = _config().text().splitlines()
+    assert lines[-2:] == ['# nothing is carved for Nova on this host',
+                          '[pci]']
+
+
+def test_the_json_document():
+    config = _config(_carved(VF4, VF5),
+                     versions=nova_cmds.Versions(error='down'))
+    assert config.to_json() == {
+        'hostname': 'compute-1',
+        'versions': {'libvirt': '?', 'qemu': '?', 'error': 'down'},
+        'live_migratable': False,
+        'carved': [{'carving': 'l40s_12q', 'gpu': str(PF),
+                    'type_id': 'nvidia-1153', 'type_name': 'NVIDIA L40S-12Q',
+                    'resource_class': RC, 'alias': 'l40s-12q',
+                    'vfs': [str(VF4), str(VF5)]}],
+        'device_spec': [_spec(), _spec(VF5)],
+        'alias': [ALIAS]}
+    assert _config(versions=nova_cmds.Versions(
+        libvirt=10000000, qemu=8002002)).to_json()['versions'] == {
+            'libvirt': '10.0.0', 'qemu': '8.2.2', 'error': None}
+
+
+# --- reading a Nova file -----------------------------------------------------
+
+@pytest.mark.parametrize('value, plain', [
+    ('"x"', 'x'), ("'x'", 'x'), ('  "x"  ', 'x'), ('"x\'', '"x\''),
+    ('"', '"'), ('""', ''), ('x"', 'x"'), ('ab', 'ab')])
+def test_unquote(value, plain):
+    assert nova_cmds._unquote(value) == plain
+
+
+def test_assignments_as_oslo_config_reads_them():
+    text = ('top = 1\n'
+            '[ pci ]\n'
+            'alias = {"a":\n'
+            '   1,\n'
+            '\t"b": 2}\n'
+            '# comment = 3\n'
+            '; other = 4\n'
+            'not an assignment\n'
+            'key: value\n'
+            '  # an indented comment ends the value\n'
+            'last=x\n'
+            '  more')
+    assert list(nova_cmds._assignments(text)) == [
+        (None, 'top', '1', 1),
+        ('pci', 'alias', '{"a":\n1,\n"b": 2}', 3),
+        ('pci', 'key', 'value', 9),
+        ('pci', 'last', 'x\nmore', 11)]
+
+
+def test_a_blank_line_ends_a_value():
+    assert list(nova_cmds._assignments('a = 1\n\n  b\n')) == [
+        (None, 'a', '1', 1)]
+
+
+def test_read_nova_file_takes_both_spec_names_lists_and_reports_problems(
+        tmp_path):
+    path = tmp_path / 'nova.conf'
+    path.write_text(
+        '[DEFAULT]\n'
+        'alias = {"name": "elsewhere"}\n'
+        '[pci]\n'
+        'device_spec = {"address": "0000:af:00.4"}\n'
+        'passthrough_whitelist = [{"address": "0000:af:00.5"}, 7]\n'
+        'alias = \'{"name": "x"}\'\n'
+        'alias = {not json\n'
+        'other = {"name": "y"}\n')
+    found = nova_cmds.read_nova_file(str(path))
+    assert found.specs == (
+        nova_cmds.NovaEntry(key='device_spec', line=4,
+                            value={'address': '0000:af:00.4'}),
+        nova_cmds.NovaEntry(key='passthrough_whitelist', line=5,
+                            value={'address': '0000:af:00.5'}))
+    assert found.aliases == (
+        nova_cmds.NovaEntry(key='alias', line=6, value={'name': 'x'}),)
+    assert found.problems[0] == ('line 5: [pci] passthrough_whitelist holds '
+                                 'int, not a JSON object')
+    assert found.problems[1].startswith('line 7: [pci] alias is not JSON (')
+    assert len(found.problems) == 2
+
+
+def test_read_nova_file_size_bound(tmp_path):
+    path = tmp_path / 'nova.conf'
+    head = '[pci]\nalias = {"name": "x"}\n'
+    path.write_text(head + '#' * (nova_cmds._MAX_FILE_BYTES - len(head)))
+    assert len(nova_cmds.read_nova_file(str(path)).aliases) == 1
+    path.write_text(head + '#' * (nova_cmds._MAX_FILE_BYTES - len(head) + 1))
+    with pytest.raises(exception.InvalidInput) as raised:
+        nova_cmds.read_nova_file(str(path))
+    assert raised.value.kwargs['reason'] == (
+        '--check %s: larger than 1048576 bytes' % path)
+
+
+def test_read_nova_file_that_is_not_there(tmp_path):
+    path = tmp_path / 'none.conf'
+    with pytest.raises(exception.InvalidInput) as raised:
+        nova_cmds.read_nova_file(str(path))
+    assert raised.value.kwargs['reason'] == (
+        '--check %s: No such file or directory' % path)
+
+
+def test_read_nova_file_replaces_what_is_not_utf8(tmp_path):
+    path = tmp_path / 'nova.conf'
+    path.write_bytes(b'[pci]\nalias = {"name": "x\xff"}\n')
+    assert nova_cmds.read_nova_file(str(path)).aliases[0].value == {
+        'name': 'x\ufffd'}
+
+
+# --- Nova's matching ---------------------------------------------------------
+
+@pytest.mark.parametrize('text, fields', [
+    ('ffff:ff:1f.7', [0xffff, 0xff, 0x1f, 7]),
+    ('ff:1f.7', [None, 0xff, 0x1f, 7]),
+    ('1f.', [None, None, 0x1f, None]),
+    ('', [None, None, None, None]),
+    ('*:*:*.*', [None, None, None, None]),
+    (' af :00.4', [None, 0xaf, 0, 4]),
+])
+def test_glob_fields_up_to_novas_bounds(text, fields):
+    assert nova_cmds._glob_fields(text) == fields
+
+
+@pytest.mark.parametrize('text', ['10000:ff:1f.7', '100:1f.7', '20.7',
+                                  '1f.8', '0:0:0:0.0', '-1:00.0'])
+def test_glob_fields_past_the_bounds_are_refused(text):
+    with pytest.raises(exception.InvalidInput) as raised:
+        nova_cmds._glob_fields(text)
+    assert raised.value.kwargs['reason'] == 'address %r' % text
+
+
+def test_a_regex_address_defaults_each_field_to_any():
+    assert nova_cmds.address_matches({}, VF4, PF, {PF})
+    assert nova_cmds.address_matches({'domain': '0000', 'slot': '00',
+                                      'function': '[4-5]'}, VF4, PF, {PF})
+    assert not nova_cmds.address_matches({'domain': '0001'}, VF4, PF, {PF})
+    assert not nova_cmds.address_matches({'slot': '01'}, VF4, PF, {PF})
+    assert not nova_cmds.address_matches({'function': '5'}, VF4, PF, {PF})
+    with pytest.raises(exception.InvalidInput) as raised:
+        nova_cmds.address_matches({'slot': '['}, VF4, PF, {PF})
+    assert raised.value.kwargs['reason'] == "address {'slot': '['}"
+
+
+def test_a_pf_address_stands_for_its_own_vfs_only():
+    other_pf = objects.PciAddress.parse('0000:b0:00.0')
+    assert nova_cmds.address_matches(str(PF), VF4, PF, {PF})
+    assert not nova_cmds.address_matches(str(other_pf), VF4, PF,
+                                         {PF, other_pf})
+    # a PF is matched by its own address, not as the PF of itself
+    assert nova_cmds.address_matches(str(PF), PF, None, {PF})
+    assert not nova_cmds.address_matches(str(PF), VF4, None, {PF})
+    assert not nova_cmds.address_matches('0000:af:00.*', VF4, PF,
+                                         set()) is False
+
+
+@pytest.mark.parametrize('value, found', [
+    (None, None), ('*', None), (' * ', None), ('10DE', '10de'),
+    ('de', '00de'), (' 26b9 ', '26b9'), (0x10, '0016')])
+def test_hex_id(value, found):
+    assert nova_cmds._hex_id(value) == found
+
+
+@pytest.mark.parametrize('value', ['', 'x', '0x', '**'])
+def test_hex_id_refusal_names_it(value):
+    with pytest.raises(exception.InvalidInput) as raised:
+        nova_cmds._hex_id(value)
+    assert raised.value.kwargs['reason'] == 'PCI id %r' % value
+
+
+@pytest.mark.parametrize('value', ['yes', 'true', 'on', '1', 'y', 't',
+                                   ' YES ', 'True', True, 1])
+def test_flag_true(value):
+    assert nova_cmds._flag(value, None) is True
+
+
+@pytest.mark.parametrize('value', ['no', 'false', 'off', '0', 'n', 'f',
+                                   ' NO ', 'False', False, 0])
+def test_flag_false(value):
+    assert nova_cmds._flag(value, None) is False
+
+
+def test_flag_default_and_unknown():
+    assert nova_cmds._flag(None, True) is True
+    assert nova_cmds._flag(None, False) is False
+    assert nova_cmds._flag('maybe', True) is None
+    assert nova_cmds._flag('', False) is None
+
+
+@pytest.mark.parametrize('rc, found', [
+    (None, 'CUSTOM_PCI_10DE_26B9'), ('', 'CUSTOM_PCI_10DE_26B9'),
+    ('custom_x', 'CUSTOM_X'), ('vgpu', 'VGPU'), ('foo-bar', 'CUSTOM_FOO_BAR'),
+    ('CUSTOM_A-B', 'CUSTOM_A-B')])
+def test_nova_resource_class(rc, found):
+    assert nova_cmds.nova_resource_class({'resource_class': rc},
+                                         _vf(VF4)) == found
+
+
+# --- judging a Nova file -----------------------------------------------------
+
+def _host(*vfs):
+    return (_pf(*vfs),) + vfs
+
+
+WHAT = 'carved VF 0000:af:00.4 (NVIDIA L40S-12Q, [nova_l40s_12q])'
+
+
+def test_what_matches_is_quiet():
+    vf = _vf(VF4, TYPE)
+    assert nova_cmds.differences(
+        _config(_carved(VF4)), _file([(3, _spec())], [(4, ALIAS)]),
+        _host(vf)) == []
+
+
+def test_a_carved_vf_that_holds_another_type_or_none():
+    config = _config(_carved(VF4))
+    nova = _file([(3, _spec())], [(4, ALIAS)])
+    assert nova_cmds.differences(config, nova, _host(_vf(VF4, OTHER))) == [
+        '%s holds nvidia-1154 now, not nvidia-1153: run `libvirt-gpu '
+        'restore`' % WHAT]
+    assert nova_cmds.differences(config, nova, _host(_vf(VF4))) == [
+        '%s holds no vGPU now, not nvidia-1153: run `libvirt-gpu '
+        'restore`' % WHAT]
+    assert nova_cmds.differences(config, nova,
+                                 _host(_vf(VF4, TYPE, TYPE))) == [
+        '%s holds nvidia-1153, nvidia-1153 now, not nvidia-1153: run '
+        '`libvirt-gpu restore`' % WHAT]
+
+
+def test_a_carved_vf_without_a_spec_names_the_type_id_when_unnamed():
+    config = _config(_carved(VF4, type_name=None))
+    assert nova_cmds.differences(config, _file([], [(4, ALIAS)]),
+                                 _host(_vf(VF4))) == [
+        'carved VF 0000:af:00.4 (nvidia-1153, [nova_l40s_12q]) holds no '
+        'vGPU now, not nvidia-1153: run `libvirt-gpu restore`',
+        'carved VF 0000:af:00.4 (nvidia-1153, [nova_l40s_12q]) is missing: '
+        'no [pci] device_spec matches it']
+
+
+@pytest.mark.parametrize('managed, shown', [
+    (None, '"yes (absent)"'), ('yes', '"yes"'), ('maybe', '"maybe"'),
+    (True, 'true')])
+def test_managed_must_be_no(managed, shown):
+    found = nova_cmds.differences(
+        _config(_carved(VF4)),
+        _file([(7, _spec(managed=managed))], [(8, ALIAS)]),
+        _host(_vf(VF4, TYPE)))
+    assert found == ['line 7: device_spec of %s has "managed": %s; it must '
+                     'be "no" (the VF stays on NVIDIA\'s driver)'
+                     % (WHAT, shown)]
+
+
+def test_nova_takes_the_first_spec_that_matches():
+    specs = [(3, _spec(address='0000:b0:00.4')),
+             (5, _spec(resource_class='CUSTOM_OTHER')),
+             (6, _spec())]
+    assert nova_cmds.differences(
+        _config(_carved(VF4)), _file(specs, [(9, ALIAS)]),
+        _host(_vf(VF4, TYPE))) == [
+        'line 5: device_spec of %s reports resource class CUSTOM_OTHER; '
+        'this host carves it as %s' % (WHAT, RC)]
+
+
+@pytest.mark.parametrize('migratable, versions, shown', [
+    (None, (10000000, 8002002), '"no (absent)"'),
+    ('no', (10000000, 8002002), '"no"'),
+    ('yes', (9000000, 8002002), '"yes"'),
+    ('maybe', (9000000, 8002002), '"maybe"'),
+])
+def test_live_migratable_must_follow_the_versions(migratable, versions,
+                                                  shown):
+    v = nova_cmds.Versions(libvirt=versions[0], qemu=versions[1])
+    found = nova_cmds.differences(
+        _config(_carved(VF4), versions=v),
+        _file([(2, _spec(live_migratable=migratable))], [(8, ALIAS)]),
+        _host(_vf(VF4, TYPE)))
+    assert found == ['line 2: device_spec of %s has "live_migratable": %s; '
+                     '%s' % (WHAT, shown, v.describe())]
+
+
+def test_live_migratable_yes_when_the_versions_allow_it_is_quiet():
+    v = nova_cmds.Versions(libvirt=10000000, qemu=8002002)
+    assert nova_cmds.differences(
+        _config(_carved(VF4), versions=v),
+        _file([(2, _spec(live_migratable='yes'))], [(8, ALIAS)]),
+        _host(_vf(VF4, TYPE))) == []
+
+
+def test_a_spec_matching_what_is_not_carved_names_the_first_line():
+    pf_spec = _spec(address=str(PF))
+    found = nova_cmds.differences(
+        _config(_carved(VF4)),
+        _file([(2, _spec()), (3, pf_spec), (4, pf_spec)], [(8, ALIAS)]),
+        _host(_vf(VF4, TYPE), _vf(VF5, OTHER)))
+    # the PF's own address matches the PF too (in address order)
+    assert found == [
+        'line 3: device_spec matches GPU 0000:af:00.0 (holds no vGPU), '
+        'which is not carved for Nova',
+        'line 3: device_spec matches VF 0000:af:00.5 (holds nvidia-1154), '
+        'which is not carved for Nova']
+
+
+def test_a_spec_matching_a_gpu_that_is_not_a_vf():
+    found = nova_cmds.differences(
+        _config(), _file([(2, _spec(address='*:*:*.*'))]),
+        (fakes.gpu('0000:3b:00.0', product_id='26b9'),))
+    assert found == ['line 2: device_spec matches GPU 0000:3b:00.0 (holds '
+                     'no vGPU), which is not carved for Nova']
+
+
+def test_a_spec_nova_refuses_is_named_and_left_out():
+    found = nova_cmds.differences(
+        _config(_carved(VF4)),
+        _file([(2, _spec(vendor_id='xyz')), (3, _spec())], [(8, ALIAS)],
+              problems=['line 1: first']),
+        _host(_vf(VF4, TYPE)))
+    assert found == ['line 1: first',
+                     "line 2: [pci] device_spec: Nova refuses its PCI id "
+                     "'xyz'"]
+
+
+def test_a_carved_vf_gone_from_the_host():
+    found = nova_cmds.differences(
+        _config(_carved(VF4, VF5)),
+        _file([(2, _spec())], [(8, ALIAS)]), _host(_vf(VF4, TYPE)))
+    assert found == ['carved VF 0000:af:00.5 ([nova_l40s_12q]) is not on '
+                     'the host now: run `libvirt-gpu restore`']
+
+
+def test_the_functions_are_judged_in_address_order():
+    found = nova_cmds.differences(
+        _config(_carved(VF4, VF5)), _file([], [(8, ALIAS)]),
+        tuple(reversed(_host(_vf(VF4, TYPE), _vf(VF5, TYPE)))))
+    assert [line.split(' (')[0] for line in found] == [
+        'carved VF 0000:af:00.4', 'carved VF 0000:af:00.5']
+
+
+def test_aliases_missing_repeated_and_wrong():
+    config = _config(_carved(VF4), _carved(VF5, alias='b',
+                                           resource_class='CUSTOM_B'))
+    aliases = [(10, dict(ALIAS, name=' l40s-12q ', device_type='type-PF',
+                         resource_class='custom_other', vendor_id='1002',
+                         product_id='*')),
+               (12, ALIAS)]
+    assert nova_cmds._judge_aliases(config, _file([], aliases)) == [
+        'alias b (resource class CUSTOM_B) is missing from [pci] alias',
+        'lines 10, 12: alias l40s-12q is defined 2 times; Nova\'s PCI in '
+        'Placement takes one spec per alias',
+        'line 10: alias l40s-12q has "device_type": "type-PF"; it must be '
+        '"type-VF"',
+        'line 10: alias l40s-12q asks for resource class CUSTOM_OTHER; the '
+        'VFs are reported as %s' % RC,
+        'line 10: alias l40s-12q has "vendor_id": "1002"; the VFs have 10de']
+
+
+def test_an_alias_without_class_or_type_and_with_odd_ids():
+    config = _config(_carved(VF4))
+    alias = {'name': 'l40s-12q', 'vendor_id': 'zz', 'product_id': '26B9'}
+    assert nova_cmds._judge_aliases(config, _file([], [(3, alias)])) == [
+        'line 3: alias l40s-12q has "device_type": null; it must be '
+        '"type-VF"',
+        'line 3: alias l40s-12q asks for resource class (none); the VFs '
+        'are reported as %s' % RC,
+        'line 3: alias l40s-12q has "vendor_id": "zz"; the VFs have 10de']
+    nameless = {'device_type': 'type-VF', 'resource_class': RC}
+    assert nova_cmds._judge_aliases(config, _file([], [(3, nameless)])) == [
+        'alias l40s-12q (resource class %s) is missing from [pci] alias'
+        % RC]
