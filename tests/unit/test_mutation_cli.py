@@ -4,10 +4,14 @@ each carved VF and alias (exact lines, first match wins), and the parsers'
 options, defaults and refusals.  In process (``main(argv)``) and on hand-
 built records: every test here is fast and runs alone."""
 
+import argparse
 import json
+import os
 
 import pytest
 
+import libvirt_gpu
+from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.cmd import nova_cmds
 from libvirt_gpu.devices import carving
 from libvirt_gpu import exception
@@ -552,3 +556,76 @@ def test_an_alias_without_class_or_type_and_with_odd_ids():
     assert nova_cmds._judge_aliases(config, _file([], [(3, nameless)])) == [
         'alias l40s-12q (resource class %s) is missing from [pci] alias'
         % RC]
+
+
+# --- the parsers -------------------------------------------------------------
+
+GOLDEN_PARSERS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'data', 'golden', 'cli-parsers.json')
+
+
+def _name(value):
+    return getattr(value, '__name__', value)
+
+
+def _parser_doc(parser):
+    """What a parser offers, as data: every option and command with its
+    names, default, metavar, help and requiredness, the parser's
+    description, epilog and formatter.  Read from argparse's records
+    rather than from ``format_help``, whose layout changes with Python's
+    version."""
+    arguments = []
+    for action in parser._actions:
+        entry = {'action': type(action).__name__,
+                 'options': list(action.option_strings),
+                 'dest': action.dest, 'nargs': action.nargs,
+                 'const': action.const, 'default': _name(action.default),
+                 'type': _name(action.type), 'required': action.required,
+                 'help': action.help, 'metavar': action.metavar}
+        if isinstance(action, argparse._VersionAction):
+            entry['version'] = action.version.replace(
+                libvirt_gpu.__version__, 'VERSION')
+        if isinstance(action, argparse._SubParsersAction):
+            entry['choices'] = {name: _parser_doc(p)
+                                for name, p in action.choices.items()}
+            entry['listed'] = [[a.dest, a.help]
+                               for a in action._choices_actions]
+        elif action.choices is not None:
+            entry['choices'] = list(action.choices)
+        arguments.append(entry)
+    return {
+        'prog': parser.prog, 'description': parser.description,
+        'epilog': parser.epilog,
+        'formatter': parser.formatter_class.__name__,
+        'defaults': {k: _name(v) for k, v in sorted(
+            parser._defaults.items())},
+        'groups': [[g.title, g.description,
+                    [a.dest for a in g._group_actions]]
+                   for g in parser._action_groups],
+        'exclusive': [[g.required, [a.dest for a in g._group_actions]]
+                      for g in parser._mutually_exclusive_groups],
+        'arguments': arguments}
+
+
+def test_every_command_option_default_and_help_as_recorded():
+    """The CLI's whole interface (tests/data/golden/cli-parsers.json):
+    a change of an option, a default or a help text shows here.  When the
+    change is meant, write the file again with
+    ``LIBVIRT_GPU_WRITE_GOLDEN=1 pytest tests/unit/test_mutation_cli.py``
+    and review its diff."""
+    found = json.loads(json.dumps(_parser_doc(cli.build_parser())))
+    if os.environ.get('LIBVIRT_GPU_WRITE_GOLDEN'):
+        with open(GOLDEN_PARSERS, 'w') as f:
+            json.dump(found, f, indent=1, sort_keys=True)
+            f.write('\n')
+    with open(GOLDEN_PARSERS) as f:
+        assert found == json.load(f)
+
+
+@pytest.mark.parametrize('name', [name for name, _ in cli.COMMANDS])
+def test_one_command_parser_is_the_full_ones(name):
+    whole = _parser_doc(cli.build_parser())
+    one = _parser_doc(cli.build_parser(only=name))
+    command = [a for a in whole['arguments'] if 'listed' in a][0]
+    alone = [a for a in one['arguments'] if 'listed' in a][0]
+    assert alone['choices'] == {name: command['choices'][name]}
