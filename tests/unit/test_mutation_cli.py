@@ -629,3 +629,222 @@ def test_one_command_parser_is_the_full_ones(name):
     command = [a for a in whole['arguments'] if 'listed' in a][0]
     alone = [a for a in one['arguments'] if 'listed' in a][0]
     assert alone['choices'] == {name: command['choices'][name]}
+
+
+# --- list, types, discover, simulate -----------------------------------------
+
+T4_CONF = os.path.join(os.path.dirname(GOLDEN_PARSERS), 't4.conf')
+
+
+class _Hosts(dict):
+    """Simulated hosts by profile name, each written when first asked."""
+
+    def __init__(self, factory):
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, name):
+        from libvirt_gpu import simulator
+        root = self.factory.mktemp(name)
+        simulator.write_host(simulator.load_profile(name), root)
+        self[name] = str(root)
+        return self[name]
+
+
+@pytest.fixture(scope='module')
+def hosts(tmp_path_factory):
+    return _Hosts(tmp_path_factory)
+
+
+@pytest.fixture
+def empty_conf(tmp_path):
+    path = tmp_path / 'empty.conf'
+    path.write_text('')
+    return str(path)
+
+
+def _cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _table(out):
+    """The lines of a text table and what follows, without the source
+    line, each stripped of trailing blanks."""
+    return [line.rstrip() for line in out.splitlines()
+            if not line.startswith('source: ')]
+
+
+def test_list_table_of_a_sliced_and_a_whole_gpu(capsys, hosts):
+    code, out, err = _cli(capsys, '--config-file', T4_CONF, '--sysfs-root',
+                          hosts['t4'], 'list')
+    assert code == 0
+    assert _table(out) == [
+        'ADDRESS       ID         PRODUCT             DRIVER  NUMA  CPUS  '
+        'IOMMU  GROUP MEMBERS  MODE  ENABLED TYPE  CAPACITY  TYPES  VGPUS  '
+        'VFS',
+        '------------  ---------  ------------------  ------  ----  ----  '
+        '-----  -------------  ----  ------------  --------  -----  -----  '
+        '---',
+        '0000:3b:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  0     -     '
+        '28     -              pgpu  -             1         17     0      -',
+        '0000:af:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  1     -     '
+        '58     -              vgpu  nvidia-223    8         17     2      -']
+
+
+def test_list_names_what_is_not_offered_whole(capsys, hosts, empty_conf):
+    code, out, _ = _cli(capsys, '--config-file', empty_conf, '--sysfs-root',
+                        hosts['mixed'], 'list')
+    assert code == 0
+    lines = _table(out)
+    assert lines[2] == (
+        '0000:03:00.0  1a03:2000  ASPEED Graphics Family          ast       '
+        '0     -     16     -              pgpu  -             0         0 '
+        '     0      -')
+    assert lines[-2].startswith('0000:d8:00.0  10de:2230  GA102GL [RTX '
+                                'A6000]')
+    assert '     70     0000:d8:00.1   pgpu' in lines[-2]
+    assert lines[-1] == ('0000:03:00.0: not offered whole: its vendor 1a03 '
+                         'is not in [gpu]/pgpu_vendor_ids')
+
+
+def test_list_counts_vfs_and_the_used_ones(capsys, hosts, empty_conf):
+    from tests.doubles import tables
+    code, out, _ = _cli(capsys, '--config-file', empty_conf, '--sysfs-root',
+                        hosts['l40s'], 'list')
+    assert code == 0
+    assert [(r['ADDRESS'], r['VFS'], r['VGPUS'], r['TYPES'])
+            for r in tables.rows(out)] == [
+        ('0000:3d:00.0', '32 (2 used)', '2', '3'),
+        ('0000:bd:00.0', '32 (0 used)', '0', '23')]
+
+
+def test_list_json_of_a_gpu_not_offered_whole(capsys, hosts, empty_conf):
+    code, out, _ = _cli(capsys, '--config-file', empty_conf, '--sysfs-root',
+                        hosts['mixed'], 'list', '--json')
+    assert code == 0
+    doc = {g['address']: g for g in json.loads(out)}
+    assert doc['0000:03:00.0']['not_assignable'] == (
+        'its vendor 1a03 is not in [gpu]/pgpu_vendor_ids')
+    assert doc['0000:5e:00.0']['not_assignable'] is None
+
+
+def test_list_json_of_a_vf_shows_its_gpus_setting(capsys, hosts, tmp_path):
+    conf = tmp_path / 'a100.conf'
+    conf.write_text('[gpu]\nenabled_vgpu_types = nvidia-472\n'
+                    '[vgpu_nvidia-472]\ndevice_addresses = 0000:41:00.0\n')
+    code, out, _ = _cli(capsys, '--config-file', str(conf), '--sysfs-root',
+                        hosts['a100'], 'list', '--json')
+    assert code == 0
+    doc = json.loads(out)
+    vfs = [g for g in doc if g.get('physfn') == '0000:41:00.0']
+    assert len(vfs) == 16
+    assert {(g['mode'], g['enabled_type'], g['not_assignable'])
+            for g in vfs} == {('vgpu', 'nvidia-472', None)}
+    (gpu,) = [g for g in doc if g['address'] == '0000:41:00.0']
+    assert (gpu['mode'], gpu['enabled_type']) == ('vgpu', 'nvidia-472')
+    code, out, _ = _cli(capsys, '--config-file', str(conf), '--sysfs-root',
+                        hosts['a100'], 'list')
+    row = [line for line in out.splitlines()
+           if line.startswith('0000:41:00.0')][0]
+    assert row.split()[-9:] == ['-', 'vgpu', 'nvidia-472', '2', '6', '1',
+                                '16', '(1', 'used)']
+
+
+def test_types_table_json_and_nothing_offered(capsys, hosts):
+    code, out, _ = _cli(capsys, '--sysfs-root', hosts['mixed'], 'types')
+    assert code == 0
+    assert _table(out)[:4] == [
+        'GPU           TYPE        NAME        API       AVAILABLE  '
+        'DESCRIPTION',
+        '------------  ----------  ----------  --------  ---------  '
+        '-------------------------------------------------------------------'
+        '--------------------',
+        '0000:3b:00.0  nvidia-223  GRID T4-2B  vfio-pci  0          '
+        'num_heads=4, frl_config=45, framebuffer=2048M, '
+        'max_resolution=5120x2880, max_instance=8',
+        '0000:3b:00.0  nvidia-231  GRID T4-2Q  vfio-pci  7          '
+        'num_heads=4, frl_config=60, framebuffer=2048M, '
+        'max_resolution=5120x2880, max_instance=8']
+    assert len(_table(out)) == 6
+    code, out, _ = _cli(capsys, '--sysfs-root', hosts['mixed'], 'types',
+                        '0000:5e:00.0')
+    assert code == 0
+    assert _table(out) == [
+        'GPU  TYPE  NAME  API  AVAILABLE  DESCRIPTION',
+        '---  ----  ----  ---  ---------  -----------',
+        'no vGPU types offered (is the GPU bound to a vGPU-capable driver '
+        'such as nvidia? are its SR-IOV VFs enabled?)']
+    code, out, _ = _cli(capsys, '--sysfs-root', hosts['mixed'], 'types',
+                        '--json')
+    doc = json.loads(out)
+    assert list(doc) == ['0000:3b:00.0']
+    assert doc['0000:3b:00.0'][1] == {
+        'available_instances': 7, 'id': 'nvidia-231', 'name': 'GRID T4-2Q',
+        'device_api': 'vfio-pci',
+        'description': 'num_heads=4, frl_config=60, framebuffer=2048M, '
+                       'max_resolution=5120x2880, max_instance=8'}
+
+
+def test_types_of_a_gpu_with_vfs_count_what_the_whole_gpu_can_take(
+        capsys, hosts):
+    code, out, _ = _cli(capsys, '--sysfs-root', hosts['l40s'], 'types',
+                        '--json', '0000:3d:00.0')
+    assert code == 0
+    assert [(t['id'], t['available_instances'])
+            for t in json.loads(out)['0000:3d:00.0']] == [
+        ('nvidia-1145', 30), ('nvidia-1147', 30), ('nvidia-1157', 30)]
+    code, out, _ = _cli(capsys, '--sysfs-root', hosts['l40s'], 'types',
+                        '--json', '0000:3d:00.4')
+    vf_types = json.loads(out)['0000:3d:00.4']
+    assert vf_types and all(t['available_instances'] in (0, 1)
+                            for t in vf_types)
+
+
+def test_discover_names_what_is_withheld(capsys, hosts, empty_conf):
+    code, out, err = _cli(capsys, '--config-file', empty_conf,
+                          '--sysfs-root', hosts['mixed'], 'discover')
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        '0000:3b:00.0: nothing offered to Cyborg: not offered whole: it '
+        'holds vGPUs now (Cyborg could not reserve it)')
+    code, out, err = _cli(capsys, '--config-file', empty_conf,
+                          '--sysfs-root', hosts['mixed'], 'discover',
+                          '--json')
+    assert code == 0
+    assert [d['vendor'] for d in json.loads(out)][:2] == ['10de', '10de']
+    assert err.splitlines()[-1] == (
+        '0000:3b:00.0: nothing offered to Cyborg: not offered whole: it '
+        'holds vGPUs now (Cyborg could not reserve it)')
+
+
+def test_simulate_text_json_list_and_refusals(capsys, tmp_path):
+    from libvirt_gpu import simulator
+    code, out, _ = _cli(capsys, 'simulate', '--list')
+    assert (code, out.split()) == (0, list(simulator.list_profiles()))
+    where = str(tmp_path / 's')
+    code, out, _ = _cli(capsys, 'simulate', 't4', where)
+    node_xml = os.path.join(where, 'node.xml')
+    assert code == 0
+    assert out == ("wrote simulated host 't4' to %s\n"
+                   "  sysfs:  libvirt-gpu --sysfs-root %s list\n"
+                   "  libvirt: libvirt-gpu -c test://%s list\n"
+                   % (where, where, node_xml))
+    code, out, _ = _cli(capsys, 'simulate', 't4', where, '--json')
+    assert json.loads(out) == {'profile': 't4', 'sysfs_root': where,
+                               'node_xml': node_xml,
+                               'test_uri': 'test://' + node_xml}
+    for argv in (['simulate'], ['simulate', 't4']):
+        code, out, err = _cli(capsys, *argv)
+        assert (code, out) == (1, '')
+        assert err == ('libvirt-gpu: error: Invalid input: simulate needs '
+                       'PROFILE and DIR (or --list)\n')
+    blocker = tmp_path / 'file'
+    blocker.write_text('')
+    code, out, err = _cli(capsys, 'simulate', 't4', str(blocker / 'x'))
+    assert (code, out) == (1, '')
+    assert err.startswith('libvirt-gpu: error: ')
+    assert ('cannot write the simulated host to %s: ' % (blocker / 'x')
+            in err)
+    assert err.endswith('; name a directory you may write to\n')
