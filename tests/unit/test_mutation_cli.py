@@ -7,6 +7,7 @@ built records: every test here is fast and runs alone."""
 import argparse
 import json
 import os
+import sys
 
 import pytest
 
@@ -848,3 +849,249 @@ def test_simulate_text_json_list_and_refusals(capsys, tmp_path):
     assert ('cannot write the simulated host to %s: ' % (blocker / 'x')
             in err)
     assert err.endswith('; name a directory you may write to\n')
+
+
+# --- main's edge -------------------------------------------------------------
+
+@pytest.mark.parametrize('argv, word', [
+    (['--connect=test:///default', 'list'], 'list'),
+    (['--sysfs-root=/x', '--debug', 'types'], 'types'),
+    (['-c', 'u', '--hostname', 'h', 'discover'], 'discover'),
+    (['--config-file', 'f', '--sysfs-root', 'r', 'layout', 'plan'],
+     'layout'),
+    (['--json'], None), (['-x', 'list'], None), (['--sysfs-root'], None),
+    (['--bogus=1', 'list'], None), ([], None)])
+def test_command_word(argv, word):
+    assert cli._command_word(argv) == word
+
+
+@pytest.mark.parametrize('columns, width', [
+    ('100', 100), ('1', 1), ('0', 80), ('-3', 80), ('wide', 80), ('', 80)])
+def test_columns_from_the_environment(monkeypatch, columns, width):
+    monkeypatch.setenv('COLUMNS', columns)
+    monkeypatch.setattr(cli.sys, '__stdout__', None)
+    assert cli._columns() == width
+
+
+def test_help_is_as_wide_as_columns_less_two(monkeypatch):
+    monkeypatch.setenv('COLUMNS', '52')
+    assert cli._HelpFormatter('p')._width == 50
+    assert cli._RawDescriptionHelpFormatter('p')._width == 50
+    assert cli._HelpFormatter('p', width=30)._width == 30
+    formatter = cli._HelpFormatter('p', indent_increment=3,
+                                   max_help_position=11)
+    assert (formatter._indent_increment, formatter._max_help_position) == (
+        3, 11)
+
+
+@pytest.mark.parametrize('raised, code, err', [
+    (exception.InvalidInput(reason='bad'), 1,
+     'libvirt-gpu: error: Invalid input: bad\n'),
+    (KeyboardInterrupt(), 130, ''),
+    (FileNotFoundError(2, 'No such file or directory', '/x'), 1, None),
+    (ValueError('odd'), 1, None),
+])
+def test_main_turns_each_failure_into_its_exit_status(monkeypatch, capsys,
+                                                      raised, code, err):
+    from libvirt_gpu.cmd import host_cmds
+
+    def fail(ctx):
+        raise raised
+    monkeypatch.setattr(host_cmds, 'cmd_simulate', fail)
+    assert cli.main(['simulate', '--list']) == code
+    out, found = capsys.readouterr()
+    assert out == ''
+    if err is not None:
+        assert found == err
+    else:
+        assert len(found.splitlines()) == 1
+        assert found.startswith('libvirt-gpu: ')
+    if code == 1:
+        with pytest.raises(type(raised)):
+            cli.main(['--debug', 'simulate', '--list'])
+
+
+def test_main_closes_stderr_when_the_reader_left(monkeypatch):
+    from libvirt_gpu.cmd import host_cmds
+
+    class Err(object):
+        closed = False
+
+        def close(self):
+            self.closed = True
+    err = Err()
+    monkeypatch.setattr(cli.sys, 'stderr', err)
+
+    def fail(ctx):
+        raise BrokenPipeError()
+    monkeypatch.setattr(host_cmds, 'cmd_simulate', fail)
+    assert cli.main(['simulate', '--list']) == 0
+    assert err.closed
+
+
+# --- guests, services, Placement, repairs ------------------------------------
+
+def test_domgpus_of_a_domain_without_gpus(capsys):
+    code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test')
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        'KIND  UUID  TYPE  GPU  EXISTS  LEASE  SOURCE',
+        '----  ----  ----  ---  ------  -----  ------']
+    code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test',
+                        '--json')
+    assert json.loads(out) == {
+        'active': True, 'domain': 'test',
+        'domain_uuid': '6695eb01-f6a4-8304-79aa-97f2502e193f',
+        'inactive_xml': False, 'pgpus': [], 'vgpus': []}
+    code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test',
+                        '--inactive', '--json')
+    assert json.loads(out)['inactive_xml'] is True
+
+
+@pytest.mark.parametrize('command', ['attach', 'detach'])
+@pytest.mark.parametrize('flag', ['--live', '--config'])
+def test_current_is_refused_with_live_or_config(capsys, command, flag):
+    code, out, err = _cli(capsys, '-c', 'test:///nowhere', command, 'test',
+                          '--vgpu-type', 'nvidia-1', '--current', flag)
+    assert (code, out) == (1, '')
+    assert err == ('libvirt-gpu: error: Invalid input: --current cannot be '
+                   'combined with --live or --config\n')
+
+
+@pytest.mark.parametrize('text, port', [('1', 1), ('65535', 65535),
+                                        ('9851', 9851)])
+def test_port_bounds(text, port):
+    from libvirt_gpu.cmd import service_cmds
+    assert service_cmds._port(text) == port
+
+
+@pytest.mark.parametrize('text', ['0', '65536', 'x', '0x10', '-1'])
+def test_port_refused_saying_what_is_taken(text):
+    from libvirt_gpu.cmd import service_cmds
+    with pytest.raises(argparse.ArgumentTypeError) as raised:
+        service_cmds._port(text)
+    assert str(raised.value) == ('%r is not a TCP port: give a number from '
+                                 '1 to 65535' % text)
+
+
+@pytest.mark.parametrize('number, port, why', [
+    ('EADDRINUSE', 9851, ' (another process listens there: stop it, or '
+     'pick another --port)'),
+    ('EACCES', 1023, ' (ports below 1024 need root: pick a --port above '
+     '1023)'),
+    ('EPERM', 80, ' (ports below 1024 need root: pick a --port above '
+     '1023)'),
+    ('EACCES', 1024, ' (not allowed here: pick another --port or '
+     '--address)'),
+    ('EADDRNOTAVAIL', 9851, ' (no such address on this host: give one of '
+     'its own addresses to --address, or 0.0.0.0)'),
+    ('EAFNOSUPPORT', 9851, ' (no such address on this host: give one of '
+     'its own addresses to --address, or 0.0.0.0)'),
+    ('ENOMEM', 9851, ''),
+])
+def test_listen_error_says_what_to_do(number, port, why):
+    import errno
+    from libvirt_gpu.cmd import service_cmds
+    code = getattr(errno, number)
+    found = service_cmds._listen_error('10.0.0.1', port,
+                                       OSError(code, 'Refused'))
+    assert isinstance(found, exception.ListenError)
+    assert str(found) == ('cannot listen on 10.0.0.1 port %d: Refused%s'
+                          % (port, why))
+
+
+def test_listen_error_without_strerror():
+    from libvirt_gpu.cmd import service_cmds
+    found = service_cmds._listen_error('::', 1, OSError('plain'))
+    assert str(found) == 'cannot listen on :: port 1: plain'
+
+
+def test_exporter_once_without_libvirt(capsys, hosts, empty_conf):
+    code, out, _ = _cli(capsys, '--config-file', empty_conf, '--sysfs-root',
+                        hosts['t4'], 'exporter', '--once', '--no-libvirt')
+    assert code == 0
+    assert ('libvirt_gpu_gpu_info{enabled_type="",gpu="0000:3b:00.0",'
+            'mode="pgpu",product="TU104GL [Tesla T4]",product_id="1eb8",'
+            'vendor_id="10de"} 1.0') in out.splitlines()
+
+
+def test_no_survey_on_libvirts_test_driver():
+    from libvirt_gpu.cmd import service_cmds
+    assert service_cmds._survey(None, 'test:///default') is None
+    assert callable(service_cmds._survey(None, 'qemu:///system'))
+
+
+def test_hook_install_text_and_json(capsys, tmp_path, empty_conf):
+    code, out, _ = _cli(capsys, '--config-file', empty_conf, 'hook',
+                        'install', '--dir', str(tmp_path), '--python',
+                        sys.executable, '--json')
+    assert code == 0
+    doc = json.loads(out)
+    hook = tmp_path / 'qemu.d' / 'libvirt-gpu'
+    assert hook.is_file()
+    assert str(hook) in json.dumps(doc)
+    text = hook.read_text()
+    assert sys.executable in text and empty_conf in text
+    code, out, _ = _cli(capsys, '--config-file', empty_conf, 'hook',
+                        'install', '--dir', str(tmp_path))
+    assert code == 0 and str(hook) in out
+
+
+@pytest.mark.parametrize('url', [None, 'http://placement:8778',
+                                 'https://p/placement'])
+def test_placement_url_taken(url):
+    from libvirt_gpu.cmd import openstack_cmds
+    assert openstack_cmds._check_url(url) is None
+
+
+@pytest.mark.parametrize('url', ['placement:8778', 'ftp://p', 'http://',
+                                 'http:/p', 'p'])
+def test_placement_url_refused(url):
+    from libvirt_gpu.cmd import openstack_cmds
+    with pytest.raises(exception.InvalidInput) as raised:
+        openstack_cmds._check_url(url)
+    assert raised.value.kwargs['reason'] == (
+        '--url %s: the URL must be http(s)://HOST[:PORT][/PATH], e.g. '
+        'http://placement:8778' % url)
+
+
+@pytest.mark.parametrize('argv', [['placement', 'sync', '--url', 'p'],
+                                  ['agent', '--once', '--url', 'p']])
+def test_a_bad_url_is_refused_before_placement_is_asked(capsys, hosts,
+                                                        empty_conf, argv):
+    code, out, err = _cli(capsys, '--config-file', empty_conf,
+                          '--sysfs-root', hosts['t4'], *argv)
+    assert (code, out) == (1, '')
+    assert err.startswith('libvirt-gpu: error: Invalid input: --url p: ')
+
+
+def test_placement_show_text(capsys, hosts):
+    code, out, _ = _cli(capsys, '--config-file', T4_CONF, '--hostname', 'h',
+                        '--sysfs-root', hosts['t4'], 'placement', 'show')
+    assert code == 0
+    assert out.splitlines()[0].startswith('source: sysfs')
+    assert 'inventory VGPU total=8' in out
+
+
+def test_a_dir_option_naming_a_file(tmp_path):
+    from libvirt_gpu.cmd import recovery_cmds
+    path = tmp_path / 'f'
+    path.write_text('')
+    with pytest.raises(exception.InvalidInput) as raised:
+        recovery_cmds._check_dir_option('--mdevctl-dir', str(path))
+    assert raised.value.kwargs['reason'] == (
+        '--mdevctl-dir %s is not a directory; name a directory' % path)
+    assert recovery_cmds._check_dir_option('--x', str(tmp_path)) is None
+    assert recovery_cmds._check_dir_option('--x',
+                                           str(tmp_path / 'no')) is None
+
+
+def test_restore_dry_run_without_libvirt(capsys, hosts, empty_conf,
+                                         tmp_path):
+    argv = ['--config-file', empty_conf, '--sysfs-root', hosts['t4'],
+            'restore', '--no-libvirt', '--dry-run', '--mdevctl-dir',
+            str(tmp_path / 'mdevctl')]
+    code, out, _ = _cli(capsys, *argv)
+    assert (code, out) == (0, '0 change(s), 0 failure(s)\n')
+    code, out, _ = _cli(capsys, *(argv + ['--json']))
+    assert json.loads(out) == {'actions': [], 'changed': 0, 'failed': 0}
