@@ -1166,3 +1166,59 @@ def test_nova_config_check_exit_status_and_json(capsys, hosts,
     # one line, its keys in the order written
     assert out == ('{"file":"%s","matches":true,"differences":[]}\n'
                    % nova)
+
+
+# --- migrate, detach, layout on libvirt's test driver ------------------------
+
+QEMU_OLD = ('0.0.2 (VFIO migration needs QEMU >= 8.1.0: upgrade it on the '
+            '%s host)')
+
+
+def test_migrate_dry_run_prints_every_check_and_fails_on_a_no(capsys):
+    code, out, _ = _cli(capsys, '-c', 'test:///default', 'migrate', 'test',
+                        'test:///default', '--dry-run')
+    assert code == 1
+    assert out.splitlines() == [
+        'checks for migrating test to test:///default:',
+        '  ok   source libvirt: 9.0.0',
+        '  NO   source QEMU: ' + QEMU_OLD % 'source',
+        '  ok   destination libvirt: 9.0.0',
+        '  NO   destination QEMU: ' + QEMU_OLD % 'destination',
+        '  ok   post-copy: not asked for',
+        '  ok   guest running: yes']
+    code, out, _ = _cli(capsys, '-c', 'test:///default', 'migrate', 'test',
+                        'test:///default', '--dry-run', '--json')
+    doc = json.loads(out)
+    assert (code, doc['ok'], doc['domain'], doc['destination']) == (
+        1, False, 'test', 'test:///default')
+    assert doc['checks'][1] == {'what': 'source QEMU', 'ok': False,
+                                'detail': QEMU_OLD % 'source'}
+
+
+def test_detach_names_what_the_domain_does_not_hold(capsys):
+    code, out, err = _cli(capsys, '-c', 'test:///default', 'detach', 'test',
+                          '--uuid', '00000000-0000-0000-0000-000000000001')
+    assert (code, out) == (1, '')
+    assert err == ('libvirt-gpu: error: Domain test (6695eb01-f6a4-8304-'
+                   '79aa-97f2502e193f) holds no vGPU 00000000-0000-0000-'
+                   '0000-000000000001\n')
+
+
+def test_layout_progress_is_one_line_on_stderr(capsys):
+    import types
+    from libvirt_gpu.cmd import layout_cmds
+    layout_cmds._progress(types.SimpleNamespace(
+        status='done', address=PF, action='enable MIG', detail='took 2 s'))
+    assert capsys.readouterr() == (
+        '', 'done 0000:af:00.0 enable MIG: took 2 s\n')
+
+
+def test_layout_names_libvirts_domains_or_none(tmp_path):
+    import types
+    from libvirt_gpu.cmd import layout_cmds
+    ctx = types.SimpleNamespace(libvirt_uri=lambda: 'test:///default')
+    assert layout_cmds._domain_names(ctx) == {
+        objects.Uuid.parse('6695eb01-f6a4-8304-79aa-97f2502e193f'): 'test'}
+    gone = 'qemu+unix:///system?socket=%s/none' % tmp_path
+    ctx = types.SimpleNamespace(libvirt_uri=lambda: gone)
+    assert layout_cmds._domain_names(ctx) == {}
