@@ -1222,3 +1222,26 @@ def test_layout_names_libvirts_domains_or_none(tmp_path):
     gone = 'qemu+unix:///system?socket=%s/none' % tmp_path
     ctx = types.SimpleNamespace(libvirt_uri=lambda: gone)
     assert layout_cmds._domain_names(ctx) == {}
+
+
+def test_exporter_once_through_libvirt_reports_whole_gpu_use(
+        capsys, hosts, test_driver_conf):
+    used = 'libvirt_gpu_gpu_used{gpu="0000:3b:00.0",mode="pgpu",type=""} 0.0'
+    read = 'libvirt_gpu_exporter_read_ok{part="libvirt"} 1.0'
+    code, out, _ = _cli(capsys, '--config-file', test_driver_conf,
+                        '--sysfs-root', hosts['t4'], 'exporter', '--once')
+    assert code == 0
+    assert {used, read} <= set(out.splitlines())
+    code, out, _ = _cli(capsys, '--config-file', test_driver_conf,
+                        '--sysfs-root', hosts['t4'], 'exporter', '--once',
+                        '--no-libvirt')
+    assert code == 0
+    assert not {used, read} & set(out.splitlines())
+
+
+def test_restore_dry_run_asks_libvirt_unless_told_not_to(
+        capsys, hosts, test_driver_conf, tmp_path):
+    code, out, _ = _cli(capsys, '--config-file', test_driver_conf,
+                        '--sysfs-root', hosts['t4'], 'restore', '--dry-run',
+                        '--mdevctl-dir', str(tmp_path / 'mdevctl'))
+    assert (code, out) == (0, '0 change(s), 0 failure(s)\n')
