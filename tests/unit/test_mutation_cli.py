@@ -744,7 +744,8 @@ def test_list_json_of_a_vf_shows_its_gpus_setting(capsys, hosts, tmp_path):
     assert {(g['mode'], g['enabled_type'], g['not_assignable'])
             for g in vfs} == {('vgpu', 'nvidia-472', None)}
     (gpu,) = [g for g in doc if g['address'] == '0000:41:00.0']
-    assert (gpu['mode'], gpu['enabled_type']) == ('vgpu', 'nvidia-472')
+    assert (gpu['mode'], gpu['enabled_type'], gpu['not_assignable']) == (
+        'vgpu', 'nvidia-472', None)
     code, out, _ = _cli(capsys, '--config-file', str(conf), '--sysfs-root',
                         hosts['a100'], 'list')
     row = [line for line in out.splitlines()
