@@ -124,7 +124,8 @@ def test_host_versions_of_a_libvirt_that_answers_and_one_that_does_not(
     uri = 'qemu+unix:///system?socket=%s/none' % tmp_path
     gone = nova_cmds.host_versions(uri)
     assert (gone.libvirt, gone.qemu) == (None, None)
-    assert gone.error.startswith('libvirt at %s: ' % uri)
+    assert gone.error.startswith('libvirt at %s: cannot connect to libvirt '
+                                 'at %s: ' % (uri, uri))
     assert '\n' not in gone.error
 
 
@@ -216,7 +217,7 @@ def test_the_json_document():
 
 @pytest.mark.parametrize('value, plain', [
     ('"x"', 'x'), ("'x'", 'x'), ('  "x"  ', 'x'), ('"x\'', '"x\''),
-    ('"', '"'), ('""', ''), ('x"', 'x"'), ('ab', 'ab')])
+    ('"', '"'), ('""', ''), ('x"', 'x"'), ('ab', 'ab'), ('XabX', 'XabX')])
 def test_unquote(value, plain):
     assert nova_cmds._unquote(value) == plain
 
@@ -227,18 +228,21 @@ def test_assignments_as_oslo_config_reads_them():
             'alias = {"a":\n'
             '   1,\n'
             '\t"b": 2}\n'
-            '# comment = 3\n'
-            '; other = 4\n'
+            '#comment = 3\n'
+            ';other = 4\n'
             'not an assignment\n'
             'key: value\n'
             '  # an indented comment ends the value\n'
             'last=x\n'
-            '  more')
+            '  more\n'
+            '  ;an indented comment\n'
+            'end = 1')
     assert list(nova_cmds._assignments(text)) == [
         (None, 'top', '1', 1),
         ('pci', 'alias', '{"a":\n1,\n"b": 2}', 3),
         ('pci', 'key', 'value', 9),
-        ('pci', 'last', 'x\nmore', 11)]
+        ('pci', 'last', 'x\nmore', 11),
+        ('pci', 'end', '1', 14)]
 
 
 def test_a_blank_line_ends_a_value():
@@ -254,18 +258,21 @@ def test_read_nova_file_takes_both_spec_names_lists_and_reports_problems(
         'alias = {"name": "elsewhere"}\n'
         '[pci]\n'
         'device_spec = {"address": "0000:af:00.4"}\n'
-        'passthrough_whitelist = [{"address": "0000:af:00.5"}, 7]\n'
+        'passthrough_whitelist = [{"address": "0000:af:00.5"}, 7, {}]\n'
         'alias = \'{"name": "x"}\'\n'
         'alias = {not json\n'
-        'other = {"name": "y"}\n')
+        'other = {"name": "y"}\n'
+        'alias = {"name": "z"}\n')
     found = nova_cmds.read_nova_file(str(path))
     assert found.specs == (
         nova_cmds.NovaEntry(key='device_spec', line=4,
                             value={'address': '0000:af:00.4'}),
         nova_cmds.NovaEntry(key='passthrough_whitelist', line=5,
-                            value={'address': '0000:af:00.5'}))
+                            value={'address': '0000:af:00.5'}),
+        nova_cmds.NovaEntry(key='passthrough_whitelist', line=5, value={}))
     assert found.aliases == (
-        nova_cmds.NovaEntry(key='alias', line=6, value={'name': 'x'}),)
+        nova_cmds.NovaEntry(key='alias', line=6, value={'name': 'x'}),
+        nova_cmds.NovaEntry(key='alias', line=9, value={'name': 'z'}))
     assert found.problems[0] == ('line 5: [pci] passthrough_whitelist holds '
                                  'int, not a JSON object')
     assert found.problems[1].startswith('line 7: [pci] alias is not JSON (')
@@ -1246,3 +1253,46 @@ def test_restore_dry_run_asks_libvirt_unless_told_not_to(
                         '--sysfs-root', hosts['t4'], 'restore', '--dry-run',
                         '--mdevctl-dir', str(tmp_path / 'mdevctl'))
     assert (code, out) == (0, '0 change(s), 0 failure(s)\n')
+
+
+def test_a_regex_address_reads_the_fields_in_lower_case_hex():
+    address = objects.PciAddress.parse('00ab:cd:1e.4')
+    assert nova_cmds.address_matches(
+        {'domain': '00ab', 'bus': 'cd', 'slot': '1e', 'function': '4'},
+        address, None, set())
+    for field, upper in (('domain', '00AB'), ('bus', 'CD'), ('slot', '1E')):
+        assert not nova_cmds.address_matches({field: upper + '$'}, address,
+                                             None, set())
+
+
+def test_a_spec_without_a_class_is_reported_under_novas_default():
+    found = nova_cmds.differences(
+        _config(_carved(VF4)), _file([(2, _spec(resource_class=None))],
+                                     [(8, ALIAS)]),
+        _host(_vf(VF4, TYPE)))
+    assert found == ['line 2: device_spec of %s reports resource class '
+                     'CUSTOM_PCI_10DE_26B9; this host carves it as %s'
+                     % (WHAT, RC)]
+
+
+def test_a_vf_not_carved_holding_two_vgpus_names_both():
+    found = nova_cmds.differences(
+        _config(), _file([(2, _spec(address=str(VF5)))]),
+        _host(_vf(VF5, TYPE, OTHER)))
+    assert found == ['line 2: device_spec matches VF 0000:af:00.5 (holds '
+                     'nvidia-1153, nvidia-1154), which is not carved for '
+                     'Nova']
+
+
+def test_an_alias_entry_without_a_name_is_no_alias_named_none():
+    config = _config(_carved(VF4, alias='None'))
+    del_name = {k: v for k, v in ALIAS.items() if k != 'name'}
+    assert nova_cmds._judge_aliases(config, _file([], [(3, del_name)])) == [
+        'alias None (resource class %s) is missing from [pci] alias' % RC]
+
+
+def test_an_alias_for_another_product():
+    config = _config(_carved(VF4))
+    assert nova_cmds._judge_aliases(config, _file([], [(3, dict(
+        ALIAS, product_id='26BA'))])) == [
+        'line 3: alias l40s-12q has "product_id": "26BA"; the VFs have 26b9']
