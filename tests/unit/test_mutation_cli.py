@@ -1142,6 +1142,9 @@ def test_nova_config_names_its_configuration_file(capsys, hosts,
                           '[pci]']
     code, out, _ = _nova(capsys, hosts, test_driver_conf, '--json')
     doc = json.loads(out)
+    # one line, its keys in the order written
+    assert list(doc) == ['hostname', 'versions', 'live_migratable',
+                         'carved', 'device_spec', 'alias']
     assert (code, doc['hostname'], doc['carved'], doc['device_spec']) == (
         0, 'h', [], [])
     assert doc['versions']['error'] is None
@@ -1156,6 +1159,14 @@ def test_nova_config_check_exit_status_and_json(capsys, hosts,
     code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
                          str(nova))
     assert (code, out) == (1, line + '\n')
+    two = tmp_path / 'two.conf'
+    two.write_text('[pci]\ndevice_spec = {"address": "0000:3b:00.0"}\n'
+                   'device_spec = {"address": "0000:af:00.0"}\n')
+    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
+                         str(two))
+    assert (code, out.splitlines()) == (1, [
+        line, 'line 3: device_spec matches GPU 0000:af:00.0 (holds '
+        'nvidia-223, nvidia-223), which is not carved for Nova'])
     code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
                          str(nova), '--json')
     assert code == 1
