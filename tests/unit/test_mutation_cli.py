@@ -1307,3 +1307,19 @@ def test_an_alias_for_another_product():
     assert nova_cmds._judge_aliases(config, _file([], [(3, dict(
         ALIAS, product_id='26BA'))])) == [
         'line 3: alias l40s-12q has "product_id": "26BA"; the VFs have 26b9']
+
+
+def test_list_json_judges_whole_use_only_of_gpus_not_sliced(capsys, hosts,
+                                                            tmp_path):
+    conf = tmp_path / 'amd-only.conf'
+    with open(T4_CONF) as f:
+        conf.write_text(f.read().replace(
+            '[gpu]\n', '[gpu]\npgpu_vendor_ids = 1002\n'))
+    code, out, _ = _cli(capsys, '--config-file', str(conf), '--sysfs-root',
+                        hosts['t4'], 'list', '--json')
+    assert code == 0
+    assert {g['address']: (g['mode'], g['not_assignable'])
+            for g in json.loads(out)} == {
+        '0000:3b:00.0': ('pgpu', 'its vendor 10de is not in '
+                                 '[gpu]/pgpu_vendor_ids'),
+        '0000:af:00.0': ('vgpu', None)}
