@@ -853,10 +853,44 @@ def test_simulate_text_json_list_and_refusals(capsys, tmp_path):
     blocker.write_text('')
     code, out, err = _cli(capsys, 'simulate', 't4', str(blocker / 'x'))
     assert (code, out) == (1, '')
-    assert err.startswith('libvirt-gpu: error: ')
-    assert ('cannot write the simulated host to %s: ' % (blocker / 'x')
-            in err)
-    assert err.endswith('; name a directory you may write to\n')
+    assert err == ('libvirt-gpu: error: Simulator: cannot write the '
+                   'simulated host to %s: Not a directory; name a directory '
+                   'you may write to\n' % (blocker / 'x'))
+
+
+def test_simulate_live_hands_every_option_to_the_live_tree(
+        monkeypatch, capsys):
+    """``--live`` serves a FUSE tree (root and /dev/fuse): here, what the
+    command hands it."""
+    from libvirt_gpu.cmd import simulate_live
+    calls = []
+
+    def run_live(*args, **kwargs):
+        calls.append((args, kwargs))
+        return 7
+    monkeypatch.setattr(simulate_live, 'run_live', run_live)
+    assert cli.main(['simulate', 't4', '/mnt/x', '--live']) == 7
+    assert calls.pop() == (('t4', '/mnt/x'), {
+        'busy_remove': None, 'uevents': True, 'control_stdio': False,
+        'workdir': None, 'probe_delay': simulate_live.LIVE_PROBE_DELAY})
+    assert cli.main(['simulate', 't4', '/mnt/x', '--live', '--busy-remove',
+                     'ebusy', '--no-uevents', '--control-stdio',
+                     '--workdir', '/w', '--probe-delay', '0.5']) == 7
+    assert calls.pop() == (('t4', '/mnt/x'), {
+        'busy_remove': 'ebusy', 'uevents': False, 'control_stdio': True,
+        'workdir': '/w', 'probe_delay': 0.5})
+    assert capsys.readouterr() == ('', '')
+
+
+def test_types_table_of_a_gpu_with_vfs(capsys, hosts):
+    code, out, _ = _cli(capsys, '--sysfs-root', hosts['l40s'], 'types',
+                        '0000:3d:00.0')
+    assert code == 0
+    assert [line.split()[:2] + [line.split()[-2]]
+            for line in _table(out)[2:]] == [
+        ['0000:3d:00.0', 'nvidia-1145', '30'],
+        ['0000:3d:00.0', 'nvidia-1147', '30'],
+        ['0000:3d:00.0', 'nvidia-1157', '30']]
 
 
 # --- main's edge -------------------------------------------------------------
