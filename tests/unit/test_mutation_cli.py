@@ -1357,3 +1357,14 @@ def test_list_json_judges_whole_use_only_of_gpus_not_sliced(capsys, hosts,
         '0000:3b:00.0': ('pgpu', 'its vendor 10de is not in '
                                  '[gpu]/pgpu_vendor_ids'),
         '0000:af:00.0': ('vgpu', None)}
+
+
+def test_agent_once_names_a_placement_it_cannot_reach(capsys, hosts,
+                                                      empty_conf):
+    code, out, err = _cli(capsys, '--config-file', empty_conf,
+                          '--sysfs-root', hosts['t4'], 'agent', '--once',
+                          '--url', 'http://127.0.0.1:1')
+    assert (code, out) == (1, '')
+    assert err.startswith('libvirt-gpu: error: Cannot reach Placement at '
+                          'http://127.0.0.1:1: ')
+    assert len(err.splitlines()) == 1
