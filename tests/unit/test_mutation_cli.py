@@ -1368,3 +1368,34 @@ def test_agent_once_names_a_placement_it_cannot_reach(capsys, hosts,
     assert err.startswith('libvirt-gpu: error: Cannot reach Placement at '
                           'http://127.0.0.1:1: ')
     assert len(err.splitlines()) == 1
+
+
+def test_list_names_every_group_member_and_what_the_host_uses(capsys,
+                                                              tmp_path):
+    from tests.doubles import h100
+    root = h100.copy_capture(tmp_path / 'sys')
+    h100.add_function(root, h100.AUDIO, '0x10de', '0x22ba', '0x040300',
+                      'snd_hda_intel')
+    h100._group_all(root, [h100.GPU, h100.AUDIO, h100.NIC])
+    code, out, _ = _cli(capsys, '--sysfs-root', root, 'list')
+    assert code == 0
+    row, refusal, note = _table(out)[2:]
+    assert ' 6      %s,%s  pgpu ' % (h100.NIC, h100.AUDIO) in row
+    assert refusal.startswith('%s: not offered whole: its IOMMU group 6 '
+                              'also holds %s' % (h100.GPU, h100.NIC))
+    assert note == ('%s: IOMMU group 6 also holds %s (network controller, '
+                    'driver virtio-pci), which the host uses'
+                    % (h100.GPU, h100.NIC))
+
+
+def test_list_notes_no_refusal_of_a_sliced_gpu(capsys, hosts, tmp_path):
+    conf = tmp_path / 'amd-only.conf'
+    with open(T4_CONF) as f:
+        conf.write_text(f.read().replace(
+            '[gpu]\n', '[gpu]\npgpu_vendor_ids = 1002\n'))
+    code, out, _ = _cli(capsys, '--config-file', str(conf), '--sysfs-root',
+                        hosts['t4'], 'list')
+    assert code == 0
+    assert [line for line in out.splitlines() if ': not offered' in line] == [
+        '0000:3b:00.0: not offered whole: its vendor 10de is not in '
+        '[gpu]/pgpu_vendor_ids']
