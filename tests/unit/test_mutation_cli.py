@@ -1399,3 +1399,10 @@ def test_list_notes_no_refusal_of_a_sliced_gpu(capsys, hosts, tmp_path):
     assert [line for line in out.splitlines() if ': not offered' in line] == [
         '0000:3b:00.0: not offered whole: its vendor 10de is not in '
         '[gpu]/pgpu_vendor_ids']
+
+
+def test_list_of_a_host_without_gpus_says_so(capsys, tmp_path):
+    (tmp_path / 'bus' / 'pci' / 'devices').mkdir(parents=True)
+    code, out, _ = _cli(capsys, '--sysfs-root', str(tmp_path), 'list')
+    assert code == 0
+    assert out.splitlines()[-1] == 'no GPU (PCI class 0x03xxxx) found'
