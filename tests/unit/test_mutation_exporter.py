@@ -1062,11 +1062,7 @@ def test_the_connections_held_stay_under_the_file_limit(soft, limit, held):
 
 def _no_file_left():
     """Lower this process's open-file limit to its lowest free
-    descriptor: the next file it opens fails with EMFILE.  The caller
-    keeps the garbage collector off until its accept: a socket an earlier
-    test left behind, closed by a collection in between, would free a
-    lower descriptor and the accept would succeed."""
-    gc.collect()
+    descriptor: the next file it opens fails with EMFILE."""
     spare = os.dup(0)
     os.close(spare)
     resource.setrlimit(resource.RLIMIT_NOFILE,
@@ -1082,7 +1078,12 @@ def test_accepting_with_no_file_left_makes_room_from_the_oldest(server,
     server.limit = 8
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     clients = []
+    # Collected first, then no collection until the end: a socket an
+    # earlier test left behind, closed by a collection after the oldest
+    # connection was taken, frees a descriptor below the oldest's, and
+    # closing the oldest then makes no room under the lowered limit.
     collecting = gc.isenabled()
+    gc.collect()
     gc.disable()
     try:
         clients.append(socket.create_connection(('127.0.0.1', server.port),
