@@ -12,6 +12,10 @@ from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu import environment
 from libvirt_gpu.virt import host as host_mod
+from tests.unit import test_environment
+
+# the simulated T4 host with nvidia-223 enabled, one fixture for both files
+t4_env = test_environment.t4_env
 
 MDEV_ONLY = ('libvirt_gpu.devices.backends.mdev:MdevBackend',)
 
@@ -148,18 +152,6 @@ def test_from_conf_takes_the_configuration_unless_overridden():
 def test_a_host_given_as_a_host_is_kept():
     host = host_mod.Host.from_connection(object())
     assert environment.Environment.from_conf(_Conf, conn=host).host is host
-
-
-@pytest.fixture
-def t4_env(tmp_path):
-    from tests.doubles import trees
-    from libvirt_gpu import conf as conf_mod
-    with trees.simulated_tree('t4') as (root, _):
-        config = tmp_path / 'libvirt-gpu.conf'
-        config.write_text('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
-                          '[gpu]\nenabled_vgpu_types = nvidia-223\n'
-                          % (root, tmp_path / 'state'))
-        yield environment.Environment.from_conf(conf_mod.load(str(config)))
 
 
 @pytest.mark.parametrize('name', ['sysfs', 'sysfs_root', 'conf', 'kinds',
