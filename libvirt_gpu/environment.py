@@ -20,11 +20,16 @@ there is one, its configuration and where discovery reads the host
                 configuration resolved against this host (the one place
                 they are: ``carving.resolve``), and the VFs ``restore``
                 recorded as carved
+``routes``      which route owns each GPU (``routes.Routes``: ours,
+                Cyborg's, Nova's PCI route or Nova's own vGPUs), resolved
+                against this host (the one place it is: ``routes.resolve``;
+                the hook's from its settings snapshot)
 ``vgpus``       every vGPU kind behind one object (``backends.registry``)
 ``pci``         whole GPUs by PCI passthrough (``backends.pci``), never a
-                GPU recorded as carved for Nova
+                GPU recorded as carved for Nova nor one of another route
 ``store``       the lease store (``state.LeaseStore``)
-``allocator``   ``allocator.Allocator`` of the above
+``allocator``   ``allocator.Allocator`` of the above: never a GPU of
+                another route
 
 Every entry point takes one and builds none of these itself: the CLI
 (``cmd.context.Context.env``), the agent (``agent.serve``), the exporter
@@ -60,12 +65,13 @@ class Source:
 
 
 # Parts that follow from discovery: rediscover() builds them again.
-_DISCOVERED = ('_found', 'discovered', 'enabled', 'carved', 'allocator')
+_DISCOVERED = ('_found', 'discovered', 'enabled', 'carved', 'routes',
+               'allocator', 'pci')
 # What the enabled types are resolved from: replace() changing one of
 # these resolves them again.
 _RESOLVED_FROM = {'sysfs', 'sysfs_root', 'conf', 'kinds', 'source'}
 # Parts of the host itself, kept by rediscover().
-_KEPT = ('sysfs', 'pci_ids', 'nvml', 'vgpus', 'pci', 'store')
+_KEPT = ('sysfs', 'pci_ids', 'nvml', 'vgpus', 'store')
 
 
 class Environment(object):
@@ -77,6 +83,8 @@ class Environment(object):
         values), or None (the hook).
     :param enabled: the resolved enabled types, or None to resolve them
         from ``conf`` against this host on first use.
+    :param routes: the resolved ``routes.Routes``, or None to resolve them
+        likewise (none but ours without a configuration).
     :param kinds: the vGPU kinds (``registry.KINDS`` form).
     :param remove_timeout: seconds a vGPU removal may take (None: each
         kind's default).
@@ -92,7 +100,7 @@ class Environment(object):
     def __init__(self, state_dir, sysfs=None, sysfs_root='/sys',
                  host=None, conf=None, enabled=None, kinds=None,
                  remove_timeout=None, source=None, parallel=False,
-                 **places):
+                 routes=None, **places):
         self.state_dir = state_dir
         self.sysfs_root = sysfs.root if sysfs is not None else sysfs_root
         self._kinds = kinds
@@ -114,6 +122,9 @@ class Environment(object):
         self.parallel = parallel
         # given parts take the place of those built on first use
         self._given_enabled = enabled is not None
+        self._given_routes = routes
+        if routes is not None:
+            self.routes = routes
         if sysfs is not None:
             self.sysfs = sysfs
         if enabled is not None:
@@ -139,7 +150,8 @@ class Environment(object):
     def for_hook(cls, settings, sysfs, **places):
         """The hook's host: its settings snapshot, no libvirt."""
         return cls(state_dir=settings.state_dir, sysfs=sysfs,
-                   enabled=settings.enabled, **places)
+                   enabled=settings.enabled, routes=settings.routes,
+                   **places)
 
     def _arguments(self):
         return dict(self.places, state_dir=self.state_dir,
@@ -147,7 +159,7 @@ class Environment(object):
                     sysfs_root=self.sysfs_root, host=self.host,
                     conf=self.conf, kinds=self._kinds,
                     remove_timeout=self.remove_timeout, source=self.source,
-                    parallel=self.parallel)
+                    parallel=self.parallel, routes=self._given_routes)
 
     def replace(self, **changes):
         """The same host with ``changes`` (arguments of the constructor);
@@ -251,7 +263,8 @@ class Environment(object):
     @functools.cached_property
     def pci(self):
         from libvirt_gpu.devices.backends import pci as pci_backend
-        return pci_backend.PciBackend(self.sysfs, state_dir=self.state_dir)
+        return pci_backend.PciBackend(self.sysfs, state_dir=self.state_dir,
+                                      foreign=self.routes.foreign())
 
     @functools.cached_property
     def store(self):
@@ -282,10 +295,29 @@ class Environment(object):
             recorded[vf] for vf in sorted(recorded)))
 
     @functools.cached_property
+    def routes(self):
+        """``routes.Routes``: which route owns each GPU, the configuration
+        read against this host (only ours without a configuration and
+        without routes given: the hook's come from its snapshot)."""
+        from libvirt_gpu.devices import routes as routes_mod
+        if self.conf is None:
+            return routes_mod.Routes()
+        carved = {c.gpu: '[%s]' % c.carving.section
+                  for c in self.carved.planned}
+        for r in self.carved.recorded:
+            carved.setdefault(r.gpu, 'the carve record (nova-carved.json)')
+        return routes_mod.resolve(self.conf, self._found.gpus, self.enabled,
+                                  carved)
+
+    @functools.cached_property
     def allocator(self):
+        from libvirt_gpu.devices import routes as routes_mod
         from libvirt_gpu.store import allocator as allocator_mod
+        foreign = dict.fromkeys(self.carved.gpus,
+                                routes_mod.LABELS[routes_mod.NOVA_PCI])
+        foreign.update(self.routes.foreign())
         return allocator_mod.Allocator(self.vgpus, self.store, self.enabled,
-                                       carved=self.carved.gpus)
+                                       carved=foreign)
 
 
 def _as_host(conn):

@@ -20,6 +20,7 @@ from libvirt_gpu.conf import layout
 from libvirt_gpu.conf import libvirt
 from libvirt_gpu.conf import nova
 from libvirt_gpu.conf import placement
+from libvirt_gpu.conf import routes
 from libvirt_gpu.conf import typos
 from libvirt_gpu.conf import vgpu
 
@@ -30,7 +31,8 @@ MAX_CONFIG_BYTES = conffile.MAX_CONFIG_BYTES
 config_path = conffile.config_path
 check_config_file = conffile.check_config_file
 
-MODULES = [default, libvirt, gpu, layout, vgpu, nova, placement, agent]
+MODULES = [default, libvirt, gpu, layout, vgpu, nova, routes, placement,
+           agent]
 
 
 def new_conf():

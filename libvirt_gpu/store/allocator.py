@@ -45,10 +45,11 @@ a start and an incoming migration (``_no_room``) and names what holds the
 room that is not the domain's own: incoming migrations' reservations and
 leases of processes that died.
 
-A GPU carved for Nova (``carved``: ``carving.Carved.gpus``) gives
-nothing: its VFs and the capacity they use are Nova's, whatever the
-configuration enables (a claim naming it or one of its VFs is refused,
-``GpuInUse``).
+A GPU carved for Nova, or owned by another route (``carved``: ``{GPU:
+label}``, ``carving.Carved.gpus`` and ``routes.Routes.foreign``) gives
+nothing: its VFs and the capacity they use are the other route's, whatever
+the configuration enables (a claim naming it or one of its VFs is
+refused, ``GpuInUse``).
 """
 
 
@@ -58,6 +59,7 @@ import time
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices import capacity
+from libvirt_gpu.devices import routes
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -117,11 +119,28 @@ def enabled_text(enabled, configured=()):
     return ', '.join(said) or 'none'
 
 
+_CARVED = routes.LABELS[routes.NOVA_PCI]
+
+
+def _foreign(address, label):
+    """GpuInUse for a claim on a GPU of another route."""
+    if label == _CARVED:
+        return exception.GpuInUse(
+            address=address, reason='its VFs are carved for Nova ([nova]/'
+                                    'carved): they go to Nova\'s instances '
+                                    'only')
+    return exception.GpuInUse(
+        address=address,
+        reason='it is %s, not offered to libvirt-gpu\'s own guests' % label)
+
+
 class Allocator(object):
     """:param backend: the host's ``registry.Vgpus`` (every vGPU kind).
     :param store: the host's ``LeaseStore``.
     :param enabled: ``{PciAddress: EnabledType}`` (``enablement.resolve``).
-    :param carved: the physical GPUs carved for Nova (see the module doc).
+    :param carved: the physical GPUs carved for Nova or owned by another
+        route: ``{GPU: label}`` (a set: carved for Nova), see the module
+        doc.
     """
 
     def __init__(self, backend, store, enabled, carved=frozenset()):
@@ -130,7 +149,8 @@ class Allocator(object):
         self.enabled = dict(enabled)
         # the types named in the configuration (enablement.Enabled)
         self.configured = tuple(getattr(enabled, 'configured', ()))
-        self.carved = frozenset(carved)
+        self.carved = (dict(carved) if isinstance(carved, dict) else
+                       dict.fromkeys(carved, _CARVED))
 
     def _enabled_types(self):
         return enabled_text(self.enabled, self.configured)
@@ -462,6 +482,8 @@ class Allocator(object):
         sriov = self._sriov_gpu(parent)
         if sriov is not None:
             return self._check_sriov_parent(txn, claim, mdevs, *sriov)
+        if parent in self.carved:
+            raise _foreign(parent, self.carved[parent])
         self.backend.check_type(parent, claim.type_id)
         self._check_enabled(claim, parent)
         if self.free(txn, parent, claim.type_id, mdevs) < 1:
@@ -475,10 +497,7 @@ class Allocator(object):
         """A claim naming an SR-IOV GPU (its PF: any of its VFs) or one of
         its VFs; returns the VF."""
         if gpu in self.carved:
-            raise exception.GpuInUse(
-                address=vf or gpu,
-                reason='its VFs are carved for Nova ([nova]/carved): they '
-                       'go to Nova\'s instances only')
+            raise _foreign(vf or gpu, self.carved[gpu])
         if vf is not None:
             self.backend.check_type(vf, claim.type_id)
         self._check_enabled(claim, gpu)
@@ -526,7 +545,9 @@ class Allocator(object):
         for address in candidates:
             near = (nearness or {}).get(address, False)
             if address in self.carved:
-                looked.append('%s (carved for Nova)' % address)
+                label = self.carved[address]
+                looked.append('%s (%s)' % (address, 'carved for Nova'
+                                           if label == _CARVED else label))
                 continue
             if self._sriov_gpu(address) is not None:
                 free, chosen = self._gpu_free(txn, address, claim.type_id,

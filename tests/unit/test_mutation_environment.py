@@ -11,6 +11,8 @@ from libvirt_gpu.devices.backends import mdev as mdev_backend
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu import environment
+from libvirt_gpu import objects
+from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu.virt import host as host_mod
 from tests.unit import test_environment
 
@@ -121,12 +123,16 @@ def test_for_hook_takes_the_settings_snapshot(tmp_path):
     class Settings:
         state_dir = str(tmp_path / 'state')
         enabled = {'x': 1}
+        routes = routes_mod.Routes(owners={
+            objects.PciAddress.parse('0000:3b:00.0'): routes_mod.CYBORG})
     sysfs = sysfs_mod.Sysfs(str(tmp_path))
     env = environment.Environment.for_hook(
         Settings, sysfs, mdevctl_dir=str(tmp_path / 'm'))
     assert env.state_dir == str(tmp_path / 'state')
     assert env.sysfs is sysfs and env.sysfs_root == str(tmp_path)
     assert env.enabled == {'x': 1}
+    assert env.routes is Settings.routes
+    assert objects.PciAddress.parse('0000:3b:00.0') in env.allocator.carved
     assert env.place('mdevctl_dir') == str(tmp_path / 'm')
     assert env.host is None and env.conf is None
 

@@ -32,9 +32,12 @@ class PciBackend(base.DeviceBackend):
 
     kind = 'pci'
 
-    def __init__(self, sysfs, state_dir=None):
+    def __init__(self, sysfs, state_dir=None, foreign=None):
         self.sysfs = sysfs
         self.state_dir = state_dir
+        # {physical GPU: label} of the GPUs another route owns
+        # (``routes.Routes.foreign``)
+        self.foreign = dict(foreign or {})
 
     def _carved(self):
         """The PFs and VFs carved for Nova (read when asked: a start of
@@ -58,6 +61,10 @@ class PciBackend(base.DeviceBackend):
             raise exception.GpuInUse(
                 address=address, reason='it is carved for Nova '
                 '([nova]/carved): its VFs go to Nova\'s instances only')
+        if address in self.foreign:
+            raise exception.GpuInUse(
+                address=address, reason='it is %s, not offered to '
+                'libvirt-gpu\'s own guests' % self.foreign[address])
         class_code = self.sysfs.read(
             self.sysfs.pci_dir(address) + '/class', optional=True)
         if not objects.is_gpu_class(class_code):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from libvirt_gpu.devices.backends import registry
+from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu import confcache
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
@@ -34,12 +35,14 @@ _MAX_SETTINGS_BYTES = 1024 * 1024
 
 @records.record
 class HookSettings:
-    """What the hook needs: where the host is, and the enabled types
-    resolved against it."""
+    """What the hook needs: where the host is, the enabled types
+    resolved against it, and which GPUs other routes own (left alone)."""
 
     sysfs_root: str
     state_dir: str
     enabled: dict[objects.PciAddress, objects.EnabledType]
+    routes: routes_mod.Routes = records.field(
+        default_factory=routes_mod.Routes)
 
     def enabled_types(self):
         return sorted({t for e in self.enabled.values() for t in e.type_ids})
@@ -73,8 +76,9 @@ def _resolved(conf, sysfs_key):
     from libvirt_gpu import environment
     env = environment.Environment.from_conf(conf)
     settings = HookSettings(sysfs_root=env.sysfs_root,
-                            state_dir=env.state_dir, enabled=env.enabled)
-    extra = {'sysfs_key': sysfs_key,
+                            state_dir=env.state_dir, enabled=env.enabled,
+                            routes=env.routes)
+    extra = {'sysfs_key': sysfs_key, 'routes': env.routes.to_json(),
              'enabled': {str(a): dict(_entry(e), others=[
                  _entry(o) for o in e.others])
                  for a, e in sorted(settings.enabled.items())}}
@@ -130,6 +134,17 @@ def _enabled_of(extra):
     return enabled
 
 
+def _routes_of(extra):
+    """The routes kept in a snapshot, or None when unusable (a snapshot
+    without them is of an older release: read again)."""
+    if 'routes' not in extra:
+        return None
+    try:
+        return routes_mod.Routes.from_json(extra['routes'])
+    except ValueError:
+        return None
+
+
 def _paths_ok(values):
     root, state_dir = values.sysfs_root, values.state_dir
     return (isinstance(root, str) and os.path.isabs(root)
@@ -174,12 +189,14 @@ def load_settings(config_file, settings_file=None):
         sysfs_key = _sysfs_key(values.sysfs_root)
         if isinstance(extra, dict) and extra.get('sysfs_key') == sysfs_key:
             enabled = _enabled_of(extra)
-            if enabled is not None:
+            routes = _routes_of(extra)
+            if enabled is not None and routes is not None:
                 from libvirt_gpu.devices import enablement
                 return HookSettings(
                     sysfs_root=values.sysfs_root, state_dir=values.state_dir,
                     enabled=enablement.Enabled(
-                        enabled, values.gpu.enabled_vgpu_types)), None
+                        enabled, values.gpu.enabled_vgpu_types),
+                    routes=routes), None
         # the host's vGPU parents changed: resolved again from the same
         # values, without oslo.config
         settings, extra = _resolved(values, sysfs_key)
