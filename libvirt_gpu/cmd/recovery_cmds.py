@@ -24,13 +24,14 @@ def cmd_restore(ctx):
     from libvirt_gpu.guests import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
-    owner = vf_user = None
+    owner = vf_user = leftovers = None
     if not ctx.args.no_libvirt:
         owner = restore.lease_owner_check(env.state_dir, ctx.libvirt_uri())
         vf_user = restore.vf_user_check(ctx.libvirt_uri())
+        leftovers = restore.leftovers_check(env, ctx.libvirt_uri())
     report = restore.restore(
         env, vf_pfs=restore.vf_targets(env), owner_running=owner,
-        vf_in_use=vf_user,
+        vf_in_use=vf_user, leftovers=leftovers,
         sriov_manage=restore.sriov_manage_for(env.sysfs_root,
                                               ctx.args.sriov_manage),
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)

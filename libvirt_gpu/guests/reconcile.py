@@ -18,6 +18,18 @@ it takes room a local start may be refused for) and left alone until it
 expires; then, when its ``prepare`` never came, it is an orphan like any
 other lease whose process is gone, and the report says so.
 
+Another route's GPUs (``routes.Routes``: Cyborg's, Nova's PCI route, Nova's
+own vGPUs) are never ours to clean, with one exception.  On a GPU given to
+Cyborg a vGPU no domain names is kept: Cyborg's agent made it when an ARQ
+was bound, and Nova's spawn names it later.  Nova makes a vGPU it finds
+missing at spawn persistent (a definition with autostart), and Cyborg's
+unbind removes only the live device; so a definition on a Cyborg GPU that
+no domain (running or defined) names is Nova's leftover of an ARQ that is
+gone: undefined when it is not live; when it is live (libvirt started it
+at boot) it is removed and undefined only at boot (``boot``: ``restore``
+with libvirt, before nova-compute), and reported otherwise (a spawn may be
+between its definition and its domain's).
+
 Reported, not touched: a lease whose holder is still running after
 ``stuck_after`` seconds, a removal that does not finish (a process may hold
 the device), a running domain that uses a vGPU that does not exist, a vGPU
@@ -42,6 +54,7 @@ import os
 import threading
 import time
 
+from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -205,7 +218,7 @@ def check_connection(host):
 
 
 def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
-              on_plan=None):
+              on_plan=None, boot=False):
     """Repair what can be repaired on the host ``env`` (an
     ``environment.Environment`` with its libvirt ``host``; nothing when
     ``dry_run``); a Report of every finding.  A removal may take
@@ -214,8 +227,11 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     ``covered``: the physical GPUs (``PciAddress``) the configuration
     enables; an mdev nobody leased is judged only on those (or when it is
     one of our recorded vendor-interface vGPUs): reconcile never removes
-    what someone else made on a GPU we do not manage.  ``on_plan(findings)``
-    is called with what will be removed before anything is.
+    what someone else made on a GPU we do not manage, nor anything on a GPU
+    of another route (``env.routes``) but Nova's leftover definitions on
+    Cyborg's (the module doc; ``boot``: the host is booting, before
+    nova-compute).  ``on_plan(findings)`` is called with what will be
+    removed before anything is.
     """
     host = env.host
     check_connection(host)
@@ -226,8 +242,11 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
     remove_timeout = env.remove_timeout
     store = env.store
     backend = env.vgpus
+    routes = env.routes
+    covered = covered - frozenset(routes.owners)
     started = time.time()
     vgpus_before = _all_vgpus(backend)
+    definitions = backend.definitions()
     refs = domain_refs(host)
     findings = list(refs.unreadable)
     planned = []              # (uuid, parent, type_id, domain, reason, what)
@@ -242,13 +261,35 @@ def reconcile(env, dry_run=False, stuck_after=300.0, covered=(),
         unleased = {uuid: where for uuid, where in vgpus_before.items()
                     if uuid not in leased and uuid in vgpus}
         _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
-                        findings, planned)
+                        findings, planned, routes, definitions)
+        _judge_cyborg_definitions(txn, refs, backend, routes, definitions,
+                                  vgpus, boot, dry_run, findings, planned)
     if on_plan is not None and planned and not dry_run:
         on_plan([Finding(WOULD_REMOVE, what, uuid, reason, parent=parent,
                          type_id=type_id, domain_uuid=domain)
                  for uuid, parent, type_id, domain, reason, what in planned])
     findings.extend(_carry_out(store, backend, planned, dry_run,
                                remove_timeout))
+    return Report(dry_run=dry_run, findings=tuple(findings))
+
+
+def leftovers(env, dry_run=False, boot=True):
+    """Only Nova's leftover definitions on Cyborg's GPUs (the module doc;
+    ``restore``'s last step, with libvirt, at boot): a Report of what was
+    undefined (and removed), or would be, and what was kept."""
+    check_connection(env.host)
+    backend = env.vgpus
+    definitions = backend.definitions()
+    refs = domain_refs(env.host)
+    findings = list(refs.unreadable)
+    planned = []
+    store = env.store
+    with (store.snapshot() if dry_run else store.transaction()) as txn:
+        _judge_cyborg_definitions(txn, refs, backend, env.routes,
+                                  definitions, _all_vgpus(backend), boot,
+                                  dry_run, findings, planned)
+    findings.extend(_carry_out(store, backend, planned, dry_run,
+                               env.remove_timeout or REMOVE_TIMEOUT))
     return Report(dry_run=dry_run, findings=tuple(findings))
 
 
@@ -312,14 +353,79 @@ def _clock(when):
     return time.strftime('%H:%M:%S', time.localtime(when))
 
 
+def route_of(sysfs, routes, parent):
+    """The route of the vGPU parent ``parent`` (a VF: its physical
+    GPU's)."""
+    return routes.route_of(sysfs.physfn(parent) or parent)
+
+
+_ROUTE_KEPT = {
+    routes_mod.CYBORG: 'on a GPU given to Cyborg ([routes]/cyborg): its ARQ '
+                       'may be bound and Nova\'s spawn not come yet; left to '
+                       'Cyborg',
+    routes_mod.NOVA_VGPU: 'on a GPU of Nova\'s own vGPU route (nova.conf): '
+                          'left to Nova',
+    routes_mod.NOVA_PCI: 'on a GPU carved for Nova ([nova]/carved): left to '
+                         'Nova',
+}
+LEFTOVER = ('Nova\'s definition of a Cyborg vGPU that no domain names (its '
+            'ARQ is gone)')
+LEFTOVER_LIVE = ('Nova\'s definition of a Cyborg vGPU that no domain names '
+                 'yet, and live: a spawn may be under way; if its ARQ is '
+                 'gone, `libvirt-gpu restore` (with libvirt, before '
+                 'nova-compute) removes it at boot, or remove it by hand '
+                 '(virsh nodedev-destroy, nodedev-undefine)')
+
+
+def _judge_cyborg_definitions(txn, refs, backend, routes, definitions, vgpus,
+                              boot, dry_run, findings, planned):
+    """Nova's definitions on Cyborg's GPUs (see the module doc): a
+    leftover is planned for undefining (and, at boot, a live one for
+    removal too); one that is live outside a boot is reported."""
+    for uuid, definition in sorted(definitions.items()):
+        parent, type_id = definition.parent, definition.type_id
+        if route_of(backend.sysfs, routes, parent) != routes_mod.CYBORG:
+            continue
+        if refs.running.get(uuid) or refs.defined.get(uuid):
+            continue              # its instance's: Nova's to start
+        if refs.unreadable:
+            findings.append(Finding(
+                KEPT, 'definition', uuid, 'Nova\'s definition of a Cyborg '
+                'vGPU; no readable domain names it, but some domain XML '
+                'could not be read', parent=parent, type_id=type_id))
+            continue
+        if uuid not in vgpus:
+            planned.append((uuid, parent, type_id, None, LEFTOVER,
+                            'definition'))
+        elif boot:
+            planned.append((uuid, parent, type_id, None, LEFTOVER +
+                            ', started at boot', 'mdev+definition'))
+            if not dry_run and txn.get(uuid) is None:
+                txn.add(uuid, None, parent, type_id, state.REMOVING)
+        else:
+            findings.append(Finding(KEPT, 'mdev+definition', uuid,
+                                    LEFTOVER_LIVE, parent=parent,
+                                    type_id=type_id))
+
+
 def _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
-                    findings, planned):
+                    findings, planned, routes=None, definitions=None):
     """Every vGPU without a lease (``{uuid: (parent, type_id)}``): kept
-    when it is not ours to judge, used, possibly used, or defined; else
-    planned for removal."""
+    when it is not ours to judge (another route's: reported when no
+    domain names it), used, possibly used, or defined; else planned for
+    removal."""
+    routes = routes if routes is not None else routes_mod.Routes()
     for uuid, (parent, type_id) in sorted(unleased.items()):
         users = refs.running.get(uuid, frozenset()) | refs.defined.get(
             uuid, frozenset())
+        route = route_of(backend.sysfs, routes, parent)
+        if route != routes_mod.OURS:
+            if not users and not (route == routes_mod.CYBORG
+                                  and uuid in (definitions or {})):
+                findings.append(Finding(KEPT, 'mdev', uuid,
+                                        _ROUTE_KEPT[route], parent=parent,
+                                        type_id=type_id))
+            continue
         if not users and not _managed(backend.sysfs, backend, uuid, parent,
                                       covered):
             findings.append(Finding(
@@ -366,7 +472,11 @@ def _carry_out(store, backend, planned, dry_run, remove_timeout):
             findings.append(Finding(WOULD_REMOVE, what, uuid, reason,
                                     **where))
             continue
-        problem = _remove_with_timeout(backend, uuid, remove_timeout)
+        problem = None
+        if what != 'definition':
+            problem = _remove_with_timeout(backend, uuid, remove_timeout)
+        if problem is None and what.endswith('definition'):
+            problem = _undefine(backend, uuid)
         if problem:
             findings.append(Finding(STUCK, what, uuid, problem, **where))
             continue
@@ -379,6 +489,16 @@ def _carry_out(store, backend, planned, dry_run, remove_timeout):
                 if lease is not None and lease.pid == me:
                     txn.delete(uuid)
     return findings
+
+
+def _undefine(backend, uuid):
+    """Drop ``uuid``'s persistent definition; None or the reason it
+    could not be."""
+    try:
+        backend.undefine(uuid)
+    except (exception.LibvirtGpuError, OSError) as e:
+        return 'its definition could not be removed: %s' % e
+    return None
 
 
 def _judge_used(txn, lease, users, vgpus, dry_run, where):

@@ -51,6 +51,15 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    reported: they are step 2's); without libvirt to ask, nothing is
    reset.
 
+5. **Other routes' leftovers.**  Nova's definitions of Cyborg's vGPUs
+   that no domain names (``reconcile.leftovers``: the ARQ is gone; libvirt
+   started them at boot) are removed and undefined, so that the next bind
+   of the same Cyborg handle finds its UUID free.  Needs libvirt (the
+   second boot unit, ``libvirt-gpu-restore-routes.service``, after libvirtd
+   and before nova-compute); without it, reported as skipped.  Step 3
+   never creates a definition on a GPU of another route
+   (``routes.Routes``): Nova starts its own (``init_host``).
+
 Every step is reported (``RestoreReport``): what changed, what was already
 right, what failed and why.
 """
@@ -80,12 +89,13 @@ CREATED = 'created'
 RESET = 'reset'
 WOULD = 'would'          # --dry-run: what a real run would change
 FORGOT = 'forgot'
+UNDEFINED = 'undefined'  # step 5: another route's leftover definition
 CARVED = 'carved'
 OK = 'ok'
 SKIPPED = 'skipped'
 FAILED = 'failed'
 APPLIED = 'applied'      # a layout step
-CHANGES = (ENABLED_VFS, CARVED, CREATED, RESET, FORGOT, APPLIED)
+CHANGES = (ENABLED_VFS, CARVED, CREATED, RESET, FORGOT, APPLIED, UNDEFINED)
 
 
 @records.record
@@ -191,16 +201,20 @@ class Restore(object):
         vGPU interface (the driver registers them after the VFs appear).
     :param vf_in_use: ``f(vf) -> True | False | None``: whether a running
         guest uses the PCI function ``vf`` (None: cannot tell).
+    :param leftovers: ``f(dry_run) -> reconcile.Report`` of step 5, or
+        None when libvirt is not asked (step 5 is then skipped).
     """
 
     def __init__(self, env, owner_running=None, sriov_manage=None,
-                 settle_timeout=30.0, dry_run=False, vf_in_use=None):
+                 settle_timeout=30.0, dry_run=False, vf_in_use=None,
+                 leftovers=None):
         self.dry_run = dry_run
         self.env = env
         self.sysfs = env.sysfs
         self.state_dir = env.state_dir
         self.owner_running = owner_running or (lambda uuid: None)
         self.vf_in_use = vf_in_use or (lambda vf: None)
+        self.leftovers = leftovers
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
         self.actions = []
@@ -217,6 +231,7 @@ class Restore(object):
         self.carve()
         self.restore_persistent()
         self.reset_stale()
+        self.other_routes()
         return RestoreReport(actions=tuple(self.actions))
 
     # 0. layouts --------------------------------------------------------------
@@ -429,6 +444,15 @@ class Restore(object):
             self._note(FAILED if item.failed else SKIPPED, kind.noun,
                        item.uuid, item.detail)
             return
+        from libvirt_gpu.devices import routes as routes_mod
+        gpu = self.sysfs.physfn(item.device.parent) or item.device.parent
+        route = self.env.routes.route_of(gpu)
+        if route != routes_mod.OURS:
+            self._note(SKIPPED, kind.noun, item.uuid, '%s: the GPU is %s; '
+                       'its definitions are not ours to start (step 5 '
+                       'judges a Cyborg one)' % (item.detail,
+                                                 routes_mod.LABELS[route]))
+            return
         if self.dry_run:
             self._dry_create(kind, item.device, kind.noun, item.detail)
             return
@@ -454,6 +478,33 @@ class Restore(object):
                     continue
                 self._note(note.action, kind.noun, note.target, note.detail)
 
+    # 5. other routes' leftovers ------------------------------------------
+
+    def other_routes(self):
+        from libvirt_gpu.devices import routes as routes_mod
+        if not self.env.routes.of(routes_mod.CYBORG):
+            return
+        if self.leftovers is None:
+            self._note(SKIPPED, 'vgpu', 'cyborg', 'libvirt not asked '
+                       '(--no-libvirt): Nova\'s leftover definitions on '
+                       'Cyborg\'s GPUs are judged by a restore with libvirt '
+                       '(libvirt-gpu-restore-routes.service)')
+            return
+        try:
+            report = self.leftovers(self.dry_run)
+        except exception.LibvirtGpuError as e:
+            self._note(FAILED, 'vgpu', 'cyborg', 'cannot judge Nova\'s '
+                       'leftover definitions on Cyborg\'s GPUs: %s' % e)
+            return
+        from libvirt_gpu.guests import reconcile
+        actions = {reconcile.REMOVED: UNDEFINED, reconcile.WOULD_REMOVE: WOULD,
+                   reconcile.KEPT: SKIPPED, reconcile.STUCK: FAILED,
+                   reconcile.CONFLICT: FAILED}
+        for f in report.findings:
+            self._note(actions.get(f.action, SKIPPED), 'vgpu', f.uuid,
+                       '%s: %s%s' % (f.what, f.reason, ' (%s on %s)' % (
+                           f.type_id, f.parent) if f.parent else ''))
+
 
 def restore(env, vf_pfs=(), **kwargs):
     """Run every step (see the module doc) on the host ``env``; returns a
@@ -472,6 +523,18 @@ def restore(env, vf_pfs=(), **kwargs):
             error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
                              for a in report.failed) or None))
     return report
+
+
+def leftovers_check(env, uri):
+    """Step 5's ``leftovers`` for a real host: ``reconcile.leftovers``
+    with libvirt at ``uri``, at boot."""
+    def check(dry_run):
+        from libvirt_gpu.guests import reconcile
+        from libvirt_gpu.virt import host as host_mod
+        with host_mod.Host(uri) as host:
+            return reconcile.leftovers(env.replace(host=host),
+                                       dry_run=dry_run, boot=True)
+    return check
 
 
 def vf_user_check(uri):

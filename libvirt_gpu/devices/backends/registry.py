@@ -194,6 +194,29 @@ class Vgpus(object):
                 return found
         return None
 
+    def definitions(self):
+        """``{uuid: VgpuDefinition}`` of every persistent definition a
+        kind keeps and can read (live or not; mdevctl's first), whatever
+        ``restore`` would make of it."""
+        found = {}
+        for kind in self.kinds:
+            for item in kind.restorable():
+                try:
+                    definition = kind.definition(item.uuid)
+                except exception.LibvirtGpuError:
+                    continue          # unreadable: restore reports it
+                if definition is not None:
+                    found[item.uuid] = definition
+        return found
+
+    def undefine(self, uuid):
+        """Drop the persistent definition of ``uuid`` of the kind that
+        keeps it (mdevctl's first); False when none does."""
+        for kind in reversed(self.kinds):
+            if kind.definition(uuid) is not None:
+                return kind.undefine(uuid)
+        return False
+
     def defined_device(self, uuid):
         """The vGPU ``uuid`` as the first kind that defines it describes
         it (``VgpuKind.defined_device``: the fallback's first), else
