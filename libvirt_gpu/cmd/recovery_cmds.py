@@ -10,6 +10,7 @@ from libvirt_gpu.cmd import output
 def cmd_reconcile(ctx):
     from libvirt_gpu.virt import host as host_mod
     from libvirt_gpu.guests import reconcile
+    _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     with host_mod.Host(ctx.libvirt_uri()) as host:
         env = ctx.environment(host)
         report = reconcile.reconcile(
@@ -61,6 +62,9 @@ def _reconcile_parser(sub, add):
             '(not test:///)')
     p.add_argument('--dry-run', action='store_true',
                    help='only report what would be done (run this first)')
+    p.add_argument('--mdevctl-dir', default='/etc/mdevctl.d',
+                   help='where mdevctl (and libvirt through it) keeps '
+                        'persistent vGPU definitions (default: %(default)s)')
 
 
 def _restore_parser(sub, add):
