@@ -187,7 +187,7 @@ def test_a_cyborg_vgpu_from_bind_to_a_new_bind_of_its_handle(host, nova):
             'mdev_%s_0000_af_00_0' % absent.replace('-', '_')).create()
     assert absent in live_mdevs(host)
     code, report = restore(host)
-    done = [(a['action'], a['detail'].split(':')[0])
+    done = [(a['action'], a['detail'].split(': ')[0])
             for a in report['actions'] if a['target'] == absent]
     assert done == [('skipped', '%s on %s' % (TYPE, CYBORGS)),
                     ('undefined', 'mdev+definition')], report
