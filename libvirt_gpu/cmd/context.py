@@ -35,12 +35,10 @@ class Context(object):
         source = environment.Source(
             uri=self.args.connect or self.conf.libvirt.connection_uri,
             fallback=not self.args.connect, sysfs_root=self.args.sysfs_root)
-        env = environment.Environment.from_conf(
+        return environment.Environment.from_conf(
             self.conf, sysfs_root=self.args.sysfs_root, source=source,
             parallel=True, mdevctl_dir=getattr(self.args, 'mdevctl_dir',
                                                None))
-        env.routes      # a GPU two routes claim: refused for every command
-        return env
 
     @property
     def result(self):
