@@ -477,6 +477,39 @@ def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
     assert env.leases() == []
 
 
+def test_installed_hook_rebuilds_a_cut_off_snapshot(env, tmp_path):
+    """A snapshot cut off (a crash while it was written by hand, a full
+    disk) read by the installed hook, which has not imported json: the
+    prepare and the release still do their work and the snapshot is
+    written again."""
+    done = hook.install(str(tmp_path / 'hooks'), env.config)
+    u = new_uuid()
+    xml = domain_xml([(u, 'nvidia-223', None)])
+    clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
+
+    def cut_off():
+        with open(env.settings_file, 'rb') as f:
+            whole = f.read()
+        with open(env.settings_file, 'wb') as f:
+            f.write(whole[:len(whole) // 2])
+
+    def snapshot_is_whole():
+        with open(env.settings_file, 'rb') as f:
+            return isinstance(hook.settings.jsonutil.loads(f.read()), dict)
+
+    with kernel_sysfs.KernelWatcher(env.root, env.sysfs.profile):
+        for op, sub in (('prepare', 'begin'), ('release', 'end')):
+            cut_off()
+            r = subprocess.run([done.path, 'vm1', op, sub, '-'], input=xml,
+                               capture_output=True, env=clean_env,
+                               timeout=60)
+            assert (r.returncode, r.stderr) == (0, b'')
+            assert (u in env.sysfs.kernel.mdevs()) is (op == 'prepare')
+            assert snapshot_is_whole()
+    assert env.leases() == []
+    assert 'snapshot %s refreshed' % env.settings_file in env.log()
+
+
 # What a guest start with vGPUs must not load: each was loaded once and
 # cost every start milliseconds (bench/hook.py --importtime): ctypes
 # (safeopen's openat2), urllib (the read-only SQLite URI), string
