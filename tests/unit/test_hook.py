@@ -400,17 +400,45 @@ def test_fast_path_imports_nothing(op):
     assert heavy == set()
 
 
-def test_slow_path_never_imports_libvirt(env):
-    # settings point at the simulated host; a refused start is enough to
-    # go through every import of the prepare path
+def rendered_hook(env):
+    """hooks/qemu as ``hook install`` writes it, for ``env``'s host."""
     script = os.path.join(env.state_dir + '-hooks', 'qemu')
-    os.makedirs(os.path.dirname(script))
+    os.makedirs(os.path.dirname(script), exist_ok=True)
     with open(HOOK) as f:
         text = hook.render_hook(
             f.read(), sys.executable, env.config, env.settings_file,
             [ROOT] + [p for p in sys.path if os.path.isdir(p)])
     with open(script, 'w') as f:
         f.write(text)
+    return script
+
+
+# A character reference can spell every byte the fast path looks for:
+# the same domain written with one goes through the same refusal.
+@pytest.mark.parametrize('plain, spelt', [
+    (b'urn:libvirt-gpu:1', b'urn:libvirt-gpu&#58;1'),
+    (b"type='mdev'", b"type='&#109;dev'"),
+    (b"type='mdev'", b"type='&#x6D;dev'"),
+])
+def test_fast_path_sees_through_character_references(env, plain, spelt):
+    script = rendered_hook(env)
+    if b'urn' in plain:          # a pGPU this host does not have
+        xml = domain_xml(pgpus=['0000:99:00.0'])
+        refusal = b'No GPU at 0000:99:00.0 on this host'
+    else:                        # an mdev hostdev whose UUID is no UUID
+        xml = domain_xml(hostdevs=['not-a-uuid'])
+        refusal = b'not-a-uuid'
+    assert xml.count(plain) == 1 and b'mdev' not in xml.replace(plain, b'')
+    for text in (xml, xml.replace(plain, spelt)):
+        r = run_script(['vm1', 'prepare', 'begin', '-'], text, script)
+        assert r.returncode == 1 and refusal in r.stderr, r.stderr[-2000:]
+    assert env.mdevs() == sorted(env.sysfs.kernel.mdevs())
+
+
+def test_slow_path_never_imports_libvirt(env):
+    # settings point at the simulated host; a refused start is enough to
+    # go through every import of the prepare path
+    script = rendered_hook(env)
     xml = domain_xml([(new_uuid(), 'nvidia-999', None)])
     cold = run_script(['vm1', 'prepare', 'begin', '-'], xml, script)
     warm = run_script(['vm1', 'prepare', 'begin', '-'], xml, script)
