@@ -28,8 +28,6 @@ vGPU host driver) leaves that field None or empty.
 """
 
 
-import ctypes
-
 from libvirt_gpu import exception
 from libvirt_gpu.devices import layout
 from libvirt_gpu.util import logs
@@ -823,6 +821,7 @@ def answer_of(vm, limit, gpu, source_driver=None, here_driver=None):
 def _vgpu_struct(lib, raw):
     """``raw`` as the binding's ``nvmlVgpuMetadata_t``, or None when it
     cannot be one."""
+    import ctypes
     structure = lib.c_nvmlVgpuMetadata_t
     size = ctypes.sizeof(structure)
     if not raw or len(raw) > size:
@@ -833,6 +832,7 @@ def _vgpu_struct(lib, raw):
 def _raw_of(found):
     """The bytes of an ``nvmlVgpuMetadata_t`` up to its opaque data's
     end."""
+    import ctypes
     offset = type(found).opaqueData.offset
     length = min(int(found.opaqueDataSize), ctypes.sizeof(found) - offset)
     return bytes(found)[:offset + length]
@@ -870,6 +870,7 @@ class MigrationSession(Session):
     def compatibility(self, meta, address):
         """``Compatibility`` of the vGPU metadata ``meta`` (VgpuMetadata)
         with the GPU ``address`` of this host."""
+        import ctypes
         found = _vgpu_struct(self.lib, meta.raw)
         if found is None:
             return Compatibility(

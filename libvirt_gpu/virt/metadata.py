@@ -26,9 +26,6 @@ because the hook acts on this and must never act on a guess.
 
 from __future__ import annotations
 
-import base64
-import binascii
-
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -55,7 +52,7 @@ class VgpuEntry:
     type_id: objects.TypeId
     parent: objects.PciAddress | None = None
     # NVIDIA's metadata of the vGPU on the host it comes from (bytes)
-    nvidia: bytes | None = None
+    driver_metadata: bytes | None = None
 
 
 @records.record
@@ -146,6 +143,9 @@ def _nvidia(text):
     """The bytes of ``nvidia-metadata=`` (strict base64, bounded)."""
     if text is None:
         return None
+    # imported here: base64 loads re, which a guest start never pays for
+    import base64
+    import binascii
     if len(text) > 4 * ((MAX_NVIDIA_METADATA + 2) // 3):
         raise exception.MetadataError(
             reason='<vgpu> %s= is longer than NVIDIA\'s metadata of a vGPU '
@@ -190,7 +190,7 @@ def parse_element(gpus):
                     _required(child, 'type', 'vgpu')),
                 parent=(objects.PciAddress.parse(child.get('parent'))
                         if child.get('parent') is not None else None),
-                nvidia=_nvidia(child.get(NVIDIA_ATTR))))
+                driver_metadata=_nvidia(child.get(NVIDIA_ATTR))))
             _once(seen_uuids, entry.uuid, 'vGPU')
             vgpus.append(entry)
         elif child.tag == _NS + 'pgpu':
@@ -234,6 +234,11 @@ def _attr(value):
     return '"%s"' % config_xml.escape(value)
 
 
+def _base64(raw):
+    import base64
+    return base64.b64encode(raw).decode('ascii')
+
+
 def render(meta):
     """The element to hand to ``virDomainSetMetadata(key='gpu',
     uri=NAMESPACE)``, unprefixed (libvirt puts every element of it into our
@@ -245,9 +250,8 @@ def render(meta):
     for entry in meta.vgpus:
         parent = (' parent=%s' % _attr(entry.parent)
                   if entry.parent is not None else '')
-        nvidia = (' %s=%s' % (NVIDIA_ATTR, _attr(
-            base64.b64encode(entry.nvidia).decode('ascii')))
-            if entry.nvidia else '')
+        nvidia = (' %s=%s' % (NVIDIA_ATTR, _attr(_base64(
+            entry.driver_metadata))) if entry.driver_metadata else '')
         parts.append('<vgpu uuid=%s type=%s%s%s/>' % (
             _attr(objects.typed(entry.uuid, objects.Uuid, 'uuid')),
             _attr(objects.typed(entry.type_id, objects.TypeId, 'type_id')),

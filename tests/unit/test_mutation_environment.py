@@ -121,6 +121,7 @@ def test_for_hook_takes_the_settings_snapshot(tmp_path):
     class Settings:
         state_dir = str(tmp_path / 'state')
         enabled = {'x': 1}
+        nvml = 'off'
     sysfs = sysfs_mod.Sysfs(str(tmp_path))
     env = environment.Environment.for_hook(
         Settings, sysfs, mdevctl_dir=str(tmp_path / 'm'))
@@ -129,6 +130,7 @@ def test_for_hook_takes_the_settings_snapshot(tmp_path):
     assert env.enabled == {'x': 1}
     assert env.place('mdevctl_dir') == str(tmp_path / 'm')
     assert env.host is None and env.conf is None
+    assert env.nvml_setting == 'off' and env.nvml is None
 
 
 class _Conf:

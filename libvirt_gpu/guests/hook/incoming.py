@@ -23,6 +23,16 @@ for byte:
 * a vendor-interface VF's ``<hostdev type='pci'>``: its ``<source><address
   domain= bus= slot= function=>``, the VF chosen here.
 
+NVIDIA's own rule, for each vGPU whose entry carries the source's NVIDIA
+metadata (``nvidia-metadata=``, written by the source: see
+docs/admin/migration.md): the GPU chosen here is put to NVIDIA's driver
+(``nvml.compatibility``: ``nvmlGetVgpuCompatibility`` with this GPU's
+``nvmlDeviceGetVgpuMetadata``) and the migration refused, with NVIDIA's
+reason, unless the answer allows a live migration.  Where NVML is not used
+here or does not answer ("not supported"), or the entry carries no
+metadata, the log says that the check was not made and today's checks
+stand alone.
+
 Refused (exit 1, one line), reserving nothing: a type not enabled here,
 no room, a whole GPU passed through (VFIO cannot migrate it), a vGPU that
 is an mdev on the source but lives on VFs here (or the reverse), more than
@@ -151,6 +161,48 @@ def _check_kind(hook, target, grant):
                       'a VF (vendor interface)' if here else 'an mdev'))
 
 
+def _gpu_of(hook, target, device):
+    """The physical GPU of the vGPU chosen here: the VF's PF (vendor
+    interface), or the mdev's parent."""
+    if target.vf:
+        return hook.env.sysfs.physfn(device.parent) or device.parent
+    return device.parent
+
+
+def _check_driver_rules(hook, target, grant):
+    """NVIDIA's answer for the source's vGPU on the GPU chosen here;
+    MigrationRefused unless it allows a live migration."""
+    entry = target.entry
+    if entry.driver_metadata is None:
+        hook.log.info(
+            'incoming vGPU %s (%s) carries no NVIDIA metadata from the '
+            'source: NVIDIA\'s compatibility check not made, today\'s '
+            'checks only' % (entry.uuid, entry.type_id))
+        return
+    # imported here: a guest start (prepare) never pays for it
+    from libvirt_gpu.devices import nvml as nvml_mod
+    gpu = _gpu_of(hook, target, grant.device)
+    try:
+        nvml = hook.env.nvml
+    except exception.ConfigError as e:
+        answer = nvml_mod.unknown(str(e))
+    else:
+        answer = nvml_mod.compatibility(
+            nvml, nvml_mod.VgpuMetadata(raw=entry.driver_metadata), gpu)
+    if answer.verdict == nvml_mod.NOT_LIVE:
+        raise exception.MigrationRefused(
+            reason='vGPU %s (%s): %s' % (entry.uuid, entry.type_id,
+                                         answer.reason))
+    if answer.verdict == nvml_mod.UNKNOWN:
+        hook.log.warning(
+            'incoming vGPU %s (%s): NVIDIA\'s compatibility check not '
+            'made: %s; today\'s checks only'
+            % (entry.uuid, entry.type_id, answer.reason))
+    else:
+        hook.log.info('incoming vGPU %s (%s): %s'
+                      % (entry.uuid, entry.type_id, answer.reason))
+
+
 def migrate(hook, req):
     """Reserve this host's vGPUs for the incoming domain ``req`` and
     return its XML edited to name them (see the module doc).  All or
@@ -181,6 +233,7 @@ def migrate(hook, req):
         the reservation."""
         for target, grant in zip(found, grants):
             _check_kind(hook, target, grant)
+            _check_driver_rules(hook, target, grant)
         for target, grant in zip(found, grants):
             _edit(doc, target, grant.device)
         # what libvirt will start from: well-formed, or nothing reserved

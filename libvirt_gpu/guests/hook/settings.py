@@ -34,12 +34,13 @@ _MAX_SETTINGS_BYTES = 1024 * 1024
 
 @records.record
 class HookSettings:
-    """What the hook needs: where the host is, and the enabled types
-    resolved against it."""
+    """What the hook needs: where the host is, the enabled types
+    resolved against it, and ``[gpu]/nvml`` (NVIDIA's migration check)."""
 
     sysfs_root: str
     state_dir: str
     enabled: dict[objects.PciAddress, objects.EnabledType]
+    nvml: str = 'auto'
 
     def enabled_types(self):
         return sorted({t for e in self.enabled.values() for t in e.type_ids})
@@ -73,7 +74,8 @@ def _resolved(conf, sysfs_key):
     from libvirt_gpu import environment
     env = environment.Environment.from_conf(conf)
     settings = HookSettings(sysfs_root=env.sysfs_root,
-                            state_dir=env.state_dir, enabled=env.enabled)
+                            state_dir=env.state_dir, enabled=env.enabled,
+                            nvml=conf.gpu.nvml)
     extra = {'sysfs_key': sysfs_key,
              'enabled': {str(a): dict(_entry(e), others=[
                  _entry(o) for o in e.others])
@@ -179,7 +181,8 @@ def load_settings(config_file, settings_file=None):
                 return HookSettings(
                     sysfs_root=values.sysfs_root, state_dir=values.state_dir,
                     enabled=enablement.Enabled(
-                        enabled, values.gpu.enabled_vgpu_types)), None
+                        enabled, values.gpu.enabled_vgpu_types),
+                    nvml=values.gpu.nvml), None
         # the host's vGPU parents changed: resolved again from the same
         # values, without oslo.config
         settings, extra = _resolved(values, sysfs_key)
