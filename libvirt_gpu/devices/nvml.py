@@ -946,3 +946,26 @@ def compatibility(nvml, meta, address):
             return unknown(str(e).split(';')[0])
         except NvmlError as e:
             return unknown(str(e))
+
+
+def best_compatibility(nvml, meta):
+    """The best ``Compatibility`` of ``meta`` over every GPU of this host
+    (a live one if any GPU allows it, else the first refusal, else
+    UNKNOWN): for a vGPU that is not given a GPU here."""
+    session, why = _migration_session(nvml)
+    if session is None:
+        return unknown(why)
+    with session:
+        answers = []
+        try:
+            for address in sorted(session._read_handles()):
+                answer = session.compatibility(meta, address)
+                if answer.live:
+                    return answer
+                answers.append(answer)
+        except NvmlError as e:
+            return unknown(str(e))
+    refused = [a for a in answers if a.verdict == NOT_LIVE]
+    if refused:
+        return refused[0]
+    return answers[0] if answers else unknown('NVML lists no GPU here')

@@ -171,3 +171,22 @@ def test_the_longest_metadata_allowed_is_taken():
     (entry,) = _parsed('nvidia-metadata="%s"'
                        % base64.b64encode(raw).decode()).vgpus
     assert entry.driver_metadata == raw
+
+
+def without_hostdev(xml):
+    start, end = xml.index(b'<hostdev'), xml.index(b'</hostdev>')
+    return xml[:start] + xml[end + len(b'</hostdev>'):]
+
+
+def test_a_vgpu_without_its_hostdev_is_put_to_every_gpu_here(h100):
+    # nothing to reserve for it, but the source's driver says it runs
+    # there: NVIDIA's refusal stands; a compatible one passes as before
+    uuid = th.new_uuid()
+    rc, out, err = migrate(h100, without_hostdev(incoming(
+        uuid, source_metadata(driver_version='550.127.05'))))
+    assert (rc, out) == (1, b'')
+    assert ("vGPU %s (nvidia-1300): NVIDIA's driver allows no live "
+            "migration to GPU %s" % (uuid, GPU)) in err
+    for xml in (incoming(uuid), incoming(uuid, source_metadata())):
+        assert migrate(h100, without_hostdev(xml)) == (0, b'', '')
+    assert h100.leases() == []

@@ -28,7 +28,9 @@ metadata (``nvidia-metadata=``, written by the source: see
 docs/admin/migration.md): the GPU chosen here is put to NVIDIA's driver
 (``nvml.compatibility``: ``nvmlGetVgpuCompatibility`` with this GPU's
 ``nvmlDeviceGetVgpuMetadata``) and the migration refused, with NVIDIA's
-reason, unless the answer allows a live migration.  Where NVML is not used
+reason, unless the answer allows a live migration; a vGPU whose hostdev
+the XML lacks (nothing is reserved for it) is put to every GPU here
+(``nvml.best_compatibility``).  Where NVML is not used
 here or does not answer ("not supported"), or the entry carries no
 metadata, the log says that the check was not made and today's checks
 stand alone.
@@ -169,10 +171,11 @@ def _gpu_of(hook, target, device):
     return device.parent
 
 
-def _check_driver_rules(hook, target, grant):
-    """NVIDIA's answer for the source's vGPU on the GPU chosen here;
+def _check_driver_rules(hook, entry, device=None, target=None):
+    """NVIDIA's answer for the source's vGPU ``entry`` on the GPU chosen
+    here for it (``device``, the grant's), or on the best GPU here when
+    none is (its hostdev is not in the XML: nothing to reserve);
     MigrationRefused unless it allows a live migration."""
-    entry = target.entry
     if entry.driver_metadata is None:
         hook.log.info(
             'incoming vGPU %s (%s) carries no NVIDIA metadata from the '
@@ -181,14 +184,17 @@ def _check_driver_rules(hook, target, grant):
         return
     # imported here: a guest start (prepare) never pays for it
     from libvirt_gpu.devices import nvml as nvml_mod
-    gpu = _gpu_of(hook, target, grant.device)
+    meta = nvml_mod.VgpuMetadata(raw=entry.driver_metadata)
     try:
         nvml = hook.env.nvml
     except exception.ConfigError as e:
         answer = nvml_mod.unknown(str(e))
     else:
-        answer = nvml_mod.compatibility(
-            nvml, nvml_mod.VgpuMetadata(raw=entry.driver_metadata), gpu)
+        if device is None:
+            answer = nvml_mod.best_compatibility(nvml, meta)
+        else:
+            answer = nvml_mod.compatibility(
+                nvml, meta, _gpu_of(hook, target, device))
     if answer.verdict == nvml_mod.NOT_LIVE:
         raise exception.MigrationRefused(
             reason='vGPU %s (%s): %s' % (entry.uuid, entry.type_id,
@@ -221,6 +227,10 @@ def migrate(hook, req):
                    % (len(req.meta.vgpus),
                       allocator_mod.MAX_VGPUS_PER_DOMAIN))
     found = targets(req)
+    held = {t.entry.uuid for t in found}
+    for entry in req.meta.vgpus:
+        if entry.uuid not in held:
+            _check_driver_rules(hook, entry)
     if not found:
         return None
     claims = [allocator_mod.VgpuClaim(uuid=t.entry.uuid,
@@ -233,7 +243,7 @@ def migrate(hook, req):
         the reservation."""
         for target, grant in zip(found, grants):
             _check_kind(hook, target, grant)
-            _check_driver_rules(hook, target, grant)
+            _check_driver_rules(hook, target.entry, grant.device, target)
         for target, grant in zip(found, grants):
             _edit(doc, target, grant.device)
         # what libvirt will start from: well-formed, or nothing reserved
