@@ -190,3 +190,23 @@ def test_a_vgpu_without_its_hostdev_is_put_to_every_gpu_here(h100):
     for xml in (incoming(uuid), incoming(uuid, source_metadata())):
         assert migrate(h100, without_hostdev(xml)) == (0, b'', '')
     assert h100.leases() == []
+
+
+# --- issue 39: one vGPU named by two hostdevs --------------------------------
+
+def test_one_vgpu_named_by_two_hostdevs_is_refused(tmp_path):
+    from tests.unit import test_hook_migrate as thm
+    from tests.doubles import trees
+    with trees.simulated_tree('t4') as (root, profile):
+        env = th.Env(root, profile, tmp_path)
+        # EXISTING is taken here: one hostdev would be given a new UUID,
+        # the other would still hand the guest EXISTING
+        xml = thm.incoming_xml(thm.EXISTING)
+        start = xml.index(b'<hostdev')
+        end = xml.index(b'</hostdev>') + len(b'</hostdev>')
+        rc, out, err = thm.migrate(env, xml[:end] + xml[start:end]
+                                   + xml[end:])
+        assert (rc, out) == (1, b'')
+        assert ('vGPU %s is named by 2 hostdevs; a vGPU is one hostdev: '
+                'remove the others' % thm.EXISTING) in err
+        assert err.count('\n') == 1 and env.leases() == []

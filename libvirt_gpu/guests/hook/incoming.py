@@ -39,12 +39,13 @@ Refused (exit 1, one line), reserving nothing: a type not enabled here,
 no room, a whole GPU passed through (VFIO cannot migrate it), a vGPU that
 is an mdev on the source but lives on VFs here (or the reverse), more than
 ``allocator.MAX_VGPUS_PER_DOMAIN`` vGPUs (before the lease lock), two
-vGPUs naming one hostdev; and, by ``operations.parse_request``, input that
-is not UTF-8 or has two ``<metadata>`` elements.  All or nothing: the
-checks and the edits run inside the reservation's transaction
-(``reserve_incoming``'s ``check``), and the edited XML is parsed once more
-before it commits.  A retry of the same domain's migration renews the
-reservations its earlier try made instead of adding to them.
+vGPUs naming one hostdev, one vGPU named by two hostdevs; and, by
+``operations.parse_request``, input that is not UTF-8 or has two
+``<metadata>`` elements.  All or nothing: the checks and the edits run
+inside the reservation's transaction (``reserve_incoming``'s ``check``),
+and the edited XML is parsed once more before it commits.  A retry of
+the same domain's migration renews the reservations its earlier try made
+instead of adding to them.
 """
 
 import time
@@ -126,9 +127,10 @@ def targets(req):
             continue
         # <hostdev type='mdev'> names the vGPU's UUID; type='pci' its VF
         if hostdev.attrib.get('type') == 'mdev':
-            by_uuid.setdefault(_uuid_key(source.attrib.get('uuid')), source)
+            by_uuid.setdefault(_uuid_key(source.attrib.get('uuid')),
+                               []).append(source)
         elif hostdev.attrib.get('type') == 'pci':
-            by_pci.setdefault(_pci_key(source), source)
+            by_pci.setdefault(_pci_key(source), []).append(source)
     found = []
     served = {}            # id(source) -> the vGPU it serves
     for entry in req.meta.vgpus:
@@ -136,13 +138,20 @@ def targets(req):
         if element is None:
             raise _refuse('vGPU %s of the metadata has no <vgpu> element '
                           'this hook can edit' % entry.uuid)
-        source = by_uuid.get(entry.uuid)
-        vf = source is None
+        sources = by_uuid.get(entry.uuid)
+        vf = sources is None
         if vf and entry.parent is not None:
             p = entry.parent
-            source = by_pci.get((p.domain, p.bus, p.slot, p.function))
-        if source is None:
+            sources = by_pci.get((p.domain, p.bus, p.slot, p.function))
+        if sources is None:
             continue
+        if len(sources) > 1:
+            # only one of them would be edited: the other would still
+            # hand the guest the UUID (or VF) that may be taken here
+            raise _refuse('vGPU %s is named by %d hostdevs; a vGPU is one '
+                          'hostdev: remove the others'
+                          % (entry.uuid, len(sources)))
+        source = sources[0]
         other = served.setdefault(id(source), entry.uuid)
         if other != entry.uuid:
             raise _refuse('vGPUs %s and %s both name the hostdev of %s; '
