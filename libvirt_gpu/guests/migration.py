@@ -131,10 +131,10 @@ def _room(dest_host):
 
 
 def _vgpu_keys(entry):
-    """Where NVML finds the vGPU ``entry``: its VF (vendor interface),
-    else its mdev UUID."""
-    return ((entry.parent,) if entry.parent is not None else ()) + (
-        entry.uuid,)
+    """Where NVML finds the vGPU ``entry``: its mdev UUID (classic vGPU),
+    else its VF (vendor interface: NVML knows no UUID of it)."""
+    return (entry.uuid,) + ((entry.parent,) if entry.parent is not None
+                            else ())
 
 
 def read_driver_metadata(meta, nvml):

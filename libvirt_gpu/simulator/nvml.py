@@ -45,6 +45,15 @@ The GPUs NVML lists are the physical GPUs whose profile entry has a
     it and is changed under the kernel's lock, as the tests' kernel double
     changes it.  This is what ``[gpu]/nvml = simulated`` binds to the
     configured sysfs root (``devices.nvml.source``).
+
+vGPU migration (``nvmlVgpuInstanceGetMetadata``,
+``nvmlDeviceGetVgpuMetadata``, ``nvmlDeviceGetPgpuMetadataString``,
+``nvmlGetVgpuCompatibility``): the host's driver version is the profile's
+``driver_version``; the compatibility answer follows NVIDIA's documented
+rules (no live migration between boards such as the H100 80GB PCIe and
+94GB NVL, between H200/H800/H100 boards, or between host driver versions
+NVIDIA's vGPU manager does not pair), with what is documented and what is
+assumed, and the sources, listed at the section "vGPU migration" below.
 """
 
 import contextlib
