@@ -232,3 +232,34 @@ def test_no_nvml_or_not_supported_is_unknown_never_a_yes():
     assert absent.reason == ('NVML cannot be used: NVML lists no GPU '
                              '0000:99:00.0')
     assert nvml.read_vgpu_metadata(None, [gpu]) == {}
+
+
+@pytest.mark.parametrize('vm, limit, verdict, reason', [
+    (0x1 | 0x2, 0x2, nvml.NOT_LIVE,
+     "NVIDIA's driver allows no live migration to GPU 0000:4e:00.0 (only "
+     "cold, hibernate): limited by the guest driver"),
+    (0x0, 0x80000000 | 0x4, nvml.NOT_LIVE,
+     "NVIDIA's driver allows no live migration to GPU 0000:4e:00.0 (no "
+     "kind at all): limited by the GPU and another factor"),
+    (0x0, 0x0, nvml.NOT_LIVE,
+     "NVIDIA's driver allows no live migration to GPU 0000:4e:00.0 (no "
+     "kind at all): limited by an unnamed factor"),
+    (0x8, 0x0, nvml.LIVE,
+     "NVIDIA's driver allows a live migration to GPU 0000:4e:00.0"),
+])
+def test_nvidia_s_numbers_read_as_one_line(vm, limit, verdict, reason):
+    found = nvml.answer_of(vm, limit, objects.PciAddress.parse(PF),
+                           '580.95.02', '550.54.14')
+    assert (found.verdict, found.reason) == (verdict, reason)
+
+
+def test_a_gpu_without_the_vgpu_is_passed_over_for_one_that_takes_it():
+    meta = nvml.read_vgpu_metadata(product(h100()), [
+        objects.PciAddress.parse(VF)])[objects.PciAddress.parse(VF)]
+    here = product(h100(), vgpu=False)
+    assert nvml.best_compatibility(here, meta).live
+    other = nvml.best_compatibility(
+        product(h100(driver_version='550.54.14'), vgpu=False), meta)
+    assert other.verdict == nvml.NOT_LIVE
+    assert 'limited by the host driver' in other.reason
+    assert nvml.best_compatibility(None, meta).verdict == nvml.UNKNOWN
