@@ -202,3 +202,21 @@ def test_the_same_branch_migrates_as_before(source, same_branch, guest):
     assert ("NVIDIA's driver allows a live migration to GPU %s" % GPU) in \
         hg.hook_log(same_branch)
     same_branch.daemon.connect().lookupByName(name).destroy()
+
+
+def test_a_stamp_that_reads_nothing_says_so(source):
+    # a guest whose vGPU NVIDIA's driver does not know (its VF untyped)
+    name = 'nv-none-%s' % uuidlib.uuid4().hex[:6]
+    meta = metadata.render_document(metadata.GpuMetadata(vgpus=(
+        metadata.VgpuEntry(objects.Uuid.new(), objects.TypeId.parse(TYPE),
+                           objects.PciAddress.parse('0000:4e:00.7')),)))
+    dom = source.daemon.connect().createXML(
+        libvirtd_mod.tiny_domain_xml(name, metadata=meta), 0)
+    try:
+        r = cli(source, 'migrate', name, source.uri, '--stamp')
+        assert r.returncode == 1, r.stderr
+        assert r.stdout == ("%s: NVIDIA's metadata of 0 of 1 vGPU(s) in its "
+                            "live metadata\n" % name)
+        assert 'nvidia-metadata' not in dom.XMLDesc(0)
+    finally:
+        dom.destroy()
