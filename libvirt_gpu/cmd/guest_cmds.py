@@ -61,6 +61,25 @@ def cmd_domgpus(ctx):
     return 0
 
 
+def _stamp(ctx, host, nvml):
+    """``migrate --stamp``: NVIDIA's metadata written, nothing moved."""
+    from libvirt_gpu.guests import migration
+    from libvirt_gpu.virt import guest as guest_mod
+    guest = guest_mod.Guest(host.lookup_domain(ctx.args.domain))
+    meta = migration.stamp(guest, nvml)
+    if meta is None:
+        _, meta = guest.devices()
+    written = [e for e in meta.vgpus if e.driver_metadata]
+    if ctx.args.json:
+        output.emit_json({'domain': guest.name, 'stamped': [
+            str(e.uuid) for e in written]})
+    else:
+        output.emit_text('%s: NVIDIA\'s metadata of %d of %d vGPU(s) in its '
+                         'live metadata' % (guest.name, len(written),
+                                            len(meta.vgpus)))
+    return 0 if written or not meta.vgpus else 1
+
+
 def cmd_migrate(ctx):
     from libvirt_gpu.guests import api
     from libvirt_gpu.virt import host as host_mod
@@ -75,11 +94,16 @@ def cmd_migrate(ctx):
             output.emit_progress(output.migration_progress_text(stats))
 
     with host_mod.Host(ctx.libvirt_uri()) as host:
+        # this host's NVML: NVIDIA's metadata of the guest's vGPUs
+        nvml = ctx.environment(host).nvml
+        if ctx.args.stamp:
+            return _stamp(ctx, host, nvml)
         # A refused check raises MigrationRefused (exit status 1) after
         # ``show`` printed every check.
         done = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
                            dry_run=ctx.args.dry_run, progress=progress,
-                           on_plan=show, migrate_uri=ctx.args.migrate_uri)
+                           on_plan=show, migrate_uri=ctx.args.migrate_uri,
+                           nvml=nvml)
     if as_json:
         output.emit_json(output.migration_to_json(done))
     if done.outcome is None:                        # --dry-run
@@ -150,8 +174,14 @@ def _migrate_parser(sub, add):
                    help='the destination\'s libvirt URI, opened by this '
                         'command and by the source\'s libvirtd, e.g. '
                         'qemu+ssh://host2/system')
-    p.add_argument('--dry-run', action='store_true',
-                   help='only run the checks and print them')
+    what = p.add_mutually_exclusive_group()
+    what.add_argument('--dry-run', action='store_true',
+                      help='only run the checks and print them')
+    what.add_argument('--stamp', action='store_true',
+                      help='only write NVIDIA\'s metadata of the guest\'s '
+                           'vGPUs (read by this host\'s NVML) into its live '
+                           'metadata, for a `virsh migrate` to carry to the '
+                           'destination\'s check; nothing is migrated')
     p.add_argument('--migrate-uri', metavar='URI',
                    help='where the guest\'s memory goes, e.g. '
                         'tcp://10.0.0.2:49152 (a migration network); by '

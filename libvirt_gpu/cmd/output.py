@@ -456,7 +456,12 @@ def migration_to_json(done):
            'ok': plan.ok,
            'checks': [{'what': c.what, 'ok': c.ok, 'detail': c.detail}
                       for c in plan.checks],
-           'vgpus': {t: n for t, n in plan.vgpus}}
+           'vgpus': {t: n for t, n in plan.vgpus},
+           # NVIDIA's compatibility question, per vGPU (migration.py)
+           'nvidia': [{'vgpu': str(a.uuid), 'type': str(a.type_id),
+                       'metadata_read': a.read,
+                       'host_driver': a.host_driver, 'detail': a.detail}
+                      for a in plan.driver]}
     if outcome is not None:
         doc['migrated'] = outcome.done
         doc['downtime_ms'] = outcome.downtime_ms
@@ -473,6 +478,9 @@ def migration_checks_text(plan):
     for c in plan.checks:
         lines.append('  %-4s %s: %s' % ('ok' if c.ok else 'NO', c.what,
                                         c.detail))
+    for a in plan.driver:
+        lines.append('  %-4s NVIDIA compatibility of vGPU %s (%s): %s' % (
+            'ask', a.uuid, a.type_id, a.detail))
     return '\n'.join(lines)
 
 
