@@ -199,3 +199,46 @@ def test_the_exporter_labels_each_gpu_and_vgpu_with_its_route(t4, tmp_path):
     assert sorted((s['uuid'], s['route'], s['domain_uuid'])
                   for s in found['libvirt_gpu_vgpu_info']) == [
         (PRE[0], 'cyborg', DOM), (PRE[1], 'cyborg', '')]
+
+
+def _surveyed(tmp_path, conf):
+    """One scrape with libvirt (a file-backed fake with no domain) and
+    reconcile's dry run handed in as the CLI hands it:
+    ``{(name, labels): value}``."""
+    from libvirt_gpu.cmd import service_cmds
+    from libvirt_gpu.virt import host as host_mod
+    from tests.doubles import fake_libvirt
+    conn = fake_libvirt.FakeConnection(str(tmp_path / 'doms'))
+    env = environment.Environment.from_conf(
+        conf_mod.load(conf), conn=host_mod.Host.from_connection(conn))
+    collector = exporter.HostCollector(
+        env, survey=service_cmds._survey(env, 'qemu:///system'))
+    found = {}
+    for family in prom_parser.text_string_to_metric_families(
+            exporter.exposition(collector)):
+        for s in family.samples:
+            found[(s.name, frozenset(s.labels.items()))] = s.value
+    return found
+
+
+def _findings(found):
+    return sorted((dict(k[1])['uuid'], dict(k[1])['action'],
+                   dict(k[1])['route']) for k in found
+                  if k[0] == 'libvirt_gpu_reconcile_finding')
+
+
+def test_the_exporter_counts_no_cyborg_vgpu_as_an_orphan(t4, tmp_path):
+    """Cyborg's vGPUs no domain names yet (bound, Nova's spawn to come)
+    are kept findings of Cyborg's route, not unexplained vGPUs; the same
+    vGPUs on a GPU of ours are."""
+    root, _ = t4
+    found = _surveyed(tmp_path, _conf(tmp_path, root))
+    assert found[('libvirt_gpu_unexplained_vgpus', frozenset())] == 0
+    assert _findings(found) == [(PRE[0], 'kept', 'cyborg'),
+                                (PRE[1], 'kept', 'cyborg')]
+    ours = tmp_path / 'ours'
+    ours.mkdir()
+    found = _surveyed(ours, _conf(ours, root, routes=False))
+    assert found[('libvirt_gpu_unexplained_vgpus', frozenset())] == 2
+    assert _findings(found) == [(PRE[0], 'would remove', 'libvirt-gpu'),
+                                (PRE[1], 'would remove', 'libvirt-gpu')]
