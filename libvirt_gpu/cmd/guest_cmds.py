@@ -52,12 +52,17 @@ def cmd_domgpus(ctx):
     from libvirt_gpu.guests import api
     from libvirt_gpu.virt import host as host_mod
     with host_mod.Host(ctx.libvirt_uri()) as host:
-        got = api.list_devices(ctx.environment(host), ctx.args.domain,
+        env = ctx.environment(host)
+        got = api.list_devices(env, ctx.args.domain,
                                inactive=ctx.args.inactive)
+    # each vGPU's route: its parent's physical GPU's (None: no parent known)
+    routes = {v.uuid: env.routes.route_of(env.sysfs.physfn(v.parent)
+                                          or v.parent)
+              for v in got.vgpus if v.parent is not None}
     if ctx.args.json:
-        output.emit_json(output.domain_devices_to_json(got))
+        output.emit_json(output.domain_devices_to_json(got, routes))
     else:
-        output.emit_text(output.domain_devices_text(got))
+        output.emit_text(output.domain_devices_text(got, routes))
     return 0
 
 

@@ -107,7 +107,8 @@ LEVELS = (
     ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
     ('devices.layout_apply',),
     ('store.state',), ('store.allocator',), ('openstack.placement',),
-    ('environment',), ('guests.migration',), ('guests.api',), ('guests.hook',),
+    ('environment',), ('guests.migration', 'guests.holders'),
+    ('guests.api',), ('guests.hook',),
     ('guests.reconcile',), ('guests.restore',), ('openstack.agent',),
     ('exporter',), ('openstack.cyborg_driver',), ('simulator',), ('cmd',),
 )

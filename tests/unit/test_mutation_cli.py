@@ -689,16 +689,28 @@ def test_list_table_of_a_sliced_and_a_whole_gpu(capsys, hosts):
                           hosts['t4'], 'list')
     assert code == 0
     assert _table(out) == [
+        # T4_CONF gives the host to Cyborg ([routes]/cyborg = all)
         'ADDRESS       ID         PRODUCT             DRIVER  NUMA  CPUS  '
-        'IOMMU  GROUP MEMBERS  MODE  ENABLED TYPE  CAPACITY  TYPES  VGPUS  '
-        'VFS',
+        'IOMMU  GROUP MEMBERS  MODE  ROUTE   ENABLED TYPE  CAPACITY  TYPES  '
+        'VGPUS  VFS',
         '------------  ---------  ------------------  ------  ----  ----  '
-        '-----  -------------  ----  ------------  --------  -----  -----  '
-        '---',
+        '-----  -------------  ----  ------  ------------  --------  -----  '
+        '-----  ---',
         '0000:3b:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  0     -     '
-        '28     -              pgpu  -             1         17     0      -',
+        '28     -              pgpu  cyborg  -             1         17     '
+        '0      -',
         '0000:af:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  1     -     '
-        '58     -              vgpu  nvidia-223    8         17     2      -']
+        '58     -              vgpu  cyborg  nvidia-223    8         17     '
+        '2      -',
+        '',
+        'VGPU                                  TYPE        GPU           '
+        'PARENT        ROUTE   DOMAIN',
+        '------------------------------------  ----------  ------------  '
+        '------------  ------  ------',
+        '4b20d080-1b54-4048-85b3-a6a62d165c01  nvidia-223  0000:af:00.0  '
+        '0000:af:00.0  cyborg  -',
+        'b1ae8bf6-38b0-4c81-9d44-78ce3f520496  nvidia-223  0000:af:00.0  '
+        '0000:af:00.0  cyborg  -']
 
 
 def test_list_names_what_is_not_offered_whole(capsys, hosts, empty_conf):
@@ -706,10 +718,11 @@ def test_list_names_what_is_not_offered_whole(capsys, hosts, empty_conf):
                         hosts['mixed'], 'list')
     assert code == 0
     lines = _table(out)
+    lines = lines[:lines.index('')]       # the vGPUs' table follows
     assert lines[2] == (
         '0000:03:00.0  1a03:2000  ASPEED Graphics Family          ast       '
-        '0     -     16     -              pgpu  -             0         0 '
-        '     0      -')
+        '0     -     16     -              pgpu  libvirt-gpu  -             '
+        '0         0      0      -')
     assert lines[-2].startswith('0000:d8:00.0  10de:2230  GA102GL [RTX '
                                 'A6000]')
     assert '     70     0000:d8:00.1   pgpu' in lines[-2]
@@ -757,8 +770,8 @@ def test_list_json_of_a_vf_shows_its_gpus_setting(capsys, hosts, tmp_path):
                         hosts['a100'], 'list')
     row = [line for line in out.splitlines()
            if line.startswith('0000:41:00.0')][0]
-    assert row.split()[-9:] == ['-', 'vgpu', 'nvidia-472', '2', '6', '1',
-                                '16', '(1', 'used)']
+    assert row.split()[-10:] == ['-', 'vgpu', 'libvirt-gpu', 'nvidia-472',
+                                 '2', '6', '1', '16', '(1', 'used)']
 
 
 def test_types_table_json_and_nothing_offered(capsys, hosts):
@@ -998,8 +1011,8 @@ def test_domgpus_of_a_domain_without_gpus(capsys):
     code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test')
     assert code == 0
     assert out.splitlines()[1:] == [
-        'KIND  UUID  TYPE  GPU  EXISTS  LEASE  SOURCE',
-        '----  ----  ----  ---  ------  -----  ------']
+        'KIND  UUID  TYPE  GPU  ROUTE  EXISTS  LEASE  SOURCE',
+        '----  ----  ----  ---  -----  ------  -----  ------']
     code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test',
                         '--json')
     assert json.loads(out) == {
@@ -1075,7 +1088,7 @@ def test_exporter_once_without_libvirt(capsys, hosts, empty_conf):
     assert code == 0
     assert ('libvirt_gpu_gpu_info{enabled_type="",gpu="0000:3b:00.0",'
             'mode="pgpu",product="TU104GL [Tesla T4]",product_id="1eb8",'
-            'vendor_id="10de"} 1.0') in out.splitlines()
+            'route="libvirt-gpu",vendor_id="10de"} 1.0') in out.splitlines()
 
 
 def test_no_survey_on_libvirts_test_driver():
