@@ -163,7 +163,12 @@ def test_a_bad_gpu_is_refused_naming_the_option(tmp_path):
         one(tmp_path, 'gpus = nvidia\nvgpu_types = nvidia-1160\n')
 
 
-@pytest.mark.parametrize('text', ['1g.10gb:0', '1g.10gb:x', ':3'])
+@pytest.mark.parametrize('text', ['1g.10gb:0', '1g.10gb:x', ':3',
+                                  # digits that are not ASCII: int()
+                                  # refuses the first, reads the second
+                                  # as 3
+                                  '1g.10gb:\u00b2', '1g.10gb:\u0663',
+                                  '1g.10gb:65', '1g.10gb:' + '9' * 4000])
 def test_a_bad_gi_count_is_refused(tmp_path, text):
     refused(tmp_path, MIG.replace('1g.10gb:4, 3g.40gb:1', text),
             r'gpu_instances: .* is not <profile>:<count>')
@@ -456,7 +461,9 @@ def test_types_take_counts(tmp_path):
 
 @pytest.mark.parametrize('text', ['nvidia-1160:0', 'nvidia-1160:x',
                                   'nvidia-1160:-1', 'nvidia-1160:1025',
-                                  'nvidia-1160:'])
+                                  'nvidia-1160:', 'nvidia-1160:\u00b2',
+                                  'nvidia-1160:\u0663',
+                                  'nvidia-1160:\uff13'])
 def test_a_bad_count_is_refused(tmp_path, text):
     refused(tmp_path, MIXED + 'vgpu_types = %s\n' % text,
             r'\[layout_one\]/vgpu_types: .* not <type>:<count>')

@@ -1,0 +1,220 @@
+"""Issue 39's layout findings, on the simulated hosts the layouts are for
+(``test_layouts_inject.Host``: a static tree, the kernel double answering
+its sysfs writes, ``[gpu]/nvml = simulated`` over the same tree):
+
+- every check that can be made before the first step is made by ``plan``
+  and by ``apply`` before its first step (a MIG layout whose type the GPU
+  can never offer; a GI profile the GPU lacks while MIG mode must still
+  change);
+- every ``time_slice_ms`` the option takes is one the driver takes, and
+  reads back as itself;
+- a plain simulated tree (no kernel answers its writes) says that it
+  cannot change its VFs and names ``simulate --live``;
+- two appliers of one host (an operator's ``layout apply`` and
+  ``restore``'s) never interleave: the second waits for the layouts lock,
+  boundedly, and says who holds it.
+"""
+
+import os
+import threading
+
+import pytest
+
+from libvirt_gpu import conf as conf_mod
+from libvirt_gpu import environment
+from libvirt_gpu.devices import layout
+from libvirt_gpu.devices import layout_apply
+from libvirt_gpu.devices import layout_plan as lp
+from libvirt_gpu import objects
+from tests.unit import test_layouts_inject as inject
+
+H100 = inject.H100
+L40S = inject.L40S
+
+
+def _failed_check(report):
+    assert [r.status for r in report.results] == [layout_apply.FAILED]
+    assert report.failed[0].action == 'check'
+    return report.failed[0].detail
+
+
+# --- checks before the first step --------------------------------------------
+
+@pytest.mark.parametrize('lines, said', [
+    # a time-sliced type in a MIG layout: never offered with MIG on
+    (('mode = mig', 'gpu_instances = 1g.10gb:2', 'vgpu_types = nvidia-1300'),
+     '[layout_e2e]/vgpu_types: nvidia-1300 is time-sliced, and with MIG on '
+     'the GPU offers only MIG-backed types'),
+    # a type the GPU does not support at all
+    (('mode = mig', 'gpu_instances = 1g.10gb:2', 'vgpu_types = nvidia-9999'),
+     '[layout_e2e]/vgpu_types: the GPU does not support nvidia-9999'),
+    # a type whose GI profile the layout makes none of
+    (('mode = mig', 'gpu_instances = 1g.10gb:2', 'vgpu_types = nvidia-1311'),
+     'nvidia-1311 lives in 2g.20gb GPU instances, and '
+     '[layout_e2e]/gpu_instances makes none'),
+    # a GI profile the GPU lacks (was: AttributeError 'NoneType' ... 'id')
+    (('mode = mig', 'gpu_instances = 5g.50gb:1', 'vgpu_types = nvidia-1308'),
+     '[layout_e2e]/gpu_instances: the GPU has no GI profile 5g.50gb (it '
+     'has: 1g.10gb, 2g.20gb,'),
+    # more than the GPU's slices
+    (('mode = mig', 'gpu_instances = 3g.40gb:2, 2g.20gb:1',
+      'vgpu_types = nvidia-1312'),
+     'needs 8 compute slices'),
+])
+def test_plan_and_apply_refuse_before_the_first_step_what_mig_on_refuses(
+        tmp_path, lines, said):
+    """The H100 as it boots: MIG off, its VFs enabled.  ``plan`` says the
+    layout fails (it used to say "0 failed"); ``apply`` refuses before
+    its first step (it used to disable every VF and turn MIG on first)."""
+    host = inject.Host(tmp_path, H100)
+    before = host.driver()
+    env = host.env(lines)
+    for dry_run in (True, False):
+        report = layout_apply.converge(env, dry_run=dry_run,
+                                       settle_timeout=5.0)
+        detail = _failed_check(report)
+        assert said in detail and '\n' not in detail
+        assert detail.startswith('layout e2e, GPU %s: ' % H100.gpu)
+        assert host.driver() == before
+        assert env.sysfs.sriov_numvfs(
+            objects.PciAddress.parse(H100.gpu)) == 32
+
+
+def test_a_time_sliced_layout_on_a_mig_gpu_is_refused_before_mig_goes_off(
+        tmp_path):
+    host = inject.Host(tmp_path, H100)
+    assert not layout_apply.converge(
+        host.env(('mode = mig', 'gpu_instances = 1g.10gb:1',
+                  'vgpu_types = nvidia-1308')), settle_timeout=5.0).failed
+    before = host.driver()
+    report = layout_apply.converge(
+        host.env(('mode = time-sliced', 'vgpu_types = nvidia-1308')),
+        settle_timeout=5.0)
+    assert 'nvidia-1308 is MIG-backed; mode time-sliced offers ' \
+        'time-sliced types' in _failed_check(report)
+    assert host.driver() == before
+
+
+def test_the_cli_plan_of_a_layout_the_gpu_can_never_offer_exits_1(
+        tmp_path, capsys):
+    from libvirt_gpu.cmd import main as cli
+    host = inject.Host(tmp_path, H100)
+    lines = ('mode = mig', 'gpu_instances = 1g.10gb:2',
+             'vgpu_types = nvidia-1300')
+    host.env(lines)
+    config = os.path.join(host.path, 'c0.conf')
+    code = cli.main(['--config-file', config, 'layout', 'plan'])
+    out, err = capsys.readouterr()
+    assert code == 1, out
+    assert '0 to do, 1 failed or refused' in out
+    assert 'nvidia-1300 is time-sliced' in out
+
+
+# --- the scheduler's time slice ----------------------------------------------
+
+def test_every_time_slice_the_option_takes_the_driver_takes_and_reads_back(
+        tmp_path):
+    """1 to 30 ms (``layout.TIME_SLICE_MS``, the option's range), each
+    set through the product's NVML session on the simulated L40S and
+    read back as itself (30 ms was sent as 33 per second, which the
+    simulated driver refused: outside its 34..1000)."""
+    host = inject.Host(tmp_path, L40S)
+    env = host.env(L40S.layout)
+    address = objects.PciAddress.parse(L40S.gpu)
+    low, high = layout.TIME_SLICE_MS
+    assert (low, high) == (1, 30)
+    with env.nvml.session() as session:
+        for ms in range(low, high + 1):
+            for policy in (layout.EQUAL_SHARE, layout.FIXED_SHARE):
+                wanted = layout.Scheduler(policy, ms)
+                session.set_scheduler(address, wanted)
+                assert session.scheduler(address) == wanted
+
+
+@pytest.mark.parametrize('ms', [1, 30])
+def test_apply_of_a_time_slice_at_each_end_converges(tmp_path, ms):
+    host = inject.Host(tmp_path, L40S)
+    lines = tuple(line if not line.startswith('time_slice_ms') else
+                  'time_slice_ms = %d' % ms for line in L40S.layout)
+    report = layout_apply.converge(host.env(lines), settle_timeout=5.0)
+    assert not report.failed, report.failed
+    assert lp.SCHEDULER in {r.action for r in report.changed}
+    again = layout_apply.converge(host.env(lines), dry_run=True)
+    assert [p.converged for p in again.plans] == [True]
+
+
+# --- a plain simulated tree --------------------------------------------------
+
+def test_a_plain_tree_says_it_cannot_change_its_vfs(tmp_path):
+    """``simulate h100-80gb DIR`` writes files only: nothing answers its
+    ``sriov_numvfs`` write, so its VFs stay.  The step says so and points
+    at ``simulate --live`` (it used to go on and fail at MIG mode with
+    NVML's "In use by another client")."""
+    host = inject.Host(tmp_path, H100)
+    name = os.path.join(host.path, 'plain.conf')
+    with open(name, 'w') as f:
+        f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
+                '[gpu]\nnvml = simulated\nlayouts = e2e\n'
+                '[layout_e2e]\ngpus = %s\n%s\n' % (
+                    host.root, os.path.join(host.path, 'state'), H100.gpu,
+                    '\n'.join(H100.layout)))
+    conf = conf_mod.load(name)
+    env = environment.Environment.from_conf(conf)     # the plain Sysfs
+    report = layout_apply.converge(env, settle_timeout=0)
+    assert [r.action for r in report.results] == [lp.DISABLE_VFS]
+    detail = report.failed[0].detail
+    assert 'disable the 32 VFs' in detail
+    assert 'VFs disabled, but its 32 VFs are still there: nothing ' \
+        'answered the write' in detail
+    assert '`libvirt-gpu simulate --live PROFILE DIR`' in detail
+    assert 'In use by another client' not in detail
+
+
+# --- one applier at a time ---------------------------------------------------
+
+def test_a_second_applier_waits_for_the_first_and_never_interleaves(
+        tmp_path):
+    """Two appliers of one host, each its own Environment (as an
+    operator's ``layout apply`` and ``restore`` are): the first is held
+    inside its run, after its first step, while the second tries.  The
+    second is refused naming the lock's holder, without a step of its own
+    (without the lock it ran its own plan beside the first's); once the
+    first is done, it finds the GPU at its layout."""
+    host = inject.Host(tmp_path, H100)
+    first_env = host.env(H100.layout)
+    second_env = host.env(H100.layout + ('',))      # its own Environment
+    inside = threading.Event()
+    go_on = threading.Event()
+    found = {}
+
+    def progress(result):
+        if not inside.is_set():
+            inside.set()
+            assert go_on.wait(60)
+
+    def first():
+        found['first'] = layout_apply.converge(
+            first_env, progress=progress, settle_timeout=5.0)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        steps_then = host.driver()
+        with pytest.raises(layout_apply.LayoutsLocked) as refused:
+            layout_apply.converge(second_env, settle_timeout=5.0,
+                                  lock_timeout=0)
+        assert host.driver() == steps_then      # the second did nothing
+    finally:
+        go_on.set()
+        thread.join(60)
+    message = str(refused.value)
+    assert message.startswith('another `libvirt-gpu layout apply` or '
+                              '`restore` is changing the GPUs of this '
+                              'host: still locked after 0 s by process %d'
+                              % os.getpid())
+    assert message.endswith('run this again once it has ended')
+    assert not found['first'].failed, found['first'].failed
+    report = layout_apply.converge(second_env, settle_timeout=5.0,
+                                   lock_timeout=0)
+    assert [r.status for r in report.results] == [layout_apply.OK]
