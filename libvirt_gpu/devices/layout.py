@@ -609,6 +609,22 @@ def _check_counts_fit(layout, facts):
                short.type_id, short.placement_size, len(short.placements)))
 
 
+def check_before_steps(layout, facts):
+    """Every check of ``layout`` that the GPU of ``facts`` (as it is now)
+    allows before the first step, as ``layout plan`` makes them:
+    LayoutError for a MIG layout on a GPU without MIG, then ``check``
+    wherever the GPU says enough (its MIG mode is the layout's, or
+    ``reports_for``).  Returns ``layout``."""
+    if layout.mig and facts.mig is None:
+        raise LayoutError(
+            layout=layout.name, address=facts.address,
+            reason='mode %s needs MIG, and this GPU has no MIG mode; use '
+                   'mode time-sliced or mixed-size' % layout.mode)
+    if bool(facts.mig) == layout.mig or reports_for(layout, facts):
+        check(layout, facts)
+    return layout
+
+
 def reports_for(layout, facts):
     """Whether what the GPU reports in the MIG mode it has now is enough to
     ``check`` ``layout``, a layout of the other mode: its GI profiles

@@ -274,16 +274,9 @@ class Applier(object):
     def _checked(self, layout, address):
         """The GPU's facts, with the layout checked against them before
         any step wherever the GPU says enough in the MIG mode it has now
-        (``layout.reports_for``; else once MIG mode changed)."""
+        (``layout.check_before_steps``; else once MIG mode changed)."""
         facts = self.driver.facts(address)
-        if layout.mig and facts.mig is None:
-            raise layout_mod.LayoutError(
-                layout=layout.name, address=address,
-                reason='mode %s needs MIG, and this GPU has no MIG mode; '
-                       'use mode time-sliced or mixed-size' % layout.mode)
-        if bool(facts.mig) == layout.mig or \
-                layout_mod.reports_for(layout, facts):
-            layout_mod.check(layout, facts)
+        layout_mod.check_before_steps(layout, facts)
         return facts
 
     def _converge(self, layout, address):

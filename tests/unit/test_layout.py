@@ -241,6 +241,24 @@ def test_claims_by_model_and_by_address(tmp_path):
         H100: 'one', H100_B: 'one', L40S: 'two'}
 
 
+def test_one_layout_naming_a_gpu_by_address_and_by_model_holds_it_once(
+        tmp_path):
+    """Defined, not refused: the GPU is in that one layout (a GPU is
+    refused only when two layouts match it)."""
+    conf = load(tmp_path, '[gpu]\nlayouts = one\n[layout_one]\n%s'
+                % textwrap.dedent(MIG).replace(
+                    'gpus = 10de:2331', 'gpus = %s, 10de:2331' % H100))
+    (lay,) = layout.read_layouts(conf)
+    assert [str(s) for s in lay.gpus] == [H100, '10de:2331']
+    claimed = layout.claims((lay,), GPUS)
+    assert {str(a): found.name for a, found in claimed.items()} == {
+        H100: 'one', H100_B: 'one'}
+    # and by its address in one layout, by its model in another: refused
+    conf = two(tmp_path, MIG, L40S_BODY.replace('0000:61:00.0', H100))
+    with pytest.raises(exception.ConfigError, match='matched by two'):
+        layout.claims(layout.read_layouts(conf), GPUS)
+
+
 def test_a_gpu_matched_by_two_layouts_is_refused(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY.replace('0000:61:00.0', H100))
     with pytest.raises(exception.ConfigError,
@@ -523,6 +541,15 @@ def test_worst_block_is_the_most_one_vgpu_can_take():
     assert layout.worst_block(four, three) == 2      # 4..7: 3..5, 6..8
     assert layout.worst_block(four, four) == 1
     assert layout.worst_block(four, one_slot) == 4
+    # a window that meets the GPU's first slot: the vGPU's own size and
+    # the other type's size are not interchangeable (with them swapped,
+    # 2 slots at 0 would be said to take 1 of the one-slot placements)
+    two_at_0 = records.replace(_mixed_type(2, 2), placements=(0,))
+    three_at_0 = records.replace(_mixed_type(3, 3), placements=(0,))
+    assert layout.worst_block(two_at_0, one_slot) == 2
+    assert layout.worst_block(one_slot, two_at_0) == 1
+    assert layout.worst_block(three_at_0, one_slot) == 3
+    assert layout.worst_block(two_at_0, three_at_0) == 1
 
 
 def test_counts_fit_exactly_at_the_limit():

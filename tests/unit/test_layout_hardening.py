@@ -218,3 +218,56 @@ def test_a_second_applier_waits_for_the_first_and_never_interleaves(
     report = layout_apply.converge(second_env, settle_timeout=5.0,
                                    lock_timeout=0)
     assert [r.status for r in report.results] == [layout_apply.OK]
+
+
+# --- drift shrinks what Placement is offered ---------------------------------
+
+def _l40s_totals(host, setting):
+    from libvirt_gpu.devices import discovery
+    from libvirt_gpu.openstack.placement import model
+    from tests.doubles import kinds
+    from tests.unit import test_mig_capacity as mc
+    env = mc._Env(host, {mc.L40S: setting})
+    gpus = discovery.from_sysfs(host.sysfs, kinds=kinds.registered()).gpus
+    found = model.build_tree('compute-1', gpus, env.enabled,
+                             rooms=env.vgpus.rooms(env.enabled))
+    return {p.name: [(i.resource_class, i.total) for i in p.inventories]
+            for p in found.children
+            if model.gpu_provider_address('compute-1', p.name) == mc.L40S}
+
+
+def test_mixed_size_turned_off_by_hand_offers_one_size_only(tmp_path):
+    """The L40S laid out ``nvidia-1153:3, nvidia-1145:1``: at its layout
+    (mixed-size on) each type its own total; mixed-size mode then turned
+    off by hand (the driver takes vGPUs of one type at a time): Placement
+    is offered the first type only (it was offered 3 + 1 of two sizes),
+    or the type of the vGPU the GPU holds; the layout applied again
+    offers both again."""
+    from tests.unit import test_mig_capacity as mc
+    host = mc.Host(str(tmp_path / 'sys'), 'l40s', str(tmp_path / 'state'))
+    setting = objects.EnabledType(
+        mc.L40S_12Q, max_instances=3, others=(objects.EnabledType(
+            mc.L40S_1B, resource_class='CUSTOM_L40S_1B',
+            max_instances=1),))
+    both = {'compute-1_0000:bd:00.0': [('VGPU', 3)],
+            'compute-1_0000:bd:00.0_nvidia-1145': [('CUSTOM_L40S_1B', 1)]}
+    host.mixed(mc.L40S)
+    assert _l40s_totals(host, setting) == both
+    with host.nvml.session() as session:
+        session.set_mixed_size(mc.L40S, False)         # by hand
+    host.refresh(mc.L40S)
+    assert _l40s_totals(host, setting) == {
+        'compute-1_0000:bd:00.0': [('VGPU', 3)]}
+    # a vGPU of the second type made meanwhile: that type only
+    made, _ = host.fill(mc.L40S, mc.L40S_1B)
+    assert made >= 1
+    totals = _l40s_totals(host, setting)
+    assert list(totals) == ['compute-1_0000:bd:00.0_nvidia-1145']
+    assert totals['compute-1_0000:bd:00.0_nvidia-1145'][0][0] == \
+        'CUSTOM_L40S_1B'
+    # the layout applied again (the vGPU gone first): both again
+    for vf in host.sysfs.virtfns(mc.L40S):
+        if host.backend.files.current_type(vf):
+            host.backend.files.set_current_type(vf, 0)
+    host.mixed(mc.L40S)
+    assert _l40s_totals(host, setting) == both
