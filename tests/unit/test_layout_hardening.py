@@ -271,3 +271,44 @@ def test_mixed_size_turned_off_by_hand_offers_one_size_only(tmp_path):
             host.backend.files.set_current_type(vf, 0)
     host.mixed(mc.L40S)
     assert _l40s_totals(host, setting) == both
+
+
+def test_two_applier_processes_never_interleave(tmp_path):
+    """Two ``libvirt-gpu layout apply`` processes on one simulated H100
+    (a static tree; NVML over the simulated driver): the first is held
+    inside its first step (its sriov-manage script waits on a FIFO); the
+    second, started then, is refused in one line naming the first's
+    process and runs no step: its script never runs."""
+    import subprocess
+    import sys
+    from tests.doubles import poll
+    host = inject.Host(tmp_path, H100)
+    host.env(H100.layout)
+    config = os.path.join(host.path, 'c0.conf')
+    calls = tmp_path / 'calls'
+    go = tmp_path / 'go'
+    os.mkfifo(str(go))
+    script = tmp_path / 'sriov-manage'
+    script.write_text('#!/bin/sh\necho "$PPID $*" >> %s\nread x < %s\n'
+                      % (calls, go))
+    script.chmod(0o755)
+    argv = [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
+            config, 'layout', 'apply', '--sriov-manage', str(script)]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        assert poll.wait_for(calls.exists, timeout=60)
+        second = subprocess.run(argv + ['--wait', '0'], capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        with open(str(go), 'w') as f:      # the first goes on
+            f.write('\n')
+        first.communicate(timeout=120)
+    assert second.returncode == 1
+    assert second.stdout == ''
+    assert second.stderr.count('\n') == 1, second.stderr
+    assert second.stderr.startswith(
+        'libvirt-gpu: error: another `libvirt-gpu layout apply` or '
+        '`restore` is changing the GPUs of this host: still locked after '
+        '0 s by process %d (' % first.pid), second.stderr
+    assert calls.read_text() == '%d -d %s\n' % (first.pid, H100.gpu)
