@@ -316,6 +316,15 @@ def test_mig_on_a_gpu_without_mig_is_refused():
     assert 'has no MIG mode' in report.failed[0].detail
 
 
+def test_a_gpu_at_its_layout_lets_the_run_go_on():
+    gpu = Gpu(mig=True, vfs=20)
+    assert not apply(gpu, MIG).failed          # now at its layout
+    other = objects.PciAddress.parse(tl.H100_B)
+    report = la.Applier(gpu).run([(MIG, ADDRESS), (MIG, other)])
+    assert [(r.status, r.address) for r in report.results] == [
+        (la.OK, ADDRESS), (la.OK, other)]
+
+
 def test_the_first_failed_gpu_stops_the_run():
     gpu = Gpu()
     gpu.fail = lp.MIG_MODE

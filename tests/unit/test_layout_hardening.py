@@ -164,9 +164,13 @@ def test_a_plain_tree_says_it_cannot_change_its_vfs(tmp_path):
     assert [r.action for r in report.results] == [lp.DISABLE_VFS]
     detail = report.failed[0].detail
     assert 'disable the 32 VFs' in detail
-    assert 'VFs disabled, but its 32 VFs are still there: nothing ' \
-        'answered the write' in detail
-    assert '`libvirt-gpu simulate --live PROFILE DIR`' in detail
+    assert 'disable the 32 VFs (the driver changes MIG mode only without ' \
+        'VFs) failed: cannot write 0000:4e:00.0: VFs disabled, but its 32 ' \
+        'VFs are still there: nothing answered the write (a tree written ' \
+        'by `libvirt-gpu simulate PROFILE DIR` is plain files and cannot ' \
+        'change its VFs; serve it with `libvirt-gpu simulate --live ' \
+        'PROFILE DIR` instead); done: nothing; left: turn MIG mode on' \
+        in detail
     assert 'In use by another client' not in detail
 
 
