@@ -573,18 +573,12 @@ def _layout_steps(driver, layout, address, facts):
     ``layout_apply.Applier``, then ``layout_plan.plan``); None when the GPU
     cannot hold its layout (logged; ``layout plan`` says why)."""
     try:
-        if layout.mig and facts.mig is None:
-            raise layout_mod.LayoutError(
-                layout=layout.name, address=address,
-                reason='mode %s needs MIG, and this GPU has no MIG mode'
-                       % layout.mode)
-        if bool(facts.mig) == layout.mig:
-            layout_mod.check(layout, facts)
+        layout_mod.check_before_steps(layout, facts)
+        state = driver.state(address, layout, facts)
+        return layout_plan.plan(layout, facts, state).steps
     except layout_mod.LayoutError as e:
         LOG.warning('scrape: %s', e)
         return None
-    state = driver.state(address, layout, facts)
-    return layout_plan.plan(layout, facts, state).steps
 
 
 def _gi_views(session, address, facts, active):

@@ -1321,7 +1321,7 @@ def test_a_mig_layout_on_a_gpu_without_mig_has_no_steps_and_says_why(
         assert exporter._layout_steps(None, MigLayout(), A, facts) is None
     assert _warnings(caplog) == [
         'scrape: layout h100, GPU %s: mode mig needs MIG, and this GPU has '
-        'no MIG mode' % A]
+        'no MIG mode; use mode time-sliced or mixed-size' % A]
 
 
 def test_a_task_never_run_does_not_hide_the_next():
