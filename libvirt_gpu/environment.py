@@ -308,9 +308,13 @@ class Environment(object):
         from libvirt_gpu.devices import routes as routes_mod
         if self.conf is None:
             return routes_mod.Routes()
-        carved = {c.gpu: '[%s]' % c.carving.section
-                  for c in self.carved.planned}
-        for r in self.carved.recorded:
+        from libvirt_gpu.devices import carving
+        # the GPUs the carvings name (whether the host can satisfy them
+        # or not: restore reports that) and those the record names
+        carved = {address: '[%s]' % c.section for address, c in
+                  carving.matching(carving.carvings(self.conf),
+                                   self._found.gpus).items()}
+        for r in carving.CarveRecord(self.state_dir).read().values():
             carved.setdefault(r.gpu, 'the carve record (nova-carved.json)')
         return routes_mod.resolve(self.conf, self._found.gpus, self.enabled,
                                   carved)

@@ -70,6 +70,7 @@ def _route(ctx, gpu):
 def cmd_list(ctx):
     enabled = ctx.enabled
     gpus = ctx.result.gpus
+    ctx.env.routes      # a GPU two routes claim: refused before any line
     ctx.say_source()
     rooms = ctx.env.vgpus.rooms(enabled)
     holders = _holders(ctx, gpus)

@@ -220,7 +220,7 @@ def test_the_refusals_name_the_file_first(tmp_path):
             'would count; keep one',
         '[gpus]\n':
             'unknown section [gpus]; did you mean gpu? (sections: agent, '
-            'gpu, libvirt, nova, placement)',
+            'gpu, libvirt, nova, placement, routes)',
         '[placement]\nauth_type = pasword\n':
             'unknown [placement]/auth_type pasword; did you mean password? '
             '(the keystoneauth plugins: password, token, '

@@ -689,28 +689,28 @@ def test_list_table_of_a_sliced_and_a_whole_gpu(capsys, hosts):
                           hosts['t4'], 'list')
     assert code == 0
     assert _table(out) == [
-        # T4_CONF gives the host to Cyborg ([routes]/cyborg = all)
+        # T4_CONF: every GPU on our own route
         'ADDRESS       ID         PRODUCT             DRIVER  NUMA  CPUS  '
-        'IOMMU  GROUP MEMBERS  MODE  ROUTE   ENABLED TYPE  CAPACITY  TYPES  '
-        'VGPUS  VFS',
+        'IOMMU  GROUP MEMBERS  MODE  ROUTE        ENABLED TYPE  CAPACITY  '
+        'TYPES  VGPUS  VFS',
         '------------  ---------  ------------------  ------  ----  ----  '
-        '-----  -------------  ----  ------  ------------  --------  -----  '
-        '-----  ---',
+        '-----  -------------  ----  -----------  ------------  --------  '
+        '-----  -----  ---',
         '0000:3b:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  0     -     '
-        '28     -              pgpu  cyborg  -             1         17     '
-        '0      -',
+        '28     -              pgpu  libvirt-gpu  -             1         '
+        '17     0      -',
         '0000:af:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  1     -     '
-        '58     -              vgpu  cyborg  nvidia-223    8         17     '
-        '2      -',
+        '58     -              vgpu  libvirt-gpu  nvidia-223    8         '
+        '17     2      -',
         '',
         'VGPU                                  TYPE        GPU           '
-        'PARENT        ROUTE   DOMAIN',
+        'PARENT        ROUTE        DOMAIN',
         '------------------------------------  ----------  ------------  '
-        '------------  ------  ------',
+        '------------  -----------  ------',
         '4b20d080-1b54-4048-85b3-a6a62d165c01  nvidia-223  0000:af:00.0  '
-        '0000:af:00.0  cyborg  -',
+        '0000:af:00.0  libvirt-gpu  -',
         'b1ae8bf6-38b0-4c81-9d44-78ce3f520496  nvidia-223  0000:af:00.0  '
-        '0000:af:00.0  cyborg  -']
+        '0000:af:00.0  libvirt-gpu  -']
 
 
 def test_list_names_what_is_not_offered_whole(capsys, hosts, empty_conf):

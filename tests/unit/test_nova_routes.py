@@ -120,12 +120,14 @@ def deployables(devices):
 
 def test_cyborg_reports_a_carved_gpu_with_nothing_to_offer(
         fast_tmp):  # noqa: F811 - the imported fixture
+    every = '[routes]\ncyborg = all\n'     # the host is Cyborg's
     host = Host(fast_tmp, '')
+    host.write_config(every)
     before = deployables(cyborg_driver.discover_records(
         HOST, config_file=host.config))
     l2 = cyborg_objects.pci_info(L2)
     assert before[l2] == 1                     # offered whole
-    host.write_config(CARVING % (L2, 2))
+    host.write_config(CARVING % (L2, 2) + every)
     devices = cyborg_driver.discover_records(HOST, config_file=host.config)
     assert deployables(devices) == {**before, l2: 0}
     env = host.env()

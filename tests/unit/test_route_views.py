@@ -151,7 +151,7 @@ def test_list_refuses_a_gpu_two_routes_claim(capsys, t4, tmp_path):
     code, out, err = _cli(capsys, '--config-file', str(conf),
                           '--sysfs-root', root, 'list', '--json')
     assert (code, out) == (1, '')
-    assert err.startswith('libvirt-gpu: error: ')
+    assert err.splitlines()[-1].startswith('libvirt-gpu: error: ')
     assert "a GPU can't be claimed by two routes: " in err
     assert len(err.splitlines()) == 1
 

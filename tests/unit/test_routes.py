@@ -230,3 +230,25 @@ def _guest_xml(uuid):
             "</os><devices><hostdev mode='subsystem' type='mdev' "
             "model='vfio-pci'><source><address uuid='%s'/></source>"
             "</hostdev></devices></domain>" % (tr.DOM2, uuid))
+
+
+# -- the hook and Nova's definition of a Cyborg vGPU -------------------------
+
+def test_the_hook_leaves_novas_definition_on_cyborgs_gpu_to_nova(tmp_path):
+    # a definition of ours (or an operator's) on our GPU is created at
+    # prepare (test_hook); on Cyborg's GPU it is Nova's to create
+    with trees.simulated_tree('t4') as (root, profile):
+        env = th.Env(root, profile, tmp_path, types='nvidia-223\n[routes]\n'
+                     'cyborg = %s\nnova_conf =' % th.A)
+        u = th.new_uuid()
+        os.makedirs(os.path.join(env.mdevctl_dir, th.A))
+        with open(os.path.join(env.mdevctl_dir, th.A, u), 'w') as f:
+            f.write('{"mdev_type": "nvidia-223", "start": "auto", '
+                    '"attrs": []}')
+        xml = th.domain_xml(hostdevs=[u])
+        assert env.run('prepare', xml) == (0, '')
+        assert u not in env.sysfs.kernel.mdevs() and env.leases() == []
+        assert 'left to that route' in env.log()
+        env.sysfs.kernel.create(objects.PciAddress.parse(th.A), TYPE, u)
+        assert env.run('release', xml) == (0, '')
+        assert u in env.sysfs.kernel.mdevs()

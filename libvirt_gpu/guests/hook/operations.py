@@ -139,6 +139,14 @@ class Hook(object):
                 self.log.info('vGPU %s is neither in our metadata nor '
                               'defined persistently: left to libvirt' % uuid)
                 continue
+            gpu = self.vgpus.sysfs.physfn(device.parent) or device.parent
+            owner = self.env.routes.foreign().get(gpu)
+            if owner is not None:
+                # Nova's definition of a Cyborg vGPU, say: Nova creates it
+                # when it is missing, not us
+                self.log.info('vGPU %s is defined on %s, %s: left to that '
+                              'route' % (uuid, gpu, owner))
+                continue
             claims.append(allocator_mod.VgpuClaim(
                 uuid=uuid, type_id=device.type_id, parent=device.parent,
                 managed=False))
