@@ -157,10 +157,12 @@ def cmd_types(ctx):
 
 
 def cmd_discover(ctx):
+    from libvirt_gpu.devices import routes
     from libvirt_gpu.openstack.placement import cyborg_objects
     devices, withheld = cyborg_objects.host_devices(
         ctx.hostname, ctx.result.gpus, ctx.enabled, ctx.conf.gpu,
-        carved=ctx.env.carved.gpus)
+        carved=ctx.env.carved.gpus, cyborg=ctx.env.routes.of(routes.CYBORG),
+        routes=ctx.env.routes.foreign())
     ctx.say_source()
     if ctx.args.json:
         output.emit_json(output.cyborg_devices_to_json(devices))

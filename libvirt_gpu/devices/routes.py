@@ -234,12 +234,27 @@ def nova_claims(nova, gpus):
 
 # --- Cyborg's route ----------------------------------------------------------
 
+ALL = 'all'
+
+
+def cyborg_values(conf):
+    routes = getattr(conf, 'routes', None)
+    return [str(v).strip() for v in routes.cyborg] if routes is not None \
+        else []
+
+
 def cyborg_claims(conf, gpus):
     """``{physical GPU: Claim}`` of ``[routes]/cyborg`` on ``gpus``;
     ConfigError naming the option for an entry that names no GPU, a VF,
     or an address where the host has none."""
-    routes = getattr(conf, 'routes', None)
-    values = list(routes.cyborg) if routes is not None else []
+    values = cyborg_values(conf)
+    if values == [ALL]:
+        return {g.address: Claim(CYBORG, '[routes]/cyborg = all')
+                for g in gpus if not g.is_vf}
+    if ALL in values:
+        raise exception.ConfigError(
+            reason='[routes]/cyborg: "all" stands alone (every GPU no other '
+                   'route claims); or list the GPUs')
     try:
         selectors = objects.GpuSelector.parse_list(values)
     except exception.InvalidInput as e:
@@ -305,12 +320,18 @@ def resolve(conf, gpus, enabled, carved, nova=None):
 
     for address, where in sorted(carved.items()):
         claim(address, Claim(NOVA_PCI, where))
-    for address, found in sorted(cyborg_claims(conf, gpus).items()):
-        claim(address, found)
+    every = cyborg_values(conf) == [ALL]
+    if not every:
+        for address, found in sorted(cyborg_claims(conf, gpus).items()):
+            claim(address, found)
     for address, found in sorted(nova_claims(nova, gpus).items()):
         claim(address, found)
         setting = enabled.get(address)
         if setting is not None:
             raise _refuse(address, found, Claim(
-                OURS, '[gpu]/enabled_vgpu_types (%s)' % setting.type_id))
+                CYBORG if every else OURS,
+                '[gpu]/enabled_vgpu_types (%s)' % setting.type_id))
+    if every:
+        for address, found in sorted(cyborg_claims(conf, gpus).items()):
+            claims.setdefault(address, found)
     return Routes(owners={a: c.route for a, c in claims.items()})

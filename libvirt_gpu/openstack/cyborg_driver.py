@@ -154,13 +154,21 @@ def discover_records(hostname, config_file=None, environ=None):
     refusal = report_refusal(conf, env)
     if refusal is not None:
         raise ReportRefused(reason=refusal)
+    from libvirt_gpu.devices import routes as routes_mod
+    cyborg = env.routes.of(routes_mod.CYBORG)
+    if not cyborg:
+        LOG.warning('no GPU is given to Cyborg: list the GPUs it hands out '
+                    'in [routes]/cyborg of libvirt-gpu\'s configuration; '
+                    'every GPU is reported with nothing to offer')
     devices, withheld = cyborg_objects.host_devices(
         hostname, env.discovered.gpus, env.enabled, conf.gpu,
-        carved=env.carved.gpus)
+        carved=env.carved.gpus, cyborg=cyborg, routes=env.routes.foreign())
     for address, why in withheld.items():
-        # A warning where the operator enabled a vGPU type (a vendor
-        # interface's, or one with no room left); the host's state else.
-        log = LOG.warning if address in env.enabled else LOG.info
+        # A warning where the operator enabled a vGPU type for Cyborg (a
+        # vendor interface's, or one with no room left); the host's state
+        # (or another route's GPU) else.
+        log = (LOG.warning if address in env.enabled and address in cyborg
+               else LOG.info)
         log('%s: reported to Cyborg with nothing to offer: %s', address, why)
     return devices
 

@@ -137,8 +137,10 @@ class CyborgHost:
         simulator.write_host(simulator.load_profile(profile),
                              self.sysfs_root)
 
-    def configure(self, enabled, gpu_traits=True):
-        """libvirt-gpu's configuration: ``{type: [address, ...]}``."""
+    def configure(self, enabled, gpu_traits=True, cyborg='all'):
+        """libvirt-gpu's configuration: ``{type: [address, ...]}``, the
+        GPUs ``cyborg`` names given to Cyborg ([routes]/cyborg); beside
+        it ``lg_conf_ours``, the same with every GPU on our own route."""
         lines = ['[DEFAULT]', 'sysfs_root = %s' % self.sysfs_root,
                  'state_dir = %s' % os.path.join(self.workdir, 'state'),
                  '[gpu]', 'nvml = off',
@@ -147,8 +149,15 @@ class CyborgHost:
         for type_id, addresses in enabled.items():
             lines += ['[vgpu_%s]' % type_id,
                       'device_addresses = %s' % ', '.join(addresses)]
+        with open(self.lg_conf_ours, 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+        lines += ['[routes]', 'cyborg = %s' % cyborg]
         with open(self.lg_conf, 'w') as f:
             f.write('\n'.join(lines) + '\n')
+
+    @property
+    def lg_conf_ours(self):
+        return self.lg_conf + '.ours'
 
     def make_compute_node(self, adapter):
         """The root provider nova-compute makes (a random UUID)."""
@@ -189,11 +198,12 @@ class CyborgHost:
         with sqlite3.connect(self.db) as db:
             return db.execute(sql, args).fetchall()
 
-    def libvirt_gpu(self, *args):
-        """Our CLI on the same host and configuration (the test's venv)."""
+    def libvirt_gpu(self, *args, conf=None):
+        """Our CLI on the same host and configuration (the test's venv;
+        ``conf``: another configuration file)."""
         result = subprocess.run(
             [sys.executable, '-m', 'libvirt_gpu.cmd.main', '--config-file',
-             self.lg_conf, '--hostname', self.hostname] + list(args),
+             conf or self.lg_conf, '--hostname', self.hostname] + list(args),
             capture_output=True, text=True, timeout=300, cwd=REPO)
         assert result.returncode == 0, result.stderr
         return result.stdout

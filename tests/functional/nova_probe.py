@@ -42,6 +42,22 @@ REQUEST (JSON) names:
   enough, ``resources_from_request_spec``) sent by
   ``SchedulerReportClient.get_allocation_candidates``.
 
+  ``cyborg_mdevs`` (``uri``, ``arqs``: bound ARQs as Cyborg's API returns
+  them, ``nova_conf_vgpus``: optional ``[devices]`` of Nova's own vGPU
+  route): what spawn and hard reboot do with Cyborg's MDEV handles
+  (``LibvirtDriver._get_supported_vgpu_types`` for Nova's own types, then
+  ``_allocate_cyborg_mdevs``: look each mdev up through libvirt, create,
+  define and autostart it when absent) and the ``<hostdev>`` that
+  ``_guest_add_mdevs`` puts in the guest (``LibvirtConfigGuest`` XML of
+  those devices).  Prints which were there before.
+
+  ``extra_candidates`` (``placement``, ``extra_specs``: a list of flavor
+  extra-spec dicts, ``device_profile_groups``: a list of Cyborg device
+  profile group lists): the scheduler's allocation-candidate query for a
+  flavor with those extra specs (and, for a device profile, its request
+  groups as ``nova.accelerator.cyborg`` makes them), with the
+  ``owner_nova_filter`` pre-filter.
+
 Only what needs a running nova-compute is stood in for: the driver object
 is made without its ``__init__`` (it holds the ``Host``), the PCI tracker
 reads no database (a new compute node has no PCI records yet), the report
@@ -239,8 +255,78 @@ def candidates(conf, req, out, state):
     out['candidates'] = found
 
 
+def cyborg_mdevs(conf, req, out, state):
+    import libvirt
+    from nova.virt.libvirt import config as vconfig
+    from nova.virt.libvirt import utils as libvirt_utils
+    drv = driver_for(req['uri'])
+    drv.pgpu_type_mapping = {}
+    drv.pgpu_type_default = None
+    drv.mdev_classes = set()
+    drv.mdev_class_mapping = {}
+    drv.mdev_type_max_mapping = {}
+    drv._get_supported_vgpu_types()
+    before = {}
+    for arq in req['arqs']:
+        ahi = arq['attach_handle_info']
+        name = '{}_{}_{}_{}_{}'.format(
+            libvirt_utils.mdev_uuid2name(arq['attach_handle_uuid']),
+            ahi['domain'], ahi['bus'], ahi['device'], ahi['function'])
+        try:
+            drv._host.device_lookup_by_name(name)
+            before[arq['attach_handle_uuid']] = True
+        except libvirt.libvirtError:
+            before[arq['attach_handle_uuid']] = False
+    uuids = drv._allocate_cyborg_mdevs(req['arqs'])
+    guest = vconfig.LibvirtConfigGuest()
+    drv._guest_add_mdevs(guest, uuids)
+    out['mdevs'] = uuids
+    out['existed'] = before
+    out['hostdevs'] = [d.to_xml() for d in guest.devices]
+
+
+def extra_candidates(conf, req, out, state):
+    from nova import context as nova_context
+    from nova import objects
+    from nova.accelerator import cyborg
+    from nova.scheduler import request_filter
+    from nova.scheduler import utils as scheduler_utils
+    ctx = nova_context.get_admin_context()
+    client = report_client(req)
+    asked = [(extra, None) for extra in req.get('extra_specs', ())]
+    asked += [({}, groups) for groups in req.get('device_profile_groups', ())]
+    found = []
+    for extra, groups in asked:
+        flavor = objects.Flavor(vcpus=0, memory_mb=0, root_gb=0,
+                                ephemeral_gb=0, swap=0, extra_specs=extra)
+        spec = objects.RequestSpec(
+            flavor=flavor, image=None, is_bfv=False, pci_requests=None,
+            requested_resources=[], scheduler_hints={})
+        if groups is not None:
+            # the groups as Nova's Cyborg client makes them of the profile
+            # Cyborg's API returns (no Keystone for the client: only its
+            # translation runs)
+            client_ = cyborg._CyborgClient.__new__(cyborg._CyborgClient)
+            spec.requested_resources = client_.get_device_request_groups(
+                groups, None)
+        with mock.patch.object(request_filter, '_should_filter_by_owner',
+                               return_value=True):
+            request_filter.owner_nova_filter(ctx, spec)
+        res_req = scheduler_utils.resources_from_request_spec(
+            ctx, spec, None, enable_pinning_translate=False)
+        alloc_reqs, _, _ = client.get_allocation_candidates(ctx, res_req)
+        found.append({
+            'query': res_req.to_querystring(),
+            'candidates': [
+                {rp: body['resources']
+                 for rp, body in a['allocations'].items()}
+                for a in (alloc_reqs or [])]})
+    out['candidates'] = found
+
+
 STEPS = {'enumerate': enumerate_devices, 'placement': placement,
-         'candidates': candidates}
+         'candidates': candidates, 'cyborg_mdevs': cyborg_mdevs,
+         'extra_candidates': extra_candidates}
 
 
 def main(request_path):
@@ -252,7 +338,8 @@ def main(request_path):
         conf = configure(req)
         if 'parse' in req['steps']:
             parse(conf, out)
-        for step in ('enumerate', 'placement', 'candidates'):
+        for step in ('enumerate', 'placement', 'candidates',
+                     'cyborg_mdevs', 'extra_candidates'):
             if step in req['steps']:
                 STEPS[step](conf, req, out, state)
     except Refused as e:

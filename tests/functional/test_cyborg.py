@@ -16,6 +16,7 @@ import tempfile
 
 import pytest
 
+from libvirt_gpu.openstack.placement import cyborg_objects
 from tests.functional import cyborg_env
 from tests.functional import placement_server
 
@@ -85,17 +86,22 @@ def placement(server):
 
 
 def ours(host):
-    """Our own provider tree for the host (``placement show --json``),
-    children only, in the shape of ``Placement.children``."""
-    tree = json.loads(host.libvirt_gpu('placement', 'show', '--json'))
+    """Our own provider tree for the host (``placement show --json``) were
+    its GPUs on our own route, children only, in the shape of
+    ``Placement.children``, a vGPU's class as Cyborg's (CUSTOM_CYBORG_VGPU
+    for VGPU: the one difference between the two routes' providers)."""
+    tree = json.loads(host.libvirt_gpu('placement', 'show', '--json',
+                                       conf=host.lg_conf_ours))
+    rc = {'VGPU': cyborg_objects.CYBORG_VGPU_RC}
     found = {}
     for p in tree['resource_providers']:
         if p['parent_provider_uuid'] is None:
             continue
         found[p['name']] = {
             'uuid': p['uuid'],
-            'inventories': {rc: (i['total'], i['reserved'], i['max_unit'])
-                            for rc, i in p['inventories'].items()},
+            'inventories': {rc.get(c, c): (i['total'], i['reserved'],
+                                           i['max_unit'])
+                            for c, i in p['inventories'].items()},
             'traits': set(p['traits'])}
     return found
 
@@ -187,7 +193,7 @@ def test_vgpu_whole_vgpu_flip_keeps_every_trait(host, placement):
     host.report()
     again = placement.children(host.root_uuid)
     assert again[name]['traits'] == vgpu_traits
-    assert again[name]['inventories'] == {'VGPU': (8, 0, 8)}
+    assert again[name]['inventories'] == {cyborg_objects.CYBORG_VGPU_RC: (8, 0, 8)}
     assert without_generations(again) == ours(host)
     # Cyborg's rows say the same
     assert sorted(v for (v,) in host.rows(

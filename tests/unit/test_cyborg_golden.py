@@ -82,7 +82,9 @@ def write_conf(path, root, node_xml, enabled, gpu_traits=False):
              '[libvirt]', 'connection_uri = test://%s' % node_xml,
              '[gpu]', 'nvml = off',
              'report_gpu_traits = %s' % str(gpu_traits).lower(),
-             'enabled_vgpu_types = %s' % ', '.join(enabled)]
+             'enabled_vgpu_types = %s' % ', '.join(enabled),
+             # the whole host is Cyborg's, as Cyborg's own driver reports it
+             '[routes]', 'cyborg = all']
     for type_id, addresses in enabled.items():
         lines += ['[vgpu_%s]' % type_id,
                   'device_addresses = %s' % ', '.join(addresses)]
@@ -157,8 +159,21 @@ def expected(case, gpus):
         if why is not None:
             # the GPU is Cyborg's device, with nothing to offer
             device = dict(device, deployable_list=[])
-        kept.append(device)
+        kept.append(cyborg_vgpu_class(device))
     return kept, named
+
+
+def cyborg_vgpu_class(device):
+    """Cyborg's ``device`` with the one difference every vGPU deployable
+    of ours has: resource class CUSTOM_CYBORG_VGPU, not VGPU (a Nova-native
+    request for VGPU must never find Cyborg's provider)."""
+    deployables = []
+    for dep in device['deployable_list']:
+        attrs = [dict(a, value=cyborg_objects.CYBORG_VGPU_RC)
+                 if a['key'] == 'rc' and a['value'] == 'VGPU' else a
+                 for a in dep['attribute_list']]
+        deployables.append(dict(dep, attribute_list=attrs))
+    return dict(device, deployable_list=deployables)
 
 
 def differences(got, want, path=''):
@@ -316,10 +331,13 @@ def test_cyborgs_unit_test_data_is_cyborg_17s():
 def test_equal_to_cyborgs_own_unit_tests(tmp_path, unit_hosts, name):
     case = CYBORG_UNIT['cases'][name]
     got = ours_on_unit_case(tmp_path, unit_hosts, name)
-    # every field of every object, as Cyborg's driver returns them
-    assert differences(got, case['reported']) == []
+    # every field of every object, as Cyborg's driver returns them (but
+    # the resource class of a vGPU: cyborg_vgpu_class)
+    assert differences(got, [cyborg_vgpu_class(d)
+                             for d in case['reported']]) == []
     # and what Cyborg's test asserts, checked as it checks it
-    want = case['expected']
+    want = json.loads(json.dumps(case['expected']).replace(
+        '"VGPU"', '"%s"' % cyborg_objects.CYBORG_VGPU_RC))
     (device,) = got
     dep, = device['deployable_list']
     mine = dict(
@@ -440,7 +458,8 @@ def test_vgpus_as_cyborg_writes_them(tmp_path, hosts):
     assert dep['name'] == 'compute-1_0000:af:00.0'
     assert dep['num_accelerators'] == 8
     assert [a['value'] for a in dep['attribute_list']] == [
-        'VGPU', 'OWNER_CYBORG', 'CUSTOM_NVIDIA_1EB8_T4_2B']
+        cyborg_objects.CYBORG_VGPU_RC, 'OWNER_CYBORG',
+        'CUSTOM_NVIDIA_1EB8_T4_2B']
     assert [json.loads(h['attach_info'])['vgpu_mark']
             for h in dep['attach_handle_list']] == [
                 'nvidia-223_%d' % i for i in range(8)]
@@ -458,7 +477,7 @@ def test_display_traits_come_after_cyborgs(tmp_path, hosts):
         'HW_GPU_MAX_DISPLAY_HEADS_4']
     # Everything else is Cyborg's.
     dep['attribute_list'] = dep['attribute_list'][:3]
-    assert got[1] == CASES['t4-vgpu']['devices'][1]
+    assert got[1] == cyborg_vgpu_class(CASES['t4-vgpu']['devices'][1])
 
 
 def test_vendor_interface_vgpus_are_reported_with_nothing_to_offer(
@@ -559,7 +578,11 @@ def test_cyborgs_providers_are_our_own_trees(tmp_path, hosts, name):
                 {attrs[0]: dep.num_accelerators}, set(attrs[1:]))
     ours_only = {c.name for c in tree.children
                  if any(i.reserved for i in c.inventories)}
-    from_tree = {c.name: (c.uuid, {i.resource_class: i.total
+    # the one difference: Cyborg's vGPU providers are CUSTOM_CYBORG_VGPU
+    # where our own route's are VGPU (cyborg_vgpu_class)
+    rc = {'VGPU': cyborg_objects.CYBORG_VGPU_RC}
+    from_tree = {c.name: (c.uuid, {rc.get(i.resource_class,
+                                          i.resource_class): i.total
                                    for i in c.inventories}, set(c.traits))
                  for c in tree.children if c.name not in ours_only}
     assert from_cyborg == from_tree

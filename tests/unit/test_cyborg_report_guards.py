@@ -48,7 +48,8 @@ def write_conf(path, root, uri, gpu_lines=(), sections=()):
     lines = (['[DEFAULT]', 'sysfs_root = %s' % root,
               'state_dir = %s' % os.path.join(os.path.dirname(path), 'state'),
               '[libvirt]', 'connection_uri = %s' % uri,
-              '[gpu]', 'nvml = off'] + list(gpu_lines) + list(sections))
+              '[gpu]', 'nvml = off'] + list(gpu_lines) + list(sections)
+             + ['[routes]', 'cyborg = all'])
     with open(path, 'w') as f:
         f.write('\n'.join(lines) + '\n')
     return path
@@ -156,7 +157,7 @@ SECTIONS = ['[vgpu_%s]' % TYPE, 'device_addresses = %s' % ', '.join(T4_GPUS)]
 
 def test_a_vgpu_gpu_is_reported_as_vgpu(tmp_path):
     path = host_conf(tmp_path, gpu_lines=SINGLE)
-    assert report(path) == dict.fromkeys(T4_GPUS, 'VGPU')
+    assert report(path) == dict.fromkeys(T4_GPUS, 'CUSTOM_CYBORG_VGPU')
 
 
 @pytest.mark.parametrize('sections', [(), SECTIONS],
@@ -178,7 +179,7 @@ def test_a_vgpu_only_host_never_leaves_a_flapping_gpu_out(tmp_path):
         cyborg_driver.discover_records('host-1', path)
     assert 'left out of the report' in str(e.value)
     assert report(host_conf(tmp_path / 'ok', gpu_lines=SINGLE + [
-        'pgpu_vendor_ids ='])) == dict.fromkeys(T4_GPUS, 'VGPU')
+        'pgpu_vendor_ids ='])) == dict.fromkeys(T4_GPUS, 'CUSTOM_CYBORG_VGPU')
 
 
 def test_the_refusal_says_why_and_what_to_do(tmp_path):
@@ -199,7 +200,7 @@ def test_a_gpu_bound_to_vfio_is_offered_whole_beside_vgpus(tmp_path):
         records.replace(d, driver='vfio-pci') if d.address == T4_GPUS[0]
         else d for d in profile.devices))
     path = host_conf(tmp_path, profile, SINGLE)
-    assert report(path) == {T4_GPUS[0]: 'PGPU', T4_GPUS[1]: 'VGPU'}
+    assert report(path) == {T4_GPUS[0]: 'PGPU', T4_GPUS[1]: 'CUSTOM_CYBORG_VGPU'}
 
 
 @pytest.mark.parametrize('sections', [(), SECTIONS],
@@ -226,7 +227,7 @@ def test_a_flapping_gpu_never_changes_the_report(tmp_path, sections):
             except exception.LibvirtGpuError:
                 outcomes.append('refused')
                 continue
-            assert found == dict.fromkeys(T4_GPUS, 'VGPU'), (
+            assert found == dict.fromkeys(T4_GPUS, 'CUSTOM_CYBORG_VGPU'), (
                 libvirt_sees, sysfs_sees)
-            outcomes.append('VGPU')
-    assert 'VGPU' in outcomes and 'refused' in outcomes
+            outcomes.append('CUSTOM_CYBORG_VGPU')
+    assert 'CUSTOM_CYBORG_VGPU' in outcomes and 'refused' in outcomes

@@ -811,7 +811,18 @@ def test_types_of_a_gpu_with_vfs_count_what_the_whole_gpu_can_take(
                             for t in vf_types)
 
 
-def test_discover_names_what_is_withheld(capsys, hosts, empty_conf):
+def test_discover_names_what_is_withheld(capsys, hosts, empty_conf,
+                                         tmp_path):
+    code, out, err = _cli(capsys, '--config-file', empty_conf,
+                          '--sysfs-root', hosts['mixed'], 'discover')
+    assert code == 0
+    # no GPU given to Cyborg: each is said so
+    assert out.splitlines()[-1] == (
+        '0000:d8:00.0: nothing offered to Cyborg: not given to Cyborg '
+        '([routes]/cyborg does not name it): libvirt-gpu\'s own guests')
+    empty_conf = str(tmp_path / 'cyborg.conf')
+    with open(empty_conf, 'w') as f:
+        f.write('[routes]\ncyborg = all\n')
     code, out, err = _cli(capsys, '--config-file', empty_conf,
                           '--sysfs-root', hosts['mixed'], 'discover')
     assert code == 0

@@ -1323,7 +1323,10 @@ def test_build_tree_leaves_carved_gpus_out_and_names_further_types():
 class HostEnv:
     """What host_tree reads of an ``environment.Environment``."""
 
-    def __init__(self, gpus, enabled, carved, rooms, gpu_traits=False):
+    def __init__(self, gpus, enabled, carved, rooms, gpu_traits=False,
+                 owners=None):
+        from libvirt_gpu.devices import routes as routes_mod
+        self.routes = routes_mod.Routes(owners=owners or {})
         self.discovered = type('Discovered', (), {'gpus': tuple(gpus)})
         self.enabled = enabled
         self.carved = type('Carved', (), {'gpus': frozenset(carved)})
@@ -1344,15 +1347,21 @@ def test_host_tree_takes_everything_from_the_environment():
     rooms = {(a.address, enabled[a.address].type_id): capacity.DriverRoom(
         mode=capacity.MODE_MIXED, type_id=enabled[a.address].type_id,
         used=0, placement_size=2, placements=(0, 2))}
-    gpus = [a, b, amd, carved, nvidia]
+    cyborgs = records.replace(fakes.gpu('0000:60:00.0'), vendor_id='1002')
+    gpus = [a, b, amd, carved, nvidia, cyborgs]
     found = model.host_tree(HostEnv(gpus, enabled, {carved.address},
-                                    rooms), 'c1')
+                                    rooms, owners={
+                                        cyborgs.address: 'cyborg'}), 'c1')
     assert found.root.name == 'c1'
+    # another route's GPU is left out, and its provider left alone
+    assert found.foreign == {cyborgs.address}
     assert [(p.name, p.inventories[0].total, sorted(p.traits))
             for p in found.children] == [
         ('c1_0000:5e:00.0', 1, ['CUSTOM_AMD_1EB8', 'OWNER_CYBORG']),
         ('c1_0000:af:00.0', 2, ['CUSTOM_NVIDIA_1EB8_T4_2B',
                                 'OWNER_CYBORG'])]
     displayed = model.host_tree(HostEnv(gpus, enabled, {carved.address},
-                                        rooms, gpu_traits=True), 'c1')
+                                        rooms, gpu_traits=True, owners={
+                                            cyborgs.address: 'cyborg'}),
+                                'c1')
     assert 'HW_GPU_MAX_DISPLAY_HEADS_4' in displayed.children[1].traits

@@ -325,12 +325,40 @@ CARVED = ('carved for Nova ([nova]/carved): its VFs and the capacity they '
           'use are Nova\'s PCI devices')
 
 
-def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
+# The resource class of a Cyborg vGPU deployable whose type's is VGPU: a
+# Nova-native request (a flavor's resources:VGPU=1) must never be given a
+# candidate on Cyborg's provider, and Nova 34's OWNER_NOVA pre-filter
+# covers only the root and PCI groups; Cyborg's device profile asks for
+# this class instead (docs/admin/cyborg.md).
+CYBORG_VGPU_RC = 'CUSTOM_CYBORG_VGPU'
+NOT_CYBORGS = ('not given to Cyborg ([routes]/cyborg does not name it): %s')
+
+
+def cyborg_setting(setting):
+    """``setting`` as Cyborg reports it: ``VGPU`` becomes
+    ``CYBORG_VGPU_RC`` (a custom class the operator chose stays)."""
+    if setting is None or setting.resource_class != 'VGPU':
+        return setting
+    return records.replace(setting, resource_class=CYBORG_VGPU_RC)
+
+
+def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset(),
+                 cyborg=None, routes=None):
     """``driver_devices`` as libvirt-gpu's ``[gpu]`` options ask: what the
     Cyborg driver reports and ``discover`` prints, built in one place;
     ``carved``: the physical GPUs carved for Nova, reported with no
-    deployable.  Returns ``(devices, {address: why withheld})``."""
-    carved_paths = {pci_info(address) for address in carved}
+    deployable; ``cyborg``: the physical GPUs given to Cyborg
+    (``[routes]/cyborg``; None: every GPU, as Cyborg's own driver reports
+    a host), the others reported with no deployable (``routes``: their
+    ``{address: label}``).  Returns ``(devices, {address: why
+    withheld})``."""
+    carved = frozenset(carved)
+    others = frozenset()
+    if cyborg is not None:
+        others = {g.address for g in gpus if not g.is_vf
+                  and g.address not in frozenset(cyborg)} - carved
+        enabled = {a: cyborg_setting(s) for a, s in enabled.items()}
+    carved_paths = {pci_info(address) for address in carved | others}
     devices = tuple(
         records.replace(d, deployable_list=())
         if d.controlpath_id.cpid_info in carved_paths else d
@@ -338,9 +366,14 @@ def host_devices(hostname, gpus, enabled, gpu_options, carved=frozenset()):
                                 gpu_options.report_gpu_traits,
                                 gpu_options.pgpu_vendor_ids))
     withheld_now = withheld_gpus(gpus, enabled, gpu_options.pgpu_vendor_ids)
+    reported_now = {d.controlpath_id.cpid_info for d in devices}
     for gpu in gpus:
         if gpu.address in carved and not gpu.is_vf:
             withheld_now[gpu.address] = CARVED
+        elif gpu.address in others and pci_info(gpu.address) in \
+                reported_now:
+            withheld_now[gpu.address] = NOT_CYBORGS % (routes or {}).get(
+                gpu.address, 'libvirt-gpu\'s own guests')
     return devices, dict(sorted(withheld_now.items()))
 
 

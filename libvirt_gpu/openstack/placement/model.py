@@ -142,7 +142,8 @@ def host_tree(env, hostname):
                       env.conf.gpu.report_gpu_traits,
                       env.conf.gpu.pgpu_vendor_ids,
                       carved=env.carved.gpus,
-                      rooms=env.vgpus.rooms(env.enabled))
+                      rooms=env.vgpus.rooms(env.enabled),
+                      foreign=frozenset(env.routes.owners))
 
 
 def nova_pci_provider_name(hostname, address):
@@ -179,17 +180,18 @@ def check_not_novas(provider_tree, carved=()):
 
 def build_tree(hostname, gpus, enabled, gpu_traits=True,
                pgpu_vendors=DEFAULT_PGPU_VENDORS, carved=frozenset(),
-               rooms=None):
+               rooms=None, foreign=frozenset()):
     """``enabled``: ``{PciAddress: EnabledType}`` from enablement.resolve
     (keyed by physical GPU); ``carved``: the physical GPUs carved for
-    Nova (left out); ``rooms``: ``Vgpus.rooms``."""
+    Nova (left out); ``rooms``: ``Vgpus.rooms``; ``foreign``: the GPUs of
+    other routes (left out, and their providers left alone by a sync)."""
     rooms = rooms or {}
     root = tree.ResourceProvider(name=hostname,
                                  uuid=tree.provider_uuid(hostname),
                                  parent_provider_uuid=None)
     children = []
     for gpu in sorted(gpus, key=lambda g: g.address):
-        if gpu.address in carved or not offered(
+        if gpu.address in carved or gpu.address in foreign or not offered(
                 gpu, enabled.get(gpu.address), pgpu_vendors):
             continue
         setting = enabled.get(gpu.address)
@@ -208,6 +210,7 @@ def build_tree(hostname, gpus, enabled, gpu_traits=True,
                                                     one.type_id)))
             if provider is not None:
                 children.append(provider)
-    found = tree.ProviderTree(root=root, children=tuple(children))
+    found = tree.ProviderTree(root=root, children=tuple(children),
+                              foreign=frozenset(foreign))
     check_not_novas(found, carved)
     return found

@@ -226,10 +226,14 @@ class SyncState:
 # --------------------------------------------------------------------------
 # Plan
 
-def _is_ours(provider, host):
+def _is_ours(provider, host, foreign=frozenset()):
     """A GPU provider this package (or Cyborg, from our driver) created
-    for ``host``; or one of an earlier release's, to be replaced."""
+    for ``host``; or one of an earlier release's, to be replaced.  Never
+    one of a GPU of another route (``foreign``: Cyborg's conductor names
+    its providers as we do)."""
     if not provider.name.startswith(host + '_'):
+        return False
+    if model.gpu_provider_address(host, provider.name) in foreign:
         return False
     suffix = provider.name[len(host) + 1:]
     if suffix.startswith('pci_'):
@@ -408,7 +412,8 @@ class _Planner:
             else:
                 self.plan_existing(desired, current)
         for current in providers:
-            if current.uuid not in wanted and _is_ours(current, host):
+            if current.uuid not in wanted and _is_ours(current, host,
+                                                       tree.foreign):
                 self.plan_vanished(current)
         self._create_traits_first()
         return SyncPlan(root_uuid=root_uuid, parent_uuid=parent_uuid,

@@ -82,10 +82,13 @@ class ResourceProvider:
 
 @records.record
 class ProviderTree:
-    """A compute-node root and one child provider per GPU."""
+    """A compute-node root and one child provider per GPU; ``foreign``:
+    the GPUs of other routes (``routes.Routes``), whose providers (Cyborg's
+    conductor names them as we do) a sync leaves alone."""
 
     root: ResourceProvider
     children: tuple[ResourceProvider, ...] = ()
+    foreign: frozenset = frozenset()
 
     @property
     def providers(self):
