@@ -216,6 +216,11 @@ def test_cyborg_vgpu_from_bind_to_the_next_bind_of_its_handle(
     conftest.OBSERVED['Nova\'s autostart definition after a boot, '
                       'libvirtd up'] = (
         'started by libvirt' if u in lab.mdevs() else 'not started')
+    # On a host, mdevctl's udev rule (masked in the VM) starts a GPU's
+    # autostart definitions when the GPU registers at boot: what it runs.
+    lab.vm.run(['mdevctl', 'start-parent-mdevs', B]).check(
+        'mdevctl start-parent-mdevs')
+    assert lab.mdevs().get(u) == (B, TYPE)
     late = product.cli_json(lab.vm, 'restore')
     done = [a['action'] for a in actions_on(late, u)]
     assert restore_mod.UNDEFINED in done, late
