@@ -52,6 +52,7 @@ from libvirt_gpu import simulator  # noqa: E402
 from libvirt_gpu.devices import sysfs  # noqa: E402
 from libvirt_gpu.openstack.placement import model  # noqa: E402
 from libvirt_gpu.simulator import loading  # noqa: E402
+from tests import private_tmp  # noqa: E402
 from tests.doubles import kinds  # noqa: E402
 
 
@@ -289,6 +290,8 @@ def main(argv=None):
     parser.add_argument('--in-namespace', metavar='TREE',
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # state directories under /tmp are refused: see tests/private_tmp.py
+    private_tmp.use_private_tmp()
     if args.in_namespace:
         return in_namespace(args.in_namespace, args.cli_runs, args.before)
     libvirt.registerErrorHandler(_quiet, None)

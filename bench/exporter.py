@@ -35,6 +35,7 @@ sys.path.insert(0, HERE)
 
 import hook as hook_bench  # noqa: E402 - bench/hook.py: its guest XML
 from libvirt_gpu.guests import hook  # noqa: E402
+from tests import private_tmp  # noqa: E402
 from tests.doubles import kernel_sysfs  # noqa: E402
 from tests.doubles import trees  # noqa: E402
 
@@ -72,6 +73,8 @@ def main():
     p.add_argument('--runs', type=int, default=60)
     p.add_argument('--block', type=int, default=10)
     args = p.parse_args()
+    # state directories under /tmp are refused: see tests/private_tmp.py
+    private_tmp.use_private_tmp()
     work = tempfile.mkdtemp(prefix='bench-exporter-')
     exporter = None
     try:

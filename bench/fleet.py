@@ -42,6 +42,7 @@ from libvirt_gpu.devices import sysfs as sysfs_mod  # noqa: E402
 from libvirt_gpu.util import records  # noqa: E402
 from libvirt_gpu.openstack.placement import model  # noqa: E402
 from libvirt_gpu.openstack.placement import sync  # noqa: E402
+from tests import private_tmp  # noqa: E402
 from tests.doubles import kinds  # noqa: E402
 from tests.functional import placement_server  # noqa: E402
 
@@ -141,6 +142,8 @@ def main(argv=None):
                         help='hosts measured in the steady-cold phase '
                              '(default %(default)s)')
     args = parser.parse_args(argv)
+    # state directories under /tmp are refused: see tests/private_tmp.py
+    private_tmp.use_private_tmp()
     sizes = [int(s) for s in args.hosts.split(',') if s.strip()]
 
     gpus = discover_gpus()

@@ -46,6 +46,7 @@ from libvirt_gpu.store import figures  # noqa: E402
 from libvirt_gpu.guests import hook  # noqa: E402
 from libvirt_gpu.virt import metadata  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
+from tests import private_tmp  # noqa: E402
 from tests.doubles import kernel_sysfs  # noqa: E402
 from tests.doubles import trees  # noqa: E402
 
@@ -138,6 +139,8 @@ def main():
                    help="print the N costliest imports of one warm 4-vGPU "
                    "prepare (python -X importtime, cumulative)")
     args = p.parse_args()
+    # state directories under /tmp are refused: see tests/private_tmp.py
+    private_tmp.use_private_tmp()
 
     work = tempfile.mkdtemp(prefix='bench-hook-')
     try:

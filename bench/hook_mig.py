@@ -47,6 +47,7 @@ from libvirt_gpu.guests import hook  # noqa: E402
 from libvirt_gpu import objects  # noqa: E402
 from libvirt_gpu.virt import metadata  # noqa: E402
 from tests.functional import live_sysfs  # noqa: E402
+from tests import private_tmp  # noqa: E402
 
 GPU = '0000:4e:00.0'
 CLEAN_ENV = {'LC_ALL': 'C', 'PATH': '/usr/sbin:/usr/bin:/sbin:/bin',
@@ -157,6 +158,8 @@ def main():
     p.add_argument('--vgpus', type=int, default=1, choices=range(1, 8),
                    metavar='1-7', help='vGPUs per guest (default 1)')
     args = p.parse_args()
+    # state directories under /tmp are refused: see tests/private_tmp.py
+    private_tmp.use_private_tmp()
     missing = live_sysfs.missing_requirements()
     if missing:
         raise SystemExit('cannot mount a live simulated host: %s'

@@ -100,8 +100,10 @@ class Environment(object):
     def __init__(self, state_dir, sysfs=None, sysfs_root='/sys',
                  host=None, conf=None, enabled=None, kinds=None,
                  remove_timeout=None, source=None, parallel=False,
-                 routes=None, **places):
+                 routes=None, nvml_setting=None, **places):
         self.state_dir = state_dir
+        # ``[gpu]/nvml`` without a configuration (the hook's snapshot)
+        self.nvml_setting = nvml_setting
         self.sysfs_root = sysfs.root if sysfs is not None else sysfs_root
         self._kinds = kinds
         defaults = {place.name: place.default
@@ -151,6 +153,7 @@ class Environment(object):
         """The hook's host: its settings snapshot, no libvirt."""
         return cls(state_dir=settings.state_dir, sysfs=sysfs,
                    enabled=settings.enabled, routes=settings.routes,
+                   nvml_setting=settings.nvml,
                    **places)
 
     def _arguments(self):
@@ -159,7 +162,8 @@ class Environment(object):
                     sysfs_root=self.sysfs_root, host=self.host,
                     conf=self.conf, kinds=self._kinds,
                     remove_timeout=self.remove_timeout, source=self.source,
-                    parallel=self.parallel, routes=self._given_routes)
+                    parallel=self.parallel, routes=self._given_routes,
+                    nvml_setting=self.nvml_setting)
 
     def replace(self, **changes):
         """The same host with ``changes`` (arguments of the constructor);
@@ -222,11 +226,13 @@ class Environment(object):
         """``nvml.Nvml`` where ``[gpu]/nvml`` allows it and the GPUs are
         this machine's (its own sysfs; libvirt named on the command line
         describes another host); None otherwise."""
-        if self.conf is None:
+        setting = (self.conf.gpu.nvml if self.conf is not None
+                   else self.nvml_setting)
+        if setting is None:
             return None
         from libvirt_gpu.devices import nvml as nvml_mod
         local = self.source is None or self.source.fallback
-        return nvml_mod.source(self.conf.gpu.nvml,
+        return nvml_mod.source(setting,
                                sysfs_root=self.sysfs_root if local else None)
 
     @functools.cached_property

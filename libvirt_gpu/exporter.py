@@ -47,6 +47,7 @@ from libvirt_gpu.devices import layout_apply
 from libvirt_gpu.devices import layout_plan
 from libvirt_gpu.devices import nvml as nvml_mod
 from libvirt_gpu import exception
+from libvirt_gpu.guests import holders
 from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
 from libvirt_gpu.util import logs
@@ -69,32 +70,10 @@ MODE_MIXED = layout_mod.MIXED_SIZE
 MODE_SLICED = layout_mod.TIME_SLICED
 
 
-@records.record
-class DomainView:
-    """What the running domains use, read through libvirt."""
-
-    names: dict           # domain UUID -> name (every domain)
-    vgpus: dict           # vGPU UUID -> UUID of the running domain using it
-    pci: dict             # PCI address -> UUID of the running domain
-
-
-def read_domains(host):
-    """``DomainView`` of ``host`` (``host.Host``)."""
-    names, vgpus, pci = {}, {}, {}
-    for guest in host.list_guests():
-        try:
-            uuid = guest.uuid
-            names[uuid] = guest.name
-            if not guest.is_active():
-                continue
-            devices, meta = guest.devices()
-        except (exception.DomainNotFound, exception.InvalidInput):
-            continue          # gone while we listed, or XML we refuse
-        for vgpu in set(devices.mdev_uuids) | {v.uuid for v in meta.vgpus}:
-            vgpus[vgpu] = uuid
-        for address in devices.pci_addresses:
-            pci[address] = uuid
-    return DomainView(names=names, vgpus=vgpus, pci=pci)
+# Which domain holds a vGPU: the rule ``libvirt-gpu list`` says it by too.
+DomainView = holders.DomainView
+read_domains = holders.read_domains
+holder = holders.holder
 
 
 class Scrape(object):
@@ -173,16 +152,21 @@ class HostCollector(object):
                                       lambda: read_domains(self.host))
                 if self.survey is not None and domains is not None:
                     survey = scrape.part('reconcile', self.survey)
+        routes = None
+        if gpus is not None:
+            routes = scrape.part('host', lambda: env.routes)
         leases = scrape.part('leases', lambda: _read_leases(env, enabled))
         rows, borrowed, free, existing = leases or ((), {}, {}, {})
         gpus = gpus or ()
-        yield from gpu_families(gpus, enabled, free, existing, rows, domains)
         physical = {f.address: gpu.address for gpu in gpus
                     if not gpu.is_vf for f in gpu.functions}
+        route = route_labels(routes, physical)
+        yield from gpu_families(gpus, enabled, free, existing, rows, domains,
+                                route)
         yield from vgpu_families(existing, rows, borrowed, domains, physical,
-                                 counted=leases is not None)
+                                 counted=leases is not None, route=route)
         if survey is not None:
-            yield from reconcile_families(survey)
+            yield from reconcile_families(survey, route)
         dropped = []
         hook = scrape.part('hook', lambda: figures.hook_figures(
             env.state_dir, dropped))
@@ -204,7 +188,7 @@ class HostCollector(object):
             usage = scrape.part('nvml', self.nvml.usage)
             if usage:
                 yield from nvml_families(usage, _owners(
-                    existing, rows, borrowed, domains))
+                    existing, rows, borrowed, domains), route)
         ok = prom.GaugeMetricFamily(
             P + 'exporter_read_ok', 'Whether the part of this scrape could '
             'be read (1) or not (0, logged)', labels=['part'])
@@ -214,17 +198,17 @@ class HostCollector(object):
         yield ok
 
 
-def holder(uuid, leases, borrowed, domains):
-    """``(domain name, domain UUID)`` holding the vGPU ``uuid`` (``''``
-    where unknown): its lease's domain, else the domain that borrowed it,
-    else the running domain using it (libvirt); the name from libvirt."""
-    lease = leases.get(uuid)
-    dom = (lease.domain_uuid if lease is not None
-           else (borrowed.get(uuid) or (None,))[0])
-    if dom is None and domains is not None:
-        dom = domains.vgpus.get(uuid)
-    name = domains.names.get(dom, '') if domains and dom else ''
-    return name, dom or ''
+def route_labels(routes, physical):
+    """``route(parent)`` -> the ``route`` label of a vGPU whose parent (an
+    mdev parent or VF; ``physical``: parent -> physical GPU) is ``parent``,
+    or of a physical GPU: the route that owns the physical GPU
+    (``routes.Routes``), ``''`` when ``routes`` could not be read (None) or
+    the parent is unknown."""
+    def route(parent):
+        if routes is None or parent is None:
+            return ''
+        return routes.route_of(physical.get(parent, parent))
+    return route
 
 
 def _owners(existing, leases, borrowed, domains):
@@ -260,13 +244,17 @@ def _gauge(name, text, labels):
     return prom.GaugeMetricFamily(P + name, text, labels=labels)
 
 
-def gpu_families(gpus, enabled, free, existing, leases, domains):
-    """Per physical GPU: what it is, its mode and capacity; per type: the
-    instances the kernel or driver says it can still make."""
+def gpu_families(gpus, enabled, free, existing, leases, domains,
+                 route=None):
+    """Per physical GPU: what it is, its mode, route (``route``:
+    ``route_labels``) and capacity; per type: the instances the kernel or
+    driver says it can still make."""
+    route = route or route_labels(None, {})
     info = _gauge('gpu_info', 'A GPU of this host (value 1): ids, name, '
-                  'mode (vgpu: sliced, pgpu: whole) and enabled vGPU type',
-                  ['gpu', 'vendor_id', 'product_id', 'product', 'mode',
-                   'enabled_type'])
+                  'mode (vgpu: sliced, pgpu: whole), enabled vGPU type and '
+                  'the route that owns it', ['gpu', 'vendor_id',
+                                             'product_id', 'product', 'mode',
+                                             'enabled_type', 'route'])
     total = _gauge('gpu_capacity', 'vGPUs (mode vgpu) or whole GPUs (mode '
                    'pgpu: 1, 0 when it cannot be offered) the GPU holds: '
                    'the total Placement is told', ['gpu', 'mode', 'type'])
@@ -289,7 +277,8 @@ def gpu_families(gpus, enabled, free, existing, leases, domains):
         mode = VGPU if setting is not None else PGPU
         type_id = setting.type_id if setting is not None else ''
         info.add_metric([str(address), gpu.vendor_id, gpu.product_id,
-                         gpu.product_name or '', mode, type_id], 1)
+                         gpu.product_name or '', mode, type_id,
+                         route(address)], 1)
         if setting is not None:
             for one in setting.types:
                 type_id = one.type_id
@@ -336,18 +325,19 @@ def _available(gpu):
 
 
 def vgpu_families(existing, leases, borrowed, domains, physical,
-                  counted=True):
+                  counted=True, route=None):
     """Per vGPU (existing, or leased and not made yet): its type, GPU
-    (``physical``: parent address -> physical GPU), holder and lease
-    state; leases by state (not when the leases could not be read:
-    ``counted`` False, absent rather than 0)."""
+    (``physical``: parent address -> physical GPU), route (``route``:
+    ``route_labels``), holder and lease state; leases by state (not when
+    the leases could not be read: ``counted`` False, absent rather than
+    0)."""
+    route = route or route_labels(None, {})
     info = _gauge('vgpu_info', 'A vGPU (value 1): type, parent (the mdev '
-                  'parent or VF), the domain that holds it (name with '
-                  'libvirt only) and its lease state (none: not made by '
-                  'us, or no lease)', ['uuid', 'type', 'gpu', 'parent',
-                                       'domain',
-                                       'domain_uuid', 'lease_state',
-                                       'exists'])
+                  'parent or VF), the route that owns its GPU, the domain '
+                  'that holds it (name with libvirt only) and its lease '
+                  'state (none: not made by us, or no lease)',
+                  ['uuid', 'type', 'gpu', 'parent', 'route', 'domain',
+                   'domain_uuid', 'lease_state', 'exists'])
     by_state = _gauge('leases', 'Leases in the lease file, by state',
                       ['state'])
     rows = {lease.vgpu_uuid: lease for lease in leases}
@@ -359,7 +349,7 @@ def vgpu_families(existing, leases, borrowed, domains, physical,
         parent, type_id = existing.get(uuid) or (lease.parent, lease.type_id)
         name, dom = holder(uuid, rows, borrowed, domains)
         info.add_metric([uuid, type_id, str(physical.get(parent, parent)),
-                         str(parent), name, dom,
+                         str(parent), route(parent), name, dom,
                          lease.state if lease is not None else NO_LEASE,
                          'yes' if uuid in existing else 'no'], 1)
     for name, count in sorted(counts.items()):
@@ -368,10 +358,14 @@ def vgpu_families(existing, leases, borrowed, domains, physical,
     return info, by_state
 
 
-def reconcile_families(report):
+def reconcile_families(report, route=None):
     """What ``reconcile --dry-run`` reports (``reconcile.Report``):
     leases whose holder died and that no running domain uses, vGPUs no
-    lease or domain explains."""
+    lease or domain explains; each finding with the route of its GPU
+    (``route``: ``route_labels``).  What reconcile would remove is what
+    it says (it leaves other routes' vGPUs alone, so they are no orphans
+    here either)."""
+    route = route or route_labels(None, {})
     dead = _gauge('dead_holder_leases', 'Leases whose process died and '
                   'whose vGPU no running domain uses (reconcile would '
                   'remove them)', [])
@@ -380,10 +374,11 @@ def reconcile_families(report):
                          '(reconcile would remove them)', [])
     each = _gauge('reconcile_finding', 'One finding of reconcile --dry-run '
                   '(value 1)', ['action', 'what', 'uuid', 'parent', 'type',
-                                'domain_uuid'])
+                                'domain_uuid', 'route'])
     for f in report.findings:
         each.add_metric([f.action, f.what, f.uuid, str(f.parent or ''),
-                         f.type_id or '', f.domain_uuid or ''], 1)
+                         f.type_id or '', f.domain_uuid or '',
+                         route(f.parent)], 1)
     dead.add_metric([], len(report.would_remove('lease', 'mdev+lease')))
     unexplained.add_metric([], len(report.would_remove('mdev')))
     return dead, unexplained, each
@@ -578,18 +573,12 @@ def _layout_steps(driver, layout, address, facts):
     ``layout_apply.Applier``, then ``layout_plan.plan``); None when the GPU
     cannot hold its layout (logged; ``layout plan`` says why)."""
     try:
-        if layout.mig and facts.mig is None:
-            raise layout_mod.LayoutError(
-                layout=layout.name, address=address,
-                reason='mode %s needs MIG, and this GPU has no MIG mode'
-                       % layout.mode)
-        if bool(facts.mig) == layout.mig:
-            layout_mod.check(layout, facts)
+        layout_mod.check_before_steps(layout, facts)
+        state = driver.state(address, layout, facts)
+        return layout_plan.plan(layout, facts, state).steps
     except layout_mod.LayoutError as e:
         LOG.warning('scrape: %s', e)
         return None
-    state = driver.state(address, layout, facts)
-    return layout_plan.plan(layout, facts, state).steps
 
 
 def _gi_views(session, address, facts, active):
@@ -688,9 +677,11 @@ def layout_families(views):
             policy, time_slice)
 
 
-def nvml_families(usage, owners):
+def nvml_families(usage, owners, route=None):
     """NVML's figures (``nvml.Nvml.usage``) joined to our vGPUs: a vGPU
-    instance is matched by its mdev UUID, else by its VF's address."""
+    instance is matched by its mdev UUID, else by its VF's address; each
+    with its route (``route``: ``route_labels``)."""
+    route = route or route_labels(None, {})
     util = _gauge('nvml_gpu_utilization_ratio', 'GPU busy share over '
                   'NVML\'s last sample period (0 to 1)', ['gpu'])
     mem_used = _gauge('nvml_gpu_memory_used_bytes', 'Frame buffer in use',
@@ -699,9 +690,10 @@ def nvml_families(usage, owners):
                        ['gpu'])
     vutil = _gauge('nvml_vgpu_utilization_ratio', 'A vGPU\'s share of '
                    'its GPU\'s 3D/compute engine (0 to 1)',
-                   ['uuid', 'gpu', 'parent', 'domain', 'domain_uuid'])
+                   ['uuid', 'gpu', 'parent', 'route', 'domain',
+                    'domain_uuid'])
     vfb = _gauge('nvml_vgpu_fb_used_bytes', 'Frame buffer a vGPU uses',
-                 ['uuid', 'gpu', 'parent', 'domain', 'domain_uuid'])
+                 ['uuid', 'gpu', 'parent', 'route', 'domain', 'domain_uuid'])
     by_parent = {parent: uuid for uuid, (parent, _, _) in owners.items()}
     for address, gpu in sorted(usage.items()):
         if gpu.utilization is not None:
@@ -715,7 +707,8 @@ def nvml_families(usage, owners):
             if uuid not in owners:
                 continue    # not a vGPU of this host (as sysfs says now)
             parent, name, dom = owners[uuid]
-            labels = [uuid, str(address), str(parent or ''), name, dom]
+            labels = [uuid, str(address), str(parent or ''),
+                      route(parent), name, dom]
             if vgpu.utilization is not None:
                 vutil.add_metric(labels, vgpu.utilization)
             if vgpu.fb_used is not None:

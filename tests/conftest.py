@@ -2,11 +2,11 @@
 (see tests/doubles/h100.py)."""
 
 import os
-import tempfile
 
 import pytest
 
 from tests.doubles import h100
+from tests import private_tmp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,36 +18,9 @@ collect_ignore = ['data']
 
 def pytest_configure(config):
     """Every temporary file of the tests (``tmp_path``, ``tempfile``, and
-    those of the processes they start) under ``.cache/tmp`` of the
-    checkout, not /tmp: a state directory must sit below directories only
-    root (or its user) can write (``statedir.check_dir``), and /tmp,
-    writable by anyone, is refused as a state directory's parent."""
-    path = _private_tmp()
-    os.environ['TMPDIR'] = path
-    tempfile.tempdir = None         # gettempdir() looks again
-
-
-def _private_tmp():
-    """``.cache/tmp`` of the checkout when every directory above it is
-    one only root (or this user) can write; else (a clone under /tmp, or
-    in a group-writable directory) a directory of this user's own home,
-    named after the checkout."""
-    from libvirt_gpu import exception
-    from libvirt_gpu.store import statedir
-    path = os.path.join(ROOT, '.cache', 'tmp')
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    try:
-        statedir.check_dir(path)
-        return path
-    except exception.StateError:
-        pass
-    import hashlib
-    name = hashlib.sha256(ROOT.encode()).hexdigest()[:12]
-    path = os.path.join(os.path.expanduser('~'), '.cache',
-                        'libvirt-gpu-tests', name)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    statedir.check_dir(path)        # the home too: say so, plainly
-    return path
+    those of the processes they start) in a private directory: see
+    tests/private_tmp.py."""
+    private_tmp.use_private_tmp(ROOT)
 
 
 @pytest.fixture(autouse=True)

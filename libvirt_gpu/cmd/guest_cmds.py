@@ -52,13 +52,37 @@ def cmd_domgpus(ctx):
     from libvirt_gpu.guests import api
     from libvirt_gpu.virt import host as host_mod
     with host_mod.Host(ctx.libvirt_uri()) as host:
-        got = api.list_devices(ctx.environment(host), ctx.args.domain,
+        env = ctx.environment(host)
+        got = api.list_devices(env, ctx.args.domain,
                                inactive=ctx.args.inactive)
+    # each vGPU's route: its parent's physical GPU's (None: no parent known)
+    routes = {v.uuid: env.routes.route_of(env.sysfs.physfn(v.parent)
+                                          or v.parent)
+              for v in got.vgpus if v.parent is not None}
     if ctx.args.json:
-        output.emit_json(output.domain_devices_to_json(got))
+        output.emit_json(output.domain_devices_to_json(got, routes))
     else:
-        output.emit_text(output.domain_devices_text(got))
+        output.emit_text(output.domain_devices_text(got, routes))
     return 0
+
+
+def _stamp(ctx, host, nvml):
+    """``migrate --stamp``: NVIDIA's metadata written, nothing moved."""
+    from libvirt_gpu.guests import migration
+    from libvirt_gpu.virt import guest as guest_mod
+    guest = guest_mod.Guest(host.lookup_domain(ctx.args.domain))
+    meta = migration.stamp(guest, nvml)
+    if meta is None:
+        _, meta = guest.devices()
+    written = [e for e in meta.vgpus if e.driver_metadata]
+    if ctx.args.json:
+        output.emit_json({'domain': guest.name, 'stamped': [
+            str(e.uuid) for e in written]})
+    else:
+        output.emit_text('%s: NVIDIA\'s metadata of %d of %d vGPU(s) in its '
+                         'live metadata' % (guest.name, len(written),
+                                            len(meta.vgpus)))
+    return 0 if written or not meta.vgpus else 1
 
 
 def cmd_migrate(ctx):
@@ -75,11 +99,16 @@ def cmd_migrate(ctx):
             output.emit_progress(output.migration_progress_text(stats))
 
     with host_mod.Host(ctx.libvirt_uri()) as host:
+        # this host's NVML: NVIDIA's metadata of the guest's vGPUs
+        nvml = ctx.environment(host).nvml
+        if ctx.args.stamp:
+            return _stamp(ctx, host, nvml)
         # A refused check raises MigrationRefused (exit status 1) after
         # ``show`` printed every check.
         done = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
                            dry_run=ctx.args.dry_run, progress=progress,
-                           on_plan=show, migrate_uri=ctx.args.migrate_uri)
+                           on_plan=show, migrate_uri=ctx.args.migrate_uri,
+                           nvml=nvml)
     if as_json:
         output.emit_json(output.migration_to_json(done))
     if done.outcome is None:                        # --dry-run
@@ -150,8 +179,14 @@ def _migrate_parser(sub, add):
                    help='the destination\'s libvirt URI, opened by this '
                         'command and by the source\'s libvirtd, e.g. '
                         'qemu+ssh://host2/system')
-    p.add_argument('--dry-run', action='store_true',
-                   help='only run the checks and print them')
+    what = p.add_mutually_exclusive_group()
+    what.add_argument('--dry-run', action='store_true',
+                      help='only run the checks and print them')
+    what.add_argument('--stamp', action='store_true',
+                      help='only write NVIDIA\'s metadata of the guest\'s '
+                           'vGPUs (read by this host\'s NVML) into its live '
+                           'metadata, for a `virsh migrate` to carry to the '
+                           'destination\'s check; nothing is migrated')
     p.add_argument('--migrate-uri', metavar='URI',
                    help='where the guest\'s memory goes, e.g. '
                         'tcp://10.0.0.2:49152 (a migration network); by '

@@ -29,11 +29,50 @@ def _capacities(gpu, setting, rooms):
         for one in setting.types}
 
 
+def _holders(ctx, gpus):
+    """``{vGPU UUID: (domain name, domain UUID)}`` of the vGPUs of
+    ``gpus`` (``''`` where unknown), by the exporter's rule
+    (``guests.holders``): a lease's domain, else the domain that borrowed
+    it, else the running domain using it, read through libvirt when the
+    GPUs were (a listing of sysfs opens no libvirt).  What cannot be read
+    is said in a note and left out."""
+    uuids = [m.uuid for gpu in gpus for m in gpu.mdevs]
+    if not uuids:
+        return {}
+    from libvirt_gpu.guests import holders as holders_mod
+    leases, borrowed, domains = {}, {}, None
+    try:
+        with ctx.env.store.snapshot() as txn:
+            leases = {lease.vgpu_uuid: lease for lease in txn.all()}
+            borrowed = txn.borrowed()
+    except exception.StateError as e:
+        output.emit_note('the leases were not read, so the domains of our '
+                         'vGPUs may be missing: %s' % e,
+                         as_json=ctx.args.json)
+    if ctx.result.source == 'libvirt':
+        from libvirt_gpu.virt import host as host_mod
+        try:
+            with host_mod.Host(ctx.libvirt_uri(), read_only=True) as host:
+                domains = holders_mod.read_domains(host)
+        except exception.LibvirtError as e:
+            output.emit_note('the running domains were not read, so the '
+                             'domains of vGPUs without a lease are missing: '
+                             '%s' % e, as_json=ctx.args.json)
+    return {uuid: holders_mod.holder(uuid, leases, borrowed, domains)
+            for uuid in uuids}
+
+
+def _route(ctx, gpu):
+    """The route of ``gpu`` (a VF: its physical GPU's)."""
+    return ctx.env.routes.route_of(gpu.physfn or gpu.address)
+
+
 def cmd_list(ctx):
     enabled = ctx.enabled
     gpus = ctx.result.gpus
     ctx.say_source()
     rooms = ctx.env.vgpus.rooms(enabled)
+    holders = _holders(ctx, gpus)
     if ctx.args.json:
         # A VF shows the setting of its physical GPU (it is used as a part
         # of it); its ``physfn`` names that GPU.
@@ -47,7 +86,8 @@ def cmd_list(ctx):
                 gpu, setting, not_assignable=(
                     _whole_refusal(ctx, gpu)
                     if setting is None and not gpu.is_vf else None),
-                type_memo=type_memo,
+                type_memo=type_memo, route=_route(ctx, gpu),
+                holders=holders,
                 room=(rooms.get((gpu.address, setting.type_id))
                       if setting is not None else None),
                 capacities=(_capacities(gpu, setting, rooms)
@@ -55,8 +95,16 @@ def cmd_list(ctx):
         output.emit_gpus_json(documents)
         return 0
     rows = []
+    vgpu_rows = []
     notes = []
     for gpu in gpus:
+        route = _route(ctx, gpu)
+        for mdev in gpu.mdevs:
+            name, dom = holders[mdev.uuid]
+            vgpu_rows.append([mdev.uuid, mdev.type_id,
+                              str(gpu.physfn or gpu.address),
+                              str(gpu.address), route,
+                              name or dom or None])
         if gpu.is_vf:
             continue          # counted on its physical GPU's row (VFS)
         setting = enabled.get(gpu.address)
@@ -93,17 +141,23 @@ def cmd_list(ctx):
                      gpu.local_cpulist, gpu.iommu_group,
                      ','.join(str(m.address) for m in gpu.iommu_members
                               if m.address != gpu.address) or None,
-                     'vgpu' if setting is not None else 'pgpu',
+                     'vgpu' if setting is not None else 'pgpu', route,
                      ','.join(setting.type_ids) if setting is not None
                      else None,
                      capacity, len(gpu.offered_types()),
                      sum(len(f.used_type_ids) for f in functions), vfs])
     output.emit_text(output.table(
         ['ADDRESS', 'ID', 'PRODUCT', 'DRIVER', 'NUMA', 'CPUS', 'IOMMU',
-         'GROUP MEMBERS', 'MODE', 'ENABLED TYPE', 'CAPACITY', 'TYPES',
-         'VGPUS', 'VFS'], rows))
+         'GROUP MEMBERS', 'MODE', 'ROUTE', 'ENABLED TYPE', 'CAPACITY',
+         'TYPES', 'VGPUS', 'VFS'], rows))
     for note in notes:
         output.emit_text(note)
+    if vgpu_rows:
+        # every vGPU: its route (its GPU's) and the domain holding it
+        output.emit_text('')
+        output.emit_text(output.table(
+            ['VGPU', 'TYPE', 'GPU', 'PARENT', 'ROUTE', 'DOMAIN'],
+            sorted(vgpu_rows, key=lambda r: (r[2], r[3], r[0]))))
     if not gpus:
         output.emit_text('no GPU (PCI class 0x03xxxx) found')
     return 0

@@ -24,7 +24,7 @@ def _run(ctx, dry_run):
         progress=None if dry_run else _progress,
         sriov_manage=restore.sriov_manage_for(env.sysfs_root,
                                               ctx.args.sriov_manage),
-        names=_domain_names(ctx))
+        names=_domain_names(ctx), lock_timeout=ctx.args.wait)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
 
@@ -52,6 +52,17 @@ def cmd_layout_apply(ctx):
 
 
 # --- parsers -----------------------------------------------------------------
+
+def _seconds(text):
+    """``--wait``: seconds from 0 to 3600, in ASCII digits."""
+    import argparse
+    whole, dot, part = text.partition('.')
+    if not (whole + part).isascii() or not (whole + part).isdigit() \
+            or len(text) > 12 or not 0 <= float(text) <= 3600:
+        raise argparse.ArgumentTypeError(
+            '%r is not a number of seconds from 0 to 3600' % text)
+    return float(text)
+
 
 _SRIOV_HELP = ('how to enable VFs: NVIDIA\'s sriov-manage script at PATH, '
                '"none" to write sriov_numvfs, or "auto" (default): '
@@ -90,6 +101,10 @@ def _layout_parser(sub, add):
                        'scripts')
         p.add_argument('--sriov-manage', default='auto', metavar='PATH',
                        help=_SRIOV_HELP)
+        p.add_argument('--wait', type=_seconds, default=60.0,
+                       metavar='SECONDS',
+                       help='how long to wait while another `layout apply` '
+                       'or `restore` changes the GPUs (default 60)')
         p.set_defaults(func=func)
     plan.set_defaults(gpu=None)
 

@@ -243,18 +243,23 @@ def attachment_text(verb, done):
     return '\n'.join(lines)
 
 
-def domain_devices_text(got):
+def domain_devices_text(got, routes=None):
+    """``domgpus``: the domain, then a row per vGPU and whole GPU;
+    ``routes``: ``{vGPU UUID: route}`` (``devices.routes``; '-' for a vGPU
+    whose GPU is unknown)."""
+    routes = routes or {}
     head = 'domain %s (%s), %s; %s XML' % (
         got.domain_name, got.domain_uuid,
         'running' if got.active else 'shut off',
         'persistent' if got.inactive_xml else 'live')
-    rows = [['vgpu', v.uuid, v.type_id, v.parent,
+    rows = [['vgpu', v.uuid, v.type_id, v.parent, routes.get(v.uuid),
              'yes' if v.exists else 'no', v.leased,
              'metadata' if v.in_metadata else 'hostdev only']
             for v in got.vgpus]
-    rows += [['pgpu', None, None, a, None, None, None] for a in got.pgpus]
-    return '%s\n%s' % (head, table(['KIND', 'UUID', 'TYPE', 'GPU', 'EXISTS',
-                                    'LEASE', 'SOURCE'], rows))
+    rows += [['pgpu', None, None, a, None, None, None, None]
+             for a in got.pgpus]
+    return '%s\n%s' % (head, table(['KIND', 'UUID', 'TYPE', 'GPU', 'ROUTE',
+                                    'EXISTS', 'LEASE', 'SOURCE'], rows))
 
 
 def os_error_text(e):
@@ -292,10 +297,14 @@ def cyborg_devices_to_json(devices):
 
 
 def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None,
-                room=None, capacities=None):
+                room=None, capacities=None, route=None, holders=None):
     """One entry of ``libvirt-gpu list --json``, its keys sorted (as every
     dict of that document: see ``emit_json(keys_sorted=True)``);
     ``not_assignable``: why the GPU cannot be passed through whole;
+    ``route``: the route that owns the GPU (``devices.routes``: a VF's is
+    its physical GPU's), which is every vGPU's of it too;
+    ``holders``: ``{vGPU UUID: (domain name, domain UUID)}`` (``''``
+    where unknown; each vGPU's ``domain`` and ``domain_uuid``, None then);
     ``room``: the driver's room for its enabled type on a MIG or
     mixed-size GPU (``capacity.DriverRoom``; adds ``vgpu_mode``,
     ``capacity`` and ``gpu_instances`` or ``placements``);
@@ -323,8 +332,10 @@ def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None,
         'physfn': str(gpu.physfn) if gpu.physfn else None,
         'virtfns': [str(a) for a in gpu.virtfns],
         'mdev_types': [_type_json(t, type_memo) for t in gpu.mdev_types],
-        'mdevs': [{'type': m.type_id, 'uuid': m.uuid} for m in gpu.mdevs],
+        'mdevs': [_mdev_json(m, route, (holders or {}).get(m.uuid))
+                  for m in gpu.mdevs],
         'not_assignable': not_assignable,
+        'route': route,
     }
     if room is not None:
         document.update(room_to_json(room, enabled))
@@ -333,6 +344,13 @@ def gpu_to_json(gpu, enabled=None, not_assignable=None, type_memo=None,
             {'type': type_id, 'capacity': capacities[type_id]}
             for type_id in enabled.type_ids if type_id in capacities]
     return _sorted(document)
+
+
+def _mdev_json(mdev, route, holder):
+    """One vGPU of a ``list --json`` entry, its keys sorted."""
+    name, dom = holder or ('', '')
+    return {'domain': name or None, 'domain_uuid': dom or None,
+            'route': route, 'type': mdev.type_id, 'uuid': mdev.uuid}
 
 
 def room_to_json(room, enabled):
@@ -429,7 +447,10 @@ def attachment_to_json(done):
             'note': done.note}
 
 
-def domain_devices_to_json(got):
+def domain_devices_to_json(got, routes=None):
+    """``domgpus --json``; ``routes`` as ``domain_devices_text``'s (a
+    vGPU's ``route``: None where its GPU is unknown)."""
+    routes = routes or {}
     return {
         'domain_uuid': got.domain_uuid, 'domain': got.domain_name,
         'active': got.active, 'inactive_xml': got.inactive_xml,
@@ -437,7 +458,8 @@ def domain_devices_to_json(got):
                    'parent': str(v.parent) if v.parent else None,
                    'in_metadata': v.in_metadata,
                    'in_devices': v.in_devices, 'exists': v.exists,
-                   'lease': v.leased} for v in got.vgpus],
+                   'lease': v.leased, 'route': routes.get(v.uuid)}
+                  for v in got.vgpus],
         'pgpus': [str(a) for a in got.pgpus]}
 
 
@@ -456,7 +478,12 @@ def migration_to_json(done):
            'ok': plan.ok,
            'checks': [{'what': c.what, 'ok': c.ok, 'detail': c.detail}
                       for c in plan.checks],
-           'vgpus': {t: n for t, n in plan.vgpus}}
+           'vgpus': {t: n for t, n in plan.vgpus},
+           # NVIDIA's compatibility question, per vGPU (migration.py)
+           'nvidia': [{'vgpu': str(a.uuid), 'type': str(a.type_id),
+                       'metadata_read': a.read,
+                       'host_driver': a.host_driver, 'detail': a.detail}
+                      for a in plan.driver]}
     if outcome is not None:
         doc['migrated'] = outcome.done
         doc['downtime_ms'] = outcome.downtime_ms
@@ -473,6 +500,9 @@ def migration_checks_text(plan):
     for c in plan.checks:
         lines.append('  %-4s %s: %s' % ('ok' if c.ok else 'NO', c.what,
                                         c.detail))
+    for a in plan.driver:
+        lines.append('  %-4s NVIDIA compatibility of vGPU %s (%s): %s' % (
+            'ask', a.uuid, a.type_id, a.detail))
     return '\n'.join(lines)
 
 

@@ -10,6 +10,7 @@ from libvirt_gpu.cmd import output
 def cmd_reconcile(ctx):
     from libvirt_gpu.virt import host as host_mod
     from libvirt_gpu.guests import reconcile
+    _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     with host_mod.Host(ctx.libvirt_uri()) as host:
         env = ctx.environment(host)
         report = reconcile.reconcile(
@@ -28,7 +29,7 @@ def cmd_restore(ctx):
     if not ctx.args.no_libvirt:
         owner = restore.lease_owner_check(env.state_dir, ctx.libvirt_uri())
         vf_user = restore.vf_user_check(ctx.libvirt_uri())
-        leftovers = restore.leftovers_check(env, ctx.libvirt_uri())
+        leftovers = _leftovers(env, ctx.libvirt_uri())
     report = restore.restore(
         env, vf_pfs=restore.vf_targets(env), owner_running=owner,
         vf_in_use=vf_user, leftovers=leftovers,
@@ -37,6 +38,34 @@ def cmd_restore(ctx):
         settle_timeout=ctx.args.settle_timeout, dry_run=ctx.args.dry_run)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
+
+
+def _leftovers(env, uri):
+    """restore's step 5 on this host: ``reconcile.leftovers`` with
+    libvirt at ``uri``, at boot, its findings as restore's actions."""
+    from libvirt_gpu.guests import reconcile
+    from libvirt_gpu.guests import restore
+    actions = {reconcile.REMOVED: restore.UNDEFINED,
+               reconcile.WOULD_REMOVE: restore.WOULD,
+               reconcile.KEPT: restore.SKIPPED,
+               reconcile.STUCK: restore.FAILED,
+               reconcile.CONFLICT: restore.FAILED}
+
+    def check(dry_run):
+        from libvirt_gpu.virt import host as host_mod
+        with host_mod.Host(uri) as host:
+            report = reconcile.leftovers(env.replace(host=host),
+                                         dry_run=dry_run, boot=True)
+        return [restore.Action(actions.get(f.action, restore.SKIPPED),
+                               'vgpu', f.uuid, _detail(f))
+                for f in report.findings]
+    return check
+
+
+def _detail(finding):
+    where = (' (%s on %s)' % (finding.type_id, finding.parent)
+             if finding.parent else '')
+    return '%s: %s%s' % (finding.what, finding.reason, where)
 
 
 def _check_dir_option(option, path):
@@ -61,6 +90,9 @@ def _reconcile_parser(sub, add):
             '(not test:///)')
     p.add_argument('--dry-run', action='store_true',
                    help='only report what would be done (run this first)')
+    p.add_argument('--mdevctl-dir', default='/etc/mdevctl.d',
+                   help='where mdevctl (and libvirt through it) keeps '
+                        'persistent vGPU definitions (default: %(default)s)')
 
 
 def _restore_parser(sub, add):

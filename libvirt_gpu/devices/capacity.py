@@ -21,6 +21,11 @@ Without any limit a VF-based GPU reports what exists plus one: summing free
 VFs would over-report (16 VFs of an A100 are not 16 vGPUs), and an
 under-report is the safe mistake.
 
+``offered_types(gpu, setting, rooms)``: which of the types of a GPU that
+offers several (a layout's) it offers now: all where the driver counts
+each one's room (MIG, mixed sizes), one in equal-size mode (a layout
+drifted from).
+
 ``free(total, used, pending, other_types)`` is what the allocator can still
 give once it knows the GPU's leases.
 """
@@ -121,6 +126,32 @@ def vgpu_total(gpu, enabled, room=None, warn=True):
             used + min(offering, 1), type_id)
         return used + min(offering, 1)
     return min(used + offering, max(cap, used))
+
+
+def offered_types(gpu, setting, rooms):
+    """The types of ``setting`` (``objects.EnabledType``) that the
+    physical GPU ``gpu`` offers now, each its own Placement provider.
+
+    A GPU offering several (a layout's, ``setting.others``) in MIG or
+    mixed-size mode has the driver count each one's room (``rooms``:
+    ``{(PciAddress, TypeId): DriverRoom}``, ``Vgpus.rooms``), which the
+    layout keeps apart: all of them.  Without a room for each (equal-size
+    mode: mixed-size mode turned off by hand, a drift from the layout;
+    MIG turned off; NVML unable to say), the driver holds vGPUs of one
+    type at a time, so a total for each type would promise vGPUs of
+    several sizes of which it takes one: only one type is offered until
+    the layout is applied again, the one whose vGPUs the GPU holds, else
+    the first."""
+    types = setting.types
+    if len(types) < 2 or all((gpu.address, one.type_id) in rooms
+                             for one in types):
+        return types
+    held = {type_id for function in gpu.functions
+            for type_id in function.used_type_ids}
+    for one in types:
+        if one.type_id in held:
+            return (one,)
+    return types[:1]
 
 
 def free(total, used, pending=0, other_types=False):

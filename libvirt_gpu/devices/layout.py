@@ -263,6 +263,17 @@ def _error(layout_name, option, reason):
         reason='[%s]/%s: %s' % (section(layout_name), option, reason))
 
 
+def _count(text, low, high):
+    """``text`` as a count from ``low`` to ``high``, or None: ASCII digits
+    only (``str.isdigit`` takes ``²``, which ``int`` refuses, and ``٣``,
+    which ``int`` reads as 3)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 6:
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
+
+
 def parse_gi_count(layout_name, text):
     """``1g.10gb:4`` -> GiCount; ConfigError naming the option."""
     profile, sep, count = text.strip().rpartition(':')
@@ -271,11 +282,12 @@ def parse_gi_count(layout_name, text):
     profile = profile.strip().lower()
     if profile.startswith('mig '):
         profile = profile[4:].strip()
-    if not profile or not count.strip().isdigit() or int(count) < 1 or \
-            int(count) > 64 or len(profile) > 32:
+    count = _count(count, 1, 64)
+    if not profile or count is None or len(profile) > 32:
         raise _error(layout_name, 'gpu_instances',
-                     '%r is not <profile>:<count> (e.g. 1g.10gb:4)' % text)
-    return GiCount(profile=profile, count=int(count))
+                     '%r is not <profile>:<count> with a count from 1 to '
+                     '64 in ASCII digits (e.g. 1g.10gb:4)' % text)
+    return GiCount(profile=profile, count=count)
 
 
 def parse_type_count(layout_name, text):
@@ -288,12 +300,12 @@ def parse_type_count(layout_name, text):
         raise _error(layout_name, 'vgpu_types', e)
     if not sep:
         return type_id, None
-    count = count.strip()
-    if not count.isdigit() or not 1 <= int(count) <= 1024:
+    value = _count(count, 1, 1024)
+    if value is None:
         raise _error(layout_name, 'vgpu_types', '%r is not <type>:<count> '
-                     'with a count from 1 to 1024 (e.g. nvidia-1153:2)'
-                     % text)
-    return type_id, int(count)
+                     'with a count from 1 to 1024 in ASCII digits (e.g. '
+                     'nvidia-1153:2)' % text)
+    return type_id, value
 
 
 def read_layout(conf, name):
@@ -475,7 +487,7 @@ def check(layout, facts):
     the option, the GPU and what it offers.  Returns ``layout``."""
     if layout.mig:
         _check_profiles(layout, facts)
-    wanted = {facts.profile(gi.profile).id for gi in layout.gpu_instances}
+    wanted = set(wanted_gpu_instances(layout, facts))
     sizes = set()
     for type_id in layout.vgpu_types:
         vtype = facts.type(type_id)
@@ -597,12 +609,51 @@ def _check_counts_fit(layout, facts):
                short.type_id, short.placement_size, len(short.placements)))
 
 
+def check_before_steps(layout, facts):
+    """Every check of ``layout`` that the GPU of ``facts`` (as it is now)
+    allows before the first step, as ``layout plan`` makes them:
+    LayoutError for a MIG layout on a GPU without MIG, then ``check``
+    wherever the GPU says enough (its MIG mode is the layout's, or
+    ``reports_for``).  Returns ``layout``."""
+    if layout.mig and facts.mig is None:
+        raise LayoutError(
+            layout=layout.name, address=facts.address,
+            reason='mode %s needs MIG, and this GPU has no MIG mode; use '
+                   'mode time-sliced or mixed-size' % layout.mode)
+    if bool(facts.mig) == layout.mig or reports_for(layout, facts):
+        check(layout, facts)
+    return layout
+
+
+def reports_for(layout, facts):
+    """Whether what the GPU reports in the MIG mode it has now is enough to
+    ``check`` ``layout``, a layout of the other mode: its GI profiles
+    (a MIG layout) and vGPU types of the layout's kind (MIG-backed or
+    time-sliced).  A GPU that reports them whatever its mode (as the
+    simulated driver does) has the layout checked before the first step;
+    one that does not is checked once MIG mode changed."""
+    if layout.mig and not facts.profiles:
+        return False
+    return any(t.mig_backed == layout.mig for t in facts.types)
+
+
 def wanted_gpu_instances(layout, facts):
-    """``{profile_id: count}`` the layout asks of the GPU."""
+    """``{profile_id: count}`` the layout asks of the GPU; LayoutError
+    naming the option for a profile the GPU does not report."""
     if not layout.mig:
         return {}
-    return {facts.profile(gi.profile).id: gi.count
-            for gi in layout.gpu_instances}
+    wanted = {}
+    for gi in layout.gpu_instances:
+        profile = facts.profile(gi.profile)
+        if profile is None:
+            raise LayoutError(
+                layout=layout.name, address=facts.address,
+                reason='%s: the GPU reports no GI profile %s (it reports: '
+                       '%s)' % (layout.option('gpu_instances'), gi.profile,
+                                ', '.join(p.name for p in facts.profiles)
+                                or 'none'))
+        wanted[profile.id] = gi.count
+    return wanted
 
 
 def wanted_scheduler(layout):

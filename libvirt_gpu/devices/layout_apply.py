@@ -10,13 +10,17 @@ unless it is a dry run, changed step by step.
   compute instance cannot be made is destroyed again, ``nvml.Session``);
   what was done is progress towards the layout, so the next run plans
   only what is still missing.
-- A MIG mode change can change what the GPU reports (its profiles and
-  types), so a layout that needs MIG mode changed is checked again once
-  it is.
+- Every check that can be made before the first step is made then, by
+  ``plan`` too: a layout that needs MIG mode changed is checked against
+  what the GPU reports now where that is enough (``layout.reports_for``),
+  and again once MIG mode changed (a MIG mode change can change what the
+  GPU reports: its profiles and types).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import time
 
@@ -27,6 +31,7 @@ from libvirt_gpu.devices import nvml
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
+from libvirt_gpu.store import statedir
 from libvirt_gpu.util import records
 
 LOG = logs.getLogger(__name__)
@@ -36,6 +41,17 @@ WOULD = 'would'
 FAILED = 'failed'
 REFUSED = 'refused'
 OK = 'ok'
+
+# in the state directory: held by each `layout plan`, `layout apply` and
+# `restore` while it reads and changes the host's GPUs
+LOCK_NAME = 'layouts.lock'
+LOCK_TIMEOUT = 60.0
+
+
+class LayoutsLocked(exception.LibvirtGpuError):
+    msg_fmt = ('another `libvirt-gpu layout apply` or `restore` is changing '
+               'the GPUs of this host: %(reason)s; run this again once it '
+               'has ended')
 
 
 class GpuDriver(object):
@@ -123,8 +139,21 @@ class GpuDriver(object):
                         (proc.stderr or proc.stdout).strip()[-300:]))
         else:
             self.sysfs.set_sriov_numvfs(address, count)
+            if not count and self.sysfs.virtfns(address):
+                self._vfs_stayed(address)
         if count:
             self._settle(address, count)
+
+    def _vfs_stayed(self, address):
+        """The kernel removes the VFs before the ``sriov_numvfs`` write
+        returns: VFs still there mean nothing answered it."""
+        raise exception.SysfsWriteError(
+                path=str(address), reason='VFs disabled, but its %d VFs are '
+                'still there: nothing answered the write (a tree written by '
+                '`libvirt-gpu simulate PROFILE DIR` is plain files and '
+                'cannot change its VFs; serve it with `libvirt-gpu simulate '
+                '--live PROFILE DIR` instead)'
+                % len(self.sysfs.virtfns(address)))
 
     def _settle(self, address, count):
         deadline = time.monotonic() + self.settle_timeout
@@ -243,16 +272,11 @@ class Applier(object):
                           schedulers, every_gpu=every_gpu))
 
     def _checked(self, layout, address):
-        """The GPU's facts, with the layout checked against them where
-        the GPU's MIG mode lets it say (else once MIG mode changed)."""
+        """The GPU's facts, with the layout checked against them before
+        any step wherever the GPU says enough in the MIG mode it has now
+        (``layout.check_before_steps``; else once MIG mode changed)."""
         facts = self.driver.facts(address)
-        if layout.mig and facts.mig is None:
-            raise layout_mod.LayoutError(
-                layout=layout.name, address=address,
-                reason='mode %s needs MIG, and this GPU has no MIG mode; '
-                       'use mode time-sliced or mixed-size' % layout.mode)
-        if bool(facts.mig) == layout.mig:
-            layout_mod.check(layout, facts)
+        layout_mod.check_before_steps(layout, facts)
         return facts
 
     def _converge(self, layout, address):
@@ -364,11 +388,34 @@ def layouts_by_gpu(env):
                              env.discovered.gpus)
 
 
+@contextlib.contextmanager
+def host_lock(state_dir, timeout=LOCK_TIMEOUT):
+    """The host's layouts lock (``LOCK_NAME`` in ``state_dir``, an
+    exclusive ``flock``), waited for at most ``timeout`` seconds (not at
+    all once its holder is seen stopped); LayoutsLocked naming the holder
+    otherwise.  Two runs that interleave their steps fail each other's
+    (the driver refuses a step the other made impossible), so each run
+    plans and changes the GPUs alone."""
+    statedir.ensure_dir(state_dir)
+    path = os.path.join(state_dir, LOCK_NAME)
+    fd = statedir.open_file(path, os.O_RDWR | os.O_CREAT)
+    try:
+        try:
+            statedir.lock(fd, path, timeout=timeout)
+        except exception.StateError as e:
+            raise LayoutsLocked(reason=e.kwargs.get('reason', e))
+        yield
+    finally:
+        os.close(fd)
+
+
 def converge(env, only=None, dry_run=False, progress=None,
-             sriov_manage=None, settle_timeout=30.0, names=None):
+             sriov_manage=None, settle_timeout=30.0, names=None,
+             lock_timeout=LOCK_TIMEOUT):
     """Plan (``dry_run``) or apply the layouts of the host ``env``, for
-    the GPU ``only`` or every GPU in a layout; returns a ``Report``.
-    ``names``: ``{Uuid: domain name}`` for the refusals."""
+    the GPU ``only`` or every GPU in a layout, under the host's layouts
+    lock (``host_lock``, waited for ``lock_timeout`` seconds); returns a
+    ``Report``.  ``names``: ``{Uuid: domain name}`` for the refusals."""
     by_gpu = layouts_by_gpu(env)
     chosen = targets(by_gpu, only)
     if not chosen:
@@ -377,7 +424,8 @@ def converge(env, only=None, dry_run=False, progress=None,
         raise nvml.NvmlUnavailable(
             reason='[gpu]/nvml is off, or the GPUs are not read from this '
                    'host\'s /sys')
-    with env.nvml.session() as session:
+    with host_lock(env.state_dir, lock_timeout), \
+            env.nvml.session() as session:
         driver = GpuDriver(session, env.sysfs, sriov_manage=sriov_manage,
                            settle_timeout=settle_timeout)
         applier = Applier(driver, holders=lease_holders(env.store, names),

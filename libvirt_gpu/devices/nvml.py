@@ -382,6 +382,12 @@ class Session(object):
             raise NvmlError(call=function, address=address, reason=e)
 
     def handle(self, address):
+        self._read_handles()
+        if address not in self._handles:
+            raise NvmlUnavailable(reason='NVML lists no GPU %s' % address)
+        return self._handles[address]
+
+    def _read_handles(self):
         if self._handles is None:
             self._handles = {}
             for index in range(self._call('all', 'nvmlDeviceGetCount')):
@@ -391,9 +397,7 @@ class Session(object):
                     '#%d' % index, 'nvmlDeviceGetPciInfo', handle).busId)
                 if bus_id is not None:
                     self._handles[bus_id] = handle
-        if address not in self._handles:
-            raise NvmlUnavailable(reason='NVML lists no GPU %s' % address)
-        return self._handles[address]
+        return self._handles
 
     # -- reading ---------------------------------------------------------
 
@@ -729,3 +733,239 @@ class Session(object):
             for gi in self._gpu_instance_handles(address, profile.id):
                 self._call(address, 'nvmlGpuInstanceSetVgpuSchedulerState_v2',
                            gi, self._scheduler_state(scheduler))
+
+
+# --- vGPU migration: NVIDIA's own compatibility check ------------------------
+#
+# NVML functions used (through ``pynvml``): ``nvmlDeviceGetActiveVgpus``,
+# ``nvmlVgpuInstanceGetGpuPciId`` / ``nvmlVgpuInstanceGetMdevUUID`` (which
+# instance is the vGPU), ``nvmlVgpuInstanceGetMetadata`` (the source vGPU's
+# ``nvmlVgpuMetadata_t``), ``nvmlDeviceGetVgpuMetadata`` (this GPU's
+# ``nvmlVgpuPgpuMetadata_t``) and ``nvmlGetVgpuCompatibility`` (NVML API
+# reference, "vGPU Migration").  The vGPU's metadata travels as bytes: the
+# structure up to the end of its opaque data, which only NVIDIA's driver
+# reads.
+
+# Most bytes of a vGPU's metadata taken from a domain's XML (the binding's
+# structure is 468 bytes).
+MAX_METADATA_BYTES = 4096
+# nvmlVgpuVmCompatibility_t (bits) and nvmlVgpuPgpuCompatibilityLimitCode_t
+VM_KINDS = ((0x1, 'cold'), (0x2, 'hibernate'), (0x4, 'sleep'),
+            (0x8, 'live'))
+LIMITS = ((0x1, 'the host driver'), (0x2, 'the guest driver'),
+          (0x4, 'the GPU'), (0x80000000, 'another factor'))
+LIVE = 'live'
+NOT_LIVE = 'not live'
+UNKNOWN = 'unknown'
+
+
+@records.record
+class VgpuMetadata:
+    """NVIDIA's metadata of one vGPU: ``raw`` (``nvmlVgpuMetadata_t`` up
+    to the end of its opaque data) and the host driver it names."""
+
+    raw: bytes
+    host_driver: str | None = None
+
+
+@records.record
+class Compatibility:
+    """``nvmlGetVgpuCompatibility``'s answer for one vGPU and one GPU:
+    ``verdict`` LIVE (a live migration is allowed), NOT_LIVE (NVIDIA's
+    driver refuses it: ``kinds`` it allows instead, ``limits`` why), or
+    UNKNOWN (nothing asked or answered: ``reason``); ``reason`` is one
+    line either way."""
+
+    verdict: str
+    reason: str
+    kinds: tuple = ()
+    limits: tuple = ()
+
+    @property
+    def live(self):
+        return self.verdict == LIVE
+
+    @property
+    def known(self):
+        return self.verdict != UNKNOWN
+
+
+def unknown(reason):
+    return Compatibility(verdict=UNKNOWN, reason=reason)
+
+
+def _names(value, table):
+    return tuple(name for bit, name in table if value & bit)
+
+
+def answer_of(vm, limit, gpu, source_driver=None, here_driver=None):
+    """The ``Compatibility`` of NVML's two numbers for GPU ``gpu``."""
+    kinds = _names(vm, VM_KINDS)
+    limits = _names(limit, LIMITS)
+    if 'live' in kinds:
+        return Compatibility(verdict=LIVE, kinds=kinds, limits=limits,
+                             reason='NVIDIA\'s driver allows a live '
+                             'migration to GPU %s' % gpu)
+    drivers = ''
+    if 'the host driver' in limits and source_driver and here_driver:
+        drivers = ' (the source runs %s, this host %s)' % (
+            source_driver, here_driver)
+    return Compatibility(
+        verdict=NOT_LIVE, kinds=kinds, limits=limits,
+        reason='NVIDIA\'s driver allows no live migration to GPU %s (%s): '
+        'limited by %s%s' % (
+            gpu, 'only %s' % ', '.join(kinds) if kinds else 'no kind at all',
+            ' and '.join(limits) or 'an unnamed factor', drivers))
+
+
+def _vgpu_struct(lib, raw):
+    """``raw`` as the binding's ``nvmlVgpuMetadata_t``, or None when it
+    cannot be one."""
+    import ctypes
+    structure = lib.c_nvmlVgpuMetadata_t
+    size = ctypes.sizeof(structure)
+    if not raw or len(raw) > size:
+        return None
+    return structure.from_buffer_copy(raw.ljust(size, b'\0'))
+
+
+def _raw_of(found):
+    """The bytes of an ``nvmlVgpuMetadata_t`` up to its opaque data's
+    end."""
+    import ctypes
+    offset = type(found).opaqueData.offset
+    length = min(int(found.opaqueDataSize), ctypes.sizeof(found) - offset)
+    return bytes(found)[:offset + length]
+
+
+class MigrationSession(Session):
+    """A ``Session`` that also answers NVIDIA's vGPU migration calls."""
+
+    def vgpu_metadata(self, vgpu):
+        """``VgpuMetadata`` of the vGPU ``vgpu`` (its VF, a PciAddress, or
+        its mdev UUID, a Uuid); None where no instance is it or the driver
+        cannot tell."""
+        vf = isinstance(vgpu, objects.PciAddress)
+        for address, handle in sorted(self._read_handles().items()):
+            for instance in self._call(address, 'nvmlDeviceGetActiveVgpus',
+                                       handle, unanswered=True) or ():
+                if vf:
+                    found = _address(self._call(
+                        address, 'nvmlVgpuInstanceGetGpuPciId', instance,
+                        unanswered=True))
+                else:
+                    found = _uuid(self._call(
+                        address, 'nvmlVgpuInstanceGetMdevUUID', instance,
+                        unanswered=True))
+                if found != vgpu:
+                    continue
+                meta = self._call(address, 'nvmlVgpuInstanceGetMetadata',
+                                  instance, unanswered=True)
+                if meta is None:
+                    return None
+                return VgpuMetadata(raw=_raw_of(meta),
+                                    host_driver=_text(meta.hostDriverVersion))
+        return None
+
+    def compatibility(self, meta, address):
+        """``Compatibility`` of the vGPU metadata ``meta`` (VgpuMetadata)
+        with the GPU ``address`` of this host."""
+        import ctypes
+        found = _vgpu_struct(self.lib, meta.raw)
+        if found is None:
+            return Compatibility(
+                verdict=NOT_LIVE,
+                reason='the source\'s NVIDIA metadata of it (%d bytes) is '
+                'not an nvmlVgpuMetadata_t this host\'s nvidia-ml-py can '
+                'hold (%d bytes at most)' % (
+                    len(meta.raw),
+                    ctypes.sizeof(self.lib.c_nvmlVgpuMetadata_t)))
+        handle = self.handle(address)
+        pgpu = self._call(address, 'nvmlDeviceGetVgpuMetadata', handle,
+                          unanswered=True)
+        if pgpu is None:
+            return unknown('NVML here does not answer '
+                           'nvmlDeviceGetVgpuMetadata for GPU %s (not '
+                           'supported)' % address)
+        try:
+            answer = self.lib.nvmlGetVgpuCompatibility(found, pgpu)
+        except self.lib.NVMLError as e:
+            if _unanswered(self.lib, e):
+                return unknown('NVML here does not answer '
+                               'nvmlGetVgpuCompatibility (%s)' % e)
+            return Compatibility(
+                verdict=NOT_LIVE,
+                reason='NVIDIA\'s driver here cannot judge the source\'s '
+                'metadata of it against GPU %s: %s' % (address, e))
+        return answer_of(int(answer.vgpuVmCompatibility),
+                         int(answer.compatibilityLimitCode), address,
+                         _text(found.hostDriverVersion),
+                         _text(pgpu.hostDriverVersion))
+
+
+def _migration_session(nvml):
+    """A ``MigrationSession`` of ``nvml`` (an ``Nvml`` or None); or the
+    one-line reason there is none."""
+    if nvml is None:
+        return None, 'NVML is not used on this host ([gpu]/nvml)'
+    try:
+        session = nvml.session()
+    except NvmlUnavailable as e:
+        return None, str(e).split(';')[0]
+    return MigrationSession(session.lib), None
+
+
+def read_vgpu_metadata(nvml, vgpus):
+    """``{vgpu: VgpuMetadata or None}`` for the vGPUs ``vgpus`` (VFs or
+    mdev UUIDs) of this host; ``{}`` without NVML."""
+    session, _ = _migration_session(nvml)
+    if session is None:
+        return {}
+    with session:
+        found = {}
+        for vgpu in vgpus:
+            try:
+                found[vgpu] = session.vgpu_metadata(vgpu)
+            except NvmlError as e:
+                LOG.warning('NVML: no vGPU metadata of %s: %s', vgpu, e)
+                found[vgpu] = None
+        return found
+
+
+def compatibility(nvml, meta, address):
+    """``Compatibility`` of the vGPU metadata ``meta`` with the GPU
+    ``address`` of this host; UNKNOWN where NVML is not there or does not
+    answer."""
+    session, why = _migration_session(nvml)
+    if session is None:
+        return unknown(why)
+    with session:
+        try:
+            return session.compatibility(meta, address)
+        except NvmlUnavailable as e:
+            return unknown(str(e).split(';')[0])
+        except NvmlError as e:
+            return unknown(str(e))
+
+
+def best_compatibility(nvml, meta):
+    """The best ``Compatibility`` of ``meta`` over every GPU of this host
+    (a live one if any GPU allows it, else the first refusal, else
+    UNKNOWN): for a vGPU that is not given a GPU here."""
+    session, why = _migration_session(nvml)
+    if session is None:
+        return unknown(why)
+    with session:
+        answers = []
+        try:
+            for address in sorted(session._read_handles()):
+                answer = session.compatibility(meta, address)
+                if answer.live:
+                    return answer
+                answers.append(answer)
+        except NvmlError as e:
+            return unknown(str(e))
+    refused = [a for a in answers if a.verdict == NOT_LIVE]
+    if refused:
+        return refused[0]
+    return answers[0] if answers else unknown('NVML lists no GPU here')

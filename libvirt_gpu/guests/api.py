@@ -527,7 +527,7 @@ def migration_host(conn):
 
 
 def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
-            postcopy=False, on_plan=None, migrate_uri=None):
+            postcopy=False, on_plan=None, migrate_uri=None, nvml=None):
     """Migrate the running ``domain`` (name or UUID) with its vGPUs live
     to the host at ``dest_uri`` (a libvirt URI both this process and the
     source's libvirtd can open, e.g. ``qemu+ssh://host2/system``).
@@ -539,13 +539,15 @@ def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
     libvirt's job statistics, Ctrl-C aborting the job.  ``on_plan(plan)``
     sees the checks before either happens.  ``migrate_uri`` (e.g.
     ``tcp://10.0.0.2:49152``) names where the guest's memory goes, when the
-    destination's host name is not the way there."""
+    destination's host name is not the way there.  ``nvml``: this host's
+    NVML (``nvml.Nvml``), which reads NVIDIA's metadata of the vGPUs for
+    the destination's check (``migration.stamp``)."""
     from libvirt_gpu.virt import host as host_mod
     from libvirt_gpu.guests import migration
     source = migration_host(conn)
     with host_mod.Host(dest_uri) as dest:
         plan = migration.check(source, dest, dest_uri, domain,
-                               postcopy=postcopy)
+                               postcopy=postcopy, nvml=nvml)
         if on_plan is not None:
             on_plan(plan)
         if dry_run:
@@ -556,5 +558,5 @@ def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
                 + ' (nothing was started; the guest runs on here)')
         outcome = migration.migrate(source, dest, dest_uri, domain,
                                     progress=progress,
-                                    migrate_uri=migrate_uri)
+                                    migrate_uri=migrate_uri, nvml=nvml)
     return Migration(plan=plan, outcome=outcome)

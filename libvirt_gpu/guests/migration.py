@@ -16,6 +16,20 @@ vGPU needs, through both hosts' libvirt connections:
   enforces that, and a refusal there cancels the migration with the
   guest running on here, untouched.
 
+* NVIDIA's own rule, per vGPU (``driver_checks``): the source's NVML
+  reads each vGPU's NVIDIA metadata (``nvmlVgpuInstanceGetMetadata``);
+  NVIDIA's answer (``nvmlGetVgpuCompatibility``) needs the destination
+  GPU's metadata, which only the destination's driver gives, so its
+  ``migrate`` hook asks it and refuses before anything is copied.  The
+  check says per vGPU what was read here and that the destination asks,
+  or that it cannot (no NVML here: the destination's hook makes today's
+  checks only).
+
+``stamp`` writes those metadata into the running domain's
+``<gpu:vgpu nvidia-metadata=...>`` (live XML, which libvirt sends to the
+destination); ``migrate`` stamps right before it starts, so they are
+current whichever host driver runs here now.
+
 ``migrate`` then runs libvirt's peer-to-peer live migration while a
 caller's ``progress`` sees the job's statistics, and aborts the job
 (``abortJob``) when interrupted.
@@ -54,14 +68,29 @@ class Check:
 
 
 @records.record
+class DriverAnswer:
+    """NVIDIA's compatibility question for one vGPU, as far as the source
+    gets: its metadata read here (``host_driver``, or ``read`` False), who
+    answers, in one line (``detail``)."""
+
+    uuid: object
+    type_id: object
+    read: bool
+    host_driver: str | None
+    detail: str
+
+
+@records.record
 class Plan:
     """What ``check`` found: the checks in order, the guest's vGPUs by
-    type (``((type_id, count), ...)``)."""
+    type (``((type_id, count), ...)``) and NVIDIA's question per vGPU
+    (``DriverAnswer``: no refusal of its own, the destination answers)."""
 
     domain: str
     dest_uri: str
     checks: tuple
     vgpus: tuple = ()
+    driver: tuple = ()
 
     @property
     def ok(self):
@@ -101,10 +130,75 @@ def _room(dest_host):
     return room
 
 
-def check(source_host, dest_host, dest_uri, domain, postcopy=False):
+def _vgpu_keys(entry):
+    """Where NVML finds the vGPU ``entry``: its mdev UUID (classic vGPU),
+    else its VF (vendor interface: NVML knows no UUID of it)."""
+    return (entry.uuid,) + ((entry.parent,) if entry.parent is not None
+                            else ())
+
+
+def read_driver_metadata(meta, nvml):
+    """``{uuid: VgpuMetadata or None}`` of the vGPUs of ``meta`` by this
+    host's NVML (``nvml``, an ``nvml.Nvml`` or None: ``{}``)."""
+    from libvirt_gpu.devices import nvml as nvml_mod
+    keys = [k for entry in meta.vgpus for k in _vgpu_keys(entry)]
+    found = nvml_mod.read_vgpu_metadata(nvml, keys) if keys else {}
+    if not found:
+        return {}
+    return {entry.uuid: next((found[k] for k in _vgpu_keys(entry)
+                              if found.get(k) is not None), None)
+            for entry in meta.vgpus}
+
+
+def driver_checks(meta, nvml):
+    """One ``DriverAnswer`` per vGPU of ``meta``: NVIDIA's metadata of it
+    read here, and who answers NVIDIA's compatibility question."""
+    read = read_driver_metadata(meta, nvml)
+    checks = []
+    for entry in meta.vgpus:
+        found = read.get(entry.uuid)
+        if found is not None:
+            detail = ('NVIDIA\'s metadata of it read here (host driver %s); '
+                      'the destination\'s hook asks NVIDIA\'s driver there '
+                      '(nvmlGetVgpuCompatibility) and refuses before '
+                      'anything is copied unless it allows a live migration'
+                      % (found.host_driver or 'unknown'))
+        else:
+            detail = ('NVIDIA\'s metadata of it not read here (%s): the '
+                      'destination\'s hook cannot ask NVIDIA\'s driver and '
+                      'makes today\'s checks only' % (
+                          'NVML is not used on this host' if not read
+                          else 'NVML lists no vGPU instance of it'))
+        checks.append(DriverAnswer(
+            uuid=entry.uuid, type_id=entry.type_id, read=found is not None,
+            host_driver=found.host_driver if found is not None else None,
+            detail=detail))
+    return tuple(checks)
+
+
+def stamp(guest, nvml):
+    """Write NVIDIA's metadata of each vGPU of the running ``guest``,
+    as this host's NVML reads it now, into its live metadata (an entry NVML
+    reads nothing of loses an older one: never a stale answer).  Returns
+    the ``GpuMetadata`` written, or None when nothing changed."""
+    _, meta = guest.devices()
+    read = read_driver_metadata(meta, nvml)
+    entries = tuple(records.replace(
+        e, driver_metadata=(read[e.uuid].raw if read.get(e.uuid)
+                            else None)) for e in meta.vgpus)
+    if entries == meta.vgpus:
+        return None
+    meta = records.replace(meta, vgpus=entries)
+    guest.set_gpu_metadata(meta, live=True)
+    return meta
+
+
+def check(source_host, dest_host, dest_uri, domain, postcopy=False,
+          nvml=None):
     """The ``Plan`` of migrating ``domain`` (name or UUID, on
     ``source_host``) to ``dest_host`` (reached by the source's libvirtd at
-    ``dest_uri``)."""
+    ``dest_uri``); ``nvml``: the source host's NVML (``nvml.Nvml``), for
+    NVIDIA's metadata of its vGPUs."""
     guest = guest_mod.Guest(source_host.lookup_domain(domain))
     checks = []
     checks.extend(_version_checks('source', source_host))
@@ -153,7 +247,8 @@ def check(source_host, dest_host, dest_uri, domain, postcopy=False):
         checks.append(Check(what='destination room for %s' % type_id,
                             ok=ok, detail=detail))
     return Plan(domain=guest.name, dest_uri=dest_uri, checks=tuple(checks),
-                vgpus=tuple(sorted(wanted.items())))
+                vgpus=tuple(sorted(wanted.items())),
+                driver=driver_checks(meta, nvml))
 
 
 def _runs_here(guest):
@@ -179,15 +274,18 @@ class Outcome:
 
 def migrate(source_host, dest_host, dest_uri, domain, progress=None,
             poll=POLL_SECONDS, interrupt=KeyboardInterrupt,
-            migrate_uri=None):
+            migrate_uri=None, nvml=None):
     """Migrate ``domain`` live to ``dest_uri`` (check it first: ``check``),
     its memory over ``migrate_uri`` when given (``Guest.migrate_live``).
     ``progress(stats)`` is called with the job's statistics while it runs;
     an ``interrupt`` (Ctrl-C) aborts the job and waits for libvirt to put
     the guest back, running, on the source.  Returns an ``Outcome``;
-    libvirt's refusal is a LibvirtError that says why."""
+    libvirt's refusal is a LibvirtError that says why.  ``nvml`` (this
+    host's): NVIDIA's metadata of the vGPUs is written first (``stamp``)."""
     guest = guest_mod.Guest(source_host.lookup_domain(domain))
     uuid = guest.uuid
+    if nvml is not None:
+        stamp(guest, nvml)
     failed = []
 
     def run():

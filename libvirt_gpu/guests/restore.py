@@ -201,8 +201,9 @@ class Restore(object):
         vGPU interface (the driver registers them after the VFs appear).
     :param vf_in_use: ``f(vf) -> True | False | None``: whether a running
         guest uses the PCI function ``vf`` (None: cannot tell).
-    :param leftovers: ``f(dry_run) -> reconcile.Report`` of step 5, or
-        None when libvirt is not asked (step 5 is then skipped).
+    :param leftovers: ``f(dry_run) -> [Action]`` of step 5 (the CLI's:
+        ``reconcile.leftovers`` through libvirt), or None when libvirt is
+        not asked (step 5 is then skipped).
     """
 
     def __init__(self, env, owner_running=None, sriov_manage=None,
@@ -491,19 +492,14 @@ class Restore(object):
                        '(libvirt-gpu-restore-routes.service)')
             return
         try:
-            report = self.leftovers(self.dry_run)
+            found = self.leftovers(self.dry_run)
         except exception.LibvirtGpuError as e:
             self._note(FAILED, 'vgpu', 'cyborg', 'cannot judge Nova\'s '
                        'leftover definitions on Cyborg\'s GPUs: %s' % e)
             return
-        from libvirt_gpu.guests import reconcile
-        actions = {reconcile.REMOVED: UNDEFINED, reconcile.WOULD_REMOVE: WOULD,
-                   reconcile.KEPT: SKIPPED, reconcile.STUCK: FAILED,
-                   reconcile.CONFLICT: FAILED}
-        for f in report.findings:
-            self._note(actions.get(f.action, SKIPPED), 'vgpu', f.uuid,
-                       '%s: %s%s' % (f.what, f.reason, ' (%s on %s)' % (
-                           f.type_id, f.parent) if f.parent else ''))
+        for action in found:
+            self._note(action.action, action.what, action.target,
+                       action.detail)
 
 
 def restore(env, vf_pfs=(), **kwargs):
@@ -523,18 +519,6 @@ def restore(env, vf_pfs=(), **kwargs):
             error=('; '.join('%s %s: %s' % (a.what, a.target, a.detail)
                              for a in report.failed) or None))
     return report
-
-
-def leftovers_check(env, uri):
-    """Step 5's ``leftovers`` for a real host: ``reconcile.leftovers``
-    with libvirt at ``uri``, at boot."""
-    def check(dry_run):
-        from libvirt_gpu.guests import reconcile
-        from libvirt_gpu.virt import host as host_mod
-        with host_mod.Host(uri) as host:
-            return reconcile.leftovers(env.replace(host=host),
-                                       dry_run=dry_run, boot=True)
-    return check
 
 
 def vf_user_check(uri):

@@ -62,14 +62,16 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.simulator import mig
 from libvirt_gpu.simulator.profile import (
-    BUSY_BLOCK, BUSY_REMOVE_MODES, Profile, SimDevice, SimMdev, SimType,
-    VF_CAPACITIES, VF_SHARED)
+    BUSY_BLOCK, BUSY_REMOVE_MODES, DEFAULT_DRIVER_VERSION, Profile,
+    SimDevice, SimMdev, SimType, VF_CAPACITIES, VF_SHARED)
 
 PROFILE_DIR_NAME = 'profiles'
 _HEX4_RE = re.compile(r'[0-9a-f]{4}')
 _CLASS_RE = re.compile(r'0x[0-9a-f]{6}')
 _NAME_RE = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
 _DRIVER_RE = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
+# NVIDIA's driver versions: branch.minor[.patch] (580.95.02, 550.127.05)
+_DRIVER_VERSION_RE = re.compile(r'[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?')
 _DEVICE_APIS = ('vfio-pci', 'vfio-ccw', 'vfio-ap')
 _MAX_FILE_BYTES = 16 * 1024 * 1024
 
@@ -123,7 +125,7 @@ def profile_from_dict(data, source='<dict>'):
     ctx.check_keys(data, 'profile', required=('name', 'devices'),
                    optional=('description', 'hostname', 'no_capacity_errno',
                              'busy_remove', 'type_catalogues',
-                             'gi_profile_tables'))
+                             'gi_profile_tables', 'driver_version'))
     name = ctx.string(data, 'name', 'profile')
     if _NAME_RE.fullmatch(name) is None:
         ctx.fail('profile name %r: use letters, digits, ".", "-", "_"'
@@ -141,6 +143,11 @@ def profile_from_dict(data, source='<dict>'):
                  '5.16 do; "ebusy": it answers EBUSY at once, as older '
                  'ones did)' % (busy_remove, ', '.join(
                      repr(m) for m in BUSY_REMOVE_MODES)))
+    driver_version = ctx.string(
+        data, 'driver_version', 'profile', default=DEFAULT_DRIVER_VERSION)
+    if _DRIVER_VERSION_RE.fullmatch(driver_version) is None:
+        ctx.fail('driver_version %r is not a driver version such as '
+                 '580.95.02' % driver_version[:40])
     catalogues = _catalogues(ctx, data.get('type_catalogues', {}))
     tables = _gi_tables(ctx, data.get('gi_profile_tables', {}))
     raw_devices = data['devices']
@@ -155,7 +162,7 @@ def profile_from_dict(data, source='<dict>'):
                             default='sim-' + name),
         no_capacity_errno=errno_name,
         devices=devices,
-        busy_remove=busy_remove)
+        busy_remove=busy_remove, driver_version=driver_version)
     _check_host(ctx, profile)
     return profile
 

@@ -83,15 +83,26 @@ POLICY_NAMES = {NVML_VGPU_SCHEDULER_POLICY_BEST_EFFORT: 'best_effort',
                 NVML_VGPU_SCHEDULER_POLICY_EQUAL_SHARE: 'equal_share',
                 NVML_VGPU_SCHEDULER_POLICY_FIXED_SHARE: 'fixed_share'}
 
-# The time slice: 1 to 30 ms, as RmPVMRL's 0x01-0x1E; NVML's v2 calls set
-# it as an Adaptive Round Robin frequency (slices per second) and report it
-# in ns.  The default slice and the averaging factor's range are
+# The time slice: 1 to 30 ms, as the nvidia module's RmPVMRL takes it
+# (0x00TT0001, TT from 0x01 to 0x1E, the range NVIDIA's vGPU software
+# documentation gives for RmPVMRL's time slice).  NVML's v2 calls set it as an
+# Adaptive Round Robin frequency (``nvmlVgpuSchedulerState_v2_t.frequency``;
+# 0 is the driver's default) and report it in ns
+# (``nvmlVgpuSchedulerStateInfo_v2_t.timeslice``), within the bounds
+# ``nvmlDeviceGetVgpuSchedulerCapabilities`` gives
+# (``nvmlVgpuSchedulerCapabilities_t``: minTimeslice/maxTimeslice in ns,
+# min/maxFrequencyForARR, min/maxAvgFactorForARR; NVML API Reference
+# Guide, "vGPU Structs").  The product sends 1000 // TT per second for TT
+# ms, so the frequencies taken are those of the 1 to 30 ms slices: from
+# 1000 // 30 = 33 (a 30.3 ms slice, read back as 30 ms) to 1000 per
+# second.  The figures of a real GPU are its own (the NVML reference gives
+# none); the default slice and the averaging factor's range are
 # assumptions.
 NS_PER_S = 1000000000
 MIN_TIMESLICE_NS = 1000000
 MAX_TIMESLICE_NS = 30000000
 DEFAULT_TIMESLICE_NS = 2000000
-MIN_FREQUENCY = -(-NS_PER_S // MAX_TIMESLICE_NS)     # 34 per second
+MIN_FREQUENCY = NS_PER_S // MAX_TIMESLICE_NS         # 33 per second
 MAX_FREQUENCY = NS_PER_S // MIN_TIMESLICE_NS         # 1000 per second
 MIN_AVG_FACTOR = 1
 MAX_AVG_FACTOR = 60

@@ -45,6 +45,15 @@ The GPUs NVML lists are the physical GPUs whose profile entry has a
     it and is changed under the kernel's lock, as the tests' kernel double
     changes it.  This is what ``[gpu]/nvml = simulated`` binds to the
     configured sysfs root (``devices.nvml.source``).
+
+vGPU migration (``nvmlVgpuInstanceGetMetadata``,
+``nvmlDeviceGetVgpuMetadata``, ``nvmlDeviceGetPgpuMetadataString``,
+``nvmlGetVgpuCompatibility``): the host's driver version is the profile's
+``driver_version``; the compatibility answer follows NVIDIA's documented
+rules (no live migration between boards such as the H100 80GB PCIe and
+94GB NVL, between H200/H800/H100 boards, or between host driver versions
+NVIDIA's vGPU manager does not pair), with what is documented and what is
+assumed, and the sources, listed at the section "vGPU migration" below.
 """
 
 import contextlib
@@ -1328,6 +1337,188 @@ def nvmlVgpuInstanceGetGpuInstanceId(lib, instance, gi):
 @_c
 def nvmlVgpuInstanceGetPlacementId(lib, instance, placement):
     _obj(placement).placementId = _instance(lib, instance, 'placement')
+
+
+# --- vGPU migration: NVIDIA's metadata and its compatibility rules -----------
+#
+# What NVML documents (NVML API reference, "vGPU Migration",
+# https://docs.nvidia.com/deploy/nvml-api/api/group__nvmlVgpuMigration.html):
+# ``nvmlVgpuInstanceGetMetadata`` fills an ``nvmlVgpuMetadata_t`` of a vGPU
+# instance (version, revision, guest info state, guest and host driver
+# versions, opaque data and its size), ``nvmlDeviceGetVgpuMetadata`` an
+# ``nvmlVgpuPgpuMetadata_t`` of a physical GPU (host driver version, the vGPU
+# versions it supports, opaque data), ``nvmlDeviceGetPgpuMetadataString`` the
+# physical GPU's properties as an ASCII string; ``nvmlGetVgpuCompatibility``
+# takes the two structures and answers an ``nvmlVgpuPgpuCompatibility_t``:
+# ``vgpuVmCompatibility`` (NONE 0x0, COLD 0x1, HIBERNATE 0x2, SLEEP 0x4, LIVE
+# 0x8) and ``compatibilityLimitCode`` (NONE 0x0, HOST_DRIVER 0x1,
+# GUEST_DRIVER 0x2, GPU 0x4, OTHER 0x80000000).  The two metadata calls
+# answer INSUFFICIENT_SIZE with the size needed in ``*bufferSize`` when it
+# is too small (the binding's wrappers call twice for that reason).
+#
+# NVIDIA's rules the simulated driver applies (documented):
+# * no live migration between the 80 GB PCIe and 94 GB NVL boards of a GPU,
+#   nor between H200, H800 and H100 boards (NVIDIA AI Enterprise, "Live
+#   Migration", https://docs.nvidia.com/ai-enterprise/release-8/latest/
+#   infra-software/vgpu/features/live-migration.html): modelled as "the
+#   PCI device ids differ" -> NONE, limited by GPU;
+# * vGPU live migration fails when the vGPU driver version differs on the
+#   source and destination hosts (Red Hat, "Live migrating a virtual machine
+#   with an attached NVIDIA vGPU", https://docs.redhat.com/en/documentation/
+#   red_hat_enterprise_linux/10/html/configuring_and_managing_windows_
+#   virtual_machines/live-migrating-a-virtual-machine-with-an-attached-
+#   nvidia-vgpu).
+# Assumed (not documented as such): the driver refuses only between
+# different branches (the first number: 550 vs 580; within one branch any
+# two versions are compatible), limited by HOST_DRIVER; a vGPU type the
+# destination GPU does not support -> NONE, limited by GPU; a compatible
+# pair answers every kind (COLD|HIBERNATE|SLEEP|LIVE, as a bit mask); the
+# guest driver is not modelled (no guest runs one: guest info state
+# UNINITIALIZED, GUEST_DRIVER never the limit).  The opaque data are this
+# simulator's own (NVIDIA's are undocumented): compact JSON, no NUL byte,
+# naming the host driver, the board (PCI device id, NVML name) and, for a
+# vGPU, its type number; for a GPU, its bus id.
+
+VGPU_VM_LIVE_OR_LESS = (0x1 | 0x2 | 0x4 | 0x8)
+COMPATIBILITY_LIMIT_HOST_DRIVER = 0x1
+COMPATIBILITY_LIMIT_GPU = 0x4
+_METADATA_VERSION = 1
+_OPAQUE_TAG = 'libvirt-gpu-sim'
+
+
+def _board(kernel, pf):
+    gpu, _ = _gpu(kernel, pf)
+    dev = kernel.profile.device(pf)
+    return {'device': '0x%s%s' % (dev.product_id, dev.vendor_id),
+            'board': gpu.name}
+
+
+def op_vgpu_metadata(kernel, instance):
+    """``{'host_driver', 'opaque'}`` of a vGPU instance."""
+    found = op_vgpu_instance(kernel, instance)
+    pf = kernel.profile.device(found['vf']).physfn
+    opaque = dict(_board(kernel, pf), tag=_OPAQUE_TAG,
+                  driver=kernel.profile.driver_version, type=found['type'])
+    return {'host_driver': kernel.profile.driver_version,
+            'opaque': json.dumps(opaque, separators=(',', ':'),
+                                 sort_keys=True)}
+
+
+def op_pgpu_metadata(kernel, pf):
+    """``{'host_driver', 'opaque'}`` of the physical GPU ``pf``."""
+    opaque = dict(_board(kernel, pf), tag=_OPAQUE_TAG,
+                  driver=kernel.profile.driver_version, gpu=pf)
+    return {'host_driver': kernel.profile.driver_version,
+            'opaque': json.dumps(opaque, separators=(',', ':'),
+                                 sort_keys=True)}
+
+
+def _opaque(text, keys, what):
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or found.get('tag') != _OPAQUE_TAG or \
+            any(not isinstance(found.get(k), t) for k, t in keys):
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'not the %s metadata of this driver' % what)
+    return found
+
+
+def _branch(version):
+    return version.split('.', 1)[0]
+
+
+def op_vgpu_compatibility(kernel, vgpu_opaque, pgpu_opaque):
+    """``[vgpuVmCompatibility, compatibilityLimitCode]`` of a vGPU's
+    opaque metadata against a GPU of this host's (the rules above)."""
+    vgpu = _opaque(vgpu_opaque, (('driver', str), ('device', str),
+                                 ('type', int)), 'vGPU')
+    pgpu = _opaque(pgpu_opaque, (('driver', str), ('device', str),
+                                 ('gpu', str)), 'GPU')
+    if pgpu['gpu'] not in kernel.driver_gpus():
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'no GPU %s on this host' % pgpu['gpu'])
+    here = op_pgpu_metadata(kernel, pgpu['gpu'])['opaque']
+    if json.loads(here) != pgpu:
+        raise mig.DriverError(mig.NVML_ERROR_INVALID_ARGUMENT,
+                              'GPU metadata not of this host now')
+    if _branch(vgpu['driver']) != _branch(pgpu['driver']):
+        return [0, COMPATIBILITY_LIMIT_HOST_DRIVER]
+    if vgpu['device'] != pgpu['device'] or \
+            vgpu['type'] not in op_supported_types(kernel, pgpu['gpu']):
+        return [0, COMPATIBILITY_LIMIT_GPU]
+    return [VGPU_VM_LIVE_OR_LESS, 0]
+
+
+for _name in ('vgpu_metadata', 'pgpu_metadata', 'vgpu_compatibility'):
+    OPS[_name] = globals()['op_' + _name]
+
+
+def _fill_metadata(target, size, answer, caps_field):
+    """Fill an ``nvmlVgpuMetadata_t`` / ``nvmlVgpuPgpuMetadata_t``
+    ``target`` from ``answer``; INSUFFICIENT_SIZE (the size needed in
+    ``size``) when ``*size`` is smaller than the structure."""
+    target, size = _obj(target), _obj(size)
+    opaque = answer['opaque'].encode()
+    needed = type(target).opaqueData.offset + len(opaque)
+    if size.value < needed:
+        size.value = needed
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    target.version = _METADATA_VERSION
+    target.revision = _METADATA_VERSION
+    target.hostDriverVersion = answer['host_driver'].encode()
+    setattr(target, caps_field, 0)
+    target.opaqueDataSize = len(opaque)
+    target.opaqueData = opaque
+    size.value = needed
+
+
+@_c
+def nvmlVgpuInstanceGetMetadata(lib, instance, metadata, size):
+    answer = lib._call('vgpu_metadata', _int(instance))
+    result = _fill_metadata(metadata, size, answer, 'vgpuVirtualizationCaps')
+    if result is None:
+        found = _obj(metadata)
+        found.guestInfoState = 0      # UNINITIALIZED: no guest driver
+        found.guestDriverVersion = b''
+        found.guestVgpuVersion = 0
+    return result
+
+
+@_c
+def nvmlDeviceGetVgpuMetadata(lib, device, metadata, size):
+    answer = lib._call('pgpu_metadata', lib._pf(device))
+    return _fill_metadata(metadata, size, answer, 'pgpuVirtualizationCaps')
+
+
+@_c
+def nvmlDeviceGetPgpuMetadataString(lib, device, text, size):
+    opaque = lib._call('pgpu_metadata', lib._pf(device))['opaque'].encode()
+    size = _obj(size)
+    if size.value <= len(opaque):
+        size.value = len(opaque) + 1
+        return mig.NVML_ERROR_INSUFFICIENT_SIZE
+    _obj(text).value = opaque
+    size.value = len(opaque) + 1
+
+
+def _opaque_of(structure):
+    structure = _obj(structure)
+    offset = type(structure).opaqueData.offset
+    length = min(structure.opaqueDataSize,
+                 ctypes.sizeof(structure) - offset)
+    return ctypes.string_at(ctypes.addressof(structure) + offset,
+                            length).decode('utf-8', 'replace')
+
+
+@_c
+def nvmlGetVgpuCompatibility(lib, vgpu, pgpu, info):
+    vm, limit = lib._call('vgpu_compatibility', _opaque_of(vgpu),
+                          _opaque_of(pgpu))
+    info = _obj(info)
+    info.vgpuVmCompatibility = vm
+    info.compatibilityLimitCode = limit
 
 
 def op_heterogeneous_or_homogeneous(kernel, pf):

@@ -24,6 +24,9 @@ BRIDGE_PRODUCT_NAME = 'Sky Lake-E PCI Express Root Port A'
 BRIDGE_DRIVER = 'pcieport'
 
 BUSY_BLOCK = 'block'
+# The host driver (vGPU manager) version a profile runs unless it names one
+# (``driver_version``): what NVML's vGPU migration metadata carries.
+DEFAULT_DRIVER_VERSION = '580.95.02'
 BUSY_EBUSY = 'ebusy'
 BUSY_REMOVE_MODES = (BUSY_BLOCK, BUSY_EBUSY)
 
@@ -154,6 +157,8 @@ class Profile:
     devices: tuple[SimDevice, ...]
     # removing a vGPU a guest uses: 'block' (kernel >= 5.16) or 'ebusy'
     busy_remove: str = BUSY_BLOCK
+    # the NVIDIA host driver's version (``nvmlSystemGetDriverVersion``)
+    driver_version: str = DEFAULT_DRIVER_VERSION
 
     def device(self, address):
         """The device (listed or implied bridge) at ``address``."""

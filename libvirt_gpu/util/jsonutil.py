@@ -9,8 +9,10 @@ too; this module calls it directly, configured as ``json``'s defaults
 configure it, so the results are the same: same values, same text, same
 exceptions (tests/unit/test_jsonutil.py compares them).  Whatever the
 accelerator does not do by itself goes to ``json`` itself: ``indent``,
-reporting an error (its message and position), a bytes document that is
-not UTF-8, an interpreter without ``_json``.
+reporting an error (its message and position: in a process that has
+not imported ``json.decoder`` the accelerator cannot raise its own, and
+fails with a ``SystemError``, which sends the text to ``json``), a bytes
+document that is not UTF-8, an interpreter without ``_json``.
 """
 
 try:
@@ -95,8 +97,13 @@ def loads(data):
         return _json_module().loads(text)    # its error
     try:
         value, end = _scan(text, start)
-    except StopIteration:
-        return _json_module().loads(text)    # its error, with the position
+    except (StopIteration, SystemError):
+        # its error, with the position.  SystemError: the scanner looks
+        # its JSONDecodeError up in ``json.decoder`` only if that is
+        # already imported; in a process that has not imported it (the
+        # hook) a malformed document raises "returned NULL without
+        # setting an exception" instead
+        return _json_module().loads(text)
     if text[end:].strip(_WHITESPACE):
         return _json_module().loads(text)    # "Extra data"
     return value

@@ -11,6 +11,11 @@ The format (namespace ``urn:libvirt-gpu:1``; the prefix is free)::
     </metadata>
 
 with, for each entry, the matching ``<hostdev>`` in ``<devices>``.  A
+``vgpu`` may carry ``nvidia-metadata=``: NVIDIA's metadata of that vGPU
+(``nvmlVgpuInstanceGetMetadata``'s structure, opaque, base64, at most
+``MAX_NVIDIA_METADATA`` bytes), written on the source host before a live
+migration so that the destination's hook can ask NVIDIA's driver there
+whether the vGPU may come (docs/admin/migration.md).  A
 ``vgpu`` without ``parent`` means "any GPU of this host that offers this
 enabled type": the GPU is chosen when the vGPU is created.  Parsing is
 strict: an unknown element or attribute in our namespace, a duplicate, or a
@@ -31,7 +36,11 @@ NAMESPACE = 'urn:libvirt-gpu:1'
 PREFIX = 'gpu'
 ROOT = 'gpus'
 _NS = '{%s}' % NAMESPACE
-_VGPU_ATTRS = {'uuid', 'type', 'parent'}
+NVIDIA_ATTR = 'nvidia-metadata'
+_VGPU_ATTRS = {'uuid', 'type', 'parent', NVIDIA_ATTR}
+# Most bytes of NVIDIA's metadata of one vGPU (nvidia-ml-py's
+# nvmlVgpuMetadata_t is 468 bytes).
+MAX_NVIDIA_METADATA = 4096
 _PGPU_ATTRS = {'address', 'companions'}
 
 
@@ -42,6 +51,8 @@ class VgpuEntry:
     uuid: objects.Uuid
     type_id: objects.TypeId
     parent: objects.PciAddress | None = None
+    # NVIDIA's metadata of the vGPU on the host it comes from (bytes)
+    driver_metadata: bytes | None = None
 
 
 @records.record
@@ -128,6 +139,29 @@ def _entry(what, build):
         raise exception.MetadataError(reason='<%s>: %s' % (what, e))
 
 
+def _nvidia(text):
+    """The bytes of ``nvidia-metadata=`` (strict base64, bounded)."""
+    if text is None:
+        return None
+    # imported here: base64 loads re, which a guest start never pays for
+    import base64
+    import binascii
+    if len(text) > 4 * ((MAX_NVIDIA_METADATA + 2) // 3):
+        raise exception.MetadataError(
+            reason='<vgpu> %s= is longer than NVIDIA\'s metadata of a vGPU '
+                   'can be (%d bytes at most)'
+                   % (NVIDIA_ATTR, MAX_NVIDIA_METADATA))
+    try:
+        found = base64.b64decode(text.encode('ascii'), validate=True)
+    except (UnicodeEncodeError, binascii.Error):
+        found = b''
+    if not found:
+        raise exception.MetadataError(
+            reason='<vgpu> %s= is not base64 of NVIDIA\'s metadata; drop '
+                   'it (libvirt-gpu migrate writes it again)' % NVIDIA_ATTR)
+    return found
+
+
 def _once(seen, key, what):
     """Refuse a second entry for the same vGPU UUID or GPU address."""
     if key in seen:
@@ -155,7 +189,8 @@ def parse_element(gpus):
                 type_id=objects.TypeId.parse(
                     _required(child, 'type', 'vgpu')),
                 parent=(objects.PciAddress.parse(child.get('parent'))
-                        if child.get('parent') is not None else None)))
+                        if child.get('parent') is not None else None),
+                driver_metadata=_nvidia(child.get(NVIDIA_ATTR))))
             _once(seen_uuids, entry.uuid, 'vGPU')
             vgpus.append(entry)
         elif child.tag == _NS + 'pgpu':
@@ -199,6 +234,11 @@ def _attr(value):
     return '"%s"' % config_xml.escape(value)
 
 
+def _base64(raw):
+    import base64
+    return base64.b64encode(raw).decode('ascii')
+
+
 def render(meta):
     """The element to hand to ``virDomainSetMetadata(key='gpu',
     uri=NAMESPACE)``, unprefixed (libvirt puts every element of it into our
@@ -210,10 +250,12 @@ def render(meta):
     for entry in meta.vgpus:
         parent = (' parent=%s' % _attr(entry.parent)
                   if entry.parent is not None else '')
-        parts.append('<vgpu uuid=%s type=%s%s/>' % (
+        nvidia = (' %s=%s' % (NVIDIA_ATTR, _attr(_base64(
+            entry.driver_metadata))) if entry.driver_metadata else '')
+        parts.append('<vgpu uuid=%s type=%s%s%s/>' % (
             _attr(objects.typed(entry.uuid, objects.Uuid, 'uuid')),
             _attr(objects.typed(entry.type_id, objects.TypeId, 'type_id')),
-            parent))
+            parent, nvidia))
     for entry in meta.pgpus:
         companions = (' companions=%s' % _attr(','.join(
             str(objects.typed(a, objects.PciAddress, 'companion'))

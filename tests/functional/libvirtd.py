@@ -814,24 +814,36 @@ class _Holder:
         # <parent> becomes a tmpfs holding every original entry bound back:
         #   bind <parent> -> <stage>; tmpfs on <parent>;
         #   for e in <stage>: placeholder <parent>/e, bind <stage>/e -> it
+        # The stage lies in the temp dir, which may lie under <parent>
+        # itself (TMPDIR=/var/lib/x on a host without /var/lib/libvirt):
+        # then the tmpfs hides its path, so it is reached through a
+        # descriptor taken before (/proc/self/fd/N names the mount
+        # whatever covers its path).
         self.shadow_n += 1
-        stage = os.path.join(self.config['shadow_dir'], str(self.shadow_n))
-        os.mkdir(stage)
-        _mount(parent, stage, None, MS_BIND | MS_REC)
-        st = os.stat(parent)
-        _mount('tmpfs', parent, 'tmpfs', 0, 'mode=%o' % (st.st_mode & 0o7777))
-        for entry in os.listdir(stage):
-            src = os.path.join(stage, entry)
-            dst = os.path.join(parent, entry)
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-                continue
-            if os.path.isdir(src):
-                os.mkdir(dst)
-            else:
-                open(dst, 'w').close()
-            _mount(src, dst, None, MS_BIND | MS_REC)
-        _libc_call('umount2', os.fsencode(stage), MNT_DETACH)
+        stage_dir = os.path.join(self.config['shadow_dir'],
+                                 str(self.shadow_n))
+        os.mkdir(stage_dir)
+        _mount(parent, stage_dir, None, MS_BIND | MS_REC)
+        fd = os.open(stage_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            stage = '/proc/self/fd/%d' % fd
+            st = os.stat(parent)
+            _mount('tmpfs', parent, 'tmpfs', 0,
+                   'mode=%o' % (st.st_mode & 0o7777))
+            for entry in os.listdir(fd):
+                src = os.path.join(stage, entry)
+                dst = os.path.join(parent, entry)
+                if os.path.islink(src):
+                    os.symlink(os.readlink(src), dst)
+                    continue
+                if os.path.isdir(src):
+                    os.mkdir(dst)
+                else:
+                    open(dst, 'w').close()
+                _mount(src, dst, None, MS_BIND | MS_REC)
+            _libc_call('umount2', os.fsencode(stage), MNT_DETACH)
+        finally:
+            os.close(fd)
         self.made.add(parent)
 
     def setup(self):

@@ -51,6 +51,11 @@ REQUEST (JSON) names:
   ``_guest_add_mdevs`` puts in the guest (``LibvirtConfigGuest`` XML of
   those devices).  Prints which were there before.
 
+  ``nova_vgpus`` (``placement``, ``hostname``, ``compute_uuid``,
+  ``pgpus``: ``{libvirt name: total}``): the compute node's root provider
+  and Nova's own vGPU providers of those GPUs, as the libvirt driver makes
+  them (``_ensure_pgpu_providers``: ``<host>_pci_...``, ``OWNER_NOVA``).
+
   ``extra_candidates`` (``placement``, ``extra_specs``: a list of flavor
   extra-spec dicts, ``device_profile_groups``: a list of Cyborg device
   profile group lists): the scheduler's allocation-candidate query for a
@@ -255,17 +260,50 @@ def candidates(conf, req, out, state):
     out['candidates'] = found
 
 
+def _vgpu_driver(uri):
+    """A driver with Nova's own vGPU configuration read, as its
+    ``__init__`` reads it (``_get_supported_vgpu_types``, after the
+    attributes it sets before, with their values)."""
+    import collections
+    import os_resource_classes as orc
+    drv = driver_for(uri)
+    drv.pgpu_type_mapping = collections.defaultdict(str)
+    drv.pgpu_type_default = None
+    drv.mdev_classes = set()
+    drv.mdev_class_mapping = collections.defaultdict(lambda: orc.VGPU)
+    drv.mdev_type_max_mapping = collections.defaultdict(str)
+    drv.virtual_mdevs = set()
+    drv.supported_vgpu_types = drv._get_supported_vgpu_types()
+    return drv
+
+
+def nova_vgpus(conf, req, out, state):
+    import os_traits
+    from nova import context as nova_context
+    client = report_client(req)
+    ctx = nova_context.get_admin_context()
+    drv = _vgpu_driver('qemu:///system')
+    name = req['hostname']
+    tree = client.get_provider_subtree_and_ensure_root(
+        ctx, req['compute_uuid'], name=name)
+    tree.update_traits(name, set(tree.data(name).traits) | {
+        os_traits.COMPUTE_NODE, os_traits.OWNER_NOVA})
+    inventories = {dev: {'total': total, 'reserved': 0, 'min_unit': 1,
+                         'max_unit': total, 'step_size': 1,
+                         'allocation_ratio': 1.0}
+                   for dev, total in req['pgpus'].items()}
+    drv._ensure_pgpu_providers(inventories, tree, name)
+    client.update_from_provider_tree(ctx, tree)
+    out['providers'] = [{'uuid': tree.data(u).uuid, 'name': tree.data(u).name,
+                         'traits': sorted(tree.data(u).traits)}
+                        for u in tree.get_provider_uuids()]
+
+
 def cyborg_mdevs(conf, req, out, state):
     import libvirt
     from nova.virt.libvirt import config as vconfig
     from nova.virt.libvirt import utils as libvirt_utils
-    drv = driver_for(req['uri'])
-    drv.pgpu_type_mapping = {}
-    drv.pgpu_type_default = None
-    drv.mdev_classes = set()
-    drv.mdev_class_mapping = {}
-    drv.mdev_type_max_mapping = {}
-    drv._get_supported_vgpu_types()
+    drv = _vgpu_driver(req['uri'])
     before = {}
     for arq in req['arqs']:
         ahi = arq['attach_handle_info']
@@ -326,7 +364,7 @@ def extra_candidates(conf, req, out, state):
 
 STEPS = {'enumerate': enumerate_devices, 'placement': placement,
          'candidates': candidates, 'cyborg_mdevs': cyborg_mdevs,
-         'extra_candidates': extra_candidates}
+         'extra_candidates': extra_candidates, 'nova_vgpus': nova_vgpus}
 
 
 def main(request_path):
@@ -338,7 +376,7 @@ def main(request_path):
         conf = configure(req)
         if 'parse' in req['steps']:
             parse(conf, out)
-        for step in ('enumerate', 'placement', 'candidates',
+        for step in ('enumerate', 'placement', 'nova_vgpus', 'candidates',
                      'cyborg_mdevs', 'extra_candidates'):
             if step in req['steps']:
                 STEPS[step](conf, req, out, state)

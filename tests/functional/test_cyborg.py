@@ -193,7 +193,8 @@ def test_vgpu_whole_vgpu_flip_keeps_every_trait(host, placement):
     host.report()
     again = placement.children(host.root_uuid)
     assert again[name]['traits'] == vgpu_traits
-    assert again[name]['inventories'] == {cyborg_objects.CYBORG_VGPU_RC: (8, 0, 8)}
+    assert again[name]['inventories'] == {
+        cyborg_objects.CYBORG_VGPU_RC: (8, 0, 8)}
     assert without_generations(again) == ours(host)
     # Cyborg's rows say the same
     assert sorted(v for (v,) in host.rows(

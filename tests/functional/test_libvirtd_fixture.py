@@ -4,9 +4,12 @@ exit does: see libvirt_gpu/guests/hook/) proved against the real daemon with a
 recording hook that never calls libvirt."""
 
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid as uuidlib
@@ -190,6 +193,41 @@ def test_binds_over_missing_sys_and_dev_paths(libvirtd_factory, tmp_path,
     assert calls == [['prepare', 'begin']] + STOP
     with open(hook_log) as f:
         assert f.read().count('simulated\n') == 3
+
+
+def test_temp_dir_under_a_shadowed_parent(libvirtd_factory, tmp_path,
+                                          monkeypatch):
+    # TMPDIR under a directory the fixture shadows (as /var/lib is, with
+    # TMPDIR=/var/lib/x, on a host without /var/lib/libvirt): the stage of
+    # the shadow lies in the temp dir that the tmpfs then covers.
+    L._shared_cache_dir()           # where the test process's TMPDIR is
+    # (not in tmp_path: the daemon's socket path must stay short)
+    host = pathlib.Path(tempfile.mkdtemp(prefix='sh-'))
+    (host / 'tmp').mkdir()
+    (host / 'kept').write_text('kept\n')
+    sim = tmp_path / 'sim'
+    sim.mkdir()
+    (sim / 'marker').write_text('bound\n')
+    monkeypatch.setattr(tempfile, 'tempdir', str(host / 'tmp'))
+    target = host / 'missing' / 'sim'
+    daemon = None
+    try:
+        daemon = libvirtd_factory(binds=[(sim, target)])
+        assert daemon.tmpdir.startswith(str(host / 'tmp') + os.sep)
+        inside = daemon.run_in_namespace(
+            ['sh', '-c', 'cat %s %s; ls %s' % (
+                target / 'marker', host / 'kept', daemon.tmpdir)],
+            capture_output=True, text=True, check=True).stdout.split()
+        assert inside[:2] == ['bound', 'kept']
+        assert set(inside[2:]) == set(os.listdir(daemon.tmpdir))
+        assert not (host / 'missing').exists()
+        conn = daemon.connect()
+        dom = conn.createXML(L.tiny_domain_xml('undertmp'))
+        assert dom.isActive() == 1
+    finally:
+        if daemon is not None:
+            daemon.close()
+        shutil.rmtree(host)
 
 
 def test_close_leaves_no_process_and_no_temp_dir(libvirtd_factory):

@@ -15,6 +15,7 @@ from tests.doubles import tables
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
                       'golden')
 T4_CONF = os.path.join(GOLDEN, 't4.conf')
+T4_CYBORG_CONF = os.path.join(GOLDEN, 't4-cyborg.conf')
 
 
 @pytest.fixture(scope='module')
@@ -35,14 +36,14 @@ def golden(name):
         return json.load(f)
 
 
-@pytest.mark.parametrize('command,golden_file', [
-    (['list'], 't4-list.json'),
-    (['placement', 'show'], 't4-placement.json'),
-    (['discover'], 't4-discover.json'),
+@pytest.mark.parametrize('command,golden_file,conf', [
+    (['list'], 't4-list.json', T4_CONF),
+    (['placement', 'show'], 't4-placement.json', T4_CONF),
+    (['discover'], 't4-discover.json', T4_CYBORG_CONF),
 ])
-def test_golden_json_sysfs(capsys, t4, command, golden_file):
+def test_golden_json_sysfs(capsys, t4, command, golden_file, conf):
     root, _ = t4
-    code, out, err = run(capsys, '--config-file', T4_CONF, '--hostname',
+    code, out, err = run(capsys, '--config-file', conf, '--hostname',
                          'sim-t4', '--sysfs-root', root, *command, '--json')
     assert code == 0, err
     assert json.loads(out) == golden(golden_file)

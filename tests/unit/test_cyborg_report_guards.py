@@ -200,7 +200,8 @@ def test_a_gpu_bound_to_vfio_is_offered_whole_beside_vgpus(tmp_path):
         records.replace(d, driver='vfio-pci') if d.address == T4_GPUS[0]
         else d for d in profile.devices))
     path = host_conf(tmp_path, profile, SINGLE)
-    assert report(path) == {T4_GPUS[0]: 'PGPU', T4_GPUS[1]: 'CUSTOM_CYBORG_VGPU'}
+    assert report(path) == {T4_GPUS[0]: 'PGPU',
+                            T4_GPUS[1]: 'CUSTOM_CYBORG_VGPU'}
 
 
 @pytest.mark.parametrize('sections', [(), SECTIONS],

@@ -111,3 +111,74 @@ def test_provisioning_file_points_grafana_at_the_documented_path():
     path = provider['options']['path']
     with open(os.path.join(REPO, 'docs', 'admin', 'metrics.md')) as f:
         assert 'install -d %s\n' % path in f.read()
+
+
+# Labels Prometheus gives every series of a scrape, and a histogram's bucket
+# bound.
+SCRAPE_LABELS = {'instance', 'job'}
+MATCHER = re.compile(r'([a-z_]+)\s*(?:=~|!~|!=|=)\s*"')
+GROUPING = re.compile(r'\b(?:by|without)\s*\(([^)]*)\)')
+
+
+def served_labels():
+    """``{series name: its labels}`` of every family the exporter's family
+    functions define (the catalog test's ``_families``)."""
+    from tests.unit import test_exporter_catalog
+    found = {}
+    for family in test_exporter_catalog._families():
+        labels = set(family._labelnames) | SCRAPE_LABELS
+        if family.type == 'counter':
+            found[family.name + '_total'] = labels
+        elif family.type == 'histogram':
+            found[family.name + '_bucket'] = labels | {'le'}
+            found[family.name + '_count'] = labels
+            found[family.name + '_sum'] = labels
+        else:
+            found[family.name] = labels
+    return found
+
+
+def unknown_labels(expr, labels_of):
+    """The labels ``expr`` selects on or groups by that a series it names
+    lacks: ``{(series, label)}``."""
+    used = set(MATCHER.findall(expr))
+    for group in GROUPING.findall(expr):
+        used |= {g.strip() for g in group.split(',') if g.strip()}
+    return {(name, label) for name in METRIC.findall(expr)
+            for label in used if label not in labels_of.get(name, ())}
+
+
+def test_panels_select_and_group_only_by_labels_their_series_have():
+    labels_of = served_labels()
+    assert 'route' in labels_of['libvirt_gpu_vgpu_info']
+    unknown = {(title,) + found for title, expr in expressions(load())
+               for found in unknown_labels(expr, labels_of)}
+    assert unknown == set()
+
+
+def test_the_label_check_sees_a_label_the_series_lacks():
+    labels_of = served_labels()
+    assert unknown_labels(
+        'count by (instance, route) (libvirt_gpu_gpu_free{mode="vgpu"})',
+        labels_of) == {('libvirt_gpu_gpu_free', 'route')}
+    assert unknown_labels(
+        'libvirt_gpu_nvml_vgpu_fb_used_bytes{domian=~"vm.*"}',
+        labels_of) == {('libvirt_gpu_nvml_vgpu_fb_used_bytes', 'domian')}
+    assert unknown_labels('libvirt_gpu_no_such{gpu="x"}', labels_of) == {
+        ('libvirt_gpu_no_such', 'gpu')}
+
+
+def test_the_dashboard_shows_vgpus_by_route_and_each_domains_use():
+    """Panels of the vGPUs by route, and of each domain's vGPU
+    utilization and frame buffer (NVML's per-vGPU series)."""
+    grouped = {}
+    for _, expr in expressions(load()):
+        for group in GROUPING.findall(expr):
+            for name in METRIC.findall(expr):
+                grouped.setdefault(name, set()).update(
+                    g.strip() for g in group.split(','))
+    assert 'route' in grouped.get('libvirt_gpu_vgpu_info', ())
+    assert 'route' in grouped.get('libvirt_gpu_gpu_info', ())
+    for series in ('libvirt_gpu_nvml_vgpu_utilization_ratio',
+                   'libvirt_gpu_nvml_vgpu_fb_used_bytes'):
+        assert 'domain' in grouped.get(series, ()), series

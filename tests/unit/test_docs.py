@@ -367,7 +367,7 @@ def test_the_units_documentation_lines_name_installed_guides():
     # setup.py installs docs/admin/ as <prefix>/share/doc/libvirt-gpu/admin
     units = glob.glob(os.path.join(ROOT, 'etc', 'libvirt-gpu', 'systemd',
                                    '*.service'))
-    assert len(units) == 3
+    assert len(units) == 4
     for unit in units:
         with open(unit) as f:
             lines = [line for line in f if line.startswith('Documentation=')]

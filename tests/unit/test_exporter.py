@@ -238,7 +238,7 @@ def test_a_whole_gpu_is_shown_with_why_it_is_not_offered(tmp_path):
     assert value(found, 'libvirt_gpu_gpu_info', gpu=h100.GPU,
                  vendor_id='10de', product_id='2330',
                  product=env.pci_ids.device('10de', '2330') or '',
-                 mode='pgpu', enabled_type='') == 1
+                 mode='pgpu', enabled_type='', route='libvirt-gpu') == 1
 
 
 def test_a_scrape_waits_for_no_lease_lock(host):
@@ -456,7 +456,7 @@ def test_nvml_usage_is_joined_to_the_vgpu_and_its_domain(host):
     # A answers no utilisation: no series, not a 0
     assert series(found, 'libvirt_gpu_nvml_gpu_utilization_ratio') == [
         {'gpu': B}]
-    ours = dict(uuid=u1, gpu=B, parent=B, domain='',
+    ours = dict(uuid=u1, gpu=B, parent=B, route='libvirt-gpu', domain='',
                 domain_uuid='c7a5fdbd-cdaf-9455-926a-d65c16db1809')
     assert value(found, 'libvirt_gpu_nvml_vgpu_utilization_ratio',
                  **ours) == 0.55

@@ -297,12 +297,41 @@ def test_a_missing_gpu_instance_is_drift_with_its_steps(host):
 
 
 def test_mig_off_on_a_mig_layout_is_drift(host):
+    """Drift with the steps that bring it back (a GPU that cannot hold its
+    layout is drift too, without steps: the next test)."""
     gpu = h100(gis=(), active=())
     gpu.facts = tl.h100_facts(mig=False)
     found = scrape(host, MIG, Session({MIGGPU: gpu}))
     assert value(found, 'gpu_layout_mode', gpu=MIGGPU,
                  mode='time-sliced') == 1
     assert value(found, 'gpu_layout_drift', gpu=MIGGPU, layout='h100') == 1
+    # disable the VFs, turn MIG mode on, enable the VFs, create two
+    # 1g.10gb and one 3g.40gb GPU instance
+    assert value(found, 'gpu_layout_steps', gpu=MIGGPU, layout='h100') == 6
+    assert read_ok(found)['layout'] == 1
+
+
+@pytest.mark.parametrize('body, said', [
+    # a type the GPU never offers with MIG on
+    (MIG.replace('nvidia-1150, nvidia-1152', 'nvidia-1160'),
+     'nvidia-1160 is time-sliced'),
+    # a GI profile the GPU lacks (layout plan's AttributeError)
+    (MIG.replace('1g.10gb:2, 3g.40gb:1', '5g.50gb:1'),
+     'the GPU has no GI profile 5g.50gb'),
+])
+def test_mig_still_to_change_on_a_layout_the_gpu_cannot_hold(
+        host, caplog, body, said):
+    """MIG mode still to change, and the layout checked as ``layout plan``
+    checks it before the first step: drift without steps (logged), the
+    part still read."""
+    gpu = h100(gis=(), active=())
+    gpu.facts = tl.h100_facts(mig=False)
+    with caplog.at_level('WARNING'):
+        found = scrape(host, body, Session({MIGGPU: gpu}))
+    assert value(found, 'gpu_layout_drift', gpu=MIGGPU, layout='h100') == 1
+    assert series(found, 'gpu_layout_steps') == []
+    assert read_ok(found)['layout'] == 1
+    assert said in caplog.text
 
 
 def test_a_gpu_instance_holding_another_type_has_no_room(host):

@@ -491,6 +491,24 @@ def test_gpus_recognised_without_class_in_node_device_xml(tmp_path):
     assert all(g.class_code for g in beside.gpus)
 
 
+def test_every_command_reads_gpus_without_class(tmp_path, capsys):
+    """libvirt < 5.2, no sysfs beside it: the GPUs have no class code;
+    ``discover`` (and its ``--json``, Cyborg's records) names their
+    controller by the display class, as ``list`` shows them."""
+    import json
+    from libvirt_gpu.cmd import main as cli
+    uri = _sim_uri(tmp_path, strip_class=True)
+    conf = tmp_path / 'libvirt-gpu.conf'
+    conf.write_text('[DEFAULT]\nstate_dir = %s\n' % (tmp_path / 'state'))
+    argv = ['--config-file', str(conf), '-c', uri]
+    for command in (['list'], ['discover'], ['discover', '--json']):
+        assert cli.main(argv + command) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+    boards = [json.loads(d['std_board_info']) for d in json.loads(out)]
+    assert boards == [{'product_id': '1eb8',
+                       'controller': 'Display controller'}] * 2
+
+
 @pytest.mark.parametrize('uri,local', [
     ('qemu:///system', True), ('qemu+unix:///system', True),
     ('qemu:///session', True), ('qemu+ssh://other-host/system', False),

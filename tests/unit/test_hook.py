@@ -400,17 +400,45 @@ def test_fast_path_imports_nothing(op):
     assert heavy == set()
 
 
-def test_slow_path_never_imports_libvirt(env):
-    # settings point at the simulated host; a refused start is enough to
-    # go through every import of the prepare path
+def rendered_hook(env):
+    """hooks/qemu as ``hook install`` writes it, for ``env``'s host."""
     script = os.path.join(env.state_dir + '-hooks', 'qemu')
-    os.makedirs(os.path.dirname(script))
+    os.makedirs(os.path.dirname(script), exist_ok=True)
     with open(HOOK) as f:
         text = hook.render_hook(
             f.read(), sys.executable, env.config, env.settings_file,
             [ROOT] + [p for p in sys.path if os.path.isdir(p)])
     with open(script, 'w') as f:
         f.write(text)
+    return script
+
+
+# A character reference can spell every byte the fast path looks for:
+# the same domain written with one goes through the same refusal.
+@pytest.mark.parametrize('plain, spelt', [
+    (b'urn:libvirt-gpu:1', b'urn:libvirt-gpu&#58;1'),
+    (b"type='mdev'", b"type='&#109;dev'"),
+    (b"type='mdev'", b"type='&#x6D;dev'"),
+])
+def test_fast_path_sees_through_character_references(env, plain, spelt):
+    script = rendered_hook(env)
+    if b'urn' in plain:          # a pGPU this host does not have
+        xml = domain_xml(pgpus=['0000:99:00.0'])
+        refusal = b'No GPU at 0000:99:00.0 on this host'
+    else:                        # an mdev hostdev whose UUID is no UUID
+        xml = domain_xml(hostdevs=['not-a-uuid'])
+        refusal = b'not-a-uuid'
+    assert xml.count(plain) == 1 and b'mdev' not in xml.replace(plain, b'')
+    for text in (xml, xml.replace(plain, spelt)):
+        r = run_script(['vm1', 'prepare', 'begin', '-'], text, script)
+        assert r.returncode == 1 and refusal in r.stderr, r.stderr[-2000:]
+    assert env.mdevs() == sorted(env.sysfs.kernel.mdevs())
+
+
+def test_slow_path_never_imports_libvirt(env):
+    # settings point at the simulated host; a refused start is enough to
+    # go through every import of the prepare path
+    script = rendered_hook(env)
     xml = domain_xml([(new_uuid(), 'nvidia-999', None)])
     cold = run_script(['vm1', 'prepare', 'begin', '-'], xml, script)
     warm = run_script(['vm1', 'prepare', 'begin', '-'], xml, script)
@@ -475,6 +503,39 @@ def test_installed_hook_runs_a_guest_lifecycle(env, tmp_path):
         assert u not in env.sysfs.kernel.mdevs()
         assert [e[0] for e in w.events] == ['create', 'remove']
     assert env.leases() == []
+
+
+def test_installed_hook_rebuilds_a_cut_off_snapshot(env, tmp_path):
+    """A snapshot cut off (a crash while it was written by hand, a full
+    disk) read by the installed hook, which has not imported json: the
+    prepare and the release still do their work and the snapshot is
+    written again."""
+    done = hook.install(str(tmp_path / 'hooks'), env.config)
+    u = new_uuid()
+    xml = domain_xml([(u, 'nvidia-223', None)])
+    clean_env = {'LC_ALL': 'C', 'PATH': '/usr/bin:/bin', 'HOME': '/root'}
+
+    def cut_off():
+        with open(env.settings_file, 'rb') as f:
+            whole = f.read()
+        with open(env.settings_file, 'wb') as f:
+            f.write(whole[:len(whole) // 2])
+
+    def snapshot_is_whole():
+        with open(env.settings_file, 'rb') as f:
+            return isinstance(hook.settings.jsonutil.loads(f.read()), dict)
+
+    with kernel_sysfs.KernelWatcher(env.root, env.sysfs.profile):
+        for op, sub in (('prepare', 'begin'), ('release', 'end')):
+            cut_off()
+            r = subprocess.run([done.path, 'vm1', op, sub, '-'], input=xml,
+                               capture_output=True, env=clean_env,
+                               timeout=60)
+            assert (r.returncode, r.stderr) == (0, b'')
+            assert (u in env.sysfs.kernel.mdevs()) is (op == 'prepare')
+            assert snapshot_is_whole()
+    assert env.leases() == []
+    assert 'snapshot %s refreshed' % env.settings_file in env.log()
 
 
 # What a guest start with vGPUs must not load: each was loaded once and

@@ -124,3 +124,34 @@ def test_loads_of_bytes_is_json_loads():
 def test_loads_refuses_what_is_not_text_as_json_does():
     for data in (None, 1, ['{}']):
         assert outcome(jsonutil.loads, data) == outcome(json.loads, data)
+
+
+# A document cut off or damaged as a crash or a full disk leaves one, each
+# read first in a fresh process that has not imported json.decoder (the
+# hook's, started with -I -S): _json's scanner takes its JSONDecodeError
+# from json.decoder only when that is imported, and raised SystemError
+# otherwise.
+_DAMAGED = ['{"key": {"a": 1', '{"key"', '{"a" 1}', '[1 2]', '"abc',
+            '{"a": "\\x"}', '{"a": [1, {"b": 2}', '{"a": 1,}']
+_FIRST_ERROR = """import sys
+sys.path.insert(0, %r)
+from libvirt_gpu.util import jsonutil
+assert 'json.decoder' not in sys.modules
+try:
+    jsonutil.loads(sys.argv[1])
+except ValueError as e:
+    print(repr((type(e).__name__, str(e))))
+"""
+
+
+@pytest.mark.parametrize('text', _DAMAGED)
+def test_a_damaged_document_raises_json_s_error_in_a_fresh_process(text):
+    root = jsonutil.__file__.rsplit('/libvirt_gpu/', 1)[0]
+    done = subprocess.run(
+        [sys.executable, '-I', '-S', '-c', _FIRST_ERROR % root, text],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(ValueError) as expected:
+        json.loads(text)
+    assert done.stdout.strip() == repr(
+        ('JSONDecodeError', str(expected.value)))

@@ -163,7 +163,12 @@ def test_a_bad_gpu_is_refused_naming_the_option(tmp_path):
         one(tmp_path, 'gpus = nvidia\nvgpu_types = nvidia-1160\n')
 
 
-@pytest.mark.parametrize('text', ['1g.10gb:0', '1g.10gb:x', ':3'])
+@pytest.mark.parametrize('text', ['1g.10gb:0', '1g.10gb:x', ':3',
+                                  # digits that are not ASCII: int()
+                                  # refuses the first, reads the second
+                                  # as 3
+                                  '1g.10gb:\u00b2', '1g.10gb:\u0663',
+                                  '1g.10gb:65', '1g.10gb:' + '9' * 4000])
 def test_a_bad_gi_count_is_refused(tmp_path, text):
     refused(tmp_path, MIG.replace('1g.10gb:4, 3g.40gb:1', text),
             r'gpu_instances: .* is not <profile>:<count>')
@@ -234,6 +239,24 @@ def test_claims_by_model_and_by_address(tmp_path):
     claimed = layout.claims(layout.read_layouts(conf), GPUS)
     assert {str(a): lay.name for a, lay in claimed.items()} == {
         H100: 'one', H100_B: 'one', L40S: 'two'}
+
+
+def test_one_layout_naming_a_gpu_by_address_and_by_model_holds_it_once(
+        tmp_path):
+    """Defined, not refused: the GPU is in that one layout (a GPU is
+    refused only when two layouts match it)."""
+    conf = load(tmp_path, '[gpu]\nlayouts = one\n[layout_one]\n%s'
+                % textwrap.dedent(MIG).replace(
+                    'gpus = 10de:2331', 'gpus = %s, 10de:2331' % H100))
+    (lay,) = layout.read_layouts(conf)
+    assert [str(s) for s in lay.gpus] == [H100, '10de:2331']
+    claimed = layout.claims((lay,), GPUS)
+    assert {str(a): found.name for a, found in claimed.items()} == {
+        H100: 'one', H100_B: 'one'}
+    # and by its address in one layout, by its model in another: refused
+    conf = two(tmp_path, MIG, L40S_BODY.replace('0000:61:00.0', H100))
+    with pytest.raises(exception.ConfigError, match='matched by two'):
+        layout.claims(layout.read_layouts(conf), GPUS)
 
 
 def test_a_gpu_matched_by_two_layouts_is_refused(tmp_path):
@@ -456,7 +479,9 @@ def test_types_take_counts(tmp_path):
 
 @pytest.mark.parametrize('text', ['nvidia-1160:0', 'nvidia-1160:x',
                                   'nvidia-1160:-1', 'nvidia-1160:1025',
-                                  'nvidia-1160:'])
+                                  'nvidia-1160:', 'nvidia-1160:\u00b2',
+                                  'nvidia-1160:\u0663',
+                                  'nvidia-1160:\uff13'])
 def test_a_bad_count_is_refused(tmp_path, text):
     refused(tmp_path, MIXED + 'vgpu_types = %s\n' % text,
             r'\[layout_one\]/vgpu_types: .* not <type>:<count>')
@@ -516,6 +541,15 @@ def test_worst_block_is_the_most_one_vgpu_can_take():
     assert layout.worst_block(four, three) == 2      # 4..7: 3..5, 6..8
     assert layout.worst_block(four, four) == 1
     assert layout.worst_block(four, one_slot) == 4
+    # a window that meets the GPU's first slot: the vGPU's own size and
+    # the other type's size are not interchangeable (with them swapped,
+    # 2 slots at 0 would be said to take 1 of the one-slot placements)
+    two_at_0 = records.replace(_mixed_type(2, 2), placements=(0,))
+    three_at_0 = records.replace(_mixed_type(3, 3), placements=(0,))
+    assert layout.worst_block(two_at_0, one_slot) == 2
+    assert layout.worst_block(one_slot, two_at_0) == 1
+    assert layout.worst_block(three_at_0, one_slot) == 3
+    assert layout.worst_block(two_at_0, three_at_0) == 1
 
 
 def test_counts_fit_exactly_at_the_limit():
@@ -556,3 +590,50 @@ def test_counts_without_placements_from_the_gpu_are_refused():
                    facts=facts)
     # one type needs none
     layout.check(layout_of(mode='mixed-size', gis=(), types=(1160,)), facts)
+
+
+# --- the checks layout plan makes before the first step ----------------------
+
+def test_check_before_steps_refuses_mig_on_a_gpu_without_it_in_one_line():
+    facts = records.replace(h100_facts(), mig=None)
+    with pytest.raises(layout.LayoutError) as e:
+        layout.check_before_steps(layout_of(), facts)
+    assert str(e.value) == (
+        'layout one, GPU 0000:41:00.0: mode mig needs MIG, and this GPU has '
+        'no MIG mode; use mode time-sliced or mixed-size')
+
+
+def test_check_before_steps_checks_in_the_gpus_own_mode_whatever_it_lists():
+    """MIG on, as the layout wants, but the GPU lists no MIG-backed type:
+    checked all the same (not only where ``reports_for`` says)."""
+    sliced = tuple(t for t in H100_TYPES if not t.mig_backed)
+    facts = records.replace(h100_facts(mig=True), types=sliced)
+    assert not layout.reports_for(layout_of(), facts)
+    with pytest.raises(layout.LayoutError, match='does not support '
+                                                 'nvidia-1150'):
+        layout.check_before_steps(layout_of(), facts)
+    # a time-sliced layout, MIG off, no time-sliced type listed
+    mig_only = tuple(t for t in H100_TYPES if t.mig_backed)
+    facts = records.replace(h100_facts(mig=False), types=mig_only)
+    with pytest.raises(layout.LayoutError, match='does not support '
+                                                 'nvidia-1160'):
+        layout.check_before_steps(
+            layout_of(mode='time-sliced', gis=(), types=(1160,)), facts)
+    # MIG still to change, and nothing of the layout's kind listed: left
+    # for once MIG mode changed
+    assert layout.check_before_steps(layout_of(), records.replace(
+        h100_facts(mig=False), types=sliced)) == layout_of()
+
+
+def test_a_gi_profile_the_gpu_does_not_report_is_refused_naming_them():
+    lay = layout_of(gis=(('5g.50gb', 1),))
+    with pytest.raises(layout.LayoutError) as e:
+        layout.wanted_gpu_instances(lay, h100_facts())
+    assert str(e.value) == (
+        'layout one, GPU 0000:41:00.0: [layout_one]/gpu_instances: the GPU '
+        'reports no GI profile 5g.50gb (it reports: 1g.10gb, 1g.10gb+me, '
+        '1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)')
+    with pytest.raises(layout.LayoutError) as e:
+        layout.wanted_gpu_instances(lay, records.replace(h100_facts(),
+                                                         profiles=()))
+    assert str(e.value).endswith('no GI profile 5g.50gb (it reports: none)')

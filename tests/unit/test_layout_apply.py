@@ -40,14 +40,18 @@ class Gpu(object):
         self.vgpus = ()
         self.fail = None           # an action that fails once
         self.pending = False       # MIG mode set but not current
+        self.hides_mig_types = False   # MIG off: lists no MIG-backed type
         self.calls = []
         self._next = 1
 
     # reading
     def facts(self, address):
+        types = self.facts_.types
+        if self.hides_mig_types and not self.mig:
+            types = tuple(t for t in types if not t.mig_backed)
         return layout.GpuFacts(address=address, mig=self.mig,
                                profiles=self.facts_.profiles,
-                               types=self.facts_.types, vfs_total=20)
+                               types=types, vfs_total=20)
 
     def state(self, address, lay, facts):
         return layout.GpuState(
@@ -249,11 +253,45 @@ def test_a_layout_the_gpu_cannot_hold_is_refused_before_any_step():
     assert '9 memory slices' in report.failed[0].detail
 
 
+def test_a_layout_of_the_other_mig_mode_is_checked_before_any_step():
+    """The GPU reports its profiles and every type with MIG off (as the
+    simulated driver does): the layout is refused before the first step,
+    by ``plan`` as by ``apply``."""
+    for dry_run in (True, False):
+        gpu = Gpu()
+        report = apply(gpu, tl.layout_of(types=(1150, 1160)),
+                       dry_run=dry_run)
+        assert gpu.calls == []
+        assert [r.status for r in report.results] == [la.FAILED]
+        assert 'nvidia-1160 is time-sliced' in report.failed[0].detail
+    # a GI profile the GPU lacks: refused, no AttributeError
+    for mig in (False, True):
+        report = apply(Gpu(mig=mig), tl.layout_of(gis=(('5g.50gb', 1),)),
+                       dry_run=True)
+        assert [r.status for r in report.results] == [la.FAILED]
+        assert 'the GPU has no GI profile 5g.50gb (it has: 1g.10gb,' in \
+            report.failed[0].detail
+    # also where the GPU cannot say yet (MIG-backed types hidden)
+    gpu = Gpu()
+    gpu.hides_mig_types = True
+    report = apply(gpu, tl.layout_of(gis=(('5g.50gb', 1),)))
+    assert gpu.calls == []
+    assert 'the GPU reports no GI profile 5g.50gb' in report.failed[0].detail
+    # and a time-sliced layout on a MIG GPU
+    gpu = Gpu(mig=True, vfs=20)
+    report = apply(gpu, tl.layout_of(mode='time-sliced', gis=(),
+                                     types=(1150,)))
+    assert gpu.calls == []
+    assert 'nvidia-1150 is MIG-backed' in report.failed[0].detail
+
+
 def test_the_layout_is_checked_again_once_mig_mode_is_on():
     gpu = Gpu()
+    gpu.hides_mig_types = True
     bad = tl.layout_of(types=(1150, 1160))     # a time-sliced type
     report = apply(gpu, bad)
-    # MIG was off: the type check waited for MIG mode, then refused
+    # MIG was off and the GPU listed no MIG-backed type then: the type
+    # check waited for MIG mode, then refused
     assert gpu.calls == [lp.MIG_MODE]
     assert [r.status for r in report.results] == [la.DONE, la.FAILED]
     assert report.failed[0].action == 'check'
@@ -276,6 +314,15 @@ def test_mig_on_a_gpu_without_mig_is_refused():
     gpu.mig = None
     report = apply(gpu, MIG)
     assert 'has no MIG mode' in report.failed[0].detail
+
+
+def test_a_gpu_at_its_layout_lets_the_run_go_on():
+    gpu = Gpu(mig=True, vfs=20)
+    assert not apply(gpu, MIG).failed          # now at its layout
+    other = objects.PciAddress.parse(tl.H100_B)
+    report = la.Applier(gpu).run([(MIG, ADDRESS), (MIG, other)])
+    assert [(r.status, r.address) for r in report.results] == [
+        (la.OK, ADDRESS), (la.OK, other)]
 
 
 def test_the_first_failed_gpu_stops_the_run():

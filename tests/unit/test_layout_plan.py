@@ -224,3 +224,25 @@ def test_without_placements_the_driver_chooses():
     assert creates(plan) == [(9, None)] + [(19, None)] * 4
     assert 'memory slice' not in plan.steps[0].detail
     assert 'start' not in plan.steps[0].to_json()
+
+
+def test_a_gpu_instance_about_to_be_destroyed_takes_no_placement():
+    # a 4g.40gb at slices 0-3, not in the layout: destroyed first, so
+    # the four 1g.10gb go where it was (counted as still there, nothing
+    # could hold them beside the 3g.40gb)
+    doomed = layout.GpuInstance(8, 5, None, start=0, size=4)
+    st = records.replace(state(), gpu_instances=(doomed,))
+    plan = lp.plan(MIG, placed_facts(), st)
+    assert [(s.action, s.gi_id) for s in plan.steps][:1] == [
+        (lp.DESTROY_GI, 8)]
+    assert creates(plan) == [(9, 4), (19, 0), (19, 1), (19, 2), (19, 3)]
+    # one left without its compute instance is made again, where it was
+    # or elsewhere: its own placement is free too
+    broken = (layout.GpuInstance(1, 19, None, start=0, size=1,
+                                 compute=False),
+              layout.GpuInstance(2, 9, None, start=4, size=4))
+    st = records.replace(state(), gpu_instances=broken)
+    plan = lp.plan(MIG, placed_facts(), st)
+    assert [(s.action, s.gi_id) for s in plan.steps][:1] == [
+        (lp.DESTROY_GI, 1)]
+    assert creates(plan) == [(19, 0), (19, 1), (19, 2), (19, 3)]

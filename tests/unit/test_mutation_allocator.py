@@ -303,3 +303,23 @@ def test_an_incoming_reservation_is_never_called_stale(backend, store):
     said = _refused(exception.NoCapacity, alloc.reserve, DOM,
                     [claim() for _ in range(14)])
     assert 'reserved for incoming' in said and 'stale' not in said
+
+
+# --- what a reservation reads ------------------------------------------------
+
+def test_a_domain_s_claims_read_each_gpu_s_room_once(backend, store,
+                                                     monkeypatch):
+    # _Room: a domain's N claims cost one read of each GPU's room, counted
+    # down as the transaction reserves, not one per claim
+    alloc = allocator.Allocator(backend, store, enabled())
+    reads = []
+    free = allocator.Allocator.free
+
+    def counted(self, txn, address, type_id, mdevs):
+        reads.append((address, type_id))
+        return free(self, txn, address, type_id, mdevs)
+
+    monkeypatch.setattr(allocator.Allocator, 'free', counted)
+    grants = alloc.reserve(DOM, [claim() for _ in range(4)])
+    assert len(grants) == 4
+    assert sorted(reads) == [(A, T_NVIDIA_223), (B, T_NVIDIA_223)]

@@ -689,16 +689,28 @@ def test_list_table_of_a_sliced_and_a_whole_gpu(capsys, hosts):
                           hosts['t4'], 'list')
     assert code == 0
     assert _table(out) == [
+        # T4_CONF gives the host to Cyborg ([routes]/cyborg = all)
         'ADDRESS       ID         PRODUCT             DRIVER  NUMA  CPUS  '
-        'IOMMU  GROUP MEMBERS  MODE  ENABLED TYPE  CAPACITY  TYPES  VGPUS  '
-        'VFS',
+        'IOMMU  GROUP MEMBERS  MODE  ROUTE   ENABLED TYPE  CAPACITY  TYPES  '
+        'VGPUS  VFS',
         '------------  ---------  ------------------  ------  ----  ----  '
-        '-----  -------------  ----  ------------  --------  -----  -----  '
-        '---',
+        '-----  -------------  ----  ------  ------------  --------  -----  '
+        '-----  ---',
         '0000:3b:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  0     -     '
-        '28     -              pgpu  -             1         17     0      -',
+        '28     -              pgpu  cyborg  -             1         17     '
+        '0      -',
         '0000:af:00.0  10de:1eb8  TU104GL [Tesla T4]  nvidia  1     -     '
-        '58     -              vgpu  nvidia-223    8         17     2      -']
+        '58     -              vgpu  cyborg  nvidia-223    8         17     '
+        '2      -',
+        '',
+        'VGPU                                  TYPE        GPU           '
+        'PARENT        ROUTE   DOMAIN',
+        '------------------------------------  ----------  ------------  '
+        '------------  ------  ------',
+        '4b20d080-1b54-4048-85b3-a6a62d165c01  nvidia-223  0000:af:00.0  '
+        '0000:af:00.0  cyborg  -',
+        'b1ae8bf6-38b0-4c81-9d44-78ce3f520496  nvidia-223  0000:af:00.0  '
+        '0000:af:00.0  cyborg  -']
 
 
 def test_list_names_what_is_not_offered_whole(capsys, hosts, empty_conf):
@@ -706,10 +718,11 @@ def test_list_names_what_is_not_offered_whole(capsys, hosts, empty_conf):
                         hosts['mixed'], 'list')
     assert code == 0
     lines = _table(out)
+    lines = lines[:lines.index('')]       # the vGPUs' table follows
     assert lines[2] == (
         '0000:03:00.0  1a03:2000  ASPEED Graphics Family          ast       '
-        '0     -     16     -              pgpu  -             0         0 '
-        '     0      -')
+        '0     -     16     -              pgpu  libvirt-gpu  -             '
+        '0         0      0      -')
     assert lines[-2].startswith('0000:d8:00.0  10de:2230  GA102GL [RTX '
                                 'A6000]')
     assert '     70     0000:d8:00.1   pgpu' in lines[-2]
@@ -757,8 +770,8 @@ def test_list_json_of_a_vf_shows_its_gpus_setting(capsys, hosts, tmp_path):
                         hosts['a100'], 'list')
     row = [line for line in out.splitlines()
            if line.startswith('0000:41:00.0')][0]
-    assert row.split()[-9:] == ['-', 'vgpu', 'nvidia-472', '2', '6', '1',
-                                '16', '(1', 'used)']
+    assert row.split()[-10:] == ['-', 'vgpu', 'libvirt-gpu', 'nvidia-472',
+                                 '2', '6', '1', '16', '(1', 'used)']
 
 
 def test_types_table_json_and_nothing_offered(capsys, hosts):
@@ -998,8 +1011,8 @@ def test_domgpus_of_a_domain_without_gpus(capsys):
     code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test')
     assert code == 0
     assert out.splitlines()[1:] == [
-        'KIND  UUID  TYPE  GPU  EXISTS  LEASE  SOURCE',
-        '----  ----  ----  ---  ------  -----  ------']
+        'KIND  UUID  TYPE  GPU  ROUTE  EXISTS  LEASE  SOURCE',
+        '----  ----  ----  ---  -----  ------  -----  ------']
     code, out, _ = _cli(capsys, '-c', 'test:///default', 'domgpus', 'test',
                         '--json')
     assert json.loads(out) == {
@@ -1075,7 +1088,7 @@ def test_exporter_once_without_libvirt(capsys, hosts, empty_conf):
     assert code == 0
     assert ('libvirt_gpu_gpu_info{enabled_type="",gpu="0000:3b:00.0",'
             'mode="pgpu",product="TU104GL [Tesla T4]",product_id="1eb8",'
-            'vendor_id="10de"} 1.0') in out.splitlines()
+            'route="libvirt-gpu",vendor_id="10de"} 1.0') in out.splitlines()
 
 
 def test_no_survey_on_libvirts_test_driver():
@@ -1163,7 +1176,7 @@ def test_restore_dry_run_without_libvirt(capsys, hosts, empty_conf,
 # --- nova-config as a command ------------------------------------------------
 
 @pytest.fixture
-def test_driver_conf(tmp_path):
+def libvirt_test_driver_conf(tmp_path):
     path = tmp_path / 'lgpu.conf'
     path.write_text('[libvirt]\nconnection_uri = test:///default\n')
     return str(path)
@@ -1175,17 +1188,17 @@ def _nova(capsys, hosts, conf, *argv):
 
 
 def test_nova_config_names_its_configuration_file(capsys, hosts,
-                                                  test_driver_conf):
-    code, out, _ = _nova(capsys, hosts, test_driver_conf)
+                                                  libvirt_test_driver_conf):
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf)
     lines = out.splitlines()
     assert code == 0
     assert lines[:2] == [
         '# Generated by `libvirt-gpu nova-config` on h from the carvings',
         '# of %s ([nova]/carved); do not edit: generate it again after'
-        % test_driver_conf]
+        % libvirt_test_driver_conf]
     assert lines[-2:] == ['# nothing is carved for Nova on this host',
                           '[pci]']
-    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--json')
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--json')
     doc = json.loads(out)
     # one line, its keys in the order written
     assert list(doc) == ['hostname', 'versions', 'live_migratable',
@@ -1195,34 +1208,34 @@ def test_nova_config_names_its_configuration_file(capsys, hosts,
     assert doc['versions']['error'] is None
 
 
-def test_nova_config_check_exit_status_and_json(capsys, hosts,
-                                                test_driver_conf, tmp_path):
+def test_nova_config_check_exit_status_and_json(
+        capsys, hosts, libvirt_test_driver_conf, tmp_path):
     nova = tmp_path / 'nova.conf'
     nova.write_text('[pci]\ndevice_spec = {"address": "0000:3b:00.0"}\n')
     line = ('line 2: device_spec matches GPU 0000:3b:00.0 (holds no vGPU), '
             'which is not carved for Nova')
-    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--check',
                          str(nova))
     assert (code, out) == (1, line + '\n')
     two = tmp_path / 'two.conf'
     two.write_text('[pci]\ndevice_spec = {"address": "0000:3b:00.0"}\n'
                    'device_spec = {"address": "0000:af:00.0"}\n')
-    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--check',
                          str(two))
     assert (code, out.splitlines()) == (1, [
         line, 'line 3: device_spec matches GPU 0000:af:00.0 (holds '
         'nvidia-223, nvidia-223), which is not carved for Nova'])
-    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--check',
                          str(nova), '--json')
     assert code == 1
     assert json.loads(out) == {'file': str(nova), 'matches': False,
                                'differences': [line]}
     nova.write_text('[pci]\n')
-    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--check',
                          str(nova))
     assert (code, out) == (0, '%s matches the VFs carved for Nova on h\n'
                            % nova)
-    code, out, _ = _nova(capsys, hosts, test_driver_conf, '--check',
+    code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--check',
                          str(nova), '--json')
     assert (code, json.loads(out)) == (0, {'file': str(nova),
                                            'matches': True,
@@ -1289,14 +1302,14 @@ def test_layout_names_libvirts_domains_or_none(tmp_path):
 
 
 def test_exporter_once_through_libvirt_reports_whole_gpu_use(
-        capsys, hosts, test_driver_conf):
+        capsys, hosts, libvirt_test_driver_conf):
     used = 'libvirt_gpu_gpu_used{gpu="0000:3b:00.0",mode="pgpu",type=""} 0.0'
     read = 'libvirt_gpu_exporter_read_ok{part="libvirt"} 1.0'
-    code, out, _ = _cli(capsys, '--config-file', test_driver_conf,
+    code, out, _ = _cli(capsys, '--config-file', libvirt_test_driver_conf,
                         '--sysfs-root', hosts['t4'], 'exporter', '--once')
     assert code == 0
     assert {used, read} <= set(out.splitlines())
-    code, out, _ = _cli(capsys, '--config-file', test_driver_conf,
+    code, out, _ = _cli(capsys, '--config-file', libvirt_test_driver_conf,
                         '--sysfs-root', hosts['t4'], 'exporter', '--once',
                         '--no-libvirt')
     assert code == 0
@@ -1304,8 +1317,8 @@ def test_exporter_once_through_libvirt_reports_whole_gpu_use(
 
 
 def test_restore_dry_run_asks_libvirt_unless_told_not_to(
-        capsys, hosts, test_driver_conf, tmp_path):
-    code, out, _ = _cli(capsys, '--config-file', test_driver_conf,
+        capsys, hosts, libvirt_test_driver_conf, tmp_path):
+    code, out, _ = _cli(capsys, '--config-file', libvirt_test_driver_conf,
                         '--sysfs-root', hosts['t4'], 'restore', '--dry-run',
                         '--mdevctl-dir', str(tmp_path / 'mdevctl'))
     assert (code, out) == (0, '0 change(s), 0 failure(s)\n')

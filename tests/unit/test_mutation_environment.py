@@ -125,6 +125,7 @@ def test_for_hook_takes_the_settings_snapshot(tmp_path):
         enabled = {'x': 1}
         routes = routes_mod.Routes(owners={
             objects.PciAddress.parse('0000:3b:00.0'): routes_mod.CYBORG})
+        nvml = 'off'
     sysfs = sysfs_mod.Sysfs(str(tmp_path))
     env = environment.Environment.for_hook(
         Settings, sysfs, mdevctl_dir=str(tmp_path / 'm'))
@@ -135,6 +136,7 @@ def test_for_hook_takes_the_settings_snapshot(tmp_path):
     assert objects.PciAddress.parse('0000:3b:00.0') in env.allocator.carved
     assert env.place('mdevctl_dir') == str(tmp_path / 'm')
     assert env.host is None and env.conf is None
+    assert env.nvml_setting == 'off' and env.nvml is None
 
 
 class _Conf:

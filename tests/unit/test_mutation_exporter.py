@@ -30,6 +30,7 @@ from prometheus_client import parser as prom_parser
 
 from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.devices import nvml
+from libvirt_gpu.devices import routes
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exception
@@ -94,7 +95,8 @@ class Families(object):
 
 HELP = [
     ('gpu_info', 'gauge', 'A GPU of this host (value 1): ids, name, mode '
-     '(vgpu: sliced, pgpu: whole) and enabled vGPU type'),
+     '(vgpu: sliced, pgpu: whole), enabled vGPU type and the route that '
+     'owns it'),
     ('gpu_capacity', 'gauge', 'vGPUs (mode vgpu) or whole GPUs (mode pgpu: '
      '1, 0 when it cannot be offered) the GPU holds: the total Placement is '
      'told'),
@@ -109,8 +111,9 @@ HELP = [
      'can still make, as the kernel or driver says (a GPU with VFs: the '
      'whole GPU)'),
     ('vgpu_info', 'gauge', 'A vGPU (value 1): type, parent (the mdev parent '
-     'or VF), the domain that holds it (name with libvirt only) and its '
-     'lease state (none: not made by us, or no lease)'),
+     'or VF), the route that owns its GPU, the domain that holds it (name '
+     'with libvirt only) and its lease state (none: not made by us, or no '
+     'lease)'),
     ('leases', 'gauge', 'Leases in the lease file, by state'),
     ('dead_holder_leases', 'gauge', 'Leases whose process died and whose '
      'vGPU no running domain uses (reconcile would remove them)'),
@@ -200,6 +203,14 @@ def _lease(uuid, parent, type_id=T, state_name=state.CREATED, domain=None):
                        pid_start=None, created_at=0.0, updated_at=0.0)
 
 
+def _route(physical=None, **owners):
+    """``exporter.route_labels`` of ``Routes`` whose ``owners`` are given
+    as ``A=routes.CYBORG``."""
+    named = {'A': A, 'B': B, 'C': C}
+    return exporter.route_labels(routes.Routes(owners={
+        named[k]: v for k, v in owners.items()}), physical or {})
+
+
 def _domains(names=None, vgpus=None, pci=None):
     return exporter.DomainView(names=names or {}, vgpus=vgpus or {},
                                pci=pci or {})
@@ -217,11 +228,13 @@ def test_a_vgpu_gpu_counts_its_types_vgpus_and_leases_once_each():
     leases = (_lease(U1, A), _lease(U5, A, state_name=state.RESERVED),
               _lease(U4, B), _lease(U3, A, T2))
     found = samples(exporter.gpu_families(
-        [gpu], enabled, {(A, T): 5}, existing, leases, None))
+        [gpu], enabled, {(A, T): 5}, existing, leases, None,
+        _route(A=routes.CYBORG)))
     a = str(A)
     assert found == rows(
         row('gpu_info', 1, gpu=a, vendor_id='10de', product_id='1eb8',
-            product='Tesla T4', mode='vgpu', enabled_type=T),
+            product='Tesla T4', mode='vgpu', enabled_type=T,
+            route='cyborg'),
         row('gpu_capacity', 8, gpu=a, mode='vgpu', type=T),
         row('gpu_capacity', 2, gpu=a, mode='vgpu', type=T2),
         row('gpu_used', 3, gpu=a, mode='vgpu', type=T),
@@ -242,8 +255,9 @@ def test_a_vgpu_gpu_counts_the_vgpus_of_its_vfs():
         (_lease(U2, VF2, state_name=state.RESERVED),), None))
     b = str(B)
     assert found == rows(
+        # no routes read: the route is unsaid
         row('gpu_info', 1, gpu=b, vendor_id='10de', product_id='1eb8',
-            product='', mode='vgpu', enabled_type=T),
+            product='', mode='vgpu', enabled_type=T, route=''),
         row('gpu_capacity', 2, gpu=b, mode='vgpu', type=T),
         row('gpu_used', 2, gpu=b, mode='vgpu', type=T),
         # the whole GPU: its capacity less the vGPUs its VFs hold
@@ -268,14 +282,15 @@ def test_whole_gpus_with_libvirt_say_capacity_use_and_why_not_offered():
     refused = _gpu(B, iommu_group=None)
     found = samples(exporter.gpu_families(
         [offered, taken, refused], {}, {}, {}, (),
-        _domains(pci={C: D1, B: D2})))
+        _domains(pci={C: D1, B: D2}), _route(C=routes.NOVA_VGPU)))
     a, b, c = str(A), str(B), str(C)
     info = dict(vendor_id='10de', product_id='1eb8', mode='pgpu',
                 enabled_type='')
     assert found == rows(
-        row('gpu_info', 1, gpu=a, product='Tesla T4', **info),
-        row('gpu_info', 1, gpu=c, product='', **info),
-        row('gpu_info', 1, gpu=b, product='', **info),
+        row('gpu_info', 1, gpu=a, product='Tesla T4', route='libvirt-gpu',
+            **info),
+        row('gpu_info', 1, gpu=c, product='', route='nova-vgpu', **info),
+        row('gpu_info', 1, gpu=b, product='', route='libvirt-gpu', **info),
         row('gpu_capacity', 1, gpu=a, mode='pgpu', type=''),
         row('gpu_capacity', 1, gpu=c, mode='pgpu', type=''),
         row('gpu_capacity', 0, gpu=b, mode='pgpu', type=''),
@@ -311,23 +326,25 @@ def test_each_vgpu_with_its_gpu_holder_and_lease_state():
     found = samples(exporter.vgpu_families(
         existing, leases, {U2: (D2, 'x'), U1: (D3, 'x'), U4: (D2, 'x')},
         domains,
-        {VF: B, VF2: B}))
+        {VF: B, VF2: B}, route=_route({VF: B, VF2: B}, B=routes.CYBORG)))
+    # a vGPU on a VF has the route of the VF's physical GPU
     assert found == rows(
         row('vgpu_info', 1, uuid=U1, type=T, gpu=str(B), parent=str(VF),
-            domain='one', domain_uuid=D1, lease_state='created',
-            exists='yes'),
+            route='cyborg', domain='one', domain_uuid=D1,
+            lease_state='created', exists='yes'),
         row('vgpu_info', 1, uuid=U2, type=T2, gpu=str(B), parent=str(VF2),
-            domain='', domain_uuid='', lease_state='reserved',
-            exists='no'),
+            route='cyborg', domain='', domain_uuid='',
+            lease_state='reserved', exists='no'),
         row('vgpu_info', 1, uuid=U3, type=T2, gpu=str(A), parent=str(A),
-            domain='three', domain_uuid=D3, lease_state='none',
-            exists='yes'),
+            route='libvirt-gpu', domain='three', domain_uuid=D3,
+            lease_state='none', exists='yes'),
         row('vgpu_info', 1, uuid=U4, type=T, gpu=str(A), parent=str(A),
-            domain='two', domain_uuid=D2, lease_state='none', exists='yes'),
+            route='libvirt-gpu', domain='two', domain_uuid=D2,
+            lease_state='none', exists='yes'),
         # a lease without a domain: the running domain using its vGPU
         row('vgpu_info', 1, uuid=U5, type=T, gpu=str(A), parent=str(A),
-            domain='three', domain_uuid=D3, lease_state='incoming',
-            exists='no'),
+            route='libvirt-gpu', domain='three', domain_uuid=D3,
+            lease_state='incoming', exists='no'),
         row('leases', 1, state='created'),
         row('leases', 1, state='reserved'),
         row('leases', 0, state='removing'),
@@ -372,13 +389,16 @@ def test_reconcile_counts_what_a_run_would_remove_by_kind():
         finding(reconcile.WOULD_REMOVE, 'mdev', U3),
         finding(reconcile.KEPT, 'lease', U4),
         finding(reconcile.WOULD_REPAIR, 'mdev', U5)))
-    found = samples(exporter.reconcile_families(report))
-    each = dict(parent='', type='', domain_uuid='')
+    found = samples(exporter.reconcile_families(report,
+                                                _route(A=routes.CYBORG)))
+    # a finding without a GPU has no route
+    each = dict(parent='', type='', domain_uuid='', route='')
     assert found == rows(
         row('dead_holder_leases', 2),
         row('unexplained_vgpus', 1),
         row('reconcile_finding', 1, action='would remove', what='lease',
-            uuid=U1, parent=str(A), type=T, domain_uuid=D1),
+            uuid=U1, parent=str(A), type=T, domain_uuid=D1,
+            route='cyborg'),
         row('reconcile_finding', 1, action='would remove', what='mdev+lease',
             uuid=U2, **each),
         row('reconcile_finding', 1, action='would remove', what='mdev',
@@ -537,22 +557,26 @@ def test_nvml_figures_join_a_vgpu_by_its_uuid_else_its_vf():
                              nvml.VgpuUsage(None, VF2, 0.2, 8)))}
     owners = {U1: (A, 'one', D1), U2: (VF, '', ''), U3: (None, '', ''),
               U4: (A, '', '')}
-    found = samples(exporter.nvml_families(usage, owners))
+    found = samples(exporter.nvml_families(
+        usage, owners, _route({VF: B}, B=routes.CYBORG)))
     assert found == rows(
         row('nvml_gpu_utilization_ratio', 0.5, gpu=str(A)),
         row('nvml_gpu_memory_used_bytes', 100, gpu=str(A)),
         row('nvml_gpu_memory_total_bytes', 1000, gpu=str(A)),
         row('nvml_vgpu_utilization_ratio', 0.25, uuid=U1, gpu=str(A),
-            parent=str(A), domain='one', domain_uuid=D1),
+            parent=str(A), route='libvirt-gpu', domain='one',
+            domain_uuid=D1),
         row('nvml_vgpu_fb_used_bytes', 64, uuid=U1, gpu=str(A),
-            parent=str(A), domain='one', domain_uuid=D1),
-        # a parent unknown (no VF, no mdev parent said): empty
+            parent=str(A), route='libvirt-gpu', domain='one',
+            domain_uuid=D1),
+        # a parent unknown (no VF, no mdev parent said): empty, no route
         row('nvml_vgpu_utilization_ratio', 0.5, uuid=U3, gpu=str(A),
-            parent='', domain='', domain_uuid=''),
+            parent='', route='', domain='', domain_uuid=''),
+        # a VF's vGPU: the route of its physical GPU
         row('nvml_vgpu_utilization_ratio', 0.1, uuid=U2, gpu=str(B),
-            parent=str(VF), domain='', domain_uuid=''),
+            parent=str(VF), route='cyborg', domain='', domain_uuid=''),
         row('nvml_vgpu_fb_used_bytes', 32, uuid=U2, gpu=str(B),
-            parent=str(VF), domain='', domain_uuid=''))
+            parent=str(VF), route='cyborg', domain='', domain_uuid=''))
 
 
 # --- label values as text ---------------------------------------------------
@@ -1297,7 +1321,7 @@ def test_a_mig_layout_on_a_gpu_without_mig_has_no_steps_and_says_why(
         assert exporter._layout_steps(None, MigLayout(), A, facts) is None
     assert _warnings(caplog) == [
         'scrape: layout h100, GPU %s: mode mig needs MIG, and this GPU has '
-        'no MIG mode' % A]
+        'no MIG mode; use mode time-sliced or mixed-size' % A]
 
 
 def test_a_task_never_run_does_not_hide_the_next():
@@ -1801,7 +1825,8 @@ def test_a_vgpu_on_a_vf_is_shown_on_its_physical_gpu(layout_host, tmp_path):
     found = te.scrape(exporter.HostCollector(env))
     assert te.series(found, P + 'vgpu_info') == [dict(
         uuid=U1, type='nvidia-1145', gpu=str(vf.physfn),
-        parent=str(vf.address), domain='', domain_uuid='',
+        parent=str(vf.address), route='libvirt-gpu', domain='',
+        domain_uuid='',
         lease_state='reserved', exists='no')]
 
 

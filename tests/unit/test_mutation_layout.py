@@ -46,10 +46,12 @@ REFUSALS = [
      'starting with a letter or digit, e.g. nvidia-223)'),
     ({'vgpu_types': ['nvidia-1160:0']},
      "Configuration error: [layout_one]/vgpu_types: 'nvidia-1160:0' is not "
-     '<type>:<count> with a count from 1 to 1024 (e.g. nvidia-1153:2)'),
+     '<type>:<count> with a count from 1 to 1024 in ASCII digits (e.g. '
+     'nvidia-1153:2)'),
     ({'vgpu_types': ['nvidia-1160:1025']},
      "Configuration error: [layout_one]/vgpu_types: 'nvidia-1160:1025' is "
-     'not <type>:<count> with a count from 1 to 1024 (e.g. nvidia-1153:2)'),
+     'not <type>:<count> with a count from 1 to 1024 in ASCII digits (e.g. '
+     'nvidia-1153:2)'),
     ({'vgpu_types': []},
      'Configuration error: [layout_one]/vgpu_types: names no vGPU type: '
      'list the types the GPU offers (`libvirt-gpu layout plan` lists those '
@@ -75,11 +77,12 @@ REFUSALS = [
      'only in the MIG modes (mig, mig-time-sliced), not time-sliced'),
     ({'gpu_instances': ['1g.10gb:65'], 'mode': 'mig'},
      "Configuration error: [layout_one]/gpu_instances: '1g.10gb:65' is not "
-     '<profile>:<count> (e.g. 1g.10gb:4)'),
+     '<profile>:<count> with a count from 1 to 64 in ASCII digits (e.g. '
+     '1g.10gb:4)'),
     ({'gpu_instances': ['xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:1'], 'mode': 'mig'},
      'Configuration error: [layout_one]/gpu_instances: '
-     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:1' is not <profile>:<count> (e.g. "
-     '1g.10gb:4)'),
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:1' is not <profile>:<count> with a "
+     'count from 1 to 64 in ASCII digits (e.g. 1g.10gb:4)'),
     ({'scheduler': 'round-robin'},
      "Configuration error: [layout_one]/scheduler: 'round-robin' is none "
      'of best-effort, equal-share, fixed-share'),

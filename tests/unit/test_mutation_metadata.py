@@ -39,15 +39,15 @@ def _refusal(text):
 REFUSALS = [
     (_doc('', ' a="1"'), "<gpus> has unknown attribute(s) 'a'; allowed: "),
     (_doc('<gpu:vgpu uuid="%s" type="nvidia-223" zz="1" aa="2"/>' % UUID),
-     "<vgpu> has unknown attribute(s) 'aa', 'zz'; allowed: parent, type, "
-     "uuid"),
+     "<vgpu> has unknown attribute(s) 'aa', 'zz'; allowed: "
+     "nvidia-metadata, parent, type, uuid"),
     (_doc('<gpu:pgpu address="0000:3b:00.0" slot="1"/>'),
      "<pgpu> has unknown attribute(s) 'slot'; allowed: address, "
      "companions"),
     (_doc('<gpu:vgpu uuid="%s" type="nvidia-223" %s="1"/>'
           % (UUID, 'x' * 80)),
-     "<vgpu> has unknown attribute(s) '%s; allowed: parent, type, uuid"
-     % ('x' * 59)),
+     "<vgpu> has unknown attribute(s) '%s; allowed: nvidia-metadata, "
+     "parent, type, uuid" % ('x' * 59)),
     (_doc('<gpu:vgpu type="nvidia-223"/>'), '<vgpu> lacks uuid='),
     (_doc('<gpu:vgpu uuid="%s"/>' % UUID), '<vgpu> lacks type='),
     (_doc('<gpu:pgpu companions="0000:3b:00.1"/>'), '<pgpu> lacks address='),

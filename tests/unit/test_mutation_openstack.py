@@ -1303,10 +1303,21 @@ def test_check_not_novas_refusals():
 def test_build_tree_leaves_carved_gpus_out_and_names_further_types():
     a, b = fakes.gpu('0000:af:00.0'), fakes.gpu('0000:3b:00.0')
     setting = records.replace(_type(), others=(_type('nvidia-319'),))
+    # where the driver counts each type's room (mixed sizes): one
+    # provider per type
+    both = {(a.address, t.type_id): capacity.DriverRoom(
+        mode=capacity.MODE_MIXED, type_id=t.type_id, used=0,
+        placement_size=1, placements=tuple(range(n)))
+        for t, n in zip(setting.types, (8, 4))}
+    found = model.build_tree('h', [a, b], {a.address: setting},
+                             carved=frozenset({b.address}), rooms=both)
+    assert [(p.name, p.inventories[0].total) for p in found.children] == [
+        ('h_0000:af:00.0', 8), ('h_0000:af:00.0_nvidia-319', 4)]
+    # without (equal-size mode: one type at a time): the first only
     found = model.build_tree('h', [a, b], {a.address: setting},
                              carved=frozenset({b.address}))
     assert [(p.name, p.inventories[0].total) for p in found.children] == [
-        ('h_0000:af:00.0', 8), ('h_0000:af:00.0_nvidia-319', 4)]
+        ('h_0000:af:00.0', 8)]
     rooms = {(a.address, setting.type_id): capacity.DriverRoom(
         mode=capacity.MODE_MIXED, type_id=setting.type_id, used=1,
         placement_size=2, placements=(0, 2))}

@@ -368,16 +368,18 @@ def _domain(active=True, inactive_xml=False):
 
 
 def test_domain_devices_text_running_live():
-    assert output.domain_devices_text(_domain()) == (
+    assert output.domain_devices_text(_domain(), {U1: 'cyborg'}) == (
         'domain vm1 (%s), running; live XML\n'
         'KIND  UUID                                  TYPE        GPU        '
-        '   EXISTS  LEASE   SOURCE\n'
+        '   ROUTE   EXISTS  LEASE   SOURCE\n'
         '----  ------------------------------------  ----------  -----------'
-        '-  ------  ------  ------------\n'
-        'vgpu  %s  nvidia-222  0000:af:00.0  yes     active  metadata\n'
-        'vgpu  %s  -           -             no      -       hostdev only\n'
+        '-  ------  ------  ------  ------------\n'
+        'vgpu  %s  nvidia-222  0000:af:00.0  cyborg  yes     active  '
+        'metadata\n'
+        'vgpu  %s  -           -             -       no      -       '
+        'hostdev only\n'
         'pgpu  -                                     -           '
-        '0000:3b:00.0  -       -       -' % (VM, U1, U2))
+        '0000:3b:00.0  -       -       -       -' % (VM, U1, U2))
 
 
 def test_domain_devices_text_shut_off_persistent():
@@ -387,15 +389,17 @@ def test_domain_devices_text_shut_off_persistent():
 
 
 def test_domain_devices_to_json():
-    assert output.domain_devices_to_json(_domain()) == {
+    assert output.domain_devices_to_json(_domain(), {U1: 'nova-vgpu'}) == {
         'domain_uuid': VM, 'domain': 'vm1', 'active': True,
         'inactive_xml': False,
         'vgpus': [
             {'uuid': U1, 'type': 'nvidia-222', 'parent': '0000:af:00.0',
              'in_metadata': True, 'in_devices': True, 'exists': True,
-             'lease': 'active'},
+             'lease': 'active', 'route': 'nova-vgpu'},
+            # no GPU known: no route
             {'uuid': U2, 'type': None, 'parent': None, 'in_metadata': False,
-             'in_devices': True, 'exists': False, 'lease': None}],
+             'in_devices': True, 'exists': False, 'lease': None,
+             'route': None}],
         'pgpus': ['0000:3b:00.0']}
 
 
@@ -530,7 +534,8 @@ TYPE_JSON = {'available_instances': 16,
 
 def test_gpu_to_json_whole_entry_of_a_vgpu_gpu():
     enabled = objects.EnabledType(T4_TYPE.id)
-    document = output.gpu_to_json(_h100(), enabled)
+    document = output.gpu_to_json(_h100(), enabled, route='cyborg',
+                                  holders={U1: ('vm1', VM)})
     assert document == {
         'address': '0000:af:00.0', 'vendor_id': '10de',
         'product_id': '2331', 'vendor_name': 'NVIDIA Corporation',
@@ -551,8 +556,9 @@ def test_gpu_to_json_whole_entry_of_a_vgpu_gpu():
                                  'name': 'NVIDIA H100-1-10C'}]},
         'mode': 'vgpu', 'enabled_type': 'nvidia-222', 'physfn': None,
         'virtfns': ['0000:af:00.4'], 'mdev_types': [TYPE_JSON],
-        'mdevs': [{'type': 'nvidia-222', 'uuid': U1}],
-        'not_assignable': None}
+        'mdevs': [{'type': 'nvidia-222', 'uuid': U1, 'route': 'cyborg',
+                   'domain': 'vm1', 'domain_uuid': VM}],
+        'not_assignable': None, 'route': 'cyborg'}
     # its keys and those of every dict in it sorted: list --json skips the
     # encoder's sort
     text = json.dumps(document, separators=(',', ':'))
@@ -627,13 +633,14 @@ def test_migration_to_json_dry_run_and_done():
             {'what': 'destination libvirt', 'ok': True, 'detail': '10.0.0'},
             {'what': 'vGPU room', 'ok': False,
              'detail': 'nvidia-222: 0 free'}],
-        'vgpus': {'nvidia-222': 2}}
+        'vgpus': {'nvidia-222': 2}, 'nvidia': []}
     done = output.migration_to_json(api.Migration(
         plan=PLAN, outcome=migration.Outcome(
             done=True, downtime_ms=42, data_total=1 << 31,
             elapsed_ms=3500)))
     assert {k: done[k] for k in done if k not in
-            ('domain', 'destination', 'ok', 'checks', 'vgpus')} == {
+            ('domain', 'destination', 'ok', 'checks', 'vgpus',
+             'nvidia')} == {
         'migrated': True, 'downtime_ms': 42, 'data_total': 1 << 31,
         'elapsed_ms': 3500}
     late = output.migration_to_json(api.Migration(

@@ -7,9 +7,10 @@ each read, which file is opened and how, and a lock's wait.
 Every wait on a lock is short and passed explicitly (``timeout=0.05`` to
 ``0.6``): a holder is a second open file description of this process or
 a child process that holds the ``flock`` (forked, told to end through a
-pipe); nothing sleeps to wait for anything.  The tests run as root: other
-users' files are made with ``os.chown``; the checks of a non-root caller
-run in a forked child that became another user.
+pipe); nothing sleeps to wait for anything.  They run as any user;
+those that make other users' files (``os.chown``) or check a non-root
+caller in a forked child that became another user need root and are
+skipped without it (``root_only``).
 """
 
 import errno
@@ -35,8 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 OTHER = 4242            # a uid and gid nobody here has
 THIRD = 4343
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason='makes files of another user')
+root_only = pytest.mark.skipif(os.geteuid() != 0,
+                               reason='makes files of another user')
 
 
 @pytest.fixture
@@ -205,6 +206,7 @@ def test_a_fifo_is_not_a_directory(tmp_path):
         '[DEFAULT]/state_dir to a directory' % path)
 
 
+@root_only
 def test_another_users_directory_names_the_fix(sd):
     os.chown(sd, OTHER, 0)
     assert _message(lambda: statedir.check_dir(str(sd))) == (
@@ -249,6 +251,7 @@ def test_a_parent_is_named_with_its_fix(tmp_path):
         '(mode 0770): run `chmod go-w %s`' % (path, parent, parent))
 
 
+@root_only
 def test_every_parent_is_checked_not_only_the_first(tmp_path):
     top = tmp_path / 'top'
     (top / 'mid' / 'state').mkdir(parents=True, mode=0o700)
@@ -310,6 +313,7 @@ def test_a_parent_that_cannot_be_examined_is_named(sd, monkeypatch):
         'State file %s: %s: Permission denied' % (sd, parent))
 
 
+@root_only
 def test_a_non_root_user_may_keep_a_private_state_directory(shared):
     mine = os.path.join(shared, 'mine')
     roots = os.path.join(shared, 'roots')
@@ -411,6 +415,7 @@ def test_a_file_others_can_open_is_made_private(sd, mode, expected):
     assert (sd / 'f').read_text() == 'data'
 
 
+@root_only
 def test_another_users_file_is_never_chmod_ed(sd):
     """Accepted when its directory's owner is that user (``owner``), and
     left as it is: only our own files are made private."""
@@ -424,6 +429,7 @@ def test_another_users_file_is_never_chmod_ed(sd):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 
 
+@root_only
 @pytest.mark.parametrize('file_uid, owner, words', [
     (OTHER, 0, 'owned by uid %d, not root' % OTHER),
     (0, OTHER, 'owned by root, not uid %d' % OTHER),
@@ -1267,6 +1273,7 @@ def test_an_untrusted_owner_file_is_refused_as_such(tmp_path, sd):
         'it (`rm %s`)' % (path, path))
 
 
+@root_only
 def test_an_owner_file_that_cannot_be_read_says_why(shared):
     state_dir = os.path.join(shared, 'state')
     os.mkdir(state_dir, 0o700)

@@ -527,6 +527,31 @@ class TestSync:
             'DELETE', 'POST', 'PUT', 'PUT']
         assert uuid_of('h_0000:3b:00.0') not in fake.providers
 
+    @pytest.mark.parametrize('host', ['h', 'compute_1'])
+    def test_a_type_provider_with_an_underscore_in_its_type_is_ours(
+            self, host):
+        # Intel GVT-g type ids hold "_" (i915-GVTg_V5_4), as a host name
+        # may: such a provider is read back as ours, and deleted with its
+        # type
+        igd = '%s_0000:00:02.0' % host
+        typed = igd + '_i915-GVTg_V5_4'
+        root = tree_mod.ResourceProvider(host, uuid_of(host), None)
+
+        def tree(*names):
+            return tree_mod.ProviderTree(root, tuple(
+                tree_mod.ResourceProvider(
+                    name, uuid_of(name), root.uuid,
+                    (tree_mod.Inventory('VGPU', 2),),
+                    frozenset({'OWNER_CYBORG'})) for name in names))
+
+        fake = FakePlacement()
+        sync.sync(fake, tree(igd, typed))
+        assert uuid_of(typed) in fake.providers
+        report = sync.sync(fake, tree(igd))
+        assert [(r.method, r.url) for r in report.requests] == [
+            ('DELETE', '/resource_providers/%s' % uuid_of(typed))]
+        assert set(fake.providers) == {uuid_of(host), uuid_of(igd)}
+
     def test_providers_of_earlier_releases_replaced(self):
         # Earlier releases named a GPU's provider <host>_pci_<libvirt name>
         # with a uuid5: recognised as ours and replaced by Cyborg's name

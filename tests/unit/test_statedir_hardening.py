@@ -1,9 +1,10 @@
 """The state directory: nothing another user does can steer, hang or trick
 root (issue 30, section 1).
 
-Each test names the finding it covers.  The tests run as root: another
-user's file is made with ``os.chown`` to uid 65534 (nobody); a lock held
-by another process is held by a child process; every wait is bounded (a
+Each test names the finding it covers.  They run as any user, but those
+that make another user's file (``os.chown`` to uid 65534, nobody), which
+only root can, are skipped without root (``root_only``); a lock held by
+another process is held by a child process; every wait is bounded (a
 child's ``timeout``, ``wait_for``).
 """
 
@@ -32,8 +33,8 @@ from tests.unit import test_hook as th
 ROOT = th.ROOT
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0,
-                                reason='makes files of another user')
+root_only = pytest.mark.skipif(os.geteuid() != 0,
+                               reason='makes files of another user')
 
 
 def _state_dir(tmp_path):
@@ -232,6 +233,7 @@ def env(tmp_path):
         yield th.Env(root, profile, tmp_path)
 
 
+@root_only
 def test_a_planted_settings_snapshot_is_not_trusted(env):
     """A hook-settings.json of another user (planted while the directory
     was writable) made the root hook create a vGPU the configuration does
@@ -252,6 +254,7 @@ def test_a_planted_settings_snapshot_is_not_trusted(env):
     assert os.stat(env.settings_file).st_uid == 0
 
 
+@root_only
 @pytest.mark.parametrize('name', [state.LOCK_NAME, state.BOOT_ID_NAME,
                                   statedir.OWNER_NAME])
 def test_another_users_state_file_is_refused(tmp_path, name):
@@ -266,6 +269,7 @@ def test_another_users_state_file_is_refused(tmp_path, name):
     assert 'rm %s' % path in str(e.value)
 
 
+@root_only
 def test_another_users_lease_file_is_refused(tmp_path):
     sd = _state_dir(tmp_path)
     store = state.LeaseStore(sd)
@@ -278,7 +282,8 @@ def test_another_users_lease_file_is_refused(tmp_path):
 
 # --- only the directory was checked, not its parents -------------------------
 
-@pytest.mark.parametrize('kind', ['owner', 'group-writable', 'sticky'])
+@pytest.mark.parametrize('kind', [pytest.param('owner', marks=root_only),
+                                  'group-writable', 'sticky'])
 def test_a_parent_another_user_can_change_is_refused(tmp_path, kind):
     """A user who owns (or can write) a parent of the state directory
     could rename it away or swap it: every parent up to / is checked."""
@@ -307,6 +312,7 @@ def test_a_parent_another_user_can_change_is_refused(tmp_path, kind):
         assert '\n' not in message
 
 
+@root_only
 def test_a_linked_parent_is_judged_where_it_points(tmp_path):
     real = tmp_path / 'real'
     real.mkdir()

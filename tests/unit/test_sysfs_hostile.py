@@ -380,15 +380,21 @@ def test_cli_commands(tree, case):
     ``restore --dry-run`` (which, with no device_addresses configured,
     reads the vendor of every PCI device; its state dir is the tree's)."""
     config = _config(tree, os.path.join(tree.top, 'conf'))
+    # discover reports what Cyborg would get: the GPUs given to it
+    cyborgs = os.path.join(tree.top, 'cyborg.conf')
+    with open(config) as f, open(cyborgs, 'w') as g:
+        g.write(f.read() + '[routes]\ncyborg = all\n')
     case.apply(tree)
     gone = case.scope == 'device'
     shows = {'list': lambda a: a, 'types': lambda a: a,
              'placement': _provider, 'discover': _provider}
-    commands = [['list'], ['types'], ['placement', 'show'], ['discover'],
+    commands = [['list'], ['types'], ['placement', 'show'],
+                ['--config-file', cyborgs, 'discover'],
                 ['restore', '--dry-run', '--no-libvirt', '--sriov-manage',
                  'none',
                  '--mdevctl-dir', os.path.join(tree.top, 'mdevctl.d')]]
-    results = dict(zip([argv[0] for argv in commands],
+    results = dict(zip([argv[-1] if argv[0] == '--config-file' else argv[0]
+                        for argv in commands],
                        cli_runs(config, tree.root, commands)))
     for command, (rc, out, err) in results.items():
         assert rc == 0, (command, err)

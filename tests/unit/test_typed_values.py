@@ -35,6 +35,8 @@ EDGES = {
     'devices.enablement': 'the configuration',
     # [nova_<name>]/gpus, vgpu_type, and the record of carved VFs
     'devices.carving': 'the configuration and its record of carved VFs',
+    # [routes]/cyborg, nova.conf's device_addresses, the hook snapshot's
+    'devices.routes': 'the routes of the configuration and of nova.conf',
     # the hook's settings snapshot (a JSON file of resolved settings)
     'guests.hook.settings': "the hook's configuration snapshot",
     # bus/pci/devices, mdev_supported_types, bus/mdev/devices, links

@@ -12,8 +12,9 @@ installed by ``libvirt-gpu hook install``) as
 XML on stdin, several times per guest start and stop.  That script exits at
 once for every operation but ``prepare``/``release``/``reconnect``/
 ``migrate`` and for
-every guest whose XML holds neither our namespace nor an mdev, before it
-imports anything; only then does it call ``run`` here.
+every guest whose XML holds neither our namespace nor an mdev (nor a
+character reference, which could spell either), before it imports
+anything; only then does it call ``run`` here.
 
 What each operation does (libvirt's contract for a qemu hook, as
 libvirt 9 keeps it; proved against a real daemon by

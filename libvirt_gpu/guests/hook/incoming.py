@@ -23,16 +23,29 @@ for byte:
 * a vendor-interface VF's ``<hostdev type='pci'>``: its ``<source><address
   domain= bus= slot= function=>``, the VF chosen here.
 
+NVIDIA's own rule, for each vGPU whose entry carries the source's NVIDIA
+metadata (``nvidia-metadata=``, written by the source: see
+docs/admin/migration.md): the GPU chosen here is put to NVIDIA's driver
+(``nvml.compatibility``: ``nvmlGetVgpuCompatibility`` with this GPU's
+``nvmlDeviceGetVgpuMetadata``) and the migration refused, with NVIDIA's
+reason, unless the answer allows a live migration; a vGPU whose hostdev
+the XML lacks (nothing is reserved for it) is put to every GPU here
+(``nvml.best_compatibility``).  Where NVML is not used
+here or does not answer ("not supported"), or the entry carries no
+metadata, the log says that the check was not made and today's checks
+stand alone.
+
 Refused (exit 1, one line), reserving nothing: a type not enabled here,
 no room, a whole GPU passed through (VFIO cannot migrate it), a vGPU that
 is an mdev on the source but lives on VFs here (or the reverse), more than
 ``allocator.MAX_VGPUS_PER_DOMAIN`` vGPUs (before the lease lock), two
-vGPUs naming one hostdev; and, by ``operations.parse_request``, input that
-is not UTF-8 or has two ``<metadata>`` elements.  All or nothing: the
-checks and the edits run inside the reservation's transaction
-(``reserve_incoming``'s ``check``), and the edited XML is parsed once more
-before it commits.  A retry of the same domain's migration renews the
-reservations its earlier try made instead of adding to them.
+vGPUs naming one hostdev, one vGPU named by two hostdevs; and, by
+``operations.parse_request``, input that is not UTF-8 or has two
+``<metadata>`` elements.  All or nothing: the checks and the edits run
+inside the reservation's transaction (``reserve_incoming``'s ``check``),
+and the edited XML is parsed once more before it commits.  A retry of
+the same domain's migration renews the reservations its earlier try made
+instead of adding to them.
 """
 
 import time
@@ -114,9 +127,10 @@ def targets(req):
             continue
         # <hostdev type='mdev'> names the vGPU's UUID; type='pci' its VF
         if hostdev.attrib.get('type') == 'mdev':
-            by_uuid.setdefault(_uuid_key(source.attrib.get('uuid')), source)
+            by_uuid.setdefault(_uuid_key(source.attrib.get('uuid')),
+                               []).append(source)
         elif hostdev.attrib.get('type') == 'pci':
-            by_pci.setdefault(_pci_key(source), source)
+            by_pci.setdefault(_pci_key(source), []).append(source)
     found = []
     served = {}            # id(source) -> the vGPU it serves
     for entry in req.meta.vgpus:
@@ -124,13 +138,20 @@ def targets(req):
         if element is None:
             raise _refuse('vGPU %s of the metadata has no <vgpu> element '
                           'this hook can edit' % entry.uuid)
-        source = by_uuid.get(entry.uuid)
-        vf = source is None
+        sources = by_uuid.get(entry.uuid)
+        vf = sources is None
         if vf and entry.parent is not None:
             p = entry.parent
-            source = by_pci.get((p.domain, p.bus, p.slot, p.function))
-        if source is None:
+            sources = by_pci.get((p.domain, p.bus, p.slot, p.function))
+        if sources is None:
             continue
+        if len(sources) > 1:
+            # only one of them would be edited: the other would still
+            # hand the guest the UUID (or VF) that may be taken here
+            raise _refuse('vGPU %s is named by %d hostdevs; a vGPU is one '
+                          'hostdev: remove the others'
+                          % (entry.uuid, len(sources)))
+        source = sources[0]
         other = served.setdefault(id(source), entry.uuid)
         if other != entry.uuid:
             raise _refuse('vGPUs %s and %s both name the hostdev of %s; '
@@ -151,6 +172,52 @@ def _check_kind(hook, target, grant):
                       'a VF (vendor interface)' if here else 'an mdev'))
 
 
+def _gpu_of(hook, target, device):
+    """The physical GPU of the vGPU chosen here: the VF's PF (vendor
+    interface), or the mdev's parent."""
+    if target.vf:
+        return hook.env.sysfs.physfn(device.parent) or device.parent
+    return device.parent
+
+
+def _check_driver_rules(hook, entry, device=None, target=None):
+    """NVIDIA's answer for the source's vGPU ``entry`` on the GPU chosen
+    here for it (``device``, the grant's), or on the best GPU here when
+    none is (its hostdev is not in the XML: nothing to reserve);
+    MigrationRefused unless it allows a live migration."""
+    if entry.driver_metadata is None:
+        hook.log.info(
+            'incoming vGPU %s (%s) carries no NVIDIA metadata from the '
+            'source: NVIDIA\'s compatibility check not made, today\'s '
+            'checks only' % (entry.uuid, entry.type_id))
+        return
+    # imported here: a guest start (prepare) never pays for it
+    from libvirt_gpu.devices import nvml as nvml_mod
+    meta = nvml_mod.VgpuMetadata(raw=entry.driver_metadata)
+    try:
+        nvml = hook.env.nvml
+    except exception.ConfigError as e:
+        answer = nvml_mod.unknown(str(e))
+    else:
+        if device is None:
+            answer = nvml_mod.best_compatibility(nvml, meta)
+        else:
+            answer = nvml_mod.compatibility(
+                nvml, meta, _gpu_of(hook, target, device))
+    if answer.verdict == nvml_mod.NOT_LIVE:
+        raise exception.MigrationRefused(
+            reason='vGPU %s (%s): %s' % (entry.uuid, entry.type_id,
+                                         answer.reason))
+    if answer.verdict == nvml_mod.UNKNOWN:
+        hook.log.warning(
+            'incoming vGPU %s (%s): NVIDIA\'s compatibility check not '
+            'made: %s; today\'s checks only'
+            % (entry.uuid, entry.type_id, answer.reason))
+    else:
+        hook.log.info('incoming vGPU %s (%s): %s'
+                      % (entry.uuid, entry.type_id, answer.reason))
+
+
 def migrate(hook, req):
     """Reserve this host's vGPUs for the incoming domain ``req`` and
     return its XML edited to name them (see the module doc).  All or
@@ -169,6 +236,10 @@ def migrate(hook, req):
                    % (len(req.meta.vgpus),
                       allocator_mod.MAX_VGPUS_PER_DOMAIN))
     found = targets(req)
+    held = {t.entry.uuid for t in found}
+    for entry in req.meta.vgpus:
+        if entry.uuid not in held:
+            _check_driver_rules(hook, entry)
     if not found:
         return None
     claims = [allocator_mod.VgpuClaim(uuid=t.entry.uuid,
@@ -181,6 +252,7 @@ def migrate(hook, req):
         the reservation."""
         for target, grant in zip(found, grants):
             _check_kind(hook, target, grant)
+            _check_driver_rules(hook, target.entry, grant.device, target)
         for target, grant in zip(found, grants):
             _edit(doc, target, grant.device)
         # what libvirt will start from: well-formed, or nothing reserved

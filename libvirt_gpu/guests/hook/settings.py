@@ -36,13 +36,15 @@ _MAX_SETTINGS_BYTES = 1024 * 1024
 @records.record
 class HookSettings:
     """What the hook needs: where the host is, the enabled types
-    resolved against it, and which GPUs other routes own (left alone)."""
+    resolved against it, which GPUs other routes own (left alone), and
+    ``[gpu]/nvml`` (NVIDIA's migration check)."""
 
     sysfs_root: str
     state_dir: str
     enabled: dict[objects.PciAddress, objects.EnabledType]
     routes: routes_mod.Routes = records.field(
         default_factory=routes_mod.Routes)
+    nvml: str = 'auto'
 
     def enabled_types(self):
         return sorted({t for e in self.enabled.values() for t in e.type_ids})
@@ -77,7 +79,7 @@ def _resolved(conf, sysfs_key):
     env = environment.Environment.from_conf(conf)
     settings = HookSettings(sysfs_root=env.sysfs_root,
                             state_dir=env.state_dir, enabled=env.enabled,
-                            routes=env.routes)
+                            routes=env.routes, nvml=conf.gpu.nvml)
     extra = {'sysfs_key': sysfs_key, 'routes': env.routes.to_json(),
              'enabled': {str(a): dict(_entry(e), others=[
                  _entry(o) for o in e.others])
@@ -196,7 +198,7 @@ def load_settings(config_file, settings_file=None):
                     sysfs_root=values.sysfs_root, state_dir=values.state_dir,
                     enabled=enablement.Enabled(
                         enabled, values.gpu.enabled_vgpu_types),
-                    routes=routes), None
+                    routes=routes, nvml=values.gpu.nvml), None
         # the host's vGPU parents changed: resolved again from the same
         # values, without oslo.config
         settings, extra = _resolved(values, sysfs_key)

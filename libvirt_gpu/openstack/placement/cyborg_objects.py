@@ -186,7 +186,11 @@ def model_name(gpu):
 
 
 def controller(gpu):
-    """lspci's name of the GPU's PCI class (``3D controller``)."""
+    """lspci's name of the GPU's PCI class (``3D controller``); the
+    display class's for a GPU whose class libvirt did not report (before
+    5.2 it writes no ``<class>``)."""
+    if gpu.class_code is None:
+        return DISPLAY_CLASS
     return CLASS_NAMES.get(gpu.class_code[2:6].lower(), DISPLAY_CLASS)
 
 

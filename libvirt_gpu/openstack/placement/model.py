@@ -201,7 +201,7 @@ def build_tree(hostname, gpus, enabled, gpu_traits=True,
             if provider is not None:
                 children.append(provider)
             continue
-        for one in setting.types:
+        for one in capacity.offered_types(gpu, setting, rooms):
             name = None if one is setting else type_provider_name(
                 hostname, gpu.address, one.type_id)
             provider = gpu_provider(hostname, root.uuid, gpu, one,
