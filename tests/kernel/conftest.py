@@ -53,10 +53,11 @@ def pytest_collection_modifyitems(session, config, items):
     # CPU (where the guest OS runs under TCG, it boots meanwhile); then
     # the hot-plug tests, which need it (test_hotplug powers it off after
     # them); then the migration tests (several QEMUs starting at once);
-    # the reboot test powers the VM off: last.
+    # the tests that power the VM off (the Cyborg route's and the reboot
+    # test): last.
     def rank(item):
         name = item.module.__name__
-        if name.endswith('test_reboot'):
+        if name.endswith(('test_cyborg_route', 'test_reboot')):
             return 3
         if name.endswith('test_migration'):
             return 2

@@ -23,9 +23,10 @@ CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
 
 
 def config(enabled_types=('nvidia-223',), gpus=(), state_dir=STATE_DIR,
-           uri=URI):
+           uri=URI, cyborg=()):
     """The product's configuration file in the VM; ``gpus``: the GPUs
-    that offer the (single) enabled type, all when empty."""
+    that offer the (single) enabled type, all when empty; ``cyborg``: the
+    GPUs given to Cyborg (``[routes]/cyborg``)."""
     text = ('[DEFAULT]\nstate_dir = %s\nsysfs_root = /sys\n'
             '[libvirt]\nconnection_uri = %s\n'
             '[gpu]\nenabled_vgpu_types = %s\n'
@@ -33,6 +34,8 @@ def config(enabled_types=('nvidia-223',), gpus=(), state_dir=STATE_DIR,
     if gpus:
         text += ('[vgpu_%s]\ndevice_addresses = %s\n'
                  % (enabled_types[0], ', '.join(gpus)))
+    if cyborg:
+        text += '[routes]\ncyborg = %s\n' % ', '.join(cyborg)
     return text
 
 
