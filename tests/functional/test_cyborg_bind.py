@@ -126,6 +126,27 @@ def test_deleting_the_arq_removes_its_vgpu_and_its_handle_binds_again(
     assert host.mdev_parent_and_type(handle) is None
 
 
+def test_an_arq_whose_vgpu_went_away_is_deleted_once_it_is_made_again(
+        host, arq):
+    # Something removed the bound vGPU behind Cyborg's back (the old
+    # reconcile did; a reboot does, Cyborg's vGPU is not persistent):
+    # Cyborg 17 then cannot delete the ARQ (its agent's remove fails, the
+    # API answers 500 'UnbindFailed') and it stays Bound.  The recovery:
+    # make the vGPU again with the handle's UUID, delete the ARQ again.
+    handle = host.bind(arq)['attach_handle_uuid']
+    host.live.sysfs.write(os.path.join(host.mdev_path(handle), 'remove'),
+                          '1')
+    with pytest.raises(cb.BindError) as e:
+        host.delete(arq)
+    assert 'answered 500' in str(e.value) and 'UnbindFailed' in str(e.value)
+    assert host.arq(arq)['state'] == 'Bound'
+    host.live.sysfs.write(host.live.type_path(cb.CYBORG_GPU, cb.T4_2B,
+                                              'create'), handle)
+    host.delete(arq)
+    assert arq not in host.arqs()
+    assert host.mdev_parent_and_type(handle) is None
+
+
 def test_unbind_removes_the_vgpu_and_keeps_the_arq(host, arq):
     handle = host.bind(arq)['attach_handle_uuid']
     unbound = host.unbind(arq)
