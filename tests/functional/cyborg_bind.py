@@ -365,6 +365,16 @@ class BindHost:
                 os.path.basename(os.path.realpath(
                     os.path.join(path, 'mdev_type'))))
 
+    def nodedev(self, uuid, parent=CYBORG_GPU):
+        """The vGPU's node device as libvirt names it (a
+        ``virNodeDevice``), None when libvirt has none."""
+        import libvirt
+        try:
+            return self.daemon.connect().nodeDeviceLookupByName(
+                nodedev_name(uuid, parent))
+        except libvirt.libvirtError:
+            return None
+
     def cli(self, *args, check=True):
         """``libvirt-gpu -c <the daemon> --config-file <config> ARGS`` in
         the daemon's namespace (its /etc/mdevctl.d, the tree as /sys);

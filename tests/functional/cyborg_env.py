@@ -143,10 +143,11 @@ class CyborgHost:
                              self.sysfs_root)
 
     def configure(self, enabled, gpu_traits=True, state_dir=None,
-                  cyborg=None, nova_conf=''):
+                  cyborg=('all',), nova_conf=''):
         """libvirt-gpu's configuration: ``{type: [address, ...]}`` (no
         address: the type on every GPU that offers it).  ``cyborg``: the
-        GPUs ``[routes]/cyborg`` gives Cyborg (None: no [routes] group);
+        GPUs ``[routes]/cyborg`` gives Cyborg (default: all of them, the
+        host is Cyborg's; None: no [routes] group, every GPU ours);
         ``nova_conf``: its ``[routes]/nova_conf`` (empty: not read)."""
         lines = ['[DEFAULT]', 'sysfs_root = %s' % self.sysfs_root,
                  'state_dir = %s' % (state_dir or os.path.join(

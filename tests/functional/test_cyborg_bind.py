@@ -46,17 +46,6 @@ def arq(host):
         host.delete(uuid)
 
 
-def nodedev(host, uuid, parent=cb.CYBORG_GPU):
-    """The vGPU's node device as libvirt names it, None when libvirt has
-    none."""
-    import libvirt
-    try:
-        return host.daemon.connect().nodeDeviceLookupByName(
-            cb.nodedev_name(uuid, parent))
-    except libvirt.libvirtError:
-        return None
-
-
 def reconcile(host, *args):
     return json.loads(host.cli('reconcile', '--json', *args).stdout)
 
@@ -80,7 +69,7 @@ def test_a_bound_arq_makes_its_vgpu_on_the_host_and_in_libvirt(host, arq):
     # the agent's privsep helper wrote the handle's UUID to the live
     # tree's create: the simulated kernel made it there
     assert host.mdev_parent_and_type(handle) == (cb.CYBORG_GPU, cb.T4_2B)
-    dev = ls.wait_for(lambda: nodedev(host, handle), UDEV_TIMEOUT)
+    dev = ls.wait_for(lambda: host.nodedev(handle), UDEV_TIMEOUT)
     assert dev is not None, 'libvirt never saw ' + cb.nodedev_name(
         handle, cb.CYBORG_GPU)
     xml = dev.XMLDesc(0)
@@ -102,7 +91,7 @@ def test_reconcile_keeps_a_bound_vgpu_before_novas_spawn(host, arq):
     report = reconcile(host)
     assert findings_of(report, handle) == [('kept', 'mdev')]
     assert host.mdev_parent_and_type(handle) == (cb.CYBORG_GPU, cb.T4_2B)
-    assert nodedev(host, handle) is not None
+    assert host.nodedev(handle) is not None
     assert host.arq(arq)['state'] == 'Bound'
 
 
@@ -113,7 +102,7 @@ def test_deleting_the_arq_removes_its_vgpu_and_its_handle_binds_again(
     host.delete(arq)
     assert arq not in host.arqs()
     assert host.mdev_parent_and_type(handle) is None
-    assert ls.wait_for(lambda: nodedev(host, handle) is None, UDEV_TIMEOUT)
+    assert ls.wait_for(lambda: host.nodedev(handle) is None, UDEV_TIMEOUT)
     # the handle is free again, and its UUID too: the next ARQ gets the
     # same handle (Cyborg takes the first free one) and its vGPU is made
     again = host.create_arq('t4-2b')
@@ -185,7 +174,7 @@ def test_our_hook_leaves_a_cyborg_guests_vgpu_alone(host, arq):
     assert ('vGPU %s is neither in our metadata nor defined persistently: '
             'left to libvirt' % handle) in logged
     assert host.mdev_parent_and_type(handle) == (cb.CYBORG_GPU, cb.T4_2B)
-    assert nodedev(host, handle) is not None
+    assert host.nodedev(handle) is not None
     assert hook_guests.leases(host) == []
     assert host.arq(arq)['state'] == 'Bound'
 
