@@ -116,13 +116,18 @@ class CyborgHost:
     """One compute node reported by Cyborg with our driver."""
 
     def __init__(self, venv, workdir, hostname, placement_url, schema_db,
-                 transport='fake:/'):
+                 transport='fake:/', sysfs_root=None, lg_conf=None,
+                 extra_conf=''):
+        """``sysfs_root`` and ``lg_conf`` name a host and libvirt-gpu
+        configuration made elsewhere (default: ``sys`` and
+        ``libvirt-gpu.conf`` in ``workdir``, see ``write_host`` and
+        ``configure``); ``extra_conf`` is appended to cyborg.conf."""
         self.venv = venv
         self.workdir = workdir
         self.hostname = hostname
         self.placement_url = placement_url
-        self.sysfs_root = os.path.join(workdir, 'sys')
-        self.lg_conf = os.path.join(workdir, 'libvirt-gpu.conf')
+        self.sysfs_root = sysfs_root or os.path.join(workdir, 'sys')
+        self.lg_conf = lg_conf or os.path.join(workdir, 'libvirt-gpu.conf')
         self.conf = os.path.join(workdir, 'cyborg.conf')
         self.db = os.path.join(workdir, 'cyborg.db')
         self.log = os.path.join(workdir, 'cyborg.log')
@@ -130,28 +135,37 @@ class CyborgHost:
         with open(self.conf, 'w') as f:
             f.write(_CYBORG_CONF.format(
                 host=hostname, transport=transport, log=self.log,
-                db=self.db, placement=placement_url))
+                db=self.db, placement=placement_url) + extra_conf)
 
     def write_host(self, profile):
         from libvirt_gpu import simulator
         simulator.write_host(simulator.load_profile(profile),
                              self.sysfs_root)
 
-    def configure(self, enabled, gpu_traits=True, cyborg='all'):
-        """libvirt-gpu's configuration: ``{type: [address, ...]}``, the
-        GPUs ``cyborg`` names given to Cyborg ([routes]/cyborg); beside
-        it ``lg_conf_ours``, the same with every GPU on our own route."""
+    def configure(self, enabled, gpu_traits=True, state_dir=None,
+                  cyborg=('all',), nova_conf=''):
+        """libvirt-gpu's configuration: ``{type: [address, ...]}`` (no
+        address: the type on every GPU that offers it).  ``cyborg``: the
+        GPUs ``[routes]/cyborg`` gives Cyborg (default: all of them, the
+        host is Cyborg's; None: no [routes] group, every GPU ours);
+        ``nova_conf``: its ``[routes]/nova_conf`` (empty: not read).
+        Beside it ``lg_conf_ours``: the same with every GPU on our own
+        route."""
         lines = ['[DEFAULT]', 'sysfs_root = %s' % self.sysfs_root,
-                 'state_dir = %s' % os.path.join(self.workdir, 'state'),
+                 'state_dir = %s' % (state_dir or os.path.join(
+                     self.workdir, 'state')),
                  '[gpu]', 'nvml = off',
                  'report_gpu_traits = %s' % str(gpu_traits).lower(),
                  'enabled_vgpu_types = %s' % ', '.join(enabled)]
         for type_id, addresses in enabled.items():
-            lines += ['[vgpu_%s]' % type_id,
-                      'device_addresses = %s' % ', '.join(addresses)]
+            if addresses:
+                lines += ['[vgpu_%s]' % type_id,
+                          'device_addresses = %s' % ', '.join(addresses)]
         with open(self.lg_conf_ours, 'w') as f:
             f.write('\n'.join(lines) + '\n')
-        lines += ['[routes]', 'cyborg = %s' % cyborg]
+        if cyborg is not None:
+            lines += ['[routes]', 'cyborg = %s' % ', '.join(cyborg),
+                      'nova_conf = %s' % nova_conf]
         with open(self.lg_conf, 'w') as f:
             f.write('\n'.join(lines) + '\n')
 
@@ -321,21 +335,29 @@ def rabbitmq():
 
 class Service:
     """``cyborg-conductor`` or ``cyborg-agent`` of a CyborgHost, in its own
-    process group, stopped on exit."""
+    process group, stopped on exit.  ``argv`` replaces the console script
+    (``--config-file``/``--log-file`` are added); ``wrap`` turns the
+    command line into another (``LibvirtDaemon.namespace_argv``: the
+    agent in libvirtd's mount namespace, where the simulated tree is
+    ``/sys``)."""
 
-    def __init__(self, host, name):
+    def __init__(self, host, name, argv=None, wrap=None):
         self.host = host
         self.name = name
+        self.argv = argv or [os.path.join(host.venv, 'bin', name)]
+        self.wrap = wrap
         self.out = os.path.join(host.workdir, name + '.out')
         self.log = os.path.join(host.workdir, name + '.log')
         self.process = None
 
     def __enter__(self):
+        argv = self.argv + ['--config-file', self.host.conf,
+                            '--log-file', self.log]
+        if self.wrap is not None:
+            argv = self.wrap(argv)
         with open(self.out, 'w') as out:
             self.process = subprocess.Popen(
-                [os.path.join(self.host.venv, 'bin', self.name),
-                 '--config-file', self.host.conf, '--log-file', self.log],
-                env=env(self.host.lg_conf), cwd=self.host.workdir,
+                argv, env=env(self.host.lg_conf), cwd=self.host.workdir,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 

@@ -225,9 +225,7 @@ def test_nova_native_and_cyborg_requests_land_on_their_own_route(
     with open(nova_conf, 'w') as f:
         f.write('[devices]\nenabled_mdev_types = %s\n[mdev_%s]\n'
                 'device_addresses = %s\n' % (TYPE, TYPE, OURS))
-    host.configure({TYPE: [CYBORGS]}, cyborg=CYBORGS)
-    with open(host.lg_conf, 'a') as f:
-        f.write('nova_conf = %s\n' % nova_conf)
+    host.configure({TYPE: [CYBORGS]}, cyborg=(CYBORGS,), nova_conf=nova_conf)
     # a GPU two routes claim is refused, in one line naming both
     clash = str(tmp_path / 'clash.conf')
     with open(host.lg_conf) as f:
