@@ -271,15 +271,14 @@ class Environment(object):
         resolved against this host (none without a configuration: the
         hook), and the VFs ``restore`` recorded as carved."""
         from libvirt_gpu.devices import carving
-        recorded = carving.CarveRecord(self.state_dir).read()
-        planned = ()
-        if self.conf is not None:
-            planned = carving.resolve(
-                self.conf, self._found.gpus, self.enabled,
-                known_names={e.type_id: e.type_name
-                             for e in recorded.values() if e.type_name})
-        return carving.Carved(planned=planned, recorded=tuple(
-            recorded[vf] for vf in sorted(recorded)))
+        carved = carving.on_host(self.state_dir, self.sysfs,
+                                 self.kind_classes)
+        if self.conf is None:
+            return carved
+        return records.replace(carved, planned=carving.resolve(
+            self.conf, self._found.gpus, self.enabled,
+            known_names={e.type_id: e.type_name
+                         for e in carved.recorded if e.type_name}))
 
     @functools.cached_property
     def allocator(self):

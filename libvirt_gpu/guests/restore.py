@@ -170,8 +170,13 @@ def carved_gpus(env):
     if env.conf is not None:
         found.update(carving.matching(carving.carvings(env.conf),
                                       env.discovered.gpus))
-    found.update(r.gpu for r in carving.CarveRecord(env.state_dir)
-                 .read().values())
+    try:
+        recorded = carving.CarveRecord(env.state_dir).read()
+    except carving.DamagedRecord as e:
+        # step 2 sets it aside and rebuilds it from the configuration
+        LOG.warning('%s', e)
+        recorded = {}
+    found.update(r.gpu for r in recorded.values())
     return found
 
 
@@ -316,7 +321,11 @@ class Restore(object):
     def carve(self):
         """Step 2 of the module doc."""
         record = carving.CarveRecord(self.state_dir)
-        self.carved_vfs = frozenset(record.read())
+        try:
+            self.carved_vfs = frozenset(record.read())
+        except carving.DamagedRecord as e:
+            if not self._set_aside(record, e):
+                return
         # the host as it is now that its VFs are enabled
         self.env = self.env.rediscover()
         try:
@@ -331,6 +340,29 @@ class Restore(object):
                 wanted.add(vf)
                 self._carve_vf(record, carved, vf)
         self._uncarve(record, wanted)
+
+    def _set_aside(self, record, error):
+        """A record that cannot be read is moved aside (its name and the
+        time), to be rebuilt from the configuration; whether to go on."""
+        what, reason = 'carve-record', error.kwargs['damage']
+        if self.dry_run:
+            self._note(WOULD, what, record.path, 'would move it aside and '
+                       'rebuild it from the configuration (%s)' % reason)
+            return False
+        try:
+            aside = record.set_aside()
+        except (OSError, exception.StateError) as e:
+            self._note(FAILED, what, record.path, 'cannot be read (%s) nor '
+                       'moved aside (%s): move it away by hand and run '
+                       '`libvirt-gpu restore` again' % (reason, e))
+            return False
+        if aside is not None:
+            self._note(FORGOT, what, record.path, 'cannot be read (%s): '
+                       'moved aside to %s; rebuilt from the configuration '
+                       '(a VF it named that the configuration no longer '
+                       'carves is no longer held as Nova\'s)'
+                       % (reason, aside))
+        return True
 
     def _carving_kind(self, vf):
         """The vGPU kind that carves ``vf``, or None."""
