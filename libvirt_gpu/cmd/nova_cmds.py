@@ -332,12 +332,12 @@ def _read_regular(path):
         raise exception.InvalidInput(reason='--check %s: %s' % (
             path, 'it is %s, not a regular file' % kind if kind
             else e.strerror))
+    reason = filetype.not_regular(os.fstat(fd).st_mode)
+    if reason is not None:
+        os.close(fd)
+        raise exception.InvalidInput(reason='--check %s: %s; name a Nova '
+                                     'configuration file' % (path, reason))
     with os.fdopen(fd, 'rb') as f:
-        reason = filetype.not_regular(os.fstat(fd).st_mode)
-        if reason is not None:
-            raise exception.InvalidInput(reason='--check %s: %s; name a '
-                                         'Nova configuration file'
-                                         % (path, reason))
         try:
             return f.read(_MAX_FILE_BYTES + 1)
         except OSError as e:
