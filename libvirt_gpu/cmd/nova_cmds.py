@@ -13,7 +13,11 @@ Printed (a file for ``/etc/nova/nova.conf.d/``)::
              "vendor_id": "10de", "product_id": "26b9"}
 
 one ``device_spec`` per carved VF (its exact address: nothing else of the
-host matches it) and one ``alias`` per alias name, each on one line.
+host matches it) and one ``alias`` per alias name, each on one line.  A
+VF the configuration carves that the record does not hold as Nova's
+(``carving.Carved.withheld``: ``restore`` refused it, a guest of ours
+holds a vGPU there, or the record cannot be read) is left out and said
+(``Withheld``: stderr, a comment, ``--json``'s ``withheld``).
 ``"live_migratable": "yes"`` is added to every ``device_spec`` only when
 the host's libvirt is 10.0.0 or later and its QEMU 8.2.2 or later (Nova's
 minimums for migrating a VF of a kernel variant driver), read through
@@ -25,7 +29,12 @@ repeated ``device_spec``/``alias`` lines, indented continuation lines,
 values in quotes) and each JSON value as Nova's own parsers take it (a
 dict or a list of dicts; addresses as globs, regex dicts or a PF's
 address that stands for its VFs), then names every difference, one line
-each.
+each.  The file is read only when it is a regular file (never waiting on
+a FIFO).  An address regex is judged only when it can be in bounded time
+(``_field_pattern``: at most 32 characters, no quantifier within another,
+256 distinct ones a file; the fields matched are at most four
+characters); any other is named, not tried.  A ``devname`` spec names a
+network interface and matches no GPU function (``notes``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,12 @@ resource class and alias) is then known from the record alone.
 
 The record is what the parts that run without the configuration read
 (the qemu hook, the allocator it builds): a recorded VF is Nova's, never
-handed to another guest, its GPU never offered by us.  ``Carved``
+handed to another guest, and so is the GPU it is a VF of on this host,
+never offered by us (``on_host``: the one rule the allocator, the hook's
+release and the pass-through check follow).  A record that cannot be
+read (``DamagedRecord``, its message saying to run ``restore``, which
+sets it aside and rebuilds it) names nothing, and every GPU that could
+be carved is held as Nova's meanwhile; other GPUs are unaffected.  ``Carved``
 holds both views, the planned and the recorded (``environment.Environment.
 carved``).  No oslo.config here: ``conf`` reads like a ConfigOpts or the
 CLI's snapshot of one.

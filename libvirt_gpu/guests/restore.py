@@ -36,7 +36,10 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    move).  A recorded VF no longer carved by the configuration is reset
    and forgotten once no running guest uses it (``vf_in_use``, asked
    through libvirt); while a guest uses it, or when that cannot be told
-   (``--no-libvirt``), it stays Nova's and is reported.  The writes
+   (``--no-libvirt``), it stays Nova's and is reported.  A record that
+   cannot be read is renamed ``nova-carved.json.damaged-<UTC time>``
+   and rebuilt from the configuration (``CarveRecord.set_aside``).  The
+   writes
    are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).  A carving
    the host cannot satisfy is reported and nothing of it written.
 3. **Persistent vGPUs.**  What each kind records to start with the host
