@@ -475,3 +475,24 @@ def test_a_fifo_or_a_directory_is_refused_without_waiting(host, capsys,
     assert (rc, err) == (1, 'libvirt-gpu: error: Invalid input: --check %s: '
                          'it is a directory, not a regular file; name a '
                          'Nova configuration file\n' % tmp_path)
+    # a socket cannot even be opened: said as what it is
+    import socket
+    path = str(tmp_path / 'nova.sock')
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(path)
+        rc, _, err = run(host, '--check', path, capsys=capsys)
+    assert (rc, err) == (1, 'libvirt-gpu: error: Invalid input: --check %s: '
+                         'it is a socket, not a regular file\n' % path)
+
+
+def test_before_restore_nothing_is_given_to_nova_and_it_says_why(
+        fast_tmp, capsys, monkeypatch):  # noqa: F811 - the fixture
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    host = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n'
+                + CARVING % (L2, 1))
+    rc, out, err = run(host, capsys=capsys)
+    assert rc == 0 and pci_lines(out, 'device_spec') == []
+    assert err == ('libvirt-gpu: warning: VF 0000:bd:00.4 ([nova_l40s_12q]) '
+                   'is not given to Nova: `libvirt-gpu restore` has not '
+                   'recorded it as Nova\'s; run it and read what it says of '
+                   'this VF\n')
