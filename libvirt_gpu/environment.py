@@ -284,7 +284,7 @@ class Environment(object):
     def allocator(self):
         from libvirt_gpu.store import allocator as allocator_mod
         return allocator_mod.Allocator(self.vgpus, self.store, self.enabled,
-                                       carved=self.carved.gpus)
+                                       carved=self.carved.held_gpus)
 
 
 def _as_host(conn):

@@ -138,14 +138,26 @@ class Carved:
     planned: tuple[CarvedGpu, ...] = ()
     recorded: tuple[CarvedVf, ...] = ()
     holding: frozenset = frozenset()
-    damaged: str | None = None       # why the record cannot be read
+    damaged: object = None           # the DamagedRecord, when unreadable
+
+    @property
+    def held_gpus(self):
+        """The physical GPUs nothing of ours may be given: those that are
+        Nova's (planned or recorded, and every GPU that holds a recorded
+        VF on this host), and while the record cannot be read every GPU
+        that could be carved (the allocator's and pass-through's
+        view)."""
+        return frozenset([c.gpu for c in self.planned]
+                         + [r.gpu for r in self.recorded]) | self.holding
 
     @property
     def gpus(self):
-        """The physical GPUs that are Nova's (planned or recorded, and
-        every GPU that holds a recorded VF on this host)."""
-        return frozenset([c.gpu for c in self.planned]
-                         + [r.gpu for r in self.recorded]) | self.holding
+        """``held_gpus`` for what is reported to Placement and Cyborg:
+        DamagedRecord while the record cannot be read (a report does not
+        guess which GPUs are Nova's)."""
+        if self.damaged is not None:
+            raise self.damaged
+        return self.held_gpus
 
     @property
     def vfs(self):
@@ -189,8 +201,7 @@ def on_host(state_dir, sysfs, kind_classes):
     try:
         entries = CarveRecord(state_dir).read()
     except DamagedRecord as e:
-        return Carved(holding=carvable_gpus(sysfs, kind_classes),
-                      damaged=str(e))
+        return Carved(holding=carvable_gpus(sysfs, kind_classes), damaged=e)
     holding = set()
     for vf in entries:
         pf = sysfs.physfn(vf)

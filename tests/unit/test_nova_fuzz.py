@@ -132,8 +132,9 @@ def test_any_carve_record_reads_or_says_what_to_do(host, kind, data):
                                       host.env().kind_classes)
         if found is None:
             # nothing is known: every GPU that could be carved is held
-            assert on_host.damaged is not None
-            assert on_host.recorded == () and L2 in on_host.gpus
+            assert on_host.recorded == () and L2 in on_host.held_gpus
+            with pytest.raises(carving.DamagedRecord):
+                on_host.gpus
         else:
             assert all(isinstance(e, carving.CarvedVf)
                        for e in found.values())
@@ -142,7 +143,8 @@ def test_any_carve_record_reads_or_says_what_to_do(host, kind, data):
             # a VF recorded is Nova's, and so is the GPU it is under
             for vf in found:
                 pf = host.sysfs.physfn(vf)
-                assert pf is None or pf in on_host.gpus
+                assert pf is None or pf in on_host.gpus == \
+                    on_host.held_gpus
     finally:
         _remove(path)
         with carving.CarveRecord(host.state_dir).locked() as entries:

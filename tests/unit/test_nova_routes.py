@@ -289,3 +289,20 @@ def test_a_record_entry_that_no_longer_matches_the_host_holds_its_vf(
     with pytest.raises(exception.GpuInUse) as e:
         env.pci.check(base.PgpuDevice(L2))
     assert 'carved for Nova' in str(e.value)
+
+
+def test_a_damaged_record_is_reported_to_no_one_but_said(
+        fast_tmp):  # noqa: F811 - the imported fixture
+    # Placement and Cyborg are told nothing while the record cannot be
+    # read (which GPUs are Nova's is not known): one line, what to do
+    host = Host(fast_tmp, '')
+    os.makedirs(host.state_dir, mode=0o700)
+    with open(os.path.join(host.state_dir, 'nova-carved.json'), 'w') as f:
+        f.write('{"version": 1')
+    with pytest.raises(exception.StateError) as e:
+        model.host_tree(host.env(), HOST)
+    assert str(e.value).endswith('; run `libvirt-gpu restore`: it moves the '
+                                 'file aside and rebuilds it from the '
+                                 'configuration')
+    # the allocator holds every GPU that could be carved meanwhile
+    assert host.env().carved.held_gpus == {L1, L2}

@@ -45,7 +45,7 @@ class PciBackend(base.DeviceBackend):
         from libvirt_gpu.devices import carving
         carved = carving.on_host(self.state_dir, self.sysfs,
                                  registry.kind_classes())
-        return carved.gpus | carved.vfs
+        return carved.held_gpus | carved.vfs
 
     def hostdev_xml(self, device):
         return config_xml.pci_hostdev(device.address)
