@@ -496,3 +496,16 @@ def test_before_restore_nothing_is_given_to_nova_and_it_says_why(
                    'is not given to Nova: `libvirt-gpu restore` has not '
                    'recorded it as Nova\'s; run it and read what it says of '
                    'this VF\n')
+
+
+def test_past_256_distinct_regexes_the_rest_are_not_judged(host, capsys,
+                                                           tmp_path):
+    lines = ''.join('device_spec = %s\n' % json.dumps(
+        {'address': {'bus': 'b%d' % n}}) for n in range(257))
+    rc, out, _ = check(host, capsys, tmp_path, '[pci]\n' + lines)
+    assert rc == 1
+    # the other fields are '.*' (3 patterns): b253 is the 257th
+    assert [line for line in out.splitlines() if 'not judge' in line] == [
+        "line %d: [pci] device_spec: address bus regex 'b%d': the file holds "
+        "more than 256 distinct address regexes; libvirt-gpu does not judge "
+        "more" % (n + 2, n) for n in range(253, 257)]
