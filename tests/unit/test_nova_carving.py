@@ -612,3 +612,39 @@ def test_the_lowest_vfs_are_carved_whatever_order_they_list_in(fast_tmp):
     report = host.restore()
     assert carved_actions(report) == [('carved', '0000:bd:00.4'),
                                       ('carved', '0000:bd:00.5')]
+
+
+def test_two_records_set_aside_in_one_second_keep_both(fast_tmp):
+    state_dir = os.path.join(fast_tmp, 'state')
+    record = carving.CarveRecord(state_dir)
+    names = []
+    for data in (b'first', b'second'):
+        plant(state_dir, data)
+        names.append(record.set_aside(now=86400 * 365))
+    assert names == [record.path + '.damaged-19710101T000000Z',
+                     record.path + '.damaged-19710101T000000Z.2']
+    for name, data in zip(names, (b'first', b'second')):
+        with open(name, 'rb') as f:
+            assert f.read() == data
+    # a record that reads again (another run rebuilt it) is left as it is
+    plant(state_dir, b'{"version": 1, "vfs": {}}')
+    assert record.set_aside() is None and record.read() == {}
+
+
+def test_the_gpus_that_could_be_carved_are_those_of_a_carving_kind(
+        fast_tmp):
+    from libvirt_gpu.devices.backends import registry
+    host = Host(fast_tmp, '')
+    kinds = registry.kind_classes()
+    carving_kinds = [k for k in kinds if k.carvable]
+    assert carving_kinds and len(carving_kinds) < len(kinds)
+    # whatever order the kinds come in
+    for order in (kinds, tuple(reversed(kinds))):
+        assert carving.carvable_gpus(host.sysfs, order) == {L1, L2}
+
+    class Odd(carving_kinds[0]):
+        @classmethod
+        def parents_now(cls, sysfs):
+            # a name that is no address, then the real VFs
+            return ['not-a-vf'] + list(super().parents_now(sysfs))
+    assert carving.carvable_gpus(host.sysfs, (Odd,)) == {L1, L2}
