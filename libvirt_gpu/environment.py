@@ -269,7 +269,8 @@ class Environment(object):
     def carved(self):
         """``carving.Carved``: the configuration's carvings for Nova
         resolved against this host (none without a configuration: the
-        hook), and the VFs ``restore`` recorded as carved."""
+        hook), and the VFs ``restore`` recorded as carved, read against
+        this host (``carving.on_host``)."""
         from libvirt_gpu.devices import carving
         carved = carving.on_host(self.state_dir, self.sysfs,
                                  self.kind_classes)

@@ -39,9 +39,9 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    (``--no-libvirt``), it stays Nova's and is reported.  A record that
    cannot be read is renamed ``nova-carved.json.damaged-<UTC time>``
    and rebuilt from the configuration (``CarveRecord.set_aside``).  The
-   writes
-   are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).  A carving
-   the host cannot satisfy is reported and nothing of it written.
+   writes are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).
+   A carving the host cannot satisfy is reported and nothing of it
+   written.
 3. **Persistent vGPUs.**  What each kind records to start with the host
    (``VgpuKind.restorable``: the kind's persistent definitions marked to
    start at boot) is created where it does not exist; what a kind leaves
