@@ -288,17 +288,17 @@ class Environment(object):
     def carved(self):
         """``carving.Carved``: the configuration's carvings for Nova
         resolved against this host (none without a configuration: the
-        hook), and the VFs ``restore`` recorded as carved."""
+        hook), and the VFs ``restore`` recorded as carved, read against
+        this host (``carving.on_host``)."""
         from libvirt_gpu.devices import carving
-        recorded = carving.CarveRecord(self.state_dir).read()
-        planned = ()
-        if self.conf is not None:
-            planned = carving.resolve(
-                self.conf, self._found.gpus, self.enabled,
-                known_names={e.type_id: e.type_name
-                             for e in recorded.values() if e.type_name})
-        return carving.Carved(planned=planned, recorded=tuple(
-            recorded[vf] for vf in sorted(recorded)))
+        carved = carving.on_host(self.state_dir, self.sysfs,
+                                 self.kind_classes)
+        if self.conf is None:
+            return carved
+        return records.replace(carved, planned=carving.resolve(
+            self.conf, self._found.gpus, self.enabled,
+            known_names={e.type_id: e.type_name
+                         for e in carved.recorded if e.type_name}))
 
     @functools.cached_property
     def routes(self):
@@ -314,8 +314,12 @@ class Environment(object):
         carved = {address: '[%s]' % c.section for address, c in
                   carving.matching(carving.carvings(self.conf),
                                    self._found.gpus).items()}
-        for r in carving.CarveRecord(self.state_dir).read().values():
-            carved.setdefault(r.gpu, 'the carve record (nova-carved.json)')
+        found = carving.on_host(self.state_dir, self.sysfs,
+                                self.kind_classes)
+        held = [r.gpu for r in found.recorded] + (
+            [] if found.damaged is not None else sorted(found.holding))
+        for address in held:
+            carved.setdefault(address, 'the carve record (nova-carved.json)')
         return routes_mod.resolve(self.conf, self._found.gpus, self.enabled,
                                   carved)
 
@@ -323,7 +327,7 @@ class Environment(object):
     def allocator(self):
         from libvirt_gpu.devices import routes as routes_mod
         from libvirt_gpu.store import allocator as allocator_mod
-        foreign = dict.fromkeys(self.carved.gpus,
+        foreign = dict.fromkeys(self.carved.held_gpus,
                                 routes_mod.LABELS[routes_mod.NOVA_PCI])
         foreign.update(self.routes.foreign())
         return allocator_mod.Allocator(self.vgpus, self.store, self.enabled,

@@ -13,7 +13,11 @@ Printed (a file for ``/etc/nova/nova.conf.d/``)::
              "vendor_id": "10de", "product_id": "26b9"}
 
 one ``device_spec`` per carved VF (its exact address: nothing else of the
-host matches it) and one ``alias`` per alias name, each on one line.
+host matches it) and one ``alias`` per alias name, each on one line.  A
+VF the configuration carves that the record does not hold as Nova's
+(``carving.Carved.withheld``: ``restore`` refused it, a guest of ours
+holds a vGPU there, or the record cannot be read) is left out and said
+(``Withheld``: stderr, a comment, ``--json``'s ``withheld``).
 ``"live_migratable": "yes"`` is added to every ``device_spec`` only when
 the host's libvirt is 10.0.0 or later and its QEMU 8.2.2 or later (Nova's
 minimums for migrating a VF of a kernel variant driver), read through
@@ -25,17 +29,25 @@ repeated ``device_spec``/``alias`` lines, indented continuation lines,
 values in quotes) and each JSON value as Nova's own parsers take it (a
 dict or a list of dicts; addresses as globs, regex dicts or a PF's
 address that stands for its VFs), then names every difference, one line
-each.
+each.  The file is read only when it is a regular file (never waiting on
+a FIFO).  An address regex is judged only when it can be in bounded time
+(``_field_pattern``: at most 32 characters, no quantifier within another,
+256 distinct ones a file; the fields matched are at most four
+characters); any other is named, not tried.  A ``devname`` spec names a
+network interface and matches no GPU function (``notes``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.cmd import output
+from libvirt_gpu.util import filetype
 from libvirt_gpu.util import records
 
 # Nova's minimums for "live_migratable": "yes" (libvirt's encoding:
@@ -52,6 +64,10 @@ _TRUE = ('yes', 'true', 'on', '1', 'y', 't')
 _MAX_FILE_BYTES = 1024 * 1024
 # Nova's bounds of an address's domain, bus, slot and function.
 _MAX_FIELDS = (0xFFFF, 0xFF, 0x1F, 0x7)
+# The longest regex of an address field judged (see _field_pattern), and
+# how many distinct ones one file may hold.
+_MAX_PATTERN = 32
+_MAX_REGEXES = 256
 
 
 def version_text(number):
@@ -131,6 +147,14 @@ class NovaConfig:
     versions: Versions
     device_specs: tuple[DeviceSpec, ...]
     aliases: tuple[Alias, ...]
+    withheld: tuple = ()         # Withheld: carved VFs Nova is not given
+
+    @property
+    def nova_vfs(self):
+        """``{vf: CarvedGpu}`` of the carved VFs Nova is given."""
+        left_out = {w.vf for w in self.withheld}
+        return {vf: c for c in self.carved for vf in c.vfs
+                if vf not in left_out}
 
     def text(self):
         lines = [
@@ -151,6 +175,7 @@ class NovaConfig:
                 carved.carving.section, carved.type_id,
                 carved.type_name or 'unnamed', carved.gpu,
                 ', '.join(str(vf) for vf in carved.vfs)))
+        lines.extend('# left out: %s' % w.describe() for w in self.withheld)
         if not self.carved:
             lines.append('# nothing is carved for Nova on this host')
         lines.append('[pci]')
@@ -175,16 +200,56 @@ class NovaConfig:
                        for c in self.carved],
             'device_spec': [s.to_json() for s in self.device_specs],
             'alias': [a.to_json() for a in self.aliases],
+            'withheld': [w.to_json() for w in self.withheld],
         }
 
 
-def nova_config(carved, versions, hostname, source):
-    """The ``NovaConfig`` of the ``carving.CarvedGpu``s ``carved``."""
+@records.record
+class Withheld:
+    """A VF the configuration carves that Nova is not given: the record
+    does not hold it as Nova's (``carving.Carved.withheld``)."""
+
+    vf: objects.PciAddress
+    carved: object               # carving.CarvedGpu
+    reason: str
+
+    def describe(self):
+        return ('VF %s ([%s]) is not given to Nova: %s' % (
+            self.vf, self.carved.carving.section, self.reason))
+
+    def to_json(self):
+        return {'vf': str(self.vf), 'carving': self.carved.carving.name,
+                'reason': self.reason}
+
+
+def withheld(carved, ours):
+    """``Withheld`` of the planned VFs of ``carved`` (``carving.Carved``)
+    the record does not hold as Nova's; ``ours``: ``{vf: uuid}`` of the
+    VFs our own vGPUs are recorded on."""
+    found = []
+    for vf, c in carved.withheld():
+        if carved.damaged is not None:
+            reason = 'the carve record cannot be read (%s)' % carved.damaged
+        elif vf in ours:
+            reason = ('it holds libvirt-gpu\'s own vGPU %s; move it off this '
+                      'GPU (docs/admin/nova.md), then run `libvirt-gpu '
+                      'restore`' % ours[vf])
+        else:
+            reason = ('`libvirt-gpu restore` has not recorded it as Nova\'s; '
+                      'run it and read what it says of this VF')
+        found.append(Withheld(vf=vf, carved=c, reason=reason))
+    return tuple(found)
+
+
+def nova_config(carved, versions, hostname, source, left_out=()):
+    """The ``NovaConfig`` of the ``carving.CarvedGpu``s ``carved``, but
+    for the VFs ``left_out`` (``Withheld``)."""
+    skipped = {w.vf for w in left_out}
     specs = tuple(
         DeviceSpec(vendor_id=c.vendor_id, product_id=c.product_id,
                    address=vf, resource_class=c.resource_class,
                    live_migratable=versions.live_migratable)
-        for c in carved for vf in c.vfs)
+        for c in carved for vf in c.vfs if vf not in skipped)
     aliases = {}
     for c in carved:
         aliases.setdefault(c.alias, Alias(
@@ -192,7 +257,8 @@ def nova_config(carved, versions, hostname, source):
             vendor_id=c.vendor_id, product_id=c.product_id))
     return NovaConfig(hostname=hostname, source=source, carved=tuple(carved),
                       versions=versions, device_specs=specs,
-                      aliases=tuple(aliases[n] for n in sorted(aliases)))
+                      aliases=tuple(aliases[n] for n in sorted(aliases)),
+                      withheld=tuple(left_out))
 
 
 def host_versions(uri):
@@ -264,15 +330,34 @@ def _assignments(text):
         yield tuple(current)
 
 
+def _read_regular(path):
+    """The bytes (at most ``_MAX_FILE_BYTES`` + 1) of the regular file
+    ``path``, never waiting on a FIFO nor reading a device to its end;
+    InvalidInput naming it otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        kind = filetype.kind_behind(e, path)
+        raise exception.InvalidInput(reason='--check %s: %s' % (
+            path, 'it is %s, not a regular file' % kind if kind
+            else e.strerror))
+    reason = filetype.not_regular(os.fstat(fd).st_mode)
+    if reason is not None:
+        os.close(fd)
+        raise exception.InvalidInput(reason='--check %s: %s; name a Nova '
+                                     'configuration file' % (path, reason))
+    with os.fdopen(fd, 'rb') as f:
+        try:
+            return f.read(_MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise exception.InvalidInput(reason='--check %s: %s' % (
+                path, e.strerror))
+
+
 def read_nova_file(path):
     """The ``NovaFile`` at ``path`` (InvalidInput when it cannot be
     read)."""
-    try:
-        with open(path, 'rb') as f:
-            raw = f.read(_MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise exception.InvalidInput(reason='--check %s: %s' % (
-            path, e.strerror))
+    raw = _read_regular(path)
     if len(raw) > _MAX_FILE_BYTES:
         raise exception.InvalidInput(reason='--check %s: larger than %d '
                                      'bytes' % (path, _MAX_FILE_BYTES))
@@ -286,6 +371,10 @@ def read_nova_file(path):
         except ValueError as e:
             problems.append('line %d: [pci] %s is not JSON (%s)'
                             % (line, key, e))
+            continue
+        except RecursionError:
+            problems.append('line %d: [pci] %s is not JSON Nova can read '
+                            '(nested too deeply)' % (line, key))
             continue
         values = parsed if isinstance(parsed, list) else [parsed]
         target = aliases if key == ALIAS_KEY else specs
@@ -335,21 +424,116 @@ def _glob_match(fields, address):
     return all(f is None or f == v for f, v in zip(fields, values))
 
 
-def address_matches(spec_address, address, physfn, pfs):
+class Unjudged(exception.InvalidInput):
+    """A device_spec libvirt-gpu does not judge (its reason says why and
+    what to write instead)."""
+
+
+def _nests_quantifiers(parsed, inside=False):
+    """Whether the parsed pattern (a ``re._parser.SubPattern``) holds a
+    quantifier within a quantifier's body."""
+    from re import _constants as constants
+    from re import _parser
+    repeats = (constants.MAX_REPEAT, constants.MIN_REPEAT,
+               constants.POSSESSIVE_REPEAT)
+
+    def subpatterns(arg):
+        if isinstance(arg, _parser.SubPattern):
+            yield arg
+        elif isinstance(arg, (list, tuple)):
+            for item in arg:
+                yield from subpatterns(item)
+
+    for op, arg in parsed:
+        within = inside
+        if op in repeats:
+            if inside:
+                return True
+            within = True
+        if any(_nests_quantifiers(sub, within) for sub in subpatterns(arg)):
+            return True
+    return False
+
+
+def _field_pattern(name, text):
+    """The compiled regex of one field of a dict address, when it can be
+    judged in bounded time.  The fields matched are at most 4 characters
+    (``0000``, ``bd``, ``00``, ``4``): without a quantifier inside another
+    a backtracking match of a pattern of at most ``_MAX_PATTERN``
+    characters takes at most a polynomial of degree 4 in its length
+    (milliseconds), so such patterns are matched here, in this process;
+    any other is refused, not tried (``((.*)*)*x`` would run for ever,
+    here and in Nova, which matches them the same way).  InvalidInput
+    for what Nova's ``re`` refuses, ``Unjudged`` for what we do not
+    try."""
+    what = 'address %s regex %r' % (name, text[:80])
+    if len(text) > _MAX_PATTERN:
+        raise Unjudged(reason='%s is longer than %d characters: libvirt-gpu '
+                       'does not judge it; name the VF by its address '
+                       '("0000:bd:00.4")' % (what, _MAX_PATTERN))
+    from re import _parser
+    try:
+        parsed = _parser.parse(text)
+        pattern = re.compile(text)
+    except (re.error, OverflowError, RecursionError, ValueError) as e:
+        raise exception.InvalidInput(reason='%s (%s)' % (what, e))
+    if _nests_quantifiers(parsed):
+        raise Unjudged(reason='%s nests a quantifier in another, which can '
+                       'take a regex engine (Nova\'s too) for ever: '
+                       'libvirt-gpu does not judge it; name the VF by its '
+                       'address ("0000:bd:00.4")' % what)
+    return pattern
+
+
+class Patterns(object):
+    """The regexes of one file's dict addresses, each judged once
+    (``_field_pattern``) and matched once per value: a file repeating a
+    slow pattern costs no more than one; at most ``_MAX_REGEXES``
+    distinct ones."""
+
+    def __init__(self):
+        self._compiled = {}
+        self._matched = {}
+
+    def match(self, name, text, value):
+        key = (name, text)
+        pattern = self._compiled.get(key)
+        if pattern is None:
+            if len(self._compiled) >= _MAX_REGEXES:
+                raise Unjudged(reason='address %s regex %r: the file holds '
+                               'more than %d distinct address regexes; '
+                               'libvirt-gpu does not judge more' % (
+                                   name, text[:80], _MAX_REGEXES))
+            pattern = self._compiled[key] = _field_pattern(name, text)
+        found = self._matched.get((key, value))
+        if found is None:
+            found = self._matched[key, value] = bool(pattern.match(value))
+        return found
+
+
+def address_matches(spec_address, address, physfn, pfs, patterns=None):
     """Whether Nova's ``address`` of a device_spec (absent, a glob string
     or a dict of regexes) matches the function ``address`` whose PF is
     ``physfn`` (None for a PF); ``pfs``: the host's PFs with VFs (a spec
-    naming one of them exactly stands for its VFs too)."""
+    naming one of them exactly stands for its VFs too); ``patterns``:
+    the ``Patterns`` of the file."""
     if spec_address is None:
         return True
     if isinstance(spec_address, dict):
+        patterns = patterns if patterns is not None else Patterns()
         names = ('domain', 'bus', 'slot', 'function')
-        try:
-            patterns = [re.compile(str(spec_address.get(n, '.*')))
-                        for n in names]
-        except re.error:
-            raise exception.InvalidInput(reason='address %r' % spec_address)
-        return all(p.match(v) for p, v in zip(patterns, _fields(address)))
+        # every field judged, as Nova compiles them all
+        texts = [str(spec_address.get(n, '.*')) for n in names]
+        for name, text in zip(names, texts):
+            try:
+                patterns.match(name, text, '')
+            except Unjudged:
+                raise
+            except exception.InvalidInput:
+                raise exception.InvalidInput(reason='address %r'
+                                             % (spec_address,))
+        return all(patterns.match(n, t, v) for n, t, v in
+                   zip(names, texts, _fields(address)))
     fields = _glob_fields(str(spec_address))
     if None not in fields and physfn is not None:
         single = objects.PciAddress(*fields)
@@ -367,9 +551,16 @@ def _hex_id(value):
         raise exception.InvalidInput(reason='PCI id %r' % value)
 
 
-def spec_matches(spec, function, pfs):
+DEVNAME = 'devname'
+
+
+def spec_matches(spec, function, pfs, patterns=None):
     """Whether a device_spec value (a dict) matches the host function
-    ``function`` (an ``objects.Gpu``)."""
+    ``function`` (an ``objects.Gpu``).  A spec naming a ``devname`` (a
+    network interface, Nova's other way to name a device) matches no GPU
+    function."""
+    if DEVNAME in spec:
+        return False
     vendor, product = _hex_id(spec.get('vendor_id')), _hex_id(
         spec.get('product_id'))
     if vendor is not None and vendor != function.vendor_id:
@@ -377,7 +568,7 @@ def spec_matches(spec, function, pfs):
     if product is not None and product != function.product_id:
         return False
     return address_matches(spec.get('address'), function.address,
-                           function.physfn, pfs)
+                           function.physfn, pfs, patterns)
 
 
 def _flag(value, default):
@@ -416,12 +607,18 @@ def differences(expected, nova_file, functions):
     GPU function of the host (``objects.Gpu``, PFs and VFs)."""
     found = list(nova_file.problems)
     pfs = {f.address for f in functions if f.virtfns}
-    carved_by_vf = {vf: c for c in expected.carved for vf in c.vfs}
+    carved_by_vf = expected.nova_vfs
+    left_out = {w.vf: w for w in expected.withheld}
+    patterns = Patterns()
     specs = []
     for entry in nova_file.specs:
         try:
             for function in functions:
-                spec_matches(entry.value, function, pfs)
+                spec_matches(entry.value, function, pfs, patterns)
+        except Unjudged as e:
+            found.append('line %d: [pci] %s: %s'
+                         % (entry.line, entry.key, e.kwargs['reason']))
+            continue
         except exception.InvalidInput as e:
             found.append('line %d: [pci] %s: Nova refuses its %s'
                          % (entry.line, entry.key, e.kwargs['reason']))
@@ -429,10 +626,16 @@ def differences(expected, nova_file, functions):
         specs.append(entry)
     for function in sorted(functions, key=lambda f: f.address):
         matched = [e for e in specs
-                   if spec_matches(e.value, function, pfs)]
+                   if spec_matches(e.value, function, pfs, patterns)]
         carved = carved_by_vf.get(function.address)
         if carved is None:
-            if matched:
+            withheld_vf = left_out.get(function.address)
+            if matched and withheld_vf is not None:
+                found.append('line %d: device_spec matches VF %s, which '
+                             'Nova must not be given: %s' % (
+                                 matched[0].line, function.address,
+                                 withheld_vf.reason))
+            elif matched:
                 held = ', '.join(function.used_type_ids) or 'no vGPU'
                 found.append('line %d: device_spec matches %s %s (holds '
                              '%s), which is not carved for Nova' % (
@@ -448,6 +651,16 @@ def differences(expected, nova_file, functions):
                                                     carved.carving.section))
     found.extend(_judge_aliases(expected, nova_file))
     return found
+
+
+def notes(nova_file):
+    """What ``--check`` says of a Nova file beside its differences: each
+    device_spec naming a ``devname`` (a network interface: it matches no
+    GPU function, so it is no difference)."""
+    return ['line %d: [pci] %s names devname %s, a network interface: it '
+            'matches no GPU function (a VF carved for Nova is named by its '
+            'address)' % (e.line, e.key, json.dumps(e.value[DEVNAME]))
+            for e in nova_file.specs if DEVNAME in e.value]
 
 
 def _judge_vf(expected, carved, function, matched):
@@ -466,11 +679,15 @@ def _judge_vf(expected, carved, function, matched):
         return found
     spec, line = matched[0].value, matched[0].line   # Nova takes the first
     managed = _flag(spec.get('managed'), True)
-    if managed is not False:
+    if 'managed' not in spec:
+        found.append('line %d: device_spec of %s leaves out "managed", '
+                     'which Nova takes as "yes": Nova would take the VF '
+                     'from NVIDIA\'s driver; add "managed": "no"'
+                     % (line, what))
+    elif managed is not False:
         found.append('line %d: device_spec of %s has "managed": %s; it '
                      'must be "no" (the VF stays on NVIDIA\'s driver)'
-                     % (line, what, json.dumps(spec.get('managed',
-                                                        'yes (absent)'))))
+                     % (line, what, json.dumps(spec.get('managed'))))
     rc = nova_resource_class(spec, function)
     if rc != carved.resource_class:
         found.append('line %d: device_spec of %s reports resource class '
@@ -531,10 +748,16 @@ def _judge_aliases(expected, nova_file):
 def cmd_nova_config(ctx):
     from libvirt_gpu import conffile
     env = ctx.env
-    carved = env.carved.planned
+    carved = env.carved
+    left_out = withheld(carved, env.vgpus.reserved_parents())
     versions = host_versions(ctx.libvirt_uri())
-    expected = nova_config(carved, versions, ctx.hostname,
-                           conffile.config_path(ctx.args.config_file)[0])
+    expected = nova_config(carved.planned, versions, ctx.hostname,
+                           conffile.config_path(ctx.args.config_file)[0],
+                           left_out)
+    # what Nova is not given, on stderr: stdout is the file (or JSON)
+    for w in left_out:
+        output.emit_text('libvirt-gpu: warning: ' + w.describe(),
+                         sys.stderr)
     if ctx.args.check is None:
         if ctx.args.json:
             output.emit_json(expected.to_json(), keys_sorted=True)
@@ -543,9 +766,14 @@ def cmd_nova_config(ctx):
         return 0
     nova_file = read_nova_file(ctx.args.check)
     found = differences(expected, nova_file, env.discovered.gpus)
+    said = notes(nova_file)
+    for line in said:
+        output.emit_text('libvirt-gpu: note: ' + line, sys.stderr)
     if ctx.args.json:
         output.emit_json({'file': ctx.args.check, 'matches': not found,
-                          'differences': found}, keys_sorted=True)
+                          'differences': found, 'notes': said,
+                          'withheld': [w.to_json() for w in left_out]},
+                         keys_sorted=True)
     elif found:
         output.emit_text('\n'.join(found))
     else:

@@ -37,7 +37,12 @@ resource class and alias) is then known from the record alone.
 
 The record is what the parts that run without the configuration read
 (the qemu hook, the allocator it builds): a recorded VF is Nova's, never
-handed to another guest, its GPU never offered by us.  ``Carved``
+handed to another guest, and so is the GPU it is a VF of on this host,
+never offered by us (``on_host``: the one rule the allocator, the hook's
+release and the pass-through check follow).  A record that cannot be
+read (``DamagedRecord``, its message saying to run ``restore``, which
+sets it aside and rebuilds it) names nothing, and every GPU that could
+be carved is held as Nova's meanwhile; other GPUs are unaffected.  ``Carved``
 holds both views, the planned and the recorded (``environment.Environment.
 carved``).  No oslo.config here: ``conf`` reads like a ConfigOpts or the
 CLI's snapshot of one.
@@ -126,17 +131,33 @@ class CarvedVf:
 @records.record
 class Carved:
     """What is Nova's on a host: the carvings resolved from the
-    configuration (``planned``; empty without one, as in the hook) and the
-    VFs the record names (``recorded``)."""
+    configuration (``planned``; empty without one, as in the hook), the
+    VFs the record names (``recorded``) and the physical GPUs the record
+    makes Nova's on this host (``holding``: ``on_host``, the one rule)."""
 
     planned: tuple[CarvedGpu, ...] = ()
     recorded: tuple[CarvedVf, ...] = ()
+    holding: frozenset = frozenset()
+    damaged: object = None           # the DamagedRecord, when unreadable
+
+    @property
+    def held_gpus(self):
+        """The physical GPUs nothing of ours may be given: those that are
+        Nova's (planned or recorded, and every GPU that holds a recorded
+        VF on this host), and while the record cannot be read every GPU
+        that could be carved (the allocator's and pass-through's
+        view)."""
+        return frozenset([c.gpu for c in self.planned]
+                         + [r.gpu for r in self.recorded]) | self.holding
 
     @property
     def gpus(self):
-        """The physical GPUs that are Nova's (planned or recorded)."""
-        return frozenset([c.gpu for c in self.planned]
-                         + [r.gpu for r in self.recorded])
+        """``held_gpus`` for what is reported to Placement and Cyborg:
+        DamagedRecord while the record cannot be read (a report does not
+        guess which GPUs are Nova's)."""
+        if self.damaged is not None:
+            raise self.damaged
+        return self.held_gpus
 
     @property
     def vfs(self):
@@ -152,6 +173,59 @@ class Carved:
             if carved.gpu == gpu:
                 return carved
         return None
+
+    def withheld(self):
+        """``(vf, CarvedGpu)`` of each planned VF the record does not hold
+        as Nova's with the planned type (``restore`` left it out: a guest
+        of ours holds a vGPU there, it holds another type, or the record
+        is damaged), in address order: Nova must not be given it."""
+        recorded = {r.vf: r.type_id for r in self.recorded}
+        return tuple(sorted((vf, c) for c in self.planned for vf in c.vfs
+                            if recorded.get(vf) != c.type_id))
+
+
+def on_host(state_dir, sysfs, kind_classes):
+    """``Carved`` of the record of ``state_dir`` read against the host
+    ``sysfs`` (nothing planned: ``records.replace`` adds it), the one rule
+    every part that judges the record by GPU or by VF follows:
+
+    - a recorded VF is Nova's, and so is the physical GPU it is a VF of on
+      this host, whatever GPU the entry names (an entry that no longer
+      matches the host keeps both Nova's: nothing handed out there can
+      then be a VF that is judged Nova's when its guest stops);
+    - a record that cannot be read (``DamagedRecord``) names nothing, and
+      every GPU that could be carved (an SR-IOV GPU whose VFs have a
+      vGPU kind that carves, ``kind_classes``) is held as Nova's until
+      ``restore`` rebuilds it; GPUs nothing can carve are unaffected.
+    """
+    try:
+        entries = CarveRecord(state_dir).read()
+    except DamagedRecord as e:
+        return Carved(holding=carvable_gpus(sysfs, kind_classes), damaged=e)
+    holding = set()
+    for vf in entries:
+        pf = sysfs.physfn(vf)
+        if pf is not None:
+            holding.add(pf)
+    return Carved(recorded=tuple(entries[vf] for vf in sorted(entries)),
+                  holding=frozenset(holding))
+
+
+def carvable_gpus(sysfs, kind_classes):
+    """The physical GPUs of the host ``sysfs`` whose VFs a vGPU kind of
+    ``kind_classes`` could carve."""
+    found = set()
+    for kind in kind_classes:
+        if not kind.carvable:
+            continue
+        for name in kind.parents_now(sysfs):
+            try:
+                pf = sysfs.physfn(name)
+            except exception.InvalidInput:     # no VF's name: none
+                continue
+            if pf is not None:
+                found.add(pf)
+    return frozenset(found)
 
 
 # --- the configuration -------------------------------------------------------
@@ -384,6 +458,15 @@ def _check_names(carved):
 
 # --- the record --------------------------------------------------------------
 
+REMEDY = ('run `libvirt-gpu restore`: it moves the file aside and '
+          'rebuilds it from the configuration')
+
+
+class DamagedRecord(exception.StateError):
+    """The record cannot be read (``kwargs['damage']``: why); its message
+    says what to do (``REMEDY``)."""
+
+
 class CarveRecord(object):
     """``<state_dir>/nova-carved.json``: the VFs ``restore`` carved.
     Changed under an exclusive ``flock`` of ``nova-carved.lock``, written
@@ -398,12 +481,17 @@ class CarveRecord(object):
         self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
 
     def _error(self, reason):
-        return exception.StateError(path=self.path, reason=reason)
+        return DamagedRecord(path=self.path, damage=reason,
+                             reason='%s; %s' % (reason, REMEDY))
 
     def read(self):
         """``{vf: CarvedVf}``; empty without a record (nothing is created:
-        the hook reads this on every guest start)."""
-        data = statedir.read_json(self.path, _MAX_RECORD_BYTES)
+        the hook reads this on every guest start).  DamagedRecord, saying
+        what to do, when it cannot be read or is not a record."""
+        try:
+            data = statedir.read_json(self.path, _MAX_RECORD_BYTES)
+        except exception.StateError as e:
+            raise self._error(e.kwargs['reason'])
         if data is None:
             return {}
         if not isinstance(data, dict) or data.get('version') != \
@@ -425,6 +513,33 @@ class CarveRecord(object):
             except (exception.InvalidInput, KeyError, TypeError) as e:
                 raise self._error('entry %r is invalid: %s' % (key, e))
         return found
+
+    def set_aside(self, now=None):
+        """Rename a record that cannot be read to
+        ``nova-carved.json.damaged-<UTC time>`` (under the record's lock:
+        no ``restore`` writes it meanwhile); returns the new path, or None
+        when it reads now (another run rebuilt it).  OSError when it
+        cannot be renamed."""
+        import time
+        stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))
+        aside = '%s.damaged-%s' % (self.path, stamp)
+        statedir.ensure_dir(self.state_dir)
+        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
+        try:
+            statedir.lock(fd, self.lock_path)
+            try:
+                self.read()
+                return None
+            except DamagedRecord:
+                pass
+            n = 1
+            while os.path.lexists(aside):
+                n += 1
+                aside = '%s.damaged-%s.%d' % (self.path, stamp, n)
+            os.rename(self.path, aside)
+            return aside
+        finally:
+            os.close(fd)
 
     def locked(self):
         """``{vf: CarvedVf}`` to read and change; saved on exit."""

@@ -36,9 +36,12 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    move).  A recorded VF no longer carved by the configuration is reset
    and forgotten once no running guest uses it (``vf_in_use``, asked
    through libvirt); while a guest uses it, or when that cannot be told
-   (``--no-libvirt``), it stays Nova's and is reported.  The writes
-   are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).  A carving
-   the host cannot satisfy is reported and nothing of it written.
+   (``--no-libvirt``), it stays Nova's and is reported.  A record that
+   cannot be read is renamed ``nova-carved.json.damaged-<UTC time>``
+   and rebuilt from the configuration (``CarveRecord.set_aside``).  The
+   writes are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).
+   A carving the host cannot satisfy is reported and nothing of it
+   written.
 3. **Persistent vGPUs.**  What each kind records to start with the host
    (``VgpuKind.restorable``: the kind's persistent definitions marked to
    start at boot) is created where it does not exist; what a kind leaves
@@ -180,8 +183,13 @@ def carved_gpus(env):
     if env.conf is not None:
         found.update(carving.matching(carving.carvings(env.conf),
                                       env.discovered.gpus))
-    found.update(r.gpu for r in carving.CarveRecord(env.state_dir)
-                 .read().values())
+    try:
+        recorded = carving.CarveRecord(env.state_dir).read()
+    except carving.DamagedRecord as e:
+        # step 2 sets it aside and rebuilds it from the configuration
+        LOG.warning('%s', e)
+        recorded = {}
+    found.update(r.gpu for r in recorded.values())
     return found
 
 
@@ -332,7 +340,11 @@ class Restore(object):
     def carve(self):
         """Step 2 of the module doc."""
         record = carving.CarveRecord(self.state_dir)
-        self.carved_vfs = frozenset(record.read())
+        try:
+            self.carved_vfs = frozenset(record.read())
+        except carving.DamagedRecord as e:
+            if not self._set_aside(record, e):
+                return
         # the host as it is now that its VFs are enabled
         self.env = self.env.rediscover()
         try:
@@ -347,6 +359,29 @@ class Restore(object):
                 wanted.add(vf)
                 self._carve_vf(record, carved, vf)
         self._uncarve(record, wanted)
+
+    def _set_aside(self, record, error):
+        """A record that cannot be read is moved aside (its name and the
+        time), to be rebuilt from the configuration; whether to go on."""
+        what, reason = 'carve-record', error.kwargs['damage']
+        if self.dry_run:
+            self._note(WOULD, what, record.path, 'would move it aside and '
+                       'rebuild it from the configuration (%s)' % reason)
+            return False
+        try:
+            aside = record.set_aside()
+        except (OSError, exception.StateError) as e:
+            self._note(FAILED, what, record.path, 'cannot be read (%s) nor '
+                       'moved aside (%s): move it away by hand and run '
+                       '`libvirt-gpu restore` again' % (reason, e))
+            return False
+        if aside is not None:
+            self._note(FORGOT, what, record.path, 'cannot be read (%s): '
+                       'moved aside to %s; rebuilt from the configuration '
+                       '(a VF it named that the configuration no longer '
+                       'carves is no longer held as Nova\'s)'
+                       % (reason, aside))
+        return True
 
     def _carving_kind(self, vf):
         """The vGPU kind that carves ``vf``, or None."""

@@ -208,3 +208,56 @@ def _read(path):
             return f.read()
     except FileNotFoundError:
         return ''
+
+
+# -- the whole route: the real bind, then Nova 34's own spawn ---------------
+
+@pytest.fixture(scope='module')
+def nova_venv():
+    from tests.functional import nova_env
+    return nova_env.ensure_venv()[0]
+
+
+def test_the_route_from_a_real_bind_through_novas_spawn_to_the_next_bind(
+        host, arq, nova_venv, tmp_path):
+    from tests.functional import nova_env
+    instance = str(uuidlib.uuid4())
+    bound = host.bind(arq, instance)
+    handle = bound['attach_handle_uuid']
+    # reconcile in the window between the bind and Nova's spawn
+    assert findings_of(reconcile(host), handle) == [('kept', 'mdev')]
+    # the vGPU goes away (a reboot: Cyborg's is not persistent); Nova's
+    # spawn, with the ARQ as Cyborg's API returns it, creates, defines
+    # and autostarts it (_allocate_cyborg_mdevs)
+    host.live.sysfs.write(os.path.join(host.mdev_path(handle), 'remove'),
+                          '1')
+    probe = nova_env.Judge(nova_venv, str(tmp_path / 'nova'))
+    spawned = probe.run(['cyborg_mdevs'], uri=host.daemon.uri,
+                        arqs=[host.arq(arq)])
+    assert spawned['existed'] == {handle: False}
+    assert spawned['mdevs'] == [handle]
+    assert host.mdev_parent_and_type(handle) == (cb.CYBORG_GPU, cb.T4_2B)
+    definition = os.path.join(host.live_host.mdevctl_dir, cb.CYBORG_GPU,
+                              handle)
+    assert os.path.exists(definition)
+    # the guest, as Nova defines it
+    dom = host.daemon.connect().defineXML(libvirtd.tiny_domain_xml(
+        'instance-%s' % instance[:8],
+        extra_devices=''.join(spawned['hostdevs'])))
+    assert findings_of(reconcile(host), handle) == []
+    # delete: Nova undefines the guest, Cyborg's unbind removes only the
+    # live device; Nova's definition is a leftover reconcile undefines
+    dom.undefine()
+    host.delete(arq)
+    assert host.mdev_parent_and_type(handle) is None
+    assert os.path.exists(definition)
+    assert findings_of(reconcile(host), handle) == [('removed', 'definition')]
+    assert not os.path.exists(definition)
+    # the next bind of the same handle finds its UUID free
+    again = host.create_arq('t4-2b')
+    try:
+        assert host.bind(again)['attach_handle_uuid'] == handle
+        assert host.mdev_parent_and_type(handle) == (cb.CYBORG_GPU,
+                                                     cb.T4_2B)
+    finally:
+        host.delete(again)

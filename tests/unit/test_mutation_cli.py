@@ -1202,7 +1202,7 @@ def test_nova_config_names_its_configuration_file(capsys, hosts,
     doc = json.loads(out)
     # one line, its keys in the order written
     assert list(doc) == ['hostname', 'versions', 'live_migratable',
-                         'carved', 'device_spec', 'alias']
+                         'carved', 'device_spec', 'alias', 'withheld']
     assert (code, doc['hostname'], doc['carved'], doc['device_spec']) == (
         0, 'h', [], [])
     assert doc['versions']['error'] is None
@@ -1229,7 +1229,8 @@ def test_nova_config_check_exit_status_and_json(
                          str(nova), '--json')
     assert code == 1
     assert json.loads(out) == {'file': str(nova), 'matches': False,
-                               'differences': [line]}
+                               'differences': [line], 'notes': [],
+                               'withheld': []}
     nova.write_text('[pci]\n')
     code, out, _ = _nova(capsys, hosts, libvirt_test_driver_conf, '--check',
                          str(nova))
@@ -1239,10 +1240,11 @@ def test_nova_config_check_exit_status_and_json(
                          str(nova), '--json')
     assert (code, json.loads(out)) == (0, {'file': str(nova),
                                            'matches': True,
-                                           'differences': []})
+                                           'differences': [], 'notes': [],
+                                           'withheld': []})
     # one line, its keys in the order written
-    assert out == ('{"file":"%s","matches":true,"differences":[]}\n'
-                   % nova)
+    assert out == ('{"file":"%s","matches":true,"differences":[],'
+                   '"notes":[],"withheld":[]}\n' % nova)
 
 
 # --- migrate, detach, layout on libvirt's test driver ------------------------

@@ -741,7 +741,8 @@ def test_a_bad_record_is_refused_naming_the_file(tmp_path, document, said):
     record = carving.CarveRecord(str(tmp_path))
     with pytest.raises(exception.StateError) as e:
         record.read()
-    assert str(e.value) == 'State file %s: %s' % (record.path, said)
+    assert str(e.value) == 'State file %s: %s; %s' % (
+        record.path, said, carving.REMEDY)
 
 
 def test_a_record_without_a_type_name_reads_as_none(tmp_path):

@@ -427,3 +427,224 @@ def test_a_gpu_in_a_layout_may_be_carved(resolve):
                         'mode = time-sliced\nvgpu_types = nvidia-1153\n'
                         % L2 + CARVING % (L2, 4))
     assert carved.gpu == L2 and len(carved.vfs) == 4
+
+
+# --- a record that cannot be read --------------------------------------------
+
+DAMAGED = [
+    b'{"version": 1, "vfs": {',                          # cut off
+    b'\xef\xbb\xbf{"version": 1, "vfs": {}}',            # a BOM
+    '{"version": 1, "vfs": {}}'.encode('utf-16'),        # UTF-16
+]
+
+
+def plant(state_dir, data):
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(state_dir, carving.RECORD_NAME)
+    with open(path, 'wb') as f:
+        f.write(data)
+    return path
+
+
+@pytest.mark.parametrize('data', DAMAGED)
+def test_a_damaged_record_leaves_guests_on_gpus_nothing_carves_alone(
+        fast_tmp, data):
+    from tests.unit.test_nvidia_vgpu_lifecycle import A, World
+    from tests.unit.test_nvidia_vgpu_lifecycle import mdev_domain_xml
+    # an A100's vGPUs are mdevs on its VFs: nothing carves them
+    world = World('a100', fast_tmp, 'nvidia-472', str(A))
+    path = plant(world.state_dir, data)
+    uuid = objects.Uuid.new()
+    rc, err = world.hook('prepare', mdev_domain_xml(uuid))
+    assert rc == 0, err
+    assert str(uuid) in {str(m.uuid) for ms in world.sysfs.mdevs_by_parent()
+                         .values() for m in ms}
+    # what to do is said
+    assert ('State file %s: not JSON' % path) in err
+    assert carving.REMEDY in err
+    assert ('carved for Nova (none on this host) are held as Nova\'s'
+            in err)
+    assert world.hook('release', mdev_domain_xml(uuid))[0] == 0
+    assert world.leases() == []
+
+
+def test_a_damaged_record_holds_every_gpu_that_could_be_carved(fast_tmp):
+    from tests.unit.test_nvidia_vgpu_lifecycle import vf_domain_xml
+    from tests.unit.test_nova_routes import run_hook
+    host = Host(fast_tmp, 'enabled_vgpu_types = nvidia-1145\n'
+                '[vgpu_nvidia-1145]\ndevice_addresses = %s\n' % L2)
+    plant(host.state_dir, b'\xef\xbb\xbf{}')
+    rc, err, _ = run_hook(host, 'prepare', vf_domain_xml(
+        objects.Uuid.new(), str(vfs(L2, 9)[0])))
+    assert rc == 1
+    assert ('%s; until then the GPUs whose VFs could be carved for Nova '
+            '(%s, %s) are held as Nova\'s' % (carving.REMEDY, L1, L2)) in err
+    assert 'carved for Nova' in err.splitlines()[-1]
+    assert host.held(vfs(L2, 9)[0]) == 0
+
+
+@pytest.mark.parametrize('data', DAMAGED)
+def test_restore_moves_a_damaged_record_aside_and_rebuilds_it(fast_tmp,
+                                                              data):
+    host = Host(fast_tmp, CARVING % (L2, 2))
+    assert host.restore().failed == ()
+    path = plant(host.state_dir, data)
+    # a dry run says what it would do and does nothing
+    report = host.restore(dry_run=True)
+    (would,) = [a for a in report.actions if a.what == 'carve-record']
+    assert (would.action, would.target) == ('would', path)
+    assert would.detail.startswith('would move it aside and rebuild it '
+                                   'from the configuration (not JSON')
+    with open(path, 'rb') as f:
+        assert f.read() == data
+    report = host.restore()
+    assert report.failed == ()
+    (moved,) = [a for a in report.actions if a.what == 'carve-record']
+    assert (moved.action, moved.target) == ('forgot', path)
+    (aside,) = [n for n in os.listdir(host.state_dir)
+                if n.startswith(carving.RECORD_NAME + '.damaged-')]
+    import re
+    assert re.fullmatch(r'nova-carved\.json\.damaged-\d{8}T\d{6}Z', aside)
+    assert moved.detail.startswith('cannot be read (not JSON')
+    assert ('moved aside to %s; rebuilt from the configuration'
+            % os.path.join(host.state_dir, aside)) in moved.detail
+    with open(os.path.join(host.state_dir, aside), 'rb') as f:
+        assert f.read() == data
+    # the VFs that hold the type are Nova's again, nothing written
+    assert sorted(host.record()) == vfs(L2, 4, 5)
+    assert ('ok', '0000:bd:00.4') in carved_actions(report)
+
+
+def test_a_record_that_cannot_be_moved_aside_says_what_to_do(fast_tmp,
+                                                             monkeypatch):
+    host = Host(fast_tmp, CARVING % (L2, 2))
+    path = plant(host.state_dir, b'[')
+
+    def refuse(self, now=None):
+        raise PermissionError(13, 'Permission denied')
+    monkeypatch.setattr(carving.CarveRecord, 'set_aside', refuse)
+    report = host.restore()
+    (failed,) = report.failed
+    assert (failed.what, failed.target) == ('carve-record', path)
+    assert failed.detail.endswith('nor moved aside ([Errno 13] Permission '
+                                  'denied): move it away by hand and run '
+                                  '`libvirt-gpu restore` again')
+    assert host.held(vfs(L2, 4)[0]) == 0       # nothing carved meanwhile
+
+
+def test_nova_config_on_a_damaged_record_gives_nova_nothing(fast_tmp,
+                                                            capsys):
+    from libvirt_gpu.cmd import main as cli
+    host = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n'
+                + CARVING % (L2, 1))
+    assert host.restore().failed == ()
+    path = plant(host.state_dir, b'not json')
+    rc = cli.main(['--config-file', host.config, '--sysfs-root', host.root,
+                   'nova-config'])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert 'device_spec' not in out
+    assert err.startswith('libvirt-gpu: warning: VF 0000:bd:00.4 '
+                          '([nova_l40s_12q]) is not given to Nova: the '
+                          'carve record cannot be read (State file %s: not '
+                          'JSON' % path)
+    assert err.rstrip().endswith(carving.REMEDY + ')')
+
+
+# --- what restore's carving must keep doing ---------------------------------
+
+def test_each_vf_is_recorded_as_nova_s_before_its_type_is_written(
+        fast_tmp, monkeypatch):
+    from libvirt_gpu.devices.backends.nvidia_vgpu import kind as kind_mod
+    host = Host(fast_tmp, CARVING % (L2, 3))
+    real = kind_mod.NvidiaVgpuBackend.write_type
+    seen = []
+
+    def write_type(self, parent, type_id):
+        seen.append((parent, parent in host.record()))
+        if parent == vfs(L2, 6)[0]:
+            raise exception.MdevCreateFailed(uuid=parent, type_id=type_id,
+                                             parent=parent, reason='EBUSY')
+        return real(self, parent, type_id)
+    monkeypatch.setattr(kind_mod.NvidiaVgpuBackend, 'write_type', write_type)
+    report = host.restore()
+    assert seen == [(vf, True) for vf in vfs(L2, 4, 5, 6)]
+    assert carved_actions(report) == [('carved', '0000:bd:00.4'),
+                                      ('carved', '0000:bd:00.5'),
+                                      ('failed', '0000:bd:00.6')]
+    assert report.failed[0].detail.endswith('EBUSY')
+    # a VF whose write failed stays Nova's: nothing of ours goes there
+    assert sorted(host.record()) == vfs(L2, 4, 5, 6)
+
+
+def test_a_type_reset_that_fails_keeps_the_vf_nova_s(fast_tmp, monkeypatch):
+    from libvirt_gpu.devices.backends.nvidia_vgpu import kind as kind_mod
+    host = Host(fast_tmp, CARVING % (L2, 2))
+    assert host.restore().failed == ()
+    host.write_config('')
+
+    def clear_type(self, parent):
+        raise exception.MdevRemoveFailed(uuid=parent, reason='EBUSY')
+    monkeypatch.setattr(kind_mod.NvidiaVgpuBackend, 'clear_type', clear_type)
+    report = host.restore(vf_in_use=lambda vf: False)
+    assert carved_actions(report) == [('failed', '0000:bd:00.4'),
+                                      ('failed', '0000:bd:00.5')]
+    assert report.failed[0].detail == (
+        '[nova_l40s_12q] no longer carves it: Cannot remove vGPU '
+        '0000:bd:00.4: EBUSY')
+    assert sorted(host.record()) == vfs(L2, 4, 5)
+    assert [host.held(vf) for vf in vfs(L2, 4, 5)] == [1153, 1153]
+
+
+def test_the_lowest_vfs_are_carved_whatever_order_they_list_in(fast_tmp):
+    host = Host(fast_tmp, CARVING % (L2, 2))
+    # virtfn0 and virtfn1 name 0000:bd:00.7 and .6, virtfn2 and 3 .5 and
+    # .4: the PF lists its VFs in another order than their addresses
+    pf_dir = os.path.join(host.root, 'bus', 'pci', 'devices', str(L2))
+    links = {n: os.readlink(os.path.join(pf_dir, 'virtfn%d' % n))
+             for n in range(4)}
+    for n in range(4):
+        os.unlink(os.path.join(pf_dir, 'virtfn%d' % n))
+        os.symlink(links[3 - n], os.path.join(pf_dir, 'virtfn%d' % n))
+    assert host.sysfs.virtfns(L2)[:4] == tuple(vfs(L2, 7, 6, 5, 4))
+    (carved,) = host.env().carved.planned
+    assert carved.vfs == tuple(vfs(L2, 4, 5))
+    report = host.restore()
+    assert carved_actions(report) == [('carved', '0000:bd:00.4'),
+                                      ('carved', '0000:bd:00.5')]
+
+
+def test_two_records_set_aside_in_one_second_keep_both(fast_tmp):
+    state_dir = os.path.join(fast_tmp, 'state')
+    record = carving.CarveRecord(state_dir)
+    names = []
+    for data in (b'first', b'second'):
+        plant(state_dir, data)
+        names.append(record.set_aside(now=86400 * 365))
+    assert names == [record.path + '.damaged-19710101T000000Z',
+                     record.path + '.damaged-19710101T000000Z.2']
+    for name, data in zip(names, (b'first', b'second')):
+        with open(name, 'rb') as f:
+            assert f.read() == data
+    # a record that reads again (another run rebuilt it) is left as it is
+    plant(state_dir, b'{"version": 1, "vfs": {}}')
+    assert record.set_aside() is None and record.read() == {}
+
+
+def test_the_gpus_that_could_be_carved_are_those_of_a_carving_kind(
+        fast_tmp):
+    from libvirt_gpu.devices.backends import registry
+    host = Host(fast_tmp, '')
+    kinds = registry.kind_classes()
+    carving_kinds = [k for k in kinds if k.carvable]
+    assert carving_kinds and len(carving_kinds) < len(kinds)
+    # whatever order the kinds come in
+    for order in (kinds, tuple(reversed(kinds))):
+        assert carving.carvable_gpus(host.sysfs, order) == {L1, L2}
+
+    class Odd(carving_kinds[0]):
+        @classmethod
+        def parents_now(cls, sysfs):
+            # a name that is no address, then the real VFs
+            return ['not-a-vf'] + list(super().parents_now(sysfs))
+    assert carving.carvable_gpus(host.sysfs, (Odd,)) == {L1, L2}

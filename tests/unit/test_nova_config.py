@@ -323,3 +323,189 @@ def test_the_readme_s_nova_section_runs(fast_tmp, capsys,  # noqa: F811
         nova_file, host.conf.host)
     with open(nova_file) as f:
         assert len(pci_lines(f.read(), 'device_spec')) == 4
+
+
+# --- what Nova must not be given ---------------------------------------------
+
+OUR_ROUTE = ('enabled_vgpu_types = nvidia-1153\n[vgpu_nvidia-1153]\n'
+             'device_addresses = %s\n' % L2)
+
+
+def test_a_vf_a_guest_of_ours_holds_is_left_out_and_never_a_match(
+        fast_tmp, capsys, monkeypatch):  # noqa: F811 - the fixture
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    from tests.unit.test_nova_routes import run_hook
+    from tests.unit.test_nvidia_vgpu_lifecycle import vf_domain_xml
+    host = Host(fast_tmp, OUR_ROUTE + '[libvirt]\nconnection_uri = '
+                'test:///default\n')
+    ours = objects.Uuid.new()
+    xml = vf_domain_xml(ours, CARVED[0], type_id='nvidia-1153')
+    assert run_hook(host, 'prepare', xml)[0] == 0
+    # the GPU is then carved while our guest runs on its first VF
+    host.write_config('[libvirt]\nconnection_uri = test:///default\n'
+                      + CARVING % (L2, 2))
+    report = host.restore()
+    assert [(a.action, a.target) for a in report.failed] == [
+        ('failed', CARVED[0])]
+    assert 'holds libvirt-gpu\'s own vGPU %s' % ours in \
+        report.failed[0].detail
+    rc, out, err = run(host, capsys=capsys)
+    assert rc == 0
+    assert pci_lines(out, 'device_spec') == [spec(CARVED[1])]
+    said = ('VF %s ([nova_l40s_12q]) is not given to Nova: it holds '
+            'libvirt-gpu\'s own vGPU %s; move it off this GPU '
+            '(docs/admin/nova.md), then run `libvirt-gpu restore`'
+            % (CARVED[0], ours))
+    assert err == 'libvirt-gpu: warning: %s\n' % said
+    assert '# left out: %s' % said in out.splitlines()
+    _, out, _ = run(host, '--json', capsys=capsys)
+    assert json.loads(out)['withheld'] == [{
+        'vf': CARVED[0], 'carving': 'l40s_12q',
+        'reason': said.split(': ', 1)[1]}]
+    # a Nova file that hands it to Nova is no match
+    path = os.path.join(fast_tmp, 'nova.conf')
+    with open(path, 'w') as f:
+        f.write('[pci]\n%s\nalias = %s\n' % ('\n'.join(
+            'device_spec = %s' % json.dumps(spec(vf))
+            for vf in CARVED[:2]), json.dumps(ALIAS)))
+    rc, out, _ = run(host, '--check', path, capsys=capsys)
+    assert (rc, out.splitlines()) == (1, [
+        'line 2: device_spec matches VF %s, which Nova must not be given: '
+        '%s' % (CARVED[0], said.split(': ', 1)[1])])
+
+
+# --- --check on what a Nova file may hold ------------------------------------
+
+def check(host, capsys, tmp_path, text):
+    path = tmp_path / 'nova.conf'
+    path.write_text(text)
+    return run(host, '--check', str(path), capsys=capsys)
+
+
+def printed(host, capsys):
+    return run(host, capsys=capsys)[1]
+
+
+def test_a_spec_without_managed_is_named_as_nova_s_default(host, capsys,
+                                                           tmp_path):
+    text = printed(host, capsys).replace(', "managed": "no"', '', 1)
+    rc, out, _ = check(host, capsys, tmp_path, text)
+    assert (rc, out.splitlines()) == (1, [
+        'line 10: device_spec of carved VF %s (NVIDIA L40S-12Q, '
+        '[nova_l40s_12q]) leaves out "managed", which Nova takes as "yes": '
+        'Nova would take the VF from NVIDIA\'s driver; add "managed": "no"'
+        % CARVED[0]])
+
+
+def test_a_devname_spec_matches_no_gpu_function(host, capsys, tmp_path):
+    # devname names a network interface: Nova matches it against netdevs
+    devname = ('device_spec = {"devname": "ens1f0", "vendor_id": "10de", '
+               '"product_id": "26b9", "physical_network": "physnet1"}\n')
+    rc, out, err = check(host, capsys, tmp_path,
+                         printed(host, capsys) + '\n' + devname)
+    assert (rc, out) == (0, '%s matches the VFs carved for Nova on '
+                         'compute-1\n' % (tmp_path / 'nova.conf'))
+    line = len(printed(host, capsys).splitlines()) + 2
+    assert err == ('libvirt-gpu: note: line %d: [pci] device_spec names '
+                   'devname "ens1f0", a network interface: it matches no '
+                   'GPU function (a VF carved for Nova is named by its '
+                   'address)\n' % line)
+
+
+NESTED = '((((((.*)*)*)*)*)*)x'        # 20 bytes, exponential to match
+
+
+@pytest.mark.parametrize('address, said', [
+    ({'bus': NESTED},
+     "line 2: [pci] device_spec: address bus regex '%s' nests a quantifier "
+     "in another, which can take a regex engine (Nova's too) for ever: "
+     "libvirt-gpu does not judge it; name the VF by its address "
+     "(\"0000:bd:00.4\")" % NESTED.replace('\\', '\\\\')),
+    ({'slot': '0{99999999999}'},
+     "line 2: [pci] device_spec: Nova refuses its address "
+     "{'slot': '0{99999999999}'}"),
+    ({'function': 'x' * 33},
+     "line 2: [pci] device_spec: address function regex '%s' is longer "
+     "than 32 characters: libvirt-gpu does not judge it; name the VF by "
+     "its address (\"0000:bd:00.4\")" % ('x' * 33)),
+])
+def test_an_address_regex_that_cannot_be_judged_is_one_line(
+        host, capsys, tmp_path, address, said):
+    from tests.doubles import hang
+    value = dict(spec(CARVED[0]), address=address)
+    with hang.alarm(60):
+        rc, out, err = check(host, capsys, tmp_path, '[pci]\ndevice_spec = '
+                             '%s\n' % json.dumps(value))
+    assert rc == 1 and err == ''
+    assert out.splitlines()[0] == said
+
+
+def test_many_slow_regexes_are_judged_once_each(host, capsys, tmp_path):
+    # the slowest pattern allowed, on every line of a large file: judged
+    # once, matched once per field value
+    slow = '(' + '|'.join('.' * 14) + ')*x'
+    line = 'device_spec = %s\n' % json.dumps({'address': {'bus': slow}})
+    from tests.doubles import hang
+    with hang.alarm(60):
+        rc, out, _ = check(host, capsys, tmp_path,
+                           '[pci]\n' + line * 1000)
+    assert rc == 1 and 'is missing' in out
+
+
+def test_json_nested_past_the_parser_s_depth_is_one_line(host, capsys,
+                                                         tmp_path):
+    rc, out, err = check(host, capsys, tmp_path, '[pci]\ndevice_spec = '
+                         + '[' * 100000 + ']' * 100000 + '\n')
+    assert rc == 1 and err == ''
+    assert out.splitlines()[0] == ('line 2: [pci] device_spec is not JSON '
+                                   'Nova can read (nested too deeply)')
+
+
+def test_a_fifo_or_a_directory_is_refused_without_waiting(host, capsys,
+                                                          tmp_path):
+    from tests.doubles import hang
+    fifo = tmp_path / 'nova.fifo'
+    os.mkfifo(fifo)
+    with hang.alarm(60):
+        rc, _, err = run(host, '--check', str(fifo), capsys=capsys)
+    assert (rc, err) == (1, 'libvirt-gpu: error: Invalid input: --check %s: '
+                         'it is a FIFO, not a regular file; name a Nova '
+                         'configuration file\n' % fifo)
+    rc, _, err = run(host, '--check', str(tmp_path), capsys=capsys)
+    assert (rc, err) == (1, 'libvirt-gpu: error: Invalid input: --check %s: '
+                         'it is a directory, not a regular file; name a '
+                         'Nova configuration file\n' % tmp_path)
+    # a socket cannot even be opened: said as what it is
+    import socket
+    path = str(tmp_path / 'nova.sock')
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(path)
+        rc, _, err = run(host, '--check', path, capsys=capsys)
+    assert (rc, err) == (1, 'libvirt-gpu: error: Invalid input: --check %s: '
+                         'it is a socket, not a regular file\n' % path)
+
+
+def test_before_restore_nothing_is_given_to_nova_and_it_says_why(
+        fast_tmp, capsys, monkeypatch):  # noqa: F811 - the fixture
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    host = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n'
+                + CARVING % (L2, 1))
+    rc, out, err = run(host, capsys=capsys)
+    assert rc == 0 and pci_lines(out, 'device_spec') == []
+    assert err == ('libvirt-gpu: warning: VF 0000:bd:00.4 ([nova_l40s_12q]) '
+                   'is not given to Nova: `libvirt-gpu restore` has not '
+                   'recorded it as Nova\'s; run it and read what it says of '
+                   'this VF\n')
+
+
+def test_past_256_distinct_regexes_the_rest_are_not_judged(host, capsys,
+                                                           tmp_path):
+    lines = ''.join('device_spec = %s\n' % json.dumps(
+        {'address': {'bus': 'b%d' % n}}) for n in range(257))
+    rc, out, _ = check(host, capsys, tmp_path, '[pci]\n' + lines)
+    assert rc == 1
+    # the other fields are '.*' (3 patterns): b253 is the 257th
+    assert [line for line in out.splitlines() if 'not judge' in line] == [
+        "line %d: [pci] device_spec: address bus regex 'b%d': the file holds "
+        "more than 256 distinct address regexes; libvirt-gpu does not judge "
+        "more" % (n + 2, n) for n in range(253, 257)]

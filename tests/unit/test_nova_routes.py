@@ -258,3 +258,53 @@ def test_a_carved_gpu_is_never_passed_through_whole(carved):
     assert rc == 1
     assert ('The GPU 0000:bd:00.0 cannot be used: it is carved for Nova '
             '([nova]/carved)') in err
+
+
+# --- one rule for prepare and release ----------------------------------------
+
+def test_a_record_entry_that_no_longer_matches_the_host_holds_its_vf(
+        fast_tmp):  # noqa: F811 - the imported fixture
+    # our own route on 0000:bd:00.0, and a record whose entry names
+    # bd:00.4 under another GPU (a host changed under it, a hand edit)
+    host = Host(fast_tmp, 'enabled_vgpu_types = nvidia-1145\n'
+                '[vgpu_nvidia-1145]\ndevice_addresses = %s\n' % L2)
+    os.makedirs(host.state_dir, mode=0o700)
+    with open(os.path.join(host.state_dir, 'nova-carved.json'), 'w') as f:
+        f.write('{"version": 1, "vfs": {"0000:bd:00.4": {"gpu": '
+                '"0000:3d:00.0", "type_id": "nvidia-1145", "carving": '
+                '"gone"}}}')
+    vf = vfs(L2, 4)[0]
+    xml = vf_domain_xml(objects.Uuid.new(), str(vf), dom=DOM)
+    # the VF is Nova's for release, so prepare never hands it out
+    code, err, _ = run_hook(host, 'prepare', xml)
+    assert code == 1
+    assert ('0000:bd:00.4' in err and 'carved for Nova' in err), err
+    assert state.LeaseStore(host.state_dir).leases() == []
+    assert host.held(vf) == 0
+    # nor any other VF of its GPU, which is Nova's
+    other = vf_domain_xml(objects.Uuid.new(), str(vfs(L2, 9)[0]), dom=DOM)
+    assert run_hook(host, 'prepare', other)[0] == 1
+    # nor the GPU whole
+    env = hook_env(host, {})
+    assert env.carved.gpus == {L1, L2} and env.carved.vfs == {vf}
+    from libvirt_gpu.devices.backends import base
+    with pytest.raises(exception.GpuInUse) as e:
+        env.pci.check(base.PgpuDevice(L2))
+    assert 'carved for Nova' in str(e.value)
+
+
+def test_a_damaged_record_is_reported_to_no_one_but_said(
+        fast_tmp):  # noqa: F811 - the imported fixture
+    # Placement and Cyborg are told nothing while the record cannot be
+    # read (which GPUs are Nova's is not known): one line, what to do
+    host = Host(fast_tmp, '')
+    os.makedirs(host.state_dir, mode=0o700)
+    with open(os.path.join(host.state_dir, 'nova-carved.json'), 'w') as f:
+        f.write('{"version": 1')
+    with pytest.raises(exception.StateError) as e:
+        model.host_tree(host.env(), HOST)
+    assert str(e.value).endswith('; run `libvirt-gpu restore`: it moves the '
+                                 'file aside and rebuilds it from the '
+                                 'configuration')
+    # the allocator holds every GPU that could be carved meanwhile
+    assert host.env().carved.held_gpus == {L1, L2}

@@ -44,10 +44,11 @@ class PciBackend(base.DeviceBackend):
         another guest may have carved meanwhile)."""
         if self.state_dir is None:
             return frozenset()
+        from libvirt_gpu.devices.backends import registry
         from libvirt_gpu.devices import carving
-        recorded = carving.CarveRecord(self.state_dir).read().values()
-        return frozenset([r.vf for r in recorded]
-                         + [r.gpu for r in recorded])
+        carved = carving.on_host(self.state_dir, self.sysfs,
+                                 registry.kind_classes())
+        return carved.held_gpus | carved.vfs
 
     def hostdev_xml(self, device):
         return config_xml.pci_hostdev(device.address)

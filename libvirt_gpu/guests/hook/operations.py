@@ -393,15 +393,20 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     return 0
 
 
-def _carved_vfs(env, req):
-    """The PCI hostdevs of the domain that are VFs carved for Nova
-    (``carving.CarveRecord``: read only for a domain with a PCI
-    hostdev)."""
-    if not req.domain.pci_addresses:
-        return ()
-    carved = env.carved.vfs
+def _carved_vfs(env, req, log):
+    """The PCI hostdevs of the domain that are VFs carved for Nova, by
+    the rule the allocator judges its GPUs by (``carving.on_host``: one
+    ``env.carved``); a record that cannot be read is said, with what to
+    do."""
+    carved = env.carved
+    if carved.damaged is not None:
+        log.warning('%s; until then the GPUs whose VFs could be carved for '
+                    'Nova (%s) are held as Nova\'s' % (
+                        carved.damaged, ', '.join(
+                            str(a) for a in sorted(carved.holding))
+                        or 'none on this host'))
     return tuple(sorted(a for a in req.domain.pci_addresses
-                        if a in carved))
+                        if a in carved.vfs))
 
 
 def _call(op, req, log, config_file, settings_file, sysfs, places):
@@ -416,7 +421,7 @@ def _call(op, req, log, config_file, settings_file, sysfs, places):
         log.info(note)
     env = environment.Environment.for_hook(
         settings, sysfs or sysfs_mod.Sysfs(settings.sysfs_root), **places)
-    novas = _carved_vfs(env, req)
+    novas = _carved_vfs(env, req, log)
     if novas and not (req.ours and op.name in (PREPARE, MIGRATE)):
         # Nova's guest (its VF hostdev is a VF carved for Nova): no lease,
         # no rewrite, nothing created or removed.  Only a guest of ours
