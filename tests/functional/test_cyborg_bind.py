@@ -182,7 +182,8 @@ def test_our_hook_leaves_a_cyborg_guests_vgpu_alone(host, arq):
 def test_our_hook_leaves_novas_definition_of_a_cyborg_vgpu_alone(host, arq):
     # Nova 34 defines the vGPU (autostart) when it was absent at spawn:
     # the guest's start then finds Nova's definition of the live vGPU on
-    # Cyborg's GPU; the hook uses it as it is and removes nothing.
+    # Cyborg's GPU; the hook leaves it to that route: no claim, no lease,
+    # nothing removed.
     handle = host.bind(arq)['attach_handle_uuid']
     conn = host.daemon.connect()
     defined = conn.nodeDeviceDefineXML(
@@ -195,7 +196,9 @@ def test_our_hook_leaves_novas_definition_of_a_cyborg_vgpu_alone(host, arq):
         assert host.mdev_parent_and_type(handle) == (cb.CYBORG_GPU,
                                                      cb.T4_2B), logged
         assert hook_guests.leases(host) == [], logged
-        assert 'kept existing vGPU %s' % handle in logged
+        assert ('vGPU %s is defined on %s, given to OpenStack Cyborg '
+                '([routes]/cyborg): left to that route' % (
+                    handle, cb.CYBORG_GPU)) in logged
         assert 'removed vGPU %s' % handle not in logged
         assert host.arq(arq)['state'] == 'Bound'
     finally:
