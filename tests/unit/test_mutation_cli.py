@@ -207,7 +207,7 @@ def test_the_json_document():
                     'resource_class': RC, 'alias': 'l40s-12q',
                     'vfs': [str(VF4), str(VF5)]}],
         'device_spec': [_spec(), _spec(VF5)],
-        'alias': [ALIAS]}
+        'alias': [ALIAS], 'withheld': []}
     assert _config(versions=nova_cmds.Versions(
         libvirt=10000000, qemu=8002002)).to_json()['versions'] == {
             'libvirt': '10.0.0', 'qemu': '8.2.2', 'error': None}
@@ -436,8 +436,7 @@ def test_a_carved_vf_without_a_spec_names_the_type_id_when_unnamed():
 
 
 @pytest.mark.parametrize('managed, shown', [
-    (None, '"yes (absent)"'), ('yes', '"yes"'), ('maybe', '"maybe"'),
-    (True, 'true')])
+    ('yes', '"yes"'), ('maybe', '"maybe"'), (True, 'true')])
 def test_managed_must_be_no(managed, shown):
     found = nova_cmds.differences(
         _config(_carved(VF4)),
@@ -446,6 +445,16 @@ def test_managed_must_be_no(managed, shown):
     assert found == ['line 7: device_spec of %s has "managed": %s; it must '
                      'be "no" (the VF stays on NVIDIA\'s driver)'
                      % (WHAT, shown)]
+
+
+def test_managed_left_out_is_novas_yes():
+    found = nova_cmds.differences(
+        _config(_carved(VF4)),
+        _file([(7, _spec(managed=None))], [(8, ALIAS)]),
+        _host(_vf(VF4, TYPE)))
+    assert found == ['line 7: device_spec of %s leaves out "managed", which '
+                     'Nova takes as "yes": Nova would take the VF from '
+                     'NVIDIA\'s driver; add "managed": "no"' % WHAT]
 
 
 def test_nova_takes_the_first_spec_that_matches():
