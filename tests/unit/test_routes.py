@@ -202,8 +202,9 @@ def test_a_live_leftover_is_kept_but_removed_at_boot(world):
     uuid = world.mdev(A)
     path = define(world, uuid)
     report = run(world)
-    assert [(f.action, f.what) for f in report.findings] == [
-        (reconcile.KEPT, 'mdev+definition')]
+    assert [(f.action, f.what, f.parent, f.type_id)
+            for f in report.findings] == [
+        (reconcile.KEPT, 'mdev+definition', A, TYPE)]
     assert uuid in world.mdevs() and os.path.exists(path)
     env = world.env().replace(routes=CYBORG_A)
     report = reconcile.leftovers(env, boot=True)
@@ -252,3 +253,85 @@ def test_the_hook_leaves_novas_definition_on_cyborgs_gpu_to_nova(tmp_path):
         env.sysfs.kernel.create(objects.PciAddress.parse(th.A), TYPE, u)
         assert env.run('release', xml) == (0, '')
         assert u in env.sysfs.kernel.mdevs()
+
+
+# -- what make mutation found unpinned ---------------------------------------
+
+def test_novas_deprecated_option_and_group_names_are_read(tmp_path):
+    # Nova still reads [devices]/enabled_vgpu_types and [vgpu_<type>]
+    path = nova_conf(tmp_path, '[devices]\nenabled_vgpu_types = nvidia-223'
+                     '\n[vgpu_nvidia-223]\ndevice_addresses = %s\n' % A)
+    nova = routes.read_nova_conf(path)
+    assert nova.types == ('nvidia-223',)
+    assert nova.addresses == {A: 'nvidia-223'} and nova.default_type is None
+
+
+@pytest.mark.parametrize('raw, said', [
+    (b'[devices\nenabled_mdev_types = x\n', 'Nova could not read it '
+                                            'either: '),
+    (b'[devices]\nenabled_mdev_types = \xff\n', 'not UTF-8 text'),
+    (b'[devices]\nenabled_mdev_types = nvidia-223\n[mdev_nvidia-223]\n'
+     b'device_addresses = 0000:zz:00.0\n',
+     "[mdev_nvidia-223]/device_addresses: '0000:zz:00.0' is no PCI address"),
+])
+def test_a_nova_conf_it_cannot_read_is_named_with_the_reason(
+        tmp_path, raw, said):
+    path = tmp_path / 'nova.conf'
+    path.write_bytes(raw)
+    with pytest.raises(exception.ConfigError) as e:
+        routes.read_nova_conf(str(path))
+    assert str(e.value).startswith(
+        'Configuration error: [routes]/nova_conf %s: %s' % (path, said))
+
+
+def test_the_cyborg_refusals_word_for_word():
+    vf_host = GPUS + [gpu('0000:d8:00.4', vf_of=str(A))]
+    with pytest.raises(exception.ConfigError) as e:
+        routes.resolve(Conf(['0000:d8:00.4']), vf_host, {}, {})
+    assert str(e.value) == (
+        'Configuration error: [routes]/cyborg names 0000:d8:00.4, a VF of '
+        'the GPU %s; name the physical GPU' % A)
+    with pytest.raises(exception.ConfigError) as e:
+        routes.resolve(Conf(['all', str(B)]), GPUS, {}, {})
+    assert str(e.value) == (
+        'Configuration error: [routes]/cyborg: "all" stands alone (every GPU '
+        'no other route claims); or list the GPUs')
+
+
+@pytest.mark.parametrize('data, said', [
+    ([], 'routes: not an object'),
+    ({'nope': routes.CYBORG}, "routes: 'nope' is not a PCI address"),
+    ({str(A): 'ours'}, "routes: 'ours' is no route"),
+])
+def test_a_bad_snapshot_of_routes_says_what(data, said):
+    with pytest.raises(ValueError) as e:
+        routes.Routes.from_json(data)
+    assert str(e.value).startswith(said)
+
+
+def test_a_leftover_is_kept_while_some_domain_cannot_be_read(world):
+    uuid = th.new_uuid()
+    path = define(world, uuid)
+    world.conn.define(th.domain_xml([('nonsense', TYPE, None)],
+                                    uuid=tr.DOM2, name='broken').decode())
+    report = run(world)
+    kept = [(f.action, f.what, f.parent, f.type_id, f.reason)
+            for f in report.findings if f.uuid == str(uuid)]
+    assert kept == [(reconcile.KEPT, 'definition', A, TYPE,
+                     'Nova\'s definition of a Cyborg vGPU; no readable '
+                     'domain names it, but some domain XML could not '
+                     'be read')]
+    assert os.path.exists(path)
+
+
+def test_a_dry_run_of_the_leftovers_takes_no_lock(world):
+    # restore --dry-run must not wait for a guest start holding the lock
+    uuid = world.mdev(A)
+    define(world, uuid)
+    world.store.lock_timeout = 0.1
+    env = world.env().replace(routes=CYBORG_A)
+    env.store.lock_timeout = 0.1
+    with world.store.transaction():
+        report = reconcile.leftovers(env, dry_run=True, boot=True)
+    assert [(f.action, f.what) for f in report.findings] == [
+        (reconcile.WOULD_REMOVE, 'mdev+definition')]
