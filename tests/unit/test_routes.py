@@ -335,3 +335,53 @@ def test_a_dry_run_of_the_leftovers_takes_no_lock(world):
         report = reconcile.leftovers(env, dry_run=True, boot=True)
     assert [(f.action, f.what) for f in report.findings] == [
         (reconcile.WOULD_REMOVE, 'mdev+definition')]
+
+
+# -- restore: other routes' definitions and its step 5 -----------------------
+
+def _restore(world, owners=CYBORG_A, **kwargs):
+    from libvirt_gpu.guests import restore
+    return restore.Restore(world.env().replace(routes=owners), **kwargs)
+
+
+def test_restore_starts_no_definition_of_another_routes_gpu(world):
+    from libvirt_gpu.guests import restore
+    cyborgs, ours = th.new_uuid(), th.new_uuid()
+    define(world, cyborgs, parent=A)
+    define(world, ours, parent=B)
+    run_ = _restore(world)
+    run_.restore_persistent()
+    done = {(a.action, a.target): a.detail for a in run_.actions}
+    assert done[(restore.SKIPPED, str(cyborgs))] == (
+        '%s on %s: the GPU is given to OpenStack Cyborg ([routes]/cyborg); '
+        'its definitions are not ours to start (step 5 judges a Cyborg one)'
+        % (TYPE, A))
+    assert (restore.CREATED, str(ours)) in done
+    assert ours in world.mdevs() and cyborgs not in world.mdevs()
+
+
+def test_restore_step_5_without_libvirt_with_it_and_failing(world):
+    from libvirt_gpu.guests import restore
+    # no Cyborg GPU: nothing to judge, nothing said
+    run_ = _restore(world, owners=routes.Routes())
+    run_.other_routes()
+    assert run_.actions == []
+    run_ = _restore(world)
+    run_.other_routes()
+    assert [(a.action, a.what, a.target) for a in run_.actions] == [
+        (restore.SKIPPED, 'vgpu', 'cyborg')]
+    assert '--no-libvirt' in run_.actions[0].detail
+    asked = []
+    found = restore.Action(restore.UNDEFINED, 'vgpu', 'u-1', 'gone')
+    run_ = _restore(world, dry_run=True, leftovers=lambda dry_run: (
+        asked.append(dry_run) or [found]))
+    run_.other_routes()
+    assert asked == [True] and run_.actions == [found]
+
+    def broken(dry_run):
+        raise exception.LibvirtGpuError('libvirt is down')
+    run_ = _restore(world, leftovers=broken)
+    run_.other_routes()
+    assert [(a.action, a.target, a.detail) for a in run_.actions] == [
+        (restore.FAILED, 'cyborg', 'cannot judge Nova\'s leftover '
+         'definitions on Cyborg\'s GPUs: libvirt is down')]
