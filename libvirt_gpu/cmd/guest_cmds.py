@@ -56,8 +56,7 @@ def cmd_domgpus(ctx):
         got = api.list_devices(env, ctx.args.domain,
                                inactive=ctx.args.inactive)
     # each vGPU's route: its parent's physical GPU's (None: no parent known)
-    routes = {v.uuid: env.routes.route_of(env.sysfs.physfn(v.parent)
-                                          or v.parent)
+    routes = {v.uuid: env.routes.route_of_parent(env.sysfs, v.parent)
               for v in got.vgpus if v.parent is not None}
     if ctx.args.json:
         output.emit_json(output.domain_devices_to_json(got, routes))

@@ -78,6 +78,11 @@ class Routes:
     def route_of(self, address):
         return self.owners.get(address, OURS)
 
+    def route_of_parent(self, sysfs, parent):
+        """The route of a vGPU whose parent is ``parent``: its physical
+        GPU's (a VF's PF, read from ``sysfs``)."""
+        return self.route_of(sysfs.physfn(parent) or parent)
+
     def of(self, route):
         """The physical GPUs of ``route`` (not ``OURS``), sorted."""
         return tuple(sorted(a for a, r in self.owners.items()

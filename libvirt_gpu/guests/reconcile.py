@@ -353,12 +353,6 @@ def _clock(when):
     return time.strftime('%H:%M:%S', time.localtime(when))
 
 
-def route_of(sysfs, routes, parent):
-    """The route of the vGPU parent ``parent`` (a VF: its physical
-    GPU's)."""
-    return routes.route_of(sysfs.physfn(parent) or parent)
-
-
 _ROUTE_KEPT = {
     routes_mod.CYBORG: 'on a GPU given to Cyborg ([routes]/cyborg): its ARQ '
                        'may be bound and Nova\'s spawn not come yet; left to '
@@ -384,7 +378,8 @@ def _judge_cyborg_definitions(txn, refs, backend, routes, definitions, vgpus,
     removal too); one that is live outside a boot is reported."""
     for uuid, definition in sorted(definitions.items()):
         parent, type_id = definition.parent, definition.type_id
-        if route_of(backend.sysfs, routes, parent) != routes_mod.CYBORG:
+        if routes.route_of_parent(backend.sysfs, parent) != \
+                routes_mod.CYBORG:
             continue
         if refs.running.get(uuid) or refs.defined.get(uuid):
             continue              # its instance's: Nova's to start
@@ -418,7 +413,7 @@ def _judge_unleased(txn, refs, backend, covered, unleased, dry_run,
     for uuid, (parent, type_id) in sorted(unleased.items()):
         users = refs.running.get(uuid, frozenset()) | refs.defined.get(
             uuid, frozenset())
-        route = route_of(backend.sysfs, routes, parent)
+        route = routes.route_of_parent(backend.sysfs, parent)
         if route != routes_mod.OURS:
             if not users and not (route == routes_mod.CYBORG
                                   and uuid in (definitions or {})):

@@ -481,8 +481,8 @@ class Restore(object):
                        item.uuid, item.detail)
             return
         from libvirt_gpu.devices import routes as routes_mod
-        gpu = self.sysfs.physfn(item.device.parent) or item.device.parent
-        route = self.env.routes.route_of(gpu)
+        route = self.env.routes.route_of_parent(self.sysfs,
+                                                item.device.parent)
         if route != routes_mod.OURS:
             self._note(SKIPPED, kind.noun, item.uuid, '%s: the GPU is %s; '
                        'its definitions are not ours to start (step 5 '

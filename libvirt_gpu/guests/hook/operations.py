@@ -28,6 +28,7 @@ import sys
 
 from libvirt_gpu.store import allocator as allocator_mod
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
 from libvirt_gpu import exception
@@ -139,13 +140,14 @@ class Hook(object):
                 self.log.info('vGPU %s is neither in our metadata nor '
                               'defined persistently: left to libvirt' % uuid)
                 continue
-            gpu = self.vgpus.sysfs.physfn(device.parent) or device.parent
-            owner = self.env.routes.foreign().get(gpu)
-            if owner is not None:
+            route = self.env.routes.route_of_parent(self.vgpus.sysfs,
+                                                    device.parent)
+            if route != routes_mod.OURS:
                 # Nova's definition of a Cyborg vGPU, say: Nova creates it
                 # when it is missing, not us
+                gpu = self.vgpus.sysfs.physfn(device.parent) or device.parent
                 self.log.info('vGPU %s is defined on %s, %s: left to that '
-                              'route' % (uuid, gpu, owner))
+                              'route' % (uuid, gpu, routes_mod.LABELS[route]))
                 continue
             claims.append(allocator_mod.VgpuClaim(
                 uuid=uuid, type_id=device.type_id, parent=device.parent,
