@@ -201,8 +201,11 @@ def test_temp_dir_under_a_shadowed_parent(libvirtd_factory, tmp_path,
     # TMPDIR=/var/lib/x, on a host without /var/lib/libvirt): the stage of
     # the shadow lies in the temp dir that the tmpfs then covers.
     L._shared_cache_dir()           # where the test process's TMPDIR is
-    # (not in tmp_path: the daemon's socket path must stay short)
-    host = pathlib.Path(tempfile.mkdtemp(prefix='sh-'))
+    # Not in tmp_path, nor in the private temp dir: the daemon's socket
+    # lies three levels below this and an AF_UNIX path has 108 bytes at
+    # most (a clone under /tmp puts the private dir under ~/.cache); a
+    # 0700 directory of its own under /tmp is as private and short.
+    host = pathlib.Path(tempfile.mkdtemp(prefix='sh-', dir='/tmp'))
     (host / 'tmp').mkdir()
     (host / 'kept').write_text('kept\n')
     sim = tmp_path / 'sim'

@@ -7,7 +7,6 @@ processes; their timeout detects a hang, it is no speed claim.
 import os
 import resource
 import site
-import socket
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu.guests import hook
 from tests.doubles import hang
+from tests.doubles import sockets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -30,9 +30,7 @@ def _fifo(path):
 
 
 def _socket(path):
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(path)
-    s.close()
+    sockets.make_socket_file(path)
     return path, 'it is a socket, not a regular file'
 
 

@@ -4,12 +4,12 @@ fails on a change ``make mutation`` made that the rest stayed green on
 the CLI as a program test the installed code, never a mutant."""
 
 import os
-import socket
 
 import pytest
 
 from libvirt_gpu import conffile
 from libvirt_gpu import exception
+from tests.doubles import sockets
 
 
 def _refused(call, *args):
@@ -87,8 +87,7 @@ def test_what_is_no_regular_file_is_named(tmp_path, make, kind):
 
 def test_a_socket_is_named(tmp_path):
     path = str(tmp_path / 's.conf')
-    with socket.socket(socket.AF_UNIX) as s:
-        s.bind(path)
+    with sockets.unix_socket(path):
         assert 'it is a socket, not a regular file' in \
             _refused(conffile.check_config_file, path, True)
 

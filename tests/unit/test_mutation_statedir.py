@@ -478,15 +478,13 @@ def test_a_linked_state_file_is_refused(tmp_path, sd):
 
 @pytest.mark.parametrize('kind', ['fifo', 'socket'])
 def test_a_special_file_opened_for_writing_is_named(sd, kind):
-    import socket
+    from tests.doubles import sockets
     path = str(sd / 'f')
     if kind == 'fifo':
         os.mkfifo(path, 0o600)
         words = 'a FIFO'
     else:
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(path)
-        s.close()
+        sockets.make_socket_file(path)
         words = 'a socket'
     assert _message(lambda: statedir.open_file(
         path, os.O_WRONLY | os.O_CREAT)) == (

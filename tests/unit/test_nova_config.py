@@ -476,10 +476,9 @@ def test_a_fifo_or_a_directory_is_refused_without_waiting(host, capsys,
                          'it is a directory, not a regular file; name a '
                          'Nova configuration file\n' % tmp_path)
     # a socket cannot even be opened: said as what it is
-    import socket
+    from tests.doubles.sockets import unix_socket
     path = str(tmp_path / 'nova.sock')
-    with socket.socket(socket.AF_UNIX) as listening:
-        listening.bind(path)
+    with unix_socket(path):
         rc, _, err = run(host, '--check', path, capsys=capsys)
     assert (rc, err) == (1, 'libvirt-gpu: error: Invalid input: --check %s: '
                          'it is a socket, not a regular file\n' % path)

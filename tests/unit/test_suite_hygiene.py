@@ -38,3 +38,19 @@ def test_the_fixture_check_sees_one(tmp_path):
         '    pass\n')
     assert fixtures_named_like_tests(str(tmp_path)) == [
         'test_x.py::test_conf', 'test_x.py::test_other']
+
+
+def test_a_socket_binds_below_the_af_unix_limit(tmp_path):
+    # tests/doubles/sockets.py: a socket file at a path longer than an
+    # AF_UNIX address may be, as a clone under /tmp makes tmp_path
+    import stat
+    from tests.doubles import sockets
+    deep = tmp_path / ('d' * 60) / ('e' * 60)
+    deep.mkdir(parents=True)
+    path = deep / 'nova.sock'
+    assert len(str(path)) > 108
+    with sockets.unix_socket(path) as sock:
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        sock.listen(1)
+    assert stat.S_ISSOCK(os.lstat(sockets.make_socket_file(
+        deep / 'other')).st_mode)

@@ -18,7 +18,6 @@ blocks a reader forever, ``/dev/zero`` never ends); it is no speed claim.
 import os
 import shutil
 import site
-import socket
 import stat
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import hang
 from tests.doubles import kernel_sysfs
 from tests.doubles import kinds
+from tests.doubles import sockets
 from tests.doubles import trees
 from libvirt_gpu.util import records
 
@@ -103,15 +103,7 @@ def _fake_type(path):
 
 
 def _bind_socket(path):
-    # AF_UNIX paths are limited to ~108 bytes: bind relative to the dir
-    cwd = os.getcwd()
-    os.chdir(os.path.dirname(path))
-    try:
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(os.path.basename(path))
-        s.close()
-    finally:
-        os.chdir(cwd)
+    sockets.make_socket_file(path)
 
 
 def _mknod_zero(path):
