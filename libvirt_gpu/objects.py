@@ -11,6 +11,21 @@ from libvirt_gpu.util import bounds
 from libvirt_gpu import exception
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Protocol, TypeVar
+
+    _Value = TypeVar('_Value', 'Uuid', 'TypeId', 'PciAddress')
+
+    class _Addressed(Protocol):
+        @property
+        def address(self) -> PciAddress: ...
+        @property
+        def vendor_id(self) -> str | None: ...
+        @property
+        def product_id(self) -> str | None: ...
+
 # The accepted languages, checked by hand (``_pci_fields``, ``_is_uuid``
 # ...) rather than by ``re``: the qemu hook parses UUIDs and addresses on
 # every guest start, and importing ``re`` costs it more than all of its
@@ -26,15 +41,15 @@ _ALNUM = frozenset('0123456789abcdefghijklmnopqrstuvwxyz'
                    'ABCDEFGHIJKLMNOPQRSTUVWXYZ')
 _TYPE_CHARS = _ALNUM | frozenset('_.-')
 
-_PARSED_PCI = {}          # text -> PciAddress (PciAddress.parse)
+_PARSED_PCI: dict[str, PciAddress] = {}  # text -> PciAddress.parse
 _MAX_PARSED_PCI = 4096
 # text -> Uuid (Uuid.parse): one process meets a vGPU's UUID at several
 # edges (the domain XML, our metadata, its lease row); values are immutable
-_PARSED_UUID = {}
+_PARSED_UUID: dict[str, Uuid] = {}
 _MAX_PARSED = 4096
 
 
-def _pci_fields(text):
+def _pci_fields(text: str) -> tuple[str, str, str, str] | None:
     """The four fields of a lowercase ``DDDD:BB:SS.F`` (domain of 4 to 8
     hex digits, slot 00-1f, function 0-7), or None."""
     parts = text.split(':')
@@ -49,14 +64,14 @@ def _pci_fields(text):
     return domain, bus, rest[:2], rest[3]
 
 
-def _is_uuid(text):
+def _is_uuid(text: str) -> bool:
     """Whether ``text`` is a lowercase 8-4-4-4-12 hex UUID."""
     return (len(text) == 36 and text[8] == text[13] == text[18]
             == text[23] == '-'
             and _HEX.issuperset(text.replace('-', '', 4)))
 
 
-def _is_type_id(text):
+def _is_type_id(text: str) -> bool:
     """Whether ``text`` is 1 to 64 of ``[A-Za-z0-9_.-]``, the first
     alphanumeric."""
     return (0 < len(text) <= 64 and text[0] in _ALNUM
@@ -79,7 +94,7 @@ class PciAddress:
     function: int
 
     @classmethod
-    def parse(cls, value):
+    def parse(cls, value: object) -> PciAddress:
         """Parse ``DDDD:BB:SS.F``; uppercase hex is accepted and lowered.
 
         Discovery meets each address two or three times (the device list,
@@ -104,19 +119,19 @@ class PciAddress:
         return found
 
     @classmethod
-    def from_libvirt_name(cls, name):
+    def from_libvirt_name(cls, name: object) -> PciAddress:
         """``pci_0000_af_00_0`` -> ``0000:af:00.0``."""
         parts = name.split('_') if isinstance(name, str) else []
         if len(parts) != 5 or parts[0] != 'pci':
             raise exception.InvalidPciAddress(value=name)
         return cls.parse('%s:%s:%s.%s' % tuple(parts[1:]))
 
-    def __str__(self):
+    def __str__(self) -> str:
         return '%04x:%02x:%02x.%x' % (self.domain, self.bus, self.slot,
                                       self.function)
 
     @property
-    def libvirt_name(self):
+    def libvirt_name(self) -> str:
         return 'pci_%04x_%02x_%02x_%x' % (self.domain, self.bus, self.slot,
                                           self.function)
 
@@ -127,11 +142,15 @@ class _Parsed(str):
 
     __slots__ = ()
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: object, **kwargs: object) -> _Parsed:
         raise TypeError('%s is made by %s.parse(text), which validates it'
                         % (cls.__name__, cls.__name__))
 
-    def __reduce__(self):
+    @classmethod
+    def parse(cls, value: object) -> _Parsed:
+        raise NotImplementedError
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
         return (type(self).parse, (str(self),))
 
 
@@ -144,7 +163,7 @@ class Uuid(_Parsed):
     __slots__ = ()
 
     @classmethod
-    def parse(cls, value):
+    def parse(cls, value: object) -> Uuid:
         """``value`` as a Uuid, lowercased; a Uuid is returned as it is
         (no cost).  Raises ``InvalidUuid`` for anything else."""
         if type(value) is cls:
@@ -163,7 +182,7 @@ class Uuid(_Parsed):
         return found
 
     @classmethod
-    def new(cls):
+    def new(cls) -> Uuid:
         """A new random UUID (version 4): made here, so already canonical
         (nothing to parse)."""
         import uuid as uuidlib     # only here: the hook's prepare makes none
@@ -179,7 +198,7 @@ class TypeId(_Parsed):
     __slots__ = ()
 
     @classmethod
-    def parse(cls, value):
+    def parse(cls, value: object) -> TypeId:
         """``value`` as a TypeId; a TypeId is returned as it is (no
         cost).  Raises ``InvalidTypeId`` for anything else."""
         if type(value) is cls:
@@ -190,7 +209,7 @@ class TypeId(_Parsed):
         return str.__new__(cls, value)
 
 
-def typed(value, kind, what):
+def typed(value: object, kind: type[_Value], what: str) -> _Value:
     """``value`` when it is of ``kind`` (``Uuid``, ``TypeId``,
     ``PciAddress``), else TypeError: the layers below the edge take values
     parsed where they entered the program, never raw text.  A type check,
@@ -204,7 +223,7 @@ def typed(value, kind, what):
         % (what, kind.__name__, type(value).__name__, value, kind.__name__))
 
 
-def normalize_hex_id(value):
+def normalize_hex_id(value: object) -> str:
     """``0x10DE`` / ``10de`` -> ``10de``."""
     text = value.strip() if isinstance(value, str) else ''
     if text[:2] == '0x':
@@ -228,7 +247,7 @@ class GpuSelector:
     product_id: str | None = None    # '2331'
 
     @classmethod
-    def parse(cls, value):
+    def parse(cls, value: object) -> GpuSelector:
         """``0000:41:00.0`` or ``10de:2331`` (``0x`` prefixes and upper
         case accepted); InvalidInput naming both forms otherwise."""
         if isinstance(value, cls):
@@ -252,17 +271,18 @@ class GpuSelector:
                    % (value,))
 
     @classmethod
-    def parse_list(cls, values):
+    def parse_list(cls, values: Iterable[object]
+                   ) -> tuple[GpuSelector, ...]:
         """The selectors of a configuration list, in its order, as a
         tuple (each entry as ``parse``); InvalidInput naming the first
         entry that names no GPU."""
         return tuple(cls.parse(value) for value in values)
 
     @property
-    def by_model(self):
+    def by_model(self) -> bool:
         return self.address is None
 
-    def matches(self, gpu):
+    def matches(self, gpu: _Addressed) -> bool:
         """Whether ``gpu`` (anything with ``address``, ``vendor_id`` and
         ``product_id``) is one this selector names."""
         if self.address is not None:
@@ -270,13 +290,13 @@ class GpuSelector:
         return (gpu.vendor_id == self.vendor_id
                 and gpu.product_id == self.product_id)
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self.address is not None:
             return str(self.address)
         return '%s:%s' % (self.vendor_id, self.product_id)
 
 
-def parse_description(description):
+def parse_description(description: str | None) -> dict[str, str]:
     """NVIDIA type description -> ``{key: value}`` (empty when absent)."""
     if not description:
         return {}
@@ -293,7 +313,7 @@ class VgpuType:
     id: TypeId
     name: str | None
     description: str | None
-    device_api: str
+    device_api: str | None          # 'vfio-pci'
     available_instances: int
     # NVIDIA's published per-GPU maximum of this type, for types whose
     # interface has no description to carry ``max_instance`` (the vGPU 17+
@@ -302,7 +322,7 @@ class VgpuType:
     published_max: int | None = None
 
     @property
-    def max_instance(self):
+    def max_instance(self) -> int | None:
         """``max_instance`` from NVIDIA's description, else the published
         per-GPU maximum, else None."""
         value = parse_description(self.description).get('max_instance')
@@ -371,7 +391,7 @@ class Gpu:
     address: PciAddress
     vendor_id: str                 # '10de'
     product_id: str                # '1eb8'
-    class_code: str                # '0x030200'
+    class_code: str | None         # '0x030200'; libvirt may omit it
     driver: str | None   # 'nvidia', 'vfio-pci', None
     numa_node: int | None
     iommu_group: int | None
@@ -403,20 +423,20 @@ class Gpu:
     nvml: NvmlGpu | None = records.field(
         default=None, compare=False, repr=False)
 
-    def mdev_type(self, type_id):
+    def mdev_type(self, type_id: str) -> VgpuType | None:
         for mtype in self.mdev_types:
             if mtype.id == type_id:
                 return mtype
         return None
 
     @property
-    def is_vf(self):
+    def is_vf(self) -> bool:
         return self.physfn is not None
 
     # -- one view of every device kind (classic mdev, vendor interface) --
 
     @property
-    def vgpu_types(self):
+    def vgpu_types(self) -> tuple[VgpuType, ...]:
         """The vGPU types this PCI function offers now: its mdev types, or
         the vendor interface's (creatable ones, then the type it holds)."""
         if self.vendor_vf is None:
@@ -424,7 +444,7 @@ class Gpu:
         return self.vendor_vf.types
 
     @property
-    def used_type_ids(self):
+    def used_type_ids(self) -> tuple[TypeId, ...]:
         """Type ids of the vGPUs this PCI function holds now."""
         used = [m.type_id for m in self.mdevs]
         if self.vendor_vf is not None and self.vendor_vf.current is not None:
@@ -432,12 +452,12 @@ class Gpu:
         return tuple(used)
 
     @property
-    def functions(self):
+    def functions(self) -> tuple[Gpu, ...]:
         """This function and, on an SR-IOV PF, its VFs."""
         return (self,) + tuple(self.vf_gpus)
 
     @property
-    def vgpu_interface(self):
+    def vgpu_interface(self) -> str | None:
         """How vGPUs are made on this physical GPU: the vendor interface of
         its VFs (``'nvidia'``: vGPU 17+; another kind's name), ``'mdev'``
         (classic mdev, on the GPU or on its VFs), or None."""
@@ -449,13 +469,13 @@ class Gpu:
             return MDEV_INTERFACE
         return None
 
-    def offered_types(self):
+    def offered_types(self) -> tuple[VgpuType, ...]:
         """Every vGPU type of this GPU and its VFs, one record per id.
 
         The record kept for an id is the most informative one seen (with a
         name and a maximum), in the order first seen.
         """
-        found = {}
+        found: dict[TypeId, VgpuType] = {}
         for function in self.functions:
             for mtype in function.vgpu_types:
                 best = found.get(mtype.id)
@@ -463,7 +483,7 @@ class Gpu:
                     found[mtype.id] = mtype
         return tuple(found.values())
 
-    def offered_type(self, type_id):
+    def offered_type(self, type_id: str) -> VgpuType | None:
         """The record of ``type_id`` on this GPU or its VFs, or None."""
         for mtype in self.offered_types():
             if mtype.id == type_id:
@@ -477,9 +497,9 @@ NVIDIA_VENDOR_ID = '10de'
 GPU_CLASS_PREFIX = '0x03'
 
 
-def is_gpu_class(class_code):
+def is_gpu_class(class_code: str | None) -> bool:
     """Whether a PCI ``class`` (``0x030200``) is a display controller's."""
-    return bool(class_code) and class_code.lower().startswith(
+    return class_code is not None and class_code.lower().startswith(
         GPU_CLASS_PREFIX)
 
 
@@ -492,7 +512,7 @@ VENDOR_INTERFACE = 'nvidia'
 VENDOR_TYPE_PREFIX = 'nvidia-'
 
 
-def vendor_type_id(number):
+def vendor_type_id(number: object) -> TypeId:
     """``1145`` -> ``'nvidia-1145'``."""
     if isinstance(number, bool) or not isinstance(number, int) \
             or number < 1:
@@ -500,7 +520,7 @@ def vendor_type_id(number):
     return TypeId.parse('%s%d' % (VENDOR_TYPE_PREFIX, number))
 
 
-def vendor_type_number(type_id):
+def vendor_type_number(type_id: object) -> int:
     """``'nvidia-1145'`` (a ``TypeId``) -> ``1145`` (what
     ``CURRENT_TYPE`` takes)."""
     if not isinstance(type_id, str):
@@ -512,7 +532,7 @@ def vendor_type_number(type_id):
     return int(digits)
 
 
-def _richer(candidate, best):
+def _richer(candidate: VgpuType, best: VgpuType) -> bool:
     score = (candidate.name is not None, candidate.max_instance is not None)
     return score > (best.name is not None, best.max_instance is not None)
 
@@ -534,7 +554,7 @@ class VendorVf:
     interface: str = VENDOR_INTERFACE
 
     @property
-    def types(self):
+    def types(self) -> tuple[VgpuType, ...]:
         if self.current is None or any(t.id == self.current.id
                                        for t in self.creatable):
             return self.creatable
@@ -548,7 +568,7 @@ class DiscoveryResult:
     source: str
     gpus: tuple[Gpu, ...]
 
-    def gpu(self, address):
+    def gpu(self, address: PciAddress) -> Gpu:
         typed(address, PciAddress, 'address')
         for gpu in self.gpus:
             if gpu.address == address:
@@ -568,18 +588,18 @@ class EnabledType:
     type_id: TypeId
     resource_class: str = 'VGPU'
     max_instances: int | None = None
-    others: tuple = ()
+    others: tuple[EnabledType, ...] = ()
 
     @property
-    def types(self):
+    def types(self) -> tuple[EnabledType, ...]:
         """Every type the GPU offers, this one first."""
         return (self,) + self.others
 
     @property
-    def type_ids(self):
+    def type_ids(self) -> tuple[TypeId, ...]:
         return tuple(t.type_id for t in self.types)
 
-    def of(self, type_id):
+    def of(self, type_id: str) -> EnabledType | None:
         """The ``EnabledType`` of ``type_id`` on this GPU, or None."""
         for setting in self.types:
             if setting.type_id == type_id:
@@ -604,10 +624,11 @@ class NumaPinning:
     cpus: bounds.CpuList = bounds.EMPTY
 
     @property
-    def pinned(self):
+    def pinned(self) -> bool:
         return bool(self.nodes or self.cpus)
 
-    def is_near(self, numa_node, local_cpus):
+    def is_near(self, numa_node: int | None,
+                local_cpus: bounds.CpuList | set[int]) -> bool:
         """Whether a GPU on ``numa_node`` (None: unknown) whose local CPUs
         are ``local_cpus`` (a ``bounds.CpuList`` or a set, empty: unknown)
         is on the guest's nodes: its node is one of them, or one of its

@@ -800,7 +800,7 @@ class SimLibrary(object):
         return call
 
 
-_FUNCTIONS = {}
+_FUNCTIONS: dict[str, object] = {}
 
 
 def _c(function):

@@ -20,6 +20,12 @@ from __future__ import annotations
 
 from libvirt_gpu import exception
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    _Ranges = list[tuple[int, int]]
+
 # Largest CPU or NUMA node number + 1: a list naming more is not a real
 # host's (Linux' NR_CPUS tops out at 8192 today).
 MAX_CPU = 1 << 16
@@ -42,26 +48,26 @@ class CpuList(object):
 
     __slots__ = ('ranges',)
 
-    def __init__(self, ranges=()):
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
         self.ranges = tuple(ranges)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self.ranges)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, CpuList):
             return self.ranges == other.ranges
         if isinstance(other, (set, frozenset)):
             return len(self) == len(other) and all(n in self for n in other)
         return NotImplemented
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.ranges)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return sum(last - first + 1 for first, last in self.ranges)
 
-    def __contains__(self, number):
+    def __contains__(self, number: int) -> bool:
         # binary search over the ranges
         low, high = 0, len(self.ranges)
         while low < high:
@@ -75,7 +81,7 @@ class CpuList(object):
                 return True
         return False
 
-    def intersects(self, other):
+    def intersects(self, other: CpuList | Iterable[int]) -> bool:
         """Whether this list and ``other`` (a CpuList, or any set of
         numbers) share a member."""
         if not isinstance(other, CpuList):
@@ -91,15 +97,15 @@ class CpuList(object):
                 return True
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'CpuList(%r)' % (self.ranges,)
 
 
 EMPTY = CpuList()
 
 
-def _merge(ranges):
-    merged = []
+def _merge(ranges: Iterable[tuple[int, int]]) -> _Ranges:
+    merged: _Ranges = []
     for first, last in sorted(ranges):
         if merged and first <= merged[-1][1] + 1:
             if last > merged[-1][1]:
@@ -109,9 +115,9 @@ def _merge(ranges):
     return merged
 
 
-def _subtract(ranges, holes):
+def _subtract(ranges: _Ranges, holes: _Ranges) -> _Ranges:
     """``ranges`` less ``holes`` (both merged and sorted)."""
-    result = []
+    result: _Ranges = []
     j = 0
     for first, last in ranges:
         while j < len(holes) and holes[j][1] < first:
@@ -127,11 +133,11 @@ def _subtract(ranges, holes):
     return result
 
 
-def _plain(digits):
+def _plain(digits: str) -> bool:
     return digits.isascii() and digits.isdigit()
 
 
-def parse_cpulist(text, what='cpulist'):
+def parse_cpulist(text: str | None, what: str = 'cpulist') -> CpuList:
     """The numbers of a kernel or libvirt list (``0-15,32-47``; libvirt's
     ``^n`` excludes n) as a ``CpuList``; InvalidInput naming ``what`` when
     it is not one or passes a bound (the work is linear in the text, which
@@ -146,7 +152,8 @@ def parse_cpulist(text, what='cpulist'):
         raise exception.InvalidInput(
             reason='%s has %d parts, more than the %d allowed'
                    % (what, len(parts), MAX_CPULIST_PARTS))
-    chosen, excluded = [], []
+    chosen: _Ranges = []
+    excluded: _Ranges = []
     for part in parts:
         if not part:
             continue
@@ -167,7 +174,7 @@ def parse_cpulist(text, what='cpulist'):
     return CpuList(_subtract(_merge(chosen), _merge(excluded)))
 
 
-def check_instances(count, what):
+def check_instances(count: int, what: str) -> int:
     """``count`` if it is at most MAX_INSTANCES, else InvalidInput."""
     if count > MAX_INSTANCES:
         raise exception.InvalidInput(

@@ -18,7 +18,7 @@ document that is not UTF-8, an interpreter without ``_json``.
 try:
     import _json
 except ImportError:      # an interpreter without the accelerator
-    _json = None
+    _json = None  # type: ignore[assignment]
 
 _WHITESPACE = ' \t\n\r'       # what JSON allows around a document
 

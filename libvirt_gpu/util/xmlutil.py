@@ -21,7 +21,16 @@ expat is imported at the first parse, not with this module:
 ``libvirt-gpu list`` renders and parses no XML.
 """
 
+from __future__ import annotations
+
 from libvirt_gpu import exception
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import ItemsView, Iterator, KeysView
+
+    _Predicates = tuple[tuple[str, str | None], ...]
+    _Steps = tuple[tuple[str, _Predicates], ...]
 
 MAX_XML_BYTES = 4 * 1024 * 1024
 
@@ -46,35 +55,35 @@ class Element(object):
 
     __slots__ = ('tag', 'attrib', 'text', 'tail', '_children')
 
-    def __init__(self, tag, attrib):
+    def __init__(self, tag: str, attrib: dict[str, str]) -> None:
         self.tag = tag
         self.attrib = attrib
-        self.text = None
-        self.tail = None
-        self._children = []
+        self.text: str | None = None
+        self.tail: str | None = None
+        self._children: list[Element] = []
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return '<Element %r>' % (self.tag,)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Element]:
         return iter(self._children)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._children)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Element:
         return self._children[index]
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: str | None = None) -> str | None:
         return self.attrib.get(key, default)
 
-    def keys(self):
+    def keys(self) -> KeysView[str]:
         return self.attrib.keys()
 
-    def items(self):
+    def items(self) -> ItemsView[str, str]:
         return self.attrib.items()
 
-    def iter(self, tag=None):
+    def iter(self, tag: str | None = None) -> Iterator[Element]:
         """This element and every one below it, in document order; only
         those named ``tag`` when given (``*``: all)."""
         if tag == '*':
@@ -86,7 +95,7 @@ class Element(object):
                 yield element
             pending.extend(reversed(element._children))
 
-    def iterfind(self, path):
+    def iterfind(self, path: str) -> Iterator[Element]:
         found = [self]
         for tag, predicates in _steps(path):
             if tag == '.':
@@ -97,30 +106,32 @@ class Element(object):
                      and _holds(child, predicates)]
         return iter(found)
 
-    def findall(self, path):
+    def findall(self, path: str) -> list[Element]:
         return list(self.iterfind(path))
 
-    def find(self, path):
+    def find(self, path: str) -> Element | None:
         return next(self.iterfind(path), None)
 
-    def findtext(self, path, default=None):
+    def findtext(self, path: str,
+                 default: str | None = None) -> str | None:
         element = self.find(path)
         if element is None:
             return default
         return element.text or ''
 
 
-_STEPS = {}             # path -> its parsed steps (paths are constants)
+# path -> its parsed steps (paths are constants)
+_STEPS: dict[str, _Steps] = {}
 
 
-def _steps(path):
+def _steps(path: str) -> _Steps:
     steps = _STEPS.get(path)
     if steps is None:
         steps = _STEPS[path] = tuple(_parse_path(path))
     return steps
 
 
-def _split_path(path):
+def _split_path(path: str) -> list[str]:
     """``path`` cut at each ``/`` outside ``{...}`` and ``[...]``."""
     parts, start, depth = [], 0, 0
     for at, char in enumerate(path):
@@ -135,7 +146,7 @@ def _split_path(path):
     return parts
 
 
-def _parse_path(path):
+def _parse_path(path: str) -> Iterator[tuple[str, _Predicates]]:
     if not isinstance(path, str) or not path or path.startswith('/'):
         raise ValueError('unsupported path %r' % (path,))
     for step in _split_path(path):
@@ -155,19 +166,18 @@ def _parse_path(path):
                     rest and not rest.startswith('[')):
                 raise ValueError('unsupported path %r' % (path,))
             rest = rest[1:]
-            name, equals, value = body[1:].partition('=')
+            name, equals, quoted = body[1:].partition('=')
+            value: str | None = None
             if equals:
-                if len(value) < 2 or value[0] not in '\'"' or \
-                        value[-1] != value[0]:
+                if len(quoted) < 2 or quoted[0] not in '\'"' or \
+                        quoted[-1] != quoted[0]:
                     raise ValueError('unsupported path %r' % (path,))
-                value = value[1:-1]
-            else:
-                value = None
+                value = quoted[1:-1]
             predicates.append((name, value))
         yield tag, tuple(predicates)
 
 
-def _holds(element, predicates):
+def _holds(element: Element, predicates: _Predicates) -> bool:
     for name, value in predicates:
         got = element.attrib.get(name)
         if got is None or (value is not None and got != value):
@@ -181,13 +191,14 @@ class _Builder(object):
     given, comments and processing instructions dropped, and a DOCTYPE
     refused when the parser meets one (before any declaration in it)."""
 
-    def __init__(self):
-        self.stack = []
-        self.root = None
-        self.last = None        # the element whose text or tail comes next
+    def __init__(self) -> None:
+        self.stack: list[Element] = []
+        self.root: Element | None = None
+        # the element whose text or tail comes next
+        self.last: Element | None = None
         self.closed = False     # whether ``last`` was closed (tail)
 
-    def start(self, name, attrib):
+    def start(self, name: str, attrib: dict[str, str]) -> None:
         if '}' in name:
             name = '{' + name
         if attrib:
@@ -201,10 +212,10 @@ class _Builder(object):
         self.stack.append(element)
         self.last, self.closed = element, False
 
-    def end(self, name):
+    def end(self, name: str) -> None:
         self.last, self.closed = self.stack.pop(), True
 
-    def data(self, text):
+    def data(self, text: str) -> None:
         last = self.last
         if last is None:
             return
@@ -214,7 +225,7 @@ class _Builder(object):
             last.text = text if last.text is None else last.text + text
 
     @staticmethod
-    def doctype(*args):
+    def doctype(*args: object) -> None:
         raise _DoctypeSeen()
 
 
@@ -224,7 +235,7 @@ _ESCAPES = (('&', '&amp;'), ('<', '&lt;'), ('>', '&gt;'), ("'", '&apos;'),
             ('"', '&quot;'))
 
 
-def escape(value):
+def escape(value: object) -> str:
     """``value`` made safe for XML text and quoted attributes."""
     value = str(value)
     for char, entity in _ESCAPES:
@@ -232,7 +243,8 @@ def escape(value):
     return value
 
 
-def checked_bytes(text, what='XML', max_bytes=MAX_XML_BYTES):
+def checked_bytes(text: str | bytes | bytearray, what: str = 'XML',
+                  max_bytes: int = MAX_XML_BYTES) -> bytes:
     """``text`` (str or bytes) as bytes, once it passed the checks every
     parse of outside XML makes: InvalidXml for input that is not text,
     oversize, or carries a DOCTYPE or entity declaration."""
@@ -263,7 +275,7 @@ _BOMS = ((b'\x00\x00\xfe\xff', 'UTF-32'), (b'\xff\xfe\x00\x00', 'UTF-32'),
 _UTF8_NAMES = (b'utf-8', b'utf8')
 
 
-def require_utf8(data, what='XML'):
+def require_utf8(data: bytes, what: str = 'XML') -> bytes:
     """Refuse (InvalidXml) bytes that are not UTF-8 XML: a UTF-16 or
     UTF-32 byte order mark, a NUL byte (UTF-16 without one), bytes that do
     not decode, an encoding declaration other than UTF-8.  libvirt writes
@@ -295,17 +307,18 @@ def require_utf8(data, what='XML'):
         declared = head[:head.find(b'?>') + 1 or None].split(
             b'encoding', 1)[1:]
         if declared:
-            name = declared[0].lstrip(b' \t\r\n=').lstrip(b'"\'')
-            name = name.split(b'"', 1)[0].split(b"'", 1)[0].strip()
-            if name.lower() not in _UTF8_NAMES:
+            encoding = declared[0].lstrip(b' \t\r\n=').lstrip(b'"\'')
+            encoding = encoding.split(b'"', 1)[0].split(b"'", 1)[0].strip()
+            if encoding.lower() not in _UTF8_NAMES:
                 raise exception.InvalidXml(
                     reason='%s declares the encoding %s; only UTF-8 is '
                            'read: convert it and declare UTF-8 (or nothing)'
-                           % (what, name.decode('ascii', 'replace')[:40]))
+                           % (what, encoding.decode('ascii', 'replace')[:40]))
     return data
 
 
-def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
+def parse(text: str | bytes | bytearray, what: str = 'XML',
+          max_bytes: int = MAX_XML_BYTES) -> Element:
     """Parse ``text`` (str or bytes) and return the root ``Element``.
 
     Raises InvalidXml for oversize input, a DOCTYPE (and so any entity
@@ -332,4 +345,5 @@ def parse(text, what='XML', max_bytes=MAX_XML_BYTES):
         raise exception.InvalidXml(
             reason='%s declares an encoding that cannot be read (%s); '
                    'write it in UTF-8' % (what, e))
+    assert builder.root is not None     # expat refuses a document without
     return builder.root

@@ -40,16 +40,22 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.util import xmlutil
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import string
+
+    from libvirt_gpu.util.xmlutil import Element
+
 PCI_HOSTDEV = 'hostdev-pci.xml'
 MDEV_HOSTDEV = 'hostdev-mdev.xml'
 MDEV_NODEDEV = 'nodedev-mdev.xml'
 
-_templates = {}
+_templates: dict[str, string.Template] = {}
 # One escape for every XML we write (xmlutil's, kept light for the hook).
 escape = xmlutil.escape
 
 
-def template_dirs():
+def template_dirs() -> list[str]:
     """Where templates are looked for, in order.
 
     The source tree (``<repo>/templates``) first, then the data directory
@@ -63,7 +69,7 @@ def template_dirs():
             '/usr/share/libvirt-gpu/templates']
 
 
-def _template(name):
+def _template(name: str) -> string.Template:
     if name not in _templates:
         import string     # here: the hook reads domains, renders none
         for directory in template_dirs():
@@ -79,7 +85,7 @@ def _template(name):
     return _templates[name]
 
 
-def _render(template_name, **values):
+def _render(template_name: str, **values: object) -> str:
     escaped = {k: escape(v) for k, v in values.items()}
     try:
         return _template(template_name).substitute(escaped)
@@ -89,7 +95,7 @@ def _render(template_name, **values):
             % (template_name, e))
 
 
-def pci_hostdev(address, managed=True):
+def pci_hostdev(address: objects.PciAddress, managed: bool = True) -> str:
     """``<hostdev type='pci'>`` of a PCI function: ``managed='yes'`` for a
     whole GPU, ``'no'`` for a function libvirt must leave bound to its
     driver (a VF that holds a vendor-interface vGPU)."""
@@ -100,13 +106,14 @@ def pci_hostdev(address, managed=True):
                    function='0x%x' % pci.function)
 
 
-def mdev_hostdev(uuid):
+def mdev_hostdev(uuid: objects.Uuid) -> str:
     """``<hostdev type='mdev' model='vfio-pci'>`` of a vGPU."""
     return _render(MDEV_HOSTDEV,
                    uuid=objects.typed(uuid, objects.Uuid, 'uuid'))
 
 
-def mdev_nodedev_name(uuid, parent):
+def mdev_nodedev_name(uuid: objects.Uuid,
+                      parent: objects.PciAddress) -> str:
     """The name libvirt >= 7.7 gives an mdev: ``mdev_<uuid_>_<parent_>``.
 
     Only written into create/define input, which libvirt ignores the name
@@ -118,7 +125,8 @@ def mdev_nodedev_name(uuid, parent):
                            pci.libvirt_name[len('pci_'):])
 
 
-def mdev_nodedev(parent, type_id, uuid):
+def mdev_nodedev(parent: objects.PciAddress, type_id: objects.TypeId,
+                 uuid: objects.Uuid) -> str:
     """Node-device XML that asks libvirt to create/define an mdev."""
     pci = objects.typed(parent, objects.PciAddress, 'parent')
     return _render(MDEV_NODEDEV, name=mdev_nodedev_name(uuid, pci),
@@ -144,15 +152,15 @@ class DomainDevices:
                                function='0x0'/></source></hostdev>
     """
 
-    uuid: str
+    uuid: objects.Uuid
     name: str
-    mdev_uuids: tuple[str, ...] = ()
+    mdev_uuids: tuple[objects.Uuid, ...] = ()
     pci_addresses: tuple[objects.PciAddress, ...] = ()
     # <numatune><memory nodeset='1'/></numatune>, <vcpu cpuset='16-31'>
     pinning: objects.NumaPinning = objects.UNPINNED
 
 
-def _hex_attr(elem, name):
+def _hex_attr(elem: Element, name: str) -> int:
     value = elem.get(name)
     if value is None:
         raise exception.InvalidXml(
@@ -167,7 +175,7 @@ def _hex_attr(elem, name):
                    'hex' % (name, value[:40]))
 
 
-def _pci_source(address):
+def _pci_source(address: Element) -> objects.PciAddress:
     """``<address domain='0x0000' bus='0xaf' slot='0x00' function='0x0'/>``"""
     parts = [_hex_attr(address, n)
              for n in ('domain', 'bus', 'slot', 'function')]
@@ -178,18 +186,18 @@ def _pci_source(address):
     return objects.PciAddress(*parts)
 
 
-def read_domain(root):
+def read_domain(root: Element) -> DomainDevices:
     """``DomainDevices`` of a parsed ``<domain>`` (an ElementTree element,
     ``xmlutil.parse``)."""
     if root.tag != 'domain':
         raise exception.InvalidXml(reason='root element is <%s>, not '
                                           '<domain>' % str(root.tag)[:40])
-    uuid = root.findtext('uuid')
-    if uuid is None:
+    text = root.findtext('uuid')
+    if text is None:
         raise exception.InvalidXml(reason='domain XML has no <uuid>')
-    uuid = objects.Uuid.parse(uuid.strip())
-    mdevs = []
-    pcis = []
+    uuid = objects.Uuid.parse(text.strip())
+    mdevs: list[objects.Uuid] = []
+    pcis: list[objects.PciAddress] = []
     for hostdev in root.iterfind('devices/hostdev'):
         if hostdev.get('mode', 'subsystem') != 'subsystem':
             continue
@@ -208,7 +216,7 @@ def read_domain(root):
                          pinning=read_pinning(root))
 
 
-def read_pinning(root):
+def read_pinning(root: Element) -> objects.NumaPinning:
     """``objects.NumaPinning`` of a parsed ``<domain>``: the nodeset of
     ``<numatune><memory>`` and the cpuset of ``<vcpu>``."""
     memory = root.find('numatune/memory')

@@ -5,6 +5,8 @@ libvirt errors into typed ones by error code and makes no decisions.  The
 ``live``/``config`` flags map to ``VIR_DOMAIN_AFFECT_LIVE``/``_CONFIG``.
 """
 
+from __future__ import annotations
+
 import contextlib
 import threading
 import time
@@ -16,6 +18,13 @@ from libvirt_gpu import exception
 from libvirt_gpu.virt import metadata
 from libvirt_gpu import objects
 from libvirt_gpu.util import xmlutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    from libvirt_gpu.util.xmlutil import Element
 
 
 # Where the connection delivers no events: how long a wait for a device
@@ -33,10 +42,10 @@ class DeviceRemovals(object):
     ``POLL_INTERVAL``: the caller looks again, the timeout stays its
     fallback."""
 
-    def __init__(self, domain):
+    def __init__(self, domain: libvirt.virDomain) -> None:
         self._removed = threading.Event()
-        self._conn = None
-        self._callback = None
+        self._conn: libvirt.virConnect | None = None
+        self._callback: int | None = None
         try:
             conn = domain.connect()
             self._callback = conn.domainEventRegisterAny(
@@ -49,13 +58,15 @@ class DeviceRemovals(object):
             self._callback = None
 
     @property
-    def events(self):
+    def events(self) -> bool:
         return self._callback is not None
 
-    def _on_removed(self, conn, domain, alias, opaque):
+    def _on_removed(self, conn: libvirt.virConnect,
+                    domain: libvirt.virDomain, alias: str,
+                    opaque: object) -> None:
         self._removed.set()
 
-    def wait(self, timeout):
+    def wait(self, timeout: float) -> bool:
         if not self.events:
             time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
             return False
@@ -63,8 +74,8 @@ class DeviceRemovals(object):
         self._removed.clear()
         return got
 
-    def close(self):
-        if self._callback is not None:
+    def close(self) -> None:
+        if self._callback is not None and self._conn is not None:
             try:
                 self._conn.domainEventDeregisterAny(self._callback)
             except libvirt.libvirtError:
@@ -78,7 +89,7 @@ class DeviceRemovals(object):
 _HOOK_EXIT = 'unexpected exit status '
 
 
-def _hook_said(message):
+def _hook_said(message: str) -> str:
     """The hook's own words in libvirt's VIR_ERR_HOOK_SCRIPT_FAILED
     message (which leads with the hook's command line and environment),
     or the whole message where libvirt worded it otherwise."""
@@ -90,7 +101,7 @@ def _hook_said(message):
     return message
 
 
-def _flags(live, config):
+def _flags(live: bool, config: bool) -> int:
     flags = 0
     if live:
         flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
@@ -101,10 +112,11 @@ def _flags(live, config):
 
 class Guest(object):
 
-    def __init__(self, domain):
+    def __init__(self, domain: libvirt.virDomain) -> None:
         self._domain = domain
 
-    def _typed(self, error, what):
+    def _typed(self, error: libvirt.libvirtError,
+               what: str) -> exception.LibvirtGpuError:
         code = error.get_error_code()
         message = error.get_error_message() or str(error)
         label = '%s (%s)' % (self.name, self.uuid)
@@ -121,27 +133,27 @@ class Guest(object):
                                       % (what, label, message))
 
     @property
-    def uuid(self):
+    def uuid(self) -> objects.Uuid:
         # libvirt's answer enters the program here, parsed once.
         return objects.Uuid.parse(self._domain.UUIDString())
 
     @property
-    def name(self):
-        return self._domain.name()
+    def name(self) -> str:
+        return str(self._domain.name())
 
-    def is_active(self):
+    def is_active(self) -> bool:
         try:
             return bool(self._domain.isActive())
         except libvirt.libvirtError as e:
             raise self._typed(e, 'state')
 
-    def is_persistent(self):
+    def is_persistent(self) -> bool:
         try:
             return bool(self._domain.isPersistent())
         except libvirt.libvirtError as e:
             raise self._typed(e, 'state')
 
-    def xml(self, inactive=False):
+    def xml(self, inactive: bool = False) -> Element:
         """The domain XML (persistent config when ``inactive``), parsed."""
         try:
             text = self._domain.XMLDesc(
@@ -150,12 +162,14 @@ class Guest(object):
             raise self._typed(e, 'reading the XML')
         return xmlutil.parse(text, 'domain XML')
 
-    def devices(self, inactive=False):
+    def devices(self, inactive: bool = False
+                ) -> tuple[config_xml.DomainDevices, metadata.GpuMetadata]:
         """``config_xml.DomainDevices`` and ``metadata.GpuMetadata``."""
         root = self.xml(inactive)
         return config_xml.read_domain(root), metadata.parse(root)
 
-    def attach_device(self, xml, live=False, config=False):
+    def attach_device(self, xml: str, live: bool = False,
+                      config: bool = False) -> None:
         """``virDomainAttachDeviceFlags`` of one device element."""
         try:
             self._domain.attachDeviceFlags(xml, _flags(live, config))
@@ -163,7 +177,7 @@ class Guest(object):
             raise self._typed(e, 'attaching a device')
 
     @contextlib.contextmanager
-    def device_removals(self):
+    def device_removals(self) -> Iterator[DeviceRemovals]:
         """``DeviceRemovals`` of this domain while the block runs."""
         removals = DeviceRemovals(self._domain)
         try:
@@ -171,7 +185,8 @@ class Guest(object):
         finally:
             removals.close()
 
-    def detach_device(self, xml, live=False, config=False):
+    def detach_device(self, xml: str, live: bool = False,
+                      config: bool = False) -> None:
         """``virDomainDetachDeviceFlags``; a live detach may finish after
         this returns (the guest acknowledges the unplug)."""
         try:
@@ -179,7 +194,8 @@ class Guest(object):
         except libvirt.libvirtError as e:
             raise self._typed(e, 'detaching a device')
 
-    def set_gpu_metadata(self, meta, live=False, config=False):
+    def set_gpu_metadata(self, meta: metadata.GpuMetadata, live: bool = False,
+                         config: bool = False) -> None:
         """Replace our ``<gpu:gpus>`` element (drop it when ``meta`` is
         empty)::
 
@@ -195,7 +211,8 @@ class Guest(object):
 
     # -- live migration ----------------------------------------------------
 
-    def migrate_live(self, dest_uri, migrate_uri=None):
+    def migrate_live(self, dest_uri: str,
+                     migrate_uri: str | None = None) -> None:
         """Migrate the running domain live to ``dest_uri`` (libvirt's
         ``migrateToURI3`` with ``VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER``:
         the source's libvirtd talks to the destination's; pre-copy only);
@@ -204,7 +221,7 @@ class Guest(object):
         libvirtd says (its host name).  Returns when done, raises
         LibvirtError when libvirt gave up or the job was aborted."""
         flags = libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PEER2PEER
-        params = {}
+        params: dict[str, str] = {}
         if migrate_uri:
             params[libvirt.VIR_MIGRATE_PARAM_URI] = migrate_uri
         try:
@@ -216,19 +233,20 @@ class Guest(object):
             raise exception.LibvirtError(
                 reason='migration to %s: %s' % (dest_uri, message))
 
-    def job_stats(self, completed=False):
+    def job_stats(self, completed: bool = False) -> dict[str, Any]:
         """libvirt's statistics of the domain's job (``{}`` when none):
         ``data_processed``, ``data_remaining``, ``downtime`` (ms)..."""
         flags = libvirt.VIR_DOMAIN_JOB_STATS_COMPLETED if completed else 0
         try:
-            return self._domain.jobStats(flags)
+            stats: dict[str, Any] = self._domain.jobStats(flags)
+            return stats
         except libvirt.libvirtError as e:
             if e.get_error_code() in (libvirt.VIR_ERR_NO_DOMAIN,
                                       libvirt.VIR_ERR_OPERATION_INVALID):
                 return {}
             raise self._typed(e, 'reading the job statistics')
 
-    def abort_job(self):
+    def abort_job(self) -> str | None:
         """Abort the domain's job (a migration): None when libvirt took
         the request, else its reason for not (no job runs any more, or it
         is past aborting)."""
@@ -237,6 +255,6 @@ class Guest(object):
         except libvirt.libvirtError as e:
             if e.get_error_code() in (libvirt.VIR_ERR_OPERATION_INVALID,
                                       libvirt.VIR_ERR_NO_DOMAIN):
-                return e.get_error_message() or str(e)
+                return str(e.get_error_message() or e)
             raise self._typed(e, 'aborting its job')
         return None

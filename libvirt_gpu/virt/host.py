@@ -5,6 +5,8 @@ policy, no XML building.  libvirt errors are checked by error code, narrowly,
 and re-raised as our typed errors.
 """
 
+from __future__ import annotations
+
 import threading
 
 import libvirt
@@ -13,8 +15,12 @@ from libvirt_gpu import exception
 from libvirt_gpu.virt import nodedev
 from libvirt_gpu import objects
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from libvirt_gpu.virt import guest as guest_mod
 
-def _ignore_error(_ctx, _err):
+
+def _ignore_error(_ctx: object, _err: object) -> None:
     """libvirt prints every error to stderr unless a handler is set; ours
     are raised as exceptions and reported once, by the caller."""
 
@@ -24,10 +30,10 @@ def _ignore_error(_ctx, _err):
 _XML_ERRORS = (libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_ERR_XML_DETAIL)
 
 
-_event_loop = None
+_event_loop: threading.Thread | None = None
 
 
-def start_event_loop():
+def start_event_loop() -> None:
     """libvirt's default event loop, run in a daemon thread, once per
     process.  A connection delivers domain events (a device removed) only
     when the loop was registered before it was opened: a program that
@@ -37,7 +43,7 @@ def start_event_loop():
     if _event_loop is not None:
         return
 
-    def run():
+    def run() -> None:
         while True:
             libvirt.virEventRunDefaultImpl()
     libvirt.virEventRegisterDefaultImpl()
@@ -58,13 +64,15 @@ class Host(object):
     keeps its own handler.
     """
 
-    def __init__(self, uri, read_only=False, events=False):
+    def __init__(self, uri: str | None, read_only: bool = False,
+                 events: bool = False) -> None:
         self.uri = uri
         self.read_only = read_only
         self.events = events
-        self._conn = None
+        self._conn: libvirt.virConnect | None = None
+        self._borrowed = False
 
-    def connect(self):
+    def connect(self) -> libvirt.virConnect:
         if self._conn is None:
             libvirt.registerErrorHandler(_ignore_error, None)
             if self.events:
@@ -87,7 +95,7 @@ class Host(object):
                     hint=self._unavailable_hint())
         return self._conn
 
-    def _unavailable_hint(self):
+    def _unavailable_hint(self) -> str:
         """What to do when libvirt cannot be reached: read-only callers
         (discovery) can read sysfs instead; the others need libvirt."""
         if self.read_only:
@@ -95,7 +103,7 @@ class Host(object):
         return ' This command needs libvirt: -c URI picks the connection'
 
     @classmethod
-    def from_connection(cls, conn):
+    def from_connection(cls, conn: libvirt.virConnect) -> Host:
         """Wrap a caller's open ``virConnect``; ``close()`` leaves it open
         (its owner closes it)."""
         host = cls(uri=None)
@@ -103,8 +111,8 @@ class Host(object):
         host._borrowed = True
         return host
 
-    def close(self):
-        if getattr(self, '_borrowed', False):
+    def close(self) -> None:
+        if self._borrowed:
             self._conn = None
             return
         if self._conn is not None:
@@ -114,33 +122,35 @@ class Host(object):
                 pass   # closing a dead connection: nothing left to release
             self._conn = None
 
-    def __enter__(self):
+    def __enter__(self) -> Host:
         self.connect()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def versions(self):
+    def versions(self) -> tuple[int, int]:
         """``(libvirt, hypervisor)`` versions of the connection's host,
         as libvirt encodes them (major * 1000000 + minor * 1000 +
         release); the hypervisor's is QEMU's for a qemu connection."""
         conn = self.connect()
         try:
-            return conn.getLibVersion(), conn.getVersion()
+            return int(conn.getLibVersion()), int(conn.getVersion())
         except libvirt.libvirtError as e:
             raise exception.LibvirtError(reason=e.get_error_message())
 
-    def _list(self, flags):
+    def _list(self, flags: int) -> list[libvirt.virNodeDevice]:
         try:
-            return self.connect().listAllDevices(flags)
+            devices: list[libvirt.virNodeDevice] = (
+                self.connect().listAllDevices(flags))
+            return devices
         except libvirt.libvirtError as e:
             raise exception.LibvirtError(reason=e.get_error_message())
 
-    def pci_devices(self):
+    def pci_devices(self) -> list[str]:
         """XML of every PCI node device (one removed while we list is
         skipped)."""
-        result = []
+        result: list[str] = []
         flags = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV
         for dev in self._list(flags):
             xml = _xml_desc(dev)
@@ -148,13 +158,13 @@ class Host(object):
                 result.append(xml)
         return result
 
-    def mdev_nodes(self, active_only=True):
+    def mdev_nodes(self, active_only: bool = True) -> list[nodedev.MdevNode]:
         """MdevNode of every (active) mdev node device.
 
         A device removed between the listing and its reading is skipped:
         mdevs come and go while guests start and stop.
         """
-        result = []
+        result: list[nodedev.MdevNode] = []
         for dev in self._list(libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV):
             try:
                 if active_only and not _is_active(dev):
@@ -168,16 +178,16 @@ class Host(object):
 
     # -- mdev create / define / destroy (never from the qemu hook) ---------
 
-    def create_mdev(self, xml):
+    def create_mdev(self, xml: str) -> str:
         """``virNodeDeviceCreateXML`` of an mdev (``config_xml.mdev_nodedev``
         input); returns the new device's name.  libvirt >= 6.5 with mdevctl;
         it waits for the kernel's uevent."""
         try:
-            return self.connect().nodeDeviceCreateXML(xml, 0).name()
+            return str(self.connect().nodeDeviceCreateXML(xml, 0).name())
         except libvirt.libvirtError as e:
             raise _typed(e, 'creating an mdev through libvirt')
 
-    def define_mdev(self, xml, autostart=False):
+    def define_mdev(self, xml: str, autostart: bool = False) -> str:
         """``virNodeDeviceDefineXML`` (libvirt >= 7.3): a persistent mdev,
         not started; ``autostart`` starts it at boot.  When autostart
         cannot be set, the definition is dropped again: nothing is left
@@ -190,11 +200,12 @@ class Host(object):
                 reason='libvirt-python has no nodeDeviceDefineXML')
         except libvirt.libvirtError as e:
             raise _typed(e, 'defining an mdev through libvirt')
-        name = dev.name()
+        name: str = dev.name()
         if autostart:
             try:
                 self._set_autostart(name)
             except (libvirt.libvirtError, AttributeError) as e:
+                error: exception.LibvirtGpuError
                 if isinstance(e, AttributeError):   # libvirt-python < 7.8
                     error = exception.NotSupported(
                         what='marking an mdev to start at boot through '
@@ -218,7 +229,7 @@ class Host(object):
     # kernel tests; a lookup a quarter of a second later finds it).
     AUTOSTART_WAIT = 5.0
 
-    def _set_autostart(self, name):
+    def _set_autostart(self, name: str) -> None:
         # tenacity makes the first call at once, without waiting
         import tenacity
         conn = self.connect()
@@ -229,10 +240,9 @@ class Host(object):
             stop=tenacity.stop_after_delay(self.AUTOSTART_WAIT),
             wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
             reraise=True)
-        return retrying(
-            lambda: conn.nodeDeviceLookupByName(name).setAutostart(1))
+        retrying(lambda: conn.nodeDeviceLookupByName(name).setAutostart(1))
 
-    def _undefine_named(self, name):
+    def _undefine_named(self, name: str) -> str | None:
         """Undefine node device ``name`` (a define being undone); None,
         or what is left and how to remove it."""
         try:
@@ -243,7 +253,8 @@ class Host(object):
                     % (e.get_error_message(), name))
         return None
 
-    def find_mdev(self, uuid, inactive=False):
+    def find_mdev(self, uuid: objects.Uuid, inactive: bool = False
+                  ) -> libvirt.virNodeDevice | None:
         """The ``virNodeDevice`` of mdev ``uuid`` (looked up by UUID, never
         by a constructed name), or None."""
         objects.typed(uuid, objects.Uuid, 'uuid')
@@ -262,7 +273,7 @@ class Host(object):
                 return dev
         return None
 
-    def destroy_mdev(self, uuid):
+    def destroy_mdev(self, uuid: objects.Uuid) -> bool:
         """Stop mdev ``uuid`` through libvirt; False when libvirt does not
         know it (the caller then uses sysfs)."""
         dev = self.find_mdev(uuid)
@@ -276,7 +287,7 @@ class Host(object):
             raise _typed(e, 'removing an mdev through libvirt')
         return True
 
-    def undefine_mdev(self, uuid):
+    def undefine_mdev(self, uuid: objects.Uuid) -> bool:
         """Drop libvirt's persistent definition of ``uuid``; False when
         there is none."""
         dev = self.find_mdev(uuid, inactive=True)
@@ -296,7 +307,8 @@ class Host(object):
 
     # -- domains --------------------------------------------------------
 
-    def lookup_domain(self, ident):
+    def lookup_domain(self, ident: str | libvirt.virDomain
+                      ) -> libvirt.virDomain:
         """A ``virDomain`` by UUID or name (a virDomain is returned as is).
         """
         if isinstance(ident, libvirt.virDomain):
@@ -314,20 +326,23 @@ class Host(object):
                                                uri=self.uri or conn.getURI())
             raise _typed(e, 'looking up domain %s' % ident)
 
-    def list_domains(self):
+    def list_domains(self) -> list[libvirt.virDomain]:
         """Every domain libvirt knows (running, or defined and stopped)."""
         try:
-            return self.connect().listAllDomains(0)
+            domains: list[libvirt.virDomain] = (
+                self.connect().listAllDomains(0))
+            return domains
         except libvirt.libvirtError as e:
             raise _typed(e, 'listing domains')
 
-    def list_guests(self):
+    def list_guests(self) -> list[guest_mod.Guest]:
         """Every domain libvirt knows, as ``guest.Guest``s."""
         from libvirt_gpu.virt import guest as guest_mod
         return [guest_mod.Guest(dom) for dom in self.list_domains()]
 
 
-def _typed(error, what):
+def _typed(error: libvirt.libvirtError,
+           what: str) -> exception.LibvirtGpuError:
     """A libvirtError as our typed error, by code."""
     code = error.get_error_code()
     message = error.get_error_message() or str(error)
@@ -342,17 +357,18 @@ class _Gone(Exception):
     """A node device vanished between listing and reading it."""
 
 
-def _xml_desc(dev):
+def _xml_desc(dev: libvirt.virNodeDevice) -> str | None:
     """``dev.XMLDesc(0)``, or None when the device is gone."""
     try:
-        return dev.XMLDesc(0)
+        xml: str = dev.XMLDesc(0)
+        return xml
     except libvirt.libvirtError as e:
         if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
             return None
         raise exception.LibvirtError(reason=e.get_error_message())
 
 
-def _is_active(dev):
+def _is_active(dev: libvirt.virNodeDevice) -> bool:
     try:
         return bool(dev.isActive())
     except (AttributeError, libvirt.libvirtError) as e:

@@ -31,6 +31,15 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable
+    from typing import TypeVar
+
+    from libvirt_gpu.util.xmlutil import Element
+
+    _Built = TypeVar('_Built')
+
 NAMESPACE = 'urn:libvirt-gpu:1'
 # The prefix libvirt writes when we call setMetadata(key=PREFIX).
 PREFIX = 'gpu'
@@ -73,47 +82,47 @@ class GpuMetadata:
     pgpus: tuple[PgpuEntry, ...] = ()
 
     @property
-    def empty(self):
+    def empty(self) -> bool:
         return not self.vgpus and not self.pgpus
 
-    def vgpu(self, uuid):
+    def vgpu(self, uuid: objects.Uuid) -> VgpuEntry | None:
         objects.typed(uuid, objects.Uuid, 'uuid')
         for entry in self.vgpus:
             if entry.uuid == uuid:
                 return entry
         return None
 
-    def pgpu(self, address):
+    def pgpu(self, address: objects.PciAddress) -> PgpuEntry | None:
         objects.typed(address, objects.PciAddress, 'address')
         for entry in self.pgpus:
             if entry.address == address:
                 return entry
         return None
 
-    def with_vgpu(self, entry):
+    def with_vgpu(self, entry: VgpuEntry) -> GpuMetadata:
         if self.vgpu(entry.uuid) is not None:
             raise exception.MetadataError(
                 reason='vGPU %s is listed already' % entry.uuid)
         return records.replace(self, vgpus=self.vgpus + (entry,))
 
-    def without_vgpu(self, uuid):
+    def without_vgpu(self, uuid: objects.Uuid) -> GpuMetadata:
         objects.typed(uuid, objects.Uuid, 'uuid')
         return records.replace(
             self, vgpus=tuple(e for e in self.vgpus if e.uuid != uuid))
 
-    def with_pgpu(self, entry):
+    def with_pgpu(self, entry: PgpuEntry) -> GpuMetadata:
         if self.pgpu(entry.address) is not None:
             raise exception.MetadataError(
                 reason='GPU %s is listed already' % entry.address)
         return records.replace(self, pgpus=self.pgpus + (entry,))
 
-    def without_pgpu(self, address):
+    def without_pgpu(self, address: objects.PciAddress) -> GpuMetadata:
         objects.typed(address, objects.PciAddress, 'address')
         return records.replace(
             self, pgpus=tuple(e for e in self.pgpus if e.address != address))
 
 
-def _check_attrs(elem, allowed, what):
+def _check_attrs(elem: Element, allowed: set[str], what: str) -> None:
     unknown = sorted(set(elem.attrib) - allowed)
     if unknown:
         raise exception.MetadataError(
@@ -122,14 +131,14 @@ def _check_attrs(elem, allowed, what):
                ', '.join(sorted(allowed))))
 
 
-def _required(elem, name, what):
+def _required(elem: Element, name: str, what: str) -> str:
     value = elem.get(name)
     if value is None:
         raise exception.MetadataError(reason='<%s> lacks %s=' % (what, name))
     return value
 
 
-def _entry(what, build):
+def _entry(what: str, build: Callable[[], _Built]) -> _Built:
     """``build()``, its invalid values reported as ``<what>: ...``."""
     try:
         return build()
@@ -139,7 +148,7 @@ def _entry(what, build):
         raise exception.MetadataError(reason='<%s>: %s' % (what, e))
 
 
-def _nvidia(text):
+def _nvidia(text: str | None) -> bytes | None:
     """The bytes of ``nvidia-metadata=`` (strict base64, bounded)."""
     if text is None:
         return None
@@ -162,7 +171,7 @@ def _nvidia(text):
     return found
 
 
-def _once(seen, key, what):
+def _once(seen: set[Hashable], key: Hashable, what: str) -> None:
     """Refuse a second entry for the same vGPU UUID or GPU address."""
     if key in seen:
         raise exception.MetadataError(
@@ -170,13 +179,13 @@ def _once(seen, key, what):
     seen.add(key)
 
 
-def parse_element(gpus):
+def parse_element(gpus: Element) -> GpuMetadata:
     """``GpuMetadata`` of one ``<gpu:gpus>`` element (ElementTree,
     ``xmlutil.parse``)."""
-    vgpus = []
-    pgpus = []
-    seen_uuids = set()
-    seen_addresses = set()
+    vgpus: list[VgpuEntry] = []
+    pgpus: list[PgpuEntry] = []
+    seen_uuids: set[Hashable] = set()
+    seen_addresses: set[Hashable] = set()
     if len(gpus.attrib):
         _check_attrs(gpus, set(), 'gpus')
     for child in gpus:
@@ -195,14 +204,14 @@ def parse_element(gpus):
             vgpus.append(entry)
         elif child.tag == _NS + 'pgpu':
             _check_attrs(child, _PGPU_ATTRS, 'pgpu')
-            entry = _entry('pgpu', lambda: PgpuEntry(
+            pgpu = _entry('pgpu', lambda: PgpuEntry(
                 address=objects.PciAddress.parse(
                     _required(child, 'address', 'pgpu')),
                 companions=tuple(
                     objects.PciAddress.parse(a) for a in
                     (child.get('companions') or '').split(',') if a)))
-            _once(seen_addresses, entry.address, 'GPU')
-            pgpus.append(entry)
+            _once(seen_addresses, pgpu.address, 'GPU')
+            pgpus.append(pgpu)
         else:
             raise exception.MetadataError(
                 reason='unknown element %s; expected <vgpu> or <pgpu> in '
@@ -210,7 +219,7 @@ def parse_element(gpus):
     return GpuMetadata(vgpus=tuple(vgpus), pgpus=tuple(pgpus))
 
 
-def parse(domain):
+def parse(domain: Element) -> GpuMetadata:
     """``GpuMetadata`` of a parsed ``<domain>`` (empty when it has none)."""
     found = domain.findall('metadata/%s%s' % (_NS, ROOT))
     if not found:
@@ -230,16 +239,16 @@ def parse(domain):
     return parse_element(found[0])
 
 
-def _attr(value):
+def _attr(value: object) -> str:
     return '"%s"' % config_xml.escape(value)
 
 
-def _base64(raw):
+def _base64(raw: bytes) -> str:
     import base64
     return base64.b64encode(raw).decode('ascii')
 
 
-def render(meta):
+def render(meta: GpuMetadata) -> str:
     """The element to hand to ``virDomainSetMetadata(key='gpu',
     uri=NAMESPACE)``, unprefixed (libvirt puts every element of it into our
     namespace)::
@@ -256,18 +265,18 @@ def render(meta):
             _attr(objects.typed(entry.uuid, objects.Uuid, 'uuid')),
             _attr(objects.typed(entry.type_id, objects.TypeId, 'type_id')),
             parent, nvidia))
-    for entry in meta.pgpus:
+    for pgpu in meta.pgpus:
         companions = (' companions=%s' % _attr(','.join(
             str(objects.typed(a, objects.PciAddress, 'companion'))
-            for a in entry.companions))
-            if entry.companions else '')
-        parts.append('<pgpu address=%s%s/>' % (_attr(entry.address),
+            for a in pgpu.companions))
+            if pgpu.companions else '')
+        parts.append('<pgpu address=%s%s/>' % (_attr(pgpu.address),
                                                companions))
     parts.append('</%s>' % ROOT)
     return ''.join(parts)
 
 
-def render_document(meta, prefix=PREFIX):
+def render_document(meta: GpuMetadata, prefix: str = PREFIX) -> str:
     """The same element as it appears inside a domain's ``<metadata>``,
     namespaced (for hand-written XML and tests)::
 

@@ -42,6 +42,12 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.util import xmlutil
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from libvirt_gpu.util.xmlutil import Element
+
 
 @records.record
 class MdevNode:
@@ -56,14 +62,39 @@ class MdevNode:
     mdev: objects.Mdev
 
 
-def _text(elem, path):
+def _text(elem: Element, path: str) -> str | None:
     found = elem.find(path)
     if found is None or found.text is None:
         return None
     return found.text.strip()
 
 
-def _instances(elem, type_id):
+def _required(elem: Element, path: str) -> str:
+    """The text of ``path``, which libvirt always writes (ValueError,
+    naming it, when it is missing: not a libvirt node device)."""
+    found = _text(elem, path)
+    if found is None:
+        raise ValueError('node-device XML has no %s' % path)
+    return found
+
+
+def _element(elem: Element, path: str) -> Element:
+    """The element at ``path``, which libvirt always writes (ValueError,
+    naming it, when it is missing)."""
+    found = elem.find(path)
+    if found is None:
+        raise ValueError('node-device XML has no %s' % path)
+    return found
+
+
+def _attr(elem: Element, name: str) -> str:
+    found = elem.get(name)
+    if found is None:
+        raise ValueError('node-device XML: <%s> has no %s' % (elem.tag, name))
+    return found
+
+
+def _instances(elem: Element, type_id: objects.TypeId) -> int:
     """``availableInstances`` of a type, at most bounds.MAX_INSTANCES."""
     text = _text(elem, 'availableInstances') or '0'
     if not (text.isascii() and text.isdigit()) or len(text) > 19:
@@ -74,28 +105,28 @@ def _instances(elem, type_id):
         int(text), 'availableInstances of vGPU type %s' % type_id)
 
 
-def _address(elem):
+def _address(elem: Element) -> objects.PciAddress:
     """``<address domain='0x0000' bus='0xaf' slot='0x00' function='0x0'/>``"""
-    return objects.PciAddress(int(elem.get('domain'), 16),
-                              int(elem.get('bus'), 16),
-                              int(elem.get('slot'), 16),
-                              int(elem.get('function'), 16))
+    return objects.PciAddress(int(_attr(elem, 'domain'), 16),
+                              int(_attr(elem, 'bus'), 16),
+                              int(_attr(elem, 'slot'), 16),
+                              int(_attr(elem, 'function'), 16))
 
 
-def pci_class(xml):
+def pci_class(xml: str) -> str | None:
     """Return the ``<class>`` of a PCI node device (``0x030200``)."""
     root = xmlutil.parse(xml, 'node-device XML')
     return _text(root, "capability[@type='pci']/class")
 
 
-def _pci_address(cap):
-    return objects.PciAddress(int(_text(cap, 'domain')),
-                              int(_text(cap, 'bus')),
-                              int(_text(cap, 'slot')),
-                              int(_text(cap, 'function')))
+def _pci_address(cap: Element) -> objects.PciAddress:
+    return objects.PciAddress(int(_required(cap, 'domain')),
+                              int(_required(cap, 'bus')),
+                              int(_required(cap, 'slot')),
+                              int(_required(cap, 'function')))
 
 
-def parse_function(xml):
+def parse_function(xml: str) -> objects.IommuMember:
     """Any PCI node device as an IommuMember: address, ids, class and
     driver (None where libvirt reports none)."""
     root = xmlutil.parse(xml, 'node-device XML')
@@ -114,7 +145,8 @@ def parse_function(xml):
         driver=_text(root, 'driver/name'))
 
 
-def parse_pci(xml, descriptions=None):
+def parse_pci(xml: str, descriptions: Mapping[str, str] | None = None
+              ) -> objects.Gpu:
     """Build a Gpu from a PCI node device's XML.
 
     libvirt does not report a type's description; ``descriptions`` maps a
@@ -125,8 +157,8 @@ def parse_pci(xml, descriptions=None):
     if cap is None:
         raise ValueError('%s is not a PCI device' % _text(root, 'name'))
     address = _pci_address(cap)
-    vendor = cap.find('vendor')
-    product = cap.find('product')
+    vendor = _element(cap, 'vendor')
+    product = _element(cap, 'product')
     numa = cap.find('numa')
     group = cap.find('iommuGroup')
     physfn = cap.find("capability[@type='phys_function']/address")
@@ -141,7 +173,7 @@ def parse_pci(xml, descriptions=None):
             device_api=_text(t, 'deviceAPI'),
             available_instances=_instances(t, type_id),
         ))
-    node = int(numa.get('node')) if numa is not None else -1
+    node = int(_attr(numa, 'node')) if numa is not None else -1
     members = () if group is None else tuple(sorted(
         objects.IommuMember(address=_address(a), vendor_id=None,
                             product_id=None, class_code=None, driver=None)
@@ -153,7 +185,8 @@ def parse_pci(xml, descriptions=None):
         class_code=_text(cap, 'class'),
         driver=_text(root, 'driver/name'),
         numa_node=node if node >= 0 else None,     # -1: unknown
-        iommu_group=int(group.get('number')) if group is not None else None,
+        iommu_group=(int(_attr(group, 'number')) if group is not None
+                     else None),
         vendor_name=(vendor.text or '').strip() or None,
         product_name=(product.text or '').strip() or None,
         physfn=_address(physfn) if physfn is not None else None,
@@ -164,10 +197,10 @@ def parse_pci(xml, descriptions=None):
     )
 
 
-def parse_mdev(xml):
+def parse_mdev(xml: str) -> MdevNode:
     """Build an MdevNode from an mdev node device's XML."""
     root = xmlutil.parse(xml, 'node-device XML')
-    name = _text(root, 'name')
+    name = _required(root, 'name')
     cap = root.find("capability[@type='mdev']")
     if cap is None:
         raise ValueError('%s is not an mdev' % name)
@@ -175,7 +208,7 @@ def parse_mdev(xml):
     if uuid is None:
         # libvirt < 7.7 has no <uuid>: the name is mdev_<uuid with _>.
         uuid = name[len('mdev_'):len('mdev_') + 36].replace('_', '-')
-    type_elem = cap.find('type')
+    type_elem = _element(cap, 'type')
     try:
         parent = objects.PciAddress.from_libvirt_name(_text(root, 'parent'))
     except exception.InvalidPciAddress:
