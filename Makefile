@@ -56,7 +56,7 @@ test:
 	    install '$(MAKE) --no-print-directory deps' \
 	    'kernel tests&' '$(VPY) -m pytest -q -p no:cacheprovider --basetemp=.cache/phases/kernel-tmp tests/kernel' \
 	    'install services' '$(MAKE) --no-print-directory placement-venv cyborg-venv nova-venv rabbitmq' \
-	    lint '$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu' \
+	    lint '$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu && $(VPY) -m mypy' \
 	    'other tests' '$(VPY) -m pytest -q tests --ignore=tests/kernel'
 
 unit: deps
@@ -72,6 +72,7 @@ kernel-test: deps
 
 lint: deps
 	$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu
+	$(VPY) -m mypy
 
 genconfig: deps
 	$(VENV)/bin/oslo-config-generator --config-file etc/libvirt-gpu/libvirt-gpu-config-generator.conf
