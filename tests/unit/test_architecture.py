@@ -32,7 +32,7 @@ PACKAGE = 'libvirt_gpu'
 # rooms below; only the CLI (cmd) reaches them.  cyborg_driver is reached
 # by nothing of ours: Cyborg's agent loads it (entry point
 # libvirt_gpu_driver in cyborg.accelerator.driver).
-ENTRY = ('guests.api', 'guests.hook', 'guests.reconcile', 'guests.restore',
+ENTRY = ('guests.api', 'guests.hook', 'guests.reconcile', 'host.restore',
          'openstack.agent', 'exporter', 'openstack.cyborg_driver', 'cmd')
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
@@ -109,7 +109,7 @@ LEVELS = (
     ('store.state',), ('store.allocator',), ('openstack.placement',),
     ('environment',), ('guests.migration', 'guests.holders'),
     ('guests.api',), ('guests.hook',),
-    ('guests.reconcile',), ('guests.restore',), ('openstack.agent',),
+    ('guests.reconcile',), ('host.restore',), ('openstack.agent',),
     ('exporter',), ('openstack.cyborg_driver',), ('simulator',), ('cmd',),
 )
 # discovery, below the kinds, takes them from its caller (an Environment's
@@ -121,7 +121,8 @@ FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
            'virt': 'the libvirt layer: connection, domain, XML',
            'devices': 'the host side: its GPUs and the vGPU kinds',
            'store': "the host's state: leases, the allocator, figures",
-           'guests': 'the guest side: API, migration, hook, recovery',
+           'guests': 'the guest side: API, migration, hook, reconcile',
+           'host': 'the host as a whole: restore after a reboot',
            'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
 
 # What the hook may not load when Python imports it (every guest start pays
@@ -457,7 +458,7 @@ def test_the_circle_check_sees_a_circle():
 # The composition root and the entry points that drive every kind alike:
 # they talk to ``registry.Vgpus`` and the kinds' hooks (backends.base),
 # never to one kind.
-KIND_AGNOSTIC = ('environment', 'guests.hook', 'guests.restore',
+KIND_AGNOSTIC = ('environment', 'guests.hook', 'host.restore',
                  'guests.reconcile')
 # Words of a kind's own vocabulary (classic mdev, mdevctl, NVIDIA's
 # vendor interface), in an identifier split at '_' and case changes.

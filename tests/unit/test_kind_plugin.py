@@ -23,7 +23,7 @@ from libvirt_gpu.guests import hook
 from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
 from libvirt_gpu.guests import reconcile
-from libvirt_gpu.guests import restore
+from libvirt_gpu.host import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.store import state
 from libvirt_gpu.devices import sysfs as sysfs_mod
