@@ -44,6 +44,10 @@ FORBIDDEN = {
                                     'store.state', 'environment',
                                     'virt.host', 'virt.guest',
                                     'devices.discovery', 'simulator'),
+    # Cyborg's objects, as plain records: the same doors as Placement's
+    'openstack.cyborg_objects': ENTRY + (
+        'devices.backends', 'store.allocator', 'store.state', 'environment',
+        'virt.host', 'virt.guest', 'devices.discovery', 'simulator'),
     'simulator': ENTRY + ('devices.backends', 'store.allocator',
                           'store.state', 'environment',
                           'openstack.placement', 'virt.host', 'virt.guest',
@@ -107,6 +111,7 @@ LEVELS = (
     ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
     ('devices.layout_apply',),
     ('store.state',), ('store.allocator',), ('openstack.placement',),
+    ('openstack.cyborg_objects',),
     ('environment',), ('guests.migration', 'guests.holders'),
     ('guests.api',), ('guests.hook',),
     ('guests.reconcile',), ('host.restore',), ('openstack.agent',),

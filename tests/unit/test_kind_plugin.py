@@ -198,7 +198,7 @@ def test_cyborg_is_not_offered_the_toy_vgpus(toy):
     from libvirt_gpu.openstack import cyborg_driver
     from libvirt_gpu.devices import discovery
     from tests.doubles import kinds
-    from libvirt_gpu.openstack.placement import cyborg_objects
+    from libvirt_gpu.openstack import cyborg_objects
     root, _, config = toy
     found = cyborg_driver.discover_records('vm', config)
     assert [d.deployable_list for d in found] == [(), ()]
