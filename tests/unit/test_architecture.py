@@ -120,9 +120,10 @@ LEVELS = (
 # discovery, below the kinds, takes them from its caller (an Environment's
 # kind_classes) and imports no kind and no registry (issue 27).
 
-# The folders that group the rooms by layer: packages that hold rooms and
+# The folders that group the rooms by what they are about (not by layer:
+# a folder holds rooms of several ranks): packages that hold rooms and
 # nothing else (their __init__ is a docstring), so no room of their own.
-FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
+FOLDERS = {'util': 'helpers below every layer: records, files, XML, bounds',
            'virt': 'the libvirt layer: connection, domain, XML',
            'devices': 'the host side: its GPUs and the vGPU kinds',
            'store': "the host's state: leases, the allocator, figures",
