@@ -8,6 +8,8 @@ one it must not: vGPU kinds know nothing of their callers, the pure rules
 entry points are imported only by the CLI, the product never imports the
 simulator, and the hook's start-up path stays free of oslo.config and
 libvirt.  A failure names the importing module and the module it reached.
+Over the folders, the same walk checks that no folder imports a folder
+that imports it.
 
 The same walk keeps the tests' own layers: unit tests and the shared
 doubles never import the functional tests (which need root, a real
