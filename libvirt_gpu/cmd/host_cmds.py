@@ -213,7 +213,7 @@ def cmd_types(ctx):
 
 def cmd_discover(ctx):
     from libvirt_gpu.devices import routes
-    from libvirt_gpu.openstack.placement import cyborg_objects
+    from libvirt_gpu.openstack import cyborg_objects
     devices, withheld = cyborg_objects.host_devices(
         ctx.hostname, ctx.result.gpus, ctx.enabled, ctx.conf.gpu,
         carved=ctx.env.carved.gpus, cyborg=ctx.env.routes.of(routes.CYBORG),

@@ -13,7 +13,7 @@ def _progress(result):
 
 def _run(ctx, dry_run):
     from libvirt_gpu.devices import layout_apply
-    from libvirt_gpu.guests import restore
+    from libvirt_gpu.host import restore
     from libvirt_gpu import objects
     only = None
     if getattr(ctx.args, 'gpu', None):

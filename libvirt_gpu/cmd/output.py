@@ -292,7 +292,7 @@ def installed_text(done):
 def cyborg_devices_to_json(devices):
     """``discover --json``: the Cyborg driver's ``DriverDevice`` records as
     plain data, field for field (``cyborg_objects.to_primitive``)."""
-    from libvirt_gpu.openstack.placement import cyborg_objects
+    from libvirt_gpu.openstack import cyborg_objects
     return cyborg_objects.to_primitive(tuple(devices))
 
 

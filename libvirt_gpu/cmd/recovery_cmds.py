@@ -22,7 +22,7 @@ def cmd_reconcile(ctx):
 
 
 def cmd_restore(ctx):
-    from libvirt_gpu.guests import restore
+    from libvirt_gpu.host import restore
     _check_dir_option('--mdevctl-dir', ctx.args.mdevctl_dir)
     env = ctx.environment()
     owner = vf_user = leftovers = None
@@ -44,7 +44,7 @@ def _leftovers(env, uri):
     """restore's step 5 on this host: ``reconcile.leftovers`` with
     libvirt at ``uri``, at boot, its findings as restore's actions."""
     from libvirt_gpu.guests import reconcile
-    from libvirt_gpu.guests import restore
+    from libvirt_gpu.host import restore
     actions = {reconcile.REMOVED: restore.UNDEFINED,
                reconcile.WOULD_REMOVE: restore.WOULD,
                reconcile.KEPT: restore.SKIPPED,

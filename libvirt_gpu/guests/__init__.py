@@ -1,3 +1,2 @@
 """The guest side: the public API (attach, detach), live migration, the
-qemu hook, and putting a host back after crashes (``reconcile``) and
-reboots (``restore``)."""
+qemu hook, and the leftovers that crashes leave behind (``reconcile``)."""

@@ -15,7 +15,7 @@ Cyborg's agent loads it through stevedore (entry point
 - The GPUs are read as ``libvirt-gpu`` reads them: libvirt at
   ``[libvirt]/connection_uri`` when the libvirt binding is installed
   beside Cyborg, else sysfs at ``[DEFAULT]/sysfs_root``; never ``lspci``.
-- The objects are ``placement.cyborg_objects`` records (the records
+- The objects are ``openstack.cyborg_objects`` records (the records
   ``libvirt-gpu discover --json`` prints) turned into Cyborg's own objects
   here.  Every GPU we manage is a device; one of which nothing can go to a
   guest through Cyborg (a vendor-interface vGPU type among them, a GPU
@@ -139,7 +139,7 @@ def discover_records(hostname, config_file=None, environ=None):
     remove or change devices by mistake."""
     from libvirt_gpu import conf as conf_mod
     from libvirt_gpu import environment
-    from libvirt_gpu.openstack.placement import cyborg_objects
+    from libvirt_gpu.openstack import cyborg_objects
 
     conf = conf_mod.load(config_file, environ=environ)
     refusal = uri_refusal(conf.libvirt.connection_uri)

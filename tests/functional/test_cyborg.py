@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from tests.functional import cyborg_env
 from tests.functional import placement_server
 

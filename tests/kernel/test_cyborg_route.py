@@ -18,7 +18,7 @@ import uuid as uuidlib
 import pytest
 
 from libvirt_gpu.guests import reconcile as reconcile_mod
-from libvirt_gpu.guests import restore as restore_mod
+from libvirt_gpu.host import restore as restore_mod
 from tests.kernel import conftest
 from tests.kernel import lab as lab_mod
 from tests.kernel import product

@@ -21,7 +21,7 @@ from libvirt_gpu.cmd import output
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data',
                       'golden')
 NOT_FOR_LIST = ('keystoneauth1', 'libvirt', 'lxml', 'libvirt_gpu.simulator',
-                'libvirt_gpu.openstack.placement.cyborg_objects',
+                'libvirt_gpu.openstack.cyborg_objects',
                 'libvirt_gpu.virt.host')
 # Once the settings snapshot is written (the first run loads oslo.config,
 # which imports logging and typing itself), not even these.

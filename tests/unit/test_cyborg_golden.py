@@ -18,7 +18,7 @@ strings byte for byte:
   says how to regenerate it).  Our driver reads the same hosts with the
   same configuration, and every object must be equal, except where
   Cyborg's driver is wrong; each such difference is named
-  (``placement/cyborg_objects.py``, docs/admin/cyborg.md) and checked to
+  (``openstack/cyborg_objects.py``, docs/admin/cyborg.md) and checked to
   be what it says:
 
   - ``vf``: Cyborg reports every SR-IOV VF as a whole GPU of its own (its
@@ -54,7 +54,7 @@ from libvirt_gpu.openstack import cyborg_driver
 from libvirt_gpu.devices import discovery
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu import objects
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.util import records
 from libvirt_gpu import simulator
@@ -606,11 +606,15 @@ def test_no_lspci_nor_any_other_program(tmp_path, hosts, monkeypatch):
 
 
 def test_one_cyborg_model():
-    # placement/cyborg_objects.py is the one Cyborg model: the look-alike
-    # (placement/cyborg.py, what discover printed) is gone for good.
-    placement_dir = os.path.join(REPO, 'libvirt_gpu', 'openstack', 'placement')
-    assert sorted(n for n in os.listdir(placement_dir)
-                  if n.startswith('cyborg')) == ['cyborg_objects.py']
+    # openstack/cyborg_objects.py, beside the driver, is the one Cyborg
+    # model: the look-alike (placement/cyborg.py, what discover printed)
+    # is gone for good, and Placement's folder holds nothing of Cyborg's.
+    openstack_dir = os.path.join(REPO, 'libvirt_gpu', 'openstack')
+    assert sorted(n for n in os.listdir(openstack_dir)
+                  if n.startswith('cyborg')) == ['cyborg_driver.py',
+                                                 'cyborg_objects.py']
+    assert [n for n in os.listdir(os.path.join(openstack_dir, 'placement'))
+            if 'cyborg' in n] == []
 
 
 def test_discover_text_names_every_device_and_why(tmp_path, hosts, capsys):

@@ -17,7 +17,7 @@ import pytest
 
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import objects
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kinds

@@ -3,6 +3,9 @@
 - docs/dev/architecture.md's module table is ``LEVELS`` of
   tests/unit/test_architecture.py, row for row: rename, add or move a
   module and this fails until the table says so;
+- its folder table names every folder of libvirt_gpu/ and, in the row of
+  its folder, every module once; the folders under the root come from the
+  floor up (none imports one of a row below it);
 - the README stays a front page (at most 300 lines) with its "Install on
   a host" section;
 - no figure of an earlier run is quoted as history ("17 min 35 s", "this
@@ -13,6 +16,7 @@
   CLI's own parser, and the README's commands for a simulated host run.
 """
 
+import ast
 import glob
 import os
 import re
@@ -122,6 +126,166 @@ def test_the_table_reader_sees_a_renamed_module():
             '| `not_a_row.py` | z |\n')
     assert table_rows(text) == [{'exception', 'sysfs'},
                                 {'backends.nvidia_vgpu.names'}]
+
+
+# --- (a) the folder table is the package's folders and modules -----------
+
+def folder_rows(text):
+    """The folder table of architecture.md's "The folders" section, in
+    order: ``(folder, modules, folders)`` per row, the folder relative to
+    the package (``''``: the root; ``devices/backends``), then the module
+    (``x.py``) and folder (``x/``) names its second column gives in
+    backquotes, bare, as often as it gives them."""
+    section = text.split('## The folders', 1)[1].split('\n## ', 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = line.split('|')
+        if not line.startswith('|') or len(cells) < 4:
+            continue
+        folder = re.fullmatch(r'\s*`libvirt_gpu/((?:\w+/)*)`\s*', cells[1])
+        if folder is None:
+            continue                    # the heading and its rule
+        names = re.findall(r'`([^`]+)`', '|'.join(cells[2:]))
+        rows.append((folder.group(1).rstrip('/'),
+                     [n for n in names if re.fullmatch(r'\w+\.py', n)],
+                     [n[:-1] for n in names if re.fullmatch(r'\w+/', n)]))
+    return rows
+
+
+def _holds_code(path):
+    """Whether a package's ``__init__.py`` holds more than a docstring and
+    plain assignments (the root's version): re-exports, functions."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    return any(not isinstance(node, (ast.Expr, ast.Assign))
+               or isinstance(node, ast.Expr) and not isinstance(
+                   node.value, ast.Constant) for node in tree.body)
+
+
+def package_folders(package_dir=PACKAGE_DIR):
+    """``{folder: (modules, directories)}`` of every folder of the package
+    (a directory with an ``__init__.py``, at any depth; ``''``: the root):
+    its modules (``x.py``; ``__init__.py`` where it holds code) and the
+    directories in it (its folders, and data such as ``profiles``)."""
+    found = {}
+    for directory, dirs, files in os.walk(package_dir):
+        dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+        if '__init__.py' not in files:
+            continue
+        rel = os.path.relpath(directory, package_dir)
+        modules = {f for f in files if f.endswith('.py') and (
+            f != '__init__.py' or _holds_code(os.path.join(directory, f)))}
+        found['' if rel == '.' else rel.replace(os.sep, '/')] = (
+            modules, set(dirs))
+    return found
+
+
+def folder_table_errors(rows, folders):
+    """What the folder table ``rows`` (``folder_rows``) says wrong of the
+    package's ``folders`` (``package_folders``), one line each."""
+    errors = []
+    named = [folder for folder, _, _ in rows]
+    for folder in sorted(set(folders) - set(named)):
+        errors.append('no row for libvirt_gpu/%s: add one naming %s' % (
+            folder + '/' if folder else '', ', '.join(sorted(
+                folders[folder][0])) or 'its folders'))
+    for folder in sorted(set(named) - set(folders)):
+        errors.append('a row for libvirt_gpu/%s, which is no folder of '
+                      'the package' % (folder + '/' if folder else ''))
+    for folder in sorted({f for f in named if named.count(f) > 1}):
+        errors.append('libvirt_gpu/%s/ has %d rows' % (
+            folder, named.count(folder)))
+    for folder, modules, dirs in rows:
+        if folder not in folders:
+            continue
+        where = 'libvirt_gpu/%s' % (folder + '/' if folder else '')
+        have, subdirs = folders[folder]
+        for name in sorted({m for m in modules if modules.count(m) > 1}):
+            errors.append('%s: %s named %d times' % (
+                where, name, modules.count(name)))
+        for name in sorted(have - set(modules)):
+            errors.append('%s: %s is not named' % (where, name))
+        for name in sorted(set(modules) - have):
+            errors.append('%s: %s is no module of this folder' % (
+                where, name))
+        for name in sorted(set(dirs) - subdirs):
+            errors.append('%s: %s/ is no directory of this folder' % (
+                where, name))
+    return errors
+
+
+def test_the_folder_table_names_every_folder_and_module_once():
+    rows = folder_rows(_read(ARCHITECTURE))
+    assert rows, 'no folder table found under "## The folders"'
+    errors = folder_table_errors(rows, package_folders())
+    assert errors == [], (
+        "docs/dev/architecture.md's folder table differs from "
+        'libvirt_gpu/:\n%s' % '\n'.join(errors))
+
+
+def test_the_layer_folders_come_from_the_floor_up():
+    """Each folder under the root imports only folders of the rows above
+    it (the root's modules, which sit at several rows of the rooms' table,
+    aside, and the arrows test_architecture excuses)."""
+    order = [folder for folder, _, _ in folder_rows(_read(ARCHITECTURE))
+             if folder and '/' not in folder]
+    excused = {(a.split('.')[0], b.split('.')[0])
+               for a, b in test_architecture.FOLDER_ARROWS_EXCUSED}
+    arrows = test_architecture.folder_graph(
+        test_architecture.door_graph(), top=True, excused=excused)
+    assert set(order) == {f for f in package_folders()
+                          if f and '/' not in f}, order
+    below = folders_below(order, arrows)
+    assert below == [], below
+
+
+def folders_below(order, arrows):
+    """Each folder of ``order`` (the rows, from the floor up) that imports
+    one of a row below it (``arrows``: test_architecture.folder_graph),
+    one line each, naming a module that does."""
+    return sorted('%s imports %s, on a row below it (%s)' % (
+        folder, target, arrows[folder][target][0][0])
+        for i, folder in enumerate(order)
+        for target in arrows.get(folder, ())
+        if target in order[i + 1:])
+
+
+def test_the_folder_table_check_sees_what_is_wrong(tmp_path):
+    text = ('## The folders\n\n| folder | what is in it |\n|---|---|\n'
+            '| `libvirt_gpu/` | `exception.py` and `sub/` |\n'
+            '| `libvirt_gpu/sub/` | `a.py`, `a.py`, `c.py` and `data/` |\n'
+            '| `libvirt_gpu/gone/` | `x.py` |\n\n## The rooms\n'
+            '| `libvirt_gpu/other/` | `y.py` |\n')
+    rows = folder_rows(text)
+    assert rows == [('', ['exception.py'], ['sub']),
+                    ('sub', ['a.py', 'a.py', 'c.py'], ['data']),
+                    ('gone', ['x.py'], [])]
+    package = tmp_path / 'libvirt_gpu'
+    for rel in ('sub', 'sub/inner', 'sub/data'):
+        (package / rel).mkdir(parents=True)
+    (package / '__init__.py').write_text('"""The package."""\nv = 1\n')
+    (package / 'exception.py').write_text('')
+    (package / 'sub' / '__init__.py').write_text('"""Only a docstring."""\n')
+    (package / 'sub' / 'a.py').write_text('')
+    (package / 'sub' / 'b.py').write_text('')
+    (package / 'sub' / 'inner' / '__init__.py').write_text(
+        'from libvirt_gpu.sub import a  # noqa\n')
+    folders = package_folders(str(package))
+    assert folders == {'': ({'exception.py'}, {'sub'}),
+                       'sub': ({'a.py', 'b.py'}, {'data', 'inner'}),
+                       'sub/inner': ({'__init__.py'}, set())}
+    assert folder_table_errors(rows, folders) == [
+        'no row for libvirt_gpu/sub/inner/: add one naming __init__.py',
+        'a row for libvirt_gpu/gone/, which is no folder of the package',
+        'libvirt_gpu/sub/: a.py named 2 times',
+        'libvirt_gpu/sub/: b.py is not named',
+        'libvirt_gpu/sub/: c.py is no module of this folder']
+    # a row above a folder it imports
+    arrows = {'store': {'devices': [('store.allocator', 'devices.capacity')],
+                        'util': [('store.state', 'util.fileutil')]}}
+    assert folders_below(['util', 'store', 'devices'], arrows) == [
+        'store imports devices, on a row below it (store.allocator)']
+    assert folders_below(['util', 'devices', 'store'], arrows) == []
 
 
 # --- (b) the README is a front page ----------------------------------------

@@ -11,7 +11,7 @@ from libvirt_gpu.devices import pciids
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.cmd import main as cli
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from tests.doubles import h100
 from tests.doubles import tables

@@ -23,7 +23,7 @@ from libvirt_gpu.guests import hook
 from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
 from libvirt_gpu.guests import reconcile
-from libvirt_gpu.guests import restore
+from libvirt_gpu.host import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.store import state
 from libvirt_gpu.devices import sysfs as sysfs_mod
@@ -198,7 +198,7 @@ def test_cyborg_is_not_offered_the_toy_vgpus(toy):
     from libvirt_gpu.openstack import cyborg_driver
     from libvirt_gpu.devices import discovery
     from tests.doubles import kinds
-    from libvirt_gpu.openstack.placement import cyborg_objects
+    from libvirt_gpu.openstack import cyborg_objects
     root, _, config = toy
     found = cyborg_driver.discover_records('vm', config)
     assert [d.deployable_list for d in found] == [(), ()]

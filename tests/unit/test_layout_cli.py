@@ -13,7 +13,7 @@ import pytest
 
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu import environment
-from libvirt_gpu.guests import restore
+from libvirt_gpu.host import restore
 from libvirt_gpu import simulator
 from tests.doubles import kernel_sysfs
 

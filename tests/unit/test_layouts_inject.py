@@ -443,7 +443,7 @@ def test_a_gpu_instance_left_without_its_compute_instance_is_made_again(
 def test_restore_applies_a_layout_then_finds_it_in_place(tmp_path):
     """``restore`` brings the layouts back first: each step said as
     restore's own actions (would / applied / ok), per GPU."""
-    from libvirt_gpu.guests import restore as restore_mod
+    from libvirt_gpu.host import restore as restore_mod
     host = Host(tmp_path, L40S)
     env = host.env(L40S.layout)
 

@@ -1,5 +1,5 @@
 """What the Placement sync (``placement.sync``) and the Cyborg objects
-(``placement.cyborg_objects``) promise that test_placement_sync and
+(``openstack.cyborg_objects``) promise that test_placement_sync and
 test_cyborg_golden left open: each test here fails on a change ``make
 mutation`` made that the rest stayed green on (docs/dev/mutation.md).
 
@@ -19,7 +19,7 @@ from libvirt_gpu import environment
 from libvirt_gpu import objects
 from libvirt_gpu.openstack import cyborg_driver
 from libvirt_gpu.openstack.placement import client as pc
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.openstack.placement import sync
 from libvirt_gpu.openstack.placement import traits as traits_mod

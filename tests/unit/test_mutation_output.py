@@ -21,7 +21,7 @@ from libvirt_gpu.devices import capacity
 from libvirt_gpu.guests import api
 from libvirt_gpu.guests import migration
 from libvirt_gpu.guests.hook import installer
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.openstack.placement import tree as tree_mod
 from libvirt_gpu.util import records

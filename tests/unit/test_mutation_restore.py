@@ -1,4 +1,4 @@
-"""What ``libvirt-gpu restore`` (guests/restore.py) promises that
+"""What ``libvirt-gpu restore`` (host/restore.py) promises that
 test_restore, test_nova_carving and test_layouts_inject left open: each
 test here fails on a change ``make mutation`` made that the rest stayed
 green on (docs/dev/mutation.md) -- the report's shape and wording, each
@@ -18,7 +18,7 @@ from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
-from libvirt_gpu.guests import restore
+from libvirt_gpu.host import restore
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.store import figures
 from tests.unit.test_restore import define

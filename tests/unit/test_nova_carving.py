@@ -17,7 +17,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import carving
-from libvirt_gpu.guests import restore
+from libvirt_gpu.host import restore
 from libvirt_gpu.simulator import loading
 from tests.doubles import kernel_sysfs
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (

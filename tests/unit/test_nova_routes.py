@@ -17,7 +17,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.guests import hook
 from libvirt_gpu.guests import reconcile
 from libvirt_gpu.openstack import cyborg_driver
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.openstack.placement import tree as tree_mod
 from libvirt_gpu.store import allocator as allocator_mod

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from libvirt_gpu import objects
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.openstack.placement import traits
 from libvirt_gpu.openstack.placement import tree

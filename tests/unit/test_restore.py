@@ -15,7 +15,7 @@ from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import objects
-from libvirt_gpu.guests import restore
+from libvirt_gpu.host import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import loading

@@ -340,12 +340,12 @@ def test_a_dry_run_of_the_leftovers_takes_no_lock(world):
 # -- restore: other routes' definitions and its step 5 -----------------------
 
 def _restore(world, owners=CYBORG_A, **kwargs):
-    from libvirt_gpu.guests import restore
+    from libvirt_gpu.host import restore
     return restore.Restore(world.env().replace(routes=owners), **kwargs)
 
 
 def test_restore_starts_no_definition_of_another_routes_gpu(world):
-    from libvirt_gpu.guests import restore
+    from libvirt_gpu.host import restore
     cyborgs, ours = th.new_uuid(), th.new_uuid()
     define(world, cyborgs, parent=A)
     define(world, ours, parent=B)
@@ -361,7 +361,7 @@ def test_restore_starts_no_definition_of_another_routes_gpu(world):
 
 
 def test_restore_step_5_without_libvirt_with_it_and_failing(world):
-    from libvirt_gpu.guests import restore
+    from libvirt_gpu.host import restore
     # no Cyborg GPU: nothing to judge, nothing said
     run_ = _restore(world, owners=routes.Routes())
     run_.other_routes()

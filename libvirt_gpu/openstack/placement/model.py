@@ -5,7 +5,7 @@
     └── <hostname>_0000:af:00.0             VGPU total N, traits
 
 Names and UUIDs (``tree.provider_uuid``) are the ones OpenStack Cyborg
-gives the deployable of a GPU (``placement.cyborg_objects``).
+gives the deployable of a GPU (``openstack.cyborg_objects``).
 
 One provider per *physical* GPU, named after its address (the PF's, for a
 GPU with SR-IOV): never one per VF, and VFs are never offered whole.  A
