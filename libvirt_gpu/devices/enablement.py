@@ -102,10 +102,11 @@ def resolve(conf, gpus, layouts):
 
     ``gpus`` are the discovered ``objects.Gpu``; ``layouts`` the
     configuration's layouts resolved against them (``{PciAddress:
-    Layout}``, ``Environment.layouts``: read once, by the caller).  Returns an ``Enabled``
-    ``{PciAddress: EnabledType}``, keyed by *physical* GPU: a GPU with
-    SR-IOV is named by its PF address, and the type counts as offered when
-    the PF or any of its VFs offers it (``Gpu.offered_type``).  Raises
+    Layout}``, ``Environment.layouts``: read once, by the caller).
+    Returns an ``Enabled`` ``{PciAddress: EnabledType}``, keyed by
+    *physical* GPU: a GPU with SR-IOV is named by its PF address, and the
+    type counts as offered when the PF or any of its VFs offers it
+    (``Gpu.offered_type``).  Raises
     ConfigError for: an invalid address, an address claimed by two types, a
     type the GPU at an address does not offer (or no GPU there), the
     address of a VF (name its physical GPU instead: capacity, the Placement

@@ -23,3 +23,15 @@ def carved(conf, gpus, enabled_types, known_names=None):
     """``carving.resolve`` of ``conf`` on ``gpus``, with their layouts."""
     return carving.resolve(conf, gpus, enabled_types, of(conf, gpus),
                            known_names)
+
+
+def converge(env, names=None, **kwargs):
+    """``layout_apply.converge`` of the host ``env``
+    (``environment.Environment``), handed its parts as the CLI hands them
+    (``cmd.layout_cmds``): its layouts, GPUs, NVML, sysfs, state directory
+    and the holders its lease store names (``names``: ``{Uuid: domain
+    name}``)."""
+    from libvirt_gpu.devices import layout_apply
+    return layout_apply.converge(
+        env.layouts, env.discovered.gpus, env.nvml, env.sysfs, env.state_dir,
+        holders=layout_apply.lease_holders(env.store, names), **kwargs)
