@@ -36,7 +36,7 @@ there is one, its configuration and where discovery reads the host
                 another route
 
 Every entry point takes one and builds none of these itself: the CLI
-(``cmd.context.Context.env``), the agent (``agent.serve``), the exporter
+(``cmd.context.Context.env``; the agent's cycles too), the exporter
 (``exporter.HostCollector``), the API (its ``conn`` may be one), the hook
 (``for_hook``), reconcile and restore.  Only they hold it: each hands the
 modules below the parts those use (``layout_apply.converge`` its layouts,
