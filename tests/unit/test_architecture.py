@@ -847,7 +847,8 @@ KIND_FROM_ENVIRONMENT = (
 def env_receivers(path):
     """``{function: [what]}`` of ``path``: each function (by its qualified
     name, ``Class.method``; ``<module>`` outside any) with a parameter
-    named ``env`` or that reads ``env.<part>``."""
+    named ``env`` or that reads ``env.<part>`` (``self.env.<part>``
+    too)."""
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     found = {}
@@ -867,11 +868,15 @@ def env_receivers(path):
                         name = '.'.join(inner) or '<module>'
                         found.setdefault(name, []).append(
                             '%d: parameter env' % child.lineno)
-            if isinstance(child, ast.Attribute) and isinstance(
-                    child.value, ast.Name) and child.value.id == 'env':
+            if isinstance(child, ast.Attribute) and (
+                    isinstance(child.value, ast.Name)
+                    and child.value.id == 'env'
+                    or isinstance(child.value, ast.Attribute)
+                    and child.value.attr == 'env'):
                 name = '.'.join(scope) or '<module>'
                 found.setdefault(name, []).append(
-                    '%d: reads env.%s' % (child.lineno, child.attr))
+                    '%d: reads %s' % (child.lineno, _dotted(child)
+                                      or 'env.' + child.attr))
             walk(child, inner)
     walk(tree, ())
     return found
@@ -906,11 +911,15 @@ def test_the_environment_check_sees_a_receiver(tmp_path):
         '        return env.discovered.gpus\n'
         'def fine(environment, gpus):\n'
         '    return gpus\n'
-        'f = lambda env: 1\n')
+        'f = lambda env: 1\n'
+        'class Kept:\n'
+        '    def run(self):\n'
+        '        return self.env.store\n')
     assert env_receivers(str(probe)) == {
         'converge': ['1: parameter env'],
         'Tree.build': ['6: reads env.discovered'],
-        '<module>': ['9: parameter env']}
+        '<module>': ['9: parameter env'],
+        'Kept.run': ['12: reads self.env.store']}
 
 
 # --- the folders say what the layers are -------------------------------------
