@@ -12,6 +12,10 @@ there is one, its configuration and where discovery reads the host
                 the host allow it (``nvml.source``), else None
 ``discovered``  the host as discovered (``objects.DiscoveryResult``:
                 the GPUs, named, with what NVML says)
+``layouts``     ``{PciAddress: Layout}``: the configuration's layouts
+                (``[gpu]/layouts``) parsed and resolved against this
+                host's GPUs once (the one place they are:
+                ``layout.claims``); none without a configuration
 ``enabled``     ``{PciAddress: EnabledType}``: the enabled vGPU type of
                 each GPU (of a GPU in a layout: its layout's first type),
                 resolved against this host (the one place it is:
@@ -32,9 +36,13 @@ there is one, its configuration and where discovery reads the host
                 another route
 
 Every entry point takes one and builds none of these itself: the CLI
-(``cmd.context.Context.env``), the agent (``agent.serve``), the exporter
+(``cmd.context.Context.env``; the agent's cycles too), the exporter
 (``exporter.HostCollector``), the API (its ``conn`` may be one), the hook
-(``for_hook``), reconcile and restore.  ``from_conf`` builds it from
+(``for_hook``), reconcile and restore.  Only they hold it: each hands the
+modules below the parts those use (``layout_apply.converge`` its layouts,
+GPUs, NVML, sysfs and lease holders; ``placement.model.host_tree`` its
+GPUs, enabled types, carved GPUs, kinds' rooms and other routes' GPUs),
+never the ``Environment`` itself.  ``from_conf`` builds it from
 oslo.config (or the CLI's snapshot of it); ``for_hook`` from the hook's
 settings snapshot, without importing oslo.config or libvirt (the hook runs
 on every guest start).  A long-lived process that must see the host anew
@@ -65,8 +73,8 @@ class Source:
 
 
 # Parts that follow from discovery: rediscover() builds them again.
-_DISCOVERED = ('_found', 'discovered', 'enabled', 'carved', 'routes',
-               'allocator', 'pci')
+_DISCOVERED = ('_found', 'discovered', 'layouts', 'enabled', 'carved',
+               'routes', 'allocator', 'pci')
 # What the enabled types are resolved from: replace() changing one of
 # these resolves them again.
 _RESOLVED_FROM = {'sysfs', 'sysfs_root', 'conf', 'kinds', 'source'}
@@ -278,11 +286,24 @@ class Environment(object):
         return state.LeaseStore(self.state_dir, sysfs_root=self.sysfs.root)
 
     @functools.cached_property
+    def layouts(self):
+        """``{PciAddress: Layout}``: the layouts of the configuration
+        (``[gpu]/layouts``), each read and checked once and resolved
+        against this host's GPUs (``layout.claims``); empty without a
+        configuration (the hook's enabled types come from its
+        snapshot)."""
+        if self.conf is None:
+            return {}
+        from libvirt_gpu.devices import layout as layout_mod
+        return layout_mod.claims(layout_mod.read_layouts(self.conf),
+                                 self._found.gpus)
+
+    @functools.cached_property
     def enabled(self):
         """``{PciAddress: EnabledType}`` resolved against this host: the
         one place the configuration's enabled types meet the GPUs."""
         from libvirt_gpu.devices import enablement
-        return enablement.resolve(self.conf, self._found.gpus)
+        return enablement.resolve(self.conf, self._found.gpus, self.layouts)
 
     @functools.cached_property
     def carved(self):
@@ -296,7 +317,7 @@ class Environment(object):
         if self.conf is None:
             return carved
         return records.replace(carved, planned=carving.resolve(
-            self.conf, self._found.gpus, self.enabled,
+            self.conf, self._found.gpus, self.enabled, self.layouts,
             known_names={e.type_id: e.type_name
                          for e in carved.recorded if e.type_name}))
 

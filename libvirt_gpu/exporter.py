@@ -502,7 +502,7 @@ def read_layout_views(env, gpus):
     with vGPU types, and of every GPU in a layout; None when there is
     nothing to read (no layout, and no NVML or driver).  A layout's GPU
     NVML cannot answer for is an error (the part is unreadable)."""
-    by_gpu = layout_apply.layouts_by_gpu(env)
+    by_gpu = env.layouts
     if env.nvml is None:
         if by_gpu:
             raise nvml_mod.NvmlUnavailable(

@@ -20,11 +20,13 @@ def _run(ctx, dry_run):
         only = objects.PciAddress.parse(ctx.args.gpu)
     env = ctx.environment()
     report = layout_apply.converge(
-        env, only=only, dry_run=dry_run,
+        env.layouts, env.discovered.gpus, env.nvml, env.sysfs, env.state_dir,
+        holders=layout_apply.lease_holders(env.store, _domain_names(ctx)),
+        only=only, dry_run=dry_run,
         progress=None if dry_run else _progress,
         sriov_manage=restore.sriov_manage_for(env.sysfs_root,
                                               ctx.args.sriov_manage),
-        names=_domain_names(ctx), lock_timeout=ctx.args.wait)
+        lock_timeout=ctx.args.wait)
     output.emit_report(report, as_json=ctx.args.json)
     return 1 if report.failed else 0
 

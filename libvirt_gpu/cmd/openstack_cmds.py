@@ -5,9 +5,21 @@ from libvirt_gpu import exception
 from libvirt_gpu.cmd import output
 
 
-def _tree(ctx):
+def provider_tree(env, hostname):
+    """The provider tree of the host ``env`` (an
+    ``environment.Environment``) as ``hostname``: ``model.host_tree`` of
+    the parts it takes (the GPUs as discovered, the enabled types, the
+    ``[gpu]`` options, the GPUs carved for Nova, the kinds' rooms, the
+    GPUs of other routes)."""
     from libvirt_gpu.openstack.placement import model
-    return model.host_tree(ctx.env, ctx.hostname)
+    return model.host_tree(hostname, env.discovered.gpus, env.enabled,
+                           env.conf.gpu, carved=env.carved.gpus,
+                           rooms=env.vgpus.rooms(env.enabled),
+                           foreign=env.routes.owners)
+
+
+def _tree(ctx):
+    return provider_tree(ctx.env, ctx.hostname)
 
 
 def cmd_placement_show(ctx):
@@ -47,8 +59,14 @@ def cmd_agent(ctx):
     from libvirt_gpu.openstack import agent
     _check_url(ctx.args.url)
     # a process that lives on reads the host in one process
-    report = agent.serve(ctx.env.replace(parallel=False), ctx.hostname,
-                         once=ctx.args.once, url=ctx.args.url)
+    env = ctx.env.replace(parallel=False)
+    hostname = ctx.hostname
+
+    def discover():
+        # every cycle sees the host anew
+        return provider_tree(env.rediscover(), hostname)
+    report = agent.serve(env.conf, discover, once=ctx.args.once,
+                         url=ctx.args.url)
     return 1 if report is not None and report.failed else 0
 
 

@@ -340,23 +340,23 @@ def matching(found, gpus):
     return claimed
 
 
-def resolve(conf, gpus, enabled, known_names=None):
+def resolve(conf, gpus, enabled, layouts, known_names=None):
     """The ``CarvedGpu``s of the configuration ``conf`` on a host whose
-    GPUs (``objects.Gpu``, PFs with their VFs) are ``gpus`` and whose own
-    vGPU route enables ``enabled`` (``{PciAddress: EnabledType}``), in
-    address order; ConfigError for what the module doc lists.
+    GPUs (``objects.Gpu``, PFs with their VFs) are ``gpus``, whose own
+    vGPU route enables ``enabled`` (``{PciAddress: EnabledType}``) and
+    whose layouts are ``layouts`` (``{PciAddress: Layout}``,
+    ``Environment.layouts``), in address order; ConfigError for what the
+    module doc lists.
     ``known_names``: ``{type_id: name}`` for types the GPUs list without
     a name (the record's)."""
     found = carvings(conf)
     if not found:
         return ()
-    from libvirt_gpu.devices import layout as layout_mod
-    in_layout = layout_mod.claims(layout_mod.read_layouts(conf), gpus)
     by_address = {gpu.address: gpu for gpu in gpus}
     carved = []
     for address, carving in sorted(matching(found, gpus).items()):
         setting = enabled.get(address)
-        if setting is not None and address not in in_layout:
+        if setting is not None and address not in layouts:
             raise exception.ConfigError(
                 reason='a GPU can\'t be claimed by two routes: [%s] carves '
                        '%s for Nova and [gpu]/enabled_vgpu_types enables %s '

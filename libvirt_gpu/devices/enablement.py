@@ -97,20 +97,22 @@ def device_addresses(conf, type_id):
     return found
 
 
-def resolve(conf, gpus):
+def resolve(conf, gpus, layouts):
     """Map each GPU address to what configuration enables on it.
 
-    ``gpus`` are the discovered ``objects.Gpu``.  Returns an ``Enabled``
-    ``{PciAddress: EnabledType}``, keyed by *physical* GPU: a GPU with
-    SR-IOV is named by its PF address, and the type counts as offered when
-    the PF or any of its VFs offers it (``Gpu.offered_type``).  Raises
+    ``gpus`` are the discovered ``objects.Gpu``; ``layouts`` the
+    configuration's layouts resolved against them (``{PciAddress:
+    Layout}``, ``Environment.layouts``: read once, by the caller).
+    Returns an ``Enabled`` ``{PciAddress: EnabledType}``, keyed by
+    *physical* GPU: a GPU with SR-IOV is named by its PF address, and the
+    type counts as offered when the PF or any of its VFs offers it
+    (``Gpu.offered_type``).  Raises
     ConfigError for: an invalid address, an address claimed by two types, a
     type the GPU at an address does not offer (or no GPU there), the
     address of a VF (name its physical GPU instead: capacity, the Placement
     provider and the configuration are per physical GPU), several
-    enabled types of which one lists no addresses, and the layouts'
-    errors (``layout.read_layouts``, ``layout.claims``; a GPU in a layout
-    and in ``device_addresses``).
+    enabled types of which one lists no addresses, and a GPU in a layout
+    and in ``device_addresses``.
     """
     types = list(conf.gpu.enabled_vgpu_types)
     if len(set(types)) != len(types):
@@ -118,8 +120,6 @@ def resolve(conf, gpus):
             reason='[gpu]/enabled_vgpu_types lists a type twice: %s'
             % ', '.join(types))
     by_address = {gpu.address: gpu for gpu in gpus}
-    from libvirt_gpu.devices import layout as layout_mod
-    in_layout = layout_mod.claims(layout_mod.read_layouts(conf), gpus)
     enabled = {}
     claimed_by = {}
     for type_id in types:
@@ -149,7 +149,7 @@ def resolve(conf, gpus):
                            'each GPU to one type only'
                            % (address, claimed_by[address], type_id))
             claimed_by[address] = type_id
-            _not_in_layout(type_id, address, in_layout)
+            _not_in_layout(type_id, address, layouts)
             gpu = by_address.get(address)
             if gpu is None:
                 raise exception.ConfigError(
@@ -176,7 +176,7 @@ def resolve(conf, gpus):
                     reason='the GPU at %s does not offer type %s (it offers: '
                            '%s)%s' % (address, type_id, offered, hint))
             enabled[address] = setting
-    enabled.update(_layout_types(conf, in_layout))
+    enabled.update(_layout_types(conf, layouts))
     return Enabled(enabled, configured=types)
 
 

@@ -381,13 +381,6 @@ def lease_holders(store, names=None):
     return holders
 
 
-def layouts_by_gpu(env):
-    """``{PciAddress: Layout}`` of the host ``env`` (an
-    ``environment.Environment``): its layouts resolved against its GPUs."""
-    return layout_mod.claims(layout_mod.read_layouts(env.conf),
-                             env.discovered.gpus)
-
-
 @contextlib.contextmanager
 def host_lock(state_dir, timeout=LOCK_TIMEOUT):
     """The host's layouts lock (``LOCK_NAME`` in ``state_dir``, an
@@ -409,27 +402,30 @@ def host_lock(state_dir, timeout=LOCK_TIMEOUT):
         os.close(fd)
 
 
-def converge(env, only=None, dry_run=False, progress=None,
-             sriov_manage=None, settle_timeout=30.0, names=None,
-             lock_timeout=LOCK_TIMEOUT):
-    """Plan (``dry_run``) or apply the layouts of the host ``env``, for
-    the GPU ``only`` or every GPU in a layout, under the host's layouts
-    lock (``host_lock``, waited for ``lock_timeout`` seconds); returns a
-    ``Report``.  ``names``: ``{Uuid: domain name}`` for the refusals."""
-    by_gpu = layouts_by_gpu(env)
-    chosen = targets(by_gpu, only)
+def converge(layouts, gpus, nvml_source, sysfs, state_dir, holders=None,
+             only=None, dry_run=False, progress=None, sriov_manage=None,
+             settle_timeout=30.0, lock_timeout=LOCK_TIMEOUT):
+    """Plan (``dry_run``) or apply ``layouts`` (``{PciAddress: Layout}``,
+    ``Environment.layouts``) on a host whose GPUs are ``gpus``
+    (``objects.Gpu``), read and changed through ``nvml_source`` (an
+    ``nvml.Nvml``, None when NVML is off or the GPUs are not this
+    machine's) and ``sysfs``, for the GPU ``only`` or every GPU in a
+    layout, under the host's layouts lock (``host_lock`` in ``state_dir``,
+    waited for ``lock_timeout`` seconds); returns a ``Report``.
+    ``holders``: ``Applier``'s (``lease_holders`` of the lease store)."""
+    chosen = targets(layouts, only)
     if not chosen:
         return Report(results=())
-    if env.nvml is None:
+    if nvml_source is None:
         raise nvml.NvmlUnavailable(
             reason='[gpu]/nvml is off, or the GPUs are not read from this '
                    'host\'s /sys')
-    with host_lock(env.state_dir, lock_timeout), \
-            env.nvml.session() as session:
-        driver = GpuDriver(session, env.sysfs, sriov_manage=sriov_manage,
+    with host_lock(state_dir, lock_timeout), \
+            nvml_source.session() as session:
+        driver = GpuDriver(session, sysfs, sriov_manage=sriov_manage,
                            settle_timeout=settle_timeout)
-        applier = Applier(driver, holders=lease_holders(env.store, names),
-                          dry_run=dry_run, progress=progress)
-        every = {g.address for g in env.discovered.gpus
+        applier = Applier(driver, holders=holders, dry_run=dry_run,
+                          progress=progress)
+        every = {g.address for g in gpus
                  if not g.is_vf and g.vendor_id == objects.NVIDIA_VENDOR_ID}
-        return applier.run(chosen, every_gpu=every <= set(by_gpu))
+        return applier.run(chosen, every_gpu=every <= set(layouts))

@@ -250,9 +250,12 @@ class Restore(object):
         if conf is None or not getattr(conf.gpu, 'layouts', None):
             return
         from libvirt_gpu.devices import layout_apply
+        env = self.env
         try:
             report = layout_apply.converge(
-                self.env, dry_run=self.dry_run,
+                env.layouts, env.discovered.gpus, env.nvml, env.sysfs,
+                env.state_dir, holders=layout_apply.lease_holders(env.store),
+                dry_run=self.dry_run,
                 sriov_manage=self.sriov_manage,
                 settle_timeout=self.settle_timeout)
         except exception.LibvirtGpuError as e:

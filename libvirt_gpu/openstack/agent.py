@@ -29,7 +29,7 @@ from libvirt_gpu.openstack.placement import tree as tree_mod
 LOG = logs.getLogger(__name__)
 
 # discover_fn() -> ProviderTree: discovery + configuration + build_tree
-# (``serve``: ``model.host_tree`` of the host discovered anew).  It runs
+# (the CLI's: ``model.host_tree`` of the host discovered anew).  It runs
 # every cycle, so GPUs that appear or vanish are noticed.
 DiscoverFn = typing.Callable[[], tree_mod.ProviderTree]
 
@@ -165,20 +165,15 @@ class Agent:
         return self.last_report
 
 
-def serve(env, hostname, once=False, url=None, client=None,
+def serve(conf, discover_fn, once=False, url=None, client=None,
           stop_event=None):
-    """``libvirt-gpu agent`` on the host ``env`` (an
-    ``environment.Environment``): every cycle discovers it anew
-    (``Environment.rediscover``) and syncs its provider tree
-    (``model.host_tree``) as ``hostname`` to Placement (``url``: instead
-    of the configured endpoint).  Returns the last SyncReport."""
-    from libvirt_gpu.openstack.placement import model
-
-    def discover():
-        return model.host_tree(env.rediscover(), hostname)
+    """``libvirt-gpu agent``: every cycle syncs ``discover_fn()`` (the
+    provider tree of the host discovered anew: the CLI's, from its
+    ``Environment.rediscover``) to the Placement of ``conf`` (``url``:
+    instead of the configured endpoint).  Returns the last SyncReport."""
     if client is None:
-        client = make_client(env.conf, url=url)
-    return run(env.conf, discover, once=once, client=client,
+        client = make_client(conf, url=url)
+    return run(conf, discover_fn, once=once, client=client,
                stop_event=stop_event)
 
 

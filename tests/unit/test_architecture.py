@@ -897,12 +897,12 @@ def test_the_reader_check_sees_a_direct_read(tmp_path):
 # --- one composition root ----------------------------------------------------
 
 # What only the composition root builds (environment.Environment keeps
-# each: the host as discovered, the PCI names, NVML, the enabled types
-# resolved against the host, the allocator): a call of one of these
-# anywhere else is an entry point building its own host.
+# each: the host as discovered, the PCI names, NVML, the layouts and the
+# enabled types resolved against the host, the allocator): a call of one of
+# these anywhere else is an entry point building its own host.
 ROOT_CALLS = ('enablement.resolve', 'carving.resolve', 'discovery.from_sysfs',
               'discovery.from_libvirt', 'discovery.discover',
-              'pciids.PciIds', 'nvml.source', 'Allocator')
+              'pciids.PciIds', 'nvml.source', 'Allocator', 'layout.claims')
 ROOT_MODULE = 'environment'
 # Modules allowed to build a part of the host besides the root: none.
 ROOT_CALLS_ELSEWHERE = set()
@@ -963,6 +963,105 @@ def test_the_root_check_sees_an_entry_point_building_its_own(tmp_path):
     assert root_calls(str(probe)) == [
         '2: allocator_mod.Allocator', '3: enablement.resolve',
         '4: discovery.from_sysfs', '5: nvml_mod.source']
+
+
+# --- the root stays at the edges ---------------------------------------------
+
+# The rooms below the composition root never receive an Environment: an
+# entry point hands them the parts they use (``layout_apply.converge``
+# its layouts, GPUs, NVML, sysfs and lease holders; ``model.host_tree``
+# its GPUs, enabled types, rooms ...), so every dependency is an argument
+# the import rules see.  A function of a lower room with a parameter named
+# ``env``, or one that reads ``env.<part>``, is a service locator.
+#
+# The known exceptions, to be dropped when the vGPU kind contract no longer
+# builds a kind from an Environment (issue 40 item 1): the kinds'
+# ``from_environment`` classmethods.  ``(room, function)``.
+KIND_FROM_ENVIRONMENT = (
+    ('devices.backends.base', 'VgpuKind.from_environment'),
+    ('devices.backends.mdev', 'MdevBackend.from_environment'),
+    ('devices.backends.nvidia_vgpu.kind',
+     'NvidiaVgpuBackend.from_environment'),
+    ('devices.backends.registry', 'Vgpus.from_environment'),
+)
+
+
+def env_receivers(path):
+    """``{function: [what]}`` of ``path``: each function (by its qualified
+    name, ``Class.method``; ``<module>`` outside any) with a parameter
+    named ``env`` or that reads ``env.<part>`` (``self.env.<part>``
+    too)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = {}
+
+    def walk(node, scope):
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.ClassDef)):
+                inner = scope + (child.name,)
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.Lambda)):
+                args = child.args
+                for arg in (args.posonlyargs + args.args + args.kwonlyargs
+                            + [args.vararg, args.kwarg]):
+                    if arg is not None and arg.arg == 'env':
+                        name = '.'.join(inner) or '<module>'
+                        found.setdefault(name, []).append(
+                            '%d: parameter env' % child.lineno)
+            if isinstance(child, ast.Attribute) and (
+                    isinstance(child.value, ast.Name)
+                    and child.value.id == 'env'
+                    or isinstance(child.value, ast.Attribute)
+                    and child.value.attr == 'env'):
+                name = '.'.join(scope) or '<module>'
+                found.setdefault(name, []).append(
+                    '%d: reads %s' % (child.lineno, _dotted(child)
+                                      or 'env.' + child.attr))
+            walk(child, inner)
+    walk(tree, ())
+    return found
+
+
+def test_no_lower_room_receives_an_environment():
+    floor = _rank(ROOT_MODULE)
+    found = {}
+    for name, path in _our_modules().items():
+        short = _short(name) if name != PACKAGE else ''
+        if short in FOLDERS or not short or _rank(short) >= floor:
+            continue
+        for function, what in env_receivers(path).items():
+            found[(short, function)] = what
+    known = set(KIND_FROM_ENVIRONMENT)
+    assert {k: v for k, v in found.items() if k not in known} == {}, (
+        'a room below the composition root receives an Environment: hand '
+        'it the parts it uses instead (as layout_apply.converge takes the '
+        'layouts, GPUs, NVML, sysfs and lease holders)')
+    # an exception no longer needed is dropped from the list
+    assert known <= set(found), sorted(known - set(found))
+
+
+def test_the_environment_check_sees_a_receiver(tmp_path):
+    probe = tmp_path / 'probe.py'
+    probe.write_text(
+        'def converge(env, only=None):\n'
+        '    return only\n'
+        'class Tree:\n'
+        '    def build(self, hostname, host=None):\n'
+        '        env = host\n'
+        '        return env.discovered.gpus\n'
+        'def fine(environment, gpus):\n'
+        '    return gpus\n'
+        'f = lambda env: 1\n'
+        'class Kept:\n'
+        '    def run(self):\n'
+        '        return self.env.store\n')
+    assert env_receivers(str(probe)) == {
+        'converge': ['1: parameter env'],
+        'Tree.build': ['6: reads env.discovered'],
+        '<module>': ['9: parameter env'],
+        'Kept.run': ['12: reads self.env.store']}
 
 
 # --- the folders say what the layers are -------------------------------------

@@ -60,6 +60,7 @@ from libvirt_gpu.util import records
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kinds
+from tests.doubles import layouts
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -549,7 +550,6 @@ def test_mdevs_on_vfs_get_one_handle_per_vf(tmp_path, hosts):
 
 def _tree_and_records(tmp_path, hosts, case):
     from libvirt_gpu import conf as conf_mod
-    from libvirt_gpu.devices import enablement
     root, node_xml = hosts(case['profile'])
     path = write_conf(str(tmp_path / 'libvirt-gpu.conf'), root, node_xml,
                       case['enabled'], gpu_traits=True)
@@ -557,7 +557,7 @@ def _tree_and_records(tmp_path, hosts, case):
     gpus = discovery.from_sysfs(sysfs_mod.Sysfs(root),
                                 kinds=kinds.registered()).gpus
     tree = model.build_tree(case['hostname'], gpus,
-                            enablement.resolve(conf, gpus), True,
+                            layouts.enabled(conf, gpus), True,
                             conf.gpu.pgpu_vendor_ids)
     return tree, cyborg_driver.discover_records(case['hostname'], path)
 

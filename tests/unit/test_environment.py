@@ -61,8 +61,8 @@ def test_discovery_sees_a_kind_s_functions_only_through_the_kinds_given():
 
 # --- the parts it keeps ------------------------------------------------------
 
-PARTS = ('sysfs', 'discovered', 'enabled', 'vgpus', 'pci', 'store',
-         'allocator', 'pci_ids', 'nvml')
+PARTS = ('sysfs', 'discovered', 'layouts', 'enabled', 'vgpus', 'pci',
+         'store', 'allocator', 'pci_ids', 'nvml')
 
 
 @pytest.fixture
@@ -94,13 +94,53 @@ def test_the_enabled_types_are_resolved_once(t4_env, monkeypatch):
     assert len(calls) == 1
 
 
+def test_the_layouts_are_read_once_and_every_rule_takes_them(
+        tmp_path, monkeypatch):
+    """``[gpu]/layouts`` read and resolved against the host once: the
+    enabled types, the carvings and ``layout plan`` take ``layouts``."""
+    from tests.doubles import layouts as layouts_double
+    from tests.doubles import trees
+    from libvirt_gpu import conf as conf_mod
+    from libvirt_gpu import objects
+    from libvirt_gpu.devices import layout
+    from libvirt_gpu.devices import nvml
+    h100 = objects.PciAddress.parse('0000:4e:00.0')
+    calls = []
+    real = layout.read_layouts
+    monkeypatch.setattr(layout, 'read_layouts',
+                        lambda conf: calls.append(conf) or real(conf))
+    with trees.simulated_tree('h100-80gb') as (root, _):
+        config = tmp_path / 'libvirt-gpu.conf'
+        config.write_text(
+            '[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\n'
+            'nvml = off\nlayouts = one\n[layout_one]\ngpus = %s\n'
+            'mode = mig\ngpu_instances = 1g.10gb:2\n'
+            'vgpu_types = nvidia-1308\n' % (root, tmp_path / 'state', h100))
+        conf = conf_mod.load(str(config))
+        calls.clear()                    # the load checks them on its own
+        env = environment.Environment.from_conf(conf)
+        assert [(str(a), lay.name) for a, lay in env.layouts.items()] == [
+            (str(h100), 'one')]
+        assert env.enabled[h100].type_id == 'nvidia-1308'
+        assert env.carved.planned == ()
+        # layout plan reads them from the same part (NVML off: refused
+        # after the layouts were taken)
+        with pytest.raises(nvml.NvmlUnavailable):
+            layouts_double.converge(env, dry_run=True)
+        assert len(calls) == 1
+        # without a configuration (the hook): none
+        bare = environment.Environment(str(tmp_path), sysfs_root=root)
+        assert bare.layouts == {}
+        assert len(calls) == 1
+
+
 def test_rediscover_keeps_the_host_and_forgets_what_was_discovered(t4_env):
     before = {part: getattr(t4_env, part) for part in PARTS}
     again = t4_env.rediscover()
     for part in ('sysfs', 'vgpus', 'store', 'pci_ids', 'nvml'):
         assert getattr(again, part) is before[part], part
     # the whole-GPU backend follows the routes, which follow the GPUs
-    for part in ('discovered', 'enabled', 'allocator', 'pci'):
+    for part in ('discovered', 'layouts', 'enabled', 'allocator', 'pci'):
         assert getattr(again, part) is not before[part], part
     assert again.enabled == before['enabled']
 

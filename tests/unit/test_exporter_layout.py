@@ -28,6 +28,7 @@ from libvirt_gpu import environment
 from libvirt_gpu import exporter
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
+from tests.doubles import layouts
 from tests.unit import test_layout as tl
 
 L40S = '0000:3d:00.0'
@@ -457,7 +458,6 @@ def test_the_simulated_h100_as_it_boots_drifts_by_layout_plan_s_steps(
     """A real binding over the simulated H100 (MIG off, its VFs enabled):
     its mode is the driver's, and its drift steps are those `layout
     plan` lists for it."""
-    from libvirt_gpu.devices import layout_apply
     root = str(tmp_path / 'sys')
     simulator.write_sysfs(simulator.load_profile('h100-80gb'), root)
     config = tmp_path / 'c.conf'
@@ -473,7 +473,7 @@ def test_the_simulated_h100_as_it_boots_drifts_by_layout_plan_s_steps(
             exporter.exposition(exporter.HostCollector(env))):
         for s in family.samples:
             found[(s.name, frozenset(s.labels.items()))] = s.value
-    [plan] = layout_apply.converge(env, dry_run=True).plans
+    [plan] = layouts.converge(env, dry_run=True).plans
     assert len(plan.steps) > 1
     gpu = '0000:4e:00.0'
     assert value(found, 'gpu_layout_mode', gpu=gpu, mode='time-sliced') == 1

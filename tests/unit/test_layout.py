@@ -9,12 +9,12 @@ import textwrap
 import pytest
 
 from libvirt_gpu import conf as conf_mod
-from libvirt_gpu.devices import enablement
 from libvirt_gpu.devices import layout
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from tests.doubles import fakes
+from tests.doubles import layouts
 
 H100 = '0000:41:00.0'
 H100_B = '0000:42:00.0'
@@ -277,7 +277,7 @@ def test_an_address_with_no_gpu_is_refused(tmp_path):
 
 def test_a_gpu_in_a_layout_offers_the_layouts_type(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY)
-    enabled = enablement.resolve(conf, GPUS)
+    enabled = layouts.enabled(conf, GPUS)
     # the first type is the GPU's, the others follow it
     assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
         objects.TypeId.parse('nvidia-1150'), others=(objects.EnabledType(
@@ -292,7 +292,7 @@ def test_a_layout_type_takes_its_vgpu_section(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY, extra=(
         'enabled_vgpu_types = nvidia-1150\n[vgpu_nvidia-1150]\n'
         'resource_class = CUSTOM_H100_1_10C\nmax_instances = 3\n'))
-    enabled = enablement.resolve(conf, GPUS)
+    enabled = layouts.enabled(conf, GPUS)
     assert enabled[objects.PciAddress.parse(H100)] == objects.EnabledType(
         objects.TypeId.parse('nvidia-1150'), 'CUSTOM_H100_1_10C', 3,
         others=(objects.EnabledType(objects.TypeId.parse('nvidia-1152')),))
@@ -304,7 +304,7 @@ def test_the_smaller_of_a_count_and_max_instances_is_the_limit(
     conf = two(tmp_path, MIG, L40S_BODY, extra=(
         'enabled_vgpu_types = nvidia-1161\n[vgpu_nvidia-1161]\n'
         'resource_class = CUSTOM_L40S_2Q\nmax_instances = %d\n' % limit))
-    mixed = enablement.resolve(conf, GPUS)[objects.PciAddress.parse(L40S)]
+    mixed = layouts.enabled(conf, GPUS)[objects.PciAddress.parse(L40S)]
     assert [(t.type_id, t.resource_class, t.max_instances)
             for t in mixed.types] == [('nvidia-1160', 'VGPU', 2),
                                       ('nvidia-1161', 'CUSTOM_L40S_2Q', taken)]
@@ -317,7 +317,7 @@ def test_a_gpu_in_a_layout_and_in_device_addresses_is_refused(tmp_path):
     with pytest.raises(exception.ConfigError,
                        match=r'names 0000:61:00.0, which is in layout '
                              r'\[layout_two\]'):
-        enablement.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_a_type_everywhere_leaves_the_layout_gpus_alone(tmp_path):
@@ -325,7 +325,7 @@ def test_a_type_everywhere_leaves_the_layout_gpus_alone(tmp_path):
     gpus = (fakes.gpu(H100, product_id='2331'), fakes.gpu('0000:81:00.0'))
     conf = load(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-223\n'
                 'layouts = one\n[layout_one]\n' + MIG)
-    enabled = enablement.resolve(conf, gpus)
+    enabled = layouts.enabled(conf, gpus)
     assert enabled[objects.PciAddress.parse('0000:81:00.0')].type_id == \
         'nvidia-223'
     assert enabled[objects.PciAddress.parse(H100)].type_id == 'nvidia-1150'
@@ -333,7 +333,7 @@ def test_a_type_everywhere_leaves_the_layout_gpus_alone(tmp_path):
 
 def test_no_layouts_resolve_as_before(tmp_path):
     conf = load(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-223\n')
-    assert set(enablement.resolve(conf, [fakes.gpu()])) == {
+    assert set(layouts.enabled(conf, [fakes.gpu()])) == {
         objects.PciAddress.parse('0000:af:00.0')}
 
 

@@ -26,6 +26,7 @@ from libvirt_gpu.devices import layout
 from libvirt_gpu.devices import layout_apply
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu import objects
+from tests.doubles import layouts
 from tests.unit import test_layouts_inject as inject
 
 H100 = inject.H100
@@ -70,8 +71,8 @@ def test_plan_and_apply_refuse_before_the_first_step_what_mig_on_refuses(
     before = host.driver()
     env = host.env(lines)
     for dry_run in (True, False):
-        report = layout_apply.converge(env, dry_run=dry_run,
-                                       settle_timeout=5.0)
+        report = layouts.converge(env, dry_run=dry_run,
+                                  settle_timeout=5.0)
         detail = _failed_check(report)
         assert said in detail and '\n' not in detail
         assert detail.startswith('layout e2e, GPU %s: ' % H100.gpu)
@@ -83,11 +84,11 @@ def test_plan_and_apply_refuse_before_the_first_step_what_mig_on_refuses(
 def test_a_time_sliced_layout_on_a_mig_gpu_is_refused_before_mig_goes_off(
         tmp_path):
     host = inject.Host(tmp_path, H100)
-    assert not layout_apply.converge(
+    assert not layouts.converge(
         host.env(('mode = mig', 'gpu_instances = 1g.10gb:1',
                   'vgpu_types = nvidia-1308')), settle_timeout=5.0).failed
     before = host.driver()
-    report = layout_apply.converge(
+    report = layouts.converge(
         host.env(('mode = time-sliced', 'vgpu_types = nvidia-1308')),
         settle_timeout=5.0)
     assert 'nvidia-1308 is MIG-backed; mode time-sliced offers ' \
@@ -136,10 +137,10 @@ def test_apply_of_a_time_slice_at_each_end_converges(tmp_path, ms):
     host = inject.Host(tmp_path, L40S)
     lines = tuple(line if not line.startswith('time_slice_ms') else
                   'time_slice_ms = %d' % ms for line in L40S.layout)
-    report = layout_apply.converge(host.env(lines), settle_timeout=5.0)
+    report = layouts.converge(host.env(lines), settle_timeout=5.0)
     assert not report.failed, report.failed
     assert lp.SCHEDULER in {r.action for r in report.changed}
-    again = layout_apply.converge(host.env(lines), dry_run=True)
+    again = layouts.converge(host.env(lines), dry_run=True)
     assert [p.converged for p in again.plans] == [True]
 
 
@@ -160,7 +161,7 @@ def test_a_plain_tree_says_it_cannot_change_its_vfs(tmp_path):
                     '\n'.join(H100.layout)))
     conf = conf_mod.load(name)
     env = environment.Environment.from_conf(conf)     # the plain Sysfs
-    report = layout_apply.converge(env, settle_timeout=0)
+    report = layouts.converge(env, settle_timeout=0)
     assert [r.action for r in report.results] == [lp.DISABLE_VFS]
     detail = report.failed[0].detail
     assert 'disable the 32 VFs' in detail
@@ -197,7 +198,7 @@ def test_a_second_applier_waits_for_the_first_and_never_interleaves(
             assert go_on.wait(60)
 
     def first():
-        found['first'] = layout_apply.converge(
+        found['first'] = layouts.converge(
             first_env, progress=progress, settle_timeout=5.0)
 
     thread = threading.Thread(target=first)
@@ -206,8 +207,8 @@ def test_a_second_applier_waits_for_the_first_and_never_interleaves(
         assert inside.wait(60)
         steps_then = host.driver()
         with pytest.raises(layout_apply.LayoutsLocked) as refused:
-            layout_apply.converge(second_env, settle_timeout=5.0,
-                                  lock_timeout=0)
+            layouts.converge(second_env, settle_timeout=5.0,
+                             lock_timeout=0)
         assert host.driver() == steps_then      # the second did nothing
     finally:
         go_on.set()
@@ -219,8 +220,8 @@ def test_a_second_applier_waits_for_the_first_and_never_interleaves(
                               % os.getpid())
     assert message.endswith('run this again once it has ended')
     assert not found['first'].failed, found['first'].failed
-    report = layout_apply.converge(second_env, settle_timeout=5.0,
-                                   lock_timeout=0)
+    report = layouts.converge(second_env, settle_timeout=5.0,
+                              lock_timeout=0)
     assert [r.status for r in report.results] == [layout_apply.OK]
 
 

@@ -51,6 +51,7 @@ from libvirt_gpu.simulator import nvml as sim_nvml
 from libvirt_gpu.simulator import sysfs_tree
 from tests.doubles import kernel_sysfs
 from tests.doubles import live_channel
+from tests.doubles import layouts
 
 Case = collections.namedtuple('Case', ['profile', 'gpu', 'layout',
                                        'smaller'])
@@ -173,8 +174,8 @@ class Host(object):
 
     def apply(self, lines=None):
         """``layout apply`` of ``lines`` (default: the case's layout)."""
-        return layout_apply.converge(self.env(lines or self.case.layout),
-                                     settle_timeout=5.0)
+        return layouts.converge(self.env(lines or self.case.layout),
+                                settle_timeout=5.0)
 
     def driver(self):
         """The simulated driver's state of the case's GPU, and where the

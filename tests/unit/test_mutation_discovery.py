@@ -18,6 +18,7 @@ from libvirt_gpu.devices import carving
 from libvirt_gpu.devices import enablement
 from libvirt_gpu.util import records
 from tests.doubles import fakes
+from tests.doubles import layouts
 
 A = '0000:3b:00.0'
 B = '0000:af:00.0'
@@ -65,7 +66,7 @@ def test_a_type_listed_twice_is_refused_naming_the_list(tmp_path):
         [gpu]
         enabled_vgpu_types = nvidia-223, nvidia-319, nvidia-223
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         '[gpu]/enabled_vgpu_types lists a type twice: nvidia-223, '
         'nvidia-319, nvidia-223')
 
@@ -77,7 +78,7 @@ def test_several_types_and_one_without_addresses_is_refused(tmp_path):
         [vgpu_nvidia-319]
         device_addresses = 0000:af:00.0
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         'several types are enabled (nvidia-223, nvidia-319) but '
         '[vgpu_nvidia-223] lists no device_addresses; with more than one '
         'type each needs its own list of GPUs')
@@ -95,8 +96,8 @@ def test_one_type_everywhere_takes_each_offering_pf_never_a_vf(tmp_path):
         resource_class = CUSTOM_T4_2B
         max_instances = 3
         """)
-    enabled = enablement.resolve(conf, [pf, vf, fakes.gpu(B),
-                                        fakes.gpu(C, types=())])
+    enabled = layouts.enabled(conf, [pf, vf, fakes.gpu(B),
+                                     fakes.gpu(C, types=())])
     # the PF offers it through its VF; the VF itself is not a GPU here
     assert dict(enabled) == {
         addr(A): objects.EnabledType('nvidia-223', 'CUSTOM_T4_2B', 3),
@@ -111,14 +112,14 @@ def test_a_type_no_gpu_offers_warns_naming_what_each_offers(
             fakes.gpu('0000:5e:00.0', types=(fakes.T4_1B,))]
     gpus.append(vf_of(gpus[0], 4, types=(fakes.T4_1B,)))
     with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
-        enabled = enablement.resolve(conf, gpus)
+        enabled = layouts.enabled(conf, gpus)
     assert dict(enabled) == {addr('0000:5e:00.0'):
                              objects.EnabledType('nvidia-222')}
     assert not caplog.records
 
     conf = load(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-999\n')
     with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
-        enabled = enablement.resolve(conf, gpus)
+        enabled = layouts.enabled(conf, gpus)
     assert dict(enabled) == {}
     assert enabled.configured == ('nvidia-999',)
     assert [r.getMessage() for r in caplog.records] == [
@@ -140,7 +141,7 @@ def test_an_address_listed_twice_by_one_type_is_refused(tmp_path):
         [vgpu_nvidia-223]
         device_addresses = 0000:af:00.0, 0000:AF:00.0
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         '[vgpu_nvidia-223]/device_addresses lists the GPU 0000:af:00.0 '
         'twice; list each GPU once')
 
@@ -154,7 +155,7 @@ def test_an_address_of_two_types_names_both_in_order(tmp_path):
         [vgpu_nvidia-319]
         device_addresses = 0000:3b:00.0, 0000:af:00.0
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         'GPU 0000:af:00.0 is claimed by two types: nvidia-319 and '
         'nvidia-223; give each GPU to one type only')
 
@@ -166,7 +167,7 @@ def test_an_address_without_a_gpu_is_refused_in_full(tmp_path):
         [vgpu_nvidia-223]
         device_addresses = 0000:01:00.0
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         '[vgpu_nvidia-223]/device_addresses names 0000:01:00.0, but this '
         'host has no GPU there (`libvirt-gpu list` shows the GPUs)')
 
@@ -204,7 +205,7 @@ def test_the_address_of_a_vf_is_refused_naming_its_pf(tmp_path):
         [vgpu_nvidia-223]
         device_addresses = 0000:af:00.4
         """)
-    assert reason(enablement.resolve, conf, [pf, vf]) == (
+    assert reason(layouts.enabled, conf, [pf, vf]) == (
         '[vgpu_nvidia-223]/device_addresses names 0000:af:00.4, a virtual '
         'function of the GPU 0000:af:00.0; name the physical GPU '
         '(0000:af:00.0): its VFs are used as one')
@@ -217,7 +218,7 @@ def test_a_type_not_offered_names_what_is(tmp_path):
         [vgpu_nvidia-222]
         device_addresses = 0000:af:00.0
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         'the GPU at 0000:af:00.0 does not offer type nvidia-222 (it offers: '
         'nvidia-223, nvidia-319, nvidia-225)')
 
@@ -229,7 +230,7 @@ def test_a_gpu_offering_nothing_asks_whether_its_vfs_are_enabled(tmp_path):
         [vgpu_nvidia-222]
         device_addresses = 0000:d8:00.0
         """)
-    assert reason(enablement.resolve, conf, GPUS) == (
+    assert reason(layouts.enabled, conf, GPUS) == (
         'the GPU at 0000:d8:00.0 does not offer type nvidia-222 (it offers: '
         'none); if its vGPUs live on SR-IOV VFs (Ampere and later), are '
         'the VFs enabled? (`libvirt-gpu restore`, or NVIDIA\'s '
@@ -247,7 +248,7 @@ def test_two_types_each_on_its_gpus(tmp_path):
         device_addresses = 0000:3b:00.0
         max_instances = 2
         """)
-    enabled = enablement.resolve(conf, GPUS)
+    enabled = layouts.enabled(conf, GPUS)
     assert dict(enabled) == {
         addr(B): objects.EnabledType('nvidia-223'),
         addr(A): objects.EnabledType('nvidia-319', 'VGPU', 2)}
@@ -270,10 +271,10 @@ def test_resource_class_is_standard_or_a_custom_name(tmp_path, value, ok):
         resource_class = %s
         """ % value)
     if ok:
-        enabled = enablement.resolve(conf, GPUS)
+        enabled = layouts.enabled(conf, GPUS)
         assert enabled[addr(A)].resource_class == value
     else:
-        assert reason(enablement.resolve, conf, GPUS) == (
+        assert reason(layouts.enabled, conf, GPUS) == (
             '[vgpu_nvidia-223]/resource_class %r is neither a standard '
             'resource class (VGPU) nor a valid CUSTOM_ name' % value)
 
@@ -305,7 +306,7 @@ def test_a_gpu_in_a_layout_named_in_device_addresses_is_refused(tmp_path):
     conf = load(tmp_path, LAYOUTS % (
         'enabled_vgpu_types = nvidia-223\n[vgpu_nvidia-223]\n'
         'device_addresses = 0000:af:00.0, 0000:61:00.0\n'))
-    assert reason(enablement.resolve, conf, LAYOUT_GPUS) == (
+    assert reason(layouts.enabled, conf, LAYOUT_GPUS) == (
         '[vgpu_nvidia-223]/device_addresses names 0000:61:00.0, which is in '
         'layout [layout_two]; a GPU in a layout offers the layout\'s '
         'vgpu_types: remove it from one of them')
@@ -324,7 +325,7 @@ def test_layout_types_take_their_counts_and_sections(tmp_path):
             'nvidia-1161', None, None, 'vfio-pci', 1),)),
         fakes.gpu('0000:fe:00.0', types=(objects.VgpuType(
             'nvidia-1152', None, None, 'vfio-pci', 1),)))
-    enabled = enablement.resolve(conf, gpus)
+    enabled = layouts.enabled(conf, gpus)
     mixed = enabled[addr(L40S)]
     # the smaller of the layout's count and the section's max_instances
     assert [(t.type_id, t.resource_class, t.max_instances)
@@ -515,7 +516,7 @@ def test_matching_refusals(tmp_path):
 def test_resolve_takes_the_lowest_vfs_in_address_order(tmp_path):
     gpus = l40s(L2) + l40s(L1)
     conf = nova(tmp_path, ('a', carving_body(gpus='10de:26b9', count=3)))
-    found = carving.resolve(conf, gpus, {})
+    found = layouts.carved(conf, gpus, {})
     assert [(str(c.gpu), [str(v) for v in c.vfs]) for c in found] == [
         (L1, ['0000:3d:00.4', '0000:3d:00.5', '0000:3d:00.6']),
         (L2, ['0000:bd:00.4', '0000:bd:00.5', '0000:bd:00.6'])]
@@ -524,32 +525,32 @@ def test_resolve_takes_the_lowest_vfs_in_address_order(tmp_path):
             first.resource_class, first.alias, first.type_id) == (
         'NVIDIA L40S-12Q', '10de', 'beef', 'CUSTOM_NVIDIA_L40S_12Q',
         'l40s-12q', T_12Q)
-    assert carving.resolve(load(tmp_path, '[gpu]\n'), gpus, {}) == ()
+    assert layouts.carved(load(tmp_path, '[gpu]\n'), gpus, {}) == ()
 
 
 def test_a_gpu_carved_and_enabled_is_refused_unless_in_a_layout(tmp_path):
     gpus = l40s(L2)
     conf = nova(tmp_path, ('a', carving_body()))
     enabled = {addr(L2): objects.EnabledType(T_24Q)}
-    assert reason(carving.resolve, conf, gpus, enabled) == (
+    assert reason(layouts.carved, conf, gpus, enabled) == (
         'a GPU can\'t be claimed by two routes: [nova_a] carves '
         '0000:bd:00.0 for Nova and [gpu]/enabled_vgpu_types enables '
         'nvidia-1154 on it for libvirt-gpu\'s own guests; give it to one '
         'route (docs/admin/nova.md, "Moving a GPU between routes")')
     # another GPU enabled: no conflict
-    (found,) = carving.resolve(conf, gpus, {addr(L1): enabled[addr(L2)]})
+    (found,) = layouts.carved(conf, gpus, {addr(L1): enabled[addr(L2)]})
     assert found.gpu == addr(L2)
     # in a layout, the layout's type yields to the carving
     text = ('[gpu]\nlayouts = one\n[layout_one]\ngpus = 10de:26b9\n'
             'mode = time-sliced\nvgpu_types = nvidia-1154\n'
             '[nova]\ncarved = a\n[nova_a]\n' + carving_body())
-    (found,) = carving.resolve(load(tmp_path, text), gpus, enabled)
+    (found,) = layouts.carved(load(tmp_path, text), gpus, enabled)
     assert found.gpu == addr(L2)
 
 
 def test_an_mdev_gpu_cannot_be_carved(tmp_path):
     conf = nova(tmp_path, ('a', carving_body(gpus=B)))
-    assert reason(carving.resolve, conf, [fakes.gpu(B)], {}) == (
+    assert reason(layouts.carved, conf, [fakes.gpu(B)], {}) == (
         '[nova_a] names the GPU 0000:af:00.0, whose vGPUs are mdevs: a '
         'carving writes a type to VFs through a vendor interface (NVIDIA '
         'vGPU 17+ on a kernel >= 6.8); give this GPU to Nova\'s mdev route '
@@ -559,30 +560,30 @@ def test_an_mdev_gpu_cannot_be_carved(tmp_path):
 def test_a_type_not_offered_names_what_is_and_why(tmp_path):
     conf = nova(tmp_path, ('a', carving_body(vgpu_type='nvidia-1155')))
     unnamed = vtype('nvidia-1160', None, None)
-    assert reason(carving.resolve, conf,
+    assert reason(layouts.carved, conf,
                   l40s(L2, creatable=(TYPE_12Q, unnamed)), {}) == (
         '[nova_a]/vgpu_type = nvidia-1155: the GPU 0000:bd:00.0 does not '
         'offer it (it offers: nvidia-1153 (NVIDIA L40S-12Q), nvidia-1160)')
     # its VFs hold a type: the GPU offers that size only
     gpus = l40s(L2, creatable=(TYPE_24Q,), current={
         4: TYPE_24Q, 6: TYPE_24Q, 7: TYPE_12Q})
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         '[nova_a]/vgpu_type = nvidia-1155: the GPU 0000:bd:00.0 does not '
         'offer it (it offers: nvidia-1154 (NVIDIA L40S-24Q), nvidia-1153 '
         '(NVIDIA L40S-12Q)); its VFs hold nvidia-1153, nvidia-1154 now, and '
         'a GPU in equal-size mode offers only types of that size')
     # no VF enabled: restore enables them
     (pf,) = l40s(L2, vfs=0, driver=None)
-    assert reason(carving.resolve, conf, [pf], {}) == (
+    assert reason(layouts.carved, conf, [pf], {}) == (
         '[nova_a]/vgpu_type = nvidia-1155: the GPU 0000:bd:00.0 does not '
         'offer it (it offers: none); its VFs are not enabled (driver '
         'none): `libvirt-gpu restore` enables them')
     (pf,) = l40s(L2, vfs=0)
-    assert reason(carving.resolve, conf, [pf], {}).endswith(
+    assert reason(layouts.carved, conf, [pf], {}).endswith(
         '(it offers: none); its VFs are not enabled (driver nvidia): '
         '`libvirt-gpu restore` enables them')
     # VFs enabled that offer nothing: no hint
-    assert reason(carving.resolve, conf, l40s(L2, creatable=()), {}) == (
+    assert reason(layouts.carved, conf, l40s(L2, creatable=()), {}) == (
         '[nova_a]/vgpu_type = nvidia-1155: the GPU 0000:bd:00.0 does not '
         'offer it (it offers: none)')
 
@@ -591,10 +592,10 @@ def test_exactly_the_vfs_enabled_fit_and_one_more_is_refused(tmp_path):
     gpus = l40s(L2, vfs=3, creatable=(vtype('nvidia-1153',
                                             'NVIDIA L40S-12Q', 8),))
     conf = nova(tmp_path, ('a', carving_body(count=3)))
-    (found,) = carving.resolve(conf, gpus, {})
+    (found,) = layouts.carved(conf, gpus, {})
     assert len(found.vfs) == 3
     conf = nova(tmp_path, ('a', carving_body(count=4)))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         '[nova_a]/count = 4: the GPU 0000:bd:00.0 has 3 VFs enabled')
 
 
@@ -603,21 +604,21 @@ def test_exactly_the_most_of_a_type_fits_with_what_other_vfs_hold(
     # 4 L40S-12Q at most; VF 9 (not carved) holds one
     gpus = l40s(L2, vfs=8, current={9: TYPE_12Q, 5: TYPE_24Q})
     conf = nova(tmp_path, ('a', carving_body(count=3)))
-    (found,) = carving.resolve(conf, gpus, {})
+    (found,) = layouts.carved(conf, gpus, {})
     assert [str(v) for v in found.vfs] == [
         '0000:bd:00.4', '0000:bd:00.5', '0000:bd:00.6']
     conf = nova(tmp_path, ('a', carving_body(count=4)))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         '[nova_a]/count = 4: the GPU 0000:bd:00.0 holds at most 4 vGPUs of '
         'nvidia-1153 (NVIDIA L40S-12Q) besides the 1 its other VFs hold; '
         'lower the count')
     # a carved VF's own vGPU is not counted twice
     gpus = l40s(L2, vfs=8, current={4: TYPE_12Q, 5: TYPE_12Q})
     conf = nova(tmp_path, ('a', carving_body(count=4)))
-    (found,) = carving.resolve(conf, gpus, {})
+    (found,) = layouts.carved(conf, gpus, {})
     assert len(found.vfs) == 4
     conf = nova(tmp_path, ('a', carving_body(count=5)))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         '[nova_a]/count = 5: the GPU 0000:bd:00.0 holds at most 4 vGPUs of '
         'nvidia-1153 (NVIDIA L40S-12Q); lower the count')
 
@@ -626,32 +627,32 @@ def test_a_type_without_a_name_or_maximum(tmp_path):
     bare = vtype('nvidia-1153', None, None)
     gpus = l40s(L2, vfs=8, creatable=(bare,))
     conf = nova(tmp_path, ('a', carving_body(count=8)))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         '[nova_a]: the GPU 0000:bd:00.0 lists nvidia-1153 without a name, '
         'so neither resource_class nor alias can be derived from it; set '
         'both')
     # the record's name serves
-    (found,) = carving.resolve(conf, gpus, {},
-                               {T_12Q: 'NVIDIA L40S-12Q'})
+    (found,) = layouts.carved(conf, gpus, {},
+                              {T_12Q: 'NVIDIA L40S-12Q'})
     assert (found.type_name, found.resource_class, found.alias) == (
         'NVIDIA L40S-12Q', 'CUSTOM_NVIDIA_L40S_12Q', 'l40s-12q')
     # one of the two set is not enough
     conf = nova(tmp_path, ('a', carving_body(
         count=8, extra='resource_class = CUSTOM_X')))
     with pytest.raises(exception.ConfigError):
-        carving.resolve(conf, gpus, {})
+        layouts.carved(conf, gpus, {})
     conf = nova(tmp_path, ('a', carving_body(count=8, extra='alias = x')))
     with pytest.raises(exception.ConfigError):
-        carving.resolve(conf, gpus, {})
+        layouts.carved(conf, gpus, {})
     conf = nova(tmp_path, ('a', carving_body(
         count=8, extra='alias = x\nresource_class = CUSTOM_X')))
-    (found,) = carving.resolve(conf, gpus, {})
+    (found,) = layouts.carved(conf, gpus, {})
     assert (found.type_name, found.resource_class, found.alias) == (
         None, 'CUSTOM_X', 'x')
     # a maximum of the type exceeded, the type unnamed
     gpus = l40s(L2, vfs=3, creatable=(vtype('nvidia-1153', None, 2),))
     conf = nova(tmp_path, ('a', carving_body(count=3)))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         '[nova_a]/count = 3: the GPU 0000:bd:00.0 holds at most 2 vGPUs of '
         'nvidia-1153 (unnamed); lower the count')
 
@@ -662,20 +663,20 @@ def test_one_resource_class_per_type_and_one_alias_per_kind(tmp_path):
         gpus=L1, extra='resource_class = CUSTOM_X')),
         ('b', carving_body(vgpu_type='nvidia-1154',
                            extra='resource_class = CUSTOM_X')))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         'resource class CUSTOM_X names two types: nvidia-1153 ([nova_a]) '
         'and nvidia-1154 ([nova_b]); give each type its own resource_class')
     conf = nova(tmp_path, ('a', carving_body(gpus=L1, extra='alias = x')),
                 ('b', carving_body(vgpu_type='nvidia-1154',
                                    extra='alias = x')))
-    assert reason(carving.resolve, conf, gpus, {}) == (
+    assert reason(layouts.carved, conf, gpus, {}) == (
         'alias x names two kinds of VF: CUSTOM_NVIDIA_L40S_12Q on '
         '10de:beef ([nova_a]) and CUSTOM_NVIDIA_L40S_24Q on 10de:beef '
         '([nova_b]); give each its own alias')
     # one type on two GPUs shares both
     conf = nova(tmp_path, ('a', carving_body(gpus=L1, extra='alias = x')),
                 ('b', carving_body(extra='alias = x')))
-    assert [c.alias for c in carving.resolve(conf, gpus, {})] == ['x', 'x']
+    assert [c.alias for c in layouts.carved(conf, gpus, {})] == ['x', 'x']
 
 
 # --- carving: the record -----------------------------------------------------
@@ -759,7 +760,7 @@ def test_a_record_without_a_type_name_reads_as_none(tmp_path):
 def test_carved_views_of_plan_and_record(tmp_path):
     gpus = l40s(L1) + l40s(L2)
     conf = nova(tmp_path, ('a', carving_body(gpus=L1, count=1)))
-    planned = carving.resolve(conf, gpus, {})
+    planned = layouts.carved(conf, gpus, {})
     recorded = (carving.CarvedVf(vf=addr('0000:bd:00.4'), gpu=addr(L2),
                                  type_id=T_12Q, carving='a'),)
     both = carving.Carved(planned=planned, recorded=recorded)
@@ -1400,7 +1401,7 @@ def test_the_vf_ids_are_the_gpus_when_the_first_vf_is_not_listed(tmp_path):
     pf = records.replace(pf, vf_gpus=(), vendor_vf=objects.VendorVf(
         creatable=(TYPE_12Q,)))
     conf = nova(tmp_path, ('a', carving_body(count=4)))
-    (found,) = carving.resolve(conf, [pf], {})
+    (found,) = layouts.carved(conf, [pf], {})
     assert (found.vendor_id, found.product_id) == ('10de', '26b9')
 
 

@@ -31,6 +31,7 @@ from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.store import state as state_mod
 from libvirt_gpu.util import records
 from tests.doubles import kernel_sysfs
+from tests.doubles import layouts
 from tests.unit import test_layout as tl
 from tests.unit import test_layout_apply as tla
 
@@ -81,7 +82,7 @@ class Host(object):
 
     def apply(self, lines, **kwargs):
         kwargs.setdefault('settle_timeout', 5.0)
-        return la.converge(self.env(lines), **kwargs)
+        return layouts.converge(self.env(lines), **kwargs)
 
     def state(self, lines):
         """What ``GpuDriver`` reads of the GPU, for the layout ``lines``."""
@@ -91,7 +92,7 @@ class Host(object):
             driver = la.GpuDriver(session, env.sysfs)
             facts = driver.facts(address)
             return facts, driver.state(
-                address, la.layouts_by_gpu(env)[address], facts)
+                address, env.layouts[address], facts)
 
 
 def _rows(report):
@@ -172,7 +173,7 @@ def test_h100_from_boot_to_its_mig_layout_and_one_gi_less(tmp_path):
         driver = la.GpuDriver(session, env.sysfs)
         driver.run(H100, lp.Step(lp.DISABLE_VFS, 'x'), None)
         facts = driver.facts(H100)
-        state = driver.state(H100, la.layouts_by_gpu(env)[H100], facts)
+        state = driver.state(H100, env.layouts[H100], facts)
     assert (state.vfs, state.vfs_total) == (0, 32)
     plan = host.apply(H100_SMALLER, dry_run=True)
     assert _rows(plan)[0] == (
@@ -251,7 +252,7 @@ def test_a_step_the_driver_does_not_know_is_refused(h100_tree):
 def test_converge_without_nvml_says_why(tmp_path):
     host = Host(tmp_path, 'h100-80gb', str(H100))
     with pytest.raises(nvml.NvmlUnavailable) as e:
-        la.converge(host.env(H100_MIG, nvml_option='off'))
+        layouts.converge(host.env(H100_MIG, nvml_option='off'))
     assert str(e.value) == (
         "NVML cannot be used: [gpu]/nvml is off, or the GPUs are not read "
         "from this host's /sys; layouts need NVIDIA's driver and the "
@@ -263,13 +264,13 @@ def test_converge_of_a_gpu_in_no_layout_is_refused_and_none_is_empty(
     host = Host(tmp_path, 'h100-80gb', str(H100))
     other = objects.PciAddress.parse('0000:01:00.0')
     with pytest.raises(exception.InvalidInput) as e:
-        la.converge(host.env(H100_MIG), only=other)
+        layouts.converge(host.env(H100_MIG), only=other)
     assert str(e.value) == (
         'Invalid input: the GPU 0000:01:00.0 is in no layout ([gpu]/layouts;'
         ' `libvirt-gpu layout plan` lists the GPUs in one)')
     # a layout that claims no GPU of the host: nothing to do, NVML unasked
     host.gpu = '10de:ffff'
-    empty = la.converge(host.env(H100_MIG, nvml_option='off'))
+    empty = layouts.converge(host.env(H100_MIG, nvml_option='off'))
     assert empty == la.Report(results=())
 
 

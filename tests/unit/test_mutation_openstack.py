@@ -15,6 +15,7 @@ import pytest
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import conffile
 from libvirt_gpu.devices import capacity
+from libvirt_gpu.cmd import openstack_cmds
 from libvirt_gpu import environment
 from libvirt_gpu import objects
 from libvirt_gpu.openstack import cyborg_driver
@@ -1332,7 +1333,8 @@ def test_build_tree_leaves_carved_gpus_out_and_names_further_types():
 
 
 class HostEnv:
-    """What host_tree reads of an ``environment.Environment``."""
+    """What the CLI's ``provider_tree`` reads of an
+    ``environment.Environment`` to hand ``model.host_tree`` its parts."""
 
     def __init__(self, gpus, enabled, carved, rooms, gpu_traits=False,
                  owners=None):
@@ -1360,9 +1362,9 @@ def test_host_tree_takes_everything_from_the_environment():
         used=0, placement_size=2, placements=(0, 2))}
     cyborgs = records.replace(fakes.gpu('0000:60:00.0'), vendor_id='1002')
     gpus = [a, b, amd, carved, nvidia, cyborgs]
-    found = model.host_tree(HostEnv(gpus, enabled, {carved.address},
-                                    rooms, owners={
-                                        cyborgs.address: 'cyborg'}), 'c1')
+    found = openstack_cmds.provider_tree(HostEnv(
+        gpus, enabled, {carved.address}, rooms,
+        owners={cyborgs.address: 'cyborg'}), 'c1')
     assert found.root.name == 'c1'
     # another route's GPU is left out, and its provider left alone
     assert found.foreign == {cyborgs.address}
@@ -1371,8 +1373,7 @@ def test_host_tree_takes_everything_from_the_environment():
         ('c1_0000:5e:00.0', 1, ['CUSTOM_AMD_1EB8', 'OWNER_CYBORG']),
         ('c1_0000:af:00.0', 2, ['CUSTOM_NVIDIA_1EB8_T4_2B',
                                 'OWNER_CYBORG'])]
-    displayed = model.host_tree(HostEnv(gpus, enabled, {carved.address},
-                                        rooms, gpu_traits=True, owners={
-                                            cyborgs.address: 'cyborg'}),
-                                'c1')
+    displayed = openstack_cmds.provider_tree(HostEnv(
+        gpus, enabled, {carved.address}, rooms, gpu_traits=True,
+        owners={cyborgs.address: 'cyborg'}), 'c1')
     assert 'HW_GPU_MAX_DISPLAY_HEADS_4' in displayed.children[1].traits

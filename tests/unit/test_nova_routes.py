@@ -11,6 +11,7 @@ import tempfile
 
 import pytest
 
+from libvirt_gpu.cmd import openstack_cmds
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -57,17 +58,17 @@ def names(provider_tree):
 
 def test_our_tree_leaves_a_carved_gpu_out(fast_tmp):  # noqa: F811
     host = Host(fast_tmp, '')
-    assert names(model.host_tree(host.env(), HOST)) == [
+    assert names(openstack_cmds.provider_tree(host.env(), HOST)) == [
         'compute-1_0000:3d:00.0', 'compute-1_0000:bd:00.0']
     host.write_config(CARVING % (L2, 2))      # planned: before any restore
-    assert names(model.host_tree(host.env(), HOST)) == [
+    assert names(openstack_cmds.provider_tree(host.env(), HOST)) == [
         'compute-1_0000:3d:00.0']
 
 
 def test_a_gpu_still_recorded_as_carved_stays_out_of_our_tree(carved):
     carved.write_config('')                   # carving gone, VFs held
     try:
-        assert names(model.host_tree(carved.env(), HOST)) == [
+        assert names(openstack_cmds.provider_tree(carved.env(), HOST)) == [
             'compute-1_0000:3d:00.0']
     finally:
         carved.write_config(CARVING % (L2, 2))
@@ -302,7 +303,7 @@ def test_a_damaged_record_is_reported_to_no_one_but_said(
     with open(os.path.join(host.state_dir, 'nova-carved.json'), 'w') as f:
         f.write('{"version": 1')
     with pytest.raises(exception.StateError) as e:
-        model.host_tree(host.env(), HOST)
+        openstack_cmds.provider_tree(host.env(), HOST)
     assert str(e.value).endswith('; run `libvirt-gpu restore`: it moves the '
                                  'file aside and rebuilds it from the '
                                  'configuration')

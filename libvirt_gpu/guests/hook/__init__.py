@@ -88,7 +88,6 @@ from libvirt_gpu.guests.hook.settings import DEFAULT_CONFIG_FILE  # noqa: F401
 from libvirt_gpu.guests.hook.settings import HookSettings  # noqa: F401
 from libvirt_gpu.guests.hook.settings import load_settings  # noqa: F401
 from libvirt_gpu.guests.hook.settings import SETTINGS_NAME  # noqa: F401
-from libvirt_gpu.guests.hook.settings import settings_from_conf  # noqa: F401
 from libvirt_gpu.guests.hook.settings import write_settings  # noqa: F401
 
 

@@ -117,11 +117,6 @@ def read_settings(config_file):
     return settings, confcache.document(config_key, conf, extra)
 
 
-def settings_from_conf(config_file):
-    """Build HookSettings through oslo.config and discovery (slow path)."""
-    return read_settings(config_file)[0]
-
-
 def _enabled_of(extra):
     """The enabled types kept in a snapshot, or None when unusable."""
     enabled = {}

@@ -134,16 +134,17 @@ def offered(gpu, enabled, pgpu_vendors=DEFAULT_PGPU_VENDORS):
     return gpu.vendor_id in pgpu_vendors and pgpu_refusal(gpu) is None
 
 
-def host_tree(env, hostname):
-    """The provider tree of the host ``env`` (an
-    ``environment.Environment``, handed in: its GPUs as discovered, its
-    enabled types and its configuration's ``[gpu]`` options)."""
-    return build_tree(hostname, env.discovered.gpus, env.enabled,
-                      env.conf.gpu.report_gpu_traits,
-                      env.conf.gpu.pgpu_vendor_ids,
-                      carved=env.carved.gpus,
-                      rooms=env.vgpus.rooms(env.enabled),
-                      foreign=frozenset(env.routes.owners))
+def host_tree(hostname, gpus, enabled, options, carved=frozenset(),
+              rooms=None, foreign=frozenset()):
+    """The provider tree of a host named ``hostname``: its GPUs as
+    discovered (``gpus``), its enabled types (``enabled``), its
+    configuration's ``[gpu]`` options (``options``: ``report_gpu_traits``,
+    ``pgpu_vendor_ids``), the GPUs carved for Nova (``carved``), the
+    driver's rooms (``rooms``: ``Vgpus.rooms`` of ``enabled``) and the
+    GPUs of other routes (``foreign``); see ``build_tree``."""
+    return build_tree(hostname, gpus, enabled, options.report_gpu_traits,
+                      options.pgpu_vendor_ids, carved=carved, rooms=rooms,
+                      foreign=frozenset(foreign))
 
 
 def nova_pci_provider_name(hostname, address):
