@@ -2,7 +2,7 @@
 libvirt calls them on two simulated hosts (the kernel double writing each
 tree): the destination's ``migrate`` chooses a free VF there and names it
 in the XML, its ``prepare`` writes the type to that VF's
-``current_vgpu_type`` before the guest's QEMU starts there; after a
+type file before the guest's QEMU starts there; after a
 migration the source's ``release`` writes 0 to the source's VF; a failed
 one runs the destination's ``release``, which writes 0 to the VF chosen
 there; a destination that crashed before its ``release`` is set right by
