@@ -30,6 +30,7 @@ from libvirt_gpu.guests import reconcile
 from libvirt_gpu.store import state
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
+from tests.unit import test_hook as th
 from tests.unit import test_hook_migrate as thm
 from tests.unit import test_mig_capacity as tmc
 from tests.unit import test_nvidia_vgpu_lifecycle as tv
@@ -253,3 +254,52 @@ def test_mixed_size_incoming_vgpus_take_the_free_placements(l40s_mixed):
     (line,) = err.strip().splitlines()
     assert str(tmc.L40S_12Q) in line and str(tmc.L40S) in line
     assert len(l40s_mixed.leases()) == 3
+
+
+CRASHING_PREPARE = '''
+import sys
+from libvirt_gpu.guests import hook
+from tests.doubles import kernel_sysfs
+sys.exit(hook.run(['qemu', 'vm1', 'prepare', 'begin', '-'],
+                  sys.stdin.buffer.read(), config_file=sys.argv[1],
+                  sysfs=kernel_sysfs.KernelSysfs(sys.argv[2], 'l40s'),
+                  mdevctl_dir=sys.argv[3]))
+'''
+
+
+def _reconcile(world, tmp_path):
+    conn = fake_libvirt.FakeConnection(str(tmp_path / 'doms'))
+    return reconcile.reconcile(environment.Environment(
+        world.state_dir, sysfs=world.sysfs,
+        host=host_mod.Host.from_connection(conn),
+        mdevctl_dir=world.mdevctl))
+
+
+@pytest.mark.parametrize('expired', [False, True])
+def test_a_prepare_killed_after_typing_the_vf_is_reconciled(
+        hosts, tmp_path, expired):
+    # the destination's prepare dies right after its write to the VF,
+    # before it marks the lease created: the VF holds the type, the
+    # lease is still the incoming reservation
+    import subprocess
+    import sys
+    import time
+    source, dest = hosts
+    xml = tv.vf_domain_xml(tv.new_uuid(), SOURCE_VF)
+    rc, incoming, _ = migrate_in(dest, xml)
+    assert rc == 0
+    (lease,) = dest.leases()
+    thm._holder_gone(dest, lease.vgpu_uuid)   # the migrate hook exited
+    r = subprocess.run(
+        [sys.executable, '-c', CRASHING_PREPARE, dest.config, dest.root,
+         dest.mdevctl], input=incoming, capture_output=True, cwd=th.ROOT,
+        env=dict(os.environ, **{state.CRASH_ENV: 'prepare:created'}),
+        timeout=60)
+    assert r.returncode == -9, r.stderr
+    assert typed(dest) == dict(PRE, **{str(lease.parent): 1145})
+    if expired:
+        thm._holder_gone(dest, lease.vgpu_uuid, expires_at=time.time() - 1)
+    report = _reconcile(dest, tmp_path)
+    (finding,) = [f for f in report.findings if f.uuid == lease.vgpu_uuid]
+    assert finding.action == reconcile.REMOVED, finding
+    assert typed(dest) == PRE and dest.leases() == []
