@@ -99,7 +99,8 @@ def cmd_migrate(ctx):
 
     with host_mod.Host(ctx.libvirt_uri()) as host:
         # this host's NVML: NVIDIA's metadata of the guest's vGPUs
-        nvml = ctx.environment(host).nvml
+        env = ctx.environment(host)
+        nvml = env.nvml
         if ctx.args.stamp:
             return _stamp(ctx, host, nvml)
         # A refused check raises MigrationRefused (exit status 1) after
@@ -107,7 +108,7 @@ def cmd_migrate(ctx):
         done = api.migrate(host, ctx.args.domain, ctx.args.dest_uri,
                            dry_run=ctx.args.dry_run, progress=progress,
                            on_plan=show, migrate_uri=ctx.args.migrate_uri,
-                           nvml=nvml)
+                           nvml=nvml, sysfs=env.sysfs)
     if as_json:
         output.emit_json(output.migration_to_json(done))
     if done.outcome is None:                        # --dry-run

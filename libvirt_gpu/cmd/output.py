@@ -483,7 +483,11 @@ def migration_to_json(done):
            'nvidia': [{'vgpu': str(a.uuid), 'type': str(a.type_id),
                        'metadata_read': a.read,
                        'host_driver': a.host_driver, 'detail': a.detail}
-                      for a in plan.driver]}
+                      for a in plan.driver],
+           # the destination's layout question, per vGPU (migration.py)
+           'layout': [{'vgpu': str(a.uuid), 'type': str(a.type_id),
+                       'mode': a.mode, 'needs': a.needs, 'detail': a.detail}
+                      for a in plan.layout]}
     if outcome is not None:
         doc['migrated'] = outcome.done
         doc['downtime_ms'] = outcome.downtime_ms
@@ -502,6 +506,9 @@ def migration_checks_text(plan):
                                         c.detail))
     for a in plan.driver:
         lines.append('  %-4s NVIDIA compatibility of vGPU %s (%s): %s' % (
+            'ask', a.uuid, a.type_id, a.detail))
+    for a in plan.layout:
+        lines.append('  %-4s destination layout for vGPU %s (%s): %s' % (
             'ask', a.uuid, a.type_id, a.detail))
     return '\n'.join(lines)
 

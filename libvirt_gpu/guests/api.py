@@ -527,7 +527,8 @@ def migration_host(conn):
 
 
 def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
-            postcopy=False, on_plan=None, migrate_uri=None, nvml=None):
+            postcopy=False, on_plan=None, migrate_uri=None, nvml=None,
+            sysfs=None):
     """Migrate the running ``domain`` (name or UUID) with its vGPUs live
     to the host at ``dest_uri`` (a libvirt URI both this process and the
     source's libvirtd can open, e.g. ``qemu+ssh://host2/system``).
@@ -541,13 +542,14 @@ def migrate(conn, domain, dest_uri, dry_run=False, progress=None,
     ``tcp://10.0.0.2:49152``) names where the guest's memory goes, when the
     destination's host name is not the way there.  ``nvml``: this host's
     NVML (``nvml.Nvml``), which reads NVIDIA's metadata of the vGPUs for
-    the destination's check (``migration.stamp``)."""
+    the destination's check (``migration.stamp``) and their GPUs' layout
+    (``sysfs``: this host's, a VF's physical GPU)."""
     from libvirt_gpu.virt import host as host_mod
     from libvirt_gpu.guests import migration
     source = migration_host(conn)
     with host_mod.Host(dest_uri) as dest:
         plan = migration.check(source, dest, dest_uri, domain,
-                               postcopy=postcopy, nvml=nvml)
+                               postcopy=postcopy, nvml=nvml, sysfs=sysfs)
         if on_plan is not None:
             on_plan(plan)
         if dry_run:

@@ -25,6 +25,15 @@ vGPU needs, through both hosts' libvirt connections:
   or that it cannot (no NVML here: the destination's hook makes today's
   checks only).
 
+* The destination's layout, per vGPU (``layout_checks``): how the
+  vGPU's GPU here holds it, as this host's NVML reads it (MIG-backed:
+  the GPU-instance profile of its type; mixed-size: the placement size of
+  its type; time-sliced in equal-size mode), and so what a GPU there must
+  have free for it.  libvirt lists neither GPU instances nor placements,
+  so the destination's ``migrate`` hook judges it against its own layout
+  (the driver's room: ``Allocator.reserve_incoming``) and refuses before
+  anything is copied; the check says per vGPU what it needs there.
+
 ``stamp`` writes those metadata into the running domain's
 ``<gpu:vgpu nvidia-metadata=...>`` (live XML, which libvirt sends to the
 destination); ``migrate`` stamps right before it starts, so they are
@@ -81,16 +90,34 @@ class DriverAnswer:
 
 
 @records.record
+class LayoutAnswer:
+    """The destination-layout question of one vGPU, as far as the source
+    gets: the vGPU mode of its GPU here (``mode``: ``capacity.MODE_MIG``,
+    ``MODE_MIXED``, ``MODE_EQUAL``; None: not read), what a GPU there must
+    have free for it (``needs``; None: not read), in one line
+    (``detail``)."""
+
+    uuid: object
+    type_id: object
+    mode: str | None
+    needs: str | None
+    detail: str
+
+
+@records.record
 class Plan:
     """What ``check`` found: the checks in order, the guest's vGPUs by
-    type (``((type_id, count), ...)``) and NVIDIA's question per vGPU
-    (``DriverAnswer``: no refusal of its own, the destination answers)."""
+    type (``((type_id, count), ...)``), NVIDIA's question per vGPU
+    (``DriverAnswer``) and the destination's layout question per vGPU
+    (``LayoutAnswer``): no refusal of their own, the destination's hook
+    answers both."""
 
     domain: str
     dest_uri: str
     checks: tuple
     vgpus: tuple = ()
     driver: tuple = ()
+    layout: tuple = ()
 
     @property
     def ok(self):
@@ -176,6 +203,86 @@ def driver_checks(meta, nvml):
     return tuple(checks)
 
 
+def _gpu_layout(session, gpu, entries):
+    """``{uuid: (mode, needs)}`` of the vGPUs ``entries`` on the physical
+    GPU ``gpu``, by this host's NVML ``session``."""
+    from libvirt_gpu.devices import capacity
+    mig = session.mig_mode(gpu)
+    mixed = not mig and session.mixed_size(gpu)
+    types = {t.type_id: t for t in session.vgpu_types(
+        gpu, placements=bool(mixed))}
+    names = ({p.id: p.name for p in session.gi_profiles(gpu)} if mig
+             else {})
+    found = {}
+    for entry in entries:
+        facts = types.get(entry.type_id)
+        if mig:
+            profile = names.get(getattr(facts, 'gi_profile_id', None))
+            found[entry.uuid] = (capacity.MODE_MIG, (
+                'a GPU instance of profile %s with room' % profile
+                if profile else None))
+        elif mixed:
+            size = getattr(facts, 'placement_size', None)
+            found[entry.uuid] = (capacity.MODE_MIXED, (
+                'a free placement of size %d' % size
+                if size is not None else None))
+        else:
+            found[entry.uuid] = (capacity.MODE_EQUAL,
+                                 'room for the type (equal-size)')
+    return found
+
+
+def read_layouts(meta, nvml, sysfs):
+    """``({uuid: (mode, needs)}, reason)`` of the vGPUs of ``meta`` whose
+    GPU this host's NVML (``nvml``) tells of; ``reason`` (one line) says
+    why the others are not read.  ``sysfs``: this host's, for a VF's
+    physical GPU."""
+    from libvirt_gpu.devices import nvml as nvml_mod
+    if nvml is None:
+        return {}, 'NVML is not used on this host'
+    gpus = {}
+    for entry in meta.vgpus:
+        if entry.parent is None:
+            continue            # "any GPU": none here to read
+        gpu = (sysfs.physfn(entry.parent) if sysfs is not None
+               else None) or entry.parent
+        gpus.setdefault(gpu, []).append(entry)
+    found, reason = {}, 'no GPU of it named here'
+    try:
+        with nvml.session() as session:
+            for gpu, entries in sorted(gpus.items()):
+                try:
+                    found.update(_gpu_layout(session, gpu, entries))
+                except (nvml_mod.NvmlError, nvml_mod.NvmlUnavailable) as e:
+                    reason = 'NVML cannot tell of its GPU %s: %s' % (
+                        gpu, e.kwargs.get('reason', e))
+    except nvml_mod.NvmlUnavailable as e:
+        return {}, str(e).split(';')[0]
+    return found, reason
+
+
+def layout_checks(meta, nvml, sysfs=None):
+    """One ``LayoutAnswer`` per vGPU of ``meta``: how its GPU here holds
+    it, and what the destination's hook needs free there."""
+    found, reason = read_layouts(meta, nvml, sysfs) if meta.vgpus \
+        else ({}, None)
+    answers = []
+    for entry in meta.vgpus:
+        mode, needs = found.get(entry.uuid, (None, None))
+        if mode is None:
+            detail = ('its GPU\'s vGPU mode not read here (%s): the '
+                      'destination\'s hook judges it against its own '
+                      'layout' % reason)
+        else:
+            detail = ('%s here: the destination\'s hook reserves it only '
+                      'on a GPU with %s (its own layout, as its driver '
+                      'reads it) and refuses before anything is copied '
+                      'otherwise' % (mode, needs or 'room for the type'))
+        answers.append(LayoutAnswer(uuid=entry.uuid, type_id=entry.type_id,
+                                    mode=mode, needs=needs, detail=detail))
+    return tuple(answers)
+
+
 def stamp(guest, nvml):
     """Write NVIDIA's metadata of each vGPU of the running ``guest``,
     as this host's NVML reads it now, into its live metadata (an entry NVML
@@ -194,11 +301,12 @@ def stamp(guest, nvml):
 
 
 def check(source_host, dest_host, dest_uri, domain, postcopy=False,
-          nvml=None):
+          nvml=None, sysfs=None):
     """The ``Plan`` of migrating ``domain`` (name or UUID, on
     ``source_host``) to ``dest_host`` (reached by the source's libvirtd at
     ``dest_uri``); ``nvml``: the source host's NVML (``nvml.Nvml``), for
-    NVIDIA's metadata of its vGPUs."""
+    NVIDIA's metadata of its vGPUs and their GPUs' layout; ``sysfs``: the
+    source host's (a VF's physical GPU)."""
     guest = guest_mod.Guest(source_host.lookup_domain(domain))
     checks = []
     checks.extend(_version_checks('source', source_host))
@@ -248,7 +356,8 @@ def check(source_host, dest_host, dest_uri, domain, postcopy=False,
                             ok=ok, detail=detail))
     return Plan(domain=guest.name, dest_uri=dest_uri, checks=tuple(checks),
                 vgpus=tuple(sorted(wanted.items())),
-                driver=driver_checks(meta, nvml))
+                driver=driver_checks(meta, nvml),
+                layout=layout_checks(meta, nvml, sysfs))
 
 
 def _runs_here(guest):

@@ -171,6 +171,10 @@ def test_libvirt_gpu_migrate_is_refused_with_nvidia_s_reason(
     (answer,) = json.loads(dry.stdout)['nvidia']
     assert (answer['type'], answer['metadata_read'],
             answer['host_driver']) == (TYPE, True, '580.95.02')
+    # and the destination-layout question: an equal-size vGPU here
+    (layout,) = json.loads(dry.stdout)['layout']
+    assert (layout['type'], layout['mode'], layout['needs']) == (
+        TYPE, 'time-sliced', 'room for the type (equal-size)')
     with pytest.raises(exception.LibvirtError) as refused:
         migrate(source, other_branch, name)
     assert REFUSAL in str(refused.value)

@@ -633,14 +633,14 @@ def test_migration_to_json_dry_run_and_done():
             {'what': 'destination libvirt', 'ok': True, 'detail': '10.0.0'},
             {'what': 'vGPU room', 'ok': False,
              'detail': 'nvidia-222: 0 free'}],
-        'vgpus': {'nvidia-222': 2}, 'nvidia': []}
+        'vgpus': {'nvidia-222': 2}, 'nvidia': [], 'layout': []}
     done = output.migration_to_json(api.Migration(
         plan=PLAN, outcome=migration.Outcome(
             done=True, downtime_ms=42, data_total=1 << 31,
             elapsed_ms=3500)))
     assert {k: done[k] for k in done if k not in
             ('domain', 'destination', 'ok', 'checks', 'vgpus',
-             'nvidia')} == {
+             'nvidia', 'layout')} == {
         'migrated': True, 'downtime_ms': 42, 'data_total': 1 << 31,
         'elapsed_ms': 3500}
     late = output.migration_to_json(api.Migration(

@@ -23,6 +23,15 @@ for byte:
 * a vendor-interface VF's ``<hostdev type='pci'>``: its ``<source><address
   domain= bus= slot= function=>``, the VF chosen here.
 
+Nothing is created here: for the vendor interface the VF chosen is
+only reserved, and ``prepare`` writes its type before QEMU starts (a
+migration failing before ``prepare`` typed nothing here); a failed or
+aborted migration after it runs ``release`` for the incoming domain,
+which writes 0 again (``reconcile`` after a crash).  The room is the
+driver's (``Allocator.reserve_incoming``): on a GPU in MIG mode a GPU
+instance of the type's profile with room, on one in mixed-size mode a
+free placement of its size.
+
 NVIDIA's own rule, for each vGPU whose entry carries the source's NVIDIA
 metadata (``nvidia-metadata=``, written by the source: see
 docs/admin/migration.md): the GPU chosen here is put to NVIDIA's driver
