@@ -55,6 +55,7 @@ import os
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
+from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
 from libvirt_gpu.store import statedir
 
@@ -65,12 +66,9 @@ LOCK_NAME = 'nova-carved.lock'
 RECORD_VERSION = 1
 SECTION_PREFIX = 'nova_'
 _MAX_RECORD_BYTES = 1024 * 1024
-# patterns (``re`` imported where they are used: the qemu hook imports this
-# module and reads no configuration)
-_CUSTOM_RC = r'CUSTOM_[A-Z0-9_]{1,248}'
+# the alias's pattern (``re`` imported where it is used: the qemu hook
+# imports this module and reads no configuration)
 _ALIAS = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
-# The word NVIDIA puts before a type's size ("NVIDIA L40S-12Q").
-_NAME_PREFIXES = ('NVIDIA', 'GRID')
 
 
 def section(name):
@@ -245,13 +243,8 @@ def carvings(conf):
     found = []
     for name in nova.carved:
         values = conf[section(name)]
-        if not values.gpus:
-            raise _error(name, 'gpus', ' is empty: name the GPUs to carve '
-                         '(0000:3d:00.0) or their model (10de:26b9)')
-        try:
-            selectors = objects.GpuSelector.parse_list(values.gpus)
-        except exception.InvalidInput as e:
-            raise _error(name, 'gpus', ': %s' % e.kwargs['reason'])
+        selectors = selectors_mod.parse('[%s]/gpus' % section(name),
+                                        values.gpus, required=True)
         if not values.vgpu_type:
             raise _error(name, 'vgpu_type', ' is not set: name the vGPU '
                          'type to write to the VFs (`libvirt-gpu types '
@@ -263,13 +256,13 @@ def carvings(conf):
         if values.count is None:
             raise _error(name, 'count', ' is not set: say how many VFs of '
                          'each GPU get the type')
-        import re
         rc = values.resource_class
-        if rc is not None and re.fullmatch(_CUSTOM_RC, rc) is None:
+        if rc is not None and not objects.is_custom_name(rc):
             raise _error(name, 'resource_class', ' %r is not a CUSTOM_ '
                          'resource class (CUSTOM_ then upper-case letters, '
                          'digits, "_"; e.g. CUSTOM_NVIDIA_L40S_12Q)' % rc)
         alias = values.alias
+        import re
         if alias is not None and re.fullmatch(_ALIAS, alias) is None:
             raise _error(name, 'alias', ' %r is not an alias name (letters, '
                          'digits, ".", "_" and "-"; no ":" or ",", which a '
@@ -281,22 +274,20 @@ def carvings(conf):
 
 
 def default_resource_class(type_name):
-    """``NVIDIA L40S-12Q`` -> ``CUSTOM_NVIDIA_L40S_12Q``: CUSTOM_ and the
-    type's name upper-cased, every run of other characters one
-    underscore (what ``os_resource_classes.normalize_name`` makes of it,
-    and the form Nova's own documentation uses)."""
-    import re
-    return 'CUSTOM_' + re.sub(r'[^A-Z0-9_]+', '_', type_name.upper())
+    """``NVIDIA L40S-12Q`` -> ``CUSTOM_NVIDIA_L40S_12Q``: the type's name
+    through the one normalizer (``objects.custom_name``: what
+    ``os_resource_classes.normalize_name`` makes of it, and the form
+    Nova's own documentation uses)."""
+    return objects.custom_name(type_name)
 
 
 def default_alias(type_name):
     """``NVIDIA L40S-12Q`` -> ``l40s-12q``: the name without its leading
-    NVIDIA word, lower-cased, every run of other characters one dash."""
-    first, _, rest = type_name.strip().partition(' ')
-    if first.upper() in _NAME_PREFIXES and rest.strip():
-        type_name = rest
+    vendor word (``objects.type_word``), lower-cased, every run of other
+    characters one dash."""
     import re
-    return re.sub(r'[^a-z0-9]+', '-', type_name.lower()).strip('-')
+    return re.sub(r'[^a-z0-9]+', '-',
+                  objects.type_word(type_name).lower()).strip('-')
 
 
 def matching(found, gpus):
@@ -306,28 +297,14 @@ def matching(found, gpus):
     address where this host has no GPU, the address of a VF, and a GPU two
     carvings claim; a model no GPU of this host is passes (one
     configuration serves hosts of several models)."""
-    by_address = {gpu.address: gpu for gpu in gpus}
     claimed = {}
     for carving in found:
-        for selector in carving.selectors:
-            if selector.by_model:
-                named = [g for g in gpus
-                         if not g.is_vf and selector.matches(g)]
-                if not named:
-                    LOG.info('[%s]/gpus: no GPU of model %s on this host',
-                             carving.section, selector)
-            else:
-                gpu = by_address.get(selector.address)
-                if gpu is None:
-                    raise _error(carving.name, 'gpus', ' names %s, but this '
-                                 'host has no GPU there (`libvirt-gpu list` '
-                                 'shows the GPUs)' % selector.address)
-                if gpu.is_vf:
-                    raise _error(carving.name, 'gpus', ' names %s, a VF of '
-                                 'the GPU %s; name the physical GPU (the '
-                                 'VFs are chosen by count)'
-                                 % (selector.address, gpu.physfn))
-                named = [gpu]
+        for selector, named in selectors_mod.resolve(
+                '[%s]/gpus' % carving.section, carving.selectors, gpus,
+                vf_hint=' (the VFs are chosen by count)'):
+            if not named:
+                LOG.info('[%s]/gpus: no GPU of model %s on this host',
+                         carving.section, selector)
             for gpu in named:
                 other = claimed.get(gpu.address)
                 if other is not None and other.name != carving.name:

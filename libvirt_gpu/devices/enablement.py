@@ -19,7 +19,6 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import records
 
 LOG = logs.getLogger(__name__)
-_CUSTOM_RC = r'CUSTOM_[A-Z0-9_]+'     # re imported where it is used
 
 
 def group_name(type_id):
@@ -43,9 +42,8 @@ class Enabled(dict):
 def _resource_class(type_id, value):
     # imported here: the qemu hook imports this module for ``Enabled``
     import os_resource_classes
-    import re
-    if value in os_resource_classes.STANDARDS or (
-            re.fullmatch(_CUSTOM_RC, value) and len(value) <= 255):
+    if value in os_resource_classes.STANDARDS or \
+            objects.is_custom_name(value):
         return value
     raise exception.ConfigError(
         reason='[%s]/resource_class %r is neither a standard resource class '

@@ -100,7 +100,7 @@ LEVELS = (
      'util.safeopen', 'util.jsonutil'),
     ('util.xmlutil', 'store.statedir', 'util.xmledit', 'conffile',
      'devices.enablement', 'devices.carving', 'devices.routes',
-     'devices.layout', 'devices.layout_plan'),
+     'devices.layout', 'devices.layout_plan', 'devices.selectors'),
     ('store.figures',), ('devices.pci_classes', 'devices.pciids'),
     ('devices.sysfs',), ('virt.nodedev',), ('virt.config_xml',),
     ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),

@@ -400,8 +400,8 @@ def carving_body(gpus=L2, vgpu_type='nvidia-1153', count=2, extra=''):
 
 @pytest.mark.parametrize('body, said', [
     ('vgpu_type = nvidia-1153\ncount = 1\n',
-     '[nova_a]/gpus is empty: name the GPUs to carve (0000:3d:00.0) or '
-     'their model (10de:26b9)'),
+     '[nova_a]/gpus is empty: name the GPUs by PCI address (0000:41:00.0) '
+     'or by model, their vendor:product ids (10de:2331)'),
     ('gpus = 0000:bd:00.0, bd:00\nvgpu_type = nvidia-1153\ncount = 1\n',
      "[nova_a]/gpus: 'bd:00' names no GPU: give a PCI address "
      "(0000:41:00.0) or the vendor:product ids of a model (10de:2331)"),
