@@ -53,6 +53,7 @@ from __future__ import annotations
 import os
 
 from libvirt_gpu import exception
+from libvirt_gpu.devices import capacity
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.devices import selectors as selectors_mod
@@ -381,8 +382,8 @@ def _carve(carving, gpu, known_names):
             % (where, carving.count, gpu.address, len(vfs)))
     others = sum(f.used_type_ids.count(carving.type_id)
                  for f in gpu.vf_gpus if f.address not in vfs)
-    most = mtype.max_instance
-    if most is not None and carving.count + others > most:
+    if capacity.exceeds(mtype, carving.count, others):
+        most = capacity.limit(mtype)
         held = (' besides the %d its other VFs hold' % others
                 if others else '')
         raise exception.ConfigError(
