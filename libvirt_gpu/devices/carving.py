@@ -24,7 +24,7 @@ carving writes the type, and the GPU is Nova's (what the layout enables
 for our own route is then left out everywhere a carved GPU is).
 
 What ``libvirt-gpu restore`` carved is recorded in
-``<state_dir>/nova-carved.json`` (``CarveRecord``)::
+``<state_dir>/nova-carved.json`` (``store.carved.CarveRecord``)::
 
     {"version": 1, "vfs": {"0000:bd:00.4": {
         "gpu": "0000:bd:00.0", "type_id": "nvidia-1153",
@@ -40,9 +40,10 @@ The record is what the parts that run without the configuration read
 handed to another guest, and so is the GPU it is a VF of on this host,
 never offered by us (``on_host``: the one rule the allocator, the hook's
 release and the pass-through check follow).  A record that cannot be
-read (``DamagedRecord``, its message saying to run ``restore``, which
-sets it aside and rebuilds it) names nothing, and every GPU that could
-be carved is held as Nova's meanwhile; other GPUs are unaffected.  ``Carved``
+read (``store.carved.DamagedRecord``, its message saying to run
+``restore``, which sets it aside and rebuilds it) names nothing, and
+every GPU that could be carved is held as Nova's meanwhile; other GPUs
+are unaffected.  ``Carved``
 holds both views, the planned and the recorded (``environment.Environment.
 carved``).  No oslo.config here: ``conf`` reads like a ConfigOpts or the
 CLI's snapshot of one.
@@ -50,23 +51,17 @@ CLI's snapshot of one.
 
 from __future__ import annotations
 
-import os
-
 from libvirt_gpu import exception
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
-from libvirt_gpu.store import statedir
+from libvirt_gpu.store import carved as record_mod
 
 LOG = logs.getLogger(__name__)
 
-RECORD_NAME = 'nova-carved.json'
-LOCK_NAME = 'nova-carved.lock'
-RECORD_VERSION = 1
 SECTION_PREFIX = 'nova_'
-_MAX_RECORD_BYTES = 1024 * 1024
 # the alias's pattern (``re`` imported where it is used: the qemu hook
 # imports this module and reads no configuration)
 _ALIAS = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
@@ -113,21 +108,6 @@ class CarvedGpu:
 
 
 @records.record
-class CarvedVf:
-    """One VF ``restore`` carved (an entry of the record)."""
-
-    vf: objects.PciAddress
-    gpu: objects.PciAddress
-    type_id: objects.TypeId
-    carving: str
-    type_name: str | None = None
-
-    def to_json(self):
-        return {'gpu': str(self.gpu), 'type_id': str(self.type_id),
-                'type_name': self.type_name, 'carving': self.carving}
-
-
-@records.record
 class Carved:
     """What is Nova's on a host: the carvings resolved from the
     configuration (``planned``; empty without one, as in the hook), the
@@ -135,7 +115,7 @@ class Carved:
     makes Nova's on this host (``holding``: ``on_host``, the one rule)."""
 
     planned: tuple[CarvedGpu, ...] = ()
-    recorded: tuple[CarvedVf, ...] = ()
+    recorded: tuple[record_mod.CarvedVf, ...] = ()
     holding: frozenset = frozenset()
     damaged: object = None           # the DamagedRecord, when unreadable
 
@@ -198,8 +178,8 @@ def on_host(state_dir, sysfs, kind_classes):
       ``restore`` rebuilds it; GPUs nothing can carve are unaffected.
     """
     try:
-        entries = CarveRecord(state_dir).read()
-    except DamagedRecord as e:
+        entries = record_mod.CarveRecord(state_dir).read()
+    except record_mod.DamagedRecord as e:
         return Carved(holding=carvable_gpus(sysfs, kind_classes), damaged=e)
     holding = set()
     for vf in entries:
@@ -432,100 +412,3 @@ def _check_names(carved):
                        'and %s on %s:%s ([%s]); give each its own alias'
                        % ((c.alias,) + seen[0] + (seen[1].carving.section,)
                           + key + (c.carving.section,)))
-
-
-# --- the record --------------------------------------------------------------
-
-REMEDY = ('run `libvirt-gpu restore`: it moves the file aside and '
-          'rebuilds it from the configuration')
-
-
-class DamagedRecord(exception.StateError):
-    """The record cannot be read (``kwargs['damage']``: why); its message
-    says what to do (``REMEDY``)."""
-
-
-class CarveRecord(object):
-    """``<state_dir>/nova-carved.json``: the VFs ``restore`` carved.
-    Changed under an exclusive ``flock`` of ``nova-carved.lock``, written
-    to a temporary file and renamed (a reader never sees half of it)."""
-
-    def __init__(self, state_dir):
-        if not state_dir or not os.path.isabs(os.fspath(state_dir)):
-            raise exception.ConfigError(
-                reason='state_dir %r must be an absolute path' % (state_dir,))
-        self.state_dir = os.fspath(state_dir)
-        self.path = os.path.join(self.state_dir, RECORD_NAME)
-        self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
-
-    def _error(self, reason):
-        return DamagedRecord(path=self.path, damage=reason,
-                             reason='%s; %s' % (reason, REMEDY))
-
-    def read(self):
-        """``{vf: CarvedVf}``; empty without a record (nothing is created:
-        the hook reads this on every guest start).  DamagedRecord, saying
-        what to do, when it cannot be read or is not a record."""
-        try:
-            data = statedir.read_json(self.path, _MAX_RECORD_BYTES)
-        except exception.StateError as e:
-            raise self._error(e.kwargs['reason'])
-        if data is None:
-            return {}
-        if not isinstance(data, dict) or data.get('version') != \
-                RECORD_VERSION or not isinstance(data.get('vfs'), dict):
-            raise self._error('not a version %d record' % RECORD_VERSION)
-        found = {}
-        for key, entry in data['vfs'].items():
-            try:
-                vf = objects.PciAddress.parse(key)
-                carving = entry['carving']
-                type_name = entry.get('type_name')
-                if not isinstance(carving, str) or not isinstance(
-                        type_name, (str, type(None))):
-                    raise TypeError('carving or type_name')
-                found[vf] = CarvedVf(
-                    vf=vf, gpu=objects.PciAddress.parse(entry['gpu']),
-                    type_id=objects.TypeId.parse(entry['type_id']),
-                    carving=carving, type_name=type_name)
-            except (exception.InvalidInput, KeyError, TypeError) as e:
-                raise self._error('entry %r is invalid: %s' % (key, e))
-        return found
-
-    def set_aside(self, now=None):
-        """Rename a record that cannot be read to
-        ``nova-carved.json.damaged-<UTC time>`` (under the record's lock:
-        no ``restore`` writes it meanwhile); returns the new path, or None
-        when it reads now (another run rebuilt it).  OSError when it
-        cannot be renamed."""
-        import time
-        stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))
-        aside = '%s.damaged-%s' % (self.path, stamp)
-        statedir.ensure_dir(self.state_dir)
-        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
-        try:
-            statedir.lock(fd, self.lock_path)
-            try:
-                self.read()
-                return None
-            except DamagedRecord:
-                pass
-            n = 1
-            while os.path.lexists(aside):
-                n += 1
-                aside = '%s.damaged-%s.%d' % (self.path, stamp, n)
-            os.rename(self.path, aside)
-            return aside
-        finally:
-            os.close(fd)
-
-    def locked(self):
-        """``{vf: CarvedVf}`` to read and change; saved on exit."""
-        return statedir.locked_entries(self.state_dir, self.lock_path,
-                                       self.read, self._save)
-
-    def _save(self, entries):
-        statedir.write_json(self.path, {
-            'version': RECORD_VERSION,
-            'vfs': {str(vf): e.to_json()
-                    for vf, e in sorted(entries.items())}})
