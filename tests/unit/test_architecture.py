@@ -37,26 +37,26 @@ ENTRY = ('guests.api', 'guests.hook', 'guests.reconcile', 'guests.restore',
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
-    'devices.backends': ENTRY + ('store.allocator', 'store.state',
+    'devices.backends': ENTRY + ('devices.allocator', 'store.state',
                                  'environment', 'openstack.placement',
                                  'virt.host', 'virt.guest', 'simulator'),
-    'openstack.placement': ENTRY + ('devices.backends', 'store.allocator',
+    'openstack.placement': ENTRY + ('devices.backends', 'devices.allocator',
                                     'store.state', 'environment',
                                     'virt.host', 'virt.guest',
                                     'devices.discovery', 'simulator'),
-    'simulator': ENTRY + ('devices.backends', 'store.allocator',
+    'simulator': ENTRY + ('devices.backends', 'devices.allocator',
                           'store.state', 'environment',
                           'openstack.placement', 'virt.host', 'virt.guest',
                           'devices.discovery', 'devices.sysfs', 'conf'),
-    'store.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
-                                'openstack.placement'),
-    'store.state': ENTRY + ('devices.backends', 'store.allocator',
+    'devices.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
+                                  'openstack.placement'),
+    'store.state': ENTRY + ('devices.backends', 'devices.allocator',
                             'environment', 'virt.host', 'virt.guest',
                             'openstack.placement'),
     'environment': ENTRY,
-    'devices.discovery': ENTRY + ('store.allocator', 'store.state',
+    'devices.discovery': ENTRY + ('devices.allocator', 'store.state',
                                   'environment', 'openstack.placement'),
-    'conf': ENTRY + ('devices.backends', 'store.allocator', 'store.state',
+    'conf': ENTRY + ('devices.backends', 'devices.allocator', 'store.state',
                      'environment', 'openstack.placement', 'virt.host',
                      'virt.guest', 'devices.discovery'),
 }
@@ -107,7 +107,7 @@ LEVELS = (
     ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),
     ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
     ('devices.layout_apply',),
-    ('store.state',), ('store.allocator',), ('openstack.placement',),
+    ('store.state',), ('devices.allocator',), ('openstack.placement',),
     ('environment',), ('guests.migration', 'guests.holders'),
     ('guests.api',), ('guests.hook',),
     ('guests.reconcile',), ('guests.restore',), ('openstack.agent',),
@@ -121,7 +121,7 @@ LEVELS = (
 FOLDERS = {'util': 'helpers that know nothing of GPUs or libvirt',
            'virt': 'the libvirt layer: connection, domain, XML',
            'devices': 'the host side: its GPUs and the vGPU kinds',
-           'store': "the host's state: leases, the allocator, figures",
+           'store': "the host's state: leases, figures, the record files",
            'guests': 'the guest side: API, migration, hook, recovery',
            'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
 
@@ -206,10 +206,10 @@ def test_the_walk_sees_the_package():
     graph = door_graph()
     assert len(graph) > 40
     # edges known to exist, at module level and inside functions
-    assert 'store.allocator' in graph['guests.api']
+    assert 'devices.allocator' in graph['guests.api']
     # in a property
     assert 'devices.backends.registry' in graph['environment']
-    assert 'devices.discovery' in graph['store.allocator']
+    assert 'devices.discovery' in graph['devices.allocator']
     assert 'guests.hook.operations' in graph['guests.hook.__main__']
 
 
@@ -796,7 +796,7 @@ def test_only_the_composition_root_builds_the_host():
     found = {}
     for name, path in _our_modules().items():
         short = _short(name) if name != PACKAGE else ''
-        if short in (ROOT_MODULE, 'store.allocator', 'devices.discovery') \
+        if short in (ROOT_MODULE, 'devices.allocator', 'devices.discovery') \
                 or short in ROOT_CALLS_ELSEWHERE:
             continue
         calls = root_calls(path)
