@@ -16,6 +16,7 @@ record's ``others``; no ``[vgpu_<type>]/device_addresses`` may name it.
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
+from libvirt_gpu.devices import selectors
 from libvirt_gpu.util import records
 
 LOG = logs.getLogger(__name__)
@@ -148,19 +149,9 @@ def resolve(conf, gpus):
                            % (address, claimed_by[address], type_id))
             claimed_by[address] = type_id
             _not_in_layout(type_id, address, in_layout)
-            gpu = by_address.get(address)
-            if gpu is None:
-                raise exception.ConfigError(
-                    reason='[%s]/device_addresses names %s, but this host '
-                           'has no GPU there (`libvirt-gpu list` shows the '
-                           'GPUs)' % (group_name(type_id), address))
-            if gpu.is_vf:
-                raise exception.ConfigError(
-                    reason='[%s]/device_addresses names %s, a virtual '
-                           'function of the GPU %s; name the physical GPU '
-                           '(%s): its VFs are used as one'
-                           % (group_name(type_id), address, gpu.physfn,
-                              gpu.physfn))
+            gpu = selectors.physical(
+                '[%s]/device_addresses' % group_name(type_id), address,
+                by_address, vf_hint=': its VFs are used as one')
             if gpu.offered_type(type_id) is None:
                 offered = ', '.join(t.id for t in gpu.offered_types()) \
                     or 'none'

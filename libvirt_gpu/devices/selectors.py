@@ -62,15 +62,22 @@ def resolve(option, selectors, gpus, vf_hint=''):
         if selector.by_model:
             found.append((selector, tuple(
                 g for g in gpus if not g.is_vf and selector.matches(g))))
-            continue
-        gpu = by_address.get(selector.address)
-        if gpu is None:
-            raise _refuse(option, ' names %s, but this host has no GPU '
-                                  'there (`libvirt-gpu list` shows the GPUs)'
-                          % selector.address)
-        if gpu.is_vf:
-            raise _refuse(option, ' names %s, a VF of the GPU %s; name the '
-                                  'physical GPU%s'
-                          % (selector.address, gpu.physfn, vf_hint))
-        found.append((selector, (gpu,)))
+        else:
+            found.append((selector, (physical(
+                option, selector.address, by_address, vf_hint),)))
     return tuple(found)
+
+
+def physical(option, address, by_address, vf_hint=''):
+    """The physical GPU at ``address`` (``by_address``: ``{PciAddress:
+    Gpu}`` of the host), which ``option`` names; ConfigError when this
+    host has no GPU there or it is a VF (``vf_hint`` as ``resolve``'s)."""
+    gpu = by_address.get(address)
+    if gpu is None:
+        raise _refuse(option, ' names %s, but this host has no GPU there '
+                              '(`libvirt-gpu list` shows the GPUs)' % address)
+    if gpu.is_vf:
+        raise _refuse(option, ' names %s, a VF of the GPU %s; name the '
+                              'physical GPU%s' % (address, gpu.physfn,
+                                                  vf_hint))
+    return gpu

@@ -206,9 +206,8 @@ def test_the_address_of_a_vf_is_refused_naming_its_pf(tmp_path):
         device_addresses = 0000:af:00.4
         """)
     assert reason(enablement.resolve, conf, [pf, vf]) == (
-        '[vgpu_nvidia-223]/device_addresses names 0000:af:00.4, a virtual '
-        'function of the GPU 0000:af:00.0; name the physical GPU '
-        '(0000:af:00.0): its VFs are used as one')
+        '[vgpu_nvidia-223]/device_addresses names 0000:af:00.4, a VF of the '
+        'GPU 0000:af:00.0; name the physical GPU: its VFs are used as one')
 
 
 def test_a_type_not_offered_names_what_is(tmp_path):
