@@ -437,6 +437,21 @@ def import_circles(graph):
     return sorted(found)
 
 
+def test_store_imports_nothing_of_devices():
+    """devices/ builds on store/ (the leases, the state directory, the
+    record files), never the other way: no circle between the two
+    folders (the allocator, which chooses by devices' rules, is
+    ``devices.allocator``)."""
+    graph = door_graph()
+    upward = {module: sorted(m for m in imported if _in(m, 'devices'))
+              for module, imported in graph.items() if _in(module, 'store')}
+    assert {m: found for m, found in upward.items() if found} == {}
+    # the walk sees the store modules and the direction that is allowed
+    assert {'store.carved', 'store.vendor_vgpus'} <= set(upward)
+    assert 'store.carved' in graph['devices.carving']
+    assert 'store.state' in graph['devices.allocator']
+
+
 def test_no_import_circle():
     assert import_circles(door_graph()) == []
 
