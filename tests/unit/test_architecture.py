@@ -865,3 +865,128 @@ def test_each_layer_folder_is_a_docstring_and_its_rooms(folder):
     rooms = [room for rank in LEVELS for room in rank
              if _in(room, folder)]
     assert rooms, 'folder %s holds no room of LEVELS' % folder
+
+
+# --- each rule written once (issue 40) ---------------------------------------
+#
+# Each rule that was written two or three times lives in one module now
+# (``tests/unit/test_rules_once.py`` tests each one); a second copy of it
+# fails here.
+
+def _tree(path):
+    with open(path, encoding='utf-8') as f:
+        return ast.parse(f.read(), path)
+
+
+def _strings_in(tree):
+    """The string constants of ``tree`` that are not docstrings (parts of
+    an f-string and of implicit concatenations come joined)."""
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in skip:
+            yield node.value
+
+
+def _attribute_calls_in(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(
+                    func.value, ast.Name):
+                yield '%s.%s' % (func.value.id, func.attr)
+
+
+def _product_files():
+    for path in sorted(_our_modules().values()):
+        yield os.path.relpath(path, PACKAGE_DIR), path
+
+
+def copies(check, files=None):
+    """``{path relative to the package: [what]}`` of the product modules
+    where ``check`` (``tree -> [what]``) finds something."""
+    found = {}
+    for rel, path in (files if files is not None else _product_files()):
+        hits = check(_tree(path))
+        if hits:
+            found[rel] = hits
+    return found
+
+
+# each rule: what its copies look like, and the one module allowed them
+def _custom_patterns(tree):
+    return [s for s in _strings_in(tree)
+            if s.startswith('CUSTOM_[')
+            or s in ('[^A-Z0-9_]+', '[^0-9A-Za-z]+')]
+
+
+def _normalizer_calls(tree):
+    return [c for c in _attribute_calls_in(tree)
+            if c.endswith('.normalize_name')]
+
+
+def _vendor_words(tree):
+    return [s for s in _strings_in(tree) if s == 'GRID']
+
+
+def _selector_messages(tree):
+    return [s for s in _strings_in(tree)
+            if 'has no GPU there' in s or 'a VF of the GPU' in s
+            or 'virtual function of' in s or '"all" stands alone' in s]
+
+
+def _flocks(tree):
+    return [c for c in _attribute_calls_in(tree) if c == 'fcntl.flock']
+
+
+def _json_records(tree):
+    return [c for c in _attribute_calls_in(tree)
+            if c in ('statedir.read_json', 'statedir.write_json',
+                     'statedir.locked_entries')]
+
+
+RULES_ONCE = [
+    ('the CUSTOM_ pattern and normalizer', _custom_patterns, set()),
+    # Nova's own _get_rc_for_dev, reproduced as Nova runs it (nova-config
+    # compares what Nova will make of a device)
+    ('a CUSTOM_ normalizer call', _normalizer_calls, {'cmd/nova_cmds.py'}),
+    ('the NVIDIA/GRID word', _vendor_words, {'objects.py'}),
+    ('the GPU selector refusals', _selector_messages,
+     {'devices/selectors.py'}),
+    # the simulated NVIDIA library's own lock, no state file of ours
+    ('a flock', _flocks, {'store/statedir.py', 'simulator/nvml.py'}),
+    ('a versioned JSON record', _json_records, {'store/recordfile.py'}),
+]
+
+
+@pytest.mark.parametrize('what, check, allowed', RULES_ONCE,
+                         ids=[r[0] for r in RULES_ONCE])
+def test_each_rule_is_written_once(what, check, allowed):
+    found = copies(check)
+    assert set(found) <= allowed, (
+        '%s written again (the one copy: %s): %s'
+        % (what, sorted(allowed) or 'objects.py, by hand', found))
+    # and the one copy is there
+    for rel in allowed - {'cmd/nova_cmds.py', 'simulator/nvml.py'}:
+        assert rel in found, (what, rel)
+
+
+def test_the_copy_check_sees_a_copy(tmp_path):
+    probe = tmp_path / 'probe.py'
+    probe.write_text(
+        '"""GRID in a docstring is no copy."""\n'
+        'import fcntl, re\n'
+        "RC = r'CUSTOM_[A-Z0-9_]+'\n"
+        "WORDS = ('NVIDIA', 'GRID')\n"
+        'def f(fd, statedir, os_traits):\n'
+        "    fcntl.flock(fd, 2)\n"
+        "    os_traits.normalize_name('x')\n"
+        "    statedir.read_json('p', 1)\n"
+        "    return 'names %s, but this host has no GPU there'\n")
+    files = [('probe.py', str(probe))]
+    for what, check, _allowed in RULES_ONCE:
+        assert list(copies(check, files)) == ['probe.py'], what
+    # a docstring naming a word is no copy of its rule
+    probe.write_text('"""GRID T4-2B, fcntl.flock"""\n')
+    for what, check, _allowed in RULES_ONCE:
+        assert copies(check, files) == {}, what

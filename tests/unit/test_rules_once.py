@@ -1,5 +1,6 @@
-"""Rules written once (issue 40, item 3): each rule's own test, and a check
-that fails when a second copy appears where one was removed.
+"""Rules written once (issue 40, item 3): each rule's own test (the check
+that fails when a second copy appears is ``test_architecture.
+test_each_rule_is_written_once``).
 
 - the GPU selector: ``devices/selectors.py`` (``parse``, ``resolve``,
   ``physical``) and its refusals, for every option that names GPUs;
@@ -16,7 +17,6 @@ that fails when a second copy appears where one was removed.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import random
@@ -332,139 +332,3 @@ def test_the_damaged_carve_record_says_what_to_do(tmp_path):
         record.read()
     assert e.value.kwargs['damage'] == 'not a version 1 record'
     assert str(e.value).endswith(carve_record.REMEDY)
-
-
-# --- no second copy ----------------------------------------------------------
-
-def _product_files():
-    for dirpath, dirnames, filenames in os.walk(PACKAGE_DIR):
-        dirnames[:] = sorted(d for d in dirnames if d != '__pycache__')
-        for name in sorted(filenames):
-            if name.endswith('.py'):
-                path = os.path.join(dirpath, name)
-                yield os.path.relpath(path, PACKAGE_DIR), path
-
-
-def _tree(path):
-    with open(path, encoding='utf-8') as f:
-        return ast.parse(f.read(), path)
-
-
-def _docstrings(tree):
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
-                             ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(
-                    first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
-def _strings_in(tree):
-    """The string constants of ``tree`` that are not docstrings (parts of
-    an f-string and of implicit concatenations come joined)."""
-    skip = _docstrings(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and id(node) not in skip:
-            yield node.value
-
-
-def _calls_in(tree):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Attribute) and isinstance(
-                    func.value, ast.Name):
-                yield '%s.%s' % (func.value.id, func.attr)
-
-
-def copies(check, files=None):
-    """``{relative path: [what]}`` of the product modules where ``check``
-    (``tree -> [what]``) finds something."""
-    found = {}
-    for rel, path in (files if files is not None else _product_files()):
-        hits = check(_tree(path))
-        if hits:
-            found[rel] = hits
-    return found
-
-
-# each rule: what its copies look like, and the one module allowed them
-def _custom_patterns(tree):
-    return [s for s in _strings_in(tree)
-            if s.startswith('CUSTOM_[')
-            or s in ('[^A-Z0-9_]+', '[^0-9A-Za-z]+')]
-
-
-def _normalizer_calls(tree):
-    return [c for c in _calls_in(tree) if c.endswith('.normalize_name')]
-
-
-def _vendor_words(tree):
-    return [s for s in _strings_in(tree) if s == 'GRID']
-
-
-def _selector_messages(tree):
-    return [s for s in _strings_in(tree)
-            if 'has no GPU there' in s or 'a VF of the GPU' in s
-            or 'virtual function of' in s or '"all" stands alone' in s]
-
-
-def _flocks(tree):
-    return [c for c in _calls_in(tree) if c == 'fcntl.flock']
-
-
-def _json_records(tree):
-    return [c for c in _calls_in(tree)
-            if c in ('statedir.read_json', 'statedir.write_json',
-                     'statedir.locked_entries')]
-
-
-RULES = [
-    ('the CUSTOM_ pattern and normalizer', _custom_patterns, set()),
-    # Nova's own _get_rc_for_dev, reproduced as Nova runs it (nova-config
-    # compares what Nova will make of a device)
-    ('a CUSTOM_ normalizer call', _normalizer_calls, {'cmd/nova_cmds.py'}),
-    ('the NVIDIA/GRID word', _vendor_words, {'objects.py'}),
-    ('the GPU selector refusals', _selector_messages,
-     {'devices/selectors.py'}),
-    # the simulated NVIDIA library's own lock, no state file of ours
-    ('a flock', _flocks, {'store/statedir.py', 'simulator/nvml.py'}),
-    ('a versioned JSON record', _json_records, {'store/recordfile.py'}),
-]
-
-
-@pytest.mark.parametrize('what, check, allowed', RULES,
-                         ids=[r[0] for r in RULES])
-def test_each_rule_is_written_once(what, check, allowed):
-    found = copies(check)
-    assert set(found) <= allowed, (
-        '%s written again (the one copy: %s): %s'
-        % (what, sorted(allowed) or 'objects.py, by hand', found))
-    # and the one copy is there
-    for rel in allowed - {'cmd/nova_cmds.py', 'simulator/nvml.py'}:
-        assert rel in found, (what, rel)
-
-
-def test_the_copy_check_sees_a_copy(tmp_path):
-    probe = tmp_path / 'probe.py'
-    probe.write_text(
-        '"""GRID in a docstring is no copy."""\n'
-        'import fcntl, re\n'
-        "RC = r'CUSTOM_[A-Z0-9_]+'\n"
-        "WORDS = ('NVIDIA', 'GRID')\n"
-        'def f(fd, statedir, os_traits):\n'
-        "    fcntl.flock(fd, 2)\n"
-        "    os_traits.normalize_name('x')\n"
-        "    statedir.read_json('p', 1)\n"
-        "    return 'names %s, but this host has no GPU there'\n")
-    files = [('probe.py', str(probe))]
-    for what, check, _allowed in RULES:
-        assert list(copies(check, files)) == ['probe.py'], what
-    # a docstring naming a word is no copy of its rule
-    probe.write_text('"""GRID T4-2B, fcntl.flock"""\n')
-    for what, check, _allowed in RULES:
-        assert copies(check, files) == {}, what
