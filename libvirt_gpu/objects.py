@@ -503,6 +503,57 @@ def is_gpu_class(class_code: str | None) -> bool:
         GPU_CLASS_PREFIX)
 
 
+# The words NVIDIA puts before a type's size ("GRID T4-2B", "NVIDIA
+# L40S-12Q"); the rest of the name is the type's own (``type_word``).
+TYPE_NAME_VENDOR_WORDS = ('NVIDIA', 'GRID')
+
+
+def type_word(name):
+    """``GRID T4-2B`` -> ``T4-2B``; ``NVIDIA L40S-12Q`` -> ``L40S-12Q``: a
+    vGPU type's name without its leading vendor word (the one rule the
+    traits and Nova's default alias follow), stripped; a name of the
+    word alone, or without it, stripped as it is."""
+    name = (name or '').strip()
+    first, _, rest = name.partition(' ')
+    if first.upper() in TYPE_NAME_VENDOR_WORDS and rest.strip():
+        return rest.strip()
+    return name
+
+
+# Placement's custom names (traits, resource classes): ``CUSTOM_`` then
+# upper-case ASCII letters, digits and "_", at most 255 characters in all,
+# i.e. CUSTOM_[A-Z0-9_]{1,248}; checked by hand, as above.
+CUSTOM_PREFIX = 'CUSTOM_'
+MAX_CUSTOM_NAME = 255
+_CUSTOM_CHARS = frozenset('ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_')
+
+
+def is_custom_name(value):
+    """Whether ``value`` is a Placement custom name (a trait's or a
+    resource class's): the one check."""
+    return (isinstance(value, str) and value.startswith(CUSTOM_PREFIX)
+            and len(CUSTOM_PREFIX) < len(value) <= MAX_CUSTOM_NAME
+            and _CUSTOM_CHARS.issuperset(value[len(CUSTOM_PREFIX):]))
+
+
+def custom_name(text):
+    """``NVIDIA L40S-12Q`` -> ``CUSTOM_NVIDIA_L40S_12Q``: the one
+    normalizer, what ``os_traits.normalize_name`` and
+    ``os_resource_classes.normalize_name`` make of ``text`` (every run of
+    characters other than ASCII letters and digits one "_", upper-cased,
+    after ``CUSTOM_``), cut to Placement's 255 characters."""
+    out = []
+    run = False
+    for char in text:
+        if char in _ALNUM:
+            out.append(char.upper())
+            run = False
+        elif not run:
+            out.append('_')
+            run = True
+    return (CUSTOM_PREFIX + ''.join(out))[:MAX_CUSTOM_NAME]
+
+
 MDEV_INTERFACE = 'mdev'
 VENDOR_INTERFACE = 'nvidia'
 # The vendor interface numbers types (``1145``); the mdev interface of the

@@ -27,7 +27,9 @@ each one's room (MIG, mixed sizes), one in equal-size mode (a layout
 drifted from).
 
 ``free(total, used, pending, other_types)`` is what the allocator can still
-give once it knows the GPU's leases.
+give once it knows the GPU's leases, and ``free_after`` what is left of it
+once one more lease lands there; ``exceeds`` whether a count passes a
+GPU's maximum (a carving's).
 """
 
 NO_IOMMU_GROUP = (
@@ -62,14 +64,24 @@ def pgpu_companions(gpu):
                         if m.companion))
 
 
-def limit(mtype, enabled):
+def limit(mtype, enabled=None):
     """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the
-    description, or the published one) and ``[vgpu_<type>]/max_instances``;
-    None when neither is known.  The setting can lower the maximum, never
-    raise it above the driver's."""
-    limits = [v for v in (mtype.max_instance, enabled.max_instances)
+    description, or the published one) and ``[vgpu_<type>]/max_instances``
+    (``enabled``; None: the driver's maximum alone); None when neither is
+    known.  The setting can lower the maximum, never raise it above the
+    driver's."""
+    limits = [v for v in (mtype.max_instance,
+                          enabled.max_instances if enabled else None)
               if v is not None]
     return min(limits) if limits else None
+
+
+def exceeds(mtype, wanted, held=0, enabled=None):
+    """Whether ``wanted`` vGPUs of ``mtype`` beside the ``held`` ones a GPU
+    has pass its maximum (``limit``); False when no maximum is known (a
+    carving's count checked against the GPU)."""
+    cap = limit(mtype, enabled)
+    return cap is not None and wanted + held > cap
 
 
 def parent_total(mtype, used, enabled):
@@ -165,6 +177,17 @@ def free(total, used, pending=0, other_types=False):
     if other_types:
         return 0
     return max(0, total - used - pending)
+
+
+def free_after(free_now, type_id, taken):
+    """What a GPU without VFs that can give ``free_now`` more vGPUs of
+    ``type_id`` can give once a lease of the type ``taken`` is added there:
+    one less of the same type, none of another (one type per GPU, as
+    ``free``'s ``other_types``): the allocator's count within one
+    transaction."""
+    if taken != type_id:
+        return 0
+    return max(0, free_now - 1)
 
 
 # --- MIG-backed and mixed-size GPUs: the driver's room ----------------------

@@ -24,7 +24,7 @@ carving writes the type, and the GPU is Nova's (what the layout enables
 for our own route is then left out everywhere a carved GPU is).
 
 What ``libvirt-gpu restore`` carved is recorded in
-``<state_dir>/nova-carved.json`` (``CarveRecord``)::
+``<state_dir>/nova-carved.json`` (``store.carved.CarveRecord``)::
 
     {"version": 1, "vfs": {"0000:bd:00.4": {
         "gpu": "0000:bd:00.0", "type_id": "nvidia-1153",
@@ -40,9 +40,10 @@ The record is what the parts that run without the configuration read
 handed to another guest, and so is the GPU it is a VF of on this host,
 never offered by us (``on_host``: the one rule the allocator, the hook's
 release and the pass-through check follow).  A record that cannot be
-read (``DamagedRecord``, its message saying to run ``restore``, which
-sets it aside and rebuilds it) names nothing, and every GPU that could
-be carved is held as Nova's meanwhile; other GPUs are unaffected.  ``Carved``
+read (``store.carved.DamagedRecord``, its message saying to run
+``restore``, which sets it aside and rebuilds it) names nothing, and
+every GPU that could be carved is held as Nova's meanwhile; other GPUs
+are unaffected.  ``Carved``
 holds both views, the planned and the recorded (``environment.Environment.
 carved``).  No oslo.config here: ``conf`` reads like a ConfigOpts or the
 CLI's snapshot of one.
@@ -50,27 +51,20 @@ CLI's snapshot of one.
 
 from __future__ import annotations
 
-import os
-
 from libvirt_gpu import exception
+from libvirt_gpu.devices import capacity
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
+from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
-from libvirt_gpu.store import statedir
+from libvirt_gpu.store import carved as record_mod
 
 LOG = logs.getLogger(__name__)
 
-RECORD_NAME = 'nova-carved.json'
-LOCK_NAME = 'nova-carved.lock'
-RECORD_VERSION = 1
 SECTION_PREFIX = 'nova_'
-_MAX_RECORD_BYTES = 1024 * 1024
-# patterns (``re`` imported where they are used: the qemu hook imports this
-# module and reads no configuration)
-_CUSTOM_RC = r'CUSTOM_[A-Z0-9_]{1,248}'
+# the alias's pattern (``re`` imported where it is used: the qemu hook
+# imports this module and reads no configuration)
 _ALIAS = r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}'
-# The word NVIDIA puts before a type's size ("NVIDIA L40S-12Q").
-_NAME_PREFIXES = ('NVIDIA', 'GRID')
 
 
 def section(name):
@@ -114,21 +108,6 @@ class CarvedGpu:
 
 
 @records.record
-class CarvedVf:
-    """One VF ``restore`` carved (an entry of the record)."""
-
-    vf: objects.PciAddress
-    gpu: objects.PciAddress
-    type_id: objects.TypeId
-    carving: str
-    type_name: str | None = None
-
-    def to_json(self):
-        return {'gpu': str(self.gpu), 'type_id': str(self.type_id),
-                'type_name': self.type_name, 'carving': self.carving}
-
-
-@records.record
 class Carved:
     """What is Nova's on a host: the carvings resolved from the
     configuration (``planned``; empty without one, as in the hook), the
@@ -136,7 +115,7 @@ class Carved:
     makes Nova's on this host (``holding``: ``on_host``, the one rule)."""
 
     planned: tuple[CarvedGpu, ...] = ()
-    recorded: tuple[CarvedVf, ...] = ()
+    recorded: tuple[record_mod.CarvedVf, ...] = ()
     holding: frozenset = frozenset()
     damaged: object = None           # the DamagedRecord, when unreadable
 
@@ -199,8 +178,8 @@ def on_host(state_dir, sysfs, kind_classes):
       ``restore`` rebuilds it; GPUs nothing can carve are unaffected.
     """
     try:
-        entries = CarveRecord(state_dir).read()
-    except DamagedRecord as e:
+        entries = record_mod.CarveRecord(state_dir).read()
+    except record_mod.DamagedRecord as e:
         return Carved(holding=carvable_gpus(sysfs, kind_classes), damaged=e)
     holding = set()
     for vf in entries:
@@ -245,13 +224,8 @@ def carvings(conf):
     found = []
     for name in nova.carved:
         values = conf[section(name)]
-        if not values.gpus:
-            raise _error(name, 'gpus', ' is empty: name the GPUs to carve '
-                         '(0000:3d:00.0) or their model (10de:26b9)')
-        try:
-            selectors = objects.GpuSelector.parse_list(values.gpus)
-        except exception.InvalidInput as e:
-            raise _error(name, 'gpus', ': %s' % e.kwargs['reason'])
+        selectors = selectors_mod.parse('[%s]/gpus' % section(name),
+                                        values.gpus, required=True)
         if not values.vgpu_type:
             raise _error(name, 'vgpu_type', ' is not set: name the vGPU '
                          'type to write to the VFs (`libvirt-gpu types '
@@ -263,13 +237,13 @@ def carvings(conf):
         if values.count is None:
             raise _error(name, 'count', ' is not set: say how many VFs of '
                          'each GPU get the type')
-        import re
         rc = values.resource_class
-        if rc is not None and re.fullmatch(_CUSTOM_RC, rc) is None:
+        if rc is not None and not objects.is_custom_name(rc):
             raise _error(name, 'resource_class', ' %r is not a CUSTOM_ '
                          'resource class (CUSTOM_ then upper-case letters, '
                          'digits, "_"; e.g. CUSTOM_NVIDIA_L40S_12Q)' % rc)
         alias = values.alias
+        import re
         if alias is not None and re.fullmatch(_ALIAS, alias) is None:
             raise _error(name, 'alias', ' %r is not an alias name (letters, '
                          'digits, ".", "_" and "-"; no ":" or ",", which a '
@@ -281,22 +255,20 @@ def carvings(conf):
 
 
 def default_resource_class(type_name):
-    """``NVIDIA L40S-12Q`` -> ``CUSTOM_NVIDIA_L40S_12Q``: CUSTOM_ and the
-    type's name upper-cased, every run of other characters one
-    underscore (what ``os_resource_classes.normalize_name`` makes of it,
-    and the form Nova's own documentation uses)."""
-    import re
-    return 'CUSTOM_' + re.sub(r'[^A-Z0-9_]+', '_', type_name.upper())
+    """``NVIDIA L40S-12Q`` -> ``CUSTOM_NVIDIA_L40S_12Q``: the type's name
+    through the one normalizer (``objects.custom_name``: what
+    ``os_resource_classes.normalize_name`` makes of it, and the form
+    Nova's own documentation uses)."""
+    return objects.custom_name(type_name)
 
 
 def default_alias(type_name):
     """``NVIDIA L40S-12Q`` -> ``l40s-12q``: the name without its leading
-    NVIDIA word, lower-cased, every run of other characters one dash."""
-    first, _, rest = type_name.strip().partition(' ')
-    if first.upper() in _NAME_PREFIXES and rest.strip():
-        type_name = rest
+    vendor word (``objects.type_word``), lower-cased, every run of other
+    characters one dash."""
     import re
-    return re.sub(r'[^a-z0-9]+', '-', type_name.lower()).strip('-')
+    return re.sub(r'[^a-z0-9]+', '-',
+                  objects.type_word(type_name).lower()).strip('-')
 
 
 def matching(found, gpus):
@@ -306,28 +278,14 @@ def matching(found, gpus):
     address where this host has no GPU, the address of a VF, and a GPU two
     carvings claim; a model no GPU of this host is passes (one
     configuration serves hosts of several models)."""
-    by_address = {gpu.address: gpu for gpu in gpus}
     claimed = {}
     for carving in found:
-        for selector in carving.selectors:
-            if selector.by_model:
-                named = [g for g in gpus
-                         if not g.is_vf and selector.matches(g)]
-                if not named:
-                    LOG.info('[%s]/gpus: no GPU of model %s on this host',
-                             carving.section, selector)
-            else:
-                gpu = by_address.get(selector.address)
-                if gpu is None:
-                    raise _error(carving.name, 'gpus', ' names %s, but this '
-                                 'host has no GPU there (`libvirt-gpu list` '
-                                 'shows the GPUs)' % selector.address)
-                if gpu.is_vf:
-                    raise _error(carving.name, 'gpus', ' names %s, a VF of '
-                                 'the GPU %s; name the physical GPU (the '
-                                 'VFs are chosen by count)'
-                                 % (selector.address, gpu.physfn))
-                named = [gpu]
+        for selector, named in selectors_mod.resolve(
+                '[%s]/gpus' % carving.section, carving.selectors, gpus,
+                vf_hint=' (the VFs are chosen by count)'):
+            if not named:
+                LOG.info('[%s]/gpus: no GPU of model %s on this host',
+                         carving.section, selector)
             for gpu in named:
                 other = claimed.get(gpu.address)
                 if other is not None and other.name != carving.name:
@@ -404,8 +362,8 @@ def _carve(carving, gpu, known_names):
             % (where, carving.count, gpu.address, len(vfs)))
     others = sum(f.used_type_ids.count(carving.type_id)
                  for f in gpu.vf_gpus if f.address not in vfs)
-    most = mtype.max_instance
-    if most is not None and carving.count + others > most:
+    if capacity.exceeds(mtype, carving.count, others):
+        most = capacity.limit(mtype)
         held = (' besides the %d its other VFs hold' % others
                 if others else '')
         raise exception.ConfigError(
@@ -454,100 +412,3 @@ def _check_names(carved):
                        'and %s on %s:%s ([%s]); give each its own alias'
                        % ((c.alias,) + seen[0] + (seen[1].carving.section,)
                           + key + (c.carving.section,)))
-
-
-# --- the record --------------------------------------------------------------
-
-REMEDY = ('run `libvirt-gpu restore`: it moves the file aside and '
-          'rebuilds it from the configuration')
-
-
-class DamagedRecord(exception.StateError):
-    """The record cannot be read (``kwargs['damage']``: why); its message
-    says what to do (``REMEDY``)."""
-
-
-class CarveRecord(object):
-    """``<state_dir>/nova-carved.json``: the VFs ``restore`` carved.
-    Changed under an exclusive ``flock`` of ``nova-carved.lock``, written
-    to a temporary file and renamed (a reader never sees half of it)."""
-
-    def __init__(self, state_dir):
-        if not state_dir or not os.path.isabs(os.fspath(state_dir)):
-            raise exception.ConfigError(
-                reason='state_dir %r must be an absolute path' % (state_dir,))
-        self.state_dir = os.fspath(state_dir)
-        self.path = os.path.join(self.state_dir, RECORD_NAME)
-        self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
-
-    def _error(self, reason):
-        return DamagedRecord(path=self.path, damage=reason,
-                             reason='%s; %s' % (reason, REMEDY))
-
-    def read(self):
-        """``{vf: CarvedVf}``; empty without a record (nothing is created:
-        the hook reads this on every guest start).  DamagedRecord, saying
-        what to do, when it cannot be read or is not a record."""
-        try:
-            data = statedir.read_json(self.path, _MAX_RECORD_BYTES)
-        except exception.StateError as e:
-            raise self._error(e.kwargs['reason'])
-        if data is None:
-            return {}
-        if not isinstance(data, dict) or data.get('version') != \
-                RECORD_VERSION or not isinstance(data.get('vfs'), dict):
-            raise self._error('not a version %d record' % RECORD_VERSION)
-        found = {}
-        for key, entry in data['vfs'].items():
-            try:
-                vf = objects.PciAddress.parse(key)
-                carving = entry['carving']
-                type_name = entry.get('type_name')
-                if not isinstance(carving, str) or not isinstance(
-                        type_name, (str, type(None))):
-                    raise TypeError('carving or type_name')
-                found[vf] = CarvedVf(
-                    vf=vf, gpu=objects.PciAddress.parse(entry['gpu']),
-                    type_id=objects.TypeId.parse(entry['type_id']),
-                    carving=carving, type_name=type_name)
-            except (exception.InvalidInput, KeyError, TypeError) as e:
-                raise self._error('entry %r is invalid: %s' % (key, e))
-        return found
-
-    def set_aside(self, now=None):
-        """Rename a record that cannot be read to
-        ``nova-carved.json.damaged-<UTC time>`` (under the record's lock:
-        no ``restore`` writes it meanwhile); returns the new path, or None
-        when it reads now (another run rebuilt it).  OSError when it
-        cannot be renamed."""
-        import time
-        stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))
-        aside = '%s.damaged-%s' % (self.path, stamp)
-        statedir.ensure_dir(self.state_dir)
-        fd = statedir.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
-        try:
-            statedir.lock(fd, self.lock_path)
-            try:
-                self.read()
-                return None
-            except DamagedRecord:
-                pass
-            n = 1
-            while os.path.lexists(aside):
-                n += 1
-                aside = '%s.damaged-%s.%d' % (self.path, stamp, n)
-            os.rename(self.path, aside)
-            return aside
-        finally:
-            os.close(fd)
-
-    def locked(self):
-        """``{vf: CarvedVf}`` to read and change; saved on exit."""
-        return statedir.locked_entries(self.state_dir, self.lock_path,
-                                       self.read, self._save)
-
-    def _save(self, entries):
-        statedir.write_json(self.path, {
-            'version': RECORD_VERSION,
-            'vfs': {str(vf): e.to_json()
-                    for vf, e in sorted(entries.items())}})

@@ -16,10 +16,10 @@ record's ``others``; no ``[vgpu_<type>]/device_addresses`` may name it.
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
+from libvirt_gpu.devices import selectors
 from libvirt_gpu.util import records
 
 LOG = logs.getLogger(__name__)
-_CUSTOM_RC = r'CUSTOM_[A-Z0-9_]+'     # re imported where it is used
 
 
 def group_name(type_id):
@@ -43,9 +43,8 @@ class Enabled(dict):
 def _resource_class(type_id, value):
     # imported here: the qemu hook imports this module for ``Enabled``
     import os_resource_classes
-    import re
-    if value in os_resource_classes.STANDARDS or (
-            re.fullmatch(_CUSTOM_RC, value) and len(value) <= 255):
+    if value in os_resource_classes.STANDARDS or \
+            objects.is_custom_name(value):
         return value
     raise exception.ConfigError(
         reason='[%s]/resource_class %r is neither a standard resource class '
@@ -150,19 +149,9 @@ def resolve(conf, gpus, layouts):
                            % (address, claimed_by[address], type_id))
             claimed_by[address] = type_id
             _not_in_layout(type_id, address, layouts)
-            gpu = by_address.get(address)
-            if gpu is None:
-                raise exception.ConfigError(
-                    reason='[%s]/device_addresses names %s, but this host '
-                           'has no GPU there (`libvirt-gpu list` shows the '
-                           'GPUs)' % (group_name(type_id), address))
-            if gpu.is_vf:
-                raise exception.ConfigError(
-                    reason='[%s]/device_addresses names %s, a virtual '
-                           'function of the GPU %s; name the physical GPU '
-                           '(%s): its VFs are used as one'
-                           % (group_name(type_id), address, gpu.physfn,
-                              gpu.physfn))
+            gpu = selectors.physical(
+                '[%s]/device_addresses' % group_name(type_id), address,
+                by_address, vf_hint=': its VFs are used as one')
             if gpu.offered_type(type_id) is None:
                 offered = ', '.join(t.id for t in gpu.offered_types()) \
                     or 'none'

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
 
 TIME_SLICED = 'time-sliced'
@@ -312,13 +313,8 @@ def read_layout(conf, name):
     """The ``[layout_<name>]`` section as a ``Layout``, checked on its
     own (rules that need no GPU)."""
     group = conf[section(name)]
-    if not group.gpus:
-        raise _error(name, 'gpus', 'names no GPU: give PCI addresses '
-                     '(0000:41:00.0) or vendor:product ids (10de:2331)')
-    try:
-        selectors = objects.GpuSelector.parse_list(group.gpus)
-    except exception.InvalidInput as e:
-        raise _error(name, 'gpus', e.kwargs.get('reason', e))
+    selectors = selectors_mod.parse('[%s]/gpus' % section(name), group.gpus,
+                                    required=True)
     mode = group.mode
     if mode not in MODES:
         raise _error(name, 'mode', '%r is none of %s' % (mode,
@@ -403,23 +399,11 @@ def claims(layouts, gpus):
     """``{PciAddress: Layout}``: the physical GPUs each layout names.
     ConfigError for an address with no GPU, the address of a VF, a GPU
     matched by two layouts."""
-    by_address = {gpu.address: gpu for gpu in gpus}
     found = {}
     for layout in layouts:
-        for selector in layout.gpus:
-            if selector.address is not None:
-                gpu = by_address.get(selector.address)
-                if gpu is None:
-                    raise _error(layout.name, 'gpus', 'names %s, but this '
-                                 'host has no GPU there (`libvirt-gpu list` '
-                                 'shows the GPUs)' % selector.address)
-                if gpu.is_vf:
-                    raise _error(layout.name, 'gpus', 'names %s, a virtual '
-                                 'function; name its physical GPU %s'
-                                 % (selector.address, gpu.physfn))
-            for gpu in gpus:
-                if gpu.is_vf or not selector.matches(gpu):
-                    continue
+        for _selector, named in selectors_mod.resolve(
+                '[%s]/gpus' % layout.section, layout.gpus, gpus):
+            for gpu in named:
                 other = found.get(gpu.address)
                 if other is not None and other.name != layout.name:
                     raise exception.ConfigError(

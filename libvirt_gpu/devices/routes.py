@@ -38,6 +38,7 @@ import stat
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
 
 OURS = 'libvirt-gpu'
@@ -239,7 +240,7 @@ def nova_claims(nova, gpus):
 
 # --- Cyborg's route ----------------------------------------------------------
 
-ALL = 'all'
+CYBORG_OPTION = '[routes]/cyborg'
 
 
 def cyborg_values(conf):
@@ -252,37 +253,14 @@ def cyborg_claims(conf, gpus):
     """``{physical GPU: Claim}`` of ``[routes]/cyborg`` on ``gpus``;
     ConfigError naming the option for an entry that names no GPU, a VF,
     or an address where the host has none."""
-    values = cyborg_values(conf)
-    if values == [ALL]:
+    selectors = selectors_mod.parse(CYBORG_OPTION, cyborg_values(conf),
+                                    allow_all=True)
+    if selectors == selectors_mod.ALL:
         return {g.address: Claim(CYBORG, '[routes]/cyborg = all')
                 for g in gpus if not g.is_vf}
-    if ALL in values:
-        raise exception.ConfigError(
-            reason='[routes]/cyborg: "all" stands alone (every GPU no other '
-                   'route claims); or list the GPUs')
-    try:
-        selectors = objects.GpuSelector.parse_list(values)
-    except exception.InvalidInput as e:
-        raise exception.ConfigError(reason='[routes]/cyborg: %s'
-                                    % e.kwargs['reason'])
-    by_address = {g.address: g for g in gpus}
     found = {}
-    for selector in selectors:
-        if selector.by_model:
-            named = [g for g in gpus if not g.is_vf and selector.matches(g)]
-        else:
-            gpu = by_address.get(selector.address)
-            if gpu is None:
-                raise exception.ConfigError(
-                    reason='[routes]/cyborg names %s, but this host has no '
-                           'GPU there (`libvirt-gpu list` shows the GPUs)'
-                           % selector.address)
-            if gpu.is_vf:
-                raise exception.ConfigError(
-                    reason='[routes]/cyborg names %s, a VF of the GPU %s; '
-                           'name the physical GPU' % (gpu.address,
-                                                      gpu.physfn))
-            named = [gpu]
+    for _selector, named in selectors_mod.resolve(CYBORG_OPTION, selectors,
+                                                  gpus):
         for gpu in named:
             found[gpu.address] = Claim(CYBORG, '[routes]/cyborg')
     return found
@@ -325,7 +303,7 @@ def resolve(conf, gpus, enabled, carved, nova=None):
 
     for address, where in sorted(carved.items()):
         claim(address, Claim(NOVA_PCI, where))
-    every = cyborg_values(conf) == [ALL]
+    every = cyborg_values(conf) == [selectors_mod.ALL]
     if not every:
         for address, found in sorted(cyborg_claims(conf, gpus).items()):
             claim(address, found)

@@ -29,7 +29,7 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    the same addresses carry the same types after every boot (Nova keeps
    their PCI records): the vGPU kind of the VF writes it (NVIDIA's vendor
    interface: type number 1153 for nvidia-1153 to the VF's type file).
-   Each is recorded as Nova's (``carving.CarveRecord``) before it is
+   Each is recorded as Nova's (``store.carved.CarveRecord``) before it is
    written.  A VF that holds the type already (carved before, by us or
    by hand) is adopted as it is; one that holds another type, or one of
    our own vGPUs, is reported and left alone (the addresses must not
@@ -76,6 +76,7 @@ import time
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices import carving
 from libvirt_gpu import exception
+from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu.store import figures
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
@@ -184,8 +185,8 @@ def carved_gpus(env):
         found.update(carving.matching(carving.carvings(env.conf),
                                       env.discovered.gpus))
     try:
-        recorded = carving.CarveRecord(env.state_dir).read()
-    except carving.DamagedRecord as e:
+        recorded = carve_record.CarveRecord(env.state_dir).read()
+    except carve_record.DamagedRecord as e:
         # step 2 sets it aside and rebuilds it from the configuration
         LOG.warning('%s', e)
         recorded = {}
@@ -342,10 +343,10 @@ class Restore(object):
 
     def carve(self):
         """Step 2 of the module doc."""
-        record = carving.CarveRecord(self.state_dir)
+        record = carve_record.CarveRecord(self.state_dir)
         try:
             self.carved_vfs = frozenset(record.read())
-        except carving.DamagedRecord as e:
+        except carve_record.DamagedRecord as e:
             if not self._set_aside(record, e):
                 return
         # the host as it is now that its VFs are enabled
@@ -415,10 +416,10 @@ class Restore(object):
                        'the carved VFs are always the lowest-numbered, so '
                        'reset this one once nothing uses it' % (held, detail))
             return
-        entry = carving.CarvedVf(vf=vf, gpu=carved.gpu,
-                                 type_id=carved.type_id,
-                                 carving=carved.carving.name,
-                                 type_name=carved.type_name)
+        entry = carve_record.CarvedVf(vf=vf, gpu=carved.gpu,
+                                      type_id=carved.type_id,
+                                      carving=carved.carving.name,
+                                      type_name=carved.type_name)
         if self.dry_run:
             self._note(OK if held else WOULD, what, vf,
                        ('holds ' if held else 'would write ') + detail)

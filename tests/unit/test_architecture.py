@@ -39,30 +39,30 @@ ENTRY = ('guests.api', 'guests.hook', 'guests.reconcile', 'host.restore',
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
-    'devices.backends': ENTRY + ('store.allocator', 'store.state',
+    'devices.backends': ENTRY + ('devices.allocator', 'store.state',
                                  'environment', 'openstack.placement',
                                  'virt.host', 'virt.guest', 'simulator'),
-    'openstack.placement': ENTRY + ('devices.backends', 'store.allocator',
+    'openstack.placement': ENTRY + ('devices.backends', 'devices.allocator',
                                     'store.state', 'environment',
                                     'virt.host', 'virt.guest',
                                     'devices.discovery', 'simulator'),
     # Cyborg's objects, as plain records: the same doors as Placement's
     'openstack.cyborg_objects': ENTRY + (
-        'devices.backends', 'store.allocator', 'store.state', 'environment',
+        'devices.backends', 'devices.allocator', 'store.state', 'environment',
         'virt.host', 'virt.guest', 'devices.discovery', 'simulator'),
-    'simulator': ENTRY + ('devices.backends', 'store.allocator',
+    'simulator': ENTRY + ('devices.backends', 'devices.allocator',
                           'store.state', 'environment',
                           'openstack.placement', 'virt.host', 'virt.guest',
                           'devices.discovery', 'devices.sysfs', 'conf'),
-    'store.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
-                                'openstack.placement'),
-    'store.state': ENTRY + ('devices.backends', 'store.allocator',
+    'devices.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
+                                  'openstack.placement'),
+    'store.state': ENTRY + ('devices.backends', 'devices.allocator',
                             'environment', 'virt.host', 'virt.guest',
                             'openstack.placement'),
     'environment': ENTRY,
-    'devices.discovery': ENTRY + ('store.allocator', 'store.state',
+    'devices.discovery': ENTRY + ('devices.allocator', 'store.state',
                                   'environment', 'openstack.placement'),
-    'conf': ENTRY + ('devices.backends', 'store.allocator', 'store.state',
+    'conf': ENTRY + ('devices.backends', 'devices.allocator', 'store.state',
                      'environment', 'openstack.placement', 'virt.host',
                      'virt.guest', 'devices.discovery'),
 }
@@ -106,13 +106,14 @@ LEVELS = (
      'util.safeopen', 'util.jsonutil'),
     ('util.xmlutil', 'store.statedir', 'util.xmledit', 'conffile',
      'devices.enablement', 'devices.carving', 'devices.routes',
-     'devices.layout', 'devices.layout_plan'),
+     'devices.layout', 'devices.layout_plan', 'devices.selectors',
+     'store.recordfile', 'store.carved', 'store.vendor_vgpus'),
     ('store.figures',), ('devices.pci_classes', 'devices.pciids'),
     ('devices.sysfs',), ('virt.nodedev',), ('virt.config_xml',),
     ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),
     ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
     ('devices.layout_apply',),
-    ('store.state',), ('store.allocator',), ('openstack.placement',),
+    ('store.state',), ('devices.allocator',), ('openstack.placement',),
     ('openstack.cyborg_objects',),
     ('environment',), ('guests.migration', 'guests.holders'),
     ('guests.api',), ('guests.hook',),
@@ -128,7 +129,7 @@ LEVELS = (
 FOLDERS = {'util': 'helpers below every layer: records, files, XML, bounds',
            'virt': 'the libvirt layer: connection, domain, XML',
            'devices': 'the host side: its GPUs and the vGPU kinds',
-           'store': "the host's state: leases, the allocator, figures",
+           'store': "the host's state: leases, figures, the record files",
            'guests': 'the guest side: API, migration, hook, reconcile',
            'host': 'the host as a whole: restore after a reboot',
            'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
@@ -214,10 +215,10 @@ def test_the_walk_sees_the_package():
     graph = door_graph()
     assert len(graph) > 40
     # edges known to exist, at module level and inside functions
-    assert 'store.allocator' in graph['guests.api']
+    assert 'devices.allocator' in graph['guests.api']
     # in a property
     assert 'devices.backends.registry' in graph['environment']
-    assert 'devices.discovery' in graph['store.allocator']
+    assert 'devices.discovery' in graph['devices.allocator']
     assert 'guests.hook.operations' in graph['guests.hook.__main__']
 
 
@@ -445,6 +446,21 @@ def import_circles(graph):
     return sorted(found)
 
 
+def test_store_imports_nothing_of_devices():
+    """devices/ builds on store/ (the leases, the state directory, the
+    record files), never the other way: no circle between the two
+    folders (the allocator, which chooses by devices' rules, is
+    ``devices.allocator``)."""
+    graph = door_graph()
+    upward = {module: sorted(m for m in imported if _in(m, 'devices'))
+              for module, imported in graph.items() if _in(module, 'store')}
+    assert {m: found for m, found in upward.items() if found} == {}
+    # the walk sees the store modules and the direction that is allowed
+    assert {'store.carved', 'store.vendor_vgpus'} <= set(upward)
+    assert 'store.carved' in graph['devices.carving']
+    assert 'store.state' in graph['devices.allocator']
+
+
 def test_no_import_circle():
     assert import_circles(door_graph()) == []
 
@@ -468,12 +484,6 @@ def test_the_circle_check_sees_a_circle():
 # folder, and fails once one is gone, so that the tuple is emptied as
 # they are removed.  Empty it; add to it never.
 FOLDER_ARROWS_EXCUSED = (
-    # devices/carving.py (the carve record), devices/layout_apply.py (its
-    # lock) and the NVIDIA kind's statefile.py import store.statedir,
-    # while store/allocator.py imports devices' capacity, discovery,
-    # routes and backends.base: the state files move into store/ (issue
-    # 40, item 4).
-    ('devices', 'store'),
     # devices/layout_apply.py imports the NVIDIA kind's package, whose
     # kind imports devices' capacity and nvml: layout_apply asks the kinds
     # that can apply a layout instead (issue 40, item 1).
@@ -937,7 +947,7 @@ def test_only_the_composition_root_builds_the_host():
     found = {}
     for name, path in _our_modules().items():
         short = _short(name) if name != PACKAGE else ''
-        if short in (ROOT_MODULE, 'store.allocator', 'devices.discovery') \
+        if short in (ROOT_MODULE, 'devices.allocator', 'devices.discovery') \
                 or short in ROOT_CALLS_ELSEWHERE:
             continue
         calls = root_calls(path)
@@ -1090,3 +1100,128 @@ def test_each_layer_folder_is_a_docstring_and_its_rooms(folder):
     rooms = [room for rank in LEVELS for room in rank
              if _in(room, folder)]
     assert rooms, 'folder %s holds no room of LEVELS' % folder
+
+
+# --- each rule written once (issue 40) ---------------------------------------
+#
+# Each rule that was written two or three times lives in one module now
+# (``tests/unit/test_rules_once.py`` tests each one); a second copy of it
+# fails here.
+
+def _tree(path):
+    with open(path, encoding='utf-8') as f:
+        return ast.parse(f.read(), path)
+
+
+def _strings_in(tree):
+    """The string constants of ``tree`` that are not docstrings (parts of
+    an f-string and of implicit concatenations come joined)."""
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in skip:
+            yield node.value
+
+
+def _attribute_calls_in(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(
+                    func.value, ast.Name):
+                yield '%s.%s' % (func.value.id, func.attr)
+
+
+def _product_files():
+    for path in sorted(_our_modules().values()):
+        yield os.path.relpath(path, PACKAGE_DIR), path
+
+
+def copies(check, files=None):
+    """``{path relative to the package: [what]}`` of the product modules
+    where ``check`` (``tree -> [what]``) finds something."""
+    found = {}
+    for rel, path in (files if files is not None else _product_files()):
+        hits = check(_tree(path))
+        if hits:
+            found[rel] = hits
+    return found
+
+
+# each rule: what its copies look like, and the one module allowed them
+def _custom_patterns(tree):
+    return [s for s in _strings_in(tree)
+            if s.startswith('CUSTOM_[')
+            or s in ('[^A-Z0-9_]+', '[^0-9A-Za-z]+')]
+
+
+def _normalizer_calls(tree):
+    return [c for c in _attribute_calls_in(tree)
+            if c.endswith('.normalize_name')]
+
+
+def _vendor_words(tree):
+    return [s for s in _strings_in(tree) if s == 'GRID']
+
+
+def _selector_messages(tree):
+    return [s for s in _strings_in(tree)
+            if 'has no GPU there' in s or 'a VF of the GPU' in s
+            or 'virtual function of' in s or '"all" stands alone' in s]
+
+
+def _flocks(tree):
+    return [c for c in _attribute_calls_in(tree) if c == 'fcntl.flock']
+
+
+def _json_records(tree):
+    return [c for c in _attribute_calls_in(tree)
+            if c in ('statedir.read_json', 'statedir.write_json',
+                     'statedir.locked_entries')]
+
+
+RULES_ONCE = [
+    ('the CUSTOM_ pattern and normalizer', _custom_patterns, set()),
+    # Nova's own _get_rc_for_dev, reproduced as Nova runs it (nova-config
+    # compares what Nova will make of a device)
+    ('a CUSTOM_ normalizer call', _normalizer_calls, {'cmd/nova_cmds.py'}),
+    ('the NVIDIA/GRID word', _vendor_words, {'objects.py'}),
+    ('the GPU selector refusals', _selector_messages,
+     {'devices/selectors.py'}),
+    # the simulated NVIDIA library's own lock, no state file of ours
+    ('a flock', _flocks, {'store/statedir.py', 'simulator/nvml.py'}),
+    ('a versioned JSON record', _json_records, {'store/recordfile.py'}),
+]
+
+
+@pytest.mark.parametrize('what, check, allowed', RULES_ONCE,
+                         ids=[r[0] for r in RULES_ONCE])
+def test_each_rule_is_written_once(what, check, allowed):
+    found = copies(check)
+    assert set(found) <= allowed, (
+        '%s written again (the one copy: %s): %s'
+        % (what, sorted(allowed) or 'objects.py, by hand', found))
+    # and the one copy is there
+    for rel in allowed - {'cmd/nova_cmds.py', 'simulator/nvml.py'}:
+        assert rel in found, (what, rel)
+
+
+def test_the_copy_check_sees_a_copy(tmp_path):
+    probe = tmp_path / 'probe.py'
+    probe.write_text(
+        '"""GRID in a docstring is no copy."""\n'
+        'import fcntl, re\n'
+        "RC = r'CUSTOM_[A-Z0-9_]+'\n"
+        "WORDS = ('NVIDIA', 'GRID')\n"
+        'def f(fd, statedir, os_traits):\n'
+        "    fcntl.flock(fd, 2)\n"
+        "    os_traits.normalize_name('x')\n"
+        "    statedir.read_json('p', 1)\n"
+        "    return 'names %s, but this host has no GPU there'\n")
+    files = [('probe.py', str(probe))]
+    for what, check, _allowed in RULES_ONCE:
+        assert list(copies(check, files)) == ['probe.py'], what
+    # a docstring naming a word is no copy of its rule
+    probe.write_text('"""GRID T4-2B, fcntl.flock"""\n')
+    for what, check, _allowed in RULES_ONCE:
+        assert copies(check, files) == {}, what

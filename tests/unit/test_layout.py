@@ -155,7 +155,7 @@ def test_a_layout_without_gpus_is_refused(tmp_path):
     refused(tmp_path, """
         mode = time-sliced
         vgpu_types = nvidia-1160
-        """, r'gpus: names no GPU')
+        """, r'gpus is empty: name the GPUs')
 
 
 def test_a_bad_gpu_is_refused_naming_the_option(tmp_path):
@@ -270,7 +270,7 @@ def test_a_gpu_matched_by_two_layouts_is_refused(tmp_path):
 def test_an_address_with_no_gpu_is_refused(tmp_path):
     conf = two(tmp_path, MIG, L40S_BODY.replace('61', '62'))
     with pytest.raises(exception.ConfigError,
-                       match=r'\[layout_two\]/gpus: names 0000:62:00.0, but '
+                       match=r'\[layout_two\]/gpus names 0000:62:00.0, but '
                              'this host has no GPU there'):
         layout.claims(layout.read_layouts(conf), GPUS)
 

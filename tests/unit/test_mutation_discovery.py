@@ -15,6 +15,7 @@ from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.devices import carving
+from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu.devices import enablement
 from libvirt_gpu.util import records
 from tests.doubles import fakes
@@ -206,9 +207,8 @@ def test_the_address_of_a_vf_is_refused_naming_its_pf(tmp_path):
         device_addresses = 0000:af:00.4
         """)
     assert reason(layouts.enabled, conf, [pf, vf]) == (
-        '[vgpu_nvidia-223]/device_addresses names 0000:af:00.4, a virtual '
-        'function of the GPU 0000:af:00.0; name the physical GPU '
-        '(0000:af:00.0): its VFs are used as one')
+        '[vgpu_nvidia-223]/device_addresses names 0000:af:00.4, a VF of the '
+        'GPU 0000:af:00.0; name the physical GPU: its VFs are used as one')
 
 
 def test_a_type_not_offered_names_what_is(tmp_path):
@@ -401,8 +401,8 @@ def carving_body(gpus=L2, vgpu_type='nvidia-1153', count=2, extra=''):
 
 @pytest.mark.parametrize('body, said', [
     ('vgpu_type = nvidia-1153\ncount = 1\n',
-     '[nova_a]/gpus is empty: name the GPUs to carve (0000:3d:00.0) or '
-     'their model (10de:26b9)'),
+     '[nova_a]/gpus is empty: name the GPUs by PCI address (0000:41:00.0) '
+     'or by model, their vendor:product ids (10de:2331)'),
     ('gpus = 0000:bd:00.0, bd:00\nvgpu_type = nvidia-1153\ncount = 1\n',
      "[nova_a]/gpus: 'bd:00' names no GPU: give a PCI address "
      "(0000:41:00.0) or the vendor:product ids of a model (10de:2331)"),
@@ -683,21 +683,21 @@ def test_one_resource_class_per_type_and_one_alias_per_kind(tmp_path):
 
 @pytest.mark.parametrize('state_dir', ['', None, 'relative/state'])
 def test_a_record_needs_an_absolute_state_dir(state_dir):
-    assert refusal(carving.CarveRecord, state_dir) == (
+    assert refusal(carve_record.CarveRecord, state_dir) == (
         'Configuration error: state_dir %r must be an absolute path'
         % (state_dir,))
 
 
 def test_a_record_written_reads_back(tmp_path):
     state_dir = tmp_path / 'state'
-    record = carving.CarveRecord(state_dir)
+    record = carve_record.CarveRecord(state_dir)
     assert record.path == str(state_dir / 'nova-carved.json')
     assert record.read() == {}
     vf = addr('0000:bd:00.4')
-    entry = carving.CarvedVf(vf=vf, gpu=addr(L2), type_id=T_12Q,
-                             carving='a', type_name='NVIDIA L40S-12Q')
-    other = carving.CarvedVf(vf=addr('0000:3d:00.4'), gpu=addr(L1),
-                             type_id=T_24Q, carving='b')
+    entry = carve_record.CarvedVf(vf=vf, gpu=addr(L2), type_id=T_12Q,
+                                  carving='a', type_name='NVIDIA L40S-12Q')
+    other = carve_record.CarvedVf(vf=addr('0000:3d:00.4'), gpu=addr(L1),
+                                  type_id=T_24Q, carving='b')
     with record.locked() as entries:
         entries[vf] = entry
         entries[other.vf] = other
@@ -739,11 +739,11 @@ ENTRY = {'gpu': L2, 'type_id': 'nvidia-1153', 'type_name': None,
 def test_a_bad_record_is_refused_naming_the_file(tmp_path, document, said):
     import json
     (tmp_path / 'nova-carved.json').write_text(json.dumps(document))
-    record = carving.CarveRecord(str(tmp_path))
+    record = carve_record.CarveRecord(str(tmp_path))
     with pytest.raises(exception.StateError) as e:
         record.read()
     assert str(e.value) == 'State file %s: %s; %s' % (
-        record.path, said, carving.REMEDY)
+        record.path, said, carve_record.REMEDY)
 
 
 def test_a_record_without_a_type_name_reads_as_none(tmp_path):
@@ -751,8 +751,8 @@ def test_a_record_without_a_type_name_reads_as_none(tmp_path):
     entry = {k: v for k, v in ENTRY.items() if k != 'type_name'}
     (tmp_path / 'nova-carved.json').write_text(json.dumps(
         {'version': 1, 'vfs': {'0000:BD:00.4': entry}}))
-    assert carving.CarveRecord(str(tmp_path)).read() == {
-        addr('0000:bd:00.4'): carving.CarvedVf(
+    assert carve_record.CarveRecord(str(tmp_path)).read() == {
+        addr('0000:bd:00.4'): carve_record.CarvedVf(
             vf=addr('0000:bd:00.4'), gpu=addr(L2), type_id=T_12Q,
             carving='a')}
 
@@ -761,8 +761,9 @@ def test_carved_views_of_plan_and_record(tmp_path):
     gpus = l40s(L1) + l40s(L2)
     conf = nova(tmp_path, ('a', carving_body(gpus=L1, count=1)))
     planned = layouts.carved(conf, gpus, {})
-    recorded = (carving.CarvedVf(vf=addr('0000:bd:00.4'), gpu=addr(L2),
-                                 type_id=T_12Q, carving='a'),)
+    recorded = (carve_record.CarvedVf(vf=addr('0000:bd:00.4'),
+                                      gpu=addr(L2), type_id=T_12Q,
+                                      carving='a'),)
     both = carving.Carved(planned=planned, recorded=recorded)
     assert both.gpus == {addr(L1), addr(L2)}
     assert both.vfs == {addr('0000:3d:00.4'), addr('0000:bd:00.4')}
@@ -1409,7 +1410,7 @@ def test_a_record_of_exactly_the_most_bytes_is_read(tmp_path):
     text = '{"version": 1, "vfs": {}}'
     path = tmp_path / 'nova-carved.json'
     path.write_text(text + ' ' * (1024 * 1024 - len(text)))
-    record = carving.CarveRecord(str(tmp_path))
+    record = carve_record.CarveRecord(str(tmp_path))
     assert record.read() == {}
     path.write_text(text + ' ' * (1024 * 1024 + 1 - len(text)))
     with pytest.raises(exception.StateError):

@@ -29,8 +29,9 @@ def _read(**changes):
 
 REFUSALS = [
     ({'gpus': []},
-     'Configuration error: [layout_one]/gpus: names no GPU: give PCI '
-     'addresses (0000:41:00.0) or vendor:product ids (10de:2331)'),
+     'Configuration error: [layout_one]/gpus is empty: name the GPUs by '
+     'PCI address (0000:41:00.0) or by model, their vendor:product ids '
+     '(10de:2331)'),
     ({'gpus': ['nonsense']},
      "Configuration error: [layout_one]/gpus: 'nonsense' names no GPU: "
      'give a PCI address (0000:41:00.0) or the vendor:product ids of a '
@@ -183,11 +184,11 @@ GPUS = [_gpu('0000:41:00.0'), _gpu('0000:41:00.4', True, '0000:41:00.0')]
 
 @pytest.mark.parametrize('layouts, message', [
     ([_layout('one', '0000:99:00.0')],
-     'Configuration error: [layout_one]/gpus: names 0000:99:00.0, but this '
+     'Configuration error: [layout_one]/gpus names 0000:99:00.0, but this '
      'host has no GPU there (`libvirt-gpu list` shows the GPUs)'),
     ([_layout('one', '0000:41:00.4')],
-     'Configuration error: [layout_one]/gpus: names 0000:41:00.4, a virtual '
-     'function; name its physical GPU 0000:41:00.0'),
+     'Configuration error: [layout_one]/gpus names 0000:41:00.4, a VF of '
+     'the GPU 0000:41:00.0; name the physical GPU'),
     ([_layout('one', '10de:2331'), _layout('two', '0000:41:00.0')],
      'Configuration error: GPU 0000:41:00.0 is matched by two layouts, '
      '[layout_one] and [layout_two]; give each GPU one layout (name it by '

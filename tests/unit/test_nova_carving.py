@@ -17,6 +17,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import carving
+from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu.host import restore
 from libvirt_gpu.simulator import loading
 from tests.doubles import kernel_sysfs
@@ -105,7 +106,7 @@ class Host(object):
         return vendor(self.sysfs).current_type(str(vf))
 
     def record(self):
-        return carving.CarveRecord(self.state_dir).read()
+        return carve_record.CarveRecord(self.state_dir).read()
 
 
 def vfs(gpu, *functions):
@@ -377,23 +378,23 @@ def test_without_configuration_only_the_record_counts(fast_tmp):
 
 def test_a_record_that_is_not_ours_is_refused(fast_tmp):
     os.makedirs(os.path.join(fast_tmp, 'state'), mode=0o700)
-    path = os.path.join(fast_tmp, 'state', carving.RECORD_NAME)
+    path = os.path.join(fast_tmp, 'state', carve_record.RECORD_NAME)
     with open(path, 'w') as f:
         f.write('{"version": 1, "vfs": {"0000:bd:00.4": {"gpu": "x"}}}')
     with pytest.raises(exception.StateError) as e:
-        carving.CarveRecord(os.path.join(fast_tmp, 'state')).read()
-    assert 'entry' in str(e.value) and carving.RECORD_NAME in str(e.value)
+        carve_record.CarveRecord(os.path.join(fast_tmp, 'state')).read()
+    assert 'entry' in str(e.value) and carve_record.RECORD_NAME in str(e.value)
 
 
 def test_a_record_nested_past_the_parsers_depth_is_one_line(fast_tmp):
     # json.loads raises RecursionError on it: the hook reads this record
     # on every guest start, so a StateError naming the file, no traceback
     os.makedirs(os.path.join(fast_tmp, 'state'), mode=0o700)
-    path = os.path.join(fast_tmp, 'state', carving.RECORD_NAME)
+    path = os.path.join(fast_tmp, 'state', carve_record.RECORD_NAME)
     with open(path, 'w') as f:
         f.write('{"a": ' * 5000 + '1' + '}' * 5000)
     with pytest.raises(exception.StateError, match='nested too deeply'):
-        carving.CarveRecord(os.path.join(fast_tmp, 'state')).read()
+        carve_record.CarveRecord(os.path.join(fast_tmp, 'state')).read()
 
 
 def test_a_carving_section_not_listed_is_named(resolve):
@@ -440,7 +441,7 @@ DAMAGED = [
 
 def plant(state_dir, data):
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    path = os.path.join(state_dir, carving.RECORD_NAME)
+    path = os.path.join(state_dir, carve_record.RECORD_NAME)
     with open(path, 'wb') as f:
         f.write(data)
     return path
@@ -461,7 +462,7 @@ def test_a_damaged_record_leaves_guests_on_gpus_nothing_carves_alone(
                          .values() for m in ms}
     # what to do is said
     assert ('State file %s: not JSON' % path) in err
-    assert carving.REMEDY in err
+    assert carve_record.REMEDY in err
     assert ('carved for Nova (none on this host) are held as Nova\'s'
             in err)
     assert world.hook('release', mdev_domain_xml(uuid))[0] == 0
@@ -478,7 +479,8 @@ def test_a_damaged_record_holds_every_gpu_that_could_be_carved(fast_tmp):
         objects.Uuid.new(), str(vfs(L2, 9)[0])))
     assert rc == 1
     assert ('%s; until then the GPUs whose VFs could be carved for Nova '
-            '(%s, %s) are held as Nova\'s' % (carving.REMEDY, L1, L2)) in err
+            '(%s, %s) are held as Nova\'s'
+            % (carve_record.REMEDY, L1, L2)) in err
     assert 'carved for Nova' in err.splitlines()[-1]
     assert host.held(vfs(L2, 9)[0]) == 0
 
@@ -502,7 +504,7 @@ def test_restore_moves_a_damaged_record_aside_and_rebuilds_it(fast_tmp,
     (moved,) = [a for a in report.actions if a.what == 'carve-record']
     assert (moved.action, moved.target) == ('forgot', path)
     (aside,) = [n for n in os.listdir(host.state_dir)
-                if n.startswith(carving.RECORD_NAME + '.damaged-')]
+                if n.startswith(carve_record.RECORD_NAME + '.damaged-')]
     import re
     assert re.fullmatch(r'nova-carved\.json\.damaged-\d{8}T\d{6}Z', aside)
     assert moved.detail.startswith('cannot be read (not JSON')
@@ -522,7 +524,7 @@ def test_a_record_that_cannot_be_moved_aside_says_what_to_do(fast_tmp,
 
     def refuse(self, now=None):
         raise PermissionError(13, 'Permission denied')
-    monkeypatch.setattr(carving.CarveRecord, 'set_aside', refuse)
+    monkeypatch.setattr(carve_record.CarveRecord, 'set_aside', refuse)
     report = host.restore()
     (failed,) = report.failed
     assert (failed.what, failed.target) == ('carve-record', path)
@@ -548,7 +550,7 @@ def test_nova_config_on_a_damaged_record_gives_nova_nothing(fast_tmp,
                           '([nova_l40s_12q]) is not given to Nova: the '
                           'carve record cannot be read (State file %s: not '
                           'JSON' % path)
-    assert err.rstrip().endswith(carving.REMEDY + ')')
+    assert err.rstrip().endswith(carve_record.REMEDY + ')')
 
 
 # --- what restore's carving must keep doing ---------------------------------
@@ -616,7 +618,7 @@ def test_the_lowest_vfs_are_carved_whatever_order_they_list_in(fast_tmp):
 
 def test_two_records_set_aside_in_one_second_keep_both(fast_tmp):
     state_dir = os.path.join(fast_tmp, 'state')
-    record = carving.CarveRecord(state_dir)
+    record = carve_record.CarveRecord(state_dir)
     names = []
     for data in (b'first', b'second'):
         plant(state_dir, data)

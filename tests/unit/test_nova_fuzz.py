@@ -31,6 +31,7 @@ import pytest
 
 from libvirt_gpu.cmd import nova_cmds
 from libvirt_gpu.devices import carving
+from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu import exception
 from tests.doubles import hang
 from tests.unit.test_nova_carving import CARVING
@@ -117,26 +118,26 @@ def _plant(path, kind, data):
 @FUZZ
 @given(kind=kinds, data=record_bytes)
 def test_any_carve_record_reads_or_says_what_to_do(host, kind, data):
-    path = os.path.join(host.state_dir, carving.RECORD_NAME)
-    saved = carving.CarveRecord(host.state_dir).read()
+    path = os.path.join(host.state_dir, carve_record.RECORD_NAME)
+    saved = carve_record.CarveRecord(host.state_dir).read()
     try:
         _plant(path, kind, data)
         with hang.alarm(HANG):
             try:
-                found = carving.CarveRecord(host.state_dir).read()
-            except carving.DamagedRecord as e:
+                found = carve_record.CarveRecord(host.state_dir).read()
+            except carve_record.DamagedRecord as e:
                 one_line(str(e))
-                assert str(e).endswith(carving.REMEDY)
+                assert str(e).endswith(carve_record.REMEDY)
                 found = None
             on_host = carving.on_host(host.state_dir, host.sysfs,
                                       host.env().kind_classes)
         if found is None:
             # nothing is known: every GPU that could be carved is held
             assert on_host.recorded == () and L2 in on_host.held_gpus
-            with pytest.raises(carving.DamagedRecord):
+            with pytest.raises(carve_record.DamagedRecord):
                 on_host.gpus
         else:
-            assert all(isinstance(e, carving.CarvedVf)
+            assert all(isinstance(e, carve_record.CarvedVf)
                        for e in found.values())
             assert on_host.recorded == tuple(found[vf]
                                              for vf in sorted(found))
@@ -147,7 +148,7 @@ def test_any_carve_record_reads_or_says_what_to_do(host, kind, data):
                     on_host.held_gpus
     finally:
         _remove(path)
-        with carving.CarveRecord(host.state_dir).locked() as entries:
+        with carve_record.CarveRecord(host.state_dir).locked() as entries:
             entries.update(saved)
 
 

@@ -125,7 +125,7 @@ def test_config_names_the_pf_not_a_vf(a100, tmp_path):
     _, conf = _conf(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-472\n'
                     '[vgpu_nvidia-472]\ndevice_addresses = 0000:41:00.5\n')
     with pytest.raises(exception.ConfigError,
-                       match='virtual function of the GPU 0000:41:00.0'):
+                       match='a VF of the GPU 0000:41:00.0'):
         vgpu_conf.resolve(conf, gpus)
     _, conf = _conf(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-472\n'
                     '[vgpu_nvidia-472]\ndevice_addresses = 0000:c1:00.0\n')

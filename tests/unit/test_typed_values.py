@@ -33,8 +33,10 @@ EDGES = {
     'conf.vgpu': 'the configuration',
     # [vgpu_<type>]/device_addresses and the enabled type ids
     'devices.enablement': 'the configuration',
-    # [nova_<name>]/gpus, vgpu_type, and the record of carved VFs
-    'devices.carving': 'the configuration and its record of carved VFs',
+    # [nova_<name>]/gpus, vgpu_type
+    'devices.carving': 'the configuration',
+    # the record of carved VFs (nova-carved.json)
+    'store.carved': 'the record of carved VFs',
     # [routes]/cyborg, nova.conf's device_addresses, the hook snapshot's
     'devices.routes': 'the routes of the configuration and of nova.conf',
     # the hook's settings snapshot (a JSON file of resolved settings)

@@ -15,8 +15,8 @@ functions of the GPU's own device in that group (its HDMI audio ``.1``)
 are its companions: they go to the guest with it (``companions``).
 
 A GPU carved for OpenStack Nova (its PF and VFs in the record
-``carving.CarveRecord`` of the state directory) is Nova's: never passed
-through whole.
+``store.carved.CarveRecord`` of the state directory) is Nova's: never
+passed through whole.
 """
 
 from libvirt_gpu.devices.backends import base

@@ -36,6 +36,7 @@ import tenacity
 
 from libvirt_gpu.conf import placement as placement_conf
 from libvirt_gpu import exception
+from libvirt_gpu import objects
 from libvirt_gpu.openstack.placement import tree
 from libvirt_gpu.util import logs
 from libvirt_gpu.util import records
@@ -51,7 +52,6 @@ MIN_VERSION = (1, 26)
 # set one where there was none); 1.39 is the newest microversion we know.
 MAX_VERSION = (1, 39)
 
-CUSTOM_TRAIT_RE = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
 STANDARD_TRAIT_RE = re.compile(r'[A-Z][A-Z0-9_]{0,254}')
 
 CODE_CONCURRENT_UPDATE = 'placement.concurrent_update'
@@ -512,7 +512,7 @@ class PlacementClient:
 
     @staticmethod
     def create_trait_request(name):
-        if CUSTOM_TRAIT_RE.fullmatch(name) is None:
+        if not objects.is_custom_name(name):
             raise InvalidTrait(trait=name)
         return PlannedRequest('PUT', '/traits/%s' % name)
 
@@ -615,7 +615,7 @@ class PlacementClient:
         if not custom:
             return []
         for name in custom:
-            if CUSTOM_TRAIT_RE.fullmatch(name) is None:
+            if not objects.is_custom_name(name):
                 raise InvalidTrait(trait=name)
         query = urllib.parse.urlencode({'name': 'in:' + ','.join(custom)})
         body = self._send('GET', '/traits?%s' % query)

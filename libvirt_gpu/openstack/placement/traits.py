@@ -19,21 +19,16 @@ VENDOR_NAMES = {
     '8086': 'INTEL',
 }
 
-# Leading words NVIDIA puts before the size of a type ("GRID T4-2B",
-# "NVIDIA L40S-1B"); the rest of the name is the vGPU type.
-_NAME_PREFIXES = ('GRID', 'NVIDIA')
-
-_MAX_TRAIT = 255
 _KNOWN = frozenset(os_traits.get_traits())
 
 
 def custom(*words):
     """``custom('NVIDIA', '1eb8', 'T4-2B')`` -> ``CUSTOM_NVIDIA_1EB8_T4_2B``.
 
-    os_traits.normalize_name upper-cases, turns every other character into
-    ``_`` and adds ``CUSTOM_``; Placement caps a trait at 255 characters.
+    ``objects.custom_name``, the one normalizer (``os_traits.
+    normalize_name``'s result, cut to Placement's 255 characters).
     """
-    return os_traits.normalize_name('_'.join(words))[:_MAX_TRAIT]
+    return objects.custom_name('_'.join(words))
 
 
 def vendor_word(vendor_id):
@@ -41,18 +36,13 @@ def vendor_word(vendor_id):
 
 
 def vgpu_type_word(mdev_type):
-    """The type part of a trait: the name without its leading vendor word.
+    """The type part of a trait: the name without its leading vendor word
+    (``objects.type_word``).
 
     ``GRID T4-2B`` -> ``T4-2B``; ``NVIDIA RTX Pro 6000 Blackwell DC-48C`` ->
     ``RTX Pro 6000 Blackwell DC-48C``; no name -> the type id.
     """
-    name = (mdev_type.name or '').strip()
-    if not name:
-        return mdev_type.id
-    first, _, rest = name.partition(' ')
-    if first.upper() in _NAME_PREFIXES and rest.strip():
-        return rest.strip()
-    return name
+    return objects.type_word(mdev_type.name) or mdev_type.id
 
 
 def pgpu_traits(gpu):

@@ -665,10 +665,8 @@ class _Room(object):
         that type there, and none of another (one type per GPU)."""
         for key in list(self._free):
             if key[0] == address:
-                if key[1] == type_id:
-                    self._free[key] = max(0, self._free[key] - 1)
-                else:
-                    self._free[key] = 0
+                self._free[key] = capacity.free_after(self._free[key],
+                                                      key[1], type_id)
 
 
 def _borrow(txn, existing, domain_uuid):
