@@ -347,7 +347,7 @@ class Environment(object):
     @functools.cached_property
     def allocator(self):
         from libvirt_gpu.devices import routes as routes_mod
-        from libvirt_gpu.devices import allocator as allocator_mod
+        from libvirt_gpu.host import allocator as allocator_mod
         foreign = dict.fromkeys(self.carved.held_gpus,
                                 routes_mod.LABELS[routes_mod.NOVA_PCI])
         foreign.update(self.routes.foreign())

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu import environment
 from libvirt_gpu import exception

@@ -285,7 +285,7 @@ def test_retried_prepare_after_a_crash_allocates_nothing_twice(world):
     assert sorted(lease.vgpu_uuid for lease in leases) == sorted(uuids)
     assert {lease.state for lease in leases} == {state.CREATED}
     # the capacity left is exactly 8 - 3
-    from libvirt_gpu.devices import allocator
+    from libvirt_gpu.host import allocator
     from libvirt_gpu.devices.backends import mdev
     from libvirt_gpu import objects
     alloc = allocator.Allocator(mdev.MdevBackend(world.sysfs), world.store,

@@ -3,7 +3,7 @@
 
 import pytest
 
-from libvirt_gpu.devices import allocator
+from libvirt_gpu.host import allocator
 from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import exception
 from libvirt_gpu import objects

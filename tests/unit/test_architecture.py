@@ -39,30 +39,30 @@ ENTRY = ('guests.api', 'guests.hook', 'guests.reconcile', 'host.restore',
 
 # room -> the rooms of ours it must never import (prefixes, package-relative)
 FORBIDDEN = {
-    'devices.backends': ENTRY + ('devices.allocator', 'store.state',
+    'devices.backends': ENTRY + ('host.allocator', 'store.state',
                                  'environment', 'openstack.placement',
                                  'virt.host', 'virt.guest', 'simulator'),
-    'openstack.placement': ENTRY + ('devices.backends', 'devices.allocator',
+    'openstack.placement': ENTRY + ('devices.backends', 'host.allocator',
                                     'store.state', 'environment',
                                     'virt.host', 'virt.guest',
                                     'devices.discovery', 'simulator'),
     # Cyborg's objects, as plain records: the same doors as Placement's
     'openstack.cyborg_objects': ENTRY + (
-        'devices.backends', 'devices.allocator', 'store.state', 'environment',
+        'devices.backends', 'host.allocator', 'store.state', 'environment',
         'virt.host', 'virt.guest', 'devices.discovery', 'simulator'),
-    'simulator': ENTRY + ('devices.backends', 'devices.allocator',
+    'simulator': ENTRY + ('devices.backends', 'host.allocator',
                           'store.state', 'environment',
                           'openstack.placement', 'virt.host', 'virt.guest',
                           'devices.discovery', 'devices.sysfs', 'conf'),
-    'devices.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
+    'host.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
                                   'openstack.placement'),
-    'store.state': ENTRY + ('devices.backends', 'devices.allocator',
+    'store.state': ENTRY + ('devices.backends', 'host.allocator',
                             'environment', 'virt.host', 'virt.guest',
                             'openstack.placement'),
     'environment': ENTRY,
-    'devices.discovery': ENTRY + ('devices.allocator', 'store.state',
+    'devices.discovery': ENTRY + ('host.allocator', 'store.state',
                                   'environment', 'openstack.placement'),
-    'conf': ENTRY + ('devices.backends', 'devices.allocator', 'store.state',
+    'conf': ENTRY + ('devices.backends', 'host.allocator', 'store.state',
                      'environment', 'openstack.placement', 'virt.host',
                      'virt.guest', 'devices.discovery'),
 }
@@ -113,7 +113,7 @@ LEVELS = (
     ('virt.metadata',), ('virt.host', 'virt.guest'), ('devices.nvml',),
     ('devices.discovery',), ('conf', 'confcache'), ('devices.backends',),
     ('devices.layout_apply',),
-    ('store.state',), ('devices.allocator',), ('openstack.placement',),
+    ('store.state',), ('host.allocator',), ('openstack.placement',),
     ('openstack.cyborg_objects',),
     ('environment',), ('guests.migration', 'guests.holders'),
     ('guests.api',), ('guests.hook',),
@@ -131,7 +131,7 @@ FOLDERS = {'util': 'helpers below every layer: records, files, XML, bounds',
            'devices': 'the host side: its GPUs and the vGPU kinds',
            'store': "the host's state: leases, figures, the record files",
            'guests': 'the guest side: API, migration, hook, reconcile',
-           'host': 'the host as a whole: restore after a reboot',
+           'host': 'the host as a whole: its capacity handed out, restore',
            'openstack': 'the OpenStack side: Placement, Cyborg, the agent'}
 
 # What the hook may not load when Python imports it (every guest start pays
@@ -215,10 +215,10 @@ def test_the_walk_sees_the_package():
     graph = door_graph()
     assert len(graph) > 40
     # edges known to exist, at module level and inside functions
-    assert 'devices.allocator' in graph['guests.api']
+    assert 'host.allocator' in graph['guests.api']
     # in a property
     assert 'devices.backends.registry' in graph['environment']
-    assert 'devices.discovery' in graph['devices.allocator']
+    assert 'devices.discovery' in graph['host.allocator']
     assert 'guests.hook.operations' in graph['guests.hook.__main__']
 
 
@@ -450,7 +450,7 @@ def test_store_imports_nothing_of_devices():
     """devices/ builds on store/ (the leases, the state directory, the
     record files), never the other way: no circle between the two
     folders (the allocator, which chooses by devices' rules, is
-    ``devices.allocator``)."""
+    ``host.allocator``)."""
     graph = door_graph()
     upward = {module: sorted(m for m in imported if _in(m, 'devices'))
               for module, imported in graph.items() if _in(module, 'store')}
@@ -458,7 +458,7 @@ def test_store_imports_nothing_of_devices():
     # the walk sees the store modules and the direction that is allowed
     assert {'store.carved', 'store.vendor_vgpus'} <= set(upward)
     assert 'store.carved' in graph['devices.carving']
-    assert 'store.state' in graph['devices.allocator']
+    assert 'store.state' in graph['host.allocator']
 
 
 def test_no_import_circle():
@@ -947,7 +947,7 @@ def test_only_the_composition_root_builds_the_host():
     found = {}
     for name, path in _our_modules().items():
         short = _short(name) if name != PACKAGE else ''
-        if short in (ROOT_MODULE, 'devices.allocator', 'devices.discovery') \
+        if short in (ROOT_MODULE, 'host.allocator', 'devices.discovery') \
                 or short in ROOT_CALLS_ELSEWHERE:
             continue
         calls = root_calls(path)

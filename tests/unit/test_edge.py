@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from libvirt_gpu.devices import allocator
+from libvirt_gpu.host import allocator
 from libvirt_gpu.guests import api
 from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import conf as conf_mod

@@ -94,7 +94,7 @@ def test_hook_calls_are_counted_by_operation_and_outcome(host):
 
 
 def test_an_internal_error_counts_as_an_error(host, monkeypatch):
-    from libvirt_gpu.devices import allocator
+    from libvirt_gpu.host import allocator
 
     def broken(self, *args, **kwargs):
         raise RuntimeError('boom')

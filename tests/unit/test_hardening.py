@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu.util import bounds
 from libvirt_gpu.devices import discovery

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from libvirt_gpu.devices import allocator
+from libvirt_gpu.host import allocator
 from libvirt_gpu.guests import hook
 from libvirt_gpu import objects
 from libvirt_gpu.store import state

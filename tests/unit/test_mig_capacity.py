@@ -24,7 +24,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import nvml as sim_nvml
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 

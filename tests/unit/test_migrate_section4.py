@@ -32,7 +32,7 @@ from libvirt_gpu.guests import reconcile
 from libvirt_gpu.guests.hook import incoming
 from libvirt_gpu.guests.hook import operations
 from libvirt_gpu.guests.hook import settings as settings_mod
-from libvirt_gpu.devices import allocator
+from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import host as host_mod

@@ -19,7 +19,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.devices import enablement
 from libvirt_gpu.guests.hook import settings as settings_mod
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.util import records
 from tests.doubles import trees
 

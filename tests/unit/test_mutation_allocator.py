@@ -10,7 +10,7 @@ import pytest
 
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu.devices import allocator
+from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.unit import test_allocator
 from tests.unit.test_allocator import (

@@ -17,7 +17,7 @@ from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu.devices import allocator
+from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees

@@ -21,7 +21,7 @@ from libvirt_gpu.openstack import cyborg_driver
 from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.openstack.placement import model
 from libvirt_gpu.openstack.placement import tree as tree_mod
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
 from tests.unit.test_nova_carving import CARVING

@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.guests import api
 from libvirt_gpu import environment
 from libvirt_gpu import conf as conf_mod

@@ -59,7 +59,7 @@ instead of adding to them.
 
 import time
 
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu import exception
 from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import metadata

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from libvirt_gpu.devices import allocator as allocator_mod
+from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu.virt import config_xml
