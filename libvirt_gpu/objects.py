@@ -508,7 +508,7 @@ def is_gpu_class(class_code: str | None) -> bool:
 TYPE_NAME_VENDOR_WORDS = ('NVIDIA', 'GRID')
 
 
-def type_word(name):
+def type_word(name: str | None) -> str:
     """``GRID T4-2B`` -> ``T4-2B``; ``NVIDIA L40S-12Q`` -> ``L40S-12Q``: a
     vGPU type's name without its leading vendor word (the one rule the
     traits and Nova's default alias follow), stripped; a name of the
@@ -528,7 +528,7 @@ MAX_CUSTOM_NAME = 255
 _CUSTOM_CHARS = frozenset('ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_')
 
 
-def is_custom_name(value):
+def is_custom_name(value: object) -> bool:
     """Whether ``value`` is a Placement custom name (a trait's or a
     resource class's): the one check."""
     return (isinstance(value, str) and value.startswith(CUSTOM_PREFIX)
@@ -536,13 +536,13 @@ def is_custom_name(value):
             and _CUSTOM_CHARS.issuperset(value[len(CUSTOM_PREFIX):]))
 
 
-def custom_name(text):
+def custom_name(text: str) -> str:
     """``NVIDIA L40S-12Q`` -> ``CUSTOM_NVIDIA_L40S_12Q``: the one
     normalizer, what ``os_traits.normalize_name`` and
     ``os_resource_classes.normalize_name`` make of ``text`` (every run of
     characters other than ASCII letters and digits one "_", upper-cased,
     after ``CUSTOM_``), cut to Placement's 255 characters."""
-    out = []
+    out: list[str] = []
     run = False
     for char in text:
         if char in _ALNUM:
