@@ -55,7 +55,7 @@ FORBIDDEN = {
                           'openstack.placement', 'virt.host', 'virt.guest',
                           'devices.discovery', 'devices.sysfs', 'conf'),
     'host.allocator': ENTRY + ('environment', 'virt.host', 'virt.guest',
-                            'openstack.placement'),
+                               'openstack.placement'),
     'store.state': ENTRY + ('devices.backends', 'host.allocator',
                             'environment', 'virt.host', 'virt.guest',
                             'openstack.placement'),
