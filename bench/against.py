@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class NoSuchCommit(SystemExit):
-    """``ref`` names no commit of this checkout (one line, exit 2)."""
+    """``ref`` names no commit of this checkout (one line, exit status
+    1)."""
 
 
 def add_option(parser):
