@@ -64,7 +64,8 @@ def tree(ref):
                 tar.extractall(where, filter='data')
             else:
                 tar.extractall(where)
-        yield where, 'commit %s (%s)' % (ref, commit[:7])
+        yield where, ('commit %s' % ref if commit.startswith(ref)
+                      else 'commit %s (%s)' % (ref, commit[:7]))
     finally:
         shutil.rmtree(where, ignore_errors=True)
 

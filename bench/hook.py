@@ -277,7 +277,9 @@ def _main(args, before, label):
             print('   CPU time of the hook, median:      %s'
                   % ms(statistics.median(runs_cpu)))
             print('   ratio to the bare interpreter:     %.2fx (target <= '
-                  '3x)' % (statistics.median(runs) / m_bare))
+                  '3x), CPU %.2fx' % (statistics.median(runs) / m_bare,
+                                      statistics.median(runs_cpu) /
+                                      statistics.median(bare_cpu)))
             print('   migrate on the destination (4 vGPUs reserved, XML '
                   'rewritten), in turn with it:')
             print('   median of %d:                      %s, CPU %s'

@@ -22,8 +22,9 @@ writes its answer and leaves with ``os._exit`` (no ``atexit``, no
 buffered output written twice).  Only a process with no other thread may
 fork (a thread holding a lock at the fork would leave it held in the
 child), so ``map_parts`` falls back to one process when another thread
-runs.  ``pickle`` and ``signal`` are imported only when it forks: a
-small host, or one CPU, reads in one process and never needs them.
+runs.  ``pickle`` (its C half) and ``signal`` are imported only when it
+forks: a small host, or one CPU, reads in one process and never needs
+them.
 """
 
 import os
@@ -103,7 +104,7 @@ def _may_fork():
 def _start(func, part):
     """``(pid, read end)`` of a child computing ``func(part)``, or None
     when no child can be started."""
-    import pickle         # before the fork: the child inherits it
+    pickle = _pickle()    # before the fork: the child inherits it
     try:
         read_fd, write_fd = os.pipe()
     except OSError:
@@ -118,7 +119,7 @@ def _start(func, part):
         status = 1
         try:
             os.close(read_fd)
-            data = pickle.dumps((func(part),), pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps((func(part),), -1)     # the highest
             view = memoryview(data)
             while view:
                 view = view[os.write(write_fd, view):]
@@ -149,8 +150,18 @@ def _collect(child):
     if chunks is None or status != 0:
         return None
     # complete (the child exited 0 only after writing it all) and ours
-    import pickle
-    return pickle.loads(b''.join(chunks))
+    return _pickle().loads(b''.join(chunks))
+
+
+def _pickle():
+    """The C module that ``pickle`` re-exports (``dumps``, ``loads``):
+    its Python half, needed only to subclass a Pickler, costs another
+    millisecond to import (``struct``, the classes)."""
+    try:
+        import _pickle as pickle
+    except ImportError:       # an interpreter without the accelerator
+        import pickle
+    return pickle
 
 
 def _abandon(child):
