@@ -14,10 +14,14 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests import private_tmp  # noqa: E402
 
 
 class NoSuchCommit(SystemExit):
@@ -57,6 +61,8 @@ def tree(ref):
     commit = resolve(ref)
     archive = subprocess.run(['git', '-C', ROOT, 'archive', '--format=tar',
                               commit], stdout=subprocess.PIPE, check=True)
+    # state directories under /tmp are refused: see tests/private_tmp.py
+    private_tmp.use_private_tmp()
     where = tempfile.mkdtemp(prefix='bench-against-')
     try:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
