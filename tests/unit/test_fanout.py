@@ -185,14 +185,32 @@ def test_parallel_discovery_equals_serial(tmp_path, profile, three_workers):
     assert three_workers and serial.gpus
 
 
-def test_parallel_discovery_of_a_large_host(tmp_path):
+def test_parallel_discovery_of_a_large_host(tmp_path, forks, monkeypatch):
+    # two CPUs, nothing else running: workers_for's own answer is two
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+    monkeypatch.setattr(os, 'getloadavg', lambda: (0.0, 0.0, 0.0))
     simulator.write_host(simulator.synthetic_profile(130, types=3),
                          tmp_path)
     reader = sysfs_mod.Sysfs(tmp_path)
     serial = discovery.from_sysfs(reader, kinds=kinds.registered())
     assert sum(len(g.mdev_types) for g in serial.gpus) == 130 * 3
+    assert not forks
     assert discovery.from_sysfs(reader, parallel=True,
                                 kinds=kinds.registered()) == serial
+    assert len(forks) == 1
+
+
+def test_discovery_of_a_large_host_on_busy_cpus_forks_nothing(
+        tmp_path, forks, monkeypatch):
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+    monkeypatch.setattr(os, 'getloadavg', lambda: (4.7, 4.0, 3.0))
+    simulator.write_host(simulator.synthetic_profile(130, types=3),
+                         tmp_path)
+    reader = sysfs_mod.Sysfs(tmp_path)
+    serial = discovery.from_sysfs(reader, kinds=kinds.registered())
+    assert discovery.from_sysfs(reader, parallel=True,
+                                kinds=kinds.registered()) == serial
+    assert forks == []
 
 
 @pytest.mark.parametrize('case', hostile.CASES,
