@@ -79,6 +79,7 @@ genconfig: deps
 
 bench: deps placement-venv
 	$(VPY) bench/discovery.py
+	$(VPY) bench/list_phases.py
 	$(VPY) bench/hook.py
 	$(VPY) bench/exporter.py
 	$(VPY) bench/pciids.py

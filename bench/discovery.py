@@ -15,8 +15,12 @@ tree, run alternately (medians of ``--cli-runs`` each), with the types each
 one printed counted to prove they read the same thing.  mdevctl reads only
 ``/sys``, so this part runs in a private mount namespace with the tree
 bind-mounted over ``/sys`` (root and ``unshare`` needed; skipped with a
-note otherwise).  ``--before DIR`` adds a column for the package in DIR (an
-older checkout) run the same way, for a before/after in one run.  The CLI
+note otherwise).  ``--before DIR`` adds a row for the package in DIR (an
+older checkout) run the same way, for a before/after in one run;
+``--against REF`` the same for commit REF of this checkout (``git
+archive``d apart: bench/against.py).  Each figure is the median of the
+rounds with its quartiles, each ratio taken round by round (every command
+runs once a round, in turn).  ``--whole-only``: this part alone.  The CLI
 reads a host this large in several processes (``libvirt_gpu/util/fanout.py``),
 so its CPU time (user + system, the children's included) is printed
 beside the wall time, and the same command runs again restricted to one
@@ -24,7 +28,8 @@ CPU, where it reads in one process.
 
     .venv/bin/python bench/discovery.py [--parents 1,8,64,256] [--runs 7]
                                         [--a100-gpus 8] [--cli-runs 15]
-                                        [--before DIR]
+                                        [--before DIR | --against REF]
+                                        [--whole-only]
 """
 
 import argparse
@@ -32,7 +37,6 @@ import compileall
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +44,8 @@ import time
 
 import libvirt
 
-import timing     # bench/timing.py: this directory is first on sys.path
+import against    # bench/against.py and bench/timing.py: this
+import timing     # directory is first on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -216,11 +221,7 @@ def in_namespace(tree, runs, before):
         _timed_rounds(specs, runs, times, cpu, counts)
     finally:
         shutil.rmtree(caches)
-    json.dump({'median_ms': {n: statistics.median(t)
-                             for n, t in times.items()},
-               'median_cpu_ms': {n: statistics.median(t)
-                                 for n, t in cpu.items()},
-               'types': counts}, sys.stdout)
+    json.dump({'ms': times, 'cpu_ms': cpu, 'types': counts}, sys.stdout)
     return 0
 
 
@@ -229,15 +230,23 @@ def _one_cpu():
 
 
 def _timed_rounds(specs, runs, times, cpu, counts):
-    for _ in range(runs):
-        for name, spec in specs.items():
+    order = list(specs)
+    for i in range(runs):
+        # every other round the other way round: none always runs first
+        for name in (order if i % 2 == 0 else order[::-1]):
+            spec = specs[name]
             elapsed, used, out = _run_ms(spec)
             times[name].append(elapsed)
             cpu[name].append(used)
             counts.setdefault(name, _types_listed(name, out))
 
 
-def bench_whole_process(parents, types, runs, before):
+def _figure(values):
+    """``median [q1-q3]``, the format of every figure of the table."""
+    return '%.2f [%.2f-%.2f]' % timing.quartiles(values)
+
+
+def bench_whole_process(parents, types, runs, before, label=None):
     """Whole-process ``list --json`` against mdevctl on the same tree."""
     print()
     why = None
@@ -258,20 +267,41 @@ def bench_whole_process(parents, types, runs, before):
             argv += ['--before', os.path.abspath(before)]
         got = json.loads(subprocess.run(argv, stdout=subprocess.PIPE,
                                         check=True).stdout)
-    med, cpu, counts = got['median_ms'], got['median_cpu_ms'], got['types']
-    print('whole process on %d parents x %d types, alternating, median of '
-          '%d runs (ms; CPU: user + system)' % (parents, types, runs))
-    print('%-52s %10s %8s %8s %8s %8s' % ('command', 'ms', 'x mdevctl',
-                                          'CPU ms', 'x', 'types'))
+    print_whole_process(got, parents, types, runs, before and (
+        label or 'package in %s' % before))
+
+
+def print_whole_process(got, parents, types, runs, before_label):
+    """The table of ``in_namespace``'s answer: each command's wall and CPU
+    time, and its ratio to mdevctl taken round by round (each round runs
+    every command once, in turn: the ratio of one round is little
+    disturbed by other work on the machine, which comes and goes between
+    rounds), as median [first-third quartile]."""
+    wall, cpu, counts = got['ms'], got['cpu_ms'], got['types']
+    load = ' '.join('%.2f' % x for x in os.getloadavg())
+    print('whole process on %d parents x %d types, in turn, %d rounds; '
+          'median [quartiles]; load %s, %d CPUs'
+          % (parents, types, runs, load, os.cpu_count()))
+    print('%-46s %21s %18s %21s %18s %6s' % (
+        'command', 'ms', 'x mdevctl', 'CPU ms', 'CPU x', 'types'))
     rows = [('mdevctl types --dumpjson (tree on /sys)', 'mdevctl'),
             ('libvirt-gpu --sysfs-root T list --json', 'libvirt-gpu'),
             ('  the same, on one CPU (one process)', 'one-cpu')]
-    if before:
-        rows.append(('  the same, package in %s' % before, 'before'))
+    if before_label:
+        rows.append(('  the same, %s' % before_label, 'before'))
     for label, name in rows:
-        print('%-52s %10.1f %8.2f %8.1f %8.2f %8d' % (
-            label, med[name], med[name] / med['mdevctl'], cpu[name],
-            cpu[name] / cpu['mdevctl'], counts[name]))
+        print('%-46s %21s %18s %21s %18s %6d' % (
+            label, _figure(wall[name]),
+            _figure([a / b for a, b in zip(wall[name], wall['mdevctl'])]),
+            _figure(cpu[name]),
+            _figure([a / b for a, b in zip(cpu[name], cpu['mdevctl'])]),
+            counts[name]))
+    if before_label:
+        print('now / before, round by round: %s (CPU %s)' % (
+            _figure([a / b for a, b in zip(wall['libvirt-gpu'],
+                                           wall['before'])]),
+            _figure([a / b for a, b in zip(cpu['libvirt-gpu'],
+                                           cpu['before'])])))
     if len(set(counts.values())) != 1:
         print('WARNING: the commands did not list the same number of types')
 
@@ -285,8 +315,9 @@ def main(argv=None):
                         help='GPUs of the A100 host (0: skip it)')
     parser.add_argument('--cli-runs', type=int, default=15,
                         help='runs of each whole process (0: skip them)')
-    parser.add_argument('--before', metavar='DIR',
-                        help='also time the libvirt_gpu package in DIR')
+    parser.add_argument('--whole-only', action='store_true',
+                        help='only the whole process against mdevctl')
+    against.add_option(parser)
     parser.add_argument('--in-namespace', metavar='TREE',
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -294,6 +325,16 @@ def main(argv=None):
     private_tmp.use_private_tmp()
     if args.in_namespace:
         return in_namespace(args.in_namespace, args.cli_runs, args.before)
+    with against.before_tree(args) as (before, label):
+        return _main(args, before, label)
+
+
+def _main(args, before, label):
+    largest = max(int(p) for p in args.parents.split(','))
+    if args.whole_only:
+        bench_whole_process(largest, args.types, args.cli_runs, before,
+                            label)
+        return 0
     libvirt.registerErrorHandler(_quiet, None)
     rows = []
     for parents in [int(p) for p in args.parents.split(',')]:
@@ -324,8 +365,8 @@ def main(argv=None):
     if args.a100_gpus:
         bench_a100(args.a100_gpus, args.runs)
     if args.cli_runs:
-        largest = max(int(p) for p in args.parents.split(','))
-        bench_whole_process(largest, args.types, args.cli_runs, args.before)
+        bench_whole_process(largest, args.types, args.cli_runs, before,
+                            label)
     return 0
 
 

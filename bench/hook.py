@@ -3,8 +3,10 @@
 
 1. Whole-process time of the installed hook for a guest without GPUs
    (``prepare begin``, the operation that does the most), next to a bare
-   ``<interpreter> -I -c pass`` of the same interpreter, interleaved in the
-   same run; medians of ``--runs`` each.  Target: at most 1.5x.
+   ``<interpreter> -I -c pass`` of the same interpreter and of
+   ``<interpreter> -I -S -c pass`` (the interpreter as the hook's first
+   line starts it), interleaved in the same run; medians [quartiles] of
+   ``--runs`` each.  Targets: at most 1.5x the first, 1.1x the second.
 2. Whole-process time of ``prepare`` for a guest with 4 vGPUs on a
    simulated T4 host (the kernel's create/remove emulated by an inotify
    watcher in this process), each followed by an untimed ``release``.
@@ -15,7 +17,8 @@
    XML rewritten), followed by an untimed ``prepare`` and ``release``.  With
    ``--before DIR``, the hook of the package in DIR (an older checkout),
    installed with its own state directory on the same host, runs in turn
-   with this one, for a before/after in one run.
+   with this one, for a before/after in one run; ``--against REF``, the
+   same for commit REF of this checkout (bench/against.py).
 3. What recording its figures for ``libvirt-gpu exporter`` costs a call
    (``figures``; target: at most 1 ms): ``hook.run`` of ``prepare`` (4
    vGPUs) and ``release`` in this process, with recording and with it
@@ -23,7 +26,8 @@
    ``--record-runs`` each), and the recording call alone.
 
     .venv/bin/python bench/hook.py [--runs 200] [--prepare-runs 30]
-                                   [--record-runs 200] [--before DIR]
+                                   [--record-runs 200]
+                                   [--before DIR | --against REF]
 """
 
 import argparse
@@ -36,7 +40,8 @@ import tempfile
 import time
 import uuid as uuidlib
 
-import timing     # bench/timing.py: this directory is first on sys.path
+import against    # bench/against.py and bench/timing.py: this
+import timing     # directory is first on sys.path
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
@@ -128,20 +133,33 @@ def ms(seconds):
     return '%.1f ms' % (seconds * 1000)
 
 
+def spread_ms(seconds):
+    """``median ms [first-third quartile]`` of ``seconds``."""
+    return '%.1f ms [%.1f-%.1f]' % tuple(
+        x * 1000 for x in timing.quartiles(seconds))
+
+
+def spread_x(ratios):
+    return '%.2fx [%.2f-%.2f]' % timing.quartiles(ratios)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--runs', type=int, default=200)
     p.add_argument('--prepare-runs', type=int, default=30)
     p.add_argument('--record-runs', type=int, default=200)
-    p.add_argument('--before', metavar='DIR',
-                   help='also time the hook of the package in DIR')
+    against.add_option(p)
     p.add_argument('--importtime', type=int, metavar='N', default=0,
                    help="print the N costliest imports of one warm 4-vGPU "
                    "prepare (python -X importtime, cumulative)")
     args = p.parse_args()
     # state directories under /tmp are refused: see tests/private_tmp.py
     private_tmp.use_private_tmp()
+    with against.before_tree(args) as (before, label):
+        return _main(args, before, label)
 
+
+def _main(args, before, label):
     work = tempfile.mkdtemp(prefix='bench-hook-')
     try:
         with trees.simulated_tree('t4') as (root, profile):
@@ -154,17 +172,16 @@ def main():
             installed = hook.install(os.path.join(work, 'hooks'), config)
             python = installed.python
             before_hook = None
-            if args.before:
+            if before:
                 before_config = os.path.join(work, 'before.conf')
                 with open(before_config, 'w') as f:
                     f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
                             '[gpu]\nenabled_vgpu_types = nvidia-223\n'
                             % (root, os.path.join(work, 'before-state')))
                 before_hook = install_from(
-                    os.path.abspath(args.before),
-                    os.path.join(work, 'before-hooks'), before_config)
-                print('before:      %s (package in %s)'
-                      % (before_hook, args.before))
+                    before, os.path.join(work, 'before-hooks'),
+                    before_config)
+                print('before:      %s (%s)' % (before_hook, label))
             print('hook:        %s (interpreter %s -IS)'
                   % (installed.path, python))
             print('host:        simulated T4 (2 GPUs) at %s; state %s'
@@ -173,31 +190,41 @@ def main():
             print('load:        %s (1/5/15 min averages; %d CPUs)'
                   % (' '.join('%.2f' % x for x in os.getloadavg()),
                      os.cpu_count()))
-            bare, ours, system = [], [], []
+            bare, bare_s, ours, system = [], [], [], []
             bare_cpu, ours_cpu = [], []
             have_system = os.path.exists('/usr/bin/python3')
             argv = [installed.path, 'plain', 'prepare', 'begin', '-']
             for _ in range(5):                          # warm the caches
                 timed(argv, PLAIN_XML, CLEAN_ENV)
                 timed([python, '-I', '-c', 'pass'])
+                timed([python, '-I', '-S', '-c', 'pass'])
             for _ in range(args.runs):
                 bare.append(timed([python, '-I', '-c', 'pass']))
                 bare_cpu.append(CPU[-1])
+                # the interpreter as the hook's first line starts it
+                bare_s.append(timed([python, '-I', '-S', '-c', 'pass']))
                 ours.append(timed(argv, PLAIN_XML, CLEAN_ENV))
                 ours_cpu.append(CPU[-1])
                 if have_system:
                     system.append(timed(['/usr/bin/python3', '-I', '-c',
                                          'pass']))
             m_bare, m_ours = statistics.median(bare), statistics.median(ours)
-            print('\n1. guest without GPUs, whole process, median of %d:'
-                  % args.runs)
-            print('   %-44s %s' % ('%s -I -c pass' % python, ms(m_bare)))
+            print('\n1. guest without GPUs, whole process, median [quartiles] '
+                  'of %d:' % args.runs)
+            print('   %-44s %s' % ('%s -I -c pass' % python, spread_ms(bare)))
+            print('   %-44s %s' % ('%s -I -S -c pass' % python,
+                                   spread_ms(bare_s)))
             if system:
                 print('   %-44s %s' % ('/usr/bin/python3 -I -c pass',
-                                       ms(statistics.median(system))))
-            print('   %-44s %s' % ('hook prepare begin (no GPU)', ms(m_ours)))
+                                       spread_ms(system)))
+            print('   %-44s %s' % ('hook prepare begin (no GPU)',
+                                   spread_ms(ours)))
             print('   ratio hook / bare interpreter: %.2fx (target <= 1.5x)'
                   % (m_ours / m_bare))
+            print('   ratio hook / interpreter -I -S: %.2fx, run by run %s '
+                  '(target <= 1.1x)' % (
+                      m_ours / statistics.median(bare_s),
+                      spread_x([a / b for a, b in zip(ours, bare_s)])))
             print('   CPU time, median: bare %s, hook %s'
                   % (ms(statistics.median(bare_cpu)),
                      ms(statistics.median(ours_cpu))))
@@ -245,19 +272,21 @@ def main():
             print('   cold (settings snapshot rebuilt):  %s' % ms(cold))
             print('   median of %d:                      %s (target < 100 '
                   'ms)' % (len(runs), ms(statistics.median(runs))))
-            print('   min / max:                         %s / %s'
-                  % (ms(min(runs)), ms(max(runs))))
+            print('   quartiles, min / max:              %s, %s / %s'
+                  % (spread_ms(runs), ms(min(runs)), ms(max(runs))))
             print('   CPU time of the hook, median:      %s'
                   % ms(statistics.median(runs_cpu)))
             print('   ratio to the bare interpreter:     %.2fx (target <= '
-                  '3x)' % (statistics.median(runs) / m_bare))
+                  '3x), CPU %.2fx' % (statistics.median(runs) / m_bare,
+                                      statistics.median(runs_cpu) /
+                                      statistics.median(bare_cpu)))
             print('   migrate on the destination (4 vGPUs reserved, XML '
                   'rewritten), in turn with it:')
             print('   median of %d:                      %s, CPU %s'
                   % (len(mig), ms(statistics.median(mig)),
                      ms(statistics.median(mig_cpu))))
             if old:
-                print('   before (%s), in turn with it:' % args.before)
+                print('   before (%s), in turn with it:' % label)
                 print('   median of %d:                      %s, CPU %s'
                       % (len(old), ms(statistics.median(old)),
                          ms(statistics.median(old_cpu))))

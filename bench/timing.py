@@ -22,3 +22,13 @@ def children_cpu():
     time."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def quartiles(values):
+    """``(median, first quartile, third quartile)`` of ``values``: the
+    spread printed beside a median (the extremes of fewer than four)."""
+    ordered = sorted(values)
+    if len(ordered) < 4:
+        return statistics.median(ordered), ordered[0], ordered[-1]
+    q1, _, q3 = statistics.quantiles(ordered, n=4, method='inclusive')
+    return statistics.median(ordered), q1, q3

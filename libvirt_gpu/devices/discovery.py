@@ -59,10 +59,10 @@ def from_sysfs(sysfs, share_type_text=True, pci_ids=None, parallel=False,
     only, as sysfs has them).
 
     ``parallel``: a large host's PCI devices may be read by several
-    processes at once (``fanout``: one per 64 devices, one per CPU, at
-    most 4); the result, and the warnings in their order, are those of
-    one process.  For a command run once (the CLI), not for a long-lived
-    process with threads or the hook.
+    processes at once (``fanout``: one per 64 devices, one per CPU that
+    other work leaves, at most 4); the result, and the warnings in their
+    order, are those of one process.  For a command run once (the CLI),
+    not for a long-lived process with threads or the hook.
 
     ``kinds``: the vGPU kinds (see the module doc), required.
     """
@@ -182,10 +182,15 @@ def with_iommu_members(gpu, functions):
                      and pci_classes.is_companion_class(function.class_code))
         uses = pci_classes.host_uses(function.class_code, function.driver,
                                      companion)
-        members.append(records.replace(
-            function, companion=companion, host_uses=uses,
-            host_class=(pci_classes.host_class_name(function.class_code)
-                        if uses else None)))
+        host_class = (pci_classes.host_class_name(function.class_code)
+                      if uses else None)
+        if (companion, uses, host_class) != (
+                function.companion, function.host_uses, function.host_class):
+            # (most members, the GPU's own function first, are judged
+            # neither: the record as read is the judged one)
+            function = records.replace(function, companion=companion,
+                                       host_uses=uses, host_class=host_class)
+        members.append(function)
     return records.replace(gpu, iommu_members=tuple(sorted(members)))
 
 

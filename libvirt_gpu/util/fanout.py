@@ -6,9 +6,14 @@ PCI device, 4 per vGPU type: ~34,000 for 256 mdev parents of 20 types),
 each waiting on the kernel and none on another.  ``map_parts`` splits the
 list, forks one child per part after the first, computes the first part
 itself meanwhile, and takes each child's answer back through a pipe
-(pickled: the records of ``objects`` are plain values).  A fork costs a
-few milliseconds, so only a long list is worth splitting
-(``workers_for``).
+(pickled: the records of ``objects`` are plain values).  A child costs
+CPU time, not only wall time: the fork, and a copy of every page of the
+parent's heap that either process then writes (reference counts are
+writes): 7-10 ms of CPU for a child reading half of 256 mdev parents,
+some 13 % of the reading (bench/discovery.py, docs/dev/benchmarks.md).
+So only a long list is worth splitting, and only onto CPUs that no other
+work keeps busy (``workers_for``): on a machine whose CPUs are all
+taken, a second process only makes the same work dearer and later.
 
 The answer and any error are the serial one's: a child that cannot be
 started, fails, or answers nothing readable has its part computed here
@@ -17,8 +22,9 @@ writes its answer and leaves with ``os._exit`` (no ``atexit``, no
 buffered output written twice).  Only a process with no other thread may
 fork (a thread holding a lock at the fork would leave it held in the
 child), so ``map_parts`` falls back to one process when another thread
-runs.  ``pickle`` and ``signal`` are imported only when it forks: a
-small host, or one CPU, reads in one process and never needs them.
+runs.  ``pickle`` (its C half) and ``signal`` are imported only when it
+forks: a small host, or one CPU, reads in one process and never needs
+them.
 """
 
 import os
@@ -30,16 +36,27 @@ ITEMS_PER_WORKER = 64
 MAX_WORKERS = 4
 
 
-def workers_for(count, cpus=None):
+def workers_for(count, cpus=None, load=None):
     """How many processes to read ``count`` items with: one per
     ITEMS_PER_WORKER items, at most one per CPU this process may run on
-    and at most MAX_WORKERS."""
+    (``cpus``), at most MAX_WORKERS, and no more than the CPUs that other
+    work leaves, to the nearest whole one: ``cpus`` less the system's load
+    (``load``: the 1-minute load average, as ``make -l`` reads it), one
+    runnable task of which is taken to be this command itself (or the one
+    run just before it by the same script).  1 (no fork) when the CPUs
+    are busy."""
     if cpus is None:
         try:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-    return max(1, min(count // ITEMS_PER_WORKER, cpus, MAX_WORKERS))
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            load = 0.0
+    free = int(cpus + 1.5 - load)    # to the nearest CPU; 0 or less: none
+    return max(1, min(count // ITEMS_PER_WORKER, cpus, MAX_WORKERS, free))
 
 
 def split(items, parts):
@@ -87,7 +104,7 @@ def _may_fork():
 def _start(func, part):
     """``(pid, read end)`` of a child computing ``func(part)``, or None
     when no child can be started."""
-    import pickle         # before the fork: the child inherits it
+    pickle = _pickle()    # before the fork: the child inherits it
     try:
         read_fd, write_fd = os.pipe()
     except OSError:
@@ -102,7 +119,7 @@ def _start(func, part):
         status = 1
         try:
             os.close(read_fd)
-            data = pickle.dumps((func(part),), pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps((func(part),), -1)     # the highest
             view = memoryview(data)
             while view:
                 view = view[os.write(write_fd, view):]
@@ -133,8 +150,18 @@ def _collect(child):
     if chunks is None or status != 0:
         return None
     # complete (the child exited 0 only after writing it all) and ours
-    import pickle
-    return pickle.loads(b''.join(chunks))
+    return _pickle().loads(b''.join(chunks))
+
+
+def _pickle():
+    """The C module that ``pickle`` re-exports (``dumps``, ``loads``):
+    its Python half, needed only to subclass a Pickler, costs another
+    millisecond to import (``struct``, the classes)."""
+    try:
+        import _pickle as pickle
+    except ImportError:       # an interpreter without the accelerator
+        import pickle
+    return pickle
 
 
 def _abandon(child):

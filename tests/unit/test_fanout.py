@@ -62,7 +62,32 @@ def test_split_keeps_order_and_leaves_no_part_empty(count, parts):
     (10, 8, 1), (63, 8, 1), (128, 8, 2), (256, 2, 2), (272, 8, 4),
     (10000, 64, fanout.MAX_WORKERS), (10000, 1, 1)])
 def test_workers_for(count, cpus, expected):
-    assert fanout.workers_for(count, cpus=cpus) == expected
+    assert fanout.workers_for(count, cpus=cpus, load=0.0) == expected
+
+
+@pytest.mark.parametrize('cpus,load,expected', [
+    # one runnable task is this command (or the one a script ran just
+    # before): it leaves every CPU to the reading
+    (2, 1.0, 2), (2, 1.5, 2), (4, 1.0, 4),
+    # the rest are other work: the CPUs it leaves, to the nearest one
+    (2, 1.6, 1), (2, 2.0, 1), (2, 4.7, 1), (8, 6.5, 3), (8, 6.6, 2),
+    (16, 13.0, 4), (16, 40.0, 1)])
+def test_workers_for_leaves_the_cpus_other_work_takes(cpus, load, expected):
+    assert fanout.workers_for(10000, cpus=cpus, load=load) == expected
+
+
+def test_workers_for_reads_the_load_average(monkeypatch):
+    monkeypatch.setattr(os, 'getloadavg', lambda: (3.0, 0.0, 0.0))
+    assert fanout.workers_for(10000, cpus=4) == 2
+    monkeypatch.setattr(os, 'getloadavg', lambda: (0.0, 9.0, 9.0))
+    assert fanout.workers_for(10000, cpus=4) == 4
+
+
+def test_workers_for_without_a_load_average(monkeypatch):
+    def unknown():
+        raise OSError('getloadavg: not available')
+    monkeypatch.setattr(os, 'getloadavg', unknown)
+    assert fanout.workers_for(10000, cpus=4) == 4
 
 
 def _pids(part):
@@ -143,7 +168,7 @@ def three_workers(monkeypatch):
     per worker would read it in one process)."""
     calls = []
 
-    def workers_for(count, cpus=None):
+    def workers_for(count, cpus=None, load=None):
         calls.append(count)
         return 3
     monkeypatch.setattr(fanout, 'workers_for', workers_for)
@@ -160,14 +185,32 @@ def test_parallel_discovery_equals_serial(tmp_path, profile, three_workers):
     assert three_workers and serial.gpus
 
 
-def test_parallel_discovery_of_a_large_host(tmp_path):
+def test_parallel_discovery_of_a_large_host(tmp_path, forks, monkeypatch):
+    # two CPUs, nothing else running: workers_for's own answer is two
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+    monkeypatch.setattr(os, 'getloadavg', lambda: (0.0, 0.0, 0.0))
     simulator.write_host(simulator.synthetic_profile(130, types=3),
                          tmp_path)
     reader = sysfs_mod.Sysfs(tmp_path)
     serial = discovery.from_sysfs(reader, kinds=kinds.registered())
     assert sum(len(g.mdev_types) for g in serial.gpus) == 130 * 3
+    assert not forks
     assert discovery.from_sysfs(reader, parallel=True,
                                 kinds=kinds.registered()) == serial
+    assert len(forks) == 1
+
+
+def test_discovery_of_a_large_host_on_busy_cpus_forks_nothing(
+        tmp_path, forks, monkeypatch):
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+    monkeypatch.setattr(os, 'getloadavg', lambda: (4.7, 4.0, 3.0))
+    simulator.write_host(simulator.synthetic_profile(130, types=3),
+                         tmp_path)
+    reader = sysfs_mod.Sysfs(tmp_path)
+    serial = discovery.from_sysfs(reader, kinds=kinds.registered())
+    assert discovery.from_sysfs(reader, parallel=True,
+                                kinds=kinds.registered()) == serial
+    assert forks == []
 
 
 @pytest.mark.parametrize('case', hostile.CASES,
