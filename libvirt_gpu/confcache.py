@@ -35,6 +35,8 @@ hook's is the same document in the state directory (``hook.settings``),
 with the enabled types resolved against the host as its ``extra``.
 """
 
+from __future__ import annotations
+
 import os
 import stat
 
@@ -42,6 +44,10 @@ from libvirt_gpu import conffile
 from libvirt_gpu.util import fileutil
 from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import records
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 try:
     # CPython's own SHA-256 (3.12 names it _sha2, 3.11 and older _sha256):
@@ -148,7 +154,7 @@ def _options_key():
     return key
 
 
-def key(path):
+def key(path: str) -> dict[str, object]:
     """What a snapshot of the configuration file ``path`` must match: the
     file (``file_key``), the modules that declare the options, the host
     name (the default of ``[DEFAULT]/host``)."""
@@ -192,11 +198,13 @@ class Snapshot:
     the ``key`` they were kept under, and the reader's ``extra``."""
 
     values: Values
-    key: dict
+    key: dict[str, object]
     extra: object = None
 
 
-def document(snapshot_key, conf, extra=None):
+def document(snapshot_key: dict[str, object],
+             conf: cfg.ConfigOpts | Values,
+             extra: object = None) -> dict[str, object] | None:
     """The snapshot of ``conf`` (a loaded ConfigOpts, or the ``Values``
     of a snapshot) under ``snapshot_key`` (taken before the file was
     read), with ``extra`` (a reader's own JSON, kept beside the values);
@@ -210,7 +218,7 @@ def document(snapshot_key, conf, extra=None):
     return found
 
 
-def parse(data, path):
+def parse(data: str | bytes, path: str) -> Snapshot | None:
     """The ``Snapshot`` in a document (JSON text) of the configuration
     file ``path`` when it is current (``key``), else None."""
     try:

@@ -57,6 +57,39 @@ import functools
 
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    from oslo_config import cfg
+
+    from libvirt_gpu import confcache
+    from libvirt_gpu.devices.backends import pci as pci_backend
+    from libvirt_gpu.devices.backends import registry
+    from libvirt_gpu.devices import carving
+    from libvirt_gpu.devices import nvml as nvml_mod
+    from libvirt_gpu.devices import routes as routes_mod
+    from libvirt_gpu.devices import sysfs as sysfs_mod
+    from libvirt_gpu import objects
+    from libvirt_gpu.store import allocator as allocator_mod
+
+    class HookSettings(Protocol):
+        """What ``for_hook`` reads of the hook's settings snapshot
+        (``guests.hook.settings.HookSettings``, a room above)."""
+
+        @property
+        def state_dir(self) -> str: ...
+
+        @property
+        def enabled(self) -> dict[objects.PciAddress,
+                                  objects.EnabledType]: ...
+
+        @property
+        def routes(self) -> routes_mod.Routes: ...
+
+        @property
+        def nvml(self) -> str: ...
+
 
 @records.record
 class Source:
@@ -143,8 +176,11 @@ class Environment(object):
                             if isinstance(enabled, dict) else dict(enabled))
 
     @classmethod
-    def from_conf(cls, conf=None, conn=None, sysfs=None, sysfs_root=None,
-                  state_dir=None, **kwargs):
+    def from_conf(cls, conf: cfg.ConfigOpts | confcache.Values | None = None,
+                  conn: Any = None, sysfs: sysfs_mod.Sysfs | None = None,
+                  sysfs_root: str | None = None,
+                  state_dir: str | None = None,
+                  **kwargs: Any) -> Environment:
         """The host as configured: ``conf`` (default ``conf.load()``),
         ``conn`` (a libvirt connection or ``host.Host``, optional), and the
         overrides of the command line (a place given as None: the kind's
@@ -157,7 +193,8 @@ class Environment(object):
                    host=_as_host(conn), conf=conf, **kwargs)
 
     @classmethod
-    def for_hook(cls, settings, sysfs, **places):
+    def for_hook(cls, settings: HookSettings,
+                 sysfs: sysfs_mod.Sysfs, **places: str | None) -> Environment:
         """The hook's host: its settings snapshot, no libvirt."""
         return cls(state_dir=settings.state_dir, sysfs=sysfs,
                    enabled=settings.enabled, routes=settings.routes,
@@ -216,7 +253,7 @@ class Environment(object):
     # -- the parts, built on first use and kept -------------------------
 
     @functools.cached_property
-    def sysfs(self):
+    def sysfs(self) -> sysfs_mod.Sysfs:
         from libvirt_gpu.devices import sysfs as sysfs_mod
         return sysfs_mod.Sysfs(self.sysfs_root)
 
@@ -230,7 +267,7 @@ class Environment(object):
         return pciids.PciIds(self.conf.pci_ids_file)
 
     @functools.cached_property
-    def nvml(self):
+    def nvml(self) -> nvml_mod.Nvml | None:
         """``nvml.Nvml`` where ``[gpu]/nvml`` allows it and the GPUs are
         this machine's (its own sysfs; libvirt named on the command line
         describes another host); None otherwise."""
@@ -270,12 +307,12 @@ class Environment(object):
             self.nvml, kinds)
 
     @functools.cached_property
-    def vgpus(self):
+    def vgpus(self) -> registry.Vgpus:
         from libvirt_gpu.devices.backends import registry
         return registry.Vgpus.from_environment(self, kinds=self._kinds)
 
     @functools.cached_property
-    def pci(self):
+    def pci(self) -> pci_backend.PciBackend:
         from libvirt_gpu.devices.backends import pci as pci_backend
         return pci_backend.PciBackend(self.sysfs, state_dir=self.state_dir,
                                       foreign=self.routes.foreign())
@@ -299,14 +336,14 @@ class Environment(object):
                                  self._found.gpus)
 
     @functools.cached_property
-    def enabled(self):
+    def enabled(self) -> dict[objects.PciAddress, objects.EnabledType]:
         """``{PciAddress: EnabledType}`` resolved against this host: the
         one place the configuration's enabled types meet the GPUs."""
         from libvirt_gpu.devices import enablement
         return enablement.resolve(self.conf, self._found.gpus, self.layouts)
 
     @functools.cached_property
-    def carved(self):
+    def carved(self) -> carving.Carved:
         """``carving.Carved``: the configuration's carvings for Nova
         resolved against this host (none without a configuration: the
         hook), and the VFs ``restore`` recorded as carved, read against
@@ -322,7 +359,7 @@ class Environment(object):
                          for e in carved.recorded if e.type_name}))
 
     @functools.cached_property
-    def routes(self):
+    def routes(self) -> routes_mod.Routes:
         """``routes.Routes``: which route owns each GPU, the configuration
         read against this host (only ours without a configuration and
         without routes given: the hook's come from its snapshot)."""
@@ -345,7 +382,7 @@ class Environment(object):
                                   carved)
 
     @functools.cached_property
-    def allocator(self):
+    def allocator(self) -> allocator_mod.Allocator:
         from libvirt_gpu.devices import routes as routes_mod
         from libvirt_gpu.host import allocator as allocator_mod
         foreign = dict.fromkeys(self.carved.held_gpus,

@@ -6,6 +6,8 @@ so the CLI and the qemu hook (which runs with an almost empty environment)
 read the same file.  No module-level ConfigOpts: callers pass ``conf`` on.
 """
 
+from __future__ import annotations
+
 import re
 
 from oslo_config import cfg
@@ -23,6 +25,10 @@ from libvirt_gpu.conf import placement
 from libvirt_gpu.conf import routes
 from libvirt_gpu.conf import typos
 from libvirt_gpu.conf import vgpu
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # The file rules live in ``conffile`` (no oslo.config there); named here too.
 DEFAULT_CONFIG_FILE = conffile.DEFAULT_CONFIG_FILE
@@ -50,7 +56,8 @@ def new_conf():
     return conf
 
 
-def load(config_file=None, environ=None):
+def load(config_file: str | None = None,
+         environ: Mapping[str, str] | None = None) -> cfg.ConfigOpts:
     """Return a parsed ConfigOpts with every group registered; every option
     has been read once, so a bad value is one ConfigError here whatever
     the command."""

@@ -27,6 +27,8 @@ answers with "Not Supported" (the vGPU queries on a GPU that is not on a
 vGPU host driver) leaves that field None or empty.
 """
 
+from __future__ import annotations
+
 
 from libvirt_gpu import exception
 from libvirt_gpu.devices import layout
@@ -790,7 +792,7 @@ class Compatibility:
         return self.verdict != UNKNOWN
 
 
-def unknown(reason):
+def unknown(reason: str) -> Compatibility:
     return Compatibility(verdict=UNKNOWN, reason=reason)
 
 
@@ -932,7 +934,8 @@ def read_vgpu_metadata(nvml, vgpus):
         return found
 
 
-def compatibility(nvml, meta, address):
+def compatibility(nvml: Nvml | None, meta: VgpuMetadata,
+                  address: objects.PciAddress) -> Compatibility:
     """``Compatibility`` of the vGPU metadata ``meta`` with the GPU
     ``address`` of this host; UNKNOWN where NVML is not there or does not
     answer."""
@@ -948,7 +951,8 @@ def compatibility(nvml, meta, address):
             return unknown(str(e))
 
 
-def best_compatibility(nvml, meta):
+def best_compatibility(nvml: Nvml | None,
+                       meta: VgpuMetadata) -> Compatibility:
     """The best ``Compatibility`` of ``meta`` over every GPU of this host
     (a live one if any GPU allows it, else the first refusal, else
     UNKNOWN): for a vGPU that is not given a GPU here."""

@@ -13,6 +13,8 @@ planted under a name we might pick is never opened, written nor
 directory renamed or swapped meanwhile cannot redirect the rename.
 """
 
+from __future__ import annotations
+
 import os
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -32,7 +34,9 @@ def _create_temporary(dir_fd, name):
     raise FileExistsError('no free temporary name for %s' % name)
 
 
-def write_atomic(path, text, mode=0o600, tmp_dir=None, root_owned=False):
+def write_atomic(path: str, text: str, mode: int = 0o600,
+                 tmp_dir: str | None = None,
+                 root_owned: bool = False) -> None:
     """Replace ``path`` with ``text`` (str, written as UTF-8) atomically.
 
     :param mode: the new file's permission bits.

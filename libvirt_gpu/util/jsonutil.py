@@ -15,6 +15,8 @@ fails with a ``SystemError``, which sends the text to ``json``), a bytes
 document that is not UTF-8, an interpreter without ``_json``.
 """
 
+from __future__ import annotations
+
 try:
     import _json
 except ImportError:      # an interpreter without the accelerator
@@ -109,7 +111,9 @@ def loads(data):
     return value
 
 
-def dumps(value, *, indent=None, separators=None, sort_keys=False):
+def dumps(value: object, *, indent: int | None = None,
+          separators: tuple[str, str] | None = None,
+          sort_keys: bool = False) -> str:
     """``json.dumps(value, indent=..., separators=..., sort_keys=...)``
     with json's other defaults (ASCII only; NaN and infinities as
     ``NaN``/``Infinity``; a cycle or a value JSON cannot hold raises)."""

@@ -9,6 +9,8 @@ written as ``\\xNN`` / ``\\uNNNN``.  Used by the CLI (``cmd.term``) and the
 hook's log.
 """
 
+from __future__ import annotations
+
 # Each character to escape -> its escape, for ``str.translate`` (no
 # ``re``: the qemu hook escapes every line it logs, and importing ``re``
 # costs it more than all of its escaping).  tests/unit/test_textutil.py
@@ -21,7 +23,7 @@ _ESCAPES = {code: ('\\x%02x' % code if code < 0x100 else '\\u%04x' % code)
             for code in codes}
 
 
-def escape(text, newline=False):
+def escape(text: str, newline: bool = False) -> str:
     """``text`` with every control character written as an escape; with
     ``newline``, the newline too (one table cell, one line)."""
     text = text.translate(_ESCAPES)

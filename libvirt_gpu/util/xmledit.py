@@ -20,11 +20,17 @@ looked up by namespace URI and local name, whatever prefix the input uses.
 Only UTF-8 input can be edited (libvirt writes nothing else).
 """
 
+from __future__ import annotations
+
 import re
 import xml.parsers.expat as expat
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import xmlutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # One attribute of a start tag: name, =, a quoted value (no '<' inside).
 _ATTR = re.compile(rb'\s([^\s=/>]+)\s*=\s*("[^"]*"|\'[^\']*\')')
@@ -42,46 +48,51 @@ class Element(object):
     __slots__ = ('namespace', 'local', 'prefix', 'attrib', 'children',
                  'start', 'head_end', 'tail_start', 'end')
 
-    def __init__(self, namespace, local, prefix, attrib, start):
+    def __init__(self, namespace: str, local: str, prefix: str,
+                 attrib: dict[str, str], start: int) -> None:
         self.namespace = namespace
         self.local = local
         self.prefix = prefix
         self.attrib = attrib
-        self.children = []
+        self.children: list[Element] = []
         self.start = start
-        self.head_end = self.tail_start = self.end = None
+        # set as the parser reaches them (Document.parse)
+        self.head_end: int = -1
+        self.tail_start: int = -1
+        self.end: int = -1
 
     @property
-    def tag(self):
+    def tag(self) -> str:
         """``{namespace}local`` (ElementTree's spelling), or ``local``."""
         if self.namespace:
             return '{%s}%s' % (self.namespace, self.local)
         return self.local
 
     @property
-    def empty(self):
+    def empty(self) -> bool:
         return self.tail_start == self.head_end and self.end == self.head_end
 
-    def find(self, *tags):
+    def find(self, *tags: str) -> Element | None:
         """The first element down the path of ``tags`` (``{ns}local`` or
         ``local`` each), or None."""
         found = self
         for tag in tags:
-            found = next((c for c in found.children if c.tag == tag), None)
-            if found is None:
+            child = next((c for c in found.children if c.tag == tag), None)
+            if child is None:
                 return None
+            found = child
         return found
 
-    def findall(self, tag):
+    def findall(self, tag: str) -> list[Element]:
         return [c for c in self.children if c.tag == tag]
 
-    def iter(self):
+    def iter(self) -> Iterator[Element]:
         yield self
         for child in self.children:
             yield from child.iter()
 
 
-def _tag_end(data, start):
+def _tag_end(data: bytes, start: int) -> int:
     """The offset just past the ``>`` that closes the tag at ``start``
     (quoted attribute values may hold ``>``)."""
     quote = None
@@ -102,13 +113,15 @@ def _tag_end(data, start):
 class Document(object):
     """The bytes of one XML document, its element spans and pending edits."""
 
-    def __init__(self, data, root):
+    def __init__(self, data: bytes, root: Element) -> None:
         self.data = data
         self.root = root
-        self._edits = []        # (start, end, replacement bytes)
+        # (start, end, replacement bytes)
+        self._edits: list[tuple[int, int, bytes]] = []
 
     @classmethod
-    def parse(cls, text, what='XML', max_bytes=xmlutil.MAX_XML_BYTES):
+    def parse(cls, text: str | bytes, what: str = 'XML',
+              max_bytes: int = xmlutil.MAX_XML_BYTES) -> Document:
         """Read ``text`` (str or bytes) as an editable document; the
         errors of ``xmlutil.parse``, and InvalidXml for an encoding other
         than UTF-8."""
@@ -119,12 +132,12 @@ class Document(object):
             raise exception.InvalidXml(
                 reason='%s is in %s; only UTF-8 can be edited'
                 % (what, declared.group(1).decode('ascii', 'replace')[:40]))
-        stack = []
-        top = []
+        stack: list[Element] = []
+        top: list[Element] = []
         parser = expat.ParserCreate(namespace_separator=' ')
         parser.namespace_prefixes = True
 
-        def start(name, attrib):
+        def start(name: str, attrib: dict[str, str]) -> None:
             parts = name.split(' ')
             if len(parts) == 1:
                 namespace, local, prefix = '', parts[0], ''
@@ -137,7 +150,7 @@ class Document(object):
             (stack[-1].children if stack else top).append(elem)
             stack.append(elem)
 
-        def end(name):
+        def end(name: str) -> None:
             elem = stack.pop()
             if data[elem.head_end - 2:elem.head_end] == b'/>':
                 elem.tail_start = elem.end = elem.head_end
@@ -145,7 +158,7 @@ class Document(object):
                 elem.tail_start = parser.CurrentByteIndex
                 elem.end = _tag_end(data, elem.tail_start)
 
-        def doctype(*args):
+        def doctype(*args: object) -> None:
             raise exception.InvalidXml(reason='%s carries a DOCTYPE' % what)
 
         parser.StartElementHandler = start
@@ -160,13 +173,13 @@ class Document(object):
 
     # reading -------------------------------------------------------------
 
-    def bytes_of(self, elem):
+    def bytes_of(self, elem: Element) -> bytes:
         """The input's bytes of ``elem``, tags included."""
         return self.data[elem.start:elem.end]
 
     # editing -------------------------------------------------------------
 
-    def _edit(self, start, end, replacement):
+    def _edit(self, start: int, end: int, replacement: str | bytes) -> None:
         if isinstance(replacement, str):
             replacement = replacement.encode('utf-8')
         for s, e, _ in self._edits:
@@ -176,14 +189,14 @@ class Document(object):
                     % (start, end))
         self._edits.append((start, end, replacement))
 
-    def replace(self, elem, text):
+    def replace(self, elem: Element, text: str | bytes) -> None:
         """Replace the whole of ``elem`` (tags included) with ``text``."""
         self._edit(elem.start, elem.end, text)
 
-    def remove(self, elem):
+    def remove(self, elem: Element) -> None:
         self._edit(elem.start, elem.end, b'')
 
-    def set_text(self, elem, text):
+    def set_text(self, elem: Element, text: str) -> None:
         """Replace what is between ``elem``'s tags with ``text`` (escaped);
         an empty element keeps its start tag and gains an end tag."""
         body = xmlutil.escape(text).encode('utf-8')
@@ -195,7 +208,7 @@ class Document(object):
         else:
             self._edit(elem.head_end, elem.tail_start, body)
 
-    def set_attribute(self, elem, name, value):
+    def set_attribute(self, elem: Element, name: str, value: str) -> None:
         """Give the unprefixed attribute ``name`` of ``elem`` the value
         ``value``: only its value changes (its quotes, its place and the
         other attributes stay); a new attribute goes last."""
@@ -212,7 +225,7 @@ class Document(object):
         self._edit(at, at, (' %s="%s"' % (name, xmlutil.escape(value))).encode(
             'utf-8'))
 
-    def append(self, parent, text):
+    def append(self, parent: Element, text: str | bytes) -> None:
         """Add ``text`` (an element, already rendered) as ``parent``'s last
         child."""
         if parent.empty:
@@ -226,10 +239,10 @@ class Document(object):
             self._edit(parent.tail_start, parent.tail_start, text)
 
     @property
-    def changed(self):
+    def changed(self) -> bool:
         return bool(self._edits)
 
-    def tobytes(self):
+    def tobytes(self) -> bytes:
         """The document with every edit applied; the input itself when
         there is none."""
         out = []

@@ -12,6 +12,7 @@ from libvirt_gpu import exception
 from libvirt_gpu.store import figures
 from libvirt_gpu.guests import hook
 from libvirt_gpu.guests.hook import operations
+from libvirt_gpu.util import records
 from tests.doubles import trees
 from tests.unit import test_hook as th
 
@@ -86,3 +87,19 @@ def test_a_refused_prepare_counts_as_a_refusal(env):
     assert rc == 1 and 'cannot start domain' in err
     found = figures.hook_figures(env.state_dir)['prepare']
     assert (found['calls'], found['refusals'], found['errors']) == (1, 1, 0)
+
+
+def test_a_migrate_row_that_does_not_read_the_document_says_so(env):
+    """``migrate`` edits the XML its row reads (``DOCUMENT``): a table
+    whose row leaves it out is an internal error that names the row, and
+    nothing is reserved (broken by using ``req.document`` unchecked: an
+    AttributeError on None)."""
+    rows = tuple(records.replace(op, reads=(operations.DEVICES,
+                                            operations.METADATA))
+                 if op.name == 'migrate' else op for op in hook.OPERATIONS)
+    xml = th.domain_xml([(th.new_uuid(), 'nvidia-223', th.A)])
+    rc, out, err = _run(env, 'migrate', xml, table=rows)
+    assert (rc, out) == (1, b'')
+    assert ('TypeError: migrate edits the domain XML: its row of '
+            'operations.OPERATIONS must read DOCUMENT') in err
+    assert env.leases() == []

@@ -61,6 +61,8 @@ next call read it again.  Every line it logs also goes to
 ``<state_dir>/hook.log`` (libvirt discards a successful hook's stderr).
 """
 
+from __future__ import annotations
+
 from libvirt_gpu import exception  # noqa: F401
 from libvirt_gpu.guests.hook.log import HookLog  # noqa: F401
 from libvirt_gpu.guests.hook.log import LOG_LINE_MAX  # noqa: F401
@@ -90,8 +92,19 @@ from libvirt_gpu.guests.hook.settings import load_settings  # noqa: F401
 from libvirt_gpu.guests.hook.settings import SETTINGS_NAME  # noqa: F401
 from libvirt_gpu.guests.hook.settings import write_settings  # noqa: F401
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from libvirt_gpu.guests.hook.installer import (  # noqa: F401
+        DEFAULT_HOOKS_DIR as DEFAULT_HOOKS_DIR,
+        hook_source as hook_source,
+        hooks_enabled as hooks_enabled,
+        install as install,
+        Installed as Installed,
+        INSTALL_NAME as INSTALL_NAME,
+        render_hook as render_hook)
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> object:
     """``install`` and its helpers, imported only when asked for: a guest
     start never needs them."""
     if name in ('install', 'Installed', 'hook_source', 'hooks_enabled',

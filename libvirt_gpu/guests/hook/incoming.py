@@ -57,12 +57,52 @@ the same domain's migration renews the reservations its earlier try made
 instead of adding to them.
 """
 
+from __future__ import annotations
+
 import time
 
 from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu import exception
 from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import metadata
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    from libvirt_gpu.devices.backends import base
+    from libvirt_gpu.devices.backends import registry
+    from libvirt_gpu import environment
+    from libvirt_gpu.guests.hook import log as log_mod
+    from libvirt_gpu import objects
+    from libvirt_gpu.util import xmledit
+    from libvirt_gpu.virt import config_xml
+
+    # What this module uses of ``Hook`` and ``Request``
+    # (``operations`` imports this module when a migration comes in).
+    class Hook(Protocol):
+        @property
+        def env(self) -> environment.Environment: ...
+
+        @property
+        def log(self) -> log_mod.HookLog: ...
+
+        @property
+        def vgpus(self) -> registry.Vgpus: ...
+
+        @property
+        def allocator(self) -> allocator_mod.Allocator: ...
+
+    class Request(Protocol):
+        @property
+        def domain(self) -> config_xml.DomainDevices: ...
+
+        @property
+        def meta(self) -> metadata.GpuMetadata: ...
+
+        @property
+        def document(self) -> xmledit.Document | None: ...
 
 # How long a reservation stands without its prepare (seconds): libvirt runs
 # prepare right after migrate, before any memory is copied.
@@ -73,13 +113,13 @@ _PCI_FIELDS = (('domain', '0x%04x'), ('bus', '0x%02x'), ('slot', '0x%02x'),
                ('function', '0x%x'))
 
 
-def _uuid_key(value):
+def _uuid_key(value: str | None) -> str | None:
     """An attribute's text as a UUID key (compared, not parsed again: the
     metadata's ``objects.Uuid`` is lower case), or None."""
     return value.lower() if isinstance(value, str) else None
 
 
-def _pci_key(address):
+def _pci_key(address: xmledit.Element) -> tuple[int, ...] | None:
     """The ``(domain, bus, slot, function)`` numbers of an ``<address
     domain= bus= slot= function=>`` element, or None."""
     try:
@@ -96,22 +136,31 @@ class Target(object):
 
     __slots__ = ('entry', 'element', 'source', 'vf')
 
-    def __init__(self, entry, element, source, vf):
+    def __init__(self, entry: metadata.VgpuEntry, element: xmledit.Element,
+                 source: xmledit.Element, vf: bool) -> None:
         self.entry = entry
         self.element = element
         self.source = source
         self.vf = vf
 
 
-def _refuse(reason):
+def _refuse(reason: str) -> exception.MigrationRefused:
     return exception.MigrationRefused(reason=reason)
 
 
-def targets(req):
+def _document(req: Request) -> xmledit.Document:
+    """``req``'s editable XML, which ``migrate``'s row reads."""
+    if req.document is None:
+        raise TypeError('migrate edits the domain XML: its row of '
+                        'operations.OPERATIONS must read DOCUMENT')
+    return req.document
+
+
+def targets(req: Request) -> list[Target]:
     """The ``Target`` of each vGPU of ``req``'s metadata that its devices
     hold (in metadata order); one pass over the metadata and the hostdevs.
     MigrationRefused when one hostdev would serve two vGPUs."""
-    doc = req.document
+    doc = _document(req)
     found_metadata = doc.root.findall('metadata')
     found_gpus = [g for m in found_metadata
                   for g in m.findall(_NS + metadata.ROOT)]
@@ -123,12 +172,13 @@ def targets(req):
         raise _refuse('the domain XML\'s <metadata> holds %d <%s> elements '
                       'of libvirt-gpu; one says which vGPUs are ours'
                       % (len(found_gpus), metadata.ROOT))
-    elements = {}
-    for element in (found_gpus[0].findall(_NS + 'vgpu')
-                    if found_gpus else ()):
-        elements.setdefault(_uuid_key(element.attrib.get('uuid')), element)
+    elements: dict[str | None, xmledit.Element] = {}
+    for vgpu in (found_gpus[0].findall(_NS + 'vgpu')
+                 if found_gpus else ()):
+        elements.setdefault(_uuid_key(vgpu.attrib.get('uuid')), vgpu)
     devices = doc.root.find('devices')
-    by_uuid, by_pci = {}, {}
+    by_uuid: dict[str | None, list[xmledit.Element]] = {}
+    by_pci: dict[tuple[int, ...] | None, list[xmledit.Element]] = {}
     for hostdev in devices.findall('hostdev') if devices is not None else ():
         source = hostdev.find('source', 'address')
         if source is None or hostdev.attrib.get(
@@ -141,7 +191,7 @@ def targets(req):
         elif hostdev.attrib.get('type') == 'pci':
             by_pci.setdefault(_pci_key(source), []).append(source)
     found = []
-    served = {}            # id(source) -> the vGPU it serves
+    served: dict[int, objects.Uuid] = {}    # id(source) -> its vGPU
     for entry in req.meta.vgpus:
         element = elements.get(entry.uuid)
         if element is None:
@@ -170,7 +220,8 @@ def targets(req):
     return found
 
 
-def _check_kind(hook, target, grant):
+def _check_kind(hook: Hook, target: Target,
+                grant: allocator_mod.Grant) -> None:
     here = hook.vgpus.binds_parent(grant.device.parent)
     if here != target.vf:
         raise exception.MigrationRefused(
@@ -181,7 +232,8 @@ def _check_kind(hook, target, grant):
                       'a VF (vendor interface)' if here else 'an mdev'))
 
 
-def _gpu_of(hook, target, device):
+def _gpu_of(hook: Hook, target: Target,
+            device: base.VgpuDevice) -> objects.PciAddress:
     """The physical GPU of the vGPU chosen here: the VF's PF (vendor
     interface), or the mdev's parent."""
     if target.vf:
@@ -189,10 +241,13 @@ def _gpu_of(hook, target, device):
     return device.parent
 
 
-def _check_driver_rules(hook, entry, device=None, target=None):
+def _check_driver_rules(
+        hook: Hook, entry: metadata.VgpuEntry,
+        chosen: tuple[Target, base.VgpuDevice] | None = None) -> None:
     """NVIDIA's answer for the source's vGPU ``entry`` on the GPU chosen
-    here for it (``device``, the grant's), or on the best GPU here when
-    none is (its hostdev is not in the XML: nothing to reserve);
+    here for it (``chosen``: its target and the grant's device), or on the
+    best GPU here when none is (its hostdev is not in the XML: nothing to
+    reserve);
     MigrationRefused unless it allows a live migration."""
     if entry.driver_metadata is None:
         hook.log.info(
@@ -208,11 +263,11 @@ def _check_driver_rules(hook, entry, device=None, target=None):
     except exception.ConfigError as e:
         answer = nvml_mod.unknown(str(e))
     else:
-        if device is None:
+        if chosen is None:
             answer = nvml_mod.best_compatibility(nvml, meta)
         else:
             answer = nvml_mod.compatibility(
-                nvml, meta, _gpu_of(hook, target, device))
+                nvml, meta, _gpu_of(hook, *chosen))
     if answer.verdict == nvml_mod.NOT_LIVE:
         raise exception.MigrationRefused(
             reason='vGPU %s (%s): %s' % (entry.uuid, entry.type_id,
@@ -227,7 +282,8 @@ def _check_driver_rules(hook, entry, device=None, target=None):
                       % (entry.uuid, entry.type_id, answer.reason))
 
 
-def migrate(hook, req):
+def migrate(hook: Hook, req: Request
+            ) -> xmledit.Document | None:
     """Reserve this host's vGPUs for the incoming domain ``req`` and
     return its XML edited to name them (see the module doc).  All or
     nothing: the edits are made, and every check passed, before the
@@ -254,14 +310,14 @@ def migrate(hook, req):
     claims = [allocator_mod.VgpuClaim(uuid=t.entry.uuid,
                                       type_id=t.entry.type_id)
               for t in found]
-    doc = req.document
+    doc = _document(req)
 
-    def edit(grants):
+    def edit(grants: Sequence[allocator_mod.Grant]) -> None:
         """Inside the reservation's transaction: what raises here undoes
         the reservation."""
         for target, grant in zip(found, grants):
             _check_kind(hook, target, grant)
-            _check_driver_rules(hook, target.entry, grant.device, target)
+            _check_driver_rules(hook, target.entry, (target, grant.device))
         for target, grant in zip(found, grants):
             _edit(doc, target, grant.device)
         # what libvirt will start from: well-formed, or nothing reserved
@@ -279,7 +335,8 @@ def migrate(hook, req):
     return doc
 
 
-def _edit(doc, target, device):
+def _edit(doc: xmledit.Document, target: Target,
+          device: base.VgpuDevice) -> None:
     """Name ``device`` (chosen here) in ``target``'s metadata entry and
     hostdev."""
     if device.uuid != target.entry.uuid:

@@ -1,6 +1,8 @@
 """``libvirt-gpu hook install``: put ``hooks/qemu`` where libvirtd runs it,
 with this interpreter, configuration and import path baked in."""
 
+from __future__ import annotations
+
 import json
 import os
 import sys
@@ -9,6 +11,10 @@ from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
 from libvirt_gpu.guests.hook import settings as settings_mod
 from libvirt_gpu.util import records
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 DEFAULT_HOOKS_DIR = '/etc/libvirt/hooks'
@@ -26,7 +32,7 @@ class Installed:
     restart_needed: bool     # libvirtd had no qemu hook when it started
 
 
-def hook_source():
+def hook_source() -> str:
     """``hooks/qemu`` of the source tree or of the installed data files."""
     here = os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))))
@@ -40,11 +46,11 @@ def hook_source():
                                 % sys.prefix)
 
 
-def _executable(path):
+def _executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def hooks_enabled(hooks_dir):
+def hooks_enabled(hooks_dir: str) -> bool:
     """Whether libvirtd finds a qemu hook in ``hooks_dir`` (at start or
     SIGHUP it looks for an executable ``qemu`` or ``qemu.d/*``)."""
     if _executable(os.path.join(hooks_dir, 'qemu')):
@@ -57,7 +63,8 @@ def hooks_enabled(hooks_dir):
     return any(_executable(os.path.join(drop_ins, n)) for n in names)
 
 
-def render_hook(source, python, config_file, settings_file, import_path):
+def render_hook(source: str, python: str, config_file: str,
+                settings_file: str, import_path: Iterable[str]) -> str:
     """``hooks/qemu`` with its interpreter and paths filled in::
 
         #!/opt/libvirt-gpu/bin/python -IS
@@ -93,9 +100,9 @@ def render_hook(source, python, config_file, settings_file, import_path):
     return ''.join(lines)
 
 
-def install(hooks_dir=DEFAULT_HOOKS_DIR,
-            config_file=settings_mod.DEFAULT_CONFIG_FILE,
-            python=None, check=True):
+def install(hooks_dir: str = DEFAULT_HOOKS_DIR,
+            config_file: str = settings_mod.DEFAULT_CONFIG_FILE,
+            python: str | None = None, check: bool = True) -> Installed:
     """Install the hook as ``<hooks_dir>/qemu.d/libvirt-gpu`` (root-owned,
     0755), with the settings snapshot written next to the leases.
 
@@ -120,6 +127,7 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
         os.path.dirname(os.path.abspath(__file__)))))
     # The interpreter's own site-packages, then this package's directory
     # (an editable or source install), as the hook will use them.
+    import_path: list[str] | None
     try:
         probe = subprocess.run(
             [python, '-I', '-c', 'import json, site; '
@@ -132,7 +140,7 @@ def install(hooks_dir=DEFAULT_HOOKS_DIR,
             % probe.returncode)
     except (OSError, ValueError) as e:
         import_path, problem = None, str(e)
-    if problem:
+    if import_path is None:
         raise exception.ConfigError(
             reason='cannot run %s to learn its site-packages: %s'
             % (python, problem))

@@ -1,11 +1,20 @@
 """The hook's log: what the operator reads (stderr, ``hook.log``)."""
 
+from __future__ import annotations
+
 import os
 import time
 
 from libvirt_gpu import exception
 from libvirt_gpu.store import statedir
 from libvirt_gpu.util import textutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TextIO
+
+    from libvirt_gpu.store import figures
 
 LOG_NAME = 'hook.log'
 LOG_MAX_BYTES = 1024 * 1024
@@ -21,20 +30,20 @@ class HookLog(object):
     start is refused), everything to ``<state_dir>/hook.log`` once the input
     has been accepted (nothing is written for refused input)."""
 
-    def __init__(self, argv, stderr):
+    def __init__(self, argv: Sequence[str], stderr: TextIO) -> None:
         self.stderr = stderr
         # argv[1] is the domain's name, which its owner chose: escaped
         # like every line (an ESC, BEL, CR or U+202E never reaches the
         # log or a terminal raw)
         self.head = ' '.join(textutil.escape(str(a)[:80], newline=True)
                              for a in argv[1:4])
-        self.lines = []
+        self.lines: list[str] = []
         self.dropped = 0
         self.unshown = 0        # of those, errors and warnings (stderr)
-        self.path = None
+        self.path: str | None = None
         self.errors = 0
 
-    def _keep(self, line, printed=None):
+    def _keep(self, line: str, printed: str | None = None) -> None:
         """Keep ``line`` (and print ``printed`` to stderr) unless this call
         has logged LOG_MAX_LINES already; then only count it."""
         if len(self.lines) >= LOG_MAX_LINES:
@@ -48,18 +57,18 @@ class HookLog(object):
         if printed is not None:
             print(textutil.escape(printed[:LOG_LINE_MAX]), file=self.stderr)
 
-    def info(self, message):
+    def info(self, message: str) -> None:
         self._keep(message)
 
-    def error(self, message):
+    def error(self, message: str) -> None:
         self.errors += 1
         self._keep('ERROR: ' + message, 'libvirt-gpu: %s' % message)
 
-    def warning(self, message):
+    def warning(self, message: str) -> None:
         self._keep('WARNING: ' + message,
                    'libvirt-gpu: warning: %s' % message)
 
-    def record(self, timer, outcome):
+    def record(self, timer: figures.HookTimer, outcome: str) -> None:
         """Count this call (``figures.HookTimer``) for ``libvirt-gpu
         exporter`` in the state directory, the one of ``hook.log``; nothing
         before the settings named it (``path`` unset).  A directory that
@@ -75,7 +84,7 @@ class HookLog(object):
         except exception.StateError as e:
             self.warning('cannot record the hook\'s figures: %s' % e)
 
-    def flush(self):
+    def flush(self) -> None:
         if self.dropped:
             self.lines.append('... and %d more line(s) not logged'
                               % self.dropped)

@@ -42,6 +42,14 @@ from libvirt_gpu.store import statedir
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.util import xmlutil
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import BinaryIO, TextIO
+
+    from libvirt_gpu import objects
+    from libvirt_gpu.util import xmledit
+
 PREPARE = 'prepare'
 RELEASE = 'release'
 RECONNECT = 'reconnect'
@@ -72,18 +80,19 @@ class Request:
     operation: str
     domain: config_xml.DomainDevices
     meta: metadata.GpuMetadata
-    document: object = None    # an xmledit.Document when read, else None
+    document: xmledit.Document | None = None    # when read
 
     @property
-    def label(self):
+    def label(self) -> str:
         return '%r (%s)' % (self.domain.name[:80], self.domain.uuid)
 
     @property
-    def ours(self):
+    def ours(self) -> bool:
         return not self.meta.empty or bool(self.domain.mdev_uuids)
 
 
-def parse_request(operation, data, reads=(DEVICES, METADATA)):
+def parse_request(operation: str, data: bytes,
+                  reads: tuple[str, ...] = (DEVICES, METADATA)) -> Request:
     """Validate stdin, reading what ``reads`` names; InvalidInput (with
     the reason) when refused."""
     what = 'domain XML on stdin'
@@ -106,7 +115,8 @@ class Hook(object):
     """One hook call on the host ``env`` (``environment.Environment``
     built from the settings snapshot: no libvirt)."""
 
-    def __init__(self, env, log):
+    def __init__(self, env: environment.Environment,
+                 log: log_mod.HookLog) -> None:
         self.env = env
         self.log = log
         # Every vGPU kind (classic mdev, NVIDIA's vendor interface on VFs)
@@ -116,11 +126,11 @@ class Hook(object):
 
     # prepare ------------------------------------------------------------
 
-    def claims(self, req):
+    def claims(self, req: Request) -> list[allocator_mod.VgpuClaim]:
         """VgpuClaims of the domain: metadata first, then the hostdevs a
         vGPU kind defines persistently (``VgpuKind.defined_device``)."""
-        claims = []
-        listed = set()
+        claims: list[allocator_mod.VgpuClaim] = []
+        listed: set[objects.Uuid] = set()
         for entry in req.meta.vgpus:
             listed.add(entry.uuid)
             if not self.vgpus.in_devices(req.domain, entry.uuid,
@@ -154,7 +164,7 @@ class Hook(object):
                 managed=False))
         return claims
 
-    def check_pgpus(self, req):
+    def check_pgpus(self, req: Request) -> None:
         for entry in req.meta.pgpus:
             setting = self.env.enabled.get(entry.address)
             if setting is not None:
@@ -182,7 +192,7 @@ class Hook(object):
                            "--address` does)" % ', '.join(missing))
             self.env.pci.prepare(device)
 
-    def prepare(self, req):
+    def prepare(self, req: Request) -> None:
         self.check_pgpus(req)
         claims = self.claims(req)
         if not claims:
@@ -190,7 +200,7 @@ class Hook(object):
         grants = self.allocator.reserve(req.domain.uuid, claims,
                                         pinning=req.domain.pinning)
         state.crash_point('prepare:reserved')
-        created = []
+        created: list[allocator_mod.Grant] = []
         try:
             for grant in grants:
                 if grant.existed:
@@ -213,10 +223,11 @@ class Hook(object):
                 d.type_id, d.parent))
         return None
 
-    def rollback(self, grants, created):
+    def rollback(self, grants: Sequence[allocator_mod.Grant],
+                 created: Sequence[allocator_mod.Grant]) -> None:
         """Remove what this call created and drop the leases it took (a
         vGPU that cannot be removed keeps its lease, for reconcile)."""
-        stuck = set()
+        stuck: set[objects.Uuid] = set()
         for grant in created:
             try:
                 self.vgpus.remove(grant.device.uuid)
@@ -232,7 +243,8 @@ class Hook(object):
         except exception.LibvirtGpuError as e:
             self.log.error('rollback: %s' % e)
 
-    def _give_back(self, req, grants):
+    def _give_back(self, req: Request,
+                   grants: Sequence[allocator_mod.Grant]) -> None:
         """A refused start no longer uses the existing mdevs it borrowed."""
         borrowed = [g.device.uuid for g in grants if g.lease is None]
         if not borrowed:
@@ -244,9 +256,9 @@ class Hook(object):
 
     # release / reconnect -------------------------------------------------
 
-    def release(self, req):
+    def release(self, req: Request) -> None:
         leases = self.allocator.begin_release(req.domain.uuid)
-        done = []
+        done: list[objects.Uuid] = []
         for lease in leases:
             try:
                 removed = self.vgpus.remove(lease.vgpu_uuid)
@@ -263,7 +275,7 @@ class Hook(object):
             self.allocator.forget(done)
         return None
 
-    def reconnect(self, req):
+    def reconnect(self, req: Request) -> None:
         in_use = list(req.domain.mdev_uuids) + [
             e.uuid for e in req.meta.vgpus
             if e.uuid not in req.domain.mdev_uuids
@@ -283,7 +295,7 @@ class Hook(object):
 
     # migrate (the destination, before prepare) ---------------------------
 
-    def migrate(self, req):
+    def migrate(self, req: Request) -> xmledit.Document | None:
         from libvirt_gpu.guests.hook import incoming
         return incoming.migrate(self, req)
 
@@ -293,14 +305,14 @@ class Operation:
     """One row of the hook's table (see the module's docstring)."""
 
     name: str                  # libvirt's operation (argv[2])
-    function: object           # (Hook, Request) -> None | Document
-    reads: tuple               # DEVICES, METADATA, DOCUMENT
+    function: Callable[[Hook, Request], xmledit.Document | None]
+    reads: tuple[str, ...]     # DEVICES, METADATA, DOCUMENT
     rewrites: bool             # may print a rewritten domain XML
     may_refuse: bool           # errors exit 1 (True) or 0 (False)
     failure: str               # what an error line says it could not do
 
     @property
-    def failure_rc(self):
+    def failure_rc(self) -> int:
         return 1 if self.may_refuse else 0
 
 
@@ -326,14 +338,19 @@ OPERATIONS = (
 HANDLED = tuple(op.name for op in OPERATIONS)
 
 
-def operation(name, table=OPERATIONS):
+def operation(name: str, table: Sequence[Operation] = OPERATIONS
+              ) -> Operation | None:
     """The row of ``table`` named ``name``, or None."""
     return next((op for op in table if op.name == name), None)
 
 
-def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
-        settings_file=None, sysfs=None, stderr=None, stdout=None,
-        table=OPERATIONS, **places):
+def run(argv: Sequence[str], data: bytes,
+        config_file: str = settings_mod.DEFAULT_CONFIG_FILE,
+        settings_file: str | None = None,
+        sysfs: sysfs_mod.Sysfs | None = None, stderr: TextIO | None = None,
+        stdout: BinaryIO | None = None,
+        table: Sequence[Operation] = OPERATIONS,
+        **places: str | None) -> int:
     """One hook call; returns the exit status.  ``sysfs`` replaces the
     configured ``Sysfs`` and ``places`` the places the vGPU kinds keep
     their files in (``Environment``'s keyword arguments: tests); a
@@ -395,7 +412,8 @@ def run(argv, data, config_file=settings_mod.DEFAULT_CONFIG_FILE,
     return 0
 
 
-def _carved_vfs(env, req, log):
+def _carved_vfs(env: environment.Environment, req: Request,
+                log: log_mod.HookLog) -> tuple[objects.PciAddress, ...]:
     """The PCI hostdevs of the domain that are VFs carved for Nova, by
     the rule the allocator judges its GPUs by (``carving.on_host``: one
     ``env.carved``); a record that cannot be read is said, with what to
@@ -411,7 +429,10 @@ def _carved_vfs(env, req, log):
                         if a in carved.vfs))
 
 
-def _call(op, req, log, config_file, settings_file, sysfs, places):
+def _call(op: Operation, req: Request, log: log_mod.HookLog,
+          config_file: str, settings_file: str | None,
+          sysfs: sysfs_mod.Sysfs | None,
+          places: dict[str, str | None]) -> xmledit.Document | None:
     """The row's function on a host built from the settings snapshot;
     its ``xmledit.Document`` when it may rewrite the XML, else None."""
     settings, note = settings_mod.load_settings(config_file, settings_file)

@@ -27,6 +27,12 @@ from libvirt_gpu.util import records
 from libvirt_gpu.store import statedir
 from libvirt_gpu.devices import sysfs as sysfs_mod
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from oslo_config import cfg
+
 # The one default path (conffile's), which hooks/qemu has baked in.
 DEFAULT_CONFIG_FILE = conffile.DEFAULT_CONFIG_FILE
 SETTINGS_NAME = 'hook-settings.json'
@@ -46,11 +52,11 @@ class HookSettings:
         default_factory=routes_mod.Routes)
     nvml: str = 'auto'
 
-    def enabled_types(self):
+    def enabled_types(self) -> list[objects.TypeId]:
         return sorted({t for e in self.enabled.values() for t in e.type_ids})
 
 
-def _sysfs_key(sysfs_root):
+def _sysfs_key(sysfs_root: str) -> dict[str, object]:
     """What, when it changes, makes the resolved enabled types stale: the
     parents of every registered vGPU kind now, ``{kind.parents_key:
     [...]}`` (today ``{'mdev_parents': [...], 'vendor_vfs': [...]}``)."""
@@ -59,7 +65,7 @@ def _sysfs_key(sysfs_root):
             for kind in registry.kind_classes()}
 
 
-def _load_conf(config_file):
+def _load_conf(config_file: str) -> cfg.ConfigOpts:
     """The configuration through oslo.config (the slow path): the default
     file may be missing (defaults), a named one may not."""
     from libvirt_gpu import conf as conf_mod
@@ -69,7 +75,9 @@ def _load_conf(config_file):
     return conf_mod.load(config_file)
 
 
-def _resolved(conf, sysfs_key):
+def _resolved(conf: cfg.ConfigOpts | confcache.Values,
+              sysfs_key: dict[str, object]
+              ) -> tuple[HookSettings, dict[str, object]]:
     """HookSettings of ``conf`` (a ConfigOpts or the snapshot's Values),
     its enabled types resolved against the host now, and the snapshot's
     ``extra`` for them under ``sysfs_key`` (taken before the host was
@@ -87,13 +95,15 @@ def _resolved(conf, sysfs_key):
     return settings, extra
 
 
-def _entry(setting):
+def _entry(setting: objects.EnabledType) -> dict[str, object]:
     return {'type_id': setting.type_id,
             'resource_class': setting.resource_class,
             'max_instances': setting.max_instances}
 
 
-def _setting_of(entry, others=()):
+def _setting_of(entry: Any,
+                others: tuple[objects.EnabledType, ...] = ()
+                ) -> objects.EnabledType:
     """An ``EnabledType`` from a snapshot's entry; ValueError when its
     ``max_instances`` is no positive integer."""
     max_instances = entry.get('max_instances')
@@ -106,7 +116,8 @@ def _setting_of(entry, others=()):
         max_instances=max_instances, others=others)
 
 
-def read_settings(config_file):
+def read_settings(config_file: str
+                  ) -> tuple[HookSettings, dict[str, object] | None]:
     """``(HookSettings, document)`` read through oslo.config (the slow
     path): ``document`` is the snapshot to keep (``write_settings``), its
     keys taken before what they guard was read; None when the values
@@ -117,9 +128,10 @@ def read_settings(config_file):
     return settings, confcache.document(config_key, conf, extra)
 
 
-def _enabled_of(extra):
+def _enabled_of(extra: dict[str, Any]
+                ) -> dict[objects.PciAddress, objects.EnabledType] | None:
     """The enabled types kept in a snapshot, or None when unusable."""
-    enabled = {}
+    enabled: dict[objects.PciAddress, objects.EnabledType] = {}
     try:
         for address, entry in (extra.get('enabled') or {}).items():
             others = tuple(_setting_of(o) for o in entry.get('others', ()))
@@ -131,24 +143,26 @@ def _enabled_of(extra):
     return enabled
 
 
-def _routes_of(extra):
+def _routes_of(extra: dict[str, Any]) -> routes_mod.Routes | None:
     """The routes kept in a snapshot, or None when unusable (a snapshot
     without them is of an older release: read again)."""
     if 'routes' not in extra:
         return None
     try:
-        return routes_mod.Routes.from_json(extra['routes'])
+        routes: routes_mod.Routes = routes_mod.Routes.from_json(
+            extra['routes'])
     except ValueError:
         return None
+    return routes
 
 
-def _paths_ok(values):
+def _paths_ok(values: confcache.Values) -> bool:
     root, state_dir = values.sysfs_root, values.state_dir
     return (isinstance(root, str) and os.path.isabs(root)
             and isinstance(state_dir, str) and os.path.isabs(state_dir))
 
 
-def write_settings(document, settings_file):
+def write_settings(document: dict[str, object], settings_file: str) -> None:
     """Write the snapshot ``document`` (``read_settings``) atomically
     (mode 0600) in its directory, which only root may steer."""
     statedir.ensure_dir(os.path.dirname(settings_file))
@@ -156,7 +170,8 @@ def write_settings(document, settings_file):
         document, indent=1, sort_keys=True), mode=0o600)
 
 
-def _read_snapshot(config_file, settings_file):
+def _read_snapshot(config_file: str, settings_file: str
+                   ) -> confcache.Snapshot | None:
     """The current ``confcache.Snapshot`` there, or None."""
     # The snapshot steers the root hook: its directory must be root's
     # (statedir.check_dir) and the file a regular one, not a link.
@@ -175,7 +190,8 @@ def _read_snapshot(config_file, settings_file):
     return found
 
 
-def load_settings(config_file, settings_file=None):
+def load_settings(config_file: str, settings_file: str | None = None
+                  ) -> tuple[HookSettings, str | None]:
     """HookSettings from the snapshot when it is current, else from the
     configuration (and the snapshot rewritten).  Returns ``(settings,
     note)``; ``note`` says why the snapshot was not used, or None."""
