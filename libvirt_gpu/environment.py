@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from libvirt_gpu.devices import routes as routes_mod
     from libvirt_gpu.devices import sysfs as sysfs_mod
     from libvirt_gpu import objects
-    from libvirt_gpu.store import allocator as allocator_mod
+    from libvirt_gpu.host import allocator as allocator_mod
 
     class HookSettings(Protocol):
         """What ``for_hook`` reads of the hook's settings snapshot

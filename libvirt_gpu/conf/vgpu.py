@@ -31,8 +31,6 @@ vgpu_opts = [
 
 
 group_name = enablement.group_name
-# What the options enable, read against the GPUs (no oslo.config there).
-resolve = enablement.resolve
 
 
 def _group(type_id):

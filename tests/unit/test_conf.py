@@ -5,8 +5,8 @@ import pytest
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu.conf import vgpu
 from tests.doubles import fakes
+from tests.doubles import layouts
 
 GPUS = [fakes.gpu('0000:3b:00.0'), fakes.gpu('0000:af:00.0'),
         fakes.gpu('0000:d8:00.0', types=())]
@@ -24,7 +24,7 @@ def test_single_type_without_addresses_applies_to_every_offering_gpu(
         [gpu]
         enabled_vgpu_types = nvidia-223
         """)
-    enabled = vgpu.resolve(conf, GPUS)
+    enabled = layouts.enabled(conf, GPUS)
     assert sorted(str(a) for a in enabled) == ['0000:3b:00.0',
                                                '0000:af:00.0']
     assert {e.type_id for e in enabled.values()} == {'nvidia-223'}
@@ -41,7 +41,7 @@ def test_two_types_with_addresses(tmp_path):
         device_addresses = 0000:3b:00.0
         max_instances = 2
         """)
-    enabled = vgpu.resolve(conf, GPUS)
+    enabled = layouts.enabled(conf, GPUS)
     af = enabled[objects.PciAddress.parse('0000:af:00.0')]
     assert af == objects.EnabledType('nvidia-223', 'CUSTOM_VGPU_T4_2B')
     assert enabled[objects.PciAddress.parse('0000:3b:00.0')] == \
@@ -58,7 +58,7 @@ def test_address_claimed_by_two_types(tmp_path):
         device_addresses = 0000:af:00.0
         """)
     with pytest.raises(exception.ConfigError, match='claimed by two types'):
-        vgpu.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_invalid_address(tmp_path):
@@ -71,7 +71,7 @@ def test_invalid_address(tmp_path):
     with pytest.raises(exception.ConfigError,
                        match=r"\[vgpu_nvidia-223\]/device_addresses: "
                              r"'af:00.0' is not a PCI address"):
-        vgpu.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_type_not_offered_by_gpu(tmp_path):
@@ -83,7 +83,7 @@ def test_type_not_offered_by_gpu(tmp_path):
         """)
     with pytest.raises(exception.ConfigError,
                        match='0000:d8:00.0 does not offer type nvidia-223'):
-        vgpu.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_address_without_gpu(tmp_path):
@@ -94,7 +94,7 @@ def test_address_without_gpu(tmp_path):
         device_addresses = 0000:01:00.0
         """)
     with pytest.raises(exception.ConfigError, match='has no GPU there'):
-        vgpu.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_several_types_one_without_addresses(tmp_path):
@@ -106,7 +106,7 @@ def test_several_types_one_without_addresses(tmp_path):
         """)
     with pytest.raises(exception.ConfigError,
                        match=r'\[vgpu_nvidia-319\] lists no device_addresses'):
-        vgpu.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_bad_type_id(tmp_path):
@@ -135,7 +135,7 @@ def test_bad_resource_class(tmp_path):
         resource_class = GPU-ish
         """)
     with pytest.raises(exception.ConfigError, match='resource_class'):
-        vgpu.resolve(conf, GPUS)
+        layouts.enabled(conf, GPUS)
 
 
 def test_env_variable_names_file(tmp_path):

@@ -27,6 +27,7 @@ from tests.doubles import domains
 from tests.doubles import kernel_sysfs
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
+from tests.doubles import layouts
 
 T_NVIDIA_1145 = objects.TypeId.parse('nvidia-1145')
 T_NVIDIA_472 = objects.TypeId.parse('nvidia-472')
@@ -75,10 +76,9 @@ class World(object):
             mdevctl_dir=self.mdevctl).vgpus
 
     def allocator(self):
-        from libvirt_gpu.conf import vgpu as vgpu_conf
         from libvirt_gpu.devices import discovery
         from tests.doubles import kinds
-        enabled = vgpu_conf.resolve(self.conf, discovery.from_sysfs(
+        enabled = layouts.enabled(self.conf, discovery.from_sysfs(
             self.sysfs, kinds=kinds.registered()).gpus)
         return allocator_mod.Allocator(self.backend(),
                                        state.LeaseStore(self.state_dir),

@@ -22,6 +22,7 @@ from libvirt_gpu.openstack.placement import model
 from tests.doubles import kernel_sysfs
 from tests.doubles import kinds
 from tests.doubles import tables
+from tests.doubles import layouts
 
 A = objects.PciAddress.parse('0000:41:00.0')       # A100, 16 VFs, 1 vGPU
 B = objects.PciAddress.parse('0000:c1:00.0')       # A100, VFs not enabled
@@ -116,24 +117,23 @@ def test_vendor_state_parity_libvirt_with_sysfs(l40s):
 # --- configuration -----------------------------------------------------------
 
 def test_config_names_the_pf_not_a_vf(a100, tmp_path):
-    from libvirt_gpu.conf import vgpu as vgpu_conf
     gpus = _gpus(a100[0]).gpus
     _, conf = _conf(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-472\n'
                     '[vgpu_nvidia-472]\ndevice_addresses = 0000:41:00.0\n')
-    assert vgpu_conf.resolve(conf, gpus) == {
+    assert layouts.enabled(conf, gpus) == {
         A: objects.EnabledType('nvidia-472')}
     _, conf = _conf(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-472\n'
                     '[vgpu_nvidia-472]\ndevice_addresses = 0000:41:00.5\n')
     with pytest.raises(exception.ConfigError,
                        match='a VF of the GPU 0000:41:00.0'):
-        vgpu_conf.resolve(conf, gpus)
+        layouts.enabled(conf, gpus)
     _, conf = _conf(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-472\n'
                     '[vgpu_nvidia-472]\ndevice_addresses = 0000:c1:00.0\n')
     with pytest.raises(exception.ConfigError, match='VFs enabled'):
-        vgpu_conf.resolve(conf, gpus)
+        layouts.enabled(conf, gpus)
     # without addresses: physical GPUs offering the type, never VFs
     _, conf = _conf(tmp_path, '[gpu]\nenabled_vgpu_types = nvidia-472\n')
-    assert list(vgpu_conf.resolve(conf, gpus)) == [A]
+    assert list(layouts.enabled(conf, gpus)) == [A]
 
 
 # --- model ----------------------------------------------------------------
