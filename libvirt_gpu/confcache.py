@@ -234,25 +234,45 @@ def read(path, environ=None):
     directory = cache_dir(environ)
     if directory is None:
         return None
+    raw = read_private(snapshot_path(directory, path))
+    if raw is None:
+        return None
+    found = parse(raw, path)
+    return found.values if found is not None else None
+
+
+def read_private(path, limit=_MAX_SNAPSHOT_BYTES):
+    """The bytes of the cache file ``path`` when it is a regular file (no
+    link) of this user that no one else may write, at most ``limit``
+    bytes; None otherwise (what it steers, no one else may)."""
     try:
-        fd = os.open(snapshot_path(directory, path),
-                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
                      os.O_CLOEXEC)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
         if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or
-                st.st_mode & 0o022 or st.st_size > _MAX_SNAPSHOT_BYTES):
+                st.st_mode & 0o022 or st.st_size > limit):
             return None
         with os.fdopen(os.dup(fd), 'rb') as f:
-            raw = f.read(_MAX_SNAPSHOT_BYTES + 1)
+            return f.read(limit + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    found = parse(raw, path)
-    return found.values if found is not None else None
+
+
+def write_private(directory, name, data):
+    """Write ``data`` (text) to the cache file ``name`` of ``directory``
+    (made 0700) atomically, mode 0600; False when it cannot be written."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fileutil.write_atomic(os.path.join(directory, name), data,
+                              mode=0o600)
+    except OSError:
+        return False
+    return True
 
 
 def write(path, snapshot_key, conf, environ=None):
@@ -263,14 +283,9 @@ def write(path, snapshot_key, conf, environ=None):
     found = document(snapshot_key, conf)
     if directory is None or found is None:
         return False
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fileutil.write_atomic(snapshot_path(directory, path),
-                              jsonutil.dumps(found, sort_keys=True),
-                              mode=0o600)
-    except OSError:
-        return False
-    return True
+    return write_private(directory, os.path.basename(
+        snapshot_path(directory, path)), jsonutil.dumps(found,
+                                                        sort_keys=True))
 
 
 def load(config_file=None, environ=None):

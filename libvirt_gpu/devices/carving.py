@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import os
 
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
@@ -216,7 +217,8 @@ def carvable_gpus(sysfs, kind_classes):
     ``kind_classes`` could carve."""
     found = set()
     for kind in kind_classes:
-        if not kind.carvable:
+        if not (issubclass(kind, capabilities.Carvable)
+                and issubclass(kind, capabilities.WatchedParents)):
             continue
         for name in kind.parents_now(sysfs):
             try:

@@ -118,7 +118,7 @@ class Hook(object):
 
     def claims(self, req):
         """VgpuClaims of the domain: metadata first, then the hostdevs a
-        vGPU kind defines persistently (``VgpuKind.defined_device``)."""
+        vGPU kind defines persistently (``Vgpus.defined_device``)."""
         claims = []
         listed = set()
         for entry in req.meta.vgpus:

@@ -4,7 +4,7 @@ the enabled types resolved against this host's GPUs beside its values.
 
 Read on every guest start, so cheaply: the snapshot's key (the
 configuration file, the option modules, the host name) and the parents of
-every registered vGPU kind (``VgpuKind.parents_now``) are compared, and
+every registered vGPU kind (``WatchedParents.parents_now``) are compared, and
 nothing else is imported.  The configuration changed: it is read again
 through oslo.config (which costs more to import than a whole ``prepare``).
 Only the parents changed (VFs enabled by ``sriov-manage``): the enabled
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu import confcache
@@ -56,7 +57,8 @@ def _sysfs_key(sysfs_root):
     [...]}`` (today ``{'mdev_parents': [...], 'vendor_vfs': [...]}``)."""
     sysfs = sysfs_mod.Sysfs(sysfs_root)
     return {kind.parents_key or kind.name: kind.parents_now(sysfs)
-            for kind in registry.kind_classes()}
+            for kind in registry.having(registry.kind_classes(),
+                                        capabilities.WatchedParents)}
 
 
 def _load_conf(config_file):
