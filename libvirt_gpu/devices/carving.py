@@ -52,7 +52,9 @@ from __future__ import annotations
 
 import os
 
-from libvirt_gpu.devices.backends import capabilities
+# the capabilities alone (they import nothing of ours), not the kinds'
+# package: this room sits below the kinds
+import libvirt_gpu.devices.backends.capabilities as capabilities
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects

@@ -18,9 +18,11 @@ import pytest
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.cmd import main
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import environment
+from libvirt_gpu import exception
 from libvirt_gpu.guests import hook
 from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu import objects
@@ -260,3 +262,97 @@ def test_cyborg_is_not_offered_the_toy_vgpus(toy):
     why = cyborg_objects.vendor_interface_refusal(
         toy_gpu, objects.EnabledType(TYPE))
     assert 'through the toy vendor interface' in why
+
+
+# --- finding the kinds: entry points, kept as data (registry.installed) ----
+
+def _scans(monkeypatch):
+    """The calls of ``registry.scan`` from now on (each still made)."""
+    calls = []
+    real = registry.scan
+
+    def counted():
+        calls.append(1)
+        return real()
+    monkeypatch.setattr(registry, 'scan', counted)
+    return calls
+
+
+def test_the_kinds_are_read_once_and_kept_beside_the_snapshot(
+        tmp_path, monkeypatch):
+    cache = tmp_path / 'cache'
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', str(cache))
+    monkeypatch.setattr(registry, '_installed', {})
+    scans = _scans(monkeypatch)
+    builtin = (('nvidia', 'libvirt_gpu.devices.backends.nvidia_vgpu:'
+                'NvidiaVgpuBackend'),
+               ('mdev', 'libvirt_gpu.devices.backends.mdev:MdevBackend'))
+    assert registry.installed() == builtin and len(scans) == 1
+    kept = cache / registry.CACHE_NAME
+    assert oct(kept.stat().st_mode & 0o777) == '0o600'
+    assert json.loads(kept.read_text())['kinds'] == [list(p) for p in builtin]
+    # this process keeps them, and a new one reads the cache file
+    assert registry.installed() == builtin and len(scans) == 1
+    monkeypatch.setattr(registry, '_installed', {})
+    assert registry.installed() == builtin and len(scans) == 1
+    # a package installed on the import path: read again, and kept
+    kinds.register(monkeypatch, tmp_path / 'site', 'toy', toy_kind.SPEC)
+    assert [name for name, _ in registry.installed()] == [
+        'nvidia', 'toy', 'mdev'] and len(scans) == 2
+    monkeypatch.setattr(registry, '_installed', {})
+    assert len(registry.installed()) == 3 and len(scans) == 2
+
+
+@pytest.mark.parametrize('spoil', ['others-write', 'damaged', 'link'])
+def test_a_cache_file_others_steer_or_that_is_damaged_is_not_used(
+        tmp_path, monkeypatch, spoil):
+    cache = tmp_path / 'cache'
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', str(cache))
+    monkeypatch.setattr(registry, '_installed', {})
+    registry.installed()
+    kept = cache / registry.CACHE_NAME
+    data = json.loads(kept.read_text())
+    data['kinds'].insert(0, ['evil', 'os:system'])
+    if spoil == 'others-write':
+        kept.write_text(json.dumps(data))
+        kept.chmod(0o622)
+    elif spoil == 'damaged':
+        kept.write_text('{"version": 1, "path": ')
+    else:
+        other = tmp_path / 'elsewhere.json'
+        other.write_text(json.dumps(data))
+        kept.unlink()
+        kept.symlink_to(other)
+    monkeypatch.setattr(registry, '_installed', {})
+    scans = _scans(monkeypatch)
+    assert [name for name, _ in registry.installed()] == ['nvidia', 'mdev']
+    assert len(scans) == 1
+
+
+def test_the_kinds_are_asked_by_name_and_the_fallback_last():
+    assert registry.ordered([('mdev', 'm:M'), ('zeta', 'z:Z'),
+                             ('alpha', 'a:A'), ('alpha', 'a:A')]) == (
+        ('alpha', 'a:A'), ('zeta', 'z:Z'), ('mdev', 'm:M'))
+    with pytest.raises(exception.ConfigError) as e:
+        registry.ordered([('toy', 'a:A'), ('toy', 'b:B')])
+    assert str(e.value) == (
+        "Configuration error: two vGPU kinds are named 'toy' (a:A and b:B, "
+        "entry points of libvirt_gpu.vgpu_kinds): uninstall one")
+
+
+def test_a_kind_that_cannot_be_loaded_or_none_at_all_says_what_to_do(
+        tmp_path, monkeypatch):
+    with pytest.raises(exception.ConfigError) as e:
+        registry.load_kind('tests.doubles.no_such_kind:Kind')
+    assert str(e.value) == (
+        "Configuration error: the vGPU kind tests.doubles.no_such_kind:Kind "
+        "cannot be loaded (No module named 'tests.doubles.no_such_kind'); "
+        "reinstall the package that declares it, or uninstall it")
+    monkeypatch.setattr(registry, '_installed', {})
+    monkeypatch.setattr(registry, 'scan', lambda: ())
+    monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
+    with pytest.raises(exception.ConfigError) as e:
+        registry.installed()
+    assert str(e.value) == (
+        'Configuration error: no vGPU kind is installed (no entry point of '
+        'libvirt_gpu.vgpu_kinds): reinstall libvirt-gpu')
