@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -356,3 +357,30 @@ def test_a_kind_that_cannot_be_loaded_or_none_at_all_says_what_to_do(
     assert str(e.value) == (
         'Configuration error: no vGPU kind is installed (no entry point of '
         'libvirt_gpu.vgpu_kinds): reinstall libvirt-gpu')
+
+
+def test_a_record_holds_while_the_readers_import_path_is_unchanged(
+        tmp_path, monkeypatch):
+    """The qemu hook takes the kinds from its settings snapshot, written
+    by the installing command, whose import path holds more: each of the
+    hook's directories must be in it, unchanged."""
+    monkeypatch.setattr(registry, '_installed', {})
+    extra = tmp_path / 'extra'
+    extra.mkdir()
+    monkeypatch.syspath_prepend(str(extra))
+    kept = registry.record((('toy', toy_kind.SPEC), ('mdev', 'm:M')))
+    monkeypatch.setattr('sys.path', [p for p in sys.path if p != str(extra)])
+    assert registry.remember(kept)
+    assert registry.installed() == (('toy', toy_kind.SPEC), ('mdev', 'm:M'))
+    # a directory the record does not know, or one changed since
+    monkeypatch.setattr(registry, '_installed', {})
+    other = tmp_path / 'other'
+    other.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    assert not registry.remember(kept)
+    kept = registry.record((('mdev', 'm:M'),))
+    (other / 'pkg-0.dist-info').mkdir()
+    assert not registry.remember(kept)
+    for spoiled in (None, [], {'version': 2}, dict(kept, kinds=[['a']])):
+        assert not registry.remember(spoiled)
+    assert registry._installed == {}

@@ -8,14 +8,16 @@ package adds one by declaring it in its own ``setup.cfg``::
     libvirt_gpu.vgpu_kinds =
         mig = mig_vgpu.kind:MigKind
 
-This project's own are ``mdev`` and ``nvidia-vgpu`` (setup.py).  The kinds
-are asked in the order of their entry points' names, the fallback
-(``FALLBACK``, classic mdev) last.  Reading the entry points costs more
-than a whole guest start of the qemu hook (importing ``importlib.metadata``
-alone), so the list is resolved once and kept as data (``installed``): in
-this process, and in a cache file beside the configuration's snapshot
-(``confcache.cache_dir``) whose key is the modification times of the
-import path's directories (installing a package changes them).
+This project's own are ``mdev`` and ``nvidia`` (setup.py); an entry
+point's name is its kind's ``name``.  The kinds are asked in the order of
+their entry points' names, the fallback (``FALLBACK``, classic mdev)
+last.  Reading the entry points costs more than a whole guest start of the
+qemu hook (importing ``importlib.metadata`` alone), so the list is read
+once and kept as data (``installed``, ``record``) under the modification
+times of the import path's directories (installing or removing a package
+changes them): in this process, in a cache file beside the
+configuration's snapshot (``confcache.cache_dir``), and, for the qemu
+hook, in its settings snapshot (``remember``).
 
 ``Vgpus`` holds one instance of each and hands every call to the kind it is
 about: by parent (the first kind whose ``is_parent`` answers yes), by UUID
@@ -37,7 +39,6 @@ vGPUs are made on (``discovery.gpu_view`` reads one physical GPU with its
 VFs, given the kinds: ``Vgpus.kind_classes``).
 """
 
-import json
 import os
 import sys
 
@@ -46,6 +47,7 @@ from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.util import jsonutil
 
 GROUP = 'libvirt_gpu.vgpu_kinds'
 FALLBACK = 'mdev'
@@ -74,14 +76,21 @@ def load_kind(spec):
 
 def _path_key():
     """What, when it changes, may change the entry points: each directory
-    of the import path with its modification time (None: none there)."""
+    of the import path with its modification time (None: none there; the
+    current directory, which a script's import path starts with, aside)."""
     key = []
     for entry in sys.path:
+        if not entry:
+            continue
         try:
-            key.append([entry, os.stat(entry or '.').st_mtime_ns])
+            key.append([entry, os.stat(entry).st_mtime_ns])
         except OSError:
             key.append([entry, None])
     return key
+
+
+def _memo(key):
+    return tuple((entry, mtime) for entry, mtime in key)
 
 
 def ordered(pairs):
@@ -107,18 +116,28 @@ def scan():
                    for ep in metadata.entry_points(group=GROUP))
 
 
-def _cached(directory, key):
-    """The kinds the cache file in ``directory`` keeps under ``key``, or
-    None."""
-    from libvirt_gpu import confcache
-    raw = confcache.read_private(os.path.join(directory, CACHE_NAME))
+def record(found):
+    """The kinds ``found`` (``installed``) as JSON keeps them, under the
+    import path they were read on: what ``remember`` takes back (the cache
+    file's document; the hook keeps it in its settings snapshot)."""
+    return {'version': _CACHE_VERSION, 'path': _path_key(),
+            'kinds': [list(pair) for pair in found]}
+
+
+def _of_record(data, key):
+    """The kinds a ``record`` keeps, when each directory of ``key`` was on
+    the import path it was made under, unchanged (the qemu hook's path is
+    a part of the installing command's); else None."""
     try:
-        data = json.loads(raw) if raw is not None else None
         if not (isinstance(data, dict) and data.get('version')
-                == _CACHE_VERSION and data.get('path') == key):
+                == _CACHE_VERSION):
+            return None
+        then = {entry: mtime for entry, mtime in data['path']}
+        if any(entry not in then or then[entry] != mtime
+               for entry, mtime in key):
             return None
         return ordered((str(name), str(spec))
-                       for name, spec in data['kinds'])
+                       for name, spec in data['kinds']) or None
     except (ValueError, TypeError, KeyError, exception.ConfigError):
         return None
 
@@ -126,29 +145,43 @@ def _cached(directory, key):
 _installed = {}
 
 
+def remember(data):
+    """Take the kinds of a ``record`` as this process's list when the
+    import path is as it was then; whether it was."""
+    key = _path_key()
+    found = _of_record(data, key)
+    if found is not None:
+        _installed[_memo(key)] = found
+    return found is not None
+
+
 def installed():
     """``(name, spec)`` of the installed kinds, ``ordered``: kept in this
-    process and in the cache file while the import path is unchanged
-    (see the module doc), else read again (``scan``)."""
+    process (``remember``) and in the cache file while the import path is
+    unchanged (see the module doc), else read again (``scan``)."""
     key = _path_key()
-    memo = json.dumps(key)
-    found = _installed.get(memo)
+    found = _installed.get(_memo(key))
     if found is not None:
         return found
     from libvirt_gpu import confcache
     directory = confcache.cache_dir()
-    found = _cached(directory, key) if directory else None
+    path = os.path.join(directory, CACHE_NAME) if directory else None
+    if path is not None:
+        raw = confcache.read_private(path)
+        try:
+            found = _of_record(jsonutil.loads(raw), key) if raw else None
+        except ValueError:
+            found = None
     if found is None:
         found = scan()
+        if not found:
+            raise exception.ConfigError(
+                reason='no vGPU kind is installed (no entry point of %s): '
+                       'reinstall libvirt-gpu' % GROUP)
         if directory:
-            confcache.write_private(directory, CACHE_NAME, json.dumps(
-                {'version': _CACHE_VERSION, 'path': key,
-                 'kinds': [list(pair) for pair in found]}))
-    if not found:
-        raise exception.ConfigError(
-            reason='no vGPU kind is installed (no entry point of %s): '
-                   'reinstall libvirt-gpu' % GROUP)
-    _installed[memo] = found
+            confcache.write_private(directory, CACHE_NAME,
+                                    jsonutil.dumps(record(found)))
+    _installed[_memo(key)] = found
     return found
 
 

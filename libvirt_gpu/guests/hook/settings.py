@@ -3,9 +3,11 @@ form, one staleness rule, the CLI's too) kept in the state directory, with
 the enabled types resolved against this host's GPUs beside its values.
 
 Read on every guest start, so cheaply: the snapshot's key (the
-configuration file, the option modules, the host name) and the parents of
-every registered vGPU kind (``WatchedParents.parents_now``) are compared, and
-nothing else is imported.  The configuration changed: it is read again
+configuration file, the option modules, the host name), the installed vGPU
+kinds (``registry.record``: kept under the import path's modification
+times) and the parents of every kind that watches them
+(``capabilities.WatchedParents``) are compared, and nothing else is
+imported.  The configuration changed: it is read again
 through oslo.config (which costs more to import than a whole ``prepare``).
 Only the parents changed (VFs enabled by ``sriov-manage``): the enabled
 types are resolved again from the snapshot's values, without oslo.config.
@@ -83,6 +85,7 @@ def _resolved(conf, sysfs_key):
                             state_dir=env.state_dir, enabled=env.enabled,
                             routes=env.routes, nvml=conf.gpu.nvml)
     extra = {'sysfs_key': sysfs_key, 'routes': env.routes.to_json(),
+             'kinds': registry.record(registry.installed()),
              'enabled': {str(a): dict(_entry(e), others=[
                  _entry(o) for o in e.others])
                  for a, e in sorted(settings.enabled.items())}}
@@ -190,8 +193,12 @@ def load_settings(config_file, settings_file=None):
         else None
     if found is not None:
         values, extra = found.values, found.extra
+        # the installed vGPU kinds, as the snapshot keeps them (reading
+        # their entry points costs more than a guest start)
+        kinds = isinstance(extra, dict) and registry.remember(
+            extra.get('kinds'))
         sysfs_key = _sysfs_key(values.sysfs_root)
-        if isinstance(extra, dict) and extra.get('sysfs_key') == sysfs_key:
+        if kinds and extra.get('sysfs_key') == sysfs_key:
             enabled = _enabled_of(extra)
             routes = _routes_of(extra)
             if enabled is not None and routes is not None:
@@ -201,8 +208,8 @@ def load_settings(config_file, settings_file=None):
                     enabled=enablement.Enabled(
                         enabled, values.gpu.enabled_vgpu_types),
                     routes=routes, nvml=values.gpu.nvml), None
-        # the host's vGPU parents changed: resolved again from the same
-        # values, without oslo.config
+        # the host's vGPU parents (or kinds) changed: resolved again from
+        # the same values, without oslo.config
         settings, extra = _resolved(values, sysfs_key)
         document = confcache.document(found.key, values, extra)
         note = 'enabled types resolved again (the vGPU parents changed)'
