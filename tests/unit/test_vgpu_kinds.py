@@ -11,6 +11,7 @@ import pytest
 
 from libvirt_gpu.guests import api
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import environment
@@ -146,6 +147,9 @@ def test_the_dummy_kind_is_registered(world):
     env, _, parent = world
     assert [k.name for k in env.vgpus.kinds] == ['dummy', 'nvidia', 'mdev']
     assert env.vgpus.kind_of(parent) is dummy(env)
+    # the core only
+    assert capabilities.declared(DummyKind) == ()
+    assert base.VgpuKind.__abstractmethods__ <= set(DummyKind.__dict__)
 
 
 def test_api_attaches_lists_and_detaches_a_dummy_vgpu(world):
