@@ -384,3 +384,17 @@ def test_a_record_holds_while_the_readers_import_path_is_unchanged(
     for spoiled in (None, [], {'version': 2}, dict(kept, kinds=[['a']])):
         assert not registry.remember(spoiled)
     assert registry._installed == {}
+
+
+def test_discovery_reads_the_interface_only_of_a_kind_that_declares_it(
+        toy):
+    from libvirt_gpu.devices import discovery
+    sysfs = sysfs_mod.Sysfs(toy[0])
+
+    def interfaces(kind):
+        gpus = discovery.from_sysfs(sysfs, kinds=(kind,)).gpus
+        return {g.address: g.vendor_vf.interface for g in gpus
+                if g.vendor_vf is not None}
+    assert interfaces(toy_kind.FullToyKind) == {
+        vf: toy_kind.INTERFACE for vf in TOY_VFS}
+    assert interfaces(toy_kind.ToyKind) == {}
