@@ -54,6 +54,13 @@ setuptools.setup(
         ],
         # Loaded by Cyborg's agent only ([agent] enabled_drivers =
         # libvirt_gpu_driver); Cyborg is not a requirement of ours.
+        # The vGPU kinds (devices/backends/registry.py): a third party's
+        # package adds one with an entry point of this group.
+        'libvirt_gpu.vgpu_kinds': [
+            'mdev = libvirt_gpu.devices.backends.mdev:MdevBackend',
+            'nvidia = '
+            'libvirt_gpu.devices.backends.nvidia_vgpu:NvidiaVgpuBackend',
+        ],
         'cyborg.accelerator.driver': [
             'libvirt_gpu_driver = '
             'libvirt_gpu.openstack.cyborg_driver:LibvirtGPUDriver',

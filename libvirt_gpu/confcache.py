@@ -41,9 +41,17 @@ import os
 import stat
 
 from libvirt_gpu import conffile
-from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import cachefiles
 from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import records
+
+# the cache directory and its private files are util/cachefiles.py's (the
+# vGPU kinds' registry keeps its list there too)
+CACHE_ENV = cachefiles.CACHE_ENV
+ROOT_CACHE_DIR = cachefiles.ROOT_CACHE_DIR
+cache_dir = cachefiles.cache_dir
+read_private = cachefiles.read_private
+write_private = cachefiles.write_private
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,10 +68,8 @@ except ImportError:
     except ImportError:
         from hashlib import sha256 as _sha256
 
-CACHE_ENV = 'LIBVIRT_GPU_CACHE_DIR'
-ROOT_CACHE_DIR = '/var/cache/libvirt-gpu'
 SNAPSHOT_VERSION = 2
-_MAX_SNAPSHOT_BYTES = 1024 * 1024
+_MAX_SNAPSHOT_BYTES = cachefiles.MAX_BYTES
 _CONF_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                              'conf')
 
@@ -95,18 +101,6 @@ class Values(object):
             return self[name]
         except KeyError:
             raise AttributeError('no option or group %r' % name)
-
-
-def cache_dir(environ=None):
-    """Where snapshots live (None: nowhere)."""
-    environ = os.environ if environ is None else environ
-    if CACHE_ENV in environ:
-        return environ[CACHE_ENV] or None
-    if os.geteuid() == 0:
-        return ROOT_CACHE_DIR
-    base = environ.get('XDG_CACHE_HOME') or os.path.join(
-        os.path.expanduser('~'), '.cache')
-    return os.path.join(base, 'libvirt-gpu')
 
 
 def snapshot_path(directory, path):
@@ -242,23 +236,9 @@ def read(path, environ=None):
     directory = cache_dir(environ)
     if directory is None:
         return None
-    try:
-        fd = os.open(snapshot_path(directory, path),
-                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC)
-    except OSError:
+    raw = read_private(snapshot_path(directory, path))
+    if raw is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or
-                st.st_mode & 0o022 or st.st_size > _MAX_SNAPSHOT_BYTES):
-            return None
-        with os.fdopen(os.dup(fd), 'rb') as f:
-            raw = f.read(_MAX_SNAPSHOT_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     found = parse(raw, path)
     return found.values if found is not None else None
 
@@ -271,14 +251,9 @@ def write(path, snapshot_key, conf, environ=None):
     found = document(snapshot_key, conf)
     if directory is None or found is None:
         return False
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fileutil.write_atomic(snapshot_path(directory, path),
-                              jsonutil.dumps(found, sort_keys=True),
-                              mode=0o600)
-    except OSError:
-        return False
-    return True
+    return write_private(directory, os.path.basename(
+        snapshot_path(directory, path)), jsonutil.dumps(found,
+                                                        sort_keys=True))
 
 
 def load(config_file=None, environ=None):

@@ -126,7 +126,8 @@ class Environment(object):
         from ``conf`` against this host on first use.
     :param routes: the resolved ``routes.Routes``, or None to resolve them
         likewise (none but ours without a configuration).
-    :param kinds: the vGPU kinds (``registry.KINDS`` form).
+    :param kinds: the vGPU kinds (``'module:Class'`` specs), or None:
+        the installed ones (``registry.installed``).
     :param remove_timeout: seconds a vGPU removal may take (None: each
         kind's default).
     :param source: where discovery reads the host (a ``Source``), or None:

@@ -518,7 +518,8 @@ def read_layout_views(env, gpus):
         return None
     views = []
     with session:
-        driver = layout_apply.GpuDriver(session, env.sysfs)
+        driver = layout_apply.GpuDriver(
+            session, env.sysfs, layout_apply.layout_kinds(env.vgpus))
         for gpu in sorted(gpus, key=lambda g: g.address):
             if gpu.is_vf or gpu.vendor_id != objects.NVIDIA_VENDOR_ID:
                 continue

@@ -591,7 +591,7 @@ def _richer(candidate: VgpuType, best: VgpuType) -> bool:
 @records.record
 class VendorVf:
     """A vendor interface of one SR-IOV VF, read by the vGPU kind whose
-    interface it is (``VgpuKind.read_function``): NVIDIA's vGPU 17+ one
+    interface it is (``VendorFunctions.read_function``): NVIDIA's vGPU 17+ one
     (``interface`` ``'nvidia'``, ``backends/nvidia_vgpu``) or another
     kind's.  The VF holds at most one vGPU and goes to the guest whole.
 

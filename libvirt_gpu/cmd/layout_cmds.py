@@ -21,6 +21,7 @@ def _run(ctx, dry_run):
     env = ctx.environment()
     report = layout_apply.converge(
         env.layouts, env.discovered.gpus, env.nvml, env.sysfs, env.state_dir,
+        layout_apply.layout_kinds(env.vgpus),
         holders=layout_apply.lease_holders(env.store, _domain_names(ctx)),
         only=only, dry_run=dry_run,
         progress=None if dry_run else _progress,

@@ -51,6 +51,9 @@ CLI's snapshot of one.
 
 from __future__ import annotations
 
+# the capabilities alone (they import nothing of ours), not the kinds'
+# package: this room sits below the kinds
+import libvirt_gpu.devices.backends.capabilities as capabilities
 from libvirt_gpu import exception
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.util import logs
@@ -195,7 +198,8 @@ def carvable_gpus(sysfs, kind_classes):
     ``kind_classes`` could carve."""
     found = set()
     for kind in kind_classes:
-        if not kind.carvable:
+        if not (issubclass(kind, capabilities.Carvable)
+                and issubclass(kind, capabilities.WatchedParents)):
             continue
         for name in kind.parents_now(sysfs):
             try:

@@ -15,8 +15,8 @@ types - only those - named and given their maximum from NVML or, by type
 name, the kind's table.  Discovery never names a kind: the caller hands it
 the vGPU kinds (``kinds``: ``VgpuKind`` classes, an ``Environment``'s
 ``kind_classes``), and each reads its own functions
-(``VgpuKind.read_function``) and completes its types
-(``VgpuKind.complete_types``).
+(``VendorFunctions.read_function``) and completes its types
+(``VendorFunctions.complete_types``).
 
 IOMMU groups: each GPU carries every function of its group
 (``Gpu.iommu_members``), each judged a companion of the GPU (another
@@ -30,6 +30,9 @@ look the same database up (``pciids``) when the caller gives one.  NVML
 
 import os
 
+# the capabilities alone (they import nothing of ours), not the kinds'
+# package: this room sits below the kinds
+import libvirt_gpu.devices.backends.capabilities as capabilities
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
@@ -206,8 +209,10 @@ def with_vendor_vf(gpu, sysfs, kinds):
 
 def read_function(sysfs, address, kinds):
     """The ``objects.VendorVf`` the first of ``kinds`` reads on the VF
-    ``address`` (``VgpuKind.read_function``), or None."""
+    ``address`` (``VendorFunctions.read_function``), or None."""
     for kind in kinds:
+        if not issubclass(kind, capabilities.VendorFunctions):
+            continue
         state = kind.read_function(sysfs, address)
         if state is not None:
             return state
@@ -224,7 +229,8 @@ def group_sriov(gpus, kinds):
         vfs = [by_address[a] for a in pf.virtfns if a in by_address]
         if any(vf.vendor_vf is not None for vf in vfs):
             for kind in kinds:
-                vfs = kind.complete_types(pf, vfs)
+                if issubclass(kind, capabilities.VendorFunctions):
+                    vfs = kind.complete_types(pf, vfs)
             for vf in vfs:
                 by_address[vf.address] = vf
         by_address[pf.address] = records.replace(pf, vf_gpus=tuple(vfs))

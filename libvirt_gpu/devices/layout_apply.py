@@ -24,7 +24,7 @@ import os
 import subprocess
 import time
 
-from libvirt_gpu.devices.backends.nvidia_vgpu import files as vendor_files
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.devices import layout_plan
 from libvirt_gpu.devices import nvml
@@ -56,7 +56,10 @@ class LayoutsLocked(exception.LibvirtGpuError):
 
 class GpuDriver(object):
     """One host's GPUs as the layouts see them: ``session`` an open
-    ``nvml.Session``, ``sysfs`` a ``Sysfs``.
+    ``nvml.Session``, ``sysfs`` a ``Sysfs``, ``kinds`` the vGPU kinds
+    whose vGPUs live on the VFs a layout shapes
+    (``capabilities.LayoutDriver``: which VFs show their interface, which
+    hold a vGPU), handed in by the caller (``layout_kinds``).
 
     :param sriov_manage: NVIDIA's script (``-e``/``-d <pf>``) to enable and
         disable VFs, or None to write ``sriov_numvfs``.
@@ -64,11 +67,14 @@ class GpuDriver(object):
         vendor interface.
     """
 
-    def __init__(self, session, sysfs, sriov_manage=None,
+    def __init__(self, session, sysfs, kinds, sriov_manage=None,
                  settle_timeout=30.0):
         self.session = session
         self.sysfs = sysfs
-        self.files = vendor_files.VendorFiles(sysfs)
+        self.kinds = tuple(kinds)
+        for kind in self.kinds:
+            if not isinstance(kind, capabilities.LayoutDriver):
+                raise TypeError('%r is no capabilities.LayoutDriver' % (kind,))
         self.sriov_manage = sriov_manage
         self.settle_timeout = settle_timeout
 
@@ -80,10 +86,9 @@ class GpuDriver(object):
             vfs_total=self.sysfs.sriov_totalvfs(address) or 0)
 
     def vgpus(self, address):
-        """The VFs of the GPU that hold a vGPU now."""
-        return tuple(vf for vf in self.sysfs.virtfns(address)
-                     if self.files.has_interface(vf)
-                     and self.files.current_type(vf))
+        """The VFs of the GPU that hold a vGPU now, sorted."""
+        return tuple(sorted({vf for kind in self.kinds
+                             for vf in kind.layout_vgpus(address)}))
 
     def state(self, address, layout, facts):
         mig = facts.mig
@@ -159,7 +164,8 @@ class GpuDriver(object):
         deadline = time.monotonic() + self.settle_timeout
         while True:
             ready = sum(1 for vf in self.sysfs.virtfns(address)
-                        if self.files.has_interface(vf))
+                        if any(kind.layout_ready(vf)
+                               for kind in self.kinds))
             if ready >= count or time.monotonic() >= deadline:
                 return
             time.sleep(0.1)
@@ -381,6 +387,13 @@ def lease_holders(store, names=None):
     return holders
 
 
+def layout_kinds(vgpus):
+    """The kinds of ``vgpus`` (a ``registry.Vgpus``) that drive layouts
+    (``capabilities.LayoutDriver``): what ``GpuDriver`` and ``converge``
+    take."""
+    return vgpus.having(capabilities.LayoutDriver)
+
+
 @contextlib.contextmanager
 def host_lock(state_dir, timeout=LOCK_TIMEOUT):
     """The host's layouts lock (``LOCK_NAME`` in ``state_dir``, an
@@ -402,14 +415,16 @@ def host_lock(state_dir, timeout=LOCK_TIMEOUT):
         os.close(fd)
 
 
-def converge(layouts, gpus, nvml_source, sysfs, state_dir, holders=None,
-             only=None, dry_run=False, progress=None, sriov_manage=None,
-             settle_timeout=30.0, lock_timeout=LOCK_TIMEOUT):
+def converge(layouts, gpus, nvml_source, sysfs, state_dir, kinds,
+             holders=None, only=None, dry_run=False, progress=None,
+             sriov_manage=None, settle_timeout=30.0,
+             lock_timeout=LOCK_TIMEOUT):
     """Plan (``dry_run``) or apply ``layouts`` (``{PciAddress: Layout}``,
     ``Environment.layouts``) on a host whose GPUs are ``gpus``
     (``objects.Gpu``), read and changed through ``nvml_source`` (an
     ``nvml.Nvml``, None when NVML is off or the GPUs are not this
-    machine's) and ``sysfs``, for the GPU ``only`` or every GPU in a
+    machine's), ``sysfs`` and the vGPU kinds that drive layouts (``kinds``:
+    ``layout_kinds`` of the host's), for the GPU ``only`` or every GPU in a
     layout, under the host's layouts lock (``host_lock`` in ``state_dir``,
     waited for ``lock_timeout`` seconds); returns a ``Report``.
     ``holders``: ``Applier``'s (``lease_holders`` of the lease store)."""
@@ -422,7 +437,7 @@ def converge(layouts, gpus, nvml_source, sysfs, state_dir, holders=None,
                    'host\'s /sys')
     with host_lock(state_dir, lock_timeout), \
             nvml_source.session() as session:
-        driver = GpuDriver(session, sysfs, sriov_manage=sriov_manage,
+        driver = GpuDriver(session, sysfs, kinds, sriov_manage=sriov_manage,
                            settle_timeout=settle_timeout)
         applier = Applier(driver, holders=holders, dry_run=dry_run,
                           progress=progress)

@@ -178,8 +178,7 @@ class Allocator(object):
         from libvirt_gpu.devices import discovery
         view = discovery.gpu_view(self.backend.sysfs, gpu,
                                   self.backend.kind_classes, mdevs)
-        room = getattr(self.backend, 'room', None)
-        room = room(gpu, type_id) if room is not None else None
+        room = self.backend.room(gpu, type_id)
         total = capacity.vgpu_total(
             view, self._setting(gpu, type_id), room=room, warn=False)
         vfs = {f.address for f in view.vf_gpus}

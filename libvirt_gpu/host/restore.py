@@ -11,8 +11,8 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
 1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
    the PFs named by ``[vgpu_<type>]/device_addresses`` (when an enabled
    type names no addresses, the PFs the kinds say their vGPUs live on:
-   ``VgpuKind.sriov_pfs``) and the GPUs the kinds' own records mention
-   (``VgpuKind.recorded_gpus``).  A PF with ``sriov_numvfs`` 0 gets all
+   ``SriovGpus.sriov_pfs``) and the GPUs the kinds' own records mention
+   (``Recorded.recorded_gpus``).  A PF with ``sriov_numvfs`` 0 gets all
    of ``sriov_totalvfs``::
 
        bus/pci/devices/0000:41:00.0/sriov_numvfs  <-  16
@@ -39,15 +39,15 @@ Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
    (``--no-libvirt``), it stays Nova's and is reported.  A record that
    cannot be read is renamed ``nova-carved.json.damaged-<UTC time>``
    and rebuilt from the configuration (``CarveRecord.set_aside``).  The
-   writes are the vGPU kind's (``VgpuKind.carvable``, ``write_type``).
+   writes are the vGPU kind's (``capabilities.Carvable``: ``write_type``).
    A carving the host cannot satisfy is reported and nothing of it
    written.
 3. **Persistent vGPUs.**  What each kind records to start with the host
-   (``VgpuKind.restorable``: the kind's persistent definitions marked to
+   (``Persistent.restorable``: the kind's persistent definitions marked to
    start at boot) is created where it does not exist; what a kind leaves
    alone is reported with its reason.  The kinds are asked from the last
    (the fallback, whose definitions an operator wrote) to the first.
-4. **Stale vGPUs.**  Each kind's own clean-up (``VgpuKind.boot_cleanup``):
+4. **Stale vGPUs.**  Each kind's own clean-up (``Recorded.boot_cleanup``):
    a vGPU of ours whose owner (the domain of its lease) is not running is
    reset, a record of one that is gone is forgotten.  vGPUs that are not
    ours are reported, never touched (the VFs carved for Nova are not
@@ -74,6 +74,8 @@ import subprocess
 import time
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import carving
 from libvirt_gpu import exception
 from libvirt_gpu.store import carved as carve_record
@@ -168,9 +170,10 @@ def vf_targets(env):
             everywhere = True
         targets.update(addresses)
     if everywhere:
-        for kind in env.kind_classes:
+        for kind in registry.having(env.kind_classes,
+                                    capabilities.SriovGpus):
             targets.update(kind.sriov_pfs(sysfs))
-    for kind in env.vgpus.kinds:
+    for kind in env.vgpus.having(capabilities.Recorded):
         targets.update(kind.recorded_gpus())
     targets.update(carved_gpus(env))
     return sorted(t for t in targets if sysfs.isdir(sysfs.pci_dir(t))
@@ -255,7 +258,8 @@ class Restore(object):
         try:
             report = layout_apply.converge(
                 env.layouts, env.discovered.gpus, env.nvml, env.sysfs,
-                env.state_dir, holders=layout_apply.lease_holders(env.store),
+                env.state_dir, layout_apply.layout_kinds(env.vgpus),
+                holders=layout_apply.lease_holders(env.store),
                 dry_run=self.dry_run,
                 sriov_manage=self.sriov_manage,
                 settle_timeout=self.settle_timeout)
@@ -390,7 +394,8 @@ class Restore(object):
     def _carving_kind(self, vf):
         """The vGPU kind that carves ``vf``, or None."""
         kind = self.env.vgpus.kind_of(vf)
-        if not kind.carvable or not kind.is_parent(vf):
+        if not isinstance(kind, capabilities.Carvable) \
+                or not kind.is_parent(vf):
             return None
         return kind
 
@@ -475,7 +480,7 @@ class Restore(object):
 
     def restore_persistent(self):
         # the fallback kind first: an operator's definitions before ours
-        for kind in reversed(self.env.vgpus.kinds):
+        for kind in reversed(self.env.vgpus.having(capabilities.Persistent)):
             for item in kind.restorable():
                 self._restore_one(kind, item)
 
@@ -509,10 +514,10 @@ class Restore(object):
 
     def reset_stale(self):
         """Each kind's own clean-up after a reboot
-        (``VgpuKind.boot_cleanup``); what it says of a VF carved for Nova
+        (``Recorded.boot_cleanup``); what it says of a VF carved for Nova
         (not one of the kind's) is step 2's, left out."""
         carved = {str(vf) for vf in self.carved_vfs}
-        for kind in self.env.vgpus.kinds:
+        for kind in self.env.vgpus.having(capabilities.Recorded):
             for note in kind.boot_cleanup(self.owner_running, self.dry_run):
                 if note.action == SKIPPED and note.target in carved:
                     continue

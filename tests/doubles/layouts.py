@@ -34,4 +34,5 @@ def converge(env, names=None, **kwargs):
     from libvirt_gpu.devices import layout_apply
     return layout_apply.converge(
         env.layouts, env.discovered.gpus, env.nvml, env.sysfs, env.state_dir,
+        layout_apply.layout_kinds(env.vgpus),
         holders=layout_apply.lease_holders(env.store, names), **kwargs)

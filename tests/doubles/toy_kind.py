@@ -1,8 +1,11 @@
 """A test-only vGPU kind with a sysfs interface of its own (made up): the
 proof that a kind is a plugin (docs/dev/architecture.md, "A new vGPU kind").
 
-Nothing outside this module and its registration (one spec prepended to
-``backends.registry.KINDS``) knows it.  Its interface, on an SR-IOV VF::
+Nothing outside this module and its registration (an entry point of
+``registry.GROUP`` in a test-only distribution, ``kinds.register``) knows
+it.  ``ToyKind`` implements the core of the contract (``base.CORE``) and
+nothing else; ``FullToyKind`` declares the capabilities a kind of this
+shape may have (``capabilities``).  Its interface, on an SR-IOV VF::
 
     bus/pci/devices/<VF>/toyvgpu/types     what the VF can take, one a line:
         1 Toy-1G 4                         <number> <name> <per-GPU maximum>
@@ -23,12 +26,14 @@ import json
 import os
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
 from libvirt_gpu import objects
 
-SPEC = 'tests.doubles.toy_kind:ToyKind'
+SPEC = 'tests.doubles.toy_kind:FullToyKind'
+CORE_SPEC = 'tests.doubles.toy_kind:ToyKind'
 INTERFACE = 'toy'
 TOY_DIR = 'toyvgpu'
 TYPES_FILE = 'types'
@@ -86,40 +91,34 @@ def make_toy_vf(root, vf, types=((1, 'Toy-1G', 4), (2, 'Toy-2G', 2))):
         f.write('0\n')
 
 
+def read_function(sysfs, address):
+    """The ``objects.VendorVf`` of the toy interface on ``address``, or
+    None."""
+    files = ToyFiles(sysfs)
+    if not files.has_interface(address):
+        return None
+    current = files.current(address)
+    creatable = () if current else tuple(
+        objects.VgpuType(id=type_id(n), name=name, description=None,
+                         device_api='vfio-pci', available_instances=1,
+                         published_max=maximum)
+        for n, name, maximum in files.types(address))
+    held = None
+    if current:
+        named = {n: (name, m) for n, name, m in files.types(address)}
+        name, maximum = named.get(current, (None, None))
+        held = objects.VgpuType(id=type_id(current), name=name,
+                                description=None, device_api='vfio-pci',
+                                available_instances=0,
+                                published_max=maximum)
+    return objects.VendorVf(creatable=creatable, current=held,
+                            interface=INTERFACE)
+
+
 class ToyKind(base.VgpuKind):
-    """vGPUs of the toy interface, one per VF."""
+    """vGPUs of the toy interface, one per VF: the core only."""
 
     name = INTERFACE
-    kind = 'pci'
-    binds_parent = True
-    parents_key = 'toy_vfs'
-    sysfs_names = (TOY_DIR,)
-
-    @classmethod
-    def parents_now(cls, sysfs):
-        return sysfs.functions_with(TOY_DIR)
-
-    @classmethod
-    def read_function(cls, sysfs, address):
-        files = ToyFiles(sysfs)
-        if not files.has_interface(address):
-            return None
-        current = files.current(address)
-        creatable = () if current else tuple(
-            objects.VgpuType(id=type_id(n), name=name, description=None,
-                             device_api='vfio-pci', available_instances=1,
-                             published_max=maximum)
-            for n, name, maximum in files.types(address))
-        held = None
-        if current:
-            named = {n: (name, m) for n, name, m in files.types(address)}
-            name, maximum = named.get(current, (None, None))
-            held = objects.VgpuType(id=type_id(current), name=name,
-                                    description=None, device_api='vfio-pci',
-                                    available_instances=0,
-                                    published_max=maximum)
-        return objects.VendorVf(creatable=creatable, current=held,
-                                interface=INTERFACE)
 
     @classmethod
     def from_environment(cls, env):
@@ -148,7 +147,7 @@ class ToyKind(base.VgpuKind):
             {u: [str(vf), t, start] for u, (vf, t, start)
              in entries.items()}))
 
-    # -- VgpuKind ---------------------------------------------------------
+    # -- the core (base.CORE) ---------------------------------------------
 
     def is_parent(self, address):
         return self.files.has_interface(objects.PciAddress.parse(address))
@@ -163,9 +162,6 @@ class ToyKind(base.VgpuKind):
             return None
         return base.VgpuDevice(uuid=uuid, parent=entry[0], type_id=entry[1])
 
-    def exists(self, device):
-        return self.lookup(device.uuid) == device
-
     def check_type(self, parent, type_id_):
         if not self.is_parent(parent):
             raise exception.ParentGone(address=parent, uuid=None,
@@ -174,14 +170,10 @@ class ToyKind(base.VgpuKind):
             raise exception.UnknownType(type_id=type_id_, address=parent)
 
     def vgpu_type(self, parent, type_id_):
-        state = self.read_function(self.sysfs, parent)
+        state = read_function(self.sysfs, parent)
         if state is None:
             return None
         return next((t for t in state.types if t.id == type_id_), None)
-
-    def available(self, parent, type_id_):
-        found = self.vgpu_type(parent, type_id_)
-        return found.available_instances if found is not None else 0
 
     def prepare(self, device):
         if self.exists(device):
@@ -197,9 +189,6 @@ class ToyKind(base.VgpuKind):
         entries[device.uuid] = (device.parent, device.type_id, start)
         self._write(entries)
         return True
-
-    def release(self, device):
-        return self.remove(device.uuid)
 
     def remove(self, uuid):
         entries = self._read()
@@ -221,6 +210,43 @@ class ToyKind(base.VgpuKind):
                 found[uuid] = (device.parent, device.type_id)
         return found
 
+    def in_devices(self, devices, uuid, parent):
+        return parent is not None and self.is_parent(parent) and \
+            parent in devices.pci_addresses
+
+    def hostdev_xml(self, device):
+        return config_xml.pci_hostdev(device.parent, managed=False)
+
+
+class FullToyKind(ToyKind, capabilities.BindsParent,
+                  capabilities.WatchedParents, capabilities.VendorFunctions,
+                  capabilities.Recorded):
+    """The toy kind with the capabilities of a VF-based kind that keeps its
+    own records: seen by discovery, its parents watched by the hook, its
+    vGPUs defined for a guest's persistent XML and restored after a
+    reboot."""
+
+    parents_key = 'toy_vfs'
+    sysfs_names = (TOY_DIR,)
+
+    # -- capabilities.WatchedParents ----------------------------------------
+
+    @classmethod
+    def parents_now(cls, sysfs):
+        return sysfs.functions_with(TOY_DIR)
+
+    # -- capabilities.VendorFunctions ---------------------------------------
+
+    @classmethod
+    def read_function(cls, sysfs, address):
+        return read_function(sysfs, address)
+
+    @classmethod
+    def complete_types(cls, pf, vfs):
+        return vfs
+
+    # -- capabilities.BindsParent (and Persistent) --------------------------
+
     def definition(self, uuid):
         return None
 
@@ -234,12 +260,13 @@ class ToyKind(base.VgpuKind):
         if entries.pop(uuid, None) is not None:
             self._write(entries)
 
-    def in_devices(self, devices, uuid, parent):
-        return parent is not None and self.is_parent(parent) and \
-            parent in devices.pci_addresses
-
-    def recorded(self, uuid):
-        return uuid in self._read()
+    def restorable(self):
+        return tuple(base.Restorable(
+            uuid=uuid, device=base.VgpuDevice(uuid=uuid, parent=vf,
+                                              type_id=type_),
+            detail='%s on toy VF %s' % (type_, vf))
+            for uuid, (vf, type_, start)
+            in sorted(self._read().items()) if start == 'auto')
 
     def reserved_parents(self):
         return {vf: uuid for uuid, (vf, _, _) in self._read().items()}
@@ -247,22 +274,17 @@ class ToyKind(base.VgpuKind):
     def choose_parent(self, gpu, type_id_):
         reserved = self.reserved_parents()
         for vf in self.sysfs.virtfns(gpu):
-            if vf not in reserved and self.available(vf, type_id_):
+            found = self.vgpu_type(vf, type_id_)
+            if vf not in reserved and found is not None \
+                    and found.available_instances:
                 return vf
         raise exception.NoCapacity(uuid=None, type_id=type_id_,
                                    where=str(gpu), reason='no free toy VF')
 
-    def hostdev_xml(self, device):
-        return config_xml.pci_hostdev(device.parent, managed=False)
+    # -- capabilities.Recorded ----------------------------------------------
 
-    # -- after a reboot (restore) -------------------------------------------
-
-    parent_noun = 'toy VF'
-
-    def persistent(self):
-        return tuple(base.VgpuDevice(uuid=uuid, parent=vf, type_id=type_)
-                     for uuid, (vf, type_, start)
-                     in sorted(self._read().items()) if start == 'auto')
+    def recorded(self, uuid):
+        return uuid in self._read()
 
     def recorded_gpus(self):
         return tuple(sorted({self.sysfs.physfn(vf) for vf, _, _

@@ -78,6 +78,7 @@ ONLY = {
     'util.records': (),
     'util.logs': (),
     'devices.capacity': (),
+    'devices.backends.capabilities': (),
     'util.fileutil': (),
     'util.jsonutil': (),
     'store.figures': ('exception', 'util.fileutil', 'util.jsonutil',
@@ -101,7 +102,7 @@ ONLY = {
 # below, with no exception.
 LEVELS = (
     ('exception', 'util.records', 'util.logs', 'util.bounds'), ('objects',),
-    ('devices.capacity',),
+    ('devices.capacity', 'devices.backends.capabilities'),
     ('util.fileutil', 'util.filetype', 'util.textutil', 'util.fanout',
      'util.safeopen', 'util.jsonutil'),
     ('util.xmlutil', 'store.statedir', 'util.xmledit', 'conffile',
@@ -621,6 +622,7 @@ KIND_WORDS_ALLOWED = {'mdev_uuids'}
 # What of backends/ they may import: the contract, the registry, and
 # whole GPUs (``backends.pci``: a device backend, no vGPU kind).
 KIND_CONTRACT = ('devices.backends', 'devices.backends.base',
+                 'devices.backends.capabilities',
                  'devices.backends.registry', 'devices.backends.pci')
 
 
@@ -800,8 +802,10 @@ def names_outside_kinds(kinds):
 
 
 def test_no_file_outside_a_kind_names_its_sysfs_files():
+    from libvirt_gpu.devices.backends import capabilities
     from libvirt_gpu.devices.backends import registry
-    kinds = registry.kind_classes()
+    kinds = registry.having(registry.kind_classes(),
+                            capabilities.VendorFunctions)
     assert any(cls.sysfs_names for cls in kinds)
     assert names_outside_kinds(kinds) == []
 
@@ -1225,3 +1229,137 @@ def test_the_copy_check_sees_a_copy(tmp_path):
     probe.write_text('"""GRID T4-2B, fcntl.flock"""\n')
     for what, check, _allowed in RULES_ONCE:
         assert copies(check, files) == {}, what
+
+
+# --- the kind contract: a core and declared capabilities ---------------------
+
+def contract_faults(cls):
+    """What is wrong with the vGPU kind ``cls`` against the contract: a
+    core member (``base.CORE``) it lacks, a declared capability's member
+    it leaves abstract, and a member of a capability it does not declare
+    that it defines anyway (so that no caller could find it but by
+    ``getattr``)."""
+    from libvirt_gpu.devices.backends import base
+    from libvirt_gpu.devices.backends import capabilities
+    faults = ['core: %s' % name for name in base.CORE
+              if name not in dir(cls)]
+    faults += ['abstract: %s' % name
+               for name in sorted(getattr(cls, '__abstractmethods__', ()))]
+    declared = capabilities.declared(cls)
+    own = set()
+    for klass in cls.__mro__:
+        if klass in (base.VgpuKind, base.DeviceBackend, object) or \
+                issubclass(klass, capabilities.Capability):
+            continue
+        own.update(klass.__dict__)
+    for capability in capabilities.CAPABILITIES:
+        if capability in declared:
+            continue
+        members = set(capability.MEMBERS) - {
+            m for c in declared for m in c.MEMBERS}
+        faults += ['undeclared %s: %s' % (capability.__name__, name)
+                   for name in sorted(members & own)]
+    return faults
+
+
+def _kinds_to_check():
+    from libvirt_gpu.devices.backends import registry
+    from tests.doubles import toy_kind
+    return list(registry.kind_classes()) + [toy_kind.ToyKind,
+                                            toy_kind.FullToyKind]
+
+
+def test_every_kind_holds_the_core_and_exactly_what_it_declares():
+    from libvirt_gpu.devices.backends import capabilities
+    kinds = _kinds_to_check()
+    assert {cls.__name__: contract_faults(cls) for cls in kinds} == {
+        cls.__name__: [] for cls in kinds}
+    # the capabilities are each some kind's, and each is small
+    declared = {c for cls in kinds for c in capabilities.declared(cls)}
+    assert declared == set(capabilities.CAPABILITIES)
+    assert all(1 <= len(c.MEMBERS) <= 6 for c in capabilities.CAPABILITIES)
+
+
+def test_the_core_is_about_a_dozen_members():
+    from libvirt_gpu.devices.backends import base
+    assert len(base.CORE) <= 13
+    assert set(base.CORE) >= base.VgpuKind.__abstractmethods__
+
+
+def test_the_contract_check_can_fail():
+    """A kind that lacks a core member, leaves a declared capability's
+    member abstract, or defines a capability's member without declaring
+    it is caught."""
+    from libvirt_gpu.devices.backends import capabilities
+    from tests.doubles import toy_kind
+
+    class Rooms(toy_kind.ToyKind):
+        def room(self, gpu, type_id):
+            return None
+
+    class Carves(toy_kind.ToyKind, capabilities.Carvable):
+        def held_type(self, parent):
+            return None
+
+    class Hollow(toy_kind.ToyKind):
+        in_devices = None
+
+    del Hollow.in_devices
+    Hollow.__abstractmethods__ = frozenset({'in_devices'})
+    assert contract_faults(Rooms) == ['undeclared DriverRooms: room']
+    assert contract_faults(Carves) == ['abstract: clear_type',
+                                       'abstract: write_type']
+    assert 'abstract: in_devices' in contract_faults(Hollow)
+
+
+def test_each_kind_is_named_as_its_entry_point():
+    from libvirt_gpu.devices.backends import registry
+    found = registry.installed()
+    assert [name for name, _ in found][-1] == registry.FALLBACK
+    assert [(name, registry.load_kind(spec).name) for name, spec in found] \
+        == [(name, name) for name, _ in found]
+
+
+def test_layout_apply_imports_no_kind():
+    path = os.path.join(PACKAGE_DIR, 'devices', 'layout_apply.py')
+    kinds = [name for name in imports_of(path, PACKAGE)
+             if _in(name[len(PACKAGE) + 1:], 'devices.backends')
+             and name[len(PACKAGE) + 1:] not in KIND_CONTRACT]
+    assert kinds == []
+
+
+# The members of the contract: no module asks a kind for one by name
+# (``name``, which every record has, aside).
+def _contract_members():
+    from libvirt_gpu.devices.backends import base
+    from libvirt_gpu.devices.backends import capabilities
+    return (set(base.CORE) | {m for c in capabilities.CAPABILITIES
+                              for m in c.MEMBERS}) - {'name'}
+
+
+def asked_by_name(path, members):
+    """``line: call`` of each ``getattr``/``hasattr`` in ``path`` whose
+    name is a member of the kind contract (a caller that asks instead of
+    dispatching by the declared capability)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    return sorted(
+        '%d: %s(%r)' % (node.lineno, node.func.id, node.args[1].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id in ('getattr', 'hasattr') and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value in members)
+
+
+def test_no_module_asks_a_kind_for_a_member_by_name(tmp_path):
+    members = _contract_members()
+    found = {name: asked_by_name(path, members)
+             for name, path in _our_modules().items()}
+    assert {name: calls for name, calls in found.items() if calls} == {}
+    probe = tmp_path / 'probe.py'
+    probe.write_text("def f(kind):\n"
+                     "    read = getattr(kind, 'room', None)\n"
+                     "    return hasattr(kind, 'held_type')\n")
+    assert asked_by_name(str(probe), members) == [
+        "2: getattr('room')", "3: hasattr('held_type')"]

@@ -547,7 +547,7 @@ def test_installed_hook_rebuilds_a_cut_off_snapshot(env, tmp_path):
 # the modules only migrate uses.
 PREPARE_MUST_NOT_LOAD = ('ctypes', 'urllib', 'string', 'datetime', 'pickle',
                          're', 'json', 'enum',
-                         'libvirt_gpu.util.xmledit',
+                         'importlib.metadata', 'libvirt_gpu.util.xmledit',
                          'libvirt_gpu.guests.hook.incoming')
 # The installed hook run as its own main module in an interpreter started
 # as its #! line starts it; what it loaded goes to stderr at the end.

@@ -16,6 +16,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.devices import carving
 from libvirt_gpu.store import carved as carve_record
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.devices import enablement
 from libvirt_gpu.util import records
 from tests.doubles import fakes
@@ -1258,7 +1259,7 @@ def sriov_tree(root, toy_vfs=(VF4,), mdev_vf=VF6):
     return str(root)
 
 
-class Completing(object):
+class Completing(capabilities.VendorFunctions):
     """A kind whose ``complete_types`` marks each VF it sees (the second
     of two kinds sees what the first made)."""
 
@@ -1275,7 +1276,7 @@ class Completing(object):
 
 def toy_kinds():
     from tests.doubles import toy_kind
-    return (Completing, toy_kind.ToyKind, Completing)
+    return (Completing, toy_kind.FullToyKind, Completing)
 
 
 def test_a_pf_carries_its_vfs_with_their_vendor_interface(tmp_path):

@@ -24,6 +24,7 @@ from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import output
 from libvirt_gpu.devices import layout
+from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices import layout_apply as la
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu.devices import nvml
@@ -89,7 +90,8 @@ class Host(object):
         env = self.env(lines)
         address = objects.PciAddress.parse(self.gpu)
         with env.nvml.session() as session:
-            driver = la.GpuDriver(session, env.sysfs)
+            driver = la.GpuDriver(session, env.sysfs,
+                                  la.layout_kinds(env.vgpus))
             facts = driver.facts(address)
             return facts, driver.state(
                 address, env.layouts[address], facts)
@@ -170,7 +172,8 @@ def test_h100_from_boot_to_its_mig_layout_and_one_gi_less(tmp_path):
     # its VFs disabled: the driver reads none, and the plan enables them
     env = host.env(H100_SMALLER)
     with env.nvml.session() as session:
-        driver = la.GpuDriver(session, env.sysfs)
+        driver = la.GpuDriver(session, env.sysfs,
+                              la.layout_kinds(env.vgpus))
         driver.run(H100, lp.Step(lp.DISABLE_VFS, 'x'), None)
         facts = driver.facts(H100)
         state = driver.state(H100, env.layouts[H100], facts)
@@ -205,7 +208,7 @@ def test_l40s_to_mixed_sizes_and_its_scheduler_then_a_vgpu_on_it(
     assert _rows(host.apply(L40S_MIXED)) == AT_LAYOUT
     # a vGPU on its fourth VF: the GPU holds it, and stays as it is
     vf = host.sysfs.virtfns(L40S)[3]
-    la.vendor_files.VendorFiles(host.sysfs).set_current_type(vf, 1153)
+    nvidia_vgpu.files.VendorFiles(host.sysfs).set_current_type(vf, 1153)
     _, busy = host.state(L40S_MIXED)
     assert busy.vgpus == (vf,)
     shorter = L40S_MIXED[:-1] + ('time_slice_ms = 2',)
@@ -244,7 +247,7 @@ def test_rtx_gpu_instances_get_their_scheduler(tmp_path):
 
 def test_a_step_the_driver_does_not_know_is_refused(h100_tree):
     with pytest.raises(exception.InvalidInput) as e:
-        la.GpuDriver(None, h100_tree).run(
+        la.GpuDriver(None, h100_tree, ()).run(
             H100, lp.Step('reboot', 'reboot the host'), None)
     assert str(e.value) == "Invalid input: no layout step 'reboot'"
 
@@ -292,9 +295,15 @@ def h100_tree(tmp_path_factory):
     return sysfs_mod.Sysfs(str(root))
 
 
+def vendor_kinds(sysfs):
+    """The kinds that drive layouts on ``sysfs`` (NVIDIA's vendor
+    interface: its VFs are waited for; its state file is never read)."""
+    return (nvidia_vgpu.NvidiaVgpuBackend(sysfs, state_dir='/nonexistent'),)
+
+
 def _vfs_step(sysfs, script, step, settle_timeout=5.0):
     """``step`` run by a ``GpuDriver`` with ``script`` as sriov-manage."""
-    la.GpuDriver(None, sysfs, sriov_manage=script,
+    la.GpuDriver(None, sysfs, vendor_kinds(sysfs), sriov_manage=script,
                  settle_timeout=settle_timeout).run(H100, step, None)
 
 

@@ -13,7 +13,9 @@ import os
 import pytest
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.devices.backends import mdev
+from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -851,33 +853,27 @@ def test_a_definition_setting_attributes_is_refused_saying_what_to_do(
         backend):
     write_definition(backend, GPU_A, U1, '{"mdev_type": "nvidia-223", '
                      '"attrs": [{"a": "b"}]}')
-    err = refused(exception.MdevCreateFailed, backend.defined_device, U1)
+    vgpus = registry.Vgpus(backend.sysfs, [backend])
+    err = refused(exception.MdevCreateFailed, vgpus.defined_device, U1)
     same(err, exception.MdevCreateFailed, uuid=U1, type_id=T_223,
          parent=GPU_A, reason='its mdevctl definition sets attributes; '
          'start it with `mdevctl start -u %s` instead' % U1)
     write_definition(backend, GPU_A, U2, '{"mdev_type": "nvidia-223"}')
-    assert backend.defined_device(U2) == vgpu(uuid=U2)
-    assert backend.defined_device(U3) is None
+    assert vgpus.defined_device(U2) == vgpu(uuid=U2)
+    assert vgpus.defined_device(U3) is None
 
 
 # --- the registry of kinds (registry.Vgpus) ----------------------------------
 
 class Kind(base.VgpuKind):
-    """A kind that claims the parents and UUIDs it is given and answers
-    every call with ``(its name, the call, its arguments)``."""
+    """A kind of the core only that claims the parents and UUIDs it is
+    given and answers every call with ``(its name, the call, its
+    arguments)``."""
 
-    kind = 'mdev'
-
-    def __init__(self, name, parents=(), uuids=(), binds_parent=False,
-                 room=None, choose=None, recorded=(), reserved=None):
+    def __init__(self, name, parents=(), uuids=()):
         self.name = name
         self.parents = parents
         self.uuids = uuids
-        self.binds_parent = binds_parent
-        self._room = room
-        self._choose = choose or {}
-        self._recorded = recorded
-        self._reserved = reserved or {}
         self.calls = []
 
     def _says(self, call, *args):
@@ -903,9 +899,6 @@ class Kind(base.VgpuKind):
     def prepare(self, device):
         return self._says('prepare', device)
 
-    def release(self, device):
-        return self._says('release', device)
-
     def lookup(self, uuid):
         return self._says('lookup', uuid)
 
@@ -915,21 +908,26 @@ class Kind(base.VgpuKind):
     def check_type(self, parent, type_id):
         return self._says('check_type', parent, type_id)
 
-    def available(self, parent, type_id):
-        return self._says('available', parent, type_id)
-
     def vgpu_type(self, parent, type_id):
         return self._says('vgpu_type', parent, type_id)
 
     def existing(self, mdevs_by_parent=None):
         return {uuid: (self.name, mdevs_by_parent) for uuid in self.uuids}
 
-    def definition(self, uuid):
-        return self._says('definition', uuid) if uuid in self.uuids else None
+    def in_devices(self, devices, uuid, parent):
+        return (uuid, parent) in devices
 
-    def defined_device(self, uuid):
-        return (self._says('defined_device', uuid) if uuid in self.uuids
-                else None)
+
+class Defining(Kind, capabilities.Persistent):
+    """``Kind`` with definitions of its UUIDs (``Persistent``)."""
+
+    def definition(self, uuid):
+        if uuid not in self.uuids:
+            return None
+        self._says('definition', uuid)
+        return base.VgpuDefinition(uuid=uuid, parent=self.parents[0],
+                                   type_id=T_223, start='manual',
+                                   source=self.name)
 
     def define(self, device, start='manual'):
         return self._says('define', device, start)
@@ -937,11 +935,31 @@ class Kind(base.VgpuKind):
     def undefine(self, uuid):
         return self._says('undefine', uuid)
 
-    def in_devices(self, devices, uuid, parent):
-        return (uuid, parent) in devices
+    def restorable(self):
+        return ()
+
+
+class FullKind(Defining, capabilities.BindsParent, capabilities.Recorded,
+               capabilities.DriverRooms):
+    """``Defining`` that binds its parents, keeps records and reads the
+    driver's room."""
+
+    def __init__(self, name, parents=(), uuids=(), room=None, choose=None,
+                 recorded=(), reserved=None):
+        super().__init__(name, parents, uuids)
+        self._room = room
+        self._choose = choose or {}
+        self._recorded = recorded
+        self._reserved = reserved or {}
 
     def recorded(self, uuid):
         return uuid in self._recorded
+
+    def recorded_gpus(self):
+        return ()
+
+    def boot_cleanup(self, owner_running, dry_run=False):
+        return ()
 
     def reserved_parents(self):
         return dict(self._reserved)
@@ -963,12 +981,12 @@ P1, P2, P3, P4 = (objects.PciAddress.parse('0000:0%d:00.0' % n)
                   for n in (1, 2, 3, 4))
 
 
-def three(sysfs, **first):
-    """Kinds a (parent P1, UUID U1), b (P1 and P2, U1 and U2) and the
-    fallback c (P3, U3)."""
-    a = Kind('a', parents=(P1,), uuids=(U1,), **first)
-    b = Kind('b', parents=(P1, P2), uuids=(U1, U2))
-    c = Kind('c', parents=(P3,), uuids=(U3,))
+def three(sysfs, first=Kind, others=Kind):
+    """Kinds a (parent P1, UUID U1; of the class ``first``), b (P1 and P2,
+    U1 and U2) and the fallback c (P3, U3), both of ``others``."""
+    a = first('a', parents=(P1,), uuids=(U1,))
+    b = others('b', parents=(P1, P2), uuids=(U1, U2))
+    c = others('c', parents=(P3,), uuids=(U3,))
     return registry.Vgpus(sysfs, [a, b, c]), a, b, c
 
 
@@ -1013,7 +1031,6 @@ def test_the_first_kind_claiming_a_parent_or_uuid_takes_the_call(sysfs):
     assert vgpus.lookup(U2) == ('b', 'lookup', U2)
     assert vgpus.remove(U1) == ('a', 'remove', U1)
     assert vgpus.check_type(P2, T_223) == ('b', 'check_type', P2, T_223)
-    assert vgpus.available(P2, T_223) == ('b', 'available', P2, T_223)
     assert vgpus.vgpu_type(P2, T_223) == ('b', 'vgpu_type', P2, T_223)
     assert vgpus.vgpu_type(P4, T_223) == ('c', 'vgpu_type', P4, T_223)
     for call in (vgpus.lookup, vgpus.remove):
@@ -1024,12 +1041,16 @@ def test_the_first_kind_claiming_a_parent_or_uuid_takes_the_call(sysfs):
 
 
 def test_the_fallbacks_definition_comes_first(sysfs):
-    vgpus, a, b, c = three(sysfs)
-    assert vgpus.definition(U1) == ('b', 'definition', U1)
-    assert vgpus.definition(U3) == ('c', 'definition', U3)
+    vgpus, a, b, c = three(sysfs, others=Defining)
+    assert vgpus.definition(U1).source == 'b'
+    assert vgpus.definition(U3).source == 'c'
     assert vgpus.definition(U4) is None
-    assert vgpus.defined_device(U1) == ('b', 'defined_device', U1)
+    assert vgpus.defined_device(U1) == vgpu(uuid=U1, parent=P1)
     assert vgpus.defined_device(U4) is None
+    # a kind without definitions is not asked
+    assert a.calls == []
+    assert vgpus.undefine(U1) == ('b', 'undefine', U1)
+    assert vgpus.undefine(U4) is False
     # the first kind's view of a UUID wins
     assert vgpus.existing('read') == {U1: ('a', 'read'), U2: ('b', 'read'),
                                       U3: ('c', 'read')}
@@ -1038,9 +1059,9 @@ def test_the_fallbacks_definition_comes_first(sysfs):
 
 
 def test_records_of_every_kind_count(sysfs):
-    a = Kind('a', recorded=(U1,), reserved={P1: U1, P2: U1})
-    b = Kind('b', recorded=(U2,), reserved={P2: U2})
-    vgpus = registry.Vgpus(sysfs, [a, b])
+    a = FullKind('a', recorded=(U1,), reserved={P1: U1, P2: U1})
+    b = FullKind('b', recorded=(U2,), reserved={P2: U2})
+    vgpus = registry.Vgpus(sysfs, [a, b, Kind('c')])
     assert vgpus.recorded(U1) and vgpus.recorded(U2)
     assert not vgpus.recorded(U3)
     assert vgpus.reserved_parents() == {P1: U1, P2: U2}
@@ -1049,9 +1070,9 @@ def test_records_of_every_kind_count(sysfs):
 
 
 def test_the_room_of_the_first_kind_that_counts_one(sysfs):
-    a = Kind('a', room={P1: None})
-    b = Kind('b', room={P1: 'b-room', P2: 'b-room-2'})
-    c = Kind('c', room={P1: 'c-room', P3: 'c-room'})
+    a = FullKind('a', room={P1: None})
+    b = FullKind('b', room={P1: 'b-room', P2: 'b-room-2'})
+    c = FullKind('c', room={P1: 'c-room', P3: 'c-room'})
     vgpus = registry.Vgpus(sysfs, [a, b, c])
     assert vgpus.room(P1, T_223) == ('b-room', T_223)
     assert vgpus.room(P4, T_223) is None
@@ -1068,7 +1089,7 @@ def test_the_room_of_the_first_kind_that_counts_one(sysfs):
 
 def test_the_hostdev_of_a_vgpu_by_its_parents_kind(sysfs):
     from libvirt_gpu.virt import config_xml
-    vgpus, a, b, c = three(sysfs, binds_parent=True)
+    vgpus, a, b, c = three(sysfs, first=FullKind)
     assert vgpus.hostdev_for(U1, P1, T_223) == (
         'a', 'hostdev_xml', vgpu(uuid=U1, parent=P1))
     assert vgpus.hostdev_for(U2, P2, T_223) == config_xml.mdev_hostdev(U2)
@@ -1081,7 +1102,7 @@ def test_the_hostdev_of_a_vgpu_by_its_parents_kind(sysfs):
 
 
 def test_config_vgpus_are_kept_only_by_kinds_that_bind_the_parent(sysfs):
-    vgpus, a, b, c = three(sysfs, binds_parent=True)
+    vgpus, a, b, c = three(sysfs, first=FullKind)
     assert vgpus.keep_for_config(vgpu(parent=P1)) is True
     assert a.calls == [('define', vgpu(parent=P1), 'manual')]
     assert vgpus.keep_for_config(vgpu(parent=P2)) is False
@@ -1093,8 +1114,7 @@ def test_config_vgpus_are_kept_only_by_kinds_that_bind_the_parent(sysfs):
 
 def test_bind_for_config_chooses_on_the_first_gpu_with_room(sysfs):
     # on the T4 host every GPU is its own parent
-    a = Kind('a', parents=(GPU_A, GPU_B, P2, P3), binds_parent=True,
-             choose={GPU_B: P2})
+    a = FullKind('a', parents=(GPU_A, GPU_B, P2, P3), choose={GPU_B: P2})
     vgpus = registry.Vgpus(sysfs, [a, Kind('c')])
     assert vgpus.bind_for_config([P4, GPU_A, GPU_B], T_223, None,
                                  U1) == P2
@@ -1120,7 +1140,7 @@ def test_bind_for_config_chooses_on_the_first_gpu_with_room(sysfs):
 
 
 def test_bind_for_config_without_room_names_every_gpus_answer(sysfs):
-    a = Kind('a', parents=(GPU_A, GPU_B), binds_parent=True)
+    a = FullKind('a', parents=(GPU_A, GPU_B))
     vgpus = registry.Vgpus(sysfs, [a, Kind('c')])
     err = refused(exception.NoCapacity, vgpus.bind_for_config,
                   [GPU_A, GPU_B], T_223, None, U1)
@@ -1152,63 +1172,50 @@ def test_physical_gpus_and_their_functions(sysfs):
 
 # --- the contract's defaults and helpers (backends.base) --------------------
 
-class Persisting(Kind):
-    """A kind recording one vGPU to start with the host, on a 'VF'."""
+def test_the_core_follows_exists_and_release_from_lookup_and_remove(
+        sysfs):
+    class Found(Kind):
+        def lookup(self, uuid):
+            return vgpu(uuid=uuid, parent=P1) if uuid in self.uuids else None
+    found = Found('f', parents=(P1,), uuids=(U1,))
+    assert base.VgpuKind.exists(found, vgpu(uuid=U1, parent=P1))
+    assert not base.VgpuKind.exists(found, vgpu(uuid=U1, parent=P2))
+    assert not base.VgpuKind.exists(found, vgpu(uuid=U2, parent=P1))
+    assert base.VgpuKind.release(found, vgpu(uuid=U2)) == ('f', 'remove',
+                                                           U2)
+    assert base.VgpuKind.name == '' and base.VgpuKind.places == ()
+    assert set(base.CORE) >= base.VgpuKind.__abstractmethods__
 
-    parent_noun = 'VF'
 
-    def persistent(self):
-        return (vgpu(uuid=U2, parent=P2),)
-
-
-def test_a_kinds_defaults_are_empty_answers(sysfs):
-    plain = Kind('plain')
-    assert plain.persistent() == () and plain.restorable() == ()
-    assert Persisting('p').restorable() == (base.Restorable(
-        uuid=U2, device=vgpu(uuid=U2, parent=P2),
-        detail='nvidia-223 on VF 0000:02:00.0'),)
-    assert base.VgpuKind.parents_now(sysfs) == []
-    assert base.VgpuKind.sriov_pfs(sysfs) == ()
-    assert base.VgpuKind.read_function(sysfs, GPU_A) is None
-    assert base.VgpuKind.complete_types(GPU_A, ['vf']) == ['vf']
-    assert plain.recorded_gpus() == ()
-    assert plain.boot_cleanup(lambda uuid: False) == ()
-    assert plain.boot_cleanup(lambda uuid: False, dry_run=True) == ()
-    assert base.VgpuKind.recorded(plain, U1) is False
-    assert base.VgpuKind.reserved_parents(plain) == {}
-    assert not plain.carvable
+def test_a_capabilitys_defaults(sysfs):
+    plain = Defining('plain')
     definition = mdev.MdevDefinition(uuid=U1, parent=GPU_A, type_id=T_223,
                                      start='auto', attrs=(('a', 'b'),),
                                      source='its file')
-    assert base.VgpuKind.attrs_refusal(plain, definition) == (
+    assert plain.attrs_refusal(definition) == (
         'its definition (its file) sets attributes, which this hook does '
         'not apply')
+    assert plain.noun == 'vgpu' and mdev.MdevBackend.noun == 'mdev'
+    assert capabilities.declared(plain) == (capabilities.Persistent,)
+    assert capabilities.declared(FullKind) == (
+        capabilities.Persistent, capabilities.Recorded,
+        capabilities.BindsParent, capabilities.DriverRooms)
+    assert registry.having([Kind('k'), plain, FullKind],
+                           capabilities.Persistent) == (plain, FullKind)
 
 
-@pytest.mark.parametrize('call,args,text', [
-    ('held_type', (P1,), 'plain carves nothing'),
-    ('write_type', (P1, T_223), 'plain carves nothing'),
-    ('clear_type', (P1,), 'plain carves nothing'),
-    ('choose_parent', (P1, T_223),
-     'plain does not choose parents at define time'),
-])
-def test_what_a_kind_does_not_do_it_says(call, args, text):
-    plain = Kind('plain')
-    with pytest.raises(NotImplementedError) as e:
-        getattr(base.VgpuKind, call)(plain, *args)
-    assert str(e.value) == text
-
-
-def test_a_guest_holds_a_vgpu_by_uuid_or_a_function_by_address(sysfs):
+def test_a_guest_holds_a_vgpu_by_uuid_or_a_function_by_address(
+        sysfs, tmp_path):
     from types import SimpleNamespace
-
-    class Function(mdev.MdevBackend):
-        kind = 'pci'
     devices = SimpleNamespace(mdev_uuids={U1}, pci_addresses={GPU_A, P1})
     by_uuid = mdev.MdevBackend(sysfs)
     assert by_uuid.in_devices(devices, U1, None)
     assert not by_uuid.in_devices(devices, U2, GPU_A)
-    function = Function(sysfs)
+
+    class Function(nvidia_vgpu.NvidiaVgpuBackend):
+        def is_parent(self, address):
+            return address == GPU_A
+    function = Function(sysfs, str(tmp_path))
     assert function.in_devices(devices, U2, GPU_A)
     assert not function.in_devices(devices, U1, None)
     assert not function.in_devices(devices, U1, GPU_B)     # not handed over

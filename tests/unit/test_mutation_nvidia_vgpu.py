@@ -495,15 +495,19 @@ def test_what_we_record_is_asked_of_the_state_file(backend):
     assert backend.reserved_parents() == {
         FREE1: UUID1, EMPTY1: UUID2, FREE2: UUID3}
     assert set(backend.vgpus()) == {UUID1, UUID2, UUID3}
-    assert backend.persistent() == (vgpu(parent=EMPTY1, uuid=UUID2),)
+    assert [r.device for r in backend.restorable()] == [
+        vgpu(parent=EMPTY1, uuid=UUID2)]
     assert sorted(backend.recorded_gpus()) == [GPU1, GPU1, GPU2]
 
 
-def test_persistent_is_in_uuid_order(backend):
+def test_restorable_is_in_uuid_order(backend):
     backend.define(vgpu(parent=FREE2, uuid=UUID3), start='auto')
     backend.define(vgpu(parent=FREE1, uuid=UUID1), start='auto')
-    assert backend.persistent() == (vgpu(parent=FREE1, uuid=UUID1),
-                                    vgpu(parent=FREE2, uuid=UUID3))
+    assert backend.restorable() == (
+        base.Restorable(uuid=UUID1, device=vgpu(parent=FREE1, uuid=UUID1),
+                        detail='%s on VF %s' % (vgpu().type_id, FREE1)),
+        base.Restorable(uuid=UUID3, device=vgpu(parent=FREE2, uuid=UUID3),
+                        detail='%s on VF %s' % (vgpu().type_id, FREE2)))
 
 
 def test_a_recorded_vf_without_its_gpu_names_none(backend, host, monkeypatch):

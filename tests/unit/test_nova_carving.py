@@ -635,10 +635,11 @@ def test_two_records_set_aside_in_one_second_keep_both(fast_tmp):
 
 def test_the_gpus_that_could_be_carved_are_those_of_a_carving_kind(
         fast_tmp):
+    from libvirt_gpu.devices.backends import capabilities
     from libvirt_gpu.devices.backends import registry
     host = Host(fast_tmp, '')
     kinds = registry.kind_classes()
-    carving_kinds = [k for k in kinds if k.carvable]
+    carving_kinds = registry.having(kinds, capabilities.Carvable)
     assert carving_kinds and len(carving_kinds) < len(kinds)
     # whatever order the kinds come in
     for order in (kinds, tuple(reversed(kinds))):

@@ -1,6 +1,7 @@
-"""vGPU kinds are plugins: a third kind, defined here and registered with
-one line (``registry.KINDS``), is created, listed, removed and reconciled
-by the API, the allocator, the hook and reconcile, none of which changes."""
+"""vGPU kinds are plugins: a third kind of the core only, defined here and
+registered through an entry point (``registry.GROUP``), is created,
+listed, removed and reconciled by the API, the allocator, the hook and
+reconcile, none of which changes."""
 
 import io
 import json
@@ -10,7 +11,7 @@ import pytest
 
 from libvirt_gpu.guests import api
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import registry
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import environment
@@ -35,7 +36,6 @@ class DummyKind(base.VgpuKind):
     """vGPUs that are lines of a JSON file, made on one GPU (``PARENT``,
     set by the fixture), ``CAPACITY`` of type ``dummy-1`` at most."""
 
-    kind = 'mdev'               # handed to guests as <hostdev type='mdev'>
     name = 'dummy'
     PARENT = None
 
@@ -71,9 +71,6 @@ class DummyKind(base.VgpuKind):
         return base.VgpuDevice(uuid=uuid, parent=self.PARENT,
                                type_id=objects.TypeId.parse(entry))
 
-    def exists(self, device):
-        return self.lookup(device.uuid) == device
-
     def check_type(self, parent, type_id):
         if not self.is_parent(parent):
             raise exception.ParentGone(address=parent, uuid=None,
@@ -81,16 +78,13 @@ class DummyKind(base.VgpuKind):
         if type_id != TYPE:
             raise exception.UnknownType(type_id=type_id, address=parent)
 
-    def available(self, parent, type_id):
-        return CAPACITY - len(self._read())
-
     def vgpu_type(self, parent, type_id):
         if type_id != TYPE:
             return None
         return objects.VgpuType(id=TYPE, name='Dummy', description=None,
                                 device_api='vfio-pci',
-                                available_instances=self.available(
-                                    parent, type_id))
+                                available_instances=CAPACITY - len(
+                                    self._read()))
 
     def prepare(self, device):
         data = self._read()
@@ -99,9 +93,6 @@ class DummyKind(base.VgpuKind):
         data[device.uuid] = device.type_id
         self._write(data)
         return True
-
-    def release(self, device):
-        return self.remove(device.uuid)
 
     def remove(self, uuid):
         data = self._read()
@@ -113,14 +104,9 @@ class DummyKind(base.VgpuKind):
     def existing(self, mdevs_by_parent=None):
         return {u: (self.PARENT, t) for u, t in self._read().items()}
 
-    def definition(self, uuid):
-        return None
-
-    def define(self, device, start='manual'):
-        raise exception.InvalidInput(reason='dummy vGPUs are transient')
-
-    def undefine(self, uuid):
-        return False
+    def in_devices(self, devices, uuid, parent):
+        # handed to guests as <hostdev type='mdev'>
+        return uuid in devices.mdev_uuids
 
     def hostdev_xml(self, device):
         return config_xml.mdev_hostdev(device.uuid)
@@ -141,8 +127,8 @@ def world(tmp_path, monkeypatch):
     parent = discovery.from_sysfs(sysfs,
                                   kinds=kinds.registered()).gpus[0].address
     monkeypatch.setattr(DummyKind, 'PARENT', parent)
-    # The one registration line of a new kind:
-    monkeypatch.setattr(registry, 'KINDS', (SPEC,) + registry.KINDS)
+    # The one registration of a new kind: an entry point
+    kinds.register(monkeypatch, tmp_path / 'site', 'dummy', SPEC)
     conn = fake_libvirt.FakeConnection(str(tmp_path / 'doms'))
     conn.define(domains.tiny_domain_xml('vm1'), active=True)
     env = environment.Environment(
@@ -161,6 +147,9 @@ def test_the_dummy_kind_is_registered(world):
     env, _, parent = world
     assert [k.name for k in env.vgpus.kinds] == ['dummy', 'nvidia', 'mdev']
     assert env.vgpus.kind_of(parent) is dummy(env)
+    # the core only
+    assert capabilities.declared(DummyKind) == ()
+    assert base.VgpuKind.__abstractmethods__ <= set(DummyKind.__dict__)
 
 
 def test_api_attaches_lists_and_detaches_a_dummy_vgpu(world):

@@ -170,10 +170,11 @@ class VgpuDefinition:
 
 @records.record
 class Restorable:
-    """One persistent vGPU a kind records (``VgpuKind.restorable``):
-    ``device`` to create again after a reboot, described by ``detail``
-    (``'nvidia-223 on 0000:af:00.0'``); or, with no ``device``, one left
-    alone, ``detail`` saying why (``failed``: its record cannot be read)."""
+    """One persistent vGPU a kind records
+    (``capabilities.Persistent.restorable``): ``device`` to create again
+    after a reboot, described by ``detail`` (``'nvidia-223 on
+    0000:af:00.0'``); or, with no ``device``, one left alone, ``detail``
+    saying why (``failed``: its record cannot be read)."""
 
     uuid: str
     detail: str
@@ -194,7 +195,7 @@ class Place:
 @records.record
 class BootNote:
     """What a kind did, or would do, to one vGPU after a reboot
-    (``VgpuKind.boot_cleanup``), for ``restore``'s report."""
+    (``capabilities.Recorded.boot_cleanup``), for ``restore``'s report."""
 
     action: str        # 'reset', 'forgot', 'would', 'ok', 'skipped', 'failed'
     target: str        # a vGPU's UUID, or the parent holding one
@@ -229,128 +230,37 @@ class DeviceBackend(abc.ABC):
 
 class VgpuKind(DeviceBackend):
     """One way of making vGPUs (classic mdev, NVIDIA's vendor interface on
-    VFs, ...), in the manner of os-vif's ``PluginBase``.
+    VFs, ...), in the manner of os-vif's ``PluginBase``: the core every
+    kind implements.  What a kind does beyond it (definitions that outlive
+    a guest, VFs of SR-IOV GPUs, carving, the driver's room, layouts) it
+    declares by subclassing the capabilities of ``capabilities``.
 
-    A kind is one module with one subclass, named in
-    ``backends.registry.KINDS``; ``registry.Vgpus`` asks each kind which
-    parents and UUIDs are its own and hands each call to that kind, so that
-    the API, the allocator, the hook and reconcile never ask which kind
-    they hold.  ``device`` arguments are ``VgpuDevice``s; ``parent``
+    A kind is one module with one subclass, found through the entry
+    points of ``registry.GROUP``; ``registry.Vgpus`` asks each kind which
+    parents and UUIDs are its own and hands each call to that kind, so
+    that the API, the allocator, the hook and reconcile never ask which
+    kind they hold.  ``device`` arguments are ``VgpuDevice``s; ``parent``
     arguments are ``objects.PciAddress``es and ``uuid`` arguments UUIDs
     that ``objects.Uuid.parse`` accepted (lowercase), all parsed at the
     edge (``objects.Uuid``; nothing below the edge parses them again).  A
     ``VgpuDevice`` a kind returns holds the same: what it reads from sysfs
     or its own files it parses there.
+
+    The core (``CORE``): ``name``, ``places``, ``from_environment``,
+    ``is_parent``, ``owns``, ``lookup``, ``existing``, ``check_type``,
+    ``vgpu_type``, ``prepare``, ``remove``, ``hostdev_xml`` and
+    ``in_devices``; ``exists`` and ``release`` follow from ``lookup`` and
+    ``remove``.
     """
 
-    #: The kind's name in ``registry.KINDS`` (e.g. ``'mdev'``).
-    name = None
-
-    #: True when the guest's persistent XML names the parent (the vGPU's
-    #: hostdev is the parent itself): a ``config``-only attach must then
-    #: choose and record a parent (``choose_parent``, ``define``).
-    binds_parent = False
-
-    #: The name of this kind's entry in the qemu hook's settings key.
-    parents_key = None
-
-    #: The file names of the kind's own sysfs interface: spelled in the
-    #: kind's module (or package) and nowhere else in the repository
-    #: (tests/unit/test_architecture.py).  Classic mdev declares none: its
-    #: interface is the kernel's, read by ``sysfs``.
-    sysfs_names = ()
-
-    @classmethod
-    def parents_now(cls, sysfs):
-        """Names of this kind's parents on the host ``sysfs`` now, sorted,
-        read cheaply: when they change, the qemu hook's settings snapshot
-        (enabled types resolved per parent) is stale.  Default: none."""
-        return []
-
-    #: What the parent is called in ``restore``'s report (``'VF'``).
-    parent_noun = 'parent'
-
-    #: What one of this kind's vGPUs is called in ``restore``'s report.
-    noun = 'vgpu'
+    #: The kind's name (its entry point's, ``registry.GROUP``).
+    name: str = ''
 
     #: The places on the host the kind keeps its own files in
     #: (``Place``s): an ``Environment`` takes each as a keyword argument
     #: (a test's own directory) and hands it on (``Environment.place``);
     #: nothing outside the kind names them.
-    places = ()
-
-    def persistent(self):
-        """The vGPUs (``VgpuDevice``) this kind records to start with the
-        host, which ``restore`` creates again after a reboot.  Default:
-        none."""
-        return ()
-
-    def restorable(self):
-        """``Restorable``s: what ``restore`` creates again after a reboot
-        (and what it leaves alone, and why).  Default: each of
-        ``persistent()``, on its ``parent_noun``."""
-        return tuple(
-            Restorable(uuid=device.uuid, device=device, detail='%s on %s %s'
-                       % (device.type_id, self.parent_noun, device.parent))
-            for device in self.persistent())
-
-    def defined_device(self, uuid):
-        """The vGPU ``uuid`` as this kind's persistent definition describes
-        it (a ``VgpuDevice``), for a guest whose XML names it without our
-        metadata; None when the kind defines no such vGPU.  A definition
-        the hook cannot honour (it sets attributes) is refused
-        (``MdevCreateFailed``, saying what to do: ``attrs_refusal``)."""
-        definition = self.definition(uuid)
-        if definition is None:
-            return None
-        if definition.attrs:
-            raise exception.MdevCreateFailed(
-                uuid=uuid, type_id=definition.type_id,
-                parent=definition.parent,
-                reason=self.attrs_refusal(definition))
-        return VgpuDevice(uuid=uuid, parent=definition.parent,
-                          type_id=definition.type_id)
-
-    def attrs_refusal(self, definition):
-        """Why the hook does not create a vGPU whose ``definition`` sets
-        attributes, and what to do instead."""
-        return ('its definition (%s) sets attributes, which this hook does '
-                'not apply' % definition.source)
-
-    @classmethod
-    def sriov_pfs(cls, sysfs):
-        """The physical GPUs whose VFs this kind makes vGPUs on, when the
-        configuration names no addresses (``restore`` enables their VFs
-        after a reboot).  Default: none."""
-        return ()
-
-    def recorded_gpus(self):
-        """Physical GPUs the kind's own records mention: ``restore``
-        enables their VFs.  Default: none."""
-        return ()
-
-    def boot_cleanup(self, owner_running, dry_run=False):
-        """After a reboot: reset this kind's vGPUs whose guest does not run
-        (``owner_running(uuid)``: True, False, or None when it cannot tell)
-        and forget records of vGPUs that are gone; ``BootNote``s of what
-        was done (``dry_run``: would be done).  Default: nothing."""
-        return ()
-
-    @classmethod
-    def read_function(cls, sysfs, address):
-        """This kind's ``objects.VendorVf`` of the PCI function ``address``
-        (a VF without mdev types) when its own interface is there, else
-        None: how discovery (``list``, ``types``, ``discover``, Placement)
-        sees the kind's types.  Read through ``sysfs`` only.  Default:
-        None (classic mdev is read by ``sysfs`` itself)."""
-        return None
-
-    @classmethod
-    def complete_types(cls, pf, vfs):
-        """The VF records of the physical GPU ``pf`` with this kind's
-        types completed (names, maxima), the others unchanged.  Default:
-        as they are."""
-        return vfs
+    places: tuple[Place, ...] = ()
 
     @classmethod
     @abc.abstractmethod
@@ -371,16 +281,13 @@ class VgpuKind(DeviceBackend):
         """``uuid`` as a VgpuDevice when it exists now, else None."""
 
     @abc.abstractmethod
-    def remove(self, uuid):
-        """Remove ``uuid``; False when it did not exist."""
+    def existing(self, mdevs_by_parent=None):
+        """``{uuid: (parent, type_id)}`` of the vGPUs of this kind that
+        exist now (``mdevs_by_parent``: the mdevs, when already read)."""
 
     @abc.abstractmethod
     def check_type(self, parent, type_id):
         """ParentGone / UnknownType unless ``parent`` offers ``type_id``."""
-
-    @abc.abstractmethod
-    def available(self, parent, type_id):
-        """How many more vGPUs of ``type_id`` ``parent`` can make now."""
 
     @abc.abstractmethod
     def vgpu_type(self, parent, type_id):
@@ -388,68 +295,23 @@ class VgpuKind(DeviceBackend):
         available instances and maximum), None when it does not."""
 
     @abc.abstractmethod
-    def existing(self, mdevs_by_parent=None):
-        """``{uuid: (parent, type_id)}`` of the vGPUs of this kind that
-        exist now (``mdevs_by_parent``: the mdevs, when already read)."""
+    def remove(self, uuid):
+        """Remove ``uuid``; False when it did not exist."""
 
     @abc.abstractmethod
-    def definition(self, uuid):
-        """The persistent definition of ``uuid`` (``uuid``, ``parent``,
-        ``type_id``, ``start``, ``attrs``), else None."""
-
-    @abc.abstractmethod
-    def define(self, device, start='manual'):
-        """Make ``device`` persistent without creating it."""
-
-    @abc.abstractmethod
-    def undefine(self, uuid):
-        """Drop the persistent definition of ``uuid``; False when none."""
-
     def in_devices(self, devices, uuid, parent):
         """Whether a domain's ``config_xml.DomainDevices`` hold the hostdev
         of vGPU ``uuid`` (on ``parent``, None when unknown)."""
-        if self.kind == 'pci':
-            return (parent is not None and parent in devices.pci_addresses
-                    and self.is_parent(parent))
-        return uuid in devices.mdev_uuids
 
-    def recorded(self, uuid):
-        """Whether this kind keeps its own record of ``uuid`` as a vGPU
-        libvirt-gpu made (so that it is ours to judge even on a GPU the
-        configuration no longer covers).  Kinds whose vGPUs only the kernel
-        and mdevctl record keep none."""
-        return False
+    def exists(self, device):
+        """Whether ``device`` exists now, on its parent, of its type."""
+        return self.lookup(device.uuid) == device
 
-    def reserved_parents(self):
-        """``{parent: uuid}`` of parents recorded for a vGPU of this kind
-        that may not exist yet (no other vGPU may take them)."""
-        return {}
+    def release(self, device):
+        return self.remove(device.uuid)
 
-    #: True when the kind makes one vGPU per parent function whose type
-    #: can be written for another program (a VF carved for OpenStack
-    #: Nova, ``devices.carving``): ``held_type``, ``write_type`` and
-    #: ``clear_type``.
-    carvable = False
 
-    def held_type(self, parent):
-        """The type id of the vGPU the parent function holds now, None
-        when it holds none (kinds that are ``carvable``)."""
-        raise NotImplementedError('%s carves nothing' % self.name)
-
-    def write_type(self, parent, type_id):
-        """Make the parent function hold a vGPU of ``type_id``, recorded
-        by no one (kinds that are ``carvable``); MdevCreateFailed,
-        NoCapacity or ParentGone when the driver refuses."""
-        raise NotImplementedError('%s carves nothing' % self.name)
-
-    def clear_type(self, parent):
-        """Make the parent function hold no vGPU (kinds that are
-        ``carvable``); MdevRemoveFailed when the driver keeps it."""
-        raise NotImplementedError('%s carves nothing' % self.name)
-
-    def choose_parent(self, gpu, type_id):
-        """The parent of the physical GPU ``gpu`` a ``config``-only vGPU of
-        ``type_id`` goes to (kinds that ``binds_parent``); NoCapacity when
-        none can take it."""
-        raise NotImplementedError(
-            '%s does not choose parents at define time' % self.name)
+#: The members every vGPU kind implements (``VgpuKind``).
+CORE = ('name', 'places', 'from_environment', 'is_parent', 'owns',
+        'lookup', 'existing', 'check_type', 'vgpu_type', 'prepare',
+        'remove', 'hostdev_xml', 'in_devices')

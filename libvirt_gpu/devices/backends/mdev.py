@@ -36,6 +36,7 @@ import os
 import time
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
@@ -71,7 +72,8 @@ def _wait_for(predicate, timeout):
         delay = min(delay * 1.5, 0.05)
 
 
-class MdevBackend(base.VgpuKind):
+class MdevBackend(base.VgpuKind, capabilities.Persistent,
+                  capabilities.WatchedParents, capabilities.SriovGpus):
     """Creates and removes mdevs; ``sysfs`` is the host's ``Sysfs``.
 
     :param host: a ``host.Host`` to create/remove through libvirt, or None
@@ -84,7 +86,6 @@ class MdevBackend(base.VgpuKind):
         up their own mdevs shortly after a guest exits).
     """
 
-    kind = 'mdev'
     name = 'mdev'
     noun = 'mdev'
     parents_key = 'mdev_parents'
@@ -168,10 +169,9 @@ class MdevBackend(base.VgpuKind):
                 for parent, mdevs in mdevs_by_parent.items()
                 for m in mdevs}
 
-    def exists(self, device):
-        found = self.lookup(device.uuid)
-        return (found is not None and found.parent == device.parent
-                and found.type_id == device.type_id)
+    def in_devices(self, devices, uuid, parent):
+        """The guest's ``<hostdev type='mdev'>`` names the UUID."""
+        return uuid in devices.mdev_uuids
 
     def is_parent(self, address):
         """``class/mdev_bus/<address>`` exists."""
@@ -340,9 +340,6 @@ class MdevBackend(base.VgpuKind):
         return True
 
     # -- remove -----------------------------------------------------------
-
-    def release(self, device):
-        return self.remove(device.uuid)
 
     def remove(self, uuid):
         """Remove mdev ``uuid``; False when it did not exist (or was gone

@@ -1,20 +1,30 @@
 """The vGPU kinds of this project, and the one object callers talk to.
 
-``KINDS`` lists every vGPU kind (``base.VgpuKind``), as data: the module
-and class of each, in the order they are asked.  Adding a kind (say
-MIG-backed vGPUs) is one module with one ``VgpuKind`` subclass plus one
-line here::
+A vGPU kind (``base.VgpuKind``) is found through an entry point of the
+group ``GROUP`` (``libvirt_gpu.vgpu_kinds``), so that a third party's
+package adds one by declaring it in its own ``setup.cfg``::
 
-    KINDS = (
-        'libvirt_gpu.devices.backends.nvidia_vgpu:NvidiaVgpuBackend',
-        'libvirt_gpu.devices.backends.mdev:MdevBackend',
-    )
+    [options.entry_points]
+    libvirt_gpu.vgpu_kinds =
+        mig = mig_vgpu.kind:MigKind
+
+This project's own are ``mdev`` and ``nvidia`` (setup.py); an entry
+point's name is its kind's ``name``.  The kinds are asked in the order of
+their entry points' names, the fallback (``FALLBACK``, classic mdev)
+last.  Reading the entry points costs more than a whole guest start of the
+qemu hook (importing ``importlib.metadata`` alone), so the list is read
+once and kept as data (``installed``, ``record``) under the modification
+times of the import path's directories (installing or removing a package
+changes them): in this process, in a cache file beside the
+configuration's snapshot (``util.cachefiles.cache_dir``), and, for the qemu
+hook, in its settings snapshot (``remember``).
 
 ``Vgpus`` holds one instance of each and hands every call to the kind it is
 about: by parent (the first kind whose ``is_parent`` answers yes), by UUID
 (the first kind that ``owns`` it).  The last kind is the fallback: a parent
 or UUID no kind claims is classic mdev's, whose answers then say what is
-wrong (ParentGone, not found).  Today:
+wrong (ParentGone, not found).  What only some kinds do, it asks the kinds
+that declare the capability (``capabilities``, ``having``).  Today:
 
 * a VF with NVIDIA's vGPU 17+ vendor interface (``<VF>/nvidia/``):
   ``nvidia_vgpu.NvidiaVgpuBackend`` (``<hostdev type='pci' managed='no'>``
@@ -29,17 +39,20 @@ vGPUs are made on (``discovery.gpu_view`` reads one physical GPU with its
 VFs, given the kinds: ``Vgpus.kind_classes``).
 """
 
+import os
 import sys
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+from libvirt_gpu.util import jsonutil
 
-KINDS = (
-    'libvirt_gpu.devices.backends.nvidia_vgpu:NvidiaVgpuBackend',
-    'libvirt_gpu.devices.backends.mdev:MdevBackend',
-)
+GROUP = 'libvirt_gpu.vgpu_kinds'
+FALLBACK = 'mdev'
+CACHE_NAME = 'vgpu-kinds.json'
+_CACHE_VERSION = 1
 
 
 def load_kind(spec):
@@ -48,24 +61,154 @@ def load_kind(spec):
     # The import statement's own machinery, not importlib.import_module:
     # no importlib package to load at every guest start, and
     # ``python -X importtime`` (bench/hook.py --importtime) sees the kinds.
-    __import__(module)
-    cls = getattr(sys.modules[module], name)
+    try:
+        __import__(module)
+        cls = getattr(sys.modules[module], name)
+    except (ImportError, AttributeError) as e:
+        raise exception.ConfigError(
+            reason='the vGPU kind %s cannot be loaded (%s); reinstall the '
+                   'package that declares it, or uninstall it' % (spec, e))
     if not (isinstance(cls, type) and issubclass(cls, base.VgpuKind)):
         raise exception.ConfigError(
             reason='%s is not a vGPU kind (a backends.base.VgpuKind)' % spec)
     return cls
 
 
+def _path_key():
+    """What, when it changes, may change the entry points: each directory
+    of the import path with its modification time (None: none there; the
+    current directory, which a script's import path starts with, aside)."""
+    key = []
+    for entry in sys.path:
+        if not entry:
+            continue
+        try:
+            key.append([entry, os.stat(entry).st_mtime_ns])
+        except OSError:
+            key.append([entry, None])
+    return key
+
+
+def _memo(key):
+    return tuple((entry, mtime) for entry, mtime in key)
+
+
+def ordered(pairs):
+    """``(name, spec)`` pairs in the order the kinds are asked: by name,
+    the fallback last; ConfigError when two declare one name."""
+    found = {}
+    for name, spec in pairs:
+        if found.get(name, spec) != spec:
+            raise exception.ConfigError(
+                reason='two vGPU kinds are named %r (%s and %s, entry points '
+                       'of %s): uninstall one' % (name, found[name], spec,
+                                                  GROUP))
+        found[name] = spec
+    return tuple(sorted(found.items(),
+                        key=lambda pair: (pair[0] == FALLBACK, pair[0])))
+
+
+def scan():
+    """``(name, spec)`` of every entry point of ``GROUP``, ``ordered``
+    (the slow read: ``importlib.metadata``)."""
+    from importlib import metadata
+    return ordered((ep.name, ep.value)
+                   for ep in metadata.entry_points(group=GROUP))
+
+
+def record(found):
+    """The kinds ``found`` (``installed``) as JSON keeps them, under the
+    import path they were read on: what ``remember`` takes back (the cache
+    file's document; the hook keeps it in its settings snapshot)."""
+    return {'version': _CACHE_VERSION, 'path': _path_key(),
+            'kinds': [list(pair) for pair in found]}
+
+
+def _of_record(data, key):
+    """The kinds a ``record`` keeps, when each directory of ``key`` was on
+    the import path it was made under, unchanged (the qemu hook's path is
+    a part of the installing command's); else None."""
+    try:
+        if not (isinstance(data, dict) and data.get('version')
+                == _CACHE_VERSION):
+            return None
+        then = {entry: mtime for entry, mtime in data['path']}
+        if any(entry not in then or then[entry] != mtime
+               for entry, mtime in key):
+            return None
+        return ordered((str(name), str(spec))
+                       for name, spec in data['kinds']) or None
+    except (ValueError, TypeError, KeyError, exception.ConfigError):
+        return None
+
+
+_installed = {}
+
+
+def remember(data):
+    """Take the kinds of a ``record`` as this process's list when the
+    import path is as it was then; whether it was."""
+    key = _path_key()
+    found = _of_record(data, key)
+    if found is not None:
+        _installed[_memo(key)] = found
+    return found is not None
+
+
+def installed():
+    """``(name, spec)`` of the installed kinds, ``ordered``: kept in this
+    process (``remember``) and in the cache file while the import path is
+    unchanged (see the module doc), else read again (``scan``)."""
+    key = _path_key()
+    found = _installed.get(_memo(key))
+    if found is not None:
+        return found
+    from libvirt_gpu.util import cachefiles
+    directory = cachefiles.cache_dir()
+    path = os.path.join(directory, CACHE_NAME) if directory else None
+    if path is not None:
+        raw = cachefiles.read_private(path)
+        try:
+            found = _of_record(jsonutil.loads(raw), key) if raw else None
+        except ValueError:
+            found = None
+    if found is None:
+        found = scan()
+        if not found:
+            raise exception.ConfigError(
+                reason='no vGPU kind is installed (no entry point of %s): '
+                       'reinstall libvirt-gpu' % GROUP)
+        if directory:
+            cachefiles.write_private(directory, CACHE_NAME,
+                                     jsonutil.dumps(record(found)))
+    _installed[_memo(key)] = found
+    return found
+
+
+def kind_specs():
+    """The ``'module:Class'`` of each installed kind, in order."""
+    return tuple(spec for _, spec in installed())
+
+
 _loaded = {}
 
 
 def kind_classes(kinds=None):
-    """The VgpuKind subclasses of ``kinds`` (default: ``KINDS``), in order;
-    loaded once per list of specs."""
-    specs = tuple(kinds or KINDS)
+    """The VgpuKind subclasses of ``kinds`` (``'module:Class'`` specs;
+    default: the installed kinds, ``kind_specs``), in order; loaded once
+    per list of specs."""
+    specs = tuple(kinds or kind_specs())
     if specs not in _loaded:
         _loaded[specs] = [load_kind(spec) for spec in specs]
     return _loaded[specs]
+
+
+def having(kinds, capability):
+    """The kinds (instances or classes) of ``kinds`` that declare
+    ``capability`` (a class of ``capabilities``), in order."""
+    return tuple(kind for kind in kinds
+                 if issubclass(kind if isinstance(kind, type)
+                               else type(kind), capability))
 
 
 class Vgpus(object):
@@ -84,7 +227,8 @@ class Vgpus(object):
 
     @classmethod
     def from_environment(cls, env, kinds=None):
-        """Every kind of ``kinds`` (default: ``KINDS``) for ``env``."""
+        """Every kind of ``kinds`` (default: the installed kinds) for
+        ``env``."""
         return cls(env.sysfs, [kind.from_environment(env)
                                for kind in kind_classes(kinds)])
 
@@ -93,6 +237,11 @@ class Vgpus(object):
         """The classes of this host's kinds, in order (what discovery
         takes)."""
         return tuple(type(kind) for kind in self.kinds)
+
+    def having(self, capability):
+        """This host's kinds that declare ``capability`` (a class of
+        ``capabilities``), in order."""
+        return having(self.kinds, capability)
 
     def kind(self, name):
         """The kind registered as ``name``; KeyError when none is."""
@@ -126,7 +275,7 @@ class Vgpus(object):
         """The hostdev of vGPU ``uuid``: on ``parent`` when the kind there
         names its parent in the guest XML, else the fallback kind's (an
         mdev hostdev names only the UUID)."""
-        if parent is not None and self.kind_of(parent).binds_parent:
+        if parent is not None and self.binds_parent(parent):
             return self.kind_of(parent).hostdev_xml(base.VgpuDevice(
                 uuid=uuid, parent=parent, type_id=type_id))
         return config_xml.mdev_hostdev(uuid)
@@ -157,7 +306,8 @@ class Vgpus(object):
         return self.kind_of(parent).check_type(parent, type_id)
 
     def available(self, parent, type_id):
-        return self.kind_of(parent).available(parent, type_id)
+        found = self.vgpu_type(parent, type_id)
+        return found.available_instances if found is not None else 0
 
     def vgpu_type(self, parent, type_id):
         return self.kind_of(parent).vgpu_type(parent, type_id)
@@ -165,10 +315,10 @@ class Vgpus(object):
     def room(self, gpu, type_id):
         """The driver's room for ``type_id`` on the physical GPU ``gpu``
         (``capacity.DriverRoom``) from the kind that reads one (the vendor
-        interface on a MIG or mixed-size GPU), or None."""
-        for kind in self.kinds:
-            read = getattr(kind, 'room', None)
-            found = read(gpu, type_id) if read is not None else None
+        interface on a MIG or mixed-size GPU: ``capabilities.DriverRooms``),
+        or None."""
+        for kind in self.having(capabilities.DriverRooms):
+            found = kind.room(gpu, type_id)
             if found is not None:
                 return found
         return None
@@ -188,7 +338,7 @@ class Vgpus(object):
     def definition(self, uuid):
         """The first definition of ``uuid`` any kind keeps (mdevctl's
         first: an operator's definition wins), else None."""
-        for kind in reversed(self.kinds):
+        for kind in reversed(self.having(capabilities.Persistent)):
             found = kind.definition(uuid)
             if found is not None:
                 return found
@@ -199,7 +349,7 @@ class Vgpus(object):
         kind keeps and can read (live or not; mdevctl's first), whatever
         ``restore`` would make of it."""
         found = {}
-        for kind in self.kinds:
+        for kind in self.having(capabilities.Persistent):
             for item in kind.restorable():
                 try:
                     definition = kind.definition(item.uuid)
@@ -212,19 +362,29 @@ class Vgpus(object):
     def undefine(self, uuid):
         """Drop the persistent definition of ``uuid`` of the kind that
         keeps it (mdevctl's first); False when none does."""
-        for kind in reversed(self.kinds):
+        for kind in reversed(self.having(capabilities.Persistent)):
             if kind.definition(uuid) is not None:
                 return kind.undefine(uuid)
         return False
 
     def defined_device(self, uuid):
         """The vGPU ``uuid`` as the first kind that defines it describes
-        it (``VgpuKind.defined_device``: the fallback's first), else
-        None."""
-        for kind in reversed(self.kinds):
-            found = kind.defined_device(uuid)
-            if found is not None:
-                return found
+        it (a ``base.VgpuDevice``: the fallback's first), for a guest
+        whose XML names it without our metadata, else None.  A definition
+        the hook cannot honour (it sets attributes) is refused
+        (``MdevCreateFailed``, saying what to do: the kind's
+        ``attrs_refusal``)."""
+        for kind in reversed(self.having(capabilities.Persistent)):
+            definition = kind.definition(uuid)
+            if definition is None:
+                continue
+            if definition.attrs:
+                raise exception.MdevCreateFailed(
+                    uuid=uuid, type_id=definition.type_id,
+                    parent=definition.parent,
+                    reason=kind.attrs_refusal(definition))
+            return base.VgpuDevice(uuid=uuid, parent=definition.parent,
+                                   type_id=definition.type_id)
         return None
 
     def existing(self, mdevs_by_parent=None):
@@ -235,13 +395,16 @@ class Vgpus(object):
         return found
 
     def recorded(self, uuid):
-        """Whether any kind records ``uuid`` as ours (see VgpuKind)."""
-        return any(kind.recorded(uuid) for kind in self.kinds)
+        """Whether any kind records ``uuid`` as ours
+        (``capabilities.Recorded``)."""
+        return any(kind.recorded(uuid)
+                   for kind in self.having(capabilities.Recorded))
 
     def reserved_parents(self):
-        """``{parent: uuid}`` recorded by every kind (see VgpuKind)."""
+        """``{parent: uuid}`` recorded by every kind that binds its parents
+        (``capabilities.BindsParent``)."""
         found = {}
-        for kind in self.kinds:
+        for kind in self.having(capabilities.BindsParent):
             found.update(kind.reserved_parents())
         return found
 
@@ -253,40 +416,38 @@ class Vgpus(object):
     def hostdev_function(self, uuid, parent, devices):
         """The PCI function a domain's devices hand over as vGPU ``uuid``
         (a kind that ``binds_parent``), else None."""
-        if parent is None:
+        if parent is None or not self.binds_parent(parent):
             return None
-        kind = self.kind_of(parent)
-        if kind.binds_parent and kind.in_devices(devices, uuid, parent):
+        if self.kind_of(parent).in_devices(devices, uuid, parent):
             return parent
         return None
 
     # -- vGPUs of the persistent configuration ------------------------------
 
     def binds_parent(self, parent):
-        return self.kind_of(parent).binds_parent
+        """Whether the kind of ``parent`` names it in the guest's XML
+        (``capabilities.BindsParent``)."""
+        return isinstance(self.kind_of(parent), capabilities.BindsParent)
 
     def keep_for_config(self, device):
         """Record ``device`` for a guest's persistent XML when its kind
         names the parent there; True when something was recorded."""
-        kind = self.kind_of(device.parent)
-        if not kind.binds_parent:
+        if not self.binds_parent(device.parent):
             return False
-        kind.define(device, start='manual')
+        self.kind_of(device.parent).define(device, start='manual')
         return True
 
     def forget_for_config(self, uuid, parent):
         """Undo ``keep_for_config``."""
-        kind = self.kind_of(parent)
-        if kind.binds_parent:
-            kind.undefine(uuid)
+        if self.binds_parent(parent):
+            self.kind_of(parent).undefine(uuid)
 
     def bind_for_config(self, gpus, type_id, parent, uuid):
         """The parent a ``config``-only vGPU goes to, recorded for it, when
         the kind of the GPUs ``gpus`` (physical GPUs, in order) names the
         parent in the guest XML; None otherwise (it is chosen at start).
         ``parent``: the caller's choice, a physical GPU or one function."""
-        gpus = [g for g in gpus if self.kind_of(self.parents_of(g)[0])
-                .binds_parent]
+        gpus = [g for g in gpus if self.binds_parent(self.parents_of(g)[0])]
         if not gpus:
             return None
         if parent is not None and parent != gpus[0]:

@@ -52,7 +52,7 @@ configuration's snapshot (``confcache``, the CLI's form and staleness
 rule, kept in the state directory) with the enabled types resolved per GPU
 beside it (``HookSettings``: sysfs root, state dir, enabled types).  The
 configuration file changed: it is read again through oslo.config.  The
-parents of a registered vGPU kind changed (``VgpuKind.parents_now``: the
+parents of a registered vGPU kind changed (``WatchedParents.parents_now``: the
 mdev parents in ``class/mdev_bus``, the VFs with NVIDIA's vGPU 17+ vendor
 interface, which appear when ``sriov-manage -e`` enables them): the
 enabled types are resolved again from the snapshot's values.  The keys

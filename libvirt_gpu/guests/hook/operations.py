@@ -128,7 +128,7 @@ class Hook(object):
 
     def claims(self, req: Request) -> list[allocator_mod.VgpuClaim]:
         """VgpuClaims of the domain: metadata first, then the hostdevs a
-        vGPU kind defines persistently (``VgpuKind.defined_device``)."""
+        vGPU kind defines persistently (``Vgpus.defined_device``)."""
         claims: list[allocator_mod.VgpuClaim] = []
         listed: set[objects.Uuid] = set()
         for entry in req.meta.vgpus:

@@ -3,9 +3,11 @@ form, one staleness rule, the CLI's too) kept in the state directory, with
 the enabled types resolved against this host's GPUs beside its values.
 
 Read on every guest start, so cheaply: the snapshot's key (the
-configuration file, the option modules, the host name) and the parents of
-every registered vGPU kind (``VgpuKind.parents_now``) are compared, and
-nothing else is imported.  The configuration changed: it is read again
+configuration file, the option modules, the host name), the installed vGPU
+kinds (``registry.record``: kept under the import path's modification
+times) and the parents of every kind that watches them
+(``capabilities.WatchedParents``) are compared, and nothing else is
+imported.  The configuration changed: it is read again
 through oslo.config (which costs more to import than a whole ``prepare``).
 Only the parents changed (VFs enabled by ``sriov-manage``): the enabled
 types are resolved again from the snapshot's values, without oslo.config.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu import confcache
@@ -62,7 +65,8 @@ def _sysfs_key(sysfs_root: str) -> dict[str, object]:
     [...]}`` (today ``{'mdev_parents': [...], 'vendor_vfs': [...]}``)."""
     sysfs = sysfs_mod.Sysfs(sysfs_root)
     return {kind.parents_key or kind.name: kind.parents_now(sysfs)
-            for kind in registry.kind_classes()}
+            for kind in registry.having(registry.kind_classes(),
+                                        capabilities.WatchedParents)}
 
 
 def _load_conf(config_file: str) -> cfg.ConfigOpts:
@@ -89,6 +93,7 @@ def _resolved(conf: cfg.ConfigOpts | confcache.Values,
                             state_dir=env.state_dir, enabled=env.enabled,
                             routes=env.routes, nvml=conf.gpu.nvml)
     extra = {'sysfs_key': sysfs_key, 'routes': env.routes.to_json(),
+             'kinds': registry.record(registry.installed()),
              'enabled': {str(a): dict(_entry(e), others=[
                  _entry(o) for o in e.others])
                  for a, e in sorted(settings.enabled.items())}}
@@ -198,9 +203,14 @@ def load_settings(config_file: str, settings_file: str | None = None
     found = _read_snapshot(config_file, settings_file) if settings_file \
         else None
     if found is not None:
-        values, extra = found.values, found.extra
+        values = found.values
+        extra: dict[str, Any] = (found.extra if isinstance(found.extra, dict)
+                                 else {})
+        # the installed vGPU kinds, as the snapshot keeps them (reading
+        # their entry points costs more than a guest start)
+        kinds = bool(extra) and registry.remember(extra.get('kinds'))
         sysfs_key = _sysfs_key(values.sysfs_root)
-        if isinstance(extra, dict) and extra.get('sysfs_key') == sysfs_key:
+        if kinds and extra.get('sysfs_key') == sysfs_key:
             enabled = _enabled_of(extra)
             routes = _routes_of(extra)
             if enabled is not None and routes is not None:
@@ -210,8 +220,8 @@ def load_settings(config_file: str, settings_file: str | None = None
                     enabled=enablement.Enabled(
                         enabled, values.gpu.enabled_vgpu_types),
                     routes=routes, nvml=values.gpu.nvml), None
-        # the host's vGPU parents changed: resolved again from the same
-        # values, without oslo.config
+        # the host's vGPU parents (or kinds) changed: resolved again from
+        # the same values, without oslo.config
         settings, extra = _resolved(values, sysfs_key)
         document = confcache.document(found.key, values, extra)
         note = 'enabled types resolved again (the vGPU parents changed)'

@@ -9,6 +9,7 @@ import errno
 import time
 
 from libvirt_gpu.devices.backends import base
+from libvirt_gpu.devices.backends import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.devices.backends.nvidia_vgpu import files
 from libvirt_gpu.devices.backends.nvidia_vgpu import names
@@ -28,7 +29,11 @@ def vf_hostdev(address):
     return config_xml.pci_hostdev(address, managed=False)
 
 
-class NvidiaVgpuBackend(base.VgpuKind):
+class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
+                        capabilities.WatchedParents, capabilities.SriovGpus,
+                        capabilities.VendorFunctions, capabilities.Recorded,
+                        capabilities.Carvable, capabilities.DriverRooms,
+                        capabilities.LayoutDriver):
     """vGPUs on VFs through NVIDIA's vendor interface.
 
     :param sysfs: the host's ``Sysfs``.
@@ -37,10 +42,8 @@ class NvidiaVgpuBackend(base.VgpuKind):
     :param retry_stop: seconds to keep retrying a busy create.
     """
 
-    kind = 'pci'
     name = objects.VENDOR_INTERFACE
     interface = objects.VENDOR_INTERFACE
-    binds_parent = True
 
     @classmethod
     def from_environment(cls, env):
@@ -84,6 +87,11 @@ class NvidiaVgpuBackend(base.VgpuKind):
 
     def hostdev_xml(self, device):
         return vf_hostdev(device.parent)
+
+    def in_devices(self, devices, uuid, parent):
+        """The guest's ``<hostdev type='pci'>`` names the VF."""
+        return (parent is not None and parent in devices.pci_addresses
+                and self.is_parent(parent))
 
     def is_parent(self, address):
         """Whether ``address`` is a VF with the vendor interface."""
@@ -180,23 +188,19 @@ class NvidiaVgpuBackend(base.VgpuKind):
     def choose_parent(self, gpu, type_id):
         return self.choose_vf(gpu, type_id)
 
-    def exists(self, device):
-        found = self.lookup(device.uuid)
-        return (found is not None and found.parent == device.parent
-                and found.type_id == device.type_id)
-
     def vgpus(self):
         """Every entry of the state file (``{uuid: VendorVgpu}``)."""
         return self.state.read()
 
     # -- after a reboot (restore) -------------------------------------------
 
-    parent_noun = 'VF'
-
-    def persistent(self):
-        return tuple(entry.device() for _, entry
-                     in sorted(self.state.read().items())
-                     if entry.start == 'auto')
+    def restorable(self):
+        """Each ``auto`` entry of the state file, on its VF."""
+        return tuple(
+            base.Restorable(uuid=uuid, device=entry.device(),
+                            detail='%s on VF %s' % (entry.type_id, entry.vf))
+            for uuid, entry in sorted(self.state.read().items())
+            if entry.start == 'auto')
 
     def recorded_gpus(self):
         return tuple(entry.gpu for entry in self.state.read().values()
@@ -296,6 +300,17 @@ class NvidiaVgpuBackend(base.VgpuKind):
                 'forgot', uuid, 'its VF %s holds no vGPU any more'
                 % entry.vf))
         return notes
+
+    # -- layouts (devices.layout_apply) ----------------------------------
+
+    def layout_ready(self, vf):
+        return self.is_parent(vf)
+
+    def layout_vgpus(self, gpu):
+        objects.typed(gpu, objects.PciAddress, 'gpu')
+        return tuple(vf for vf in self.sysfs.virtfns(gpu)
+                     if self.files.has_interface(vf)
+                     and self.files.current_type(vf))
 
     def room(self, gpu, type_id):
         """The driver's room for ``type_id`` on the physical GPU ``gpu``
@@ -478,8 +493,6 @@ class NvidiaVgpuBackend(base.VgpuKind):
 
     # -- carving for another program (devices.carving) ---------------------
 
-    carvable = True
-
     def held_type(self, parent):
         objects.typed(parent, objects.PciAddress, 'parent')
         current = self.files.current_type(parent)
@@ -513,9 +526,6 @@ class NvidiaVgpuBackend(base.VgpuKind):
         self.reset_vf(objects.typed(parent, objects.PciAddress, 'parent'))
 
     # -- remove -------------------------------------------------------------
-
-    def release(self, device):
-        return self.remove(device.uuid)
 
     def remove(self, uuid):
         """Destroy our vGPU ``uuid`` (write 0); False when it did not
