@@ -43,7 +43,7 @@ from prometheus_client import exposition as expo
 
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.devices import layout as layout_mod
-from libvirt_gpu.devices import layout_apply
+from libvirt_gpu.host import layout_apply
 from libvirt_gpu.devices import layout_plan
 from libvirt_gpu.devices import nvml as nvml_mod
 from libvirt_gpu import exception

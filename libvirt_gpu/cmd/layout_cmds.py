@@ -12,7 +12,7 @@ def _progress(result):
 
 
 def _run(ctx, dry_run):
-    from libvirt_gpu.devices import layout_apply
+    from libvirt_gpu.host import layout_apply
     from libvirt_gpu.host import restore
     from libvirt_gpu import objects
     only = None

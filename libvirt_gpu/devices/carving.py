@@ -51,9 +51,7 @@ CLI's snapshot of one.
 
 from __future__ import annotations
 
-# the capabilities alone (they import nothing of ours), not the kinds'
-# package: this room sits below the kinds
-import libvirt_gpu.devices.backends.capabilities as capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu import exception
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.util import logs

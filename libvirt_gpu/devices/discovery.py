@@ -30,9 +30,7 @@ look the same database up (``pciids``) when the caller gives one.  NVML
 
 import os
 
-# the capabilities alone (they import nothing of ours), not the kinds'
-# package: this room sits below the kinds
-import libvirt_gpu.devices.backends.capabilities as capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects

@@ -5,7 +5,7 @@ service``, and safe to run any time: a second run changes nothing).
 Neither SR-IOV VFs nor vGPUs survive a reboot.  In order:
 
 0. **Layouts.**  The GPUs of ``[gpu]/layouts`` are brought to their
-   layouts first (``devices.layout_apply``: VFs, MIG GPU instances,
+   layouts first (``host.layout_apply``: VFs, MIG GPU instances,
    mixed-size mode, the vGPU scheduler; MIG mode itself survives a
    reboot), so that the vGPUs below find their GPU instances.
 1. **VFs.**  Every GPU whose vGPUs live on VFs needs them enabled again:
@@ -74,7 +74,7 @@ import subprocess
 import time
 
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import carving
 from libvirt_gpu import exception
@@ -253,7 +253,7 @@ class Restore(object):
         conf = self.env.conf
         if conf is None or not getattr(conf.gpu, 'layouts', None):
             return
-        from libvirt_gpu.devices import layout_apply
+        from libvirt_gpu.host import layout_apply
         env = self.env
         try:
             report = layout_apply.converge(

@@ -31,7 +31,7 @@ def converge(env, names=None, **kwargs):
     (``cmd.layout_cmds``): its layouts, GPUs, NVML, sysfs, state directory
     and the holders its lease store names (``names``: ``{Uuid: domain
     name}``)."""
-    from libvirt_gpu.devices import layout_apply
+    from libvirt_gpu.host import layout_apply
     return layout_apply.converge(
         env.layouts, env.discovered.gpus, env.nvml, env.sysfs, env.state_dir,
         layout_apply.layout_kinds(env.vgpus),

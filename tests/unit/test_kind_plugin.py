@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.cmd import main
 from libvirt_gpu.virt import config_xml

@@ -1,4 +1,4 @@
-"""Converging a GPU to its layout (devices/layout_apply.py): apply, a
+"""Converging a GPU to its layout (host/layout_apply.py): apply, a
 second apply that does nothing, a failure injected at each step (no leak,
 the next apply converges), a GPU that holds a vGPU refused naming its
 domain (the real lease store).
@@ -16,7 +16,7 @@ import collections
 import pytest
 
 from libvirt_gpu.devices import layout
-from libvirt_gpu.devices import layout_apply as la
+from libvirt_gpu.host import layout_apply as la
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects

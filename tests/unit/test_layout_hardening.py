@@ -23,7 +23,7 @@ import pytest
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu.devices import layout
-from libvirt_gpu.devices import layout_apply
+from libvirt_gpu.host import layout_apply
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu import objects
 from tests.doubles import layouts

@@ -42,7 +42,7 @@ from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import simulator
-from libvirt_gpu.devices import layout_apply
+from libvirt_gpu.host import layout_apply
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu.simulator import kernel as kernel_mod

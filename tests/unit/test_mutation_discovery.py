@@ -16,7 +16,7 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.devices import carving
 from libvirt_gpu.store import carved as carve_record
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.devices import enablement
 from libvirt_gpu.util import records
 from tests.doubles import fakes

@@ -1,6 +1,6 @@
 """What ``layout plan``/``apply`` promises that test_layout_apply left
 open: each test here fails on a change ``make mutation`` made to
-devices/layout_apply.py that the rest stayed green on
+host/layout_apply.py that the rest stayed green on
 (docs/dev/mutation.md).
 
 ``GpuDriver`` is reached as on a host: nvidia-ml-py's binding over the
@@ -25,7 +25,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.cmd import output
 from libvirt_gpu.devices import layout
 from libvirt_gpu.devices.backends import nvidia_vgpu
-from libvirt_gpu.devices import layout_apply as la
+from libvirt_gpu.host import layout_apply as la
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu.devices import nvml
 from libvirt_gpu.devices import sysfs as sysfs_mod

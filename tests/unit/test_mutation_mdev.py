@@ -13,7 +13,7 @@ import os
 import pytest
 
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu.devices.backends import registry

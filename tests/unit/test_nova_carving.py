@@ -635,7 +635,7 @@ def test_two_records_set_aside_in_one_second_keep_both(fast_tmp):
 
 def test_the_gpus_that_could_be_carved_are_those_of_a_carving_kind(
         fast_tmp):
-    from libvirt_gpu.devices.backends import capabilities
+    from libvirt_gpu.devices import capabilities
     from libvirt_gpu.devices.backends import registry
     host = Host(fast_tmp, '')
     kinds = registry.kind_classes()

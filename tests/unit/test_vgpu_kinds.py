@@ -11,7 +11,7 @@ import pytest
 
 from libvirt_gpu.guests import api
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.devices import discovery
 from libvirt_gpu import environment

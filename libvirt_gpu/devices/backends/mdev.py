@@ -36,7 +36,7 @@ import os
 import time
 
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil

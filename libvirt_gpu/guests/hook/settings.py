@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.devices.backends import registry
 from libvirt_gpu.devices import routes as routes_mod
 from libvirt_gpu import confcache

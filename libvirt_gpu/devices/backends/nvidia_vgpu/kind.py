@@ -9,7 +9,7 @@ import errno
 import time
 
 from libvirt_gpu.devices.backends import base
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu.devices.backends.nvidia_vgpu import files
 from libvirt_gpu.devices.backends.nvidia_vgpu import names
@@ -301,7 +301,7 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                 % entry.vf))
         return notes
 
-    # -- layouts (devices.layout_apply) ----------------------------------
+    # -- layouts (host.layout_apply) ----------------------------------
 
     def layout_ready(self, vf):
         return self.is_parent(vf)

@@ -24,7 +24,7 @@ import os
 import subprocess
 import time
 
-from libvirt_gpu.devices.backends import capabilities
+from libvirt_gpu.devices import capabilities
 from libvirt_gpu.devices import layout as layout_mod
 from libvirt_gpu.devices import layout_plan
 from libvirt_gpu.devices import nvml
