@@ -15,6 +15,12 @@ fails with a ``SystemError``, which sends the text to ``json``), a bytes
 document that is not UTF-8, an interpreter without ``_json``.
 """
 
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 try:
     import _json
 except ImportError:      # an interpreter without the accelerator
@@ -77,7 +83,7 @@ def _accelerated():
 _scan = _accelerated()
 
 
-def loads(data):
+def loads(data: str | bytes | bytearray) -> Any:
     """``json.loads(data)``: ``data`` is a str, bytes or bytearray."""
     if _scan is None:
         return _json_module().loads(data)
@@ -109,7 +115,9 @@ def loads(data):
     return value
 
 
-def dumps(value, *, indent=None, separators=None, sort_keys=False):
+def dumps(value: object, *, indent: int | None = None,
+          separators: tuple[str, str] | None = None,
+          sort_keys: bool = False) -> str:
     """``json.dumps(value, indent=..., separators=..., sort_keys=...)``
     with json's other defaults (ASCII only; NaN and infinities as
     ``NaN``/``Infinity``; a cycle or a value JSON cannot hold raises)."""

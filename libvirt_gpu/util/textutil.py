@@ -21,7 +21,7 @@ _ESCAPES = {code: ('\\x%02x' % code if code < 0x100 else '\\u%04x' % code)
             for code in codes}
 
 
-def escape(text, newline=False):
+def escape(text: str, newline: bool = False) -> str:
     """``text`` with every control character written as an escape; with
     ``newline``, the newline too (one table cell, one line)."""
     text = text.translate(_ESCAPES)
