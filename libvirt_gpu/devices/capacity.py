@@ -34,9 +34,48 @@ GPU's maximum (a carving's).
 
 from __future__ import annotations
 
+# What the rules read of ``objects``' records, as the checker sees them
+# (this module imports none of ours: it sits at the floor).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from libvirt_gpu import objects
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    class _Type(Protocol):          # objects.VgpuType
+        @property
+        def id(self) -> str: ...
+        @property
+        def available_instances(self) -> int: ...
+        @property
+        def max_instance(self) -> int | None: ...
+
+    class _Setting(Protocol):       # objects.EnabledType
+        @property
+        def type_id(self) -> str: ...
+        @property
+        def max_instances(self) -> int | None: ...
+
+    class _Mdev(Protocol):          # objects.Mdev
+        @property
+        def type_id(self) -> str: ...
+
+    class _Gpu(Protocol):           # objects.Gpu
+        @property
+        def address(self) -> object: ...
+        @property
+        def mdevs(self) -> Sequence[_Mdev]: ...
+        @property
+        def vf_gpus(self) -> Sequence[_Gpu]: ...
+        @property
+        def functions(self) -> Sequence[_Gpu]: ...
+        @property
+        def is_vf(self) -> bool: ...
+        @property
+        def used_type_ids(self) -> Sequence[str]: ...
+        @property
+        def vgpu_types(self) -> Sequence[_Type]: ...
+        def mdev_type(self, type_id: str) -> _Type | None: ...
+        def offered_type(self, type_id: str) -> _Type | None: ...
 
 NO_IOMMU_GROUP = (
     'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
@@ -70,8 +109,7 @@ def pgpu_companions(gpu):
                         if m.companion))
 
 
-def limit(mtype: objects.VgpuType,
-          enabled: objects.EnabledType | None = None) -> int | None:
+def limit(mtype: _Type, enabled: _Setting | None = None) -> int | None:
     """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the
     description, or the published one) and ``[vgpu_<type>]/max_instances``
     (``enabled``; None: the driver's maximum alone); None when neither is
@@ -91,8 +129,8 @@ def exceeds(mtype, wanted, held=0, enabled=None):
     return cap is not None and wanted + held > cap
 
 
-def parent_total(mtype: objects.VgpuType | None, used: int,
-                 enabled: objects.EnabledType | None) -> int:
+def parent_total(mtype: _Type | None, used: int,
+                 enabled: _Setting | None) -> int:
     """Capacity of one mdev parent without VFs for the type ``mtype``
     (``objects.VgpuType`` as the parent lists it, or None when it does not)
     of which it holds ``used`` vGPUs."""
@@ -105,7 +143,7 @@ def parent_total(mtype: objects.VgpuType | None, used: int,
     return total
 
 
-def vgpu_total(gpu: objects.Gpu, enabled: objects.EnabledType,
+def vgpu_total(gpu: _Gpu, enabled: _Setting,
                room: DriverRoom | None = None, warn: bool = True) -> int:
     """Capacity of ``enabled`` (``objects.EnabledType``) on the physical GPU
     ``gpu`` (see the module doc); ``room`` (``DriverRoom``): the driver's
@@ -189,8 +227,7 @@ def free(total: int, used: int, pending: int = 0,
     return max(0, total - used - pending)
 
 
-def free_after(free_now: int, type_id: objects.TypeId,
-               taken: objects.TypeId) -> int:
+def free_after(free_now: int, type_id: str, taken: str) -> int:
     """What a GPU without VFs that can give ``free_now`` more vGPUs of
     ``type_id`` can give once a lease of the type ``taken`` is added there:
     one less of the same type, none of another (one type per GPU, as
@@ -292,7 +329,7 @@ class DriverRoom(_Value):
                            'placement_size', 'placements')
     _defaults = {'gis': (), 'placement_size': None, 'placements': ()}
     mode: str
-    type_id: objects.TypeId
+    type_id: str
     used: int
     gis: tuple[GiRoom, ...]
     placement_size: int | None
@@ -329,7 +366,7 @@ def gi_rooms(gis, profiles, gi_profile_id, max_per_gi, framebuffer_mib,
     return tuple(rooms)
 
 
-def room_total(room: DriverRoom, enabled: objects.EnabledType) -> int:
+def room_total(room: DriverRoom, enabled: _Setting) -> int:
     """The capacity of ``room`` (``DriverRoom``), lowered by
     ``[vgpu_<type>]/max_instances`` (never below what exists)."""
     total = room.total
