@@ -158,7 +158,7 @@ class Allocator(object):
 
     def __init__(self, backend: registry.Vgpus, store: state.LeaseStore,
                  enabled: Mapping[objects.PciAddress, objects.EnabledType],
-                 carved: (Mapping[objects.PciAddress, str]
+                 carved: (dict[objects.PciAddress, str]
                           | Collection[objects.PciAddress]) = frozenset()
                  ) -> None:
         self.backend = backend
@@ -167,8 +167,9 @@ class Allocator(object):
         # the types named in the configuration (enablement.Enabled)
         self.configured: tuple[objects.TypeId, ...] = tuple(
             getattr(enabled, 'configured', ()))
-        self.carved: dict[objects.PciAddress, str] = (dict(carved) if isinstance(carved, dict) else
-                       dict.fromkeys(carved, _CARVED))
+        self.carved: dict[objects.PciAddress, str] = (
+            dict(carved) if isinstance(carved, dict)
+            else dict.fromkeys(carved, _CARVED))
 
     def _enabled_types(self) -> str:
         return enabled_text(self.enabled, self.configured)

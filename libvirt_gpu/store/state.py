@@ -44,6 +44,14 @@ import contextlib
 import os
 import time
 
+from libvirt_gpu import exception
+from libvirt_gpu.util import fileutil
+from libvirt_gpu.util import filetype
+from libvirt_gpu import objects
+from libvirt_gpu.util import records
+from libvirt_gpu.store import statedir
+from libvirt_gpu.util import textutil
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
@@ -59,14 +67,6 @@ else:
         import _sqlite3 as sqlite3
     except ImportError:
         import sqlite3
-
-from libvirt_gpu import exception
-from libvirt_gpu.util import fileutil
-from libvirt_gpu.util import filetype
-from libvirt_gpu import objects
-from libvirt_gpu.util import records
-from libvirt_gpu.store import statedir
-from libvirt_gpu.util import textutil
 
 DB_NAME = 'leases.sqlite3'
 LOCK_NAME = 'leases.lock'
