@@ -6,21 +6,27 @@ type_id='nvidia-999', address='0000:af:00.0')`` and the CLI or hook prints
 ``str(exc)``, which says what is wrong and, where it can, what to do.
 """
 
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class LibvirtGpuError(Exception):
     """Base class of every error this package raises on purpose."""
 
     msg_fmt = "An unknown error occurred."
 
-    def __init__(self, message=None, **kwargs):
-        self.kwargs = kwargs
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        self.kwargs: dict[str, Any] = kwargs
         if message is None:
             try:
                 message = self.msg_fmt % kwargs
             except (KeyError, TypeError, ValueError):
                 # A wrong format argument must not hide the real error.
                 message = self.msg_fmt
-        self.message = message
+        self.message: str = message
         super().__init__(message)
 
 
@@ -114,7 +120,7 @@ class LibvirtUnavailable(LibvirtError):
     msg_fmt = ("cannot connect to libvirt at %(uri)s: %(reason)s; is "
                "libvirtd running?%(hint)s")
 
-    def __init__(self, message=None, **kwargs):
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
         # ``hint``: what to do instead (``host.Host`` knows whether sysfs
         # would do); none given, none said.
         kwargs.setdefault('hint', '')

@@ -32,6 +32,51 @@ once one more lease lands there; ``exceeds`` whether a count passes a
 GPU's maximum (a carving's).
 """
 
+from __future__ import annotations
+
+# What the rules read of ``objects``' records, as the checker sees them
+# (this module imports none of ours: it sits at the floor).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    class _Type(Protocol):          # objects.VgpuType
+        @property
+        def id(self) -> str: ...
+        @property
+        def available_instances(self) -> int: ...
+        @property
+        def max_instance(self) -> int | None: ...
+
+    class _Setting(Protocol):       # objects.EnabledType
+        @property
+        def type_id(self) -> str: ...
+        @property
+        def max_instances(self) -> int | None: ...
+
+    class _Mdev(Protocol):          # objects.Mdev
+        @property
+        def type_id(self) -> str: ...
+
+    class _Gpu(Protocol):           # objects.Gpu
+        @property
+        def address(self) -> object: ...
+        @property
+        def mdevs(self) -> Sequence[_Mdev]: ...
+        @property
+        def vf_gpus(self) -> Sequence[_Gpu]: ...
+        @property
+        def functions(self) -> Sequence[_Gpu]: ...
+        @property
+        def is_vf(self) -> bool: ...
+        @property
+        def used_type_ids(self) -> Sequence[str]: ...
+        @property
+        def vgpu_types(self) -> Sequence[_Type]: ...
+        def mdev_type(self, type_id: str) -> _Type | None: ...
+        def offered_type(self, type_id: str) -> _Type | None: ...
+
 NO_IOMMU_GROUP = (
     'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
     '(VT-d / AMD-Vi in the firmware, intel_iommu=on on Intel hosts) and '
@@ -64,7 +109,7 @@ def pgpu_companions(gpu):
                         if m.companion))
 
 
-def limit(mtype, enabled=None):
+def limit(mtype: _Type, enabled: _Setting | None = None) -> int | None:
     """The smaller of NVIDIA's per-GPU maximum (``max_instance`` of the
     description, or the published one) and ``[vgpu_<type>]/max_instances``
     (``enabled``; None: the driver's maximum alone); None when neither is
@@ -84,7 +129,8 @@ def exceeds(mtype, wanted, held=0, enabled=None):
     return cap is not None and wanted + held > cap
 
 
-def parent_total(mtype, used, enabled):
+def parent_total(mtype: _Type | None, used: int,
+                 enabled: _Setting | None) -> int:
     """Capacity of one mdev parent without VFs for the type ``mtype``
     (``objects.VgpuType`` as the parent lists it, or None when it does not)
     of which it holds ``used`` vGPUs."""
@@ -97,7 +143,8 @@ def parent_total(mtype, used, enabled):
     return total
 
 
-def vgpu_total(gpu, enabled, room=None, warn=True):
+def vgpu_total(gpu: _Gpu, enabled: _Setting,
+               room: DriverRoom | None = None, warn: bool = True) -> int:
     """Capacity of ``enabled`` (``objects.EnabledType``) on the physical GPU
     ``gpu`` (see the module doc); ``room`` (``DriverRoom``): the driver's
     numbers for a GPU in MIG or mixed-size mode, which then decide.
@@ -166,7 +213,8 @@ def offered_types(gpu, setting, rooms):
     return types[:1]
 
 
-def free(total, used, pending=0, other_types=False):
+def free(total: int, used: int, pending: int = 0,
+         other_types: bool = False) -> int:
     """What a GPU of capacity ``total`` can still give: less the vGPUs it
     holds (``used``) and the leases not created yet (``pending``); 0 while
     a vGPU of another type blocks it (``other_types``: NVIDIA's time-sliced
@@ -179,7 +227,7 @@ def free(total, used, pending=0, other_types=False):
     return max(0, total - used - pending)
 
 
-def free_after(free_now, type_id, taken):
+def free_after(free_now: int, type_id: str, taken: str) -> int:
     """What a GPU without VFs that can give ``free_now`` more vGPUs of
     ``type_id`` can give once a lease of the type ``taken`` is added there:
     one less of the same type, none of another (one type per GPU, as
@@ -215,9 +263,9 @@ class _Value(object):
     defaults of ``_defaults``), compared by value.  Not a dataclass: the
     qemu hook imports this module and must not pay for ``dataclasses``."""
 
-    __slots__ = ()
-    _fields = ()
-    _defaults = {}
+    __slots__: tuple[str, ...] = ()
+    _fields: tuple[str, ...] = ()
+    _defaults: dict[str, object] = {}
 
     def __init__(self, **values):
         unknown = set(values) - set(self._fields)
@@ -259,9 +307,14 @@ class GiRoom(_Value):
 
     __slots__ = _fields = ('id', 'profile_id', 'profile', 'used',
                            'capacity')
+    id: int
+    profile_id: int
+    profile: str
+    used: int
+    capacity: int
 
     @property
-    def free(self):
+    def free(self) -> int:
         return max(0, self.capacity - self.used) if self.capacity else 0
 
 
@@ -275,9 +328,15 @@ class DriverRoom(_Value):
     __slots__ = _fields = ('mode', 'type_id', 'used', 'gis',
                            'placement_size', 'placements')
     _defaults = {'gis': (), 'placement_size': None, 'placements': ()}
+    mode: str
+    type_id: str
+    used: int
+    gis: tuple[GiRoom, ...]
+    placement_size: int | None
+    placements: tuple[int, ...]
 
     @property
-    def total(self):
+    def total(self) -> int:
         if self.mode == MODE_MIG:
             return sum(g.capacity for g in self.gis)
         return self.used + len(self.placements)
@@ -307,7 +366,7 @@ def gi_rooms(gis, profiles, gi_profile_id, max_per_gi, framebuffer_mib,
     return tuple(rooms)
 
 
-def room_total(room, enabled):
+def room_total(room: DriverRoom, enabled: _Setting) -> int:
     """The capacity of ``room`` (``DriverRoom``), lowered by
     ``[vgpu_<type>]/max_instances`` (never below what exists)."""
     total = room.total

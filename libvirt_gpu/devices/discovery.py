@@ -28,6 +28,8 @@ look the same database up (``pciids``) when the caller gives one.  NVML
 (``nvml``), when asked for and present, adds what only the driver knows.
 """
 
+from __future__ import annotations
+
 import os
 
 from libvirt_gpu.devices import capabilities
@@ -37,6 +39,12 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices import pci_classes
 from libvirt_gpu.util import records
 from libvirt_gpu.devices import sysfs as sysfs_mod
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from libvirt_gpu.devices.sysfs.devices import Sysfs
 
 LOG = logs.getLogger(__name__)
 
@@ -235,7 +243,11 @@ def group_sriov(gpus, kinds):
     return tuple(by_address[g.address] for g in gpus)
 
 
-def gpu_view(sysfs, gpu, kinds, mdevs_by_parent=None):
+def gpu_view(sysfs: Sysfs, gpu: objects.PciAddress,
+             kinds: Iterable[type],        # the vGPU kinds' classes
+             mdevs_by_parent: (Mapping[objects.PciAddress,
+                                       Sequence[objects.Mdev]] | None) = None
+             ) -> objects.Gpu:
     """The ``objects.Gpu`` of the physical GPU ``gpu`` with its VFs
     (``vf_gpus``, vendor state and completed types), read from ``sysfs``
     alone and grouped as discovery groups them (``group_sriov``): how the

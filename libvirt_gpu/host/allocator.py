@@ -65,6 +65,17 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.store import state
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import (Callable, Collection, Iterable, Mapping,
+                                 Sequence)
+
+    from libvirt_gpu.devices.backends import registry
+
+    # what the sysfs tree holds: {parent: [Mdev]} (Sysfs.mdevs_by_parent)
+    MdevsByParent = Mapping[objects.PciAddress, Sequence[objects.Mdev]]
+    Nearness = Mapping[objects.PciAddress, bool]
+
 
 @records.record
 class VgpuClaim:
@@ -84,7 +95,7 @@ class VgpuClaim:
     parent: objects.PciAddress | None = None
     managed: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (type(self.uuid) is objects.Uuid
                 and type(self.type_id) is objects.TypeId
                 and (self.parent is None
@@ -106,13 +117,14 @@ class Grant:
     lease: state.Lease | None
 
 
-def enabled_text(enabled, configured=()):
+def enabled_text(enabled: Mapping[objects.PciAddress, objects.EnabledType],
+                 configured: Iterable[objects.TypeId] = ()) -> str:
     """``[gpu]/enabled_vgpu_types`` as TypeNotEnabled says it: the types
     enabled on a GPU, then those the configuration names (``configured``)
     that no GPU of this host offers, said so, never "none" for them."""
     on_gpus = sorted({t for e in enabled.values() for t in e.type_ids})
     unoffered = [t for t in configured if t not in on_gpus]
-    said = list(on_gpus)
+    said: list[str] = list(on_gpus)
     if unoffered:
         said.append('%s, which no GPU of this host offers (`libvirt-gpu '
                     'types` lists what they offer)' % ', '.join(unoffered))
@@ -122,7 +134,8 @@ def enabled_text(enabled, configured=()):
 _CARVED = routes.LABELS[routes.NOVA_PCI]
 
 
-def _foreign(address, label):
+def _foreign(address: objects.PciAddress,
+             label: str) -> exception.GpuInUse:
     """GpuInUse for a claim on a GPU of another route."""
     if label == _CARVED:
         return exception.GpuInUse(
@@ -143,19 +156,27 @@ class Allocator(object):
         doc.
     """
 
-    def __init__(self, backend, store, enabled, carved=frozenset()):
+    def __init__(self, backend: registry.Vgpus, store: state.LeaseStore,
+                 enabled: Mapping[objects.PciAddress, objects.EnabledType],
+                 carved: (dict[objects.PciAddress, str]
+                          | Collection[objects.PciAddress]) = frozenset()
+                 ) -> None:
         self.backend = backend
         self.store = store
         self.enabled = dict(enabled)
         # the types named in the configuration (enablement.Enabled)
-        self.configured = tuple(getattr(enabled, 'configured', ()))
-        self.carved = (dict(carved) if isinstance(carved, dict) else
-                       dict.fromkeys(carved, _CARVED))
+        self.configured: tuple[objects.TypeId, ...] = tuple(
+            getattr(enabled, 'configured', ()))
+        self.carved: dict[objects.PciAddress, str] = (
+            dict(carved) if isinstance(carved, dict)
+            else dict.fromkeys(carved, _CARVED))
 
-    def _enabled_types(self):
+    def _enabled_types(self) -> str:
         return enabled_text(self.enabled, self.configured)
 
-    def _sriov_gpu(self, address):
+    def _sriov_gpu(self, address: objects.PciAddress
+                   ) -> tuple[objects.PciAddress,
+                              objects.PciAddress | None] | None:
         """``(physical GPU, VF or None)`` when vGPUs of the GPU at
         ``address`` (a PF with VFs, or a VF) live on VFs, else None."""
         sysfs = self.backend.sysfs
@@ -166,7 +187,11 @@ class Allocator(object):
             return address, None
         return None
 
-    def _gpu_free(self, txn, gpu, type_id, mdevs, vf=None, uuid=None):
+    def _gpu_free(self, txn: state.Transaction, gpu: objects.PciAddress,
+                  type_id: objects.TypeId, mdevs: MdevsByParent,
+                  vf: objects.PciAddress | None = None,
+                  uuid: objects.Uuid | None = None
+                  ) -> tuple[int, objects.PciAddress | None]:
         """``(free, VF)`` of an SR-IOV GPU (see the module doc): how many
         more vGPUs of ``type_id`` it can take, and the VF the next one goes
         to (``vf`` when given and usable; ``uuid``'s own recorded VF
@@ -201,7 +226,7 @@ class Allocator(object):
             return 0, None
         leased = {lease.parent for lease in leases}
 
-        def usable(function):
+        def usable(function: objects.Gpu) -> bool:
             return (not function.used_type_ids
                     and function.address not in leased
                     and recorded.get(function.address, uuid) == uuid
@@ -216,7 +241,8 @@ class Allocator(object):
             return 0, None
         return free, chosen
 
-    def free(self, txn, parent, type_id, mdevs_by_parent):
+    def free(self, txn: state.Transaction, parent: objects.PciAddress,
+             type_id: objects.TypeId, mdevs_by_parent: MdevsByParent) -> int:
         """Instances of ``type_id`` ``parent`` can still give (see module
         doc); ``mdevs_by_parent`` must be read before this is called."""
         objects.typed(parent, objects.PciAddress, 'parent')
@@ -239,14 +265,16 @@ class Allocator(object):
         return capacity.free(total, len(used), len(pending),
                              other_types=bool(other_types))
 
-    def _setting(self, gpu, type_id):
+    def _setting(self, gpu: objects.PciAddress,
+                 type_id: objects.TypeId) -> objects.EnabledType:
         """``type_id`` as enabled on ``gpu`` (its max_instances), or with
         no setting of ours when another type is enabled there."""
         setting = self.enabled.get(gpu)
         found = setting.of(type_id) if setting is not None else None
         return found if found is not None else objects.EnabledType(type_id)
 
-    def capacity(self, type_id):
+    def capacity(self, type_id: objects.TypeId
+                 ) -> dict[objects.PciAddress, int]:
         """``{PciAddress: free}`` of every GPU that has ``type_id``
         enabled, read under the lock."""
         with self.store.transaction() as txn:
@@ -259,7 +287,9 @@ class Allocator(object):
 
     # -- reserve --------------------------------------------------------
 
-    def reserve(self, domain_uuid, claims, pinning=objects.UNPINNED):
+    def reserve(self, domain_uuid: objects.Uuid, claims: Iterable[VgpuClaim],
+                pinning: objects.NumaPinning = objects.UNPINNED
+                ) -> list[Grant]:
         """Grant every claim or none (one transaction); ``pinning``: where
         the domain is pinned (see the module doc).  Raises the first
         claim's error: NoCapacity, TypeNotEnabled, UnknownType, ParentGone,
@@ -267,7 +297,7 @@ class Allocator(object):
         ``MAX_VGPUS_PER_DOMAIN``."""
         objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
         claims = _counted(claims)
-        grants = []
+        grants: list[Grant] = []
         # Where each GPU is, read and parsed before the lock: nothing that
         # grows with input (a long local_cpulist) runs inside it.
         nearness = self._nearness(pinning)
@@ -283,9 +313,13 @@ class Allocator(object):
                                    e)
         return grants
 
-    def reserve_incoming(self, domain_uuid, claims, expires_at,
-                         pinning=objects.UNPINNED, new_uuid=None,
-                         check=None):
+    def reserve_incoming(
+            self, domain_uuid: objects.Uuid, claims: Iterable[VgpuClaim],
+            expires_at: float,
+            pinning: objects.NumaPinning = objects.UNPINNED,
+            new_uuid: Callable[[], objects.Uuid] | None = None,
+            check: Callable[[list[Grant]], object] | None = None
+            ) -> list[Grant]:
         """Reserve here, for a domain migrating in, a GPU for every claim
         or for none (one transaction), by the rules of ``reserve`` (the
         enabled type, room, ``pinning``); a claim's ``parent`` (the
@@ -318,7 +352,9 @@ class Allocator(object):
                 check(grants)
         return grants
 
-    def _pending_incoming(self, txn, domain_uuid):
+    def _pending_incoming(self, txn: state.Transaction,
+                          domain_uuid: objects.Uuid
+                          ) -> dict[objects.Uuid, state.Lease]:
         """``{uuid: Lease}`` of this domain's incoming reservations that
         no prepare took over yet, in no promised order (a retry matches
         them to its claims by type, and the order of two of one type
@@ -329,21 +365,23 @@ class Allocator(object):
                 and lease.expires_at is not None
                 and self.backend.lookup(lease.vgpu_uuid) is None}
 
-    def _incoming(self, txn, domain_uuid, claims, expires_at, new_uuid,
-                  mdevs, nearness):
+    def _incoming(self, txn: state.Transaction, domain_uuid: objects.Uuid,
+                  claims: list[VgpuClaim], expires_at: float,
+                  new_uuid: Callable[[], objects.Uuid], mdevs: MdevsByParent,
+                  nearness: Nearness) -> list[Grant]:
         """``reserve_incoming``'s work inside its transaction."""
         pending = self._pending_incoming(txn, domain_uuid)
-        grants = [None] * len(claims)
-        taken = []              # indexes of claims whose UUID is taken here
-        fresh = []              # indexes of claims reserved anew below
-        used = set()            # UUIDs granted or kept by this call
+        grants: list[Grant | None] = [None] * len(claims)
+        taken: list[int] = []   # indexes of claims whose UUID is taken here
+        fresh: list[int] = []   # indexes of claims reserved anew below
+        used: set[objects.Uuid] = set()   # UUIDs granted or kept by this call
 
-        def renew(i, lease):
+        def renew(i: int, lease: state.Lease) -> None:
             lease = txn.update(lease.vgpu_uuid, expires_at=expires_at)
             used.add(lease.vgpu_uuid)
             grants[i] = Grant(device=base.VgpuDevice(
                 uuid=lease.vgpu_uuid, parent=lease.parent,
-                type_id=lease.type_id), existed=False, lease=lease)
+                type_id=lease.checked_type_id()), existed=False, lease=lease)
 
         for i, claim in enumerate(claims):
             uuid = claim.uuid
@@ -376,11 +414,11 @@ class Allocator(object):
         for lease in leftover:          # the earlier try asked for more
             txn.delete(lease.vgpu_uuid)
         room = _Room(self, txn, mdevs)
-        taken = set(taken)
+        renamed = set(taken)
         for i in sorted(fresh):
             claim = claims[i]
             uuid = claim.uuid
-            if i in taken:
+            if i in renamed:
                 uuid = objects.typed(new_uuid(), objects.Uuid,
                                      'new_uuid()')
             try:
@@ -398,10 +436,13 @@ class Allocator(object):
             grants[i] = Grant(device=base.VgpuDevice(
                 uuid=uuid, parent=parent, type_id=claim.type_id),
                 existed=False, lease=lease)
-        return grants
+        # every claim was renewed or reserved anew above
+        return [g for g in grants if g is not None]
 
-    def _grant(self, txn, domain_uuid, claim, mdevs, nearness=None,
-               room=None):
+    def _grant(self, txn: state.Transaction, domain_uuid: objects.Uuid,
+               claim: VgpuClaim, mdevs: MdevsByParent,
+               nearness: Nearness | None = None,
+               room: _Room | None = None) -> Grant:
         uuid = claim.uuid
         lease = txn.get(uuid)
         if lease is not None:
@@ -411,7 +452,7 @@ class Allocator(object):
             self._check_fits(claim, existing)
             _borrow(txn, existing, domain_uuid)
             return Grant(device=existing, existed=True, lease=None)
-        parent = (self._check_parent(txn, claim, mdevs)
+        parent = (self._check_parent(txn, claim, claim.parent, mdevs)
                   if claim.parent is not None
                   else self._choose_parent(txn, claim, mdevs, nearness,
                                            room))
@@ -423,7 +464,8 @@ class Allocator(object):
             room.took(parent, claim.type_id)
         return Grant(device=device, existed=False, lease=lease)
 
-    def _check_fits(self, claim, existing):
+    def _check_fits(self, claim: VgpuClaim,
+                    existing: base.VgpuDevice) -> None:
         if existing.type_id != claim.type_id or (
                 claim.parent is not None and existing.parent != claim.parent):
             raise exception.MdevConflict(
@@ -431,7 +473,8 @@ class Allocator(object):
                 existing_parent=existing.parent, type_id=claim.type_id,
                 parent=claim.parent or 'any GPU')
 
-    def _grant_leased(self, txn, domain_uuid, claim, lease):
+    def _grant_leased(self, txn: state.Transaction, domain_uuid: objects.Uuid,
+                      claim: VgpuClaim, lease: state.Lease) -> Grant:
         """A lease exists for the claim's UUID: ours to take over only if it
         is this domain's (or a dead reconcile's) and nobody works on it."""
         mine = lease.domain_uuid == domain_uuid
@@ -452,19 +495,17 @@ class Allocator(object):
             return Grant(device=existing, existed=True, lease=lease)
         # A row whose type is no type id was read (so that reconcile can
         # list and clean it) but is refused where its type would be used.
-        lease.checked_type_id()
-        self._check_fits(claim, base.VgpuDevice(
-            uuid=lease.vgpu_uuid, parent=lease.parent, type_id=lease.type_id))
+        device = base.VgpuDevice(uuid=lease.vgpu_uuid, parent=lease.parent,
+                                 type_id=lease.checked_type_id())
+        self._check_fits(claim, device)
         # The lease already counts against its GPU: no new capacity needed.
-        self.backend.check_type(lease.parent, lease.type_id)
+        self.backend.check_type(device.parent, device.type_id)
         lease = txn.update(lease.vgpu_uuid, domain_uuid=domain_uuid,
                            state=state.RESERVED)
-        return Grant(device=base.VgpuDevice(uuid=lease.vgpu_uuid,
-                                            parent=lease.parent,
-                                            type_id=lease.type_id),
-                     existed=False, lease=lease)
+        return Grant(device=device, existed=False, lease=lease)
 
-    def _check_enabled(self, claim, gpu):
+    def _check_enabled(self, claim: VgpuClaim,
+                       gpu: objects.PciAddress) -> None:
         """A managed claim must ask for the type enabled on ``gpu`` (the
         physical GPU: an SR-IOV GPU's setting covers its VFs)."""
         if not claim.managed:
@@ -476,8 +517,11 @@ class Allocator(object):
                 enabled=(', '.join(setting.type_ids) if setting is not None
                          else 'none on that GPU'))
 
-    def _check_parent(self, txn, claim, mdevs):
-        parent = claim.parent
+    def _check_parent(self, txn: state.Transaction, claim: VgpuClaim,
+                      parent: objects.PciAddress,
+                      mdevs: MdevsByParent) -> objects.PciAddress:
+        """The parent a claim naming ``parent`` (its ``parent``) goes to:
+        that GPU, or a VF of an SR-IOV GPU."""
         sriov = self._sriov_gpu(parent)
         if sriov is not None:
             return self._check_sriov_parent(txn, claim, mdevs, *sriov)
@@ -492,7 +536,10 @@ class Allocator(object):
                 reason='its vGPUs and leases take every instance')
         return parent
 
-    def _check_sriov_parent(self, txn, claim, mdevs, gpu, vf):
+    def _check_sriov_parent(self, txn: state.Transaction, claim: VgpuClaim,
+                            mdevs: MdevsByParent, gpu: objects.PciAddress,
+                            vf: objects.PciAddress | None
+                            ) -> objects.PciAddress:
         """A claim naming an SR-IOV GPU (its PF: any of its VFs) or one of
         its VFs; returns the VF."""
         if gpu in self.carved:
@@ -502,7 +549,7 @@ class Allocator(object):
         self._check_enabled(claim, gpu)
         free, chosen = self._gpu_free(txn, gpu, claim.type_id, mdevs,
                                       vf=vf, uuid=claim.uuid)
-        if free < 1:
+        if free < 1 or chosen is None:
             raise exception.NoCapacity(
                 uuid=claim.uuid, type_id=claim.type_id,
                 where='the GPU %s' % gpu,
@@ -510,7 +557,8 @@ class Allocator(object):
                     ' or VF %s is taken' % vf if vf is not None else ''))
         return chosen
 
-    def _near(self, address, pinning):
+    def _near(self, address: objects.PciAddress,
+              pinning: objects.NumaPinning) -> bool:
         """Whether the GPU at ``address`` is on the nodes of ``pinning``
         (always False for an unpinned guest: every GPU ranks the same)."""
         if not pinning.pinned:
@@ -520,7 +568,8 @@ class Allocator(object):
         except exception.SysfsError:
             return False              # unknown: not preferred
 
-    def _nearness(self, pinning):
+    def _nearness(self, pinning: objects.NumaPinning
+                  ) -> dict[objects.PciAddress, bool]:
         """``{address: near}`` of every enabled GPU (``_near``); empty
         for an unpinned guest."""
         if not pinning.pinned:
@@ -528,7 +577,9 @@ class Allocator(object):
         return {address: self._near(address, pinning)
                 for address in self.enabled}
 
-    def _choose_parent(self, txn, claim, mdevs, nearness=None, room=None):
+    def _choose_parent(self, txn: state.Transaction, claim: VgpuClaim,
+                       mdevs: MdevsByParent, nearness: Nearness | None = None,
+                       room: _Room | None = None) -> objects.PciAddress:
         """The GPU (or VF) with the most room for ``claim`` (near first);
         ``room`` (a ``_Room``) counts each GPU without VFs once per
         transaction instead of once per claim."""
@@ -539,8 +590,9 @@ class Allocator(object):
             raise exception.TypeNotEnabled(
                 type_id=claim.type_id, where='this host',
                 enabled=self._enabled_types())
-        best = None           # ((near, free), parent)
-        looked = []
+        # ((near, free), parent)
+        best: tuple[tuple[bool, int], objects.PciAddress] | None = None
+        looked: list[str] = []
         for address in candidates:
             near = (nearness or {}).get(address, False)
             if address in self.carved:
@@ -552,7 +604,8 @@ class Allocator(object):
                 free, chosen = self._gpu_free(txn, address, claim.type_id,
                                               mdevs, uuid=claim.uuid)
                 looked.append('%s (%d free)' % (address, free))
-                if free > 0 and (best is None or (near, free) > best[0]):
+                if chosen is not None and free > 0 and (
+                        best is None or (near, free) > best[0]):
                     best = ((near, free), chosen)
                 continue
             if not self.backend.is_parent(address):
@@ -574,32 +627,35 @@ class Allocator(object):
 
     # -- after the devices were made ------------------------------------
 
-    def mark_created(self, uuids):
+    def mark_created(self, uuids: Iterable[objects.Uuid]) -> None:
         """``reserved`` -> ``created`` for leases this process holds."""
         with self.store.transaction() as txn:
             for uuid in uuids:
                 txn.update(uuid, state=state.CREATED)
 
-    def forget(self, uuids):
+    def forget(self, uuids: Iterable[objects.Uuid]) -> None:
         """Drop leases (the devices are gone or were never made)."""
         with self.store.transaction() as txn:
             for uuid in uuids:
                 txn.delete(uuid)
 
-    def give_back(self, domain_uuid, uuids):
+    def give_back(self, domain_uuid: objects.Uuid,
+                  uuids: Iterable[objects.Uuid]) -> None:
         """A domain no longer uses these existing, unleased mdevs (its
         start failed)."""
         with self.store.transaction() as txn:
             txn.give_back(domain_uuid, uuids)
 
-    def begin_release(self, domain_uuid, uuids=None):
+    def begin_release(self, domain_uuid: objects.Uuid,
+                      uuids: Iterable[objects.Uuid] | None = None
+                      ) -> list[state.Lease]:
         """Mark a domain's leases ``removing`` (held by this process) and
         return them; ``uuids`` limits them to those vGPUs."""
         objects.typed(domain_uuid, objects.Uuid, 'domain_uuid')
         wanted = (None if uuids is None
                   else {objects.typed(u, objects.Uuid, 'uuids[]')
                         for u in uuids})
-        taken = []
+        taken: list[state.Lease] = []
         with self.store.transaction() as txn:
             for lease in txn.for_domain(domain_uuid):
                 if wanted is not None and lease.vgpu_uuid not in wanted:
@@ -626,16 +682,16 @@ class Allocator(object):
 MAX_VGPUS_PER_DOMAIN = 64
 
 
-def _counted(claims):
+def _counted(claims: Iterable[VgpuClaim]) -> list[VgpuClaim]:
     """``claims`` as a list, refused (InvalidInput) beyond
     ``MAX_VGPUS_PER_DOMAIN``."""
-    claims = list(claims)
-    if len(claims) > MAX_VGPUS_PER_DOMAIN:
+    counted = list(claims)
+    if len(counted) > MAX_VGPUS_PER_DOMAIN:
         raise exception.InvalidInput(
             reason='the domain asks for %d vGPUs and one domain may hold at '
                    'most %d; give it fewer (split the work across guests)'
-                   % (len(claims), MAX_VGPUS_PER_DOMAIN))
-    return claims
+                   % (len(counted), MAX_VGPUS_PER_DOMAIN))
+    return counted
 
 
 class _Room(object):
@@ -646,20 +702,23 @@ class _Room(object):
     time (its next VF changes with each reservation; a domain holds few:
     ``MAX_VGPUS_PER_DOMAIN``)."""
 
-    def __init__(self, allocator, txn, mdevs):
+    def __init__(self, allocator: Allocator, txn: state.Transaction,
+                 mdevs: MdevsByParent) -> None:
         self.allocator = allocator
         self.txn = txn
         self.mdevs = mdevs
-        self._free = {}
+        self._free: dict[tuple[objects.PciAddress, objects.TypeId], int] = {}
 
-    def free(self, address, type_id):
+    def free(self, address: objects.PciAddress,
+             type_id: objects.TypeId) -> int:
         key = (address, type_id)
         if key not in self._free:
             self._free[key] = self.allocator.free(self.txn, address, type_id,
                                                   self.mdevs)
         return self._free[key]
 
-    def took(self, address, type_id):
+    def took(self, address: objects.PciAddress,
+             type_id: objects.TypeId) -> None:
         """A lease of ``type_id`` was added on ``address``: one less of
         that type there, and none of another (one type per GPU)."""
         for key in list(self._free):
@@ -668,7 +727,8 @@ class _Room(object):
                                                       key[1], type_id)
 
 
-def _borrow(txn, existing, domain_uuid):
+def _borrow(txn: state.Transaction, existing: base.VgpuDevice,
+            domain_uuid: objects.Uuid) -> None:
     """An mdev without a lease (someone else made it) is used, never
     removed; but only by one domain at a time."""
     holder = txn.borrower(existing.uuid)
@@ -683,7 +743,10 @@ def _borrow(txn, existing, domain_uuid):
 STALE_LISTED = 5
 
 
-def _no_room(txn, domain_uuid, claims, grants, claim, error):
+def _no_room(txn: state.Transaction, domain_uuid: objects.Uuid,
+             claims: Sequence[VgpuClaim], grants: Sequence[Grant],
+             claim: VgpuClaim,
+             error: exception.NoCapacity) -> exception.NoCapacity:
     """The NoCapacity of ``claim`` (``error``, from ``_choose_parent`` or
     ``_check_parent``), said the same way by ``reserve`` and
     ``reserve_incoming``: how many vGPUs of the type the domain asks for
@@ -693,7 +756,7 @@ def _no_room(txn, domain_uuid, claims, grants, claim, error):
     kwargs = dict(error.kwargs)
     same = sum(1 for c in claims if c.type_id == claim.type_id)
     if same > 1:
-        fitted = {}
+        fitted: dict[str, int] = {}
         for grant in grants:
             if grant.device.type_id == claim.type_id:
                 parent = str(grant.device.parent)
@@ -708,12 +771,13 @@ def _no_room(txn, domain_uuid, claims, grants, claim, error):
     return exception.NoCapacity(**kwargs)
 
 
-def _incoming_note(txn, domain_uuid):
+def _incoming_note(txn: state.Transaction, domain_uuid: objects.Uuid) -> str:
     """``'; N slot(s) are reserved for incoming ...'`` naming the domains
     whose incoming migration holds room here, or ''."""
-    held = {}
+    held: dict[objects.Uuid | None, tuple[int, float]] = {}
     for lease in txn.all():
-        if lease.held(txn.now) and lease.domain_uuid != domain_uuid:
+        if (lease.expires_at is not None and lease.held(txn.now)
+                and lease.domain_uuid != domain_uuid):
             count, until = held.get(lease.domain_uuid, (0, 0.0))
             held[lease.domain_uuid] = (count + 1,
                                        max(until, lease.expires_at))
@@ -732,7 +796,7 @@ def _incoming_note(txn, domain_uuid):
             % (sum(count for count, _ in held.values()), named))
 
 
-def _stale_note(txn):
+def _stale_note(txn: state.Transaction) -> str:
     """``'; N lease(s) left by processes that died ...'`` naming the
     leases whose holder process died before it finished (a killed prepare
     or release): they still count against capacity until ``reconcile``

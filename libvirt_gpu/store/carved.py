@@ -43,12 +43,12 @@ class CarvedVf:
     carving: str
     type_name: str | None = None
 
-    def to_json(self):
+    def to_json(self) -> dict[str, str | None]:
         return {'gpu': str(self.gpu), 'type_id': str(self.type_id),
                 'type_name': self.type_name, 'carving': self.carving}
 
 
-class CarveRecord(recordfile.RecordFile):
+class CarveRecord(recordfile.RecordFile[objects.PciAddress, CarvedVf]):
     """``<state_dir>/nova-carved.json``: ``{vf: CarvedVf}``, the VFs
     ``restore`` carved.  Read without its lock (the hook reads it on
     every guest start, and nothing is created), changed under an
@@ -60,11 +60,17 @@ class CarveRecord(recordfile.RecordFile):
     key = 'vfs'
     max_bytes = 1024 * 1024
 
-    def damaged(self, reason, error=None):
+    def damaged(self, reason: str,
+                error: exception.StateError | None = None
+                ) -> DamagedRecord:
         return DamagedRecord(path=self.path, damage=reason,
                              reason='%s; %s' % (reason, REMEDY))
 
-    def load_entry(self, key, entry):
+    def load_entry(self, key: str, value: object
+                   ) -> tuple[objects.PciAddress, CarvedVf]:
+        if not isinstance(value, dict):
+            raise TypeError('not an object')
+        entry: dict[str, object] = value
         vf = objects.PciAddress.parse(key)
         carving = entry['carving']
         type_name = entry.get('type_name')
@@ -76,12 +82,12 @@ class CarveRecord(recordfile.RecordFile):
             type_id=objects.TypeId.parse(entry['type_id']),
             carving=carving, type_name=type_name)
 
-    def read(self):
+    def read(self) -> dict[objects.PciAddress, CarvedVf]:
         """``{vf: CarvedVf}``; empty without a record.  DamagedRecord,
         saying what to do, when it cannot be read or is not a record."""
         return self.load()
 
-    def set_aside(self, now=None):
+    def set_aside(self, now: float | None = None) -> str | None:
         """Rename a record that cannot be read to
         ``nova-carved.json.damaged-<UTC time>`` (under the record's lock:
         no ``restore`` writes it meanwhile); returns the new path, or None

@@ -36,6 +36,8 @@ seconds and more than the bucket before) and a last one for longer calls.
      "changes_total": 7}
 """
 
+from __future__ import annotations
+
 import math
 import os
 import time
@@ -44,6 +46,21 @@ from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
 from libvirt_gpu.util import jsonutil
 from libvirt_gpu.store import statedir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
+
+    # a JSON document as read: its values are checked where they are used
+    Document = dict[str, Any]
+
+    class HookEntry(TypedDict):
+        """One operation's figures (``_entry``: each value checked)."""
+        calls: int
+        refusals: int
+        errors: int
+        seconds_sum: float
+        counts: list[int]
 
 VERSION = 1
 HOOK_FIGURES = 'hook-figures.json'
@@ -72,7 +89,7 @@ MAX_BYTES = 64 * 1024   # a figures file is never larger; bigger is junk
 LOCK_TIMEOUT = 2.0
 
 
-def _parse(data):
+def _parse(data: bytes) -> Document | None:
     """The JSON document in ``data`` (bytes), or None when it is not one
     of ours (a reader treats that as "nothing recorded yet")."""
     if not data or len(data) > MAX_BYTES:     # not data: a new file
@@ -86,7 +103,7 @@ def _parse(data):
     return doc
 
 
-def _read(path):
+def _read(path: str) -> Document | None:
     """The document at ``path``, or None (none, or not one of ours)."""
     try:
         fd = statedir.open_file(path, os.O_RDONLY)
@@ -98,7 +115,7 @@ def _read(path):
         os.close(fd)
 
 
-def _replace(path, doc):
+def _replace(path: str, doc: Document) -> None:
     # the directory's checks first: a temporary file is never made in a
     # directory that is not to be trusted
     os.close(statedir.open_dir(os.path.dirname(path))[0])
@@ -106,14 +123,14 @@ def _replace(path, doc):
                           mode=0o600)
 
 
-def _bucket(seconds):
+def _bucket(seconds: float) -> int:
     for index, bound in enumerate(BUCKETS):
         if seconds <= bound:
             return index
     return len(BUCKETS)
 
 
-def _count(value, what):
+def _count(value: object, what: str) -> int:
     """``value`` when it is a count (an int, 0 or more), else ValueError
     naming ``what``: JSON also holds ``Infinity``, ``-1``, ``true``."""
     if type(value) is not int or value < 0:
@@ -122,23 +139,23 @@ def _count(value, what):
     return value
 
 
-def _json(value):
+def _json(value: object) -> str:
     """``value`` as the file holds it (``Infinity``, ``true``, ``"\\ud800"``:
     ASCII only), at most 100 characters."""
     return jsonutil.dumps(value)[:100]
 
 
-def _seconds(value, what):
+def _seconds(value: object, what: str) -> float:
     """``value`` as a float when it is a finite number of seconds, 0 or
     more, else ValueError naming ``what``."""
-    if type(value) not in (int, float) or not math.isfinite(value) \
-            or value < 0:
+    if not (type(value) is int or type(value) is float) \
+            or not math.isfinite(value) or value < 0:
         raise ValueError('%s is %s, not a number of seconds (0 or more)'
                          % (what, _json(value)))
     return float(value)
 
 
-def _entry(operation, entry):
+def _entry(operation: str, entry: object) -> HookEntry:
     """The hook's figures of ``operation`` as served (a new dict), or
     ValueError saying which value is not one the hook writes."""
     if operation not in OPERATIONS:
@@ -160,7 +177,7 @@ def _entry(operation, entry):
             'counts': [_count(c, operation + ': counts') for c in counts]}
 
 
-def _operation(doc, operation):
+def _operation(doc: Document, operation: str) -> HookEntry:
     ops = doc.get('operations')
     if not isinstance(ops, dict):
         ops = doc['operations'] = {}
@@ -175,7 +192,8 @@ def _operation(doc, operation):
     return entry
 
 
-def record_hook_call(state_dir, operation, outcome, seconds):
+def record_hook_call(state_dir: str, operation: str, outcome: str,
+                     seconds: float) -> None:
     """Count one hook call of ``operation`` that ended in ``outcome`` (one
     of ``OUTCOMES``) after ``seconds``.  Raises OSError when the state
     directory cannot be written, StateError when something other than a
@@ -222,21 +240,22 @@ class HookTimer(object):
     """Times one hook call: ``timer = HookTimer(operation)`` when it
     starts, ``timer.done(state_dir, outcome)`` when it ends."""
 
-    def __init__(self, operation):
+    def __init__(self, operation: str) -> None:
         self.operation = operation
         self.started = time.monotonic()
 
-    def done(self, state_dir, outcome):
+    def done(self, state_dir: str, outcome: str) -> None:
         record_hook_call(state_dir, self.operation, outcome,
                          time.monotonic() - self.started)
 
 
-def _zero():
+def _zero() -> HookEntry:
     return {'calls': 0, 'refusals': 0, 'errors': 0, 'seconds_sum': 0.0,
             'counts': [0] * (len(BUCKETS) + 1)}
 
 
-def hook_figures(state_dir, dropped=None):
+def hook_figures(state_dir: str, dropped: list[str] | None = None
+                 ) -> dict[str, HookEntry]:
     """``{operation: {calls, refusals, errors, seconds_sum, counts}}`` as
     recorded, every one of ``OPERATIONS`` at least (at 0).  Read under a
     shared ``flock`` of the file, held for one read: it waits at most for
@@ -272,12 +291,13 @@ def hook_figures(state_dir, dropped=None):
     return found
 
 
-def _note(dropped, text):
+def _note(dropped: list[str] | None, text: str) -> None:
     if dropped is not None:
         dropped.append(text)
 
 
-def record_outcome(state_dir, task, error=None, changes=0, now=None):
+def record_outcome(state_dir: str, task: str, error: object = None,
+                   changes: int = 0, now: float | None = None) -> bool:
     """Record one run of ``task`` (``TASKS``): ``error`` (text) when it
     failed, else how many ``changes`` it made.  Never raises for a state
     directory that cannot be written: the figures are for watching, the
@@ -316,11 +336,12 @@ _COUNTS = ('runs', 'failures', 'last_changes', 'changes_total')
 _TIMES = ('last_run', 'last_success', 'last_error_time')
 
 
-def _valid_outcome(doc, dropped=None):
+def _valid_outcome(doc: Document, dropped: list[str] | None = None
+                   ) -> Document:
     """The values of an outcome document that are ones we write (counts
     0 or more, finite times or null, an error text or null); the others
     left out, what was wrong appended to ``dropped``."""
-    valid = {'version': VERSION}
+    valid: Document = {'version': VERSION}
     for key in _COUNTS + _TIMES + ('last_error',):
         if key not in doc:
             continue
@@ -342,14 +363,15 @@ def _valid_outcome(doc, dropped=None):
     return valid
 
 
-def outcome(state_dir, task, dropped=None):
+def outcome(state_dir: str, task: str, dropped: list[str] | None = None
+            ) -> Document | None:
     """The recorded outcome document of ``task``, or None.  A value that
     is not one we write is left out, and what was wrong appended to
     ``dropped`` (a list) when given."""
     doc = _read(os.path.join(state_dir, OUTCOME % task))
     if doc is None:
         return None
-    notes = []
+    notes: list[str] = []
     doc = _valid_outcome(doc, notes)
     for note in notes:
         _note(dropped, '%s: %s' % (OUTCOME % task, note))

@@ -27,22 +27,44 @@ import os
 from libvirt_gpu import exception
 from libvirt_gpu.store import statedir
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
+    from typing import Generic, TypeVar
+
+    from _typeshed import SupportsRichComparison
+
+    _Id = TypeVar('_Id', bound=SupportsRichComparison)
+    _Entry = TypeVar('_Entry')
+else:
+    class Generic(object):
+        """``typing.Generic`` for the checker alone: at run time
+        ``RecordFile[Id, Entry]`` is ``RecordFile`` (the hook reads the
+        carve record on every guest start and never imports ``typing``)."""
+
+        def __class_getitem__(cls, params):
+            return cls
+
+    _Id = _Entry = None
+
 # what a malformed entry raises while it is read (``load_entry``)
 ENTRY_ERRORS = (exception.InvalidInput, KeyError, TypeError, AttributeError)
 
 
-class RecordFile(object):
+class RecordFile(Generic[_Id, _Entry]):
     """``<state_dir>/<name>``, its records ``{id: entry}`` (see the module
-    doc)."""
+    doc); a subclass names the file and its entries' types
+    (``RecordFile[PciAddress, CarvedVf]``)."""
 
-    name = None                 # 'nova-carved.json'
-    lock_name = None            # 'nova-carved.lock'
+    name: str                   # 'nova-carved.json'
+    lock_name: str              # 'nova-carved.lock'
     version = 1
-    key = None                  # the entries' key in the document
+    key: str                    # the entries' key in the document
     max_bytes = 1024 * 1024
     noun = 'record'             # in "not a version 1 record"
 
-    def __init__(self, state_dir):
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         if not state_dir or not os.path.isabs(os.fspath(state_dir)):
             raise exception.ConfigError(
                 reason='state_dir %r must be an absolute path' % (state_dir,))
@@ -52,16 +74,19 @@ class RecordFile(object):
 
     # -- a subclass's part --------------------------------------------------
 
-    def load_entry(self, key, value):
+    def load_entry(self, key: str, value: object) -> tuple[_Id, _Entry]:
         """``(id, entry)`` of the document's entry ``key: value``; one of
         ``ENTRY_ERRORS`` when it is not one."""
         raise NotImplementedError
 
-    def dump_entry(self, entry):
-        """The JSON value of ``entry``."""
-        return entry.to_json()
+    def dump_entry(self, entry: _Entry) -> object:
+        """The JSON value of ``entry`` (its ``to_json()``)."""
+        to_json: Callable[[], object] = getattr(entry, 'to_json')
+        return to_json()
 
-    def damaged(self, reason, error=None):
+    def damaged(self, reason: str,
+                error: exception.StateError | None = None
+                ) -> exception.StateError:
         """What is raised for a file that cannot be read (``reason``; the
         ``statedir`` error, when it was one): that error, else a
         StateError naming the file."""
@@ -71,7 +96,7 @@ class RecordFile(object):
 
     # -- reading and writing ------------------------------------------------
 
-    def load(self):
+    def load(self) -> dict[_Id, _Entry]:
         """``{id: entry}`` of the file, read without its lock (the file is
         only ever renamed into place); empty without a file (nothing is
         created).  ``damaged`` when it cannot be read, is too large, is
@@ -87,7 +112,7 @@ class RecordFile(object):
                 self.version or not isinstance(data.get(self.key), dict):
             raise self.damaged('not a version %d %s'
                                % (self.version, self.noun))
-        entries = {}
+        entries: dict[_Id, _Entry] = {}
         for key, value in data[self.key].items():
             try:
                 ident, entry = self.load_entry(key, value)
@@ -96,21 +121,22 @@ class RecordFile(object):
             entries[ident] = entry
         return entries
 
-    def save(self, entries):
+    def save(self, entries: dict[_Id, _Entry]) -> None:
         """Write ``entries`` (``{id: entry}``), sorted by id."""
         statedir.write_json(self.path, {
             'version': self.version,
             self.key: {str(ident): self.dump_entry(entry)
                        for ident, entry in sorted(entries.items())}})
 
-    def locked(self, timeout=60.0):
+    def locked(self, timeout: float = 60.0
+               ) -> AbstractContextManager[dict[_Id, _Entry]]:
         """``{id: entry}`` to read and change under the file's lock (the
         wait bounded by ``timeout``); saved on exit when changed."""
         return statedir.locked_entries(self.state_dir, self.lock_path,
                                        self.load, self.save, timeout=timeout)
 
     @contextlib.contextmanager
-    def lock(self, timeout=statedir.LOCK_TIMEOUT):
+    def lock(self, timeout: float = statedir.LOCK_TIMEOUT) -> Iterator[None]:
         """The file's lock alone, held for the ``with`` block (what moves
         the file aside takes)."""
         statedir.ensure_dir(self.state_dir)

@@ -44,15 +44,6 @@ import contextlib
 import os
 import time
 
-try:
-    # The C module that ``sqlite3`` re-exports (connect, the errors, Row):
-    # ``sqlite3.dbapi2`` adds only the datetime adapters, and importing it
-    # (with ``datetime``) costs every guest start (the hook) about 2 ms for
-    # adapters these tables, which keep times as REAL, never use.
-    import _sqlite3 as sqlite3
-except ImportError:
-    import sqlite3
-
 from libvirt_gpu import exception
 from libvirt_gpu.util import fileutil
 from libvirt_gpu.util import filetype
@@ -60,6 +51,22 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from libvirt_gpu.store import statedir
 from libvirt_gpu.util import textutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterable, Iterator
+    from typing import Any
+else:
+    try:
+        # The C module that ``sqlite3`` re-exports (connect, the errors,
+        # Row): ``sqlite3.dbapi2`` adds only the datetime adapters, and
+        # importing it (with ``datetime``) costs every guest start (the
+        # hook) about 2 ms for adapters these tables, which keep times as
+        # REAL, never use.
+        import _sqlite3 as sqlite3
+    except ImportError:
+        import sqlite3
 
 DB_NAME = 'leases.sqlite3'
 LOCK_NAME = 'leases.lock'
@@ -80,7 +87,7 @@ REMOVING = 'removing'
 STATES = (RESERVED, CREATED, REMOVING)
 
 CRASH_ENV = 'LIBVIRT_GPU_TEST_CRASH_AT'
-_crash_counts = {}
+_crash_counts: dict[str, int] = {}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
@@ -111,7 +118,7 @@ _COLUMNS = ('mdev_uuid', 'domain_uuid', 'parent', 'type_id', 'state', 'pid',
 _FIELDS = ('vgpu_uuid',) + _COLUMNS[1:]
 
 
-def crash_point(step):
+def crash_point(step: str) -> None:
     """Test-only: SIGKILL this process at ``step`` (see module doc)."""
     wanted = os.environ.get(CRASH_ENV)
     if not wanted:
@@ -125,7 +132,7 @@ def crash_point(step):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def process_start(pid):
+def process_start(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat``
     field 22), or None when there is no such process."""
     try:
@@ -145,10 +152,10 @@ def process_start(pid):
         return None
 
 
-_my_start_cache = {}
+_my_start_cache: dict[int, int | None] = {}
 
 
-def _my_start():
+def _my_start() -> int | None:
     pid = os.getpid()
     if pid not in _my_start_cache:
         _my_start_cache[pid] = process_start(pid)
@@ -172,31 +179,31 @@ class Lease:
     expires_at: float | None = None
     bad_type_id: str | None = None
 
-    def checked_type_id(self):
+    def checked_type_id(self) -> objects.TypeId:
         """``type_id``, or InvalidTypeId naming the row's text."""
         if self.type_id is None:
             raise exception.InvalidTypeId(value=self.bad_type_id)
         return self.type_id
 
-    def held(self, now):
+    def held(self, now: float) -> bool:
         """Whether an incoming migration's reservation still stands at
         ``now`` (its holder, the ``migrate`` hook, has exited by design)."""
         return self.expires_at is not None and now < self.expires_at
 
-    def holder_alive(self):
+    def holder_alive(self) -> bool:
         """Whether the process that last worked on this lease still runs."""
         start = process_start(self.pid)
         return start is not None and (self.pid_start is None
                                       or start == self.pid_start)
 
-    def held_by_me(self):
+    def held_by_me(self) -> bool:
         return self.pid == os.getpid() and self.holder_alive()
 
 
-def _row_to_lease(row):
+def _row_to_lease(row: tuple[Any, ...]) -> Lease:
     # The lease store is an edge: what SQLite holds is text, parsed here
     # once into the values the rest of the program takes.
-    values = dict(zip(_FIELDS, row))
+    values: dict[str, Any] = dict(zip(_FIELDS, row))
     values['vgpu_uuid'] = objects.Uuid.parse(values['vgpu_uuid'])
     if values['domain_uuid'] is not None:
         values['domain_uuid'] = objects.Uuid.parse(values['domain_uuid'])
@@ -209,44 +216,46 @@ def _row_to_lease(row):
     return Lease(**values)
 
 
-def _uuid(value, what='vgpu_uuid'):
+def _uuid(value: object, what: str = 'vgpu_uuid') -> objects.Uuid:
     return objects.typed(value, objects.Uuid, what)
 
 
 class Transaction(object):
     """Reads and writes of one locked transaction (``LeaseStore``)."""
 
-    def __init__(self, db):
+    def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
         self.now = time.time()
         self.pid = os.getpid()
         self.pid_start = _my_start()
 
-    def _select(self, where='', args=()):
+    def _select(self, where: str = '',
+                args: tuple[object, ...] = ()) -> list[Lease]:
         rows = self._db.execute(
             'SELECT %s FROM leases %s ORDER BY created_at, mdev_uuid'
             % (', '.join(_COLUMNS), where), args).fetchall()
         return [_row_to_lease(r) for r in rows]
 
-    def all(self):
+    def all(self) -> list[Lease]:
         return self._select()
 
-    def get(self, vgpu_uuid):
+    def get(self, vgpu_uuid: objects.Uuid) -> Lease | None:
         found = self._select('WHERE mdev_uuid = ?',
                              (_uuid(vgpu_uuid),))
         return found[0] if found else None
 
-    def for_domain(self, domain_uuid):
+    def for_domain(self, domain_uuid: objects.Uuid) -> list[Lease]:
         return self._select('WHERE domain_uuid = ?',
                             (_uuid(domain_uuid, 'domain_uuid'),))
 
-    def for_parent(self, parent):
+    def for_parent(self, parent: objects.PciAddress) -> list[Lease]:
         return self._select('WHERE parent = ?',
                             (str(objects.typed(parent, objects.PciAddress,
                                                'parent')),))
 
-    def add(self, vgpu_uuid, domain_uuid, parent, type_id, state=RESERVED,
-            expires_at=None):
+    def add(self, vgpu_uuid: objects.Uuid, domain_uuid: objects.Uuid | None,
+            parent: objects.PciAddress, type_id: objects.TypeId,
+            state: str = RESERVED, expires_at: float | None = None) -> Lease:
         """Insert a lease held by this process (and, with ``expires_at``,
         until then whatever becomes of it); a UUID already leased is a
         LeaseConflict."""
@@ -275,7 +284,7 @@ class Transaction(object):
                 holder='domain %s' % (other.domain_uuid if other else '?'))
         return lease
 
-    def update(self, vgpu_uuid, **changes):
+    def update(self, vgpu_uuid: objects.Uuid, **changes: object) -> Lease:
         """Change fields of a lease and take it over (pid = this process).
         Returns the new lease; a missing lease is a StateError.  The
         lease's ``expires_at`` is cleared unless given: the process taking
@@ -300,28 +309,31 @@ class Transaction(object):
             'UPDATE leases SET %s WHERE mdev_uuid = ?'
             % ', '.join('%s = ?' % n for n in names),
             [changes[n] for n in names] + [_uuid(vgpu_uuid)])
-        if cur.rowcount != 1:
+        updated = self.get(vgpu_uuid) if cur.rowcount == 1 else None
+        if updated is None:
             raise exception.StateError(path='leases',
                                        reason='no lease for %s' % vgpu_uuid)
-        return self.get(vgpu_uuid)
+        return updated
 
     # An mdev someone else made (no lease) that a domain uses: recorded so
     # that a second domain naming it is refused.  Never removed by us.
 
-    def borrower(self, vgpu_uuid):
+    def borrower(self, vgpu_uuid: objects.Uuid) -> objects.Uuid | None:
         """The domain UUID that uses the unleased mdev, or None."""
         row = self._db.execute(
             'SELECT domain_uuid FROM borrowed WHERE mdev_uuid = ?',
             (_uuid(vgpu_uuid),)).fetchone()
         return objects.Uuid.parse(row[0]) if row else None
 
-    def borrow(self, vgpu_uuid, domain_uuid):
+    def borrow(self, vgpu_uuid: objects.Uuid,
+               domain_uuid: objects.Uuid) -> None:
         self._db.execute(
             'INSERT OR REPLACE INTO borrowed (mdev_uuid, domain_uuid, '
             'created_at) VALUES (?, ?, ?)',
             (_uuid(vgpu_uuid), _uuid(domain_uuid, 'domain_uuid'), self.now))
 
-    def give_back(self, domain_uuid, vgpu_uuids=None):
+    def give_back(self, domain_uuid: objects.Uuid,
+                  vgpu_uuids: Iterable[objects.Uuid] | None = None) -> None:
         """Forget what ``domain_uuid`` borrowed (only ``vgpu_uuids`` when
         given)."""
         _uuid(domain_uuid, 'domain_uuid')
@@ -334,14 +346,14 @@ class Transaction(object):
                              'AND mdev_uuid = ?',
                              (domain_uuid, _uuid(uuid)))
 
-    def borrowed(self):
+    def borrowed(self) -> dict[objects.Uuid, tuple[objects.Uuid, float]]:
         """``{vgpu_uuid: (domain_uuid, created_at)}`` of every borrowed
         mdev."""
         return {objects.Uuid.parse(u): (objects.Uuid.parse(d), t)
                 for u, d, t in self._db.execute(
             'SELECT mdev_uuid, domain_uuid, created_at FROM borrowed')}
 
-    def delete(self, vgpu_uuid):
+    def delete(self, vgpu_uuid: objects.Uuid) -> bool:
         """Drop a lease; True when there was one."""
         cur = self._db.execute('DELETE FROM leases WHERE mdev_uuid = ?',
                                (_uuid(vgpu_uuid),))
@@ -355,7 +367,7 @@ _URI_SAFE = frozenset(b'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
                       b'0123456789-._~/')
 
 
-def _uri_path(path):
+def _uri_path(path: str) -> str:
     """``path`` percent-encoded for a ``file:`` URI (byte for byte, as
     ``urllib.parse.quote`` does, without importing it: the hook imports
     this module on every guest start)."""
@@ -363,7 +375,7 @@ def _uri_path(path):
                    for b in os.fsencode(path))
 
 
-def _add_missing_columns(db):
+def _add_missing_columns(db: sqlite3.Connection) -> None:
     """A lease file of schema 1 (no ``expires_at``) gains the column; its
     leases keep NULL (no migration reservation)."""
     have = {row[1] for row in db.execute('PRAGMA table_info(leases)')}
@@ -374,7 +386,7 @@ def _add_missing_columns(db):
 _MAX_HOLDER_BYTES = 512
 
 
-def _record_holder(fd):
+def _record_holder(fd: int) -> None:
     """Write this process (PID and command) into the lock file it has
     just locked, so that one waiting for it can name it."""
     try:
@@ -393,7 +405,7 @@ def _record_holder(fd):
         pass                # naming the holder is a courtesy
 
 
-def _recorded_holder(fd):
+def _recorded_holder(fd: int) -> int | None:
     """The PID the lock file records (``_record_holder``), or None.  Only
     a fallback where the kernel does not say who holds the lock
     (``statedir.lock_holders``): a holder stopped before writing its PID
@@ -405,7 +417,7 @@ def _recorded_holder(fd):
     return int(pid) if pid.isdigit() else None
 
 
-def _holder(fd, path):
+def _holder(fd: int, path: str) -> str:
     """Who holds the lock, in words, with what to run."""
     pids = statedir.lock_holders(fd)
     return statedir.describe_holder(
@@ -425,12 +437,12 @@ _REQUIRED_COLUMNS = {'leases': set(_COLUMNS) - {'expires_at'},
                      'borrowed': {'mdev_uuid', 'domain_uuid', 'created_at'}}
 
 
-def _move_aside(path):
+def _move_aside(path: str) -> str:
     return ('move it aside (`mv %s %s.broken`), then run `libvirt-gpu '
             'reconcile --dry-run`' % (path, path))
 
 
-def _schema_refusal(db, path):
+def _schema_refusal(db: sqlite3.Connection, path: str) -> str | None:
     """Why the SQLite file open as ``db`` is not a lease file this
     libvirt-gpu may use, or None (ours, or new and empty)."""
     # a view, a trigger first: named before the tables they stand on
@@ -464,7 +476,7 @@ def _schema_refusal(db, path):
     return None
 
 
-def _sqlite_reason(error, path):
+def _sqlite_reason(error: sqlite3.Error, path: str) -> str:
     """A SQLite error in words that say what to do."""
     text = str(error)
     if 'file is not a database' in text or 'file is encrypted' in text:
@@ -475,7 +487,7 @@ def _sqlite_reason(error, path):
     return 'SQLite failed on it (%s)' % text[:200]
 
 
-def _boot_id_text(data):
+def _boot_id_text(data: bytes) -> str:
     """A boot id as read, as text that reads back the same once written
     to ``<state_dir>/boot_id``: a byte that is not ASCII (no kernel's id
     has one) as ``\\xNN``, not as U+FFFD, which would be written as three
@@ -487,8 +499,9 @@ def _boot_id_text(data):
 class LeaseStore(object):
     """The lease file of one host (``[DEFAULT]/state_dir``)."""
 
-    def __init__(self, state_dir, lock_timeout=60.0,
-                 boot_id_path=BOOT_ID_PATH, sysfs_root=None):
+    def __init__(self, state_dir: str | os.PathLike[str],
+                 lock_timeout: float = 60.0, boot_id_path: str = BOOT_ID_PATH,
+                 sysfs_root: str | os.PathLike[str] | None = None) -> None:
         self.state_dir = os.path.abspath(os.fspath(state_dir))
         # The host the leases belong to (statedir.check_owner); None: any
         # (a reader that does not act on the host, such as a test).
@@ -500,17 +513,17 @@ class LeaseStore(object):
         self.lock_path = os.path.join(self.state_dir, LOCK_NAME)
         self.lock_timeout = lock_timeout
         self._ready = False
-        self._db = None
-        self._db_pid = None
+        self._db: sqlite3.Connection | None = None
+        self._db_pid: int | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'LeaseStore(%r)' % self.state_dir
 
-    def _open_dir(self):
+    def _open_dir(self) -> None:
         statedir.ensure_dir(self.state_dir)
 
     @contextlib.contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         self._open_dir()
         try:
             # private (0600), ours, one link, created O_EXCL (statedir)
@@ -533,7 +546,7 @@ class LeaseStore(object):
         finally:
             os.close(fd)    # also drops the flock
 
-    def _check_boot(self):
+    def _check_boot(self) -> None:
         """Set the lease file of an earlier boot aside (under the lock).
 
         ``<state_dir>/boot_id`` holds the kernel's boot id of the boot that
@@ -562,7 +575,7 @@ class LeaseStore(object):
             raise exception.StateError(path=self.state_dir,
                                        reason=e.strerror)
 
-    def _kernel_boot_id(self):
+    def _kernel_boot_id(self) -> str | None:
         """This boot's id (bounded read of a regular file: a FIFO or a
         device in its place is refused, never waited on nor read to the
         end), or None when there is none."""
@@ -580,7 +593,7 @@ class LeaseStore(object):
                        % _MAX_BOOT_ID_BYTES)
         return _boot_id_text(data)
 
-    def _recorded_boot_id(self):
+    def _recorded_boot_id(self) -> str | None:
         """The boot id ``<state_dir>/boot_id`` records (a state file:
         ``statedir.read_file``), None when missing; a longer file reads
         as another boot's."""
@@ -597,7 +610,7 @@ class LeaseStore(object):
             return ''
         return _boot_id_text(data)
 
-    def _connect(self):
+    def _connect(self) -> sqlite3.Connection:
         self._check_boot()
         try:
             # Created private before SQLite opens it (its WAL and shm files
@@ -653,7 +666,7 @@ class LeaseStore(object):
             raise
         return db
 
-    def _check_db_file(self):
+    def _check_db_file(self) -> None:
         """An existing lease file must be a regular file and not empty:
         SQLite would read an emptied (truncated) file as "no leases" and
         every vGPU it held would be handed out again.  Checked by ``lstat``:
@@ -684,7 +697,8 @@ class LeaseStore(object):
                           st.st_size, self.db_path, self.db_path))
 
     @staticmethod
-    def _check_db_companion(path, st, owner):
+    def _check_db_companion(path: str, st: os.stat_result,
+                            owner: int) -> None:
         """The lease file (or its WAL, its shm) as ``statedir.open_at``
         wants a state file: regular, the directory owner's, one link."""
         reason = filetype.not_regular(st.st_mode)
@@ -700,7 +714,7 @@ class LeaseStore(object):
                                        % reason)
 
     @contextlib.contextmanager
-    def transaction(self):
+    def transaction(self) -> Iterator[Transaction]:
         """``with store.transaction() as txn:`` under the lock; commits on
         success, rolls back on any exception (and on SIGKILL, by SQLite's
         journal)."""
@@ -725,7 +739,7 @@ class LeaseStore(object):
                     path=self.db_path, reason=_sqlite_reason(e, self.db_path))
 
     @contextlib.contextmanager
-    def snapshot(self):
+    def snapshot(self) -> Iterator[Transaction]:
         """``with store.snapshot() as txn:`` reads the leases as they are
         now without the lock: no flock, a read-only SQLite connection
         whose read transaction (WAL) never holds up a writer.  Writing
@@ -761,7 +775,7 @@ class LeaseStore(object):
         finally:
             db.close()
 
-    def _current_boot(self):
+    def _current_boot(self) -> bool:
         """Whether a lease file exists and was written in this boot; what
         stands in its place and is no regular file (a directory, a link,
         a FIFO) is refused, not read as "no leases"."""
@@ -785,7 +799,7 @@ class LeaseStore(object):
         except OSError:
             return False
 
-    def close(self):
+    def close(self) -> None:
         if self._db is not None:
             try:
                 self._db.close()
@@ -793,7 +807,7 @@ class LeaseStore(object):
                 pass        # closing a broken connection: nothing to keep
             self._db = None
 
-    def leases(self):
+    def leases(self) -> list[Lease]:
         """Every lease, read in one (locked) transaction."""
         with self.transaction() as txn:
             return txn.all()

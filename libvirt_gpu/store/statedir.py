@@ -30,6 +30,8 @@ directories and systemd's tmpfiles treat trusted state):
   root it was made for) and refuses another.
 """
 
+from __future__ import annotations
+
 import contextlib
 import errno
 import fcntl
@@ -42,6 +44,15 @@ from libvirt_gpu.util import fileutil
 from libvirt_gpu.util import filetype
 from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import textutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, TypeVar
+
+    _K = TypeVar('_K')
+    _V = TypeVar('_V')
+    StrPath = str | os.PathLike[str]
 
 OWNER_NAME = 'owner'
 _MAX_OWNER_BYTES = 4096
@@ -57,21 +68,21 @@ class Refused(exception.StateError, OSError):
     OSError (the hook settings' snapshot: rebuilt from the
     configuration) falls back on it too; ``strerror`` is the reason."""
 
-    def __init__(self, path, reason):
+    def __init__(self, path: StrPath, reason: str) -> None:
         exception.StateError.__init__(self, path=path, reason=reason)
         self.errno = errno.EPERM
         self.strerror = reason
         self.filename = path
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 
-def _whose(uid):
+def _whose(uid: int) -> str:
     return 'root' if uid == 0 else 'uid %d' % uid
 
 
-def _dir_reason(st, path, what):
+def _dir_reason(st: os.stat_result, path: str, what: str) -> str | None:
     """Why a directory of ``st`` cannot hold root's state (``what``: "it"
     for the state directory, "its parent X" for one above), or None."""
     if not stat.S_ISDIR(st.st_mode):
@@ -93,7 +104,7 @@ def _dir_reason(st, path, what):
     return None
 
 
-def _ancestors(path):
+def _ancestors(path: str) -> Iterator[str]:
     while True:
         parent = os.path.dirname(path)
         if parent == path:
@@ -102,7 +113,7 @@ def _ancestors(path):
         path = parent
 
 
-def check_dir(path):
+def check_dir(path: str) -> None:
     """Refuse a state directory someone other than root (or this user)
     could steer, itself or through a directory above it; Refused (a
     StateError) with the command that fixes it."""
@@ -124,7 +135,8 @@ def check_dir(path):
         _check_parents(path, os.path.realpath(absolute), os.stat)
 
 
-def _check_parents(path, start, stat_call):
+def _check_parents(path: str, start: str,
+                   stat_call: Callable[[str], os.stat_result]) -> bool:
     """Check every directory above ``start``; whether one was a link
     (``os.lstat``: then not judged here)."""
     linked = False
@@ -143,7 +155,7 @@ def _check_parents(path, start, stat_call):
     return linked
 
 
-def ensure_dir(path):
+def ensure_dir(path: str) -> None:
     """Create the state directory (mode 0700) when missing, then check it
     (``check_dir``)."""
     try:
@@ -155,7 +167,7 @@ def ensure_dir(path):
     check_dir(path)
 
 
-def open_dir(path):
+def open_dir(path: str) -> tuple[int, os.stat_result]:
     """``(fd, st)`` of the state directory ``path``, opened without
     following a link and checked as ``check_dir`` checks the directory
     itself (its parents are ``check_dir``'s).  FileNotFoundError when
@@ -179,12 +191,13 @@ def open_dir(path):
     return fd, st
 
 
-def _open_flags(flags):
+def _open_flags(flags: int) -> int:
     return ((flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC))
             | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-def open_at(dir_fd, name, path, owner, flags=os.O_RDONLY, mode=0o600):
+def open_at(dir_fd: int, name: str, path: StrPath, owner: int,
+            flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
     """A descriptor of the regular file ``name`` in the open directory
     ``dir_fd`` (``path``: its name in messages), owned by ``owner`` (the
     directory's owner) with one link; created (``O_CREAT`` in ``flags``)
@@ -232,7 +245,8 @@ def open_at(dir_fd, name, path, owner, flags=os.O_RDONLY, mode=0o600):
     return fd
 
 
-def _file_reason(st, path, owner):
+def _file_reason(st: os.stat_result, path: StrPath,
+                 owner: int) -> str | None:
     if st.st_uid != owner:
         return ('it is owned by %s, not %s (the owner of its directory): '
                 'another user\'s file is not trusted'
@@ -243,7 +257,8 @@ def _file_reason(st, path, owner):
     return None
 
 
-def _open_refusal(error, name, path, dir_fd):
+def _open_refusal(error: OSError, name: str, path: StrPath,
+                  dir_fd: int) -> OSError:
     if error.errno == errno.ELOOP:
         return Refused(path, 'it is a symbolic link, not a regular file; '
                              'remove it (`rm %s`)' % path)
@@ -258,7 +273,8 @@ def _open_refusal(error, name, path, dir_fd):
     return error
 
 
-def open_file(path, flags=os.O_RDONLY, mode=0o600):
+def open_file(path: StrPath, flags: int = os.O_RDONLY,
+              mode: int = 0o600) -> int:
     """``os.open`` of a state file through its directory (``open_dir``,
     then ``open_at``: no link followed, no FIFO waited on, only a regular
     file of the directory's owner with one link, created ``O_EXCL``,
@@ -272,7 +288,7 @@ def open_file(path, flags=os.O_RDONLY, mode=0o600):
         os.close(dir_fd)
 
 
-def _read_fd(fd, max_bytes):
+def _read_fd(fd: int, max_bytes: int) -> bytes:
     chunks, left = [], max_bytes + 1
     while left > 0:
         chunk = os.read(fd, left)
@@ -283,7 +299,7 @@ def _read_fd(fd, max_bytes):
     return b''.join(chunks)
 
 
-def read_file(path, max_bytes):
+def read_file(path: StrPath, max_bytes: int) -> bytes:
     """The bytes of a state file (at most ``max_bytes`` + 1, so a caller
     can tell an oversize one), through ``open_file``."""
     fd = open_file(path)
@@ -293,7 +309,7 @@ def read_file(path, max_bytes):
         os.close(fd)
 
 
-def read_system_file(path, max_bytes):
+def read_system_file(path: str, max_bytes: int) -> bytes:
     """The bytes (at most ``max_bytes`` + 1) of a small regular file that
     is not ours (the kernel's ``boot_id``): not through a link, never
     waiting on a FIFO, nothing but a regular file (``/dev/zero`` is never
@@ -315,7 +331,7 @@ def read_system_file(path, max_bytes):
         os.close(fd)
 
 
-def read_json(path, max_bytes):
+def read_json(path: str, max_bytes: int) -> Any:
     """The JSON document of the state file ``path`` (read as
     ``read_file``), or None when there is none; StateError naming the file
     when it cannot be read, holds more than ``max_bytes`` or is not JSON
@@ -338,7 +354,7 @@ def read_json(path, max_bytes):
                                    reason='not JSON: nested too deeply')
 
 
-def write_json(path, data):
+def write_json(path: str, data: object) -> None:
     """Write ``data`` to the state file ``path`` as JSON (indented, keys
     sorted, private), to a temporary file renamed over it."""
     fileutil.write_atomic(path, jsonutil.dumps(
@@ -346,7 +362,10 @@ def write_json(path, data):
 
 
 @contextlib.contextmanager
-def locked_entries(state_dir, lock_path, load, save, timeout=60.0):
+def locked_entries(state_dir: str, lock_path: str,
+                   load: Callable[[], dict[_K, _V]],
+                   save: Callable[[dict[_K, _V]], None],
+                   timeout: float = 60.0) -> Iterator[dict[_K, _V]]:
     """The entries ``load()`` returns (a dict), to read and change under
     an exclusive ``flock`` of ``lock_path`` (its state directory made and
     checked, ``ensure_dir``; the wait bounded by ``timeout``, ``lock``);
@@ -366,7 +385,7 @@ def locked_entries(state_dir, lock_path, load, save, timeout=60.0):
 
 # --- locks -------------------------------------------------------------------
 
-def lock_holders(fd):
+def lock_holders(fd: int) -> list[int]:
     """The PIDs that hold a ``flock`` on the file of ``fd``, from
     ``/proc/locks`` (the kernel's word: it names a holder that has not
     written anything yet); [] when none is seen."""
@@ -391,7 +410,7 @@ def lock_holders(fd):
     return pids
 
 
-def process_state(pid):
+def process_state(pid: int) -> tuple[str, str] | None:
     """``(state letter, command)`` of ``pid`` from ``/proc`` (bounded
     reads), or None when there is no such process."""
     try:
@@ -408,7 +427,7 @@ def process_state(pid):
     return state, command.decode('utf-8', 'replace')
 
 
-def describe_holder(pid, path):
+def describe_holder(pid: int | None, path: StrPath) -> str:
     """A lock's holder in words, with what to run."""
     if pid is None:
         return ('an unknown process; find it with `fuser -v %s`' % path)
@@ -420,14 +439,16 @@ def describe_holder(pid, path):
             % (pid, command, pid, pid))
 
 
-def stopped(pid):
+def stopped(pid: int | None) -> bool:
     """Whether ``pid`` is stopped (SIGSTOP, a debugger): it never lets a
     lock go by itself."""
     found = process_state(pid) if pid is not None else None
     return found is not None and found[0] in ('T', 't')
 
 
-def lock(fd, path, exclusive=True, timeout=LOCK_TIMEOUT, holder=None):
+def lock(fd: int, path: StrPath, exclusive: bool = True,
+         timeout: float = LOCK_TIMEOUT,
+         holder: Callable[[int], int | None] | None = None) -> None:
     """``flock`` ``fd`` without ever waiting more than ``timeout``
     seconds, nor at all once its holder is seen stopped; StateError
     naming the holder (``lock_holders``, else ``holder(fd)``: the PID a
@@ -460,13 +481,13 @@ def lock(fd, path, exclusive=True, timeout=LOCK_TIMEOUT, holder=None):
 
 # --- the owner of a lease store ----------------------------------------------
 
-def owner_text(sysfs_root):
+def owner_text(sysfs_root: StrPath) -> str:
     """What the owner file of a lease store made for ``sysfs_root``
     holds (the caller passes the resolved root: ``Sysfs.root``)."""
     return 'sysfs_root=%s\n' % os.path.abspath(os.fspath(sysfs_root))
 
 
-def check_owner(state_dir, owner):
+def check_owner(state_dir: str, owner: str) -> None:
     """Record ``owner`` (``owner_text``) in a new state directory, or
     refuse one recorded for another host (called under the lease lock)."""
     path = os.path.join(state_dir, OWNER_NAME)

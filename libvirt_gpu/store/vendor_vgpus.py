@@ -15,14 +15,24 @@ from __future__ import annotations
 
 import os
 
+from libvirt_gpu import objects
 from libvirt_gpu.store import recordfile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    # the kind's entry (``VendorVgpu``: the kind names how one is read)
+    _Vgpu = TypeVar('_Vgpu')
+else:
+    _Vgpu = None
 
 STATE_NAME = 'nvidia-vgpu.json'
 LOCK_NAME = 'nvidia-vgpu.lock'
 STATE_VERSION = 1
 
 
-class VendorStateFile(recordfile.RecordFile):
+class VendorStateFile(recordfile.RecordFile[objects.Uuid, _Vgpu]):
     """``<state_dir>/nvidia-vgpu.json`` under an exclusive ``flock`` of
     ``<state_dir>/nvidia-vgpu.lock``: ``{uuid: entry}``, read under the
     lock."""
@@ -34,7 +44,7 @@ class VendorStateFile(recordfile.RecordFile):
     max_bytes = 4 * 1024 * 1024
     noun = 'state file'
 
-    def read(self):
+    def read(self) -> dict[objects.Uuid, _Vgpu]:
         """A snapshot, read under the lock ({} without creating anything
         when there is no state file yet)."""
         if not os.path.exists(self.path):

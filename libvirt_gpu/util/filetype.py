@@ -2,6 +2,8 @@
 regular file (a FIFO where a sysfs attribute or the config file should be).
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import stat
@@ -11,7 +13,7 @@ _KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
           (stat.S_ISBLK, 'a block device'), (stat.S_ISLNK, 'a symbolic link'))
 
 
-def kind(mode):
+def kind(mode: int) -> str:
     """``'a FIFO'``, ``'a socket'``... for a ``st_mode`` that is no regular
     file."""
     for test, name in _KINDS:
@@ -20,7 +22,7 @@ def kind(mode):
     return 'a special file'
 
 
-def not_regular(mode):
+def not_regular(mode: int) -> str | None:
     """The reason to refuse a file of ``st_mode``, or None when it is a
     regular file."""
     if stat.S_ISREG(mode):
@@ -28,7 +30,7 @@ def not_regular(mode):
     return 'it is %s, not a regular file' % kind(mode)
 
 
-def kind_behind(error, path):
+def kind_behind(error: OSError, path: str) -> str | None:
     """The kind of ``path`` when an ``os.open`` failed because it is no
     regular file (opening a socket, or a FIFO for writing, without blocking
     fails with ENXIO), else None."""
@@ -41,9 +43,9 @@ def kind_behind(error, path):
     return None if stat.S_ISREG(mode) else kind(mode)
 
 
-def open_error(error, path):
+def open_error(error: OSError, path: str) -> str:
     """Why an ``os.open`` of ``path`` failed, in words."""
     found = kind_behind(error, path)
     if found:
         return 'it is %s, not a regular file' % found
-    return error.strerror
+    return error.strerror or str(error)

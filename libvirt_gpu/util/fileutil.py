@@ -20,7 +20,7 @@ import os
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-def _create_temporary(dir_fd, name):
+def _create_temporary(dir_fd: int, name: str) -> tuple[int, str]:
     """``(fd, temporary name)``: a new file in ``dir_fd``, never one that
     was there."""
     for _ in range(100):
@@ -34,8 +34,8 @@ def _create_temporary(dir_fd, name):
     raise FileExistsError('no free temporary name for %s' % name)
 
 
-def write_atomic(path: str, text: str, mode: int = 0o600,
-                 tmp_dir: str | None = None,
+def write_atomic(path: str | os.PathLike[str], text: str, mode: int = 0o600,
+                 tmp_dir: str | os.PathLike[str] | None = None,
                  root_owned: bool = False) -> None:
     """Replace ``path`` with ``text`` (str, written as UTF-8) atomically.
 
@@ -58,7 +58,8 @@ def write_atomic(path: str, text: str, mode: int = 0o600,
         os.close(dir_fd)
 
 
-def _write_replace(dir_fd, name, tmp_fd, text, mode, root_owned):
+def _write_replace(dir_fd: int, name: str, tmp_fd: int, text: str,
+                   mode: int, root_owned: bool) -> None:
     fd, tmp = _create_temporary(tmp_fd, name)
     try:
         try:

@@ -17,6 +17,10 @@ document that is not UTF-8, an interpreter without ``_json``.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 try:
     import _json
 except ImportError:      # an interpreter without the accelerator
@@ -79,7 +83,7 @@ def _accelerated():
 _scan = _accelerated()
 
 
-def loads(data):
+def loads(data: str | bytes | bytearray) -> Any:
     """``json.loads(data)``: ``data`` is a str, bytes or bytearray."""
     if _scan is None:
         return _json_module().loads(data)

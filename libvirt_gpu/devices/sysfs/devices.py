@@ -3,6 +3,8 @@ and mdevs, SR-IOV VFs, read through the safe reader (``reader.Reader``,
 the only code that opens files under the root) and turned into
 ``objects`` records here (numbers and ids by ``parsers``)."""
 
+from __future__ import annotations
+
 import os
 
 from libvirt_gpu.util import bounds
@@ -12,7 +14,8 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices.sysfs import parsers
 from libvirt_gpu.devices.sysfs import reader
 
-_KNOWN_TYPE_IDS = {}   # text listed -> the objects.TypeId it parsed to
+# text listed -> the objects.TypeId it parsed to
+_KNOWN_TYPE_IDS: dict[str, objects.TypeId] = {}
 _MAX_KNOWN_TYPE_IDS = 4096
 # Linux numbers NUMA nodes below MAX_NUMNODES (1 << CONFIG_NODES_SHIFT,
 # at most 1 << 10); a larger ``numa_node`` is no node: taken as unknown.
