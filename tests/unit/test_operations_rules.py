@@ -1,0 +1,54 @@
+"""Which vGPUs a guest start claims (guests/hook/operations.py
+``Hook.claims``), that the rest of the unit layer left open
+(docs/dev/mutation.md): a vGPU the metadata lists without its hostdev
+does not stop the next ones from being created, and a persistent
+definition on a GPU of another route is left to that route, the log
+naming the GPU and the route.  On the simulated T4 host."""
+
+import json
+import os
+
+import pytest
+
+from tests.doubles import trees
+from tests.unit import test_hook as th
+
+A = th.A
+
+
+@pytest.fixture
+def env(tmp_path):
+    with trees.simulated_tree('t4') as (root, profile):
+        yield th.Env(root, profile, tmp_path)
+
+
+def test_a_listed_vgpu_without_its_hostdev_does_not_stop_the_next(env):
+    missing, present = th.new_uuid(), th.new_uuid()
+    before = set(env.mdevs())
+    rc, err = env.run('prepare', th.domain_xml(
+        [(missing, 'nvidia-223', A), (present, 'nvidia-223', A)],
+        hostdevs=[present]))
+    assert rc == 0, err
+    assert set(env.mdevs()) - before == {present}
+    assert [lease.vgpu_uuid for lease in env.leases()] == [present]
+    assert ('metadata lists vGPU %s but <devices> has no <hostdev '
+            "type='mdev'> with that UUID; it is not created" % missing) in \
+        env.log()
+
+
+def test_a_definition_on_another_routes_gpu_is_left_to_that_route(env):
+    with open(env.config, 'a') as f:
+        f.write('[routes]\ncyborg = %s\n' % A)
+    uuid = th.new_uuid()
+    # Nova's definition of Cyborg's vGPU, as libvirt leaves it for mdevctl
+    path = os.path.join(env.mdevctl_dir, A, uuid)
+    os.makedirs(os.path.dirname(path))
+    with open(path, 'w') as f:
+        json.dump({'mdev_type': 'nvidia-223', 'start': 'auto',
+                   'attrs': []}, f)
+    before = env.mdevs()
+    rc, err = env.run('prepare', th.domain_xml([], hostdevs=[uuid]))
+    assert rc == 0, err
+    assert env.mdevs() == before and env.leases() == []
+    assert ('vGPU %s is defined on %s, given to OpenStack Cyborg '
+            '([routes]/cyborg): left to that route' % (uuid, A)) in env.log()
