@@ -5,6 +5,7 @@ given to Cyborg, left alone) and the same ``[gpu]/nvml`` as the
 configuration; a snapshot that cannot be written is said, with why."""
 
 import errno
+import json
 import os
 
 from libvirt_gpu import objects
@@ -46,3 +47,20 @@ def test_a_snapshot_that_cannot_be_written_is_said(tmp_path):
     assert settings.enabled_types() == ['nvidia-223']
     assert note == ('settings read from %s (cannot write snapshot %s: '
                     '%s)' % (conf, snapshot, os.strerror(errno.EISDIR)))
+
+
+def test_a_snapshot_of_an_older_release_without_routes_is_read_again(
+        tmp_path):
+    conf, snapshot = config(tmp_path, '[routes]\ncyborg = %s\n' % T4_A)
+    hook.load_settings(conf, snapshot)
+    with open(snapshot) as f:
+        document = json.load(f)
+    del document['extra']['routes']            # as an older release wrote
+    with open(snapshot, 'w') as f:
+        json.dump(document, f)
+    again, note = hook.load_settings(conf, snapshot)
+    assert note.startswith('enabled types resolved again')
+    assert again.routes.owners == {T4_A: routes.CYBORG}
+    # and the snapshot written anew carries them
+    third, note = hook.load_settings(conf, snapshot)
+    assert note is None and third.routes.owners == {T4_A: routes.CYBORG}
