@@ -3,7 +3,8 @@
 (docs/dev/mutation.md): a vGPU the metadata lists without its hostdev
 does not stop the next ones from being created, and a persistent
 definition on a GPU of another route is left to that route, the log
-naming the GPU and the route.  On the simulated T4 host."""
+naming the GPU and the route; one defined only persistently is claimed
+after a listed one.  On the simulated T4 host."""
 
 import json
 import os
@@ -41,14 +42,32 @@ def test_a_definition_on_another_routes_gpu_is_left_to_that_route(env):
         f.write('[routes]\ncyborg = %s\n' % A)
     uuid = th.new_uuid()
     # Nova's definition of Cyborg's vGPU, as libvirt leaves it for mdevctl
-    path = os.path.join(env.mdevctl_dir, A, uuid)
-    os.makedirs(os.path.dirname(path))
-    with open(path, 'w') as f:
-        json.dump({'mdev_type': 'nvidia-223', 'start': 'auto',
-                   'attrs': []}, f)
+    define(env, uuid, A, start='auto')
     before = env.mdevs()
     rc, err = env.run('prepare', th.domain_xml([], hostdevs=[uuid]))
     assert rc == 0, err
     assert env.mdevs() == before and env.leases() == []
     assert ('vGPU %s is defined on %s, given to OpenStack Cyborg '
             '([routes]/cyborg): left to that route' % (uuid, A)) in env.log()
+
+
+def define(env, uuid, parent, start='manual'):
+    """A persistent definition of ``uuid`` (mdevctl's)."""
+    path = os.path.join(env.mdevctl_dir, parent, uuid)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+        json.dump({'mdev_type': 'nvidia-223', 'start': start,
+                   'attrs': []}, f)
+
+
+def test_a_defined_vgpu_after_a_listed_one_is_claimed_too(env):
+    listed, defined = th.new_uuid(), th.new_uuid()
+    define(env, defined, th.B)
+    before = set(env.mdevs())
+    # the listed vGPU's hostdev first, then the one only mdevctl defines
+    rc, err = env.run('prepare', th.domain_xml(
+        [(listed, 'nvidia-223', A)], hostdevs=[listed, defined]))
+    assert rc == 0, err
+    assert set(env.mdevs()) - before == {listed, defined}
+    assert sorted(lease.vgpu_uuid for lease in env.leases()) == sorted(
+        [listed, defined])
