@@ -108,6 +108,16 @@ def test_rebuilding_a_damaged_record_says_what_it_no_longer_holds(
         % (damage, os.path.join(stored.state_dir, aside)))
 
 
+def test_step_5_without_libvirt_says_which_unit_judges(world):
+    run_ = _restore(world)
+    run_.other_routes()
+    assert [(a.action, a.what, a.target, a.detail) for a in run_.actions] == [
+        (restore.SKIPPED, 'vgpu', 'cyborg', 'libvirt not asked '
+         '(--no-libvirt): Nova\'s leftover definitions on Cyborg\'s GPUs '
+         'are judged by a restore with libvirt '
+         '(libvirt-gpu-restore-routes.service)')]
+
+
 def test_step_5_failing_is_a_vgpu_row_of_the_report(world):
     def broken(dry_run):
         raise exception.LibvirtGpuError('libvirt is down')
@@ -116,3 +126,30 @@ def test_step_5_failing_is_a_vgpu_row_of_the_report(world):
     (failed,) = run_.actions
     assert (failed.action, failed.what, failed.target) == (
         restore.FAILED, 'vgpu', 'cyborg')
+
+
+def test_a_carving_the_host_cannot_satisfy_is_a_failed_row(fast_tmp):
+    stored = Host(fast_tmp, CARVING % (L2, 999))
+    report = stored.restore()
+    (failed,) = [a for a in report.failed if a.what == 'carving']
+    assert (failed.action, failed.target) == (restore.FAILED,
+                                              '[nova]/carved')
+    assert 'count = 999' in failed.detail
+    assert stored.record() == {}                 # nothing of it written
+
+
+def test_a_definition_that_cannot_be_read_fails_the_restore(fast_tmp):
+    from libvirt_gpu import environment
+    sysfs = host(rebooted('a100'), fast_tmp)
+    _, cfg = conf(fast_tmp, '[gpu]\nenabled_vgpu_types = nvidia-472\n')
+    mdevctl = os.path.join(fast_tmp, 'mdevctl.d')
+    define(mdevctl, '0000:41:00.4', U1, 'nvidia-472', 'auto')
+    with open(os.path.join(mdevctl, '0000:41:00.4', U1), 'w') as f:
+        f.write('{"mdev_type": ')                  # cut off
+    env = environment.Environment.from_conf(cfg, sysfs=sysfs,
+                                            mdevctl_dir=mdevctl)
+    report = restore.restore(env, vf_pfs=restore.vf_targets(env),
+                             settle_timeout=0)
+    (failed,) = [a for a in report.actions if a.target == U1]
+    assert (failed.action, failed.what) == (restore.FAILED, 'mdev')
+    assert failed in report.failed
