@@ -8,13 +8,25 @@ after a listed one.  On the simulated T4 host."""
 
 import json
 import os
+import shutil
+import tempfile
 
 import pytest
 
+from libvirt_gpu import objects
 from tests.doubles import trees
 from tests.unit import test_hook as th
 
 A = th.A
+
+
+@pytest.fixture
+def fast_tmp():
+    # the state directory's parent is this 0700 one: a state directory
+    # below a directory anyone can write is refused (statedir.check_dir)
+    path = tempfile.mkdtemp(prefix='lgpu-operations-rules-')
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -71,3 +83,27 @@ def test_a_defined_vgpu_after_a_listed_one_is_claimed_too(env):
     assert set(env.mdevs()) - before == {listed, defined}
     assert sorted(lease.vgpu_uuid for lease in env.leases()) == sorted(
         [listed, defined])
+
+
+def test_novas_guest_on_a_carved_vf_is_logged_as_left_to_nova(fast_tmp):
+    from tests.unit import test_nova_routes as tnr
+    carved = tnr.Host(fast_tmp, tnr.CARVING % (tnr.L2, 2))
+    assert carved.restore().failed == ()
+    # our metadata naming the carved VF: a release has nothing to undo
+    xml = tnr.vf_domain_xml(objects.Uuid.new(), '0000:bd:00.4', dom=tnr.DOM)
+    assert tnr.run_hook(carved, 'release', xml) == (0, '', b'')
+    (line,) = [x for x in tnr.hook_log(carved).splitlines()
+               if 'carved for Nova' in x]
+    assert line.endswith(": domain 'vm1' (%s) uses VF(s) "
+                         "carved for Nova (0000:bd:00.4): left to Nova"
+                         % tnr.DOM)
+
+
+def test_a_vgpu_neither_listed_nor_defined_is_left_to_libvirt(env):
+    uuid = th.new_uuid()
+    rc, err = env.run('prepare', th.domain_xml([], hostdevs=[uuid]))
+    assert rc == 0, err
+    assert env.leases() == []
+    (line,) = [x for x in env.log().splitlines() if uuid in x]
+    assert line.endswith(': vGPU %s is neither in our metadata nor defined '
+                         'persistently: left to libvirt' % uuid)
