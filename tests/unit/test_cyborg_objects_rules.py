@@ -1,12 +1,12 @@
 """What Cyborg is told of a host whose ``[routes]/cyborg`` names only some
-GPUs (openstack/placement/cyborg_objects.py ``host_devices``), that the
+GPUs (openstack/cyborg_objects.py ``host_devices``), that the
 rest of the unit layer left open (docs/dev/mutation.md): a GPU not given
 to Cyborg is reported with nothing to offer and the reason names the
 route that has it; a VF is never such a GPU; Cyborg's vGPUs are offered
 as its own resource class, a class the operator chose kept."""
 
 from libvirt_gpu import objects
-from libvirt_gpu.openstack.placement import cyborg_objects
+from libvirt_gpu.openstack import cyborg_objects
 from libvirt_gpu.util import records
 from tests.doubles import fakes
 

@@ -1,4 +1,4 @@
-"""What ``libvirt-gpu restore`` (guests/restore.py) says that the rest of
+"""What ``libvirt-gpu restore`` (host/restore.py) says that the rest of
 the unit layer left open (docs/dev/mutation.md): a persistent vGPU that
 already exists reported as such, not as created; a carve record that
 cannot be read named in the log with its damage when the GPUs it holds
@@ -13,8 +13,8 @@ import tempfile
 import pytest
 
 from libvirt_gpu import exception
-from libvirt_gpu.devices import carving
-from libvirt_gpu.guests import restore
+from libvirt_gpu.store import carved as carve_record
+from libvirt_gpu.host import restore
 from tests.unit.test_nova_carving import CARVING
 from tests.unit.test_nova_carving import Host
 from tests.unit.test_nova_carving import L2
@@ -84,7 +84,7 @@ def test_the_gpus_a_damaged_record_holds_are_logged_with_its_damage(
     (logged,) = [r.getMessage() for r in caplog.records
                  if r.name == restore.LOG.name]
     assert ('State file %s: not JSON' % path) in logged
-    assert carving.REMEDY in logged
+    assert carve_record.REMEDY in logged
 
 
 def test_rebuilding_a_damaged_record_says_what_it_no_longer_holds(
@@ -93,13 +93,13 @@ def test_rebuilding_a_damaged_record_says_what_it_no_longer_holds(
     assert stored.restore().failed == ()
     path = plant(stored.state_dir, b'[')
     try:
-        carving.CarveRecord(stored.state_dir).read()
-    except carving.DamagedRecord as e:
+        carve_record.CarveRecord(stored.state_dir).read()
+    except carve_record.DamagedRecord as e:
         damage = e.kwargs['damage']
     (moved,) = [a for a in stored.restore().actions
                 if a.what == 'carve-record']
     (aside,) = [n for n in os.listdir(stored.state_dir)
-                if n.startswith(carving.RECORD_NAME + '.damaged-')]
+                if n.startswith(carve_record.RECORD_NAME + '.damaged-')]
     assert (moved.action, moved.target) == (restore.FORGOT, path)
     assert moved.detail == (
         'cannot be read (%s): moved aside to %s; rebuilt from the '
