@@ -13,9 +13,9 @@ from libvirt_gpu import exception
 from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
+from tests.doubles import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = paths.ROOT
 
 # Runs the CLI in a fresh interpreter and says, on stderr's last line,
 # whether oslo.config was imported.

@@ -29,9 +29,9 @@ from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
 from tests.doubles import h100
 from tests.doubles import trees
-from tests.unit.test_hook import domain_xml
-from tests.unit.test_hook import Env
-from tests.unit.test_hook import new_uuid
+from tests.unit.guests.hook.test_hook import domain_xml
+from tests.unit.guests.hook.test_hook import Env
+from tests.unit.guests.hook.test_hook import new_uuid
 
 A = '0000:3b:00.0'
 B = '0000:af:00.0'

@@ -12,9 +12,9 @@ import pytest
 from libvirt_gpu import exporter
 from libvirt_gpu.guests import reconcile
 from libvirt_gpu.store import figures
+from tests.doubles import paths
 
-METRICS_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'docs', 'admin', 'metrics.md')
+METRICS_MD = os.path.join(paths.ROOT, 'docs', 'admin', 'metrics.md')
 
 
 def _families():

@@ -19,7 +19,7 @@ from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
 from tests.doubles import trees
 from tests.unit import test_exporter as te
-from tests.unit import test_hook as th
+from tests.unit.guests.hook import test_hook as th
 
 A, B, DOM = th.A, th.B, th.DOM
 P = 'libvirt_gpu_'

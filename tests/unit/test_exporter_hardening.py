@@ -30,9 +30,9 @@ from tests.unit.test_exporter import domain_xml
 from tests.unit.test_exporter import host  # noqa: F401 (a fixture)
 from tests.unit.test_exporter import new_uuid
 from tests.unit.test_exporter import scrape
+from tests.doubles import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = paths.ROOT
 FILES = 256         # the child's open-file limit (the default is 1,024)
 CHILD = '''
 import resource, sys, threading

@@ -47,7 +47,7 @@ from tests.doubles import trees
 from tests.unit import test_exporter as te
 from tests.unit import test_exporter_catalog as tec
 from tests.unit import test_exporter_layout as tel
-from tests.unit import test_hook as th
+from tests.unit.guests.hook import test_hook as th
 
 P = 'libvirt_gpu_'
 A = objects.PciAddress.parse('0000:3b:00.0')

@@ -1,0 +1,821 @@
+"""Placement client, sync planning and agent loop, without a server.
+
+The client is exercised over a scripted keystoneauth Adapter stand-in (what
+goes on the wire, how answers map to typed errors); the sync over an
+in-memory Placement that keeps generations the way the real one does. The
+real-Placement behaviour is covered by tests/functional/test_placement.py.
+"""
+
+import collections
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid as uuidlib
+
+from keystoneauth1 import exceptions as ks_exc
+from oslo_config import cfg
+import pytest
+
+from libvirt_gpu.openstack import agent
+from libvirt_gpu import exception
+from libvirt_gpu.cmd import output
+from libvirt_gpu.conf import agent as agent_conf
+from libvirt_gpu.conf import placement as placement_conf
+from libvirt_gpu.openstack.placement import client as pc
+from libvirt_gpu.openstack.placement import sync
+from libvirt_gpu.openstack.placement import tree as tree_mod
+from tests.doubles import paths
+
+VERSIONS = {'versions': [{'id': 'v1.0', 'min_version': '1.0',
+                          'max_version': '1.39', 'status': 'CURRENT'}]}
+
+
+# --------------------------------------------------------------------------
+# A scripted Adapter
+
+class Resp:
+    def __init__(self, status, body=None):
+        self.status_code = status
+        self.content = b'' if body is None else json.dumps(body).encode()
+        self.text = self.content.decode()
+
+    def json(self):
+        return json.loads(self.content)
+
+
+def err(status, code, detail='nope'):
+    return Resp(status, {'errors': [{'status': status, 'code': code,
+                                     'title': 'x', 'detail': detail}]})
+
+
+class ScriptedAdapter:
+    endpoint_override = 'http://placement.test'
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.sent = []
+
+    def request(self, url, method, **kwargs):
+        self.sent.append((method, url, kwargs.get('json'),
+                          kwargs.get('microversion')))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def scripted(*answers, **kwargs):
+    adapter = ScriptedAdapter(Resp(200, VERSIONS), *answers)
+    kwargs.setdefault('retry_wait', 0)
+    kwargs.setdefault('retry_wait_max', 0)
+    return pc.PlacementClient(adapter, **kwargs), adapter
+
+
+class TestClient:
+    def test_negotiates_min_of_ours_and_theirs(self):
+        client, adapter = scripted(Resp(200, {'resource_providers': []}))
+        assert client.list_tree('u') == ()
+        assert adapter.sent[0][:2] == ('GET', '/')
+        assert adapter.sent[0][3] is None            # unversioned
+        assert adapter.sent[1][3] == '1.39'
+        assert client.stats.by_method['GET'] == 2
+
+    def test_older_server_gets_its_max(self):
+        old = {'versions': [{'max_version': '1.30', 'min_version': '1.0'}]}
+        client = pc.PlacementClient(ScriptedAdapter(Resp(200, old)))
+        assert client.microversion == (1, 30)
+
+    def test_too_old_server_refused(self):
+        old = {'versions': [{'max_version': '1.17', 'min_version': '1.0'}]}
+        client = pc.PlacementClient(ScriptedAdapter(Resp(200, old)))
+        with pytest.raises(pc.PlacementVersionTooOld) as e:
+            client.microversion
+        assert 'up to 1.17' in str(e.value) and '1.26' in str(e.value)
+
+    def test_connection_failure_is_unavailable(self):
+        client = pc.PlacementClient(ScriptedAdapter(
+            ks_exc.ConnectFailure('refused')))
+        with pytest.raises(pc.PlacementUnavailable) as e:
+            client.microversion
+        assert 'http://placement.test' in str(e.value)
+
+    @pytest.mark.parametrize('status,cls', [
+        (401, pc.PlacementAuthError), (403, pc.PlacementAuthError),
+        (503, pc.PlacementUnavailable), (400, pc.PlacementError)])
+    def test_status_maps_to_typed_error(self, status, cls):
+        client, _ = scripted(err(status, 'placement.undefined_code'))
+        with pytest.raises(cls):
+            client.list_tree('u')
+
+    def test_webob_boilerplate_dropped_from_detail(self):
+        client, _ = scripted(err(
+            400, 'placement.undefined_code',
+            'The server could not comply with the request since it is '
+            'either malformed or otherwise incorrect.\n\n No such trait X  '))
+        with pytest.raises(pc.PlacementError) as e:
+            client.list_tree('u')
+        assert e.value.kwargs['detail'] == 'No such trait X'
+
+    def test_conflict_rereads_generation_and_retries(self):
+        provider = {'uuid': 'u', 'name': 'n', 'generation': 7,
+                    'parent_provider_uuid': None, 'root_provider_uuid': 'u'}
+        client, adapter = scripted(
+            err(409, pc.CODE_CONCURRENT_UPDATE),
+            Resp(200, provider),
+            Resp(200, {'resource_provider_generation': 8, 'inventories': {}}))
+        gen = client.set_inventories('u', 3, [tree_mod.Inventory('VGPU', 4)])
+        assert gen == 8
+        puts = [s for s in adapter.sent if s[0] == 'PUT']
+        assert [p[2]['resource_provider_generation'] for p in puts] == [3, 7]
+        assert puts[1][2]['inventories']['VGPU']['max_unit'] == 4
+
+    def test_conflict_retries_are_bounded(self):
+        provider = {'uuid': 'u', 'name': 'n', 'generation': 7,
+                    'parent_provider_uuid': None, 'root_provider_uuid': 'u'}
+        answers = [err(409, pc.CODE_CONCURRENT_UPDATE)]
+        for _ in range(2):
+            answers += [Resp(200, provider),
+                        err(409, pc.CODE_CONCURRENT_UPDATE)]
+        client, adapter = scripted(*answers, conflict_retries=3)
+        with pytest.raises(pc.GenerationConflict) as e:
+            client.set_traits('u', 1, ['OWNER_CYBORG'])
+        assert '3 attempts' in str(e.value)
+        assert not adapter.answers
+
+    def test_inventory_in_use_is_final(self):
+        client, adapter = scripted(err(409, pc.CODE_INVENTORY_INUSE))
+        with pytest.raises(pc.InventoryInUse):
+            client.set_inventories('u', 1, [tree_mod.Inventory('PGPU', 1)])
+        assert len(adapter.sent) == 2
+
+    def test_delete_of_missing_provider_is_fine(self):
+        client, adapter = scripted(
+            err(404, 'placement.resource_provider.not_found'))
+        assert client.delete_provider('u') is None
+        # the DELETE was sent (a 404 means someone removed it first) ...
+        assert adapter.sent[-1][:2] == ('DELETE', '/resource_providers/u')
+        assert adapter.answers == []
+        # ... and only a 404 is taken as "already gone"
+        client, _ = scripted(err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'),
+                             err(500, 'placement.unknown', 'boom'))
+        with pytest.raises(pc.PlacementError):
+            client.delete_provider('u')
+
+    def test_delete_in_use(self):
+        client, _ = scripted(err(409, pc.CODE_PROVIDER_INUSE))
+        with pytest.raises(pc.ProviderInUse):
+            client.delete_provider('u')
+
+    def test_custom_traits_checked_once_then_created(self):
+        client, adapter = scripted(Resp(200, {'traits': ['CUSTOM_A']}),
+                                   Resp(201), Resp(204))
+        assert client.missing_custom_traits(
+            ['CUSTOM_A', 'CUSTOM_B', 'OWNER_CYBORG']) == ['CUSTOM_B']
+        assert adapter.sent[1][1] == '/traits?name=in%3ACUSTOM_A%2CCUSTOM_B'
+        client.create_trait('CUSTOM_B')
+        assert client.missing_custom_traits(['CUSTOM_A', 'CUSTOM_B']) == []
+        with pytest.raises(pc.InvalidTrait):
+            client.create_trait('CUSTOM_bad name')
+
+    def test_planned_request_str(self):
+        req = pc.PlacementClient.traits_request('u', 2, {'B', 'A'})
+        assert str(req) == ('PUT /resource_providers/u/traits '
+                            '{"resource_provider_generation": 2, '
+                            '"traits": ["A", "B"]}')
+
+
+def make_conf(**agent_overrides):
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    agent_conf.register_opts(conf)
+    conf([], project='libvirt-gpu-test')
+    for key, value in agent_overrides.items():
+        conf.set_override(key, value, group='agent')
+    return conf
+
+
+def _by_name(listed):
+    """``list_opts()`` keyed by group name (its keys are OptGroups, so that
+    the sample configuration shows their help)."""
+    return {getattr(group, 'name', group): opts
+            for group, opts in listed.items()}
+
+
+class TestConf:
+    def test_list_opts_groups(self):
+        names = {o.dest for o in
+                 _by_name(placement_conf.list_opts())['placement']}
+        assert {'auth_type', 'auth_url', 'endpoint_override', 'service_type',
+                'noauth_token', 'conflict_retries', 'timeout'} <= names
+        assert {o.dest for o in
+                _by_name(agent_conf.list_opts())['agent']} == {
+            'sync_interval', 'backoff_max'}
+
+    def test_defaults(self):
+        conf = make_conf()
+        assert conf.placement.service_type == 'placement'
+        assert conf.placement.valid_interfaces == ['internal', 'public']
+
+    def test_no_endpoint_no_auth_is_a_config_error(self):
+        with pytest.raises(pc.PlacementConfigError) as e:
+            pc.PlacementClient.from_conf(make_conf())
+        assert '--url' in str(e.value)
+
+    def test_url_gives_noauth_client(self):
+        client = pc.PlacementClient.from_conf(make_conf(),
+                                              url='http://p.test:8778')
+        assert client.endpoint == 'http://p.test:8778'
+
+    def test_keystone_auth_from_conf(self, tmp_path):
+        path = tmp_path / 'libvirt-gpu.conf'
+        path.write_text('[placement]\n'
+                        'auth_type = password\n'
+                        'auth_url = http://keystone.test/v3\n'
+                        'username = agent\n'
+                        'password = secret\n'
+                        'project_name = service\n'
+                        'user_domain_name = Default\n'
+                        'project_domain_name = Default\n'
+                        'endpoint_override = http://p.test\n')
+        conf = cfg.ConfigOpts()
+        placement_conf.register_opts(conf)
+        agent_conf.register_opts(conf)
+        conf(['--config-file', str(path)], project='libvirt-gpu-test')
+        client = pc.PlacementClient.from_conf(conf)
+        assert client.endpoint == 'http://p.test'
+        auth = client._adapter.session.auth
+        assert type(auth).__name__ == 'Password'
+        assert auth.auth_url == 'http://keystone.test/v3'
+
+
+# --------------------------------------------------------------------------
+# An in-memory Placement behind the client's interface
+
+class FakePlacement:
+    """Providers, inventories, traits, allocations; generations as Placement
+    bumps them (inventory/trait writes; allocation writes but DELETE)."""
+
+    endpoint = 'fake://placement'
+
+    def __init__(self):
+        self.providers = {}     # uuid -> dict(name, parent, generation)
+        self.inventories = {}   # uuid -> {rc: Inventory}
+        self.traits = {}        # uuid -> set
+        self.allocations = {}   # uuid -> {consumer: {rc: n}}
+        self.known_traits = {'OWNER_CYBORG'}
+        self.stats = pc.RequestStats()
+        self.microversion = (1, 39)
+        self.refuse_delete = set()
+
+    def _count(self, method):
+        self.stats.by_method[method] += 1
+
+    def _provider(self, uuid):
+        p = self.providers[uuid]
+        root = uuid
+        while self.providers[root]['parent']:
+            root = self.providers[root]['parent']
+        return pc.Provider(uuid=uuid, name=p['name'],
+                           generation=p['generation'],
+                           parent_provider_uuid=p['parent'],
+                           root_provider_uuid=root)
+
+    def add(self, name, uuid=None, parent=None):
+        uuid = uuid or tree_mod.provider_uuid(name)
+        self.providers[uuid] = {'name': name, 'parent': parent,
+                                'generation': 0}
+        self.inventories[uuid] = {}
+        self.traits[uuid] = set()
+        self.allocations[uuid] = {}
+        return uuid
+
+    def bump(self, uuid):
+        self.providers[uuid]['generation'] += 1
+
+    # reads
+    def list_tree(self, uuid):
+        self._count('GET')
+        if uuid not in self.providers:
+            return ()
+        root = self._provider(uuid).root_provider_uuid
+        return tuple(self._provider(u) for u in self.providers
+                     if self._provider(u).root_provider_uuid == root)
+
+    def find_provider_by_name(self, name):
+        self._count('GET')
+        for u, p in self.providers.items():
+            if p['name'] == name:
+                return self._provider(u)
+        return None
+
+    def get_provider(self, uuid):
+        self._count('GET')
+        return self._provider(uuid) if uuid in self.providers else None
+
+    def get_inventories(self, uuid):
+        self._count('GET')
+        return pc.ProviderInventories(
+            self.providers[uuid]['generation'],
+            tuple(tree_mod.Inventory(**{**vars(i), 'max_unit': i.to_api()[
+                'max_unit']}) for _, i in sorted(
+                    self.inventories[uuid].items())))
+
+    def get_traits(self, uuid):
+        self._count('GET')
+        return pc.ProviderTraits(self.providers[uuid]['generation'],
+                                 frozenset(self.traits[uuid]))
+
+    def get_allocations(self, uuid):
+        self._count('GET')
+        return pc.ProviderAllocations(
+            self.providers[uuid]['generation'],
+            tuple(pc.ConsumerAllocation(c, tuple(sorted(r.items())))
+                  for c, r in sorted(self.allocations[uuid].items())))
+
+    def missing_custom_traits(self, traits):
+        self._count('GET')
+        return sorted(t for t in traits if t.startswith('CUSTOM_')
+                      and t not in self.known_traits)
+
+    # writes
+    def create_trait(self, name):
+        self._count('PUT')
+        self.known_traits.add(name)
+
+    def create_provider(self, name, uuid, parent_uuid=None):
+        self._count('POST')
+        if any(p['name'] == name for p in self.providers.values()):
+            raise pc.ProviderConflict(name=name, uuid=uuid, detail='dup')
+        self.add(name, uuid, parent_uuid)
+        return self._provider(uuid)
+
+    def update_provider(self, uuid, name, parent_uuid):
+        self._count('PUT')
+        self.providers[uuid].update(name=name, parent=parent_uuid)
+        return self._provider(uuid)
+
+    def _check(self, uuid, generation):
+        if self.providers[uuid]['generation'] != generation:
+            raise pc.GenerationConflict(uuid=uuid, what='x', attempts=1)
+
+    def set_inventories(self, uuid, generation, inventories):
+        self._count('PUT')
+        self._check(uuid, generation)
+        new = {i.resource_class: i for i in inventories}
+        for alloc in self.allocations[uuid].values():
+            if set(alloc) - set(new):
+                raise pc.InventoryInUse(uuid=uuid, detail='in use')
+        self.inventories[uuid] = new
+        self.bump(uuid)
+        return self.providers[uuid]['generation']
+
+    def set_traits(self, uuid, generation, traits):
+        self._count('PUT')
+        self._check(uuid, generation)
+        self.traits[uuid] = set(traits)
+        self.bump(uuid)
+        return self.providers[uuid]['generation']
+
+    def delete_provider(self, uuid):
+        self._count('DELETE')
+        if self.allocations[uuid] or uuid in self.refuse_delete:
+            raise pc.ProviderInUse(uuid=uuid, detail='allocations')
+        for table in (self.providers, self.inventories, self.traits,
+                      self.allocations):
+            del table[uuid]
+
+    def allocate(self, uuid, consumer, rc='VGPU', amount=1):
+        self.allocations[uuid][consumer] = {rc: amount}
+        self.bump(uuid)
+
+
+def gpu_tree(host, spec):
+    """spec: {'af': ('VGPU', 8, {'CUSTOM_X'})} -> ProviderTree."""
+    root = tree_mod.ResourceProvider(host, tree_mod.provider_uuid(host), None)
+    children = []
+    for bus, (rc, total, traits) in sorted(spec.items()):
+        name = '%s_0000:%s:00.0' % (host, bus)
+        children.append(tree_mod.ResourceProvider(
+            name, tree_mod.provider_uuid(name), root.uuid,
+            (tree_mod.Inventory(rc, total),),
+            frozenset({'OWNER_CYBORG'} | traits)))
+    return tree_mod.ProviderTree(root, tuple(children))
+
+
+def uuid_of(name):
+    return tree_mod.provider_uuid(name)
+
+
+TWO = {'af': ('VGPU', 8, {'CUSTOM_T4_2B'}), '3b': ('PGPU', 1, {'CUSTOM_T4'})}
+
+
+class TestSync:
+    def test_first_sync_plan_order_and_generations(self):
+        fake = FakePlacement()
+        report = sync.sync(fake, gpu_tree('h', TWO), dry_run=True)
+        got = [(r.method, r.url) for r in report.requests]
+        af, b3 = uuid_of('h_0000:af:00.0'), uuid_of('h_0000:3b:00.0')
+        assert got == [
+            ('PUT', '/traits/CUSTOM_T4'),
+            ('PUT', '/traits/CUSTOM_T4_2B'),
+            ('POST', '/resource_providers'),
+            ('POST', '/resource_providers'),
+            ('PUT', '/resource_providers/%s/inventories' % b3),
+            ('PUT', '/resource_providers/%s/traits' % b3),
+            ('POST', '/resource_providers'),
+            ('PUT', '/resource_providers/%s/inventories' % af),
+            ('PUT', '/resource_providers/%s/traits' % af)]
+        assert report.requests[3].body == {
+            'name': 'h_0000:3b:00.0', 'uuid': b3,
+            'parent_provider_uuid': uuid_of('h')}
+        gens = [r.body['resource_provider_generation']
+                for r in report.requests if 'resource_provider_generation'
+                in (r.body or {})]
+        assert gens == [0, 1, 0, 1]
+        assert fake.stats.writes == 0 and fake.providers == {}
+
+        real = sync.sync(fake, gpu_tree('h', TWO))
+        assert real.requests == report.requests
+        assert fake.traits[af] == {'OWNER_CYBORG', 'CUSTOM_T4_2B'}
+
+    def test_steady_state_is_one_read_with_state(self):
+        fake = FakePlacement()
+        state = sync.SyncState()
+        sync.sync(fake, gpu_tree('h', TWO), state=state)
+        for _ in range(3):
+            before = fake.stats.copy()
+            report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+            assert dict((fake.stats - before).by_method) == {'GET': 1}
+            assert {r.outcome for r in report.results} == {sync.UNCHANGED}
+
+    def test_steady_state_cost_independent_of_gpu_count(self):
+        costs = []
+        for n in (1, 8, 32):
+            spec = {'%02x' % i: ('VGPU', 4, set()) for i in range(n)}
+            fake = FakePlacement()
+            state = sync.SyncState()
+            sync.sync(fake, gpu_tree('h', spec), state=state)
+            costs.append(sync.sync(fake, gpu_tree('h', spec),
+                                   state=state).stats.total)
+        assert costs == [1, 1, 1]
+
+    def test_someone_else_changes_a_provider_it_is_reread_and_fixed(self):
+        fake = FakePlacement()
+        state = sync.SyncState()
+        sync.sync(fake, gpu_tree('h', TWO), state=state)
+        af = uuid_of('h_0000:af:00.0')
+        fake.traits[af] = {'OWNER_CYBORG'}
+        fake.bump(af)
+        report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+        assert [(r.method, r.url) for r in report.requests] == [
+            ('PUT', '/resource_providers/%s/traits' % af)]
+        assert fake.traits[af] == {'OWNER_CYBORG', 'CUSTOM_T4_2B'}
+        assert sync.sync(fake, gpu_tree('h', TWO),
+                         state=state).stats.total == 1
+
+    def test_write_retried_after_conflict_is_not_remembered(self):
+        class Racy(FakePlacement):
+            race = True
+
+            def set_inventories(self, uuid, generation, inventories):
+                if self.race:
+                    # Another writer got in first; the client re-read the
+                    # generation and retried (as PlacementClient does).
+                    self.race = False
+                    self.traits[uuid] = {'CUSTOM_INTRUDER'}
+                    self.bump(uuid)
+                    generation = self.providers[uuid]['generation']
+                return super().set_inventories(uuid, generation, inventories)
+
+        fake = Racy()
+        fake.race = False
+        state = sync.SyncState()
+        sync.sync(fake, gpu_tree('h', TWO), state=state)
+        fake.race = True
+        changed = gpu_tree('h', {'af': ('VGPU', 4, {'CUSTOM_T4_2B'}),
+                                 '3b': TWO['3b']})
+        sync.sync(fake, changed, state=state)
+        af = uuid_of('h_0000:af:00.0')
+        assert fake.traits[af] == {'CUSTOM_INTRUDER'}
+        # Not trusted: the next sync reads it again and repairs the traits.
+        report = sync.sync(fake, changed, state=state)
+        assert [(r.method, r.url) for r in report.requests] == [
+            ('PUT', '/resource_providers/%s/traits' % af)]
+        assert fake.traits[af] == {'OWNER_CYBORG', 'CUSTOM_T4_2B'}
+
+    def test_foreign_provider_with_our_prefix_is_left_alone(self):
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', TWO))
+        fake.add('h_0000:d8:00.0', uuid='1' * 8 + '-1111-1111-1111-'
+                 + '1' * 12, parent=uuid_of('h'))
+        report = sync.sync(fake, gpu_tree('h', TWO))
+        assert report.requests == []
+        assert len(fake.providers) == 4
+
+    def test_vanished_without_allocations_deleted_first(self):
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', TWO))
+        report = sync.sync(fake, gpu_tree('h', {
+            'af': TWO['af'], 'd8': ('PGPU', 1, {'CUSTOM_T4'})}))
+        assert [r.method for r in report.requests] == [
+            'DELETE', 'POST', 'PUT', 'PUT']
+        assert uuid_of('h_0000:3b:00.0') not in fake.providers
+
+    @pytest.mark.parametrize('host', ['h', 'compute_1'])
+    def test_a_type_provider_with_an_underscore_in_its_type_is_ours(
+            self, host):
+        # Intel GVT-g type ids hold "_" (i915-GVTg_V5_4), as a host name
+        # may: such a provider is read back as ours, and deleted with its
+        # type
+        igd = '%s_0000:00:02.0' % host
+        typed = igd + '_i915-GVTg_V5_4'
+        root = tree_mod.ResourceProvider(host, uuid_of(host), None)
+
+        def tree(*names):
+            return tree_mod.ProviderTree(root, tuple(
+                tree_mod.ResourceProvider(
+                    name, uuid_of(name), root.uuid,
+                    (tree_mod.Inventory('VGPU', 2),),
+                    frozenset({'OWNER_CYBORG'})) for name in names))
+
+        fake = FakePlacement()
+        sync.sync(fake, tree(igd, typed))
+        assert uuid_of(typed) in fake.providers
+        report = sync.sync(fake, tree(igd))
+        assert [(r.method, r.url) for r in report.requests] == [
+            ('DELETE', '/resource_providers/%s' % uuid_of(typed))]
+        assert set(fake.providers) == {uuid_of(host), uuid_of(igd)}
+
+    def test_providers_of_earlier_releases_replaced(self):
+        # Earlier releases named a GPU's provider <host>_pci_<libvirt name>
+        # with a uuid5: recognised as ours and replaced by Cyborg's name
+        # and uuid3; a provider of that name with another uuid (Nova's own
+        # vGPU provider) is left alone.
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', {}))
+        root = uuid_of('h')
+        old = 'h_pci_0000_af_00_0'
+        old_uuid = fake.add(old, tree_mod.legacy_provider_uuid(old), root)
+        fake.add('h_pci_0000_3b_00_0', 'nova-uuid', root)
+        report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}))
+        assert [r.uuid for r in report.with_outcome(sync.DELETED)] == [
+            old_uuid]
+        assert [r.name for r in report.with_outcome(sync.CREATED)] == [
+            'h_0000:af:00.0']
+        assert uuid_of('h_0000:af:00.0') == str(
+            uuidlib.uuid3(uuidlib.NAMESPACE_DNS, 'h_0000:af:00.0'))
+        assert 'nova-uuid' in fake.providers
+
+    def test_vanished_with_allocations_kept_reserved(self):
+        fake = FakePlacement()
+        state = sync.SyncState()
+        sync.sync(fake, gpu_tree('h', TWO), state=state)
+        af = uuid_of('h_0000:af:00.0')
+        fake.allocate(af, 'c1', amount=3)
+        gone = gpu_tree('h', {'3b': TWO['3b']})
+        report = sync.sync(fake, gone, state=state)
+        assert [(r.name, r.outcome) for r in report.with_outcome(sync.KEPT)] \
+            == [('h_0000:af:00.0', sync.KEPT)]
+        assert 'c1' in report.with_outcome(sync.KEPT)[0].detail
+        inv = fake.inventories[af]['VGPU']
+        assert inv.reserved == inv.total == 8
+        # Next time: only the allocation check, no inventory read or write.
+        again = sync.sync(fake, gone, state=state)
+        assert again.stats.total == 2 and again.stats.writes == 0
+        # Deleting allocations does not bump the generation; still noticed.
+        del fake.allocations[af]['c1']
+        final = sync.sync(fake, gone, state=state)
+        assert [r.uuid for r in final.with_outcome(sync.DELETED)] == [af]
+        assert af not in fake.providers
+
+    def test_allocation_racing_the_delete_keeps_instead(self):
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', TWO))
+        b3 = uuid_of('h_0000:3b:00.0')
+        fake.refuse_delete.add(b3)
+        report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}))
+        assert [r.outcome for r in report.results
+                if r.uuid == b3] == [sync.KEPT]
+        assert fake.inventories[b3]['PGPU'].reserved == 1
+
+    def test_inventory_in_use_fails_that_provider_only(self):
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', TWO))
+        af = uuid_of('h_0000:af:00.0')
+        fake.allocate(af, 'c1')
+        report = sync.sync(fake, gpu_tree('h', {
+            'af': ('PGPU', 1, set()), '3b': ('VGPU', 4, set())}))
+        assert [f.uuid for f in report.failed] == [af]
+        b3 = uuid_of('h_0000:3b:00.0')
+        assert fake.inventories[b3]['VGPU'].total == 4
+        # Traits of the failed provider were not written either.
+        assert 'CUSTOM_T4_2B' in fake.traits[af]
+
+    def test_nests_under_existing_provider_by_name(self):
+        fake = FakePlacement()
+        nova = fake.add('h', uuid='2' * 8 + '-2222-2222-2222-' + '2' * 12)
+        state = sync.SyncState()
+        report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+        assert report.nested and report.parent_uuid == nova
+        assert uuid_of('h') not in fake.providers
+        for u in (uuid_of('h_0000:af:00.0'),
+                  uuid_of('h_0000:3b:00.0')):
+            assert fake.providers[u]['parent'] == nova
+        fake.bump(nova)   # Nova writes its own inventory
+        assert sync.sync(fake, gpu_tree('h', TWO),
+                         state=state).stats.total == 1
+        # nest=False: we would create our own root, and the name is taken.
+        fresh = FakePlacement()
+        fresh.add('h', uuid='3' * 8 + '-3333-3333-3333-' + '3' * 12)
+        report = sync.sync(fresh, gpu_tree('h', TWO), nest=False)
+        assert [f.name for f in report.failed] == [
+            'h', 'h_0000:3b:00.0', 'h_0000:af:00.0']
+        assert 'parent h could not be created' in report.failed[1].detail
+        assert len(fresh.providers) == 1
+
+    def test_a_host_with_nova_carvings_never_takes_the_compute_node_name(
+            self):
+        # no provider named after the host yet: Nova creates it, we wait
+        fake = FakePlacement()
+        for nest in (True, False):
+            with pytest.raises(pc.ComputeNodeMissing) as e:
+                sync.sync(fake, gpu_tree('h', TWO), nest=nest,
+                          nova_root=True)
+            assert 'No provider named h in Placement yet' in str(e.value)
+            assert 'Start nova-compute' in str(e.value)
+        assert fake.providers == {}
+        # once Nova made it, we nest under it, even with nest_under_existing
+        # off
+        nova = fake.add('h', uuid='4' * 8 + '-4444-4444-4444-' + '4' * 12)
+        report = sync.sync(fake, gpu_tree('h', TWO), nest=False,
+                           nova_root=True)
+        assert report.nested and report.parent_uuid == nova
+        assert uuid_of('h') not in fake.providers
+        # without carvings our own root is still made where none exists
+        fresh = FakePlacement()
+        assert not sync.sync(fresh, gpu_tree('h', TWO)).nested
+        assert uuid_of('h') in fresh.providers
+
+    def test_nova_owns_the_root_when_gpus_are_carved_for_it(self):
+        class Conf:
+            class nova:
+                carved = ['l40s_12q']
+        assert agent.nova_owns_root(Conf)
+        Conf.nova.carved = []
+        assert not agent.nova_owns_root(Conf)
+        assert not agent.nova_owns_root(object())
+
+    def test_moves_a_provider_to_the_right_parent(self):
+        fake = FakePlacement()
+        sync.sync(fake, gpu_tree('h', TWO))
+        af = uuid_of('h_0000:af:00.0')
+        # Somebody moved it under its sibling (same tree).
+        fake.providers[af]['parent'] = uuid_of('h_0000:3b:00.0')
+        report = sync.sync(fake, gpu_tree('h', TWO))
+        assert [(r.method, r.url) for r in report.requests] == [
+            ('PUT', '/resource_providers/%s' % af)]
+        assert fake.providers[af]['parent'] == uuid_of('h')
+
+    def test_root_gone_from_placement_resolved_again(self):
+        fake = FakePlacement()
+        state = sync.SyncState()
+        sync.sync(fake, gpu_tree('h', TWO), state=state)
+        fake.__init__()   # Placement's database was recreated
+        report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+        assert [r.outcome for r in report.results] == [sync.CREATED] * 3
+        assert len(fake.providers) == 3
+
+    def test_summary_and_text(self):
+        # The text is what the CLI prints: the report shape drawn by
+        # cmd.output (summary, a table of providers, then the writes).
+        fake = FakePlacement()
+        plan = sync.sync(fake, gpu_tree('h', TWO), dry_run=True)
+        text = output.report_text(plan).splitlines()
+        assert text[0].startswith('h: 3 created; ')
+        assert '[dry run]' in text[0]
+        assert text[1].split() == ['OUTCOME', 'PROVIDER', 'UUID', 'DETAIL']
+        assert text[3].split()[:2] == ['created', 'h']
+        assert text[6] == 'plan:'
+        assert text[7] == '  PUT /traits/CUSTOM_T4'
+        assert len(text) == 7 + len(plan.requests)
+        report = sync.sync(fake, gpu_tree('h', TWO))
+        assert report.changed
+        again = sync.sync(fake, gpu_tree('h', TWO))
+        assert not again.changed
+        assert output.report_text(again).splitlines()[-2:] == [
+            'sent:', '  nothing to write']
+
+
+# --------------------------------------------------------------------------
+# Agent
+
+class TestAgent:
+    def test_backoff_doubles_to_cap_and_resets(self):
+        b = agent.Backoff(10, rand=lambda: 0.5)
+        assert [b.failed() for _ in range(6)] == [1, 2, 4, 8, 10, 10]
+        b.succeeded()
+        assert b.failed() == 1
+
+    def test_loop_survives_failures_and_stops(self):
+        fake = FakePlacement()
+        calls = collections.Counter()
+        stop = threading.Event()
+        waits = []
+
+        class Recording(threading.Event):
+            def wait(self, timeout=None):
+                waits.append(timeout)
+                if len(waits) >= 5:
+                    stop.set()
+                return stop.is_set()
+
+            def is_set(self):
+                return stop.is_set()
+
+        def discover():
+            calls['discover'] += 1
+            if calls['discover'] <= 3:
+                raise pc.PlacementUnavailable(endpoint='x', reason='down')
+            return gpu_tree('h', TWO)
+
+        conf = make_conf(sync_interval=30, backoff_max=3)
+        a = agent.Agent(conf, discover, client=fake,
+                        stop_event=Recording())
+        report = a.run()
+        assert a.failures == 3
+        # 1, 2, 4 s with +-25 % jitter, capped at backoff_max (3 s).
+        assert 0.75 <= waits[0] <= 1.25 and 1.5 <= waits[1] <= 2.5
+        assert 2.25 <= waits[2] <= 3
+        assert waits[3:] == [30, 30]
+        assert report is not None and len(fake.providers) == 3
+
+    def test_once_raises_typed_error(self):
+        def discover():
+            raise exception.LibvirtUnavailable(uri='qemu:///system',
+                                               reason='no socket')
+        with pytest.raises(exception.LibvirtUnavailable):
+            agent.run(make_conf(), discover, once=True,
+                      client=FakePlacement())
+
+    def test_sync_once_needs_a_tree(self):
+        with pytest.raises(exception.InvalidInput):
+            agent.sync_once(make_conf(), client=FakePlacement())
+
+    def test_sync_once_dry_run(self):
+        fake = FakePlacement()
+        report = agent.sync_once(make_conf(), dry_run=True,
+                                 tree=gpu_tree('h', TWO), client=fake)
+        assert report.dry_run and report.requests and not fake.providers
+
+
+AGENT_SCRIPT = '''
+import logging, sys
+from oslo_config import cfg
+from libvirt_gpu.openstack import agent
+from libvirt_gpu.conf import agent as agent_conf
+from libvirt_gpu.conf import placement as placement_conf
+from libvirt_gpu.openstack.placement import tree
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+conf = cfg.ConfigOpts()
+placement_conf.register_opts(conf)
+agent_conf.register_opts(conf)
+conf([], project='t')
+conf.set_override('endpoint_override', 'http://127.0.0.1:9', 'placement')
+conf.set_override('backoff_max', 60, 'agent')
+root = tree.ResourceProvider('h', tree.provider_uuid('h'), None)
+agent.run(conf, lambda: tree.ProviderTree(root))
+print('clean exit')
+'''
+
+
+def test_sigterm_stops_the_agent_cleanly():
+    repo = paths.ROOT
+    proc = subprocess.Popen([sys.executable, '-c', AGENT_SCRIPT], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        # Wait until it has failed once against the unreachable Placement
+        # (it then waits ~1 s before retrying).
+        deadline = time.monotonic() + 30
+        seen = ''
+        while 'Sync failed' not in seen and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen += line
+        assert 'Sync failed' in seen, seen
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert 'clean exit' in out
+    assert 'Cannot reach Placement at http://127.0.0.1:9' in seen
