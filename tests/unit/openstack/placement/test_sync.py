@@ -28,6 +28,7 @@ from libvirt_gpu.openstack.placement import client as pc
 from libvirt_gpu.openstack.placement import sync
 from libvirt_gpu.openstack.placement import tree as tree_mod
 from tests.doubles import paths
+import logging
 
 VERSIONS = {'versions': [{'id': 'v1.0', 'min_version': '1.0',
                           'max_version': '1.39', 'status': 'CURRENT'}]}
@@ -819,3 +820,633 @@ def test_sigterm_stops_the_agent_cleanly():
     assert proc.returncode == 0, err
     assert 'clean exit' in out
     assert 'Cannot reach Placement at http://127.0.0.1:9' in seen
+
+
+# --- What ``make mutation`` found open (docs/dev/mutation.md) ---
+# What the Placement sync (``placement.sync``) and the Cyborg objects
+# (``placement.cyborg_objects``) promise that test_placement_sync and
+# test_cyborg_golden left open: each test here fails on a change ``make
+# mutation`` made that the rest stayed green on (docs/dev/mutation.md). The
+# sync runs over test_placement_sync's in-memory Placement (generations as
+# the real one keeps them).
+
+AF = uuid_of('h_0000:af:00.0')
+
+
+B3 = uuid_of('h_0000:3b:00.0')
+
+
+ROOT = uuid_of('h')
+
+
+NOVA = '2' * 8 + '-2222-2222-2222-' + '2' * 12
+
+
+def _synced(spec=TWO, state=None):
+    fake = FakePlacement()
+    sync.sync(fake, gpu_tree('h', spec), state=state)
+    return fake
+
+
+def _verbs(report):
+    return [(r.method, r.url) for r in report.requests]
+
+
+def _outcomes(results):
+    return [(r.name, r.outcome, r.detail) for r in results]
+
+
+# -- Action.request: one request per kind ----------------------------------
+
+def test_each_action_kind_sends_its_own_request():
+    inv = (tree_mod.Inventory('VGPU', 4),)
+    C = pc.PlacementClient
+    assert sync.Action(sync.CREATE, 'u', 'n', parent_uuid='p').request() \
+        == C.create_provider_request('n', 'u', 'p')
+    assert sync.Action(sync.MOVE, 'u', 'n', parent_uuid='p').request() \
+        == C.update_provider_request('u', 'n', 'p')
+    assert sync.Action(sync.INVENTORIES, 'u', 'n', generation=3,
+                       inventories=inv).request() \
+        == C.inventories_request('u', 3, inv)
+    assert sync.Action(sync.TRAITS, 'u', 'n', generation=3,
+                       traits=frozenset({'CUSTOM_A'})).request() \
+        == C.traits_request('u', 3, {'CUSTOM_A'})
+    assert sync.Action(sync.CREATE_TRAIT, None, 'CUSTOM_A').request() \
+        == C.create_trait_request('CUSTOM_A')
+    assert sync.Action(sync.DELETE, 'u', 'n').request() \
+        == C.delete_provider_request('u')
+
+
+def test_a_given_generation_replaces_the_planned_one():
+    inv = (tree_mod.Inventory('VGPU', 4),)
+    action = sync.Action(sync.INVENTORIES, 'u', 'n', generation=3,
+                         inventories=inv)
+    assert action.request(7).body['resource_provider_generation'] == 7
+    assert action.request().body['resource_provider_generation'] == 3
+    traits = sync.Action(sync.TRAITS, 'u', 'n', generation=3,
+                         traits=frozenset({'CUSTOM_A'}))
+    assert traits.request(0).body['resource_provider_generation'] == 0
+
+
+def test_an_unknown_action_kind_is_refused():
+    with pytest.raises(ValueError) as e:
+        sync.Action('rename', 'u', 'n').request()
+    assert str(e.value) == "unknown action kind 'rename'"
+
+
+# -- SyncReport: the text and JSON the CLI prints ---------------------------
+
+def test_summary_of_a_dry_run_counts_reads_and_planned_writes():
+    report = sync.sync(FakePlacement(), gpu_tree('h', TWO), dry_run=True)
+    report.duration_s = 1.234
+    assert report.summary() == (
+        'h: 3 created; %d reads, 9 writes planned [dry run] in 1.23 s'
+        % report.stats.total)
+    assert report.stats.total == 3      # the tree, the name, the traits
+
+
+def test_summary_of_a_sync_counts_outcomes_in_name_order():
+    fake = _synced()
+    report = sync.sync(fake, gpu_tree('h', {
+        'af': ('VGPU', 4, {'CUSTOM_T4_2B'}), '3b': TWO['3b']}))
+    report.duration_s = 0.5
+    assert report.summary() == (
+        'h: 2 unchanged, 1 updated; %d requests (1 writes) in 0.50 s'
+        % report.stats.total)
+    assert report.stats.total == 8 and report.stats.writes == 1
+
+
+def test_summary_of_a_host_without_providers():
+    fake = FakePlacement()
+    fake.add('h', uuid=NOVA)
+    report = sync.sync(fake, gpu_tree('h', {}))
+    report.duration_s = 0
+    assert report.results == [] and report.nested
+    assert report.summary() == 'h: no providers; 3 requests (0 writes) ' \
+        'in 0.00 s'
+
+
+def test_rows_and_details():
+    fake = _synced()
+    report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}))
+    assert report.rows() == [
+        ('unchanged', 'h', ROOT, None),
+        ('unchanged', 'h_0000:af:00.0', AF, None),
+        ('deleted', 'h_0000:3b:00.0', B3, None)]
+    assert report.details() == ['sent:', '  DELETE /resource_providers/%s'
+                                % B3]
+    dry = sync.sync(fake, gpu_tree('h', {}), dry_run=True)
+    assert dry.details() == ['plan:', '  DELETE /resource_providers/%s'
+                             % AF]
+    assert sync.SyncReport.COLUMNS == ('OUTCOME', 'PROVIDER', 'UUID',
+                                       'DETAIL')
+
+
+def test_failed_lists_the_failed_providers_only():
+    fake = _synced()
+    fake.allocate(AF, 'c1')
+    report = sync.sync(fake, gpu_tree('h', {
+        'af': ('PGPU', 1, set()), '3b': TWO['3b']}))
+    assert [r.name for r in report.failed] == ['h_0000:af:00.0']
+    assert report.rows()[2][3].startswith('Cannot change the inventory')
+    assert [r.name for r in report.with_outcome(sync.UNCHANGED)] == [
+        'h', 'h_0000:3b:00.0']
+
+
+def test_to_json_of_a_sync():
+    fake = _synced()
+    report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}))
+    report.duration_s = 0.12345
+    assert report.to_json() == {
+        'host': 'h', 'dry_run': False, 'changed': True, 'nested': False,
+        'root_uuid': ROOT,
+        'results': [
+            {'name': 'h', 'uuid': ROOT, 'outcome': 'unchanged',
+             'detail': ''},
+            {'name': 'h_0000:af:00.0', 'uuid': AF, 'outcome': 'unchanged',
+             'detail': ''},
+            {'name': 'h_0000:3b:00.0', 'uuid': B3, 'outcome': 'deleted',
+             'detail': ''}],
+        'requests': [{'method': 'DELETE', 'url': '/resource_providers/%s'
+                      % B3, 'body': None}],
+        'requests_sent': report.stats.total, 'writes_sent': 1,
+        'duration_s': 0.123}
+    assert report.stats.total == 7
+
+
+def test_to_json_of_a_nested_dry_run():
+    fake = FakePlacement()
+    fake.add('h', uuid=NOVA)
+    report = sync.sync(fake, gpu_tree('h', {}), dry_run=True)
+    got = report.to_json()
+    assert (got['dry_run'], got['changed'], got['nested'],
+            got['root_uuid'], got['requests'], got['writes_sent']) == (
+        True, False, True, NOVA, [], 0)
+
+
+# -- plan: one provider -----------------------------------------------------
+
+def test_a_provider_renamed_by_someone_is_named_back():
+    fake = _synced()
+    fake.providers[AF]['name'] = 'other'
+    plan = sync.plan(fake, gpu_tree('h', TWO))
+    move = [a for a in plan.actions if a.kind == sync.MOVE]
+    assert [(a.uuid, a.name, a.parent_uuid, a.reason) for a in move] == [
+        (AF, 'h_0000:af:00.0', ROOT, 'parent %s -> %s' % (ROOT, ROOT))]
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.UPDATED, 'moved')
+    # what was read is not remembered: a write follows
+    assert [v[0] for v in plan.verified] == [ROOT, B3]
+
+
+def test_a_moved_provider_with_a_verified_state_is_updated_unread():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    fake.providers[AF]['parent'] = B3
+    before = fake.stats.copy()
+    plan = sync.plan(fake, gpu_tree('h', TWO), state)
+    assert (fake.stats - before).total == 1        # the tree only
+    assert _outcomes(plan.results) == [
+        ('h', sync.UNCHANGED, ''), ('h_0000:3b:00.0', sync.UNCHANGED, ''),
+        ('h_0000:af:00.0', sync.UPDATED, 'moved')]
+    assert [r.uuid for r in plan.results] == [ROOT, B3, AF]
+    assert [(a.kind, a.reason) for a in plan.actions] == [
+        (sync.MOVE, 'parent %s -> %s' % (B3, ROOT))]
+
+
+def test_changed_inventories_and_traits_say_what_changed():
+    fake = _synced()
+    fake.bump(AF)
+    fake.bump(AF)
+    spec = {'af': ('VGPU', 4, {'CUSTOM_NEW'}), '3b': TWO['3b']}
+    plan = sync.plan(fake, gpu_tree('h', spec))
+    writes = [(a.kind, a.generation, a.reason) for a in plan.actions
+              if a.uuid == AF]
+    assert writes == [
+        (sync.INVENTORIES, 4,
+         'VGPU max_unit 8 -> 4, total 8 -> 4'),
+        (sync.TRAITS, 5, "+['CUSTOM_NEW'] -['CUSTOM_T4_2B']")]
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.UPDATED, 'inventories, traits')
+    assert [a.name for a in plan.actions if a.kind == sync.CREATE_TRAIT] \
+        == ['CUSTOM_NEW']
+    # unchanged ones are verified at the generation read
+    assert plan.verified == (
+        (ROOT, 0, gpu_tree('h', spec).root),
+        (B3, 2, gpu_tree('h', spec).children[0]))
+
+
+def test_a_trait_change_alone():
+    fake = _synced()
+    spec = {'af': ('VGPU', 8, set()), '3b': TWO['3b']}
+    plan = sync.plan(fake, gpu_tree('h', spec))
+    assert [(a.kind, a.generation, a.reason) for a in plan.actions] == [
+        (sync.TRAITS, 2, "+[] -['CUSTOM_T4_2B']")]
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.UPDATED, 'traits')
+
+
+@pytest.mark.parametrize('current,desired,diff', [
+    ({}, {'VGPU': {'total': 8}}, '+VGPU 8'),
+    ({'PGPU': {'total': 1}}, {}, '-PGPU'),
+    ({'VGPU': {'total': 8, 'reserved': 0}},
+     {'VGPU': {'total': 8, 'reserved': 8}}, 'VGPU reserved 0 -> 8'),
+    ({'VGPU': {'total': 8}, 'PGPU': {'total': 1}},
+     {'VGPU': {'total': 8}, 'ZGPU': {'total': 2}}, '-PGPU; +ZGPU 2'),
+    ({'A': {'total': 1}}, {'A': {'total': 1, 'step_size': 2}},
+     'A step_size None -> 2'),
+])
+def test_inventory_diff(current, desired, diff):
+    assert sync._inventory_diff(current, desired) == diff
+
+
+def test_a_new_provider_s_writes_say_new():
+    plan = sync.plan(FakePlacement(), gpu_tree('h', {'af': TWO['af']}))
+    assert [(a.kind, a.name, a.generation, a.reason)
+            for a in plan.actions] == [
+        (sync.CREATE_TRAIT, 'CUSTOM_T4_2B', None, 'custom trait'),
+        (sync.CREATE, 'h', 0, ''),
+        (sync.CREATE, 'h_0000:af:00.0', 0, ''),
+        (sync.INVENTORIES, 'h_0000:af:00.0', 0, 'new'),
+        (sync.TRAITS, 'h_0000:af:00.0', 1, 'new')]
+
+
+def test_a_gone_gpu_in_use_is_kept_reserved_with_its_consumers():
+    fake = _synced()
+    fake.allocate(AF, 'c1')
+    fake.allocate(AF, 'c2')
+    plan = sync.plan(fake, gpu_tree('h', {'3b': TWO['3b']}))
+    detail = ('GPU gone; kept with reserved = total for 2 consumer(s): '
+              'c1, c2')
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.KEPT, detail)
+    assert [r.uuid for r in plan.results] == [ROOT, B3, AF]
+    (keep,) = plan.actions
+    assert (keep.kind, keep.uuid, keep.name, keep.generation,
+            keep.reason) == (
+        sync.INVENTORIES, AF, 'h_0000:af:00.0', 4,
+        'reserve all: GPU gone, allocations remain')
+    assert keep.inventories == (
+        tree_mod.Inventory('VGPU', 8, reserved=8, max_unit=8),)
+    assert AF not in [v[0] for v in plan.verified]
+
+
+def test_a_kept_provider_already_reserved_is_verified_not_written():
+    fake = _synced()
+    fake.allocate(AF, 'c1')
+    sync.sync(fake, gpu_tree('h', {'3b': TWO['3b']}))
+    plan = sync.plan(fake, gpu_tree('h', {'3b': TWO['3b']}))
+    assert plan.actions == ()
+    assert (AF, 4, sync.KEPT) in plan.verified
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.KEPT,
+        'GPU gone; kept with reserved = total for 1 consumer(s): c1')
+    assert plan.results[2].uuid == AF
+
+
+def test_a_kept_provider_verified_earlier_is_not_read_again():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    fake.allocate(AF, 'c1')
+    sync.sync(fake, gpu_tree('h', {'3b': TWO['3b']}), state=state)
+    assert state.verified[AF] == (4, sync.KEPT)
+    before = fake.stats.copy()
+    plan = sync.plan(fake, gpu_tree('h', {'3b': TWO['3b']}), state)
+    assert dict((fake.stats - before).by_method) == {'GET': 2}
+    assert _outcomes(plan.results)[2] == (
+        'h_0000:af:00.0', sync.KEPT,
+        'GPU gone; kept with reserved = total for 1 consumer(s): c1')
+    assert plan.results[2].uuid == AF
+
+
+def test_a_gone_gpu_without_allocations_is_deleted_first():
+    fake = _synced()
+    plan = sync.plan(fake, gpu_tree('h', {'af': TWO['af'],
+                                          'd8': ('PGPU', 1, {'CUSTOM_D'})}))
+    assert [(a.kind, a.name, a.reason) for a in plan.actions][:2] == [
+        (sync.DELETE, 'h_0000:3b:00.0', 'GPU no longer on this host'),
+        (sync.CREATE_TRAIT, 'CUSTOM_D', 'custom trait')]
+    assert _outcomes(plan.results)[-1] == ('h_0000:3b:00.0', sync.DELETED,
+                                           '')
+
+
+def test_known_traits_are_not_asked_for_without_trait_writes():
+    fake = _synced()
+    before = fake.stats.copy()
+    sync.plan(fake, gpu_tree('h', {'af': ('VGPU', 4, {'CUSTOM_T4_2B'}),
+                                   '3b': TWO['3b']}))
+    # tree, root inventories + traits, two children's: no trait lookup
+    assert (fake.stats - before).total == 7
+
+
+# -- which providers are ours -----------------------------------------------
+
+@pytest.mark.parametrize('name,uuid,ours', [
+    ('h_0000:af:00.0', None, True),
+    ('h_0000:af:00.0_nvidia-223', None, True),
+    ('h_0000:af:00.0', NOVA, False),
+    ('h_pci_0000_af_00_0', 'legacy', True),
+    ('h_pci_0000_af_00_0', None, False),
+    ('h_gpu', None, False),
+    ('hh_0000:af:00.0', None, False),
+    ('h0000:af:00.0', None, False),
+    ('x_0000:af:00.0', None, False),
+])
+def test_which_providers_are_ours(name, uuid, ours):
+    if uuid is None:
+        uuid = tree_mod.provider_uuid(name)
+    elif uuid == 'legacy':
+        uuid = tree_mod.legacy_provider_uuid(name)
+    provider = pc.Provider(uuid=uuid, name=name, generation=0,
+                           parent_provider_uuid=ROOT,
+                           root_provider_uuid=ROOT)
+    assert sync._is_ours(provider, 'h') is ours
+
+
+# -- the root ---------------------------------------------------------------
+
+def test_a_remembered_nova_root_stays_nested():
+    fake = FakePlacement()
+    fake.add('h', uuid=NOVA)
+    state = sync.SyncState()
+    sync.sync(fake, gpu_tree('h', TWO), state=state)
+    assert state.root_uuid == NOVA
+    report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+    assert report.nested and report.parent_uuid == NOVA
+    assert report.root_uuid == NOVA
+    assert [r.name for r in report.results] == [
+        'h_0000:3b:00.0', 'h_0000:af:00.0']
+
+
+def test_a_nested_tree_is_read_under_the_existing_root():
+    fake = FakePlacement()
+    fake.add('h', uuid=NOVA)
+    sync.sync(fake, gpu_tree('h', TWO))
+    report = sync.sync(fake, gpu_tree('h', TWO))
+    assert report.requests == [] and report.failed == []
+    assert [(r.name, r.outcome) for r in report.results] == [
+        ('h_0000:3b:00.0', sync.UNCHANGED),
+        ('h_0000:af:00.0', sync.UNCHANGED)]
+
+
+def test_a_remembered_own_root_is_not_nested():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    report = sync.sync(fake, gpu_tree('h', TWO), state=state)
+    assert [(r.uuid, r.outcome) for r in report.results] == [
+        (ROOT, sync.UNCHANGED), (B3, sync.UNCHANGED), (AF, sync.UNCHANGED)]
+    assert not report.nested and report.root_uuid == ROOT
+    assert report.parent_uuid == ROOT
+
+
+def test_a_remembered_root_gone_is_forgotten_and_said(caplog):
+    state = sync.SyncState()
+    fake = FakePlacement()
+    fake.add('h', uuid=NOVA)
+    sync.sync(fake, gpu_tree('h', TWO), state=state)
+    fake.__init__()
+    fake.add('h', uuid=NOVA.replace('2', '5'))
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        plan = sync.plan(fake, gpu_tree('h', TWO), state)
+    assert ('Provider %s is gone from Placement; looking for the root '
+            'again' % NOVA) in caplog.text
+    assert state.root_uuid is None and state.verified == {}
+    assert plan.parent_uuid == NOVA.replace('2', '5') and plan.nested
+    assert ('Nesting the GPU providers of h under the existing provider %s'
+            % NOVA.replace('2', '5')) in caplog.text
+
+
+def test_an_own_root_is_found_before_a_provider_of_that_name():
+    fake = _synced()
+    before = fake.stats.copy()
+    plan = sync.plan(fake, gpu_tree('h', TWO))
+    assert not plan.nested and plan.root_uuid == ROOT
+    # no lookup by name: the tree, then each provider's inventories+traits
+    assert (fake.stats - before).total == 7
+
+
+def test_without_nesting_a_missing_root_is_created():
+    fake = FakePlacement()
+    plan = sync.plan(fake, gpu_tree('h', {}), nest=False)
+    assert fake.stats.total == 1             # no lookup by name
+    assert [(a.kind, a.name) for a in plan.actions] == [(sync.CREATE, 'h')]
+    assert (plan.root_uuid, plan.parent_uuid, plan.nested) == (
+        ROOT, ROOT, False)
+
+
+def test_the_nested_tree_of_a_grandchild_root():
+    # the provider named like the host is itself a child (a Nova tree):
+    # the report gives the tree's root, the GPUs hang under the named one
+    fake = FakePlacement()
+    top = fake.add('region', uuid='6' * 8 + '-6666-6666-6666-' + '6' * 12)
+    fake.add('h', uuid=NOVA, parent=top)
+    plan = sync.plan(fake, gpu_tree('h', TWO))
+    assert (plan.root_uuid, plan.parent_uuid, plan.nested) == (
+        top, NOVA, True)
+    fake2 = FakePlacement()
+    top2 = fake2.add('region', uuid=top)
+    fake2.add('h', uuid=ROOT, parent=top2)
+    plan = sync.plan(fake2, gpu_tree('h', TWO))
+    assert (plan.root_uuid, plan.parent_uuid, plan.nested) == (
+        top, ROOT, False)
+
+
+# -- apply ------------------------------------------------------------------
+
+class Refusing(FakePlacement):
+    """Refuses the writes named in ``refuse``: {(kind, uuid): error}."""
+
+    def __init__(self):
+        super().__init__()
+        self.refuse = {}
+
+    def set_traits(self, uuid, generation, traits):
+        if ('traits', uuid) in self.refuse:
+            self._count('PUT')
+            raise self.refuse['traits', uuid]
+        return super().set_traits(uuid, generation, traits)
+
+    def create_provider(self, name, uuid, parent_uuid=None):
+        if ('create', uuid) in self.refuse:
+            self._count('POST')
+            raise self.refuse['create', uuid]
+        return super().create_provider(name, uuid, parent_uuid)
+
+
+def test_the_children_of_a_root_not_created_fail_with_it():
+    fake = Refusing()
+    fake.refuse['create', ROOT] = pc.ProviderConflict(
+        name='h', uuid=ROOT, detail='dup')
+    report = sync.sync(fake, gpu_tree('h', TWO))
+    assert [(r.name, r.uuid, r.outcome, r.detail)
+            for r in report.results][1:] == [
+        ('h_0000:3b:00.0', B3, sync.FAILED,
+         'not created: its parent h could not be created'),
+        ('h_0000:af:00.0', AF, sync.FAILED,
+         'not created: its parent h could not be created')]
+    assert fake.providers == {}
+
+
+def test_a_trait_write_refused_fails_that_provider_and_forgets_it():
+    state = sync.SyncState()
+    fake = Refusing()
+    sync.sync(fake, gpu_tree('h', TWO), state=state)
+    fake.refuse['traits', AF] = pc.TraitNotFound(traits='CUSTOM_X',
+                                                 detail='no')
+    spec = {'af': ('VGPU', 4, {'CUSTOM_X'}), '3b': ('PGPU', 1, set())}
+    report = sync.sync(fake, gpu_tree('h', spec), state=state)
+    assert [(r.name, r.outcome) for r in report.results] == [
+        ('h', sync.UNCHANGED), ('h_0000:3b:00.0', sync.UPDATED),
+        ('h_0000:af:00.0', sync.FAILED)]
+    assert report.failed[0].detail.startswith(
+        'Placement does not know trait(s) in CUSTOM_X')
+    assert AF not in state.verified and B3 in state.verified
+    assert fake.inventories[AF]['VGPU'].total == 4
+    # the next sync reads it again and writes the traits
+    fake.refuse.clear()
+    again = sync.sync(fake, gpu_tree('h', spec), state=state)
+    assert _verbs(again) == [('PUT', '/resource_providers/%s/traits' % AF)]
+
+
+def test_a_create_refused_fails_the_provider_and_skips_its_writes(
+        caplog):
+    fake = Refusing()
+    refused = pc.ProviderConflict(name='h_0000:af:00.0', uuid=AF,
+                                  detail='dup')
+    fake.refuse['create', AF] = refused
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        report = sync.sync(fake, gpu_tree('h', TWO))
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == [str(refused)]
+    assert [(r.name, r.outcome) for r in report.results] == [
+        ('h', sync.CREATED), ('h_0000:3b:00.0', sync.CREATED),
+        ('h_0000:af:00.0', sync.FAILED)]
+    assert AF not in fake.providers
+    # its inventories and traits were never sent
+    assert [r.url for r in report.requests if AF in r.url] == []
+    assert report.requests[-1].method == 'POST'
+
+
+def test_apply_carries_each_write_s_generation_and_remembers_it():
+    fake = _synced()
+    fake.bump(AF)
+    spec = {'af': ('VGPU', 4, {'CUSTOM_T4_2B', 'CUSTOM_Y'}),
+            '3b': TWO['3b']}
+    plan = sync.plan(fake, gpu_tree('h', spec))
+    state = sync.SyncState()
+    applier = sync._Applier(fake, gpu_tree('h', spec), plan, state)
+    applier.run()
+    gens = [r.body['resource_provider_generation'] for r in applier.sent
+            if r.body and 'resource_provider_generation' in r.body]
+    assert gens == [3, 4]
+    assert fake.providers[AF]['generation'] == 5
+    applier.remember()
+    assert state.verified[AF] == (5, gpu_tree('h', spec).children[1])
+
+
+def test_a_renamed_provider_is_named_back_then_written():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    fake.providers[AF]['name'] = 'other'
+    fake.bump(AF)
+    spec = {'af': ('VGPU', 8, set()), '3b': TWO['3b']}
+    report = sync.sync(fake, gpu_tree('h', spec), state=state)
+    assert fake.providers[AF]['name'] == 'h_0000:af:00.0'
+    assert fake.traits[AF] == {'OWNER_CYBORG'}
+    assert _verbs(report) == [
+        ('PUT', '/resource_providers/%s' % AF),
+        ('PUT', '/resource_providers/%s/traits' % AF)]
+    assert state.verified[AF] == (4, gpu_tree('h', spec).children[1])
+
+
+class Intruded(FakePlacement):
+    """Another writer bumps a provider just before our inventory write;
+    the client re-reads the generation and retries (as PlacementClient
+    does), so the write returns a generation two above the planned one."""
+
+    intrude = False
+
+    def set_inventories(self, uuid, generation, inventories):
+        if self.intrude:
+            self.bump(uuid)
+            generation += 1
+        return super().set_inventories(uuid, generation, inventories)
+
+
+def test_a_write_after_a_retried_one_carries_the_real_generation():
+    fake = Intruded()
+    state = sync.SyncState()
+    sync.sync(fake, gpu_tree('h', {'af': TWO['af']}), state=state)
+    assert AF in state.verified
+    fake.intrude = True
+    spec = {'af': ('VGPU', 4, {'CUSTOM_T4_2B', 'CUSTOM_Y'})}
+    report = sync.sync(fake, gpu_tree('h', spec), state=state)
+    assert [r.body['resource_provider_generation']
+            for r in report.requests if r.body] == [2, 4]
+    assert fake.traits[AF] == {'OWNER_CYBORG', 'CUSTOM_T4_2B', 'CUSTOM_Y'}
+    # written over another writer: read again next time
+    assert AF not in state.verified
+
+
+def test_remember_keeps_what_was_verified_and_written():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    spec = {'af': ('VGPU', 4, {'CUSTOM_T4_2B'})}
+    sync.sync(fake, gpu_tree('h', spec), state=state)
+    desired = gpu_tree('h', spec).children[0]
+    assert state.verified == {ROOT: (0, gpu_tree('h', spec).root),
+                              AF: (3, desired)}
+    assert state.root_uuid == ROOT
+
+
+def test_a_first_sync_with_a_state_remembers_what_it_read():
+    fake = _synced()
+    state = sync.SyncState()
+    sync.sync(fake, gpu_tree('h', TWO), state=state)
+    found = gpu_tree('h', TWO)
+    assert state.verified == {ROOT: (0, found.root),
+                              B3: (2, found.children[0]),
+                              AF: (2, found.children[1])}
+
+
+def test_remember_keeps_a_provider_kept_instead_of_deleted(caplog):
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    fake.refuse_delete.add(B3)
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}),
+                           state=state)
+    assert caplog.records[0].getMessage() == (
+        'Provider h_0000:3b:00.0 gained allocations; keeping it')
+    assert report.results[2] == sync.ProviderResult(
+        'h_0000:3b:00.0', B3, sync.KEPT,
+        'GPU gone; allocations appeared while deleting: reserved = total')
+    assert state.verified[B3] == (3, sync.KEPT)
+    assert fake.inventories[B3]['PGPU'].reserved == 1
+    fake.refuse_delete.clear()
+    fake.allocations[B3]['c'] = {'PGPU': 1}
+    before = fake.stats.copy()
+    report = sync.sync(fake, gpu_tree('h', {'af': TWO['af']}), state=state)
+    assert (fake.stats - before).total == 2 and not report.requests
+
+
+def test_a_deleted_provider_is_forgotten():
+    state = sync.SyncState()
+    fake = _synced(state=state)
+    assert B3 in state.verified
+    sync.sync(fake, gpu_tree('h', {'af': TWO['af']}), state=state)
+    assert B3 not in state.verified and AF in state.verified
+
+
+def test_a_sync_report_counts_only_its_own_requests(caplog):
+    fake = _synced()
+    start = time.monotonic()
+    with caplog.at_level(logging.INFO, 'libvirt_gpu'):
+        report = sync.sync(fake, gpu_tree('h', TWO))
+    took = time.monotonic() - start
+    assert 0 <= report.duration_s <= took
+    assert [r.getMessage() for r in caplog.records] == [report.summary()]
+    assert report.stats.total == 7 and report.stats.writes == 0
+    assert not report.changed and report.requests == []
+    assert report.host == 'h' and not report.dry_run
+    assert report.duration_s >= 0
