@@ -704,3 +704,35 @@ def test_progress_lines_flush_to_stderr(capsys):
     output.end_progress()
     output.emit_exposition('x 1\n')
     assert capsys.readouterr() == ('x 1\n', '\rmigrating: 1%\n')
+
+
+# --- What ``make mutation`` found open (docs/dev/mutation.md) ---
+# Behaviours a random sample of ``make mutation`` over the round's modules
+# found unguarded, in modules whose own tests run the program as another
+# process (which never runs a mutant): each pinned here in the test's own
+# process.
+
+# --- cmd.output --------------------------------------------------------------
+
+def test_mib_divides_by_two_to_the_twentieth():
+    assert output._mib(0) == '0.0 MiB'
+    assert output._mib(1048576) == '1.0 MiB'
+    assert output._mib(1 << 40) == '1048576.0 MiB'
+
+
+@pytest.mark.parametrize('stats, text', [
+    ({}, 'migrating: preparing the destination'),
+    ({'data_total': 0, 'data_processed': 0, 'data_remaining': 0},
+     'migrating: preparing the destination'),
+    # libvirt gave no total yet but has copied: progress, not "preparing"
+    ({'data_processed': 1048576, 'data_remaining': 3145728},
+     'migrating:  25%  1.0 MiB processed, 3.0 MiB remaining'),
+    ({'data_total': 4194304, 'data_processed': 0,
+      'data_remaining': 4194304},
+     'migrating:   0%  0.0 MiB processed, 4.0 MiB remaining'),
+    ({'data_total': 4194304, 'data_processed': 4194304,
+      'data_remaining': 0},
+     'migrating: 100%  4.0 MiB processed, 0.0 MiB remaining'),
+])
+def test_migration_progress(stats, text):
+    assert output.migration_progress_text(stats) == text
