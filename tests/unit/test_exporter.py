@@ -29,9 +29,10 @@ from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
 from tests.doubles import h100
 from tests.doubles import trees
-from tests.unit.guests.hook.test_hook import domain_xml
-from tests.unit.guests.hook.test_hook import Env
-from tests.unit.guests.hook.test_hook import new_uuid
+from tests.doubles.exporter_scrape import collector, scrape, series, value
+from tests.doubles.t4_hook import A, B
+from tests.doubles.t4_hook import domain_xml
+from tests.doubles.t4_hook import new_uuid
 import gc
 import logging
 import math
@@ -55,46 +56,12 @@ from tests.doubles import fake_libvirt
 from tests.doubles.poll import wait_for
 from tests.unit import test_exporter_catalog as tec
 from tests.unit import test_exporter_layout as tel
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
-A = '0000:3b:00.0'
-B = '0000:af:00.0'
 DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
 # the vGPUs the t4 profile holds on B (no lease, no domain)
 PRE = ['4b20d080-1b54-4048-85b3-a6a62d165c01',
        'b1ae8bf6-38b0-4c81-9d44-78ce3f520496']
-
-
-@pytest.fixture
-def host(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield Env(root, profile, tmp_path)
-
-
-def collector(host, nvml=None, **kwargs):
-    conf = conf_mod.load(host.config)
-    env = environment.Environment.from_conf(conf, sysfs=host.sysfs)
-    if nvml is not None:
-        env.nvml = nvml              # the part a test gives
-    return exporter.HostCollector(env, **kwargs), env
-
-
-def scrape(col):
-    """``{(name, frozenset(labels.items())): value}`` of one scrape."""
-    found = {}
-    for family in prom_parser.text_string_to_metric_families(
-            exporter.exposition(col)):
-        for s in family.samples:
-            found[(s.name, frozenset(s.labels.items()))] = s.value
-    return found
-
-
-def value(samples, metric, **labels):
-    return samples[(metric, frozenset(labels.items()))]
-
-
-def series(samples, name):
-    return [dict(k[1]) for k in samples if k[0] == name]
 
 
 # --- the hook's figures ------------------------------------------------------

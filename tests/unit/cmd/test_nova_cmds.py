@@ -16,7 +16,6 @@ from libvirt_gpu.cmd import nova_cmds
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from tests.unit.devices.test_carving import CARVING
-from tests.unit.devices.test_carving import fast_tmp  # noqa: F401 - fixture
 from tests.unit.devices.test_carving import Host
 from tests.unit.devices.test_carving import L2
 from tests.unit.devices.test_carving import vfs
@@ -37,7 +36,7 @@ def carved_host(tmp):
 
 
 @pytest.fixture
-def own_host(fast_tmp, monkeypatch):  # noqa: F811 - the imported fixture
+def own_host(fast_tmp, monkeypatch):
     """A carved host of its own, for a test that changes it."""
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
     return carved_host(fast_tmp)
@@ -251,7 +250,7 @@ def test_a_file_that_cannot_be_read_is_one_line(host, capsys, tmp_path):
                    'file or directory\n' % (tmp_path / 'none.conf'))
 
 
-def test_nothing_carved_prints_an_empty_pci_section(fast_tmp,  # noqa: F811
+def test_nothing_carved_prints_an_empty_pci_section(fast_tmp,
                                                     capsys, monkeypatch):
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
     bare = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n')
@@ -295,7 +294,7 @@ def readme_nova_section():
     return ini, sh
 
 
-def test_the_readme_s_nova_section_runs(fast_tmp, capsys,  # noqa: F811
+def test_the_readme_s_nova_section_runs(fast_tmp, capsys,
                                         monkeypatch, tmp_path):
     """The README's configuration and commands, as written, on the
     simulated L40S host (the Nova file in a temporary directory)."""
@@ -334,7 +333,7 @@ OUR_ROUTE = ('enabled_vgpu_types = nvidia-1153\n[vgpu_nvidia-1153]\n'
 
 
 def test_a_vf_a_guest_of_ours_holds_is_left_out_and_never_a_match(
-        fast_tmp, capsys, monkeypatch):  # noqa: F811 - the fixture
+        fast_tmp, capsys, monkeypatch):
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
     from tests.unit.devices.test_routes_nova import run_hook
     from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
@@ -488,7 +487,7 @@ def test_a_fifo_or_a_directory_is_refused_without_waiting(host, capsys,
 
 
 def test_before_restore_nothing_is_given_to_nova_and_it_says_why(
-        fast_tmp, capsys, monkeypatch):  # noqa: F811 - the fixture
+        fast_tmp, capsys, monkeypatch):
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
     host = Host(fast_tmp, '[libvirt]\nconnection_uri = test:///default\n'
                 + CARVING % (L2, 1))

@@ -8,8 +8,6 @@ one line naming the type and the GPU."""
 
 import json
 import os
-import shutil
-import tempfile
 import uuid as uuid_mod
 
 import pytest
@@ -35,13 +33,6 @@ H100_1_20C = objects.TypeId.parse('nvidia-1310')   # 1g.20gb
 H100_40C = objects.TypeId.parse('nvidia-1306')     # time-sliced
 L40S_12Q = objects.TypeId.parse('nvidia-1153')     # 4 per GPU
 GI_1G_10GB, GI_1G_20GB, GI_3G_40GB = 19, 15, 9
-
-
-@pytest.fixture
-def fast_tmp():
-    path = tempfile.mkdtemp(prefix='lgpu-migcap-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class Host(object):

@@ -37,15 +37,6 @@ count = %d
 """
 
 
-@pytest.fixture
-def fast_tmp():
-    # not /dev/shm: a state directory below a directory anyone can write
-    # (sticky) is refused (statedir.check_dir)
-    path = tempfile.mkdtemp(prefix='lgpu-nova-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def rebooted_profile(name='l40s'):
     """The bundled profile as a boot leaves it: VFs off, no vGPU."""
     with open(os.path.join(loading.profile_dir(), name + '.json')) as f:

@@ -18,7 +18,7 @@ from libvirt_gpu.guests import reconcile
 from libvirt_gpu.util import records
 from tests.doubles import fakes
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 from tests.unit.guests import test_reconcile as tr
 
 A, B, TYPE = tr.A, tr.B, tr.TYPE

@@ -24,7 +24,6 @@ from libvirt_gpu.store import allocator as allocator_mod
 from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
 from tests.unit.devices.test_carving import CARVING
-from tests.unit.devices.test_carving import fast_tmp  # noqa: F401 - fixture
 from tests.unit.devices.test_carving import Host
 from tests.unit.devices.test_carving import L1
 from tests.unit.devices.test_carving import L2
@@ -56,7 +55,7 @@ def names(provider_tree):
 
 # --- Placement ---------------------------------------------------------------
 
-def test_our_tree_leaves_a_carved_gpu_out(fast_tmp):  # noqa: F811
+def test_our_tree_leaves_a_carved_gpu_out(fast_tmp):
     host = Host(fast_tmp, '')
     assert names(model.host_tree(host.env(), HOST)) == [
         'compute-1_0000:3d:00.0', 'compute-1_0000:bd:00.0']
@@ -120,7 +119,7 @@ def deployables(devices):
 
 
 def test_cyborg_reports_a_carved_gpu_with_nothing_to_offer(
-        fast_tmp):  # noqa: F811 - the imported fixture
+        fast_tmp):
     every = '[routes]\ncyborg = all\n'     # the host is Cyborg's
     host = Host(fast_tmp, '')
     host.write_config(every)
@@ -146,7 +145,7 @@ def hook_env(host, enabled):
         mdevctl_dir=os.path.join(host.tmp, 'mdevctl.d'))
 
 
-def test_the_allocator_never_gives_out_a_carved_gpu(fast_tmp):  # noqa: F811
+def test_the_allocator_never_gives_out_a_carved_gpu(fast_tmp):
     # 2 VFs of L40S-1B carved: the GPU could hold 30 more of them
     carved = Host(fast_tmp, CARVING.replace('nvidia-1153', 'nvidia-1145')
                   % (L2, 2))
@@ -264,7 +263,7 @@ def test_a_carved_gpu_is_never_passed_through_whole(carved):
 # --- one rule for prepare and release ----------------------------------------
 
 def test_a_record_entry_that_no_longer_matches_the_host_holds_its_vf(
-        fast_tmp):  # noqa: F811 - the imported fixture
+        fast_tmp):
     # our own route on 0000:bd:00.0, and a record whose entry names
     # bd:00.4 under another GPU (a host changed under it, a hand edit)
     host = Host(fast_tmp, 'enabled_vgpu_types = nvidia-1145\n'
@@ -295,7 +294,7 @@ def test_a_record_entry_that_no_longer_matches_the_host_holds_its_vf(
 
 
 def test_a_damaged_record_is_reported_to_no_one_but_said(
-        fast_tmp):  # noqa: F811 - the imported fixture
+        fast_tmp):
     # Placement and Cyborg are told nothing while the record cannot be
     # read (which GPUs are Nova's is not known): one line, what to do
     host = Host(fast_tmp, '')

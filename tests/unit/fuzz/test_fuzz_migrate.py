@@ -36,7 +36,7 @@ from libvirt_gpu.store import state
 from libvirt_gpu.util import xmlutil
 from tests.doubles import hostile
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 configuration.set_hypothesis_home_dir(os.path.join(
     tempfile.gettempdir(), 'libvirt-gpu-hypothesis-%d' % os.getuid()))

@@ -11,7 +11,7 @@ import pytest
 
 from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu.guests import migration
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 DEST_URI = 'qemu+ssh://b/system'
 

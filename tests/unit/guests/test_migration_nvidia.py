@@ -12,7 +12,7 @@ from libvirt_gpu import objects
 from libvirt_gpu.virt import guest as guest_mod
 from libvirt_gpu.virt import metadata
 from tests.doubles import fake_libvirt
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 from tests.unit.devices.backends.nvidia_vgpu import (
     test_nvidia_vgpu_lifecycle as tv)
 from tests.unit.devices import test_nvml_migration as tn

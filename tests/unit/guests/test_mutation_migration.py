@@ -8,7 +8,7 @@ import pytest
 
 from libvirt_gpu.guests import migration
 from libvirt_gpu.virt import host as host_mod
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 from tests.unit.guests.test_migration_check_guards import Conn
 from tests.unit.guests.test_migration_check_guards import Domain
 from tests.unit.guests.test_migration_check_guards import check

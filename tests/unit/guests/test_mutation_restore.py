@@ -31,15 +31,6 @@ U2 = objects.Uuid.parse('c73f1fa6-489e-4834-9476-d70dabd98c40')
 U3 = objects.Uuid.parse('3b356d38-854e-48be-b376-00c72c7d119c')
 
 
-@pytest.fixture
-def fast_tmp():
-    # not below /tmp or /dev/shm: a state directory below a directory
-    # anyone can write is refused (statedir.check_dir)
-    path = tempfile.mkdtemp(prefix='lgpu-mutrestore-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def env_of(sysfs, fast_tmp, **kwargs):
     kwargs.setdefault('mdevctl_dir', os.path.join(fast_tmp, 'none'))
     return environment.Environment(os.path.join(fast_tmp, 'state'),

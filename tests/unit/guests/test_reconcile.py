@@ -26,7 +26,7 @@ from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 A, B = (objects.PciAddress.parse(a) for a in (th.A, th.B))
 DOM = th.DOM

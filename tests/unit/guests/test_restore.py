@@ -4,11 +4,8 @@ vendor-interface state), stale ones reset; a second run changes nothing."""
 
 import json
 import os
-import shutil
 import stat
-import tempfile
 
-import pytest
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import nvidia_vgpu
@@ -31,15 +28,6 @@ U2 = objects.Uuid.parse('c73f1fa6-489e-4834-9476-d70dabd98c40')
 U3 = objects.Uuid.parse('3b356d38-854e-48be-b376-00c72c7d119c')
 U4 = objects.Uuid.parse('676428a0-2445-499f-9bfd-65cd4a9bd18f')
 U5 = objects.Uuid.parse('6c5954b8-5bc1-4769-b820-8099fe50aaba')
-
-
-@pytest.fixture
-def fast_tmp(tmp_path):
-    # not /dev/shm: a state directory below a directory anyone can write
-    # (sticky) is refused (statedir.check_dir)
-    path = tempfile.mkdtemp(prefix='lgpu-restore-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def rebooted(name):

@@ -26,11 +26,12 @@ from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kernel_sysfs
 from tests.doubles import kinds
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import paths
+from tests.doubles import t4_hook as th
 
 T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
 
-ROOT = th.ROOT
+ROOT = paths.ROOT
 A = objects.PciAddress.parse('0000:3b:00.0')
 B = objects.PciAddress.parse('0000:af:00.0')
 
@@ -180,12 +181,6 @@ def test_fifo_in_place_of_the_vendor_state_file_is_refused(tmp_path):
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert b'a FIFO, not a regular file' in done.stdout
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
 
 
 def test_state_dir_others_can_write_is_refused(env):

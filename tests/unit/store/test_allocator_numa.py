@@ -12,17 +12,10 @@ from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import xmlutil
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 NODE0_GPU = th.A            # more room
 NODE1_GPU = th.B
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
 
 
 def pinned_xml(uuid, pinning):

@@ -27,10 +27,10 @@ from libvirt_gpu.store import state
 from libvirt_gpu.store import statedir
 from libvirt_gpu.guests.hook import log as hook_log
 from tests.doubles import poll
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import paths
+from tests.doubles import t4_hook as th
 
-ROOT = th.ROOT
+ROOT = paths.ROOT
 NOBODY = 65534
 
 root_only = pytest.mark.skipif(os.geteuid() != 0,
@@ -226,12 +226,6 @@ def test_write_atomic_creates_its_temporary_file_exclusively(tmp_path,
 
 
 # --- files planted earlier were trusted --------------------------------------
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
-
 
 @root_only
 def test_a_planted_settings_snapshot_is_not_trusted(env):

@@ -8,14 +8,7 @@ import pytest
 
 from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import exception
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
+from tests.doubles import t4_hook as th
 
 
 def test_release_after_the_driver_removed_the_mdev(env):

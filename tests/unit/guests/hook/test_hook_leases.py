@@ -3,26 +3,18 @@ hook.log's size: each on a simulated T4 host built by the test."""
 
 import os
 
-import pytest
 
 from libvirt_gpu.store import allocator
 from libvirt_gpu.guests import hook
 from libvirt_gpu import objects
 from libvirt_gpu.store import state
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
 
 A, B, EXISTING = th.A, th.B, th.EXISTING
 OTHER_DOM = objects.Uuid.parse('9b1c2d3e-4f50-4a6b-8c7d-0e1f2a3b4c5d')
 GONE_PID = 2 ** 22 + 7          # above pid_max's default: no such process
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
 
 
 def _dead_leases(env, parent, count, st=state.RESERVED):

@@ -20,20 +20,14 @@ from libvirt_gpu.guests import reconcile
 from libvirt_gpu.store import state
 from libvirt_gpu.guests.hook import incoming
 from tests.doubles import fake_libvirt
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import paths
+from tests.doubles import t4_hook as th
 from tests.unit.devices.backends.nvidia_vgpu import (
     test_nvidia_vgpu_lifecycle as tv)
 
 A, B, DOM, EXISTING = th.A, th.B, th.DOM, th.EXISTING
 SOURCE_GPU = '0000:65:00.0'          # the source host's GPU: not here
 GONE_PID = 2 ** 22 + 7               # above pid_max's default
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
 
 
 def migrate(env, xml):
@@ -292,11 +286,6 @@ def test_vendor_interface_names_a_free_vf_here(fast_tmp):
     assert lease.state == state.CREATED
 
 
-@pytest.fixture
-def fast_tmp(tmp_path):
-    yield str(tmp_path)
-
-
 def test_a_lease_file_of_schema_1_gains_the_expiry(tmp_path):
     import sqlite3
     old = state._SCHEMA.replace(',\n    expires_at  REAL\n', '\n')
@@ -322,7 +311,7 @@ def test_the_script_run_without_stdin_follows_the_table(op):
     anything, by its own list of the operations that may refuse: it must
     be the table's (``migrate`` and ``prepare`` exit 1, the others 0)."""
     done = subprocess.run(
-        [sys.executable, '-IS', os.path.join(th.ROOT, 'hooks', 'qemu'),
+        [sys.executable, '-IS', os.path.join(paths.ROOT, 'hooks', 'qemu'),
          'vm1', op, 'begin', '-'], preexec_fn=lambda: os.close(0),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, timeout=60)

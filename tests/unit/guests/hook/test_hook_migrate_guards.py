@@ -11,19 +11,12 @@ import pytest
 
 from libvirt_gpu import objects
 from libvirt_gpu.store import state
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 from tests.unit.guests.hook import test_hook_migrate as tm
 
 A, DOM = th.A, th.DOM
 DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
 SOURCE_VF = '0000:65:00.5'
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
 
 
 def _vf_xml(uuid):

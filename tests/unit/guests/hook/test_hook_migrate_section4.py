@@ -37,19 +37,12 @@ from libvirt_gpu.store import state
 from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 from tests.unit.guests.hook import test_hook_migrate as tm
 
 A, B, DOM, EXISTING = th.A, th.B, th.DOM, th.EXISTING
 DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
 TYPE = objects.TypeId.parse('nvidia-223')
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
 
 
 def many(n, parent=tm.SOURCE_GPU, uuid=DOM):

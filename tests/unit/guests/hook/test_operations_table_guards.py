@@ -12,14 +12,7 @@ from libvirt_gpu import exception
 from libvirt_gpu.store import figures
 from libvirt_gpu.guests import hook
 from libvirt_gpu.guests.hook import operations
-from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
-
-
-@pytest.fixture
-def env(tmp_path):
-    with trees.simulated_tree('t4') as (root, profile):
-        yield th.Env(root, profile, tmp_path)
+from tests.doubles import t4_hook as th
 
 
 def _run(env, op, xml, table=hook.OPERATIONS):

@@ -12,7 +12,6 @@ from libvirt_gpu.devices.backends import nvidia_vgpu
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from tests.doubles import kernel_sysfs
-from tests.doubles import vendor_host
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
 from libvirt_gpu.devices.backends.nvidia_vgpu import files as vendor_files
@@ -28,11 +27,6 @@ VF_BUSY = objects.PciAddress.parse('0000:3d:00.4')
 VF_FREE = objects.PciAddress.parse('0000:3d:00.6')
 VF2 = objects.PciAddress.parse('0000:bd:00.4')
 SCHEMAS = '/usr/share/libvirt/schemas'
-
-
-fast_tmp = vendor_host.fast_tmp
-host = vendor_host.host
-backend = vendor_host.backend
 
 
 def new_uuid():

@@ -10,14 +10,8 @@ import pytest
 
 from libvirt_gpu.devices.backends.nvidia_vgpu import names
 from libvirt_gpu import exception
-from tests.doubles import vendor_host
 from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu import (
     VF_FREE, vgpu)
-
-
-fast_tmp = vendor_host.fast_tmp
-host = vendor_host.host
-backend = vendor_host.backend
 
 
 def _vendor_file(host, vf, name, text):

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 
 import pytest
 
@@ -39,15 +38,6 @@ A = objects.PciAddress.parse('0000:41:00.0')      # A100, 1 x A100-20C
 
 def new_uuid():
     return objects.Uuid.new()
-
-
-@pytest.fixture
-def fast_tmp(tmp_path):
-    # not /dev/shm: a state directory below a directory anyone can write
-    # (sticky) is refused (statedir.check_dir)
-    path = tempfile.mkdtemp(prefix='lgpu-life-')
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 class World(object):
