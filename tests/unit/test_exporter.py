@@ -29,6 +29,7 @@ from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
 from tests.doubles import h100
 from tests.doubles import trees
+from tests.doubles import exporter_scrape
 from tests.doubles.exporter_scrape import collector, scrape, series, value
 from tests.doubles.t4_hook import A, B
 from tests.doubles.t4_hook import domain_xml
@@ -54,7 +55,6 @@ from libvirt_gpu import simulator
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
 from tests.doubles.poll import wait_for
-from tests.unit import test_exporter_catalog as tec
 from tests.unit import test_exporter_layout as tel
 from tests.doubles import t4_hook as th
 
@@ -640,7 +640,7 @@ HELP = [
 def test_each_family_says_what_it_is_in_its_help_and_type():
     """The HELP and TYPE lines a scrape carries: what an operator reads in
     Prometheus' metric browser next to the series."""
-    text = exporter.exposition(Families(tec._families()))
+    text = exporter.exposition(Families(exporter_scrape.every_family()))
     said = [(f.name[len(P):], f.type, f.documentation)
             for f in prom_parser.text_string_to_metric_families(text)]
     assert said == HELP
@@ -1356,7 +1356,7 @@ def _head(answer):
 
 
 def test_a_request_s_method_and_path(server):
-    server.collector = Families(tec._families()[:1])
+    server.collector = Families(exporter_scrape.every_family()[:1])
     ok = server._response(b'GET /metrics?name[]=x HTTP/1.1\r\n\r\n')
     body = exporter.render(server.collector)
     assert ok == exporter._http(200, body, exporter.CONTENT_TYPE)
@@ -1633,7 +1633,7 @@ def test_serve_serves_its_collector_on_the_address_and_port_given(caplog):
     import threading
     stop = threading.Event()
     port = _free_port('127.0.0.2')
-    col = Families(tec._families()[:1])
+    col = Families(exporter_scrape.every_family()[:1])
     runner = threading.Thread(target=exporter.serve, args=(
         col, '127.0.0.2', port, stop), kwargs={'request_timeout': 0.3})
     clients = []
@@ -2002,8 +2002,8 @@ def test_the_serve_loop_answers_times_out_and_closes_at_stop():
     alive at exit)."""
     import threading
     stop = threading.Event()
-    server = exporter.Server(Families(tec._families()[:1]), '127.0.0.1',
-                             0, request_timeout=0.3)
+    served = Families(exporter_scrape.every_family()[:1])
+    server = exporter.Server(served, '127.0.0.1', 0, request_timeout=0.3)
     runner = threading.Thread(target=server.serve, args=(stop,))
     runner.start()
     clients = []
@@ -2170,7 +2170,7 @@ def test_without_nvml_and_layouts_the_reason_is_a_debug_line(layout_host,
 
 
 def test_a_worker_answers_each_request_and_closes_it(server):
-    server.collector = Families(tec._families()[:1])
+    server.collector = Families(exporter_scrape.every_family()[:1])
     mine, theirs = socket.socketpair()
     mine.setblocking(False)
     gone, gone_peer = socket.socketpair()
@@ -2204,7 +2204,7 @@ class Counting(Families):
 def test_a_render_reads_the_host_once():
     """Not once more to learn the series' names (a registry's
     auto_describe): each scrape reads the host once."""
-    col = Counting(tec._families()[:1])
+    col = Counting(exporter_scrape.every_family()[:1])
     text = exporter.exposition(col)
     assert col.scrapes == 1
     assert text == exporter.render(col).decode()

@@ -123,9 +123,9 @@ GROUPING = re.compile(r'\b(?:by|without)\s*\(([^)]*)\)')
 def served_labels():
     """``{series name: its labels}`` of every family the exporter's family
     functions define (the catalog test's ``_families``)."""
-    from tests.unit import test_exporter_catalog
+    from tests.doubles import exporter_scrape
     found = {}
-    for family in test_exporter_catalog._families():
+    for family in exporter_scrape.every_family():
         labels = set(family._labelnames) | SCRAPE_LABELS
         if family.type == 'counter':
             found[family.name + '_total'] = labels
