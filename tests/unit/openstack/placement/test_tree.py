@@ -16,9 +16,7 @@ from libvirt_gpu.openstack.placement import traits as traits_mod
 from libvirt_gpu.openstack.placement import tree as tree_mod
 from libvirt_gpu.util import records
 from tests.doubles import fakes
-from tests.unit.openstack.placement.test_sync import gpu_tree
-from tests.unit.openstack.placement.test_sync import TWO
-from tests.unit.openstack.placement.test_sync import uuid_of
+from tests.doubles.placement_fake import gpu_tree, TWO, uuid_of
 
 
 def _type(type_id='nvidia-223'):
