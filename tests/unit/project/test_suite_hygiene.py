@@ -1,9 +1,12 @@
-"""What makes a test look run when it is not: a fixture named like a test
-(``def test_x`` under ``@pytest.fixture``) reads as a test in a listing,
-and pytest never collects it."""
+"""The suite's own shape.  What makes a test look run when it is not: a
+fixture named like a test (``def test_x`` under ``@pytest.fixture``) reads
+as a test in a listing, and pytest never collects it.  tests/unit/
+mirrors the package, and no test file imports another (both below)."""
 
+import ast
 import os
 import re
+
 from tests.doubles import paths
 
 ROOT = paths.ROOT
@@ -203,3 +206,123 @@ def test_the_mirror_check_sees_a_stray_file(tmp_path):
         'devices/test_nowhere.py', 'doubles/test_nothing.py',
         'guests/hook/test_guests.py', 'nonesuch/test_layout.py']
     assert mutation_files(str(unit)) == ['devices/test_mutation_layout.py']
+
+
+# --- no test file imports another ----------------------------------------
+#
+# What two test files share is a double (tests/doubles/) or a fixture of a
+# conftest, never one test file's module imported by another: an import
+# runs the other file's module-level code and its fixtures leak in under
+# their names.
+
+# Test files that still take helpers from another test file, each to lose
+# its entry once those helpers are doubles or fixtures (several of the
+# files they import were being edited in other branches).
+STILL_IMPORTING = {
+    'unit/test_exporter.py',
+    'unit/test_exporter_layout.py',
+    'unit/test_mutation_environment.py',
+    'unit/cmd/test_nova_cmds.py',
+    'unit/devices/test_carving.py',
+    'unit/devices/test_layout_apply.py',
+    'unit/devices/test_layout_hardening.py',
+    'unit/devices/test_layout_plan.py',
+    'unit/devices/test_mutation_layout_apply.py',
+    'unit/devices/test_mutation_layout_check.py',
+    'unit/devices/test_mutation_layout_plan.py',
+    'unit/devices/test_routes.py',
+    'unit/devices/test_routes_nova.py',
+    'unit/devices/backends/test_registry_kind_plugin.py',
+    'unit/devices/backends/nvidia_vgpu/test_nvidia_vgpu_layout.py',
+    'unit/devices/sysfs/test_sysfs_fast.py',
+    'unit/fuzz/test_fuzz_layout.py',
+    'unit/fuzz/test_fuzz_nova.py',
+    'unit/guests/test_migration_nvidia.py',
+    'unit/guests/test_mutation_migration.py',
+    'unit/guests/test_mutation_restore.py',
+    'unit/guests/hook/test_hook_migrate.py',
+    'unit/guests/hook/test_hook_migrate_guards.py',
+    'unit/guests/hook/test_hook_migrate_nvidia.py',
+    'unit/guests/hook/test_hook_migrate_section4.py',
+    'unit/guests/hook/test_mutation_incoming.py',
+    'unit/openstack/test_cyborg_driver.py',
+    'unit/project/test_docs.py',
+    'unit/store/test_mutation_allocator.py',
+    'unit/store/test_mutation_allocator_incoming.py',
+    'unit/store/test_mutation_allocator_sriov.py',
+    'unit/util/test_fanout.py',
+    'functional/test_layouts_placement.py',
+}
+
+
+def test_files_imported(path):
+    """The test modules (``tests.unit...test_x``, ``tests.functional.
+    test_x``) the file at ``path`` imports, at any depth."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + ['%s.%s' % (node.module, alias.name)
+                                     for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split('.')
+            if parts[:2] not in (['tests', 'unit'], ['tests', 'functional']):
+                continue
+            for i, part in enumerate(parts[2:], 2):
+                if part.startswith('test_'):
+                    found.add('.'.join(parts[:i + 1]))
+                    break
+    return found
+
+
+test_files_imported.__test__ = False     # a helper, not a test
+
+
+def importing_files(tests):
+    """``{path under tests: test modules it imports}`` of unit and
+    functional files that import one."""
+    found = {}
+    for layer in ('unit', 'functional'):
+        for folder, dirs, files in os.walk(os.path.join(tests, layer)):
+            dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+            for name in sorted(files):
+                if name.endswith('.py'):
+                    path = os.path.join(folder, name)
+                    names = test_files_imported(path)
+                    if names:
+                        found[os.path.relpath(path, tests)] = sorted(names)
+    return found
+
+
+def test_no_test_file_imports_another():
+    found = importing_files(os.path.join(ROOT, 'tests'))
+    assert {k: v for k, v in found.items()
+            if k not in STILL_IMPORTING} == {}
+
+
+def test_the_still_importing_list_holds_only_importers():
+    # a file that no longer imports a test file leaves the list
+    assert STILL_IMPORTING - set(importing_files(
+        os.path.join(ROOT, 'tests'))) == set()
+
+
+def test_the_import_check_sees_each_form(tmp_path):
+    unit = tmp_path / 'unit' / 'devices'
+    unit.mkdir(parents=True)
+    (tmp_path / 'functional').mkdir()
+    (unit / 'test_a.py').write_text(
+        'from tests.unit import test_hook as th\n'
+        'from tests.unit.devices.test_b import helper\n'
+        'def f():\n    import tests.functional.test_c\n'
+        'from tests.doubles import t4_hook\n'
+        'from tests.unit import conftest\n')
+    (tmp_path / 'functional' / 'test_d.py').write_text(
+        'from tests.functional import libvirtd\n')
+    assert importing_files(str(tmp_path)) == {'unit/devices/test_a.py': [
+        'tests.functional.test_c', 'tests.unit.devices.test_b',
+        'tests.unit.test_hook']}
