@@ -16,5 +16,5 @@
 
 Nothing here imports from ``tests.unit`` or ``tests.functional``, and
 nothing in ``tests.unit`` imports from ``tests.functional``
-(``tests/unit/test_architecture.py``).
+(``tests/unit/project/test_architecture.py``).
 """

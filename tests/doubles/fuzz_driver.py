@@ -1,4 +1,4 @@
-"""One example of the fuzz test (tests/unit/test_fuzz.py), run in a child
+"""One example of the fuzz test (tests/unit/fuzz/test_fuzz.py), run in a child
 process so that a hang is judged by the parent's timeout:
 
     python -m tests.doubles.fuzz_driver CONFIG SETTINGS MDEVCTL PROFILE XML

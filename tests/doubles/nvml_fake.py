@@ -2,7 +2,7 @@
 (``libvirt_gpu.simulator.nvml``: nvidia-ml-py's own ``pynvml`` over a
 simulated ``libnvidia-ml``) answering from a description of GPUs instead
 of a simulated host, so that there is one NVML stand-in and it offers only
-what the installed binding has (tests/unit/test_sim_nvml.py):
+what the installed binding has (tests/unit/simulator/test_nvml.py):
 
 - ``nvmlInit`` fails with the spec's ``init_error`` (e.g.
   ``NVML_ERROR_LIBRARY_NOT_FOUND``, ``NVML_ERROR_DRIVER_NOT_LOADED``);

@@ -1,5 +1,6 @@
 """Capture what OpenStack Cyborg's own NVIDIA driver reports for each
-simulated host: the golden objects tests/unit/test_cyborg_golden.py
+simulated host: the golden objects
+tests/unit/openstack/test_cyborg_driver_golden.py
 compares our driver's with (``tests/data/cyborg/golden.json``).
 
 Regenerate (after a change of the simulated profiles, of the cases below,

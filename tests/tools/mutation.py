@@ -10,10 +10,12 @@ The modules: those named (``libvirt_gpu/util/bounds.py`` or
 ``libvirt_gpu.util.bounds``), else every ``libvirt_gpu`` module changed since
 the merge base with ``--base`` (default ``origin/main``, else ``main``),
 committed or not.  The tests: those named, else for each module the unit
-tests named after it (``tests/unit/test_<module>.py``,
-``test_<module>_*.py``), else the unit tests that import it.  Small on
-purpose: mutmut first runs the selection once to learn which test calls
-which function, then runs, for each mutant, the tests that call it.
+tests named after it in the folder of ``tests/unit/`` that mirrors its
+package (``tests/unit/devices/test_layout.py``, ``test_layout_*.py``
+for ``libvirt_gpu/devices/layout.py``), and the unit tests that import
+it.  Small on purpose: mutmut first runs the selection once to learn
+which test calls which function, then runs, for each mutant, the tests
+that call it.
 
 mutmut's own settings are in setup.cfg's ``[mutmut]``; the modules and
 the tests are set here, on mutmut's loaded configuration (``only_mutate``
@@ -120,22 +122,35 @@ def _imports(text, path):
 
 
 def tests_for(path):
-    """The unit tests of the module at ``path`` (see the module doc)."""
+    """The unit tests of the module at ``path`` (see the module doc):
+    ``tests/unit/`` mirrors the package, so ``libvirt_gpu/devices/layout.py``
+    has ``tests/unit/devices/test_layout.py`` and ``test_layout_*.py``, a
+    package's ``__init__`` (``libvirt_gpu/guests/hook/__init__.py``)
+    ``tests/unit/guests/hook/test_hook*.py``; with them, every unit test
+    file that imports the module."""
     unit = os.path.join(ROOT, UNIT)
-    leaf = os.path.basename(path)[:-3]
-    if leaf == '__init__':
-        leaf = os.path.basename(os.path.dirname(path))
+    parts = path[:-3].split(os.sep)[1:]
+    if parts and parts[-1] == '__init__':
+        parts = parts[:-1]
+        folder, leaf = parts, (parts[-1] if parts else PACKAGE)
+    else:
+        folder, leaf = parts[:-1], parts[-1]
+    mirror = os.path.join(unit, *folder)
     found = []
-    for f in sorted(os.listdir(unit)):
-        if not (f.startswith('test_') and f.endswith('.py')):
-            continue
-        if f == 'test_%s.py' % leaf or f.startswith('test_%s_' % leaf):
-            found.append(f)
-            continue
-        with open(os.path.join(unit, f)) as fh:
-            if _imports(fh.read(), path):
-                found.append(f)
-    return [os.path.join(UNIT, f) for f in found]
+    for directory, dirs, files in os.walk(unit):
+        dirs.sort()
+        for f in sorted(files):
+            if not (f.startswith('test_') and f.endswith('.py')):
+                continue
+            full = os.path.join(directory, f)
+            if directory == mirror and (f == 'test_%s.py' % leaf
+                                        or f.startswith('test_%s_' % leaf)):
+                found.append(full)
+                continue
+            with open(full) as fh:
+                if _imports(fh.read(), path):
+                    found.append(full)
+    return [os.path.relpath(f, ROOT) for f in found]
 
 
 def _results(paths):

@@ -9,28 +9,10 @@ import re
 
 import pytest
 
-from libvirt_gpu import exporter
-from libvirt_gpu.guests import reconcile
-from libvirt_gpu.store import figures
+from tests.doubles import paths
+from tests.doubles.exporter_scrape import every_family as _families
 
-METRICS_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'docs', 'admin', 'metrics.md')
-
-
-def _families():
-    """Every family the exporter's family functions define, given an
-    empty host."""
-    empty = reconcile.Report(dry_run=True, findings=())
-    groups = [
-        exporter.gpu_families((), {}, {}, {}, (), None),
-        exporter.vgpu_families({}, (), {}, None, {}),
-        exporter.reconcile_families(empty),
-        exporter.hook_families({}),
-        exporter.task_families({t: None for t in figures.TASKS}),
-        exporter.layout_families(()),
-        exporter.nvml_families({}, {}),
-    ]
-    return [family for group in groups for family in group]
+METRICS_MD = os.path.join(paths.ROOT, 'docs', 'admin', 'metrics.md')
 
 
 def _exposed(family):

@@ -18,8 +18,8 @@ from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
 from tests.doubles import trees
-from tests.unit import test_exporter as te
-from tests.unit import test_hook as th
+from tests.doubles import exporter_scrape
+from tests.doubles import t4_hook as th
 
 A, B, DOM = th.A, th.B, th.DOM
 P = 'libvirt_gpu_'
@@ -48,7 +48,7 @@ def scrape(host, conn=None):
                     if conn is not None else None)
     env = environment.Environment.from_conf(
         conf_mod.load(host.config), sysfs=host.sysfs, conn=libvirt_host)
-    return te.scrape(exporter.HostCollector(env))
+    return exporter_scrape.scrape(exporter.HostCollector(env))
 
 
 def value(samples, metric, **labels):

@@ -24,15 +24,14 @@ from libvirt_gpu import exporter
 from libvirt_gpu.store import figures
 from libvirt_gpu.store import state
 from tests.doubles.poll import wait_for
-from tests.unit.test_exporter import B
-from tests.unit.test_exporter import collector
-from tests.unit.test_exporter import domain_xml
-from tests.unit.test_exporter import host  # noqa: F401 (a fixture)
-from tests.unit.test_exporter import new_uuid
-from tests.unit.test_exporter import scrape
+from tests.doubles.exporter_scrape import collector
+from tests.doubles.exporter_scrape import scrape
+from tests.doubles.t4_hook import B
+from tests.doubles.t4_hook import domain_xml
+from tests.doubles.t4_hook import new_uuid
+from tests.doubles import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = paths.ROOT
 FILES = 256         # the child's open-file limit (the default is 1,024)
 CHILD = '''
 import resource, sys, threading
@@ -221,7 +220,7 @@ def _read_ok(samples, part):
      'counts is true'),
     ({}, '\ud800', 'operation "\\ud800" is not one of the hook\'s'),
 ])
-def test_a_bad_hook_value_is_left_out_with_a_warning(host, caplog, entry,  # noqa: F811,E501
+def test_a_bad_hook_value_is_left_out_with_a_warning(host, caplog, entry,  # noqa: E501
                                                      operation, said):
     _hook_file(host.state_dir, entry, operation)
     col, _ = collector(host)
@@ -266,7 +265,7 @@ def _task(samples, metric, **labels):
      'libvirt_gpu_task_last_success_timestamp_seconds',
      'last_success is NaN'),
 ])
-def test_a_bad_task_value_is_left_out_with_a_warning(host, caplog, values,  # noqa: F811,E501
+def test_a_bad_task_value_is_left_out_with_a_warning(host, caplog, values,  # noqa: E501
                                                      absent, said):
     _outcome_file(host.state_dir, **values)
     col, _ = collector(host)
@@ -284,7 +283,7 @@ def test_a_bad_task_value_is_left_out_with_a_warning(host, caplog, values,  # no
     assert _task(again, 'libvirt_gpu_task_runs_total') >= 1
 
 
-def test_a_stored_error_with_a_surrogate_is_served_escaped(host):  # noqa: F811,E501
+def test_a_stored_error_with_a_surrogate_is_served_escaped(host):  # noqa: E501
     _outcome_file(host.state_dir, last_error='cannot open /x/\udcff')
     col, _ = collector(host)
     found = scrape(col)
@@ -301,7 +300,7 @@ def test_a_stored_error_with_a_surrogate_is_served_escaped(host):  # noqa: F811,
 # --- what could not be read --------------------------------------------------
 
 @pytest.mark.skipif(os.geteuid() != 0, reason='drops root to a user')
-def test_leases_a_user_cannot_read_are_said_so_not_zero(host):  # noqa: F811
+def test_leases_a_user_cannot_read_are_said_so_not_zero(host):
     assert host.run('prepare', domain_xml([(new_uuid(), 'nvidia-223',
                                             B)]))[0] == 0
     assert os.path.exists(os.path.join(host.state_dir, state.DB_NAME))

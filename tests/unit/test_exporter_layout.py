@@ -9,7 +9,7 @@ reads (the records it returns), so that each can set one GPU's state
 exactly (an NVML error at one read, a GI holding another type, a driver
 that cannot say); it answers for 0000:3d:00.0 as an L40S and for
 0000:bd:00.0 as an H100 (the GI profiles of a real H100,
-tests/unit/test_layout.py).  The last test reads the simulated H100
+tests/unit/devices/test_layout.py).  The last test reads the simulated H100
 through nvidia-ml-py's own binding (``[gpu]/nvml = simulated``), and
 tests/functional/test_exporter.py a live H100 and L40S brought to their
 layouts."""
@@ -29,7 +29,8 @@ from libvirt_gpu import exporter
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from tests.doubles import layouts
-from tests.unit import test_layout as tl
+from tests.unit.devices import test_layout as tl
+from tests.doubles import paths
 
 L40S = '0000:3d:00.0'
 MIGGPU = '0000:bd:00.0'
@@ -442,8 +443,7 @@ def test_every_layout_series_is_in_the_metrics_table():
     names = {family.name[len('libvirt_gpu_'):]
              for family in exporter.layout_families(())}
     assert names == set(LAYOUT_SERIES)
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), 'docs', 'admin', 'metrics.md')
+    path = os.path.join(paths.ROOT, 'docs', 'admin', 'metrics.md')
     with open(path) as f:
         rows = [line for line in f if line.startswith('| `libvirt_gpu_')]
     missing = [name for name in LAYOUT_SERIES
