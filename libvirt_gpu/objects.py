@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # The accepted languages, checked by hand (``_pci_fields``, ``_is_uuid``
 # ...) rather than by ``re``: the qemu hook parses UUIDs and addresses on
 # every guest start, and importing ``re`` costs it more than all of its
-# parsing.  tests/unit/test_hand_validators.py holds the equivalent
+# parsing.  tests/unit/test_objects_hand_validators.py holds the equivalent
 # patterns and compares the two over many strings:
 #   PCI address  ([0-9a-f]{4,8}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])
 #   UUID         [0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}
@@ -405,7 +405,7 @@ class Gpu:
     # None when the function has none.  sysfs-only knowledge (libvirt's
     # node devices do not show it), so, like a type's description, it is
     # left out of equality: a libvirt-only view compares equal to a sysfs
-    # view.  tests/unit/test_sriov.py compares it explicitly.
+    # view.  tests/unit/devices/test_discovery_sriov.py compares it explicitly.
     vendor_vf: VendorVf | None = records.field(
         default=None, compare=False)
     # On an SR-IOV PF: the Gpu records of its enabled VFs (the same records

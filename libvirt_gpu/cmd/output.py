@@ -14,7 +14,7 @@ Commands hand records to this module and never ``print`` themselves:
   line on stderr), ``emit_exposition`` (``exporter --once``),
   ``emit_removal_plan`` (``reconcile``), ``emit_section`` (the demo) and
   ``emit_internal_error`` (the CLI's edge).  No other module of ``cmd``
-  writes to stdout or stderr (``tests/unit/test_cli_modules.py``).
+  writes to stdout or stderr (``tests/unit/cmd/test_cmd_modules.py``).
 - ``*_to_json`` build the documents of ``--json``, ``*_text`` the text.
 
 Reports (``restore``, ``reconcile``, ``placement sync``) share one shape:

@@ -10,7 +10,7 @@ implements its abstract members; the registry and the other callers ask
 kind without a capability is simply not asked: a kind that makes vGPUs
 only while their guest runs needs none of them.
 
-``CAPABILITIES`` lists them; tests/unit/test_architecture.py checks that
+``CAPABILITIES`` lists them; tests/unit/project/test_architecture.py checks that
 every kind implements each it declares and none it does not.  This module
 imports nothing of ours, so that the rooms below the kinds (discovery,
 carving) may ask a kind they are handed what it declares.
@@ -106,7 +106,7 @@ class VendorFunctions(Capability):
 
     #: The file names of the kind's interface: spelled in the kind's
     #: module (or package) and nowhere else in the repository
-    #: (tests/unit/test_architecture.py).
+    #: (tests/unit/project/test_architecture.py).
     sysfs_names: tuple[str, ...] = ()
 
     @classmethod

@@ -45,7 +45,7 @@ SIMULATED = 'simulated'
 CHOICES = (AUTO, OFF, SIMULATED)
 # ``simulated``: the simulator's NVML (nvidia-ml-py over a simulated
 # driver), imported by name so that nothing of the product imports the
-# simulator (tests/unit/test_architecture.py names this door).
+# simulator (tests/unit/project/test_architecture.py names this door).
 SIMULATED_BINDING = 'libvirt_gpu.simulator.nvml'
 
 # nvmlGpuVirtualizationMode_t

@@ -12,7 +12,7 @@ Field values are Cyborg 17's own, as its NVIDIA driver
 (``cyborg/accelerator/drivers/gpu/nvidia/sysinfo.py``) writes them from a
 line of ``lspci -nn -D`` (``cyborg/accelerator/common/utils.py``
 ``parse_lspci_line``), and as Cyborg's unit tests pin them for a P100 and
-a T4 (tests/unit/test_cyborg_golden.py):
+a T4 (tests/unit/openstack/test_cyborg_driver_golden.py):
 
 - ``vendor``: the vendor id, ``10de``; ``type``: ``GPU``;
 - ``model``: lspci's device name, vendor and device as pci.ids names them:
@@ -39,7 +39,7 @@ a T4 (tests/unit/test_cyborg_golden.py):
   ``asked_type`` and ``vgpu_mark`` ``nvidia-223_<n>``) for an mdev type.
 
 Where this differs from Cyborg's driver on the same host, on purpose
-(each difference is named and checked by tests/unit/test_cyborg_golden.py):
+(each difference is named and checked by tests/unit/openstack/test_cyborg_driver_golden.py):
 
 - a VF is never a device of its own (its physical GPU is); Cyborg's
   driver reports each VF as a whole GPU unless

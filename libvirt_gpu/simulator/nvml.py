@@ -15,7 +15,7 @@ fails as it would on a host (``AttributeError``); a C function the
 simulator does not implement answers ``NVML_ERROR_FUNCTION_NOT_FOUND``, as
 an older driver's library does; argument counts and shapes are checked by
 the binding's own wrappers before the simulator sees them
-(tests/unit/test_sim_nvml.py lists what ``SimLibrary`` offers against the
+(tests/unit/simulator/test_nvml.py lists what ``SimLibrary`` offers against the
 names the binding looks up).
 
 Failures a test injects: ``inject(point, nth, error, kernel=... |

@@ -7,7 +7,7 @@ figures as JSON on every guest start.  The parsing and the writing
 themselves are done by ``_json``, the C accelerator that ``json`` uses
 too; this module calls it directly, configured as ``json``'s defaults
 configure it, so the results are the same: same values, same text, same
-exceptions (tests/unit/test_jsonutil.py compares them).  Whatever the
+exceptions (tests/unit/util/test_jsonutil.py compares them).  Whatever the
 accelerator does not do by itself goes to ``json`` itself: ``indent``,
 reporting an error (its message and position: in a process that has
 not imported ``json.decoder`` the accelerator cannot raise its own, and

@@ -11,7 +11,7 @@ from libvirt_gpu import objects
 # ``re`` (the qemu hook reads numbers on every guest start and importing
 # ``re`` costs it more than all of its parsing); the patterns,
 # ``-?[0-9]{1,19}\Z`` and ``(0[xX])?[0-9a-fA-F]{1,16}\Z``, are compared
-# with this in tests/unit/test_hand_validators.py.
+# with this in tests/unit/test_objects_hand_validators.py.
 _DIGITS = frozenset('0123456789')
 _HEX_DIGITS = frozenset('0123456789abcdefABCDEF')
 

@@ -27,7 +27,7 @@ from libvirt_gpu.host import layout_apply
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu import objects
 from tests.doubles import layouts
-from tests.unit.devices import test_layout_apply_inject as inject
+from tests.unit.host import test_layout_apply_inject as inject
 
 H100 = inject.H100
 L40S = inject.L40S

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import pytest
 
 from libvirt_gpu.cmd import main as cli
-from tests.unit.devices import test_layout_apply_inject as inject
+from tests.unit.host import test_layout_apply_inject as inject
 
 configuration.set_hypothesis_home_dir(os.path.join(
     tempfile.gettempdir(), 'libvirt-gpu-hypothesis-%d' % os.getuid()))

@@ -1109,7 +1109,7 @@ def test_each_layer_folder_is_a_docstring_and_its_rooms(folder):
 # --- each rule written once (issue 40) ---------------------------------------
 #
 # Each rule that was written two or three times lives in one module now
-# (``tests/unit/test_rules_once.py`` tests each one); a second copy of it
+# (``tests/unit/project/test_rules_once.py`` tests each one); a second copy of it
 # fails here.
 
 def _tree(path):

@@ -2,7 +2,7 @@
 
 Data only (no import): the simulator, which builds and serves this
 interface, and the tests take the names from here; no module outside
-``backends/nvidia_vgpu/`` spells them (tests/unit/test_architecture.py)::
+``backends/nvidia_vgpu/`` spells them (tests/unit/project/test_architecture.py)::
 
     bus/pci/devices/<VF>/<VENDOR_DIR>/<CREATABLE_TYPES>   (read)
         ID    : vGPU Name
@@ -25,6 +25,6 @@ VGPU_PARAMS = 'vgpu_params'
 GPU_INSTANCE_ID = 'gpu_instance_id'
 PLACEMENT_ID = 'placement_id'
 
-# What tests/unit/test_architecture.py looks for outside this package.
+# What tests/unit/project/test_architecture.py looks for outside this package.
 SYSFS_NAMES = (CREATABLE_TYPES, CURRENT_TYPE, VGPU_PARAMS, GPU_INSTANCE_ID,
                PLACEMENT_ID)

@@ -12,9 +12,8 @@ from libvirt_gpu.devices import capacity
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.guests import migration
 from libvirt_gpu.virt import metadata
-from tests.unit import test_mig_capacity as tmc
+from tests.unit.devices import test_capacity_mig as tmc
 
-fast_tmp = tmc.fast_tmp
 h100 = tmc.h100
 l40s = tmc.l40s
 

@@ -21,7 +21,7 @@ from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.store import test_allocator as t4_allocator
+from tests.unit.host import test_allocator as t4_allocator
 from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
         import DOM, L1, L2, T_NVIDIA_1145, World
 

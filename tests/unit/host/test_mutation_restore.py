@@ -21,9 +21,9 @@ from libvirt_gpu import simulator
 from libvirt_gpu.host import restore
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.store import figures
-from tests.unit.guests.test_restore import define
-from tests.unit.guests.test_restore import host
-from tests.unit.guests.test_restore import rebooted
+from tests.unit.host.test_restore import define
+from tests.unit.host.test_restore import host
+from tests.unit.host.test_restore import rebooted
 
 PF = objects.PciAddress.parse('0000:41:00.0')
 U1 = objects.Uuid.parse('aa618089-8b16-4d01-a136-25a0f3c73123')

@@ -12,8 +12,8 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
-from tests.unit.store import test_allocator
-from tests.unit.store.test_allocator import (
+from tests.unit.host import test_allocator
+from tests.unit.host.test_allocator import (
     A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
 T222 = objects.TypeId.parse('nvidia-222')

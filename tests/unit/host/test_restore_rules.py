@@ -15,16 +15,16 @@ import pytest
 from libvirt_gpu import exception
 from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu.host import restore
-from tests.unit.test_nova_carving import CARVING
-from tests.unit.test_nova_carving import Host
-from tests.unit.test_nova_carving import L2
-from tests.unit.test_nova_carving import plant
-from tests.unit.test_restore import conf
-from tests.unit.test_restore import define
-from tests.unit.test_restore import host
-from tests.unit.test_restore import rebooted
-from tests.unit import test_routes
-from tests.unit.test_routes import _restore
+from tests.unit.devices.test_carving import CARVING
+from tests.unit.devices.test_carving import Host
+from tests.unit.devices.test_carving import L2
+from tests.unit.devices.test_carving import plant
+from tests.unit.host.test_restore import conf
+from tests.unit.host.test_restore import define
+from tests.unit.host.test_restore import host
+from tests.unit.host.test_restore import rebooted
+from tests.unit.devices import test_routes
+from tests.unit.devices.test_routes import _restore
 
 U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
 

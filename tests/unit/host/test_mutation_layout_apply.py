@@ -6,7 +6,7 @@ host/layout_apply.py that the rest stayed green on
 ``GpuDriver`` is reached as on a host: nvidia-ml-py's binding over the
 simulated driver (``[gpu]/nvml = simulated``) and the kernel double
 answering the ``sriov_numvfs`` writes of a static tree
-(tests/unit/devices/test_layout_apply_inject.py builds its hosts the same
+(tests/unit/host/test_layout_apply_inject.py builds its hosts the same
 way); each
 step is seen in what the driver holds afterwards.  The applier's own
 rules (the whole refusal and failure lines, the report's counts) run on
@@ -35,7 +35,7 @@ from libvirt_gpu.util import records
 from tests.doubles import kernel_sysfs
 from tests.doubles import layouts
 from tests.unit.devices import test_layout as tl
-from tests.unit.devices import test_layout_apply as tla
+from tests.unit.host import test_layout_apply as tla
 
 H100 = objects.PciAddress.parse('0000:4e:00.0')
 L40S = objects.PciAddress.parse('0000:bd:00.0')

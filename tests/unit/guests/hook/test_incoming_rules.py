@@ -6,13 +6,13 @@ setting, reserving nothing -- whether the vGPU would be reserved here or
 not (its hostdev left out) -- and is not an internal error of the hook."""
 
 from libvirt_gpu.devices import nvml
-from tests.unit import test_hook as th
-from tests.unit.test_hook_migrate_nvidia import h100  # noqa: F401
-from tests.unit.test_hook_migrate_nvidia import hook_log
-from tests.unit.test_hook_migrate_nvidia import incoming
-from tests.unit.test_hook_migrate_nvidia import migrate
-from tests.unit.test_hook_migrate_nvidia import source_metadata
-from tests.unit.test_hook_migrate_nvidia import without_hostdev
+from tests.unit.guests.hook import test_hook as th
+from tests.unit.guests.hook.test_hook_migrate_nvidia import h100  # noqa: F401
+from tests.unit.guests.hook.test_hook_migrate_nvidia import hook_log
+from tests.unit.guests.hook.test_hook_migrate_nvidia import incoming
+from tests.unit.guests.hook.test_hook_migrate_nvidia import migrate
+from tests.unit.guests.hook.test_hook_migrate_nvidia import source_metadata
+from tests.unit.guests.hook.test_hook_migrate_nvidia import without_hostdev
 
 
 def test_nvml_that_cannot_be_set_up_here_refuses_in_one_line(

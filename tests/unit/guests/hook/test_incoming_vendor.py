@@ -30,10 +30,10 @@ from libvirt_gpu.guests import reconcile
 from libvirt_gpu.store import state
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
-from tests.unit import test_hook as th
-from tests.unit import test_hook_migrate as thm
-from tests.unit import test_mig_capacity as tmc
-from tests.unit import test_nvidia_vgpu_lifecycle as tv
+from tests.unit.guests.hook import test_hook as th
+from tests.unit.guests.hook import test_hook_migrate as thm
+from tests.unit.devices import test_capacity_mig as tmc
+from tests.unit.devices.backends.nvidia_vgpu import test_nvidia_vgpu_lifecycle as tv
 
 TYPE = 'nvidia-1145'                      # L40S-1B
 SOURCE_VF = '0000:bd:00.4'

@@ -15,7 +15,7 @@ import pytest
 
 from libvirt_gpu import objects
 from tests.doubles import trees
-from tests.unit import test_hook as th
+from tests.unit.guests.hook import test_hook as th
 
 A = th.A
 
@@ -86,7 +86,7 @@ def test_a_defined_vgpu_after_a_listed_one_is_claimed_too(env):
 
 
 def test_novas_guest_on_a_carved_vf_is_logged_as_left_to_nova(fast_tmp):
-    from tests.unit import test_nova_routes as tnr
+    from tests.unit.devices import test_routes_nova as tnr
     carved = tnr.Host(fast_tmp, tnr.CARVING % (tnr.L2, 2))
     assert carved.restore().failed == ()
     # our metadata naming the carved VF: a release has nothing to undo
