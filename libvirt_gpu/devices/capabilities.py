@@ -10,8 +10,8 @@ implements its abstract members; the registry and the other callers ask
 kind without a capability is simply not asked: a kind that makes vGPUs
 only while their guest runs needs none of them.
 
-``CAPABILITIES`` lists them; tests/unit/project/test_architecture.py checks that
-every kind implements each it declares and none it does not.  This module
+``CAPABILITIES`` lists them; tests/unit/project/test_architecture.py checks
+that every kind implements each it declares and none it does not.  This module
 imports nothing of ours, so that the rooms below the kinds (discovery,
 carving) may ask a kind they are handed what it declares.
 """

@@ -39,7 +39,8 @@ a T4 (tests/unit/openstack/test_cyborg_driver_golden.py):
   ``asked_type`` and ``vgpu_mark`` ``nvidia-223_<n>``) for an mdev type.
 
 Where this differs from Cyborg's driver on the same host, on purpose
-(each difference is named and checked by tests/unit/openstack/test_cyborg_driver_golden.py):
+(each difference is named and checked by
+tests/unit/openstack/test_cyborg_driver_golden.py):
 
 - a VF is never a device of its own (its physical GPU is); Cyborg's
   driver reports each VF as a whole GPU unless

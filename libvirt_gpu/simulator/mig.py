@@ -57,8 +57,8 @@ from __future__ import annotations
 from libvirt_gpu.util import records
 
 # NVML's return codes (nvmlReturn_t), as nvidia-ml-py names them; the
-# simulator's answers are these numbers (tests/unit/simulator/test_nvml.py keeps
-# them equal to the installed binding's).
+# simulator's answers are these numbers (tests/unit/simulator/test_nvml.py
+# keeps them equal to the installed binding's).
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2

@@ -2,7 +2,8 @@
 
 Data only (no import): the simulator, which builds and serves this
 interface, and the tests take the names from here; no module outside
-``backends/nvidia_vgpu/`` spells them (tests/unit/project/test_architecture.py)::
+``backends/nvidia_vgpu/`` spells them
+(tests/unit/project/test_architecture.py)::
 
     bus/pci/devices/<VF>/<VENDOR_DIR>/<CREATABLE_TYPES>   (read)
         ID    : vGPU Name
