@@ -206,9 +206,8 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
     def available(self, parent: objects.PciAddress,
                   type_id: objects.TypeId) -> int:
         """``available_instances`` of a type the parent lists."""
-        found: int = self.sysfs.read_int(os.path.join(
+        return self.sysfs.read_int(os.path.join(
             self.sysfs.types_dir(parent), type_id, 'available_instances'))
-        return found
 
     def max_instance(self, parent: objects.PciAddress,
                      type_id: objects.TypeId) -> int | None:

@@ -28,14 +28,12 @@ class VendorFiles(object):
         return os.path.join(self.sysfs.pci_dir(address), names.VENDOR_DIR)
 
     def has_interface(self, address: objects.PciAddress) -> bool:
-        found: bool = self.sysfs.isdir(self.vendor_dir(address))
-        return found
+        return self.sysfs.isdir(self.vendor_dir(address))
 
     def vf_names(self) -> list[str]:
         """Names of the PCI functions that have the interface now, sorted
         (the hook's settings snapshot and ``restore`` ask this)."""
-        found: list[str] = self.sysfs.functions_with(names.VENDOR_DIR)
-        return found
+        return self.sysfs.functions_with(names.VENDOR_DIR)
 
     def vf_addresses(self) -> list[objects.PciAddress]:
         """``vf_names`` parsed, where they enter the program: the
@@ -58,9 +56,8 @@ class VendorFiles(object):
 
     def current_type(self, address: objects.PciAddress) -> int:
         """The type number of the vGPU on a VF, 0 when it holds none."""
-        found: int = self.sysfs.read_int(os.path.join(
-            self.vendor_dir(address), names.CURRENT_TYPE))
-        return found
+        return self.sysfs.read_int(os.path.join(self.vendor_dir(address),
+                                                names.CURRENT_TYPE))
 
     def set_current_type(self, address: objects.PciAddress,
                          number: int) -> None:
