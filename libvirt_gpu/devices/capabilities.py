@@ -20,6 +20,27 @@ from __future__ import annotations
 
 import abc
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, TypeAlias
+
+    # The floor imports nothing of ours (tests/unit/test_architecture.py),
+    # not even for the checker: the records and typed values a capability
+    # passes are named here for the reader, and each kind's own signature
+    # says them precisely (``backends.base``, ``objects``, ``capacity``).
+    BootNote: TypeAlias = Any
+    Restorable: TypeAlias = Any
+    VgpuDefinition: TypeAlias = Any
+    VgpuDevice: TypeAlias = Any
+    DriverRoom: TypeAlias = Any
+    Gpu: TypeAlias = Any
+    Sysfs: TypeAlias = Any
+    VendorVf: TypeAlias = Any
+    PciAddress: TypeAlias = Any
+    TypeId: TypeAlias = Any
+    Uuid: TypeAlias = Any
+
 
 class Capability(abc.ABC):
     """The base of every capability (not one itself)."""
@@ -29,7 +50,7 @@ class Capability(abc.ABC):
 
     #: What one of the kind's vGPUs is called in the reports of what a
     #: capability did (``restore``'s).
-    noun = 'vgpu'
+    noun: str = 'vgpu'
 
 
 class Persistent(Capability):
@@ -37,28 +58,29 @@ class Persistent(Capability):
     guest (mdevctl's directory, a state file), which ``restore`` creates
     again after a reboot."""
 
-    MEMBERS = ('definition', 'define', 'undefine', 'restorable')
+    MEMBERS: tuple[str, ...] = ('definition', 'define', 'undefine',
+                                'restorable')
 
     @abc.abstractmethod
-    def definition(self, uuid):
+    def definition(self, uuid: Uuid) -> VgpuDefinition | None:
         """The persistent definition of ``uuid`` (a ``base.VgpuDefinition``:
         ``uuid``, ``parent``, ``type_id``, ``start``, ``attrs``, ``source``:
         where the kind keeps it, in words for an operator), else None."""
 
     @abc.abstractmethod
-    def define(self, device, start='manual'):
+    def define(self, device: VgpuDevice, start: str = 'manual') -> None:
         """Make ``device`` persistent without creating it."""
 
     @abc.abstractmethod
-    def undefine(self, uuid):
+    def undefine(self, uuid: Uuid) -> bool:
         """Drop the persistent definition of ``uuid``; False when none."""
 
     @abc.abstractmethod
-    def restorable(self):
+    def restorable(self) -> tuple[Restorable, ...]:
         """``base.Restorable``s: what ``restore`` creates again after a
         reboot, and what it leaves alone, and why."""
 
-    def attrs_refusal(self, definition):
+    def attrs_refusal(self, definition: VgpuDefinition) -> str:
         """Why the hook does not create a vGPU whose ``definition`` sets
         attributes (``registry.Vgpus.defined_device`` refuses it), and what
         to do instead."""
@@ -72,14 +94,14 @@ class WatchedParents(Capability):
     ``parents_key`` and resolves the enabled types again when they
     change."""
 
-    MEMBERS = ('parents_key', 'parents_now')
+    MEMBERS: tuple[str, ...] = ('parents_key', 'parents_now')
 
     #: The name of the kind's entry in the hook's settings key.
     parents_key: str = ''
 
     @classmethod
     @abc.abstractmethod
-    def parents_now(cls, sysfs):
+    def parents_now(cls, sysfs: Sysfs) -> list[str]:
         """Names of the kind's parents on the host ``sysfs`` now, sorted,
         read cheaply (the hook asks at every guest start)."""
 
@@ -88,11 +110,11 @@ class SriovGpus(Capability):
     """vGPUs on the VFs of SR-IOV physical GPUs: ``restore`` enables the
     VFs of the GPUs this names after a reboot."""
 
-    MEMBERS = ('sriov_pfs',)
+    MEMBERS: tuple[str, ...] = ('sriov_pfs',)
 
     @classmethod
     @abc.abstractmethod
-    def sriov_pfs(cls, sysfs):
+    def sriov_pfs(cls, sysfs: Sysfs) -> list[PciAddress]:
         """The physical GPUs whose VFs the kind makes vGPUs on, when the
         configuration names no addresses."""
 
@@ -102,7 +124,8 @@ class VendorFunctions(Capability):
     types (NVIDIA's vendor interface on VFs): discovery reads its types
     through the kind."""
 
-    MEMBERS = ('sysfs_names', 'read_function', 'complete_types')
+    MEMBERS: tuple[str, ...] = ('sysfs_names', 'read_function',
+                                'complete_types')
 
     #: The file names of the kind's interface: spelled in the kind's
     #: module (or package) and nowhere else in the repository
@@ -111,14 +134,15 @@ class VendorFunctions(Capability):
 
     @classmethod
     @abc.abstractmethod
-    def read_function(cls, sysfs, address):
+    def read_function(cls, sysfs: Sysfs,
+                      address: PciAddress) -> VendorVf | None:
         """The ``objects.VendorVf`` of the PCI function ``address`` when
         the kind's interface is there, else None; through ``sysfs``
         only."""
 
     @classmethod
     @abc.abstractmethod
-    def complete_types(cls, pf, vfs):
+    def complete_types(cls, pf: Gpu, vfs: Sequence[Gpu]) -> list[Gpu]:
         """The VF records of the physical GPU ``pf`` with the kind's types
         completed (names, maxima), the others unchanged."""
 
@@ -129,19 +153,20 @@ class Recorded(Capability):
     GPU the configuration no longer covers, and the kind cleans its
     records after a reboot."""
 
-    MEMBERS = ('recorded', 'recorded_gpus', 'boot_cleanup')
+    MEMBERS: tuple[str, ...] = ('recorded', 'recorded_gpus', 'boot_cleanup')
 
     @abc.abstractmethod
-    def recorded(self, uuid):
+    def recorded(self, uuid: Uuid) -> bool:
         """Whether the kind's records name ``uuid``."""
 
     @abc.abstractmethod
-    def recorded_gpus(self):
+    def recorded_gpus(self) -> tuple[PciAddress, ...]:
         """Physical GPUs the records mention: ``restore`` enables their
         VFs."""
 
     @abc.abstractmethod
-    def boot_cleanup(self, owner_running, dry_run=False):
+    def boot_cleanup(self, owner_running: Callable[[Uuid], bool | None],
+                     dry_run: bool = False) -> list[BootNote]:
         """After a reboot: reset the kind's vGPUs whose guest does not run
         (``owner_running(uuid)``: True, False, or None when it cannot
         tell) and forget records of vGPUs that are gone; ``base.BootNote``s
@@ -153,15 +178,17 @@ class BindsParent(Persistent):
     the parent itself): a ``config``-only attach chooses the parent and
     defines the vGPU on it; the parents so recorded are taken."""
 
-    MEMBERS = Persistent.MEMBERS + ('choose_parent', 'reserved_parents')
+    MEMBERS: tuple[str, ...] = Persistent.MEMBERS + ('choose_parent',
+                                                     'reserved_parents')
 
     @abc.abstractmethod
-    def choose_parent(self, gpu, type_id):
+    def choose_parent(self, gpu: PciAddress,
+                      type_id: TypeId) -> PciAddress:
         """The parent of the physical GPU ``gpu`` a ``config``-only vGPU of
         ``type_id`` goes to; NoCapacity when none can take it."""
 
     @abc.abstractmethod
-    def reserved_parents(self):
+    def reserved_parents(self) -> Mapping[PciAddress, Uuid]:
         """``{parent: uuid}`` of the parents recorded for a vGPU of this
         kind that may not exist yet (no other vGPU may take them)."""
 
@@ -170,21 +197,21 @@ class Carvable(Capability):
     """One vGPU per parent function whose type can be written for another
     program (a VF carved for OpenStack Nova, ``devices.carving``)."""
 
-    MEMBERS = ('held_type', 'write_type', 'clear_type')
+    MEMBERS: tuple[str, ...] = ('held_type', 'write_type', 'clear_type')
 
     @abc.abstractmethod
-    def held_type(self, parent):
+    def held_type(self, parent: PciAddress) -> TypeId | None:
         """The type id of the vGPU the parent function holds now, None
         when it holds none."""
 
     @abc.abstractmethod
-    def write_type(self, parent, type_id):
+    def write_type(self, parent: PciAddress, type_id: TypeId) -> None:
         """Make the parent function hold a vGPU of ``type_id``, recorded by
         no one; MdevCreateFailed, NoCapacity or ParentGone when the driver
         refuses."""
 
     @abc.abstractmethod
-    def clear_type(self, parent):
+    def clear_type(self, parent: PciAddress) -> None:
         """Make the parent function hold no vGPU; MdevRemoveFailed when
         the driver keeps it."""
 
@@ -193,10 +220,10 @@ class DriverRooms(Capability):
     """The driver counts a GPU's room itself (MIG GPU instances,
     mixed-size placements): the allocator and Placement take its word."""
 
-    MEMBERS = ('room',)
+    MEMBERS: tuple[str, ...] = ('room',)
 
     @abc.abstractmethod
-    def room(self, gpu, type_id):
+    def room(self, gpu: PciAddress, type_id: TypeId) -> DriverRoom | None:
         """The driver's room for ``type_id`` on the physical GPU ``gpu``
         (``capacity.DriverRoom``), or None where the driver does not count
         it (free parents and the type's maximum then say it)."""
@@ -207,24 +234,25 @@ class LayoutDriver(Capability):
     shapes (MIG mode, GPU instances, VFs): ``layout_apply`` asks it which
     VFs are ready and which hold a vGPU."""
 
-    MEMBERS = ('layout_ready', 'layout_vgpus')
+    MEMBERS: tuple[str, ...] = ('layout_ready', 'layout_vgpus')
 
     @abc.abstractmethod
-    def layout_ready(self, vf):
+    def layout_ready(self, vf: PciAddress) -> bool:
         """Whether the VF ``vf`` shows the kind's interface (enabled VFs
         are waited for until they do)."""
 
     @abc.abstractmethod
-    def layout_vgpus(self, gpu):
+    def layout_vgpus(self, gpu: PciAddress) -> tuple[PciAddress, ...]:
         """The VFs of the physical GPU ``gpu`` that hold a vGPU of the
         kind now (a GPU that holds one is not reshaped)."""
 
 
-CAPABILITIES = (Persistent, WatchedParents, SriovGpus, VendorFunctions,
-                Recorded, BindsParent, Carvable, DriverRooms, LayoutDriver)
+CAPABILITIES: tuple[type[Capability], ...] = (
+    Persistent, WatchedParents, SriovGpus, VendorFunctions, Recorded,
+    BindsParent, Carvable, DriverRooms, LayoutDriver)
 
 
-def declared(kind):
+def declared(kind: object) -> tuple[type[Capability], ...]:
     """The capabilities ``kind`` (a kind or its class) declares, in
     ``CAPABILITIES`` order."""
     cls = kind if isinstance(kind, type) else type(kind)

@@ -38,8 +38,8 @@ from __future__ import annotations
 # (this module imports none of ours: it sits at the floor).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Protocol
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, Protocol
 
     class _Type(Protocol):          # objects.VgpuType
         @property
@@ -77,13 +77,39 @@ if TYPE_CHECKING:
         def mdev_type(self, type_id: str) -> _Type | None: ...
         def offered_type(self, type_id: str) -> _Type | None: ...
 
+    class _Member(Protocol):        # objects.IommuMember
+        @property
+        def address(self) -> Any: ...
+        @property
+        def host_uses(self) -> bool: ...
+        @property
+        def companion(self) -> bool: ...
+        @property
+        def host_class(self) -> str | None: ...
+        @property
+        def class_code(self) -> str | None: ...
+        @property
+        def driver(self) -> str | None: ...
+
+    class _GroupedGpu(Protocol):    # objects.Gpu, its IOMMU group
+        @property
+        def iommu_group(self) -> int | None: ...
+        @property
+        def iommu_members(self) -> Sequence[_Member]: ...
+
+    class _Gi(Protocol):            # nvml's GPU instance
+        @property
+        def id(self) -> int: ...
+        @property
+        def profile_id(self) -> int: ...
+
 NO_IOMMU_GROUP = (
     'no IOMMU group, so VFIO cannot hand it to a guest: turn the IOMMU on '
     '(VT-d / AMD-Vi in the firmware, intel_iommu=on on Intel hosts) and '
     'reboot')
 
 
-def pgpu_refusal(gpu):
+def pgpu_refusal(gpu: _GroupedGpu) -> str | None:
     """Why ``gpu`` cannot be given whole to a guest (its whole-GPU capacity
     is then 0), or None: it has no IOMMU group, or its group also holds a
     device the host uses (VFIO hands a guest the whole group, so that
@@ -102,7 +128,7 @@ def pgpu_refusal(gpu):
     return None
 
 
-def pgpu_companions(gpu):
+def pgpu_companions(gpu: _GroupedGpu) -> tuple[Any, ...]:
     """The functions of ``gpu``'s IOMMU group that go to a guest with it
     (its HDMI audio function), sorted."""
     return tuple(sorted(m.address for m in gpu.iommu_members
@@ -267,7 +293,7 @@ class _Value(object):
     _fields: tuple[str, ...] = ()
     _defaults: dict[str, object] = {}
 
-    def __init__(self, **values):
+    def __init__(self, **values: object) -> None:
         unknown = set(values) - set(self._fields)
         if unknown:
             raise TypeError('%s has no field %s' % (
@@ -342,8 +368,11 @@ class DriverRoom(_Value):
         return self.used + len(self.placements)
 
 
-def gi_rooms(gis, profiles, gi_profile_id, max_per_gi, framebuffer_mib,
-             held):
+def gi_rooms(gis: Iterable[_Gi], profiles: Mapping[int, str],
+             gi_profile_id: int | None, max_per_gi: int,
+             framebuffer_mib: int | None,
+             held: Sequence[tuple[int | None, int | None]]
+             ) -> tuple[GiRoom, ...]:
     """``GiRoom`` of each GI for a MIG-backed type of GI profile
     ``gi_profile_id``, ``max_per_gi`` vGPUs per GI and ``framebuffer_mib``.
 

@@ -60,6 +60,15 @@ from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
 from libvirt_gpu.store import carved as record_mod
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Protocol
+
+    class _Sysfs(Protocol):         # sysfs.Sysfs, what ``on_host`` reads
+        def physfn(self, address: objects.PciAddress
+                   ) -> objects.PciAddress | None: ...
+
 LOG = logs.getLogger(__name__)
 
 SECTION_PREFIX = 'nova_'
@@ -121,7 +130,7 @@ class Carved:
     damaged: object = None           # the DamagedRecord, when unreadable
 
     @property
-    def held_gpus(self):
+    def held_gpus(self) -> frozenset[objects.PciAddress]:
         """The physical GPUs nothing of ours may be given: those that are
         Nova's (planned or recorded, and every GPU that holds a recorded
         VF on this host), and while the record cannot be read every GPU
@@ -140,7 +149,7 @@ class Carved:
         return self.held_gpus
 
     @property
-    def vfs(self):
+    def vfs(self) -> frozenset[objects.PciAddress]:
         """The VFs that are Nova's (planned or recorded)."""
         found = {vf for c in self.planned for vf in c.vfs}
         found.update(r.vf for r in self.recorded)
@@ -164,7 +173,8 @@ class Carved:
                             if recorded.get(vf) != c.type_id))
 
 
-def on_host(state_dir, sysfs, kind_classes):
+def on_host(state_dir: str, sysfs: _Sysfs,
+            kind_classes: Iterable[type[object]]) -> Carved:
     """``Carved`` of the record of ``state_dir`` read against the host
     ``sysfs`` (nothing planned: ``records.replace`` adds it), the one rule
     every part that judges the record by GPU or by VF follows:

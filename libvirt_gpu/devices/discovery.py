@@ -176,7 +176,9 @@ def with_pci_names(gpu, pci_ids):
                                                         gpu.product_id))
 
 
-def with_iommu_members(gpu, functions):
+def with_iommu_members(gpu: objects.Gpu,
+                       functions: Iterable[objects.IommuMember]
+                       ) -> objects.Gpu:
     """``gpu`` with the functions of its IOMMU group (IommuMember records
     as read) judged: a companion is another function of the GPU's own
     PCI device of a companion class; a device the host uses is one of a

@@ -12,6 +12,7 @@ layout's types: the first is its ``EnabledType``, the others that
 record's ``others``; no ``[vgpu_<type>]/device_addresses`` may name it.
 """
 
+from __future__ import annotations
 
 from libvirt_gpu import exception
 from libvirt_gpu.util import logs
@@ -19,21 +20,30 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices import selectors
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
 LOG = logs.getLogger(__name__)
 
 
-def group_name(type_id):
+def group_name(type_id: str) -> str:
     return 'vgpu_%s' % type_id
 
 
-class Enabled(dict):
+class Enabled(dict[objects.PciAddress, objects.EnabledType]):
     """``resolve``'s answer: ``{PciAddress: EnabledType}``, and
     ``configured``: every type ``[gpu]/enabled_vgpu_types`` names, in its
     order, offered by a GPU here or not, so that a refusal can tell a type
     not enabled from one enabled that no GPU of this host offers.  A copy
     (``Enabled(enabled)``) keeps ``configured``."""
 
-    def __init__(self, items=(), configured=None):
+    def __init__(self,
+                 items: (Mapping[objects.PciAddress, objects.EnabledType]
+                         | Iterable[tuple[objects.PciAddress,
+                                          objects.EnabledType]]) = (),
+                 configured: Iterable[objects.TypeId] | None = None
+                 ) -> None:
         super().__init__(items)
         if configured is None:
             configured = getattr(items, 'configured', ())

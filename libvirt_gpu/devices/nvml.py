@@ -107,7 +107,7 @@ class Nvml(object):
             self._module = pynvml
         return self._module
 
-    def session(self):
+    def session(self) -> Session:
         """A ``Session`` (NVML initialised; a ``with`` block shuts it
         down); NvmlUnavailable when there is no binding or driver."""
         lib = self._binding()

@@ -41,6 +41,14 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices import selectors as selectors_mod
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class _Sysfs(Protocol):         # sysfs.Sysfs, what a route reads
+        def physfn(self, address: objects.PciAddress
+                   ) -> objects.PciAddress | None: ...
+
 OURS = 'libvirt-gpu'
 CYBORG = 'cyborg'
 NOVA_PCI = 'nova-pci'
@@ -76,34 +84,35 @@ class Routes:
     owners: dict[objects.PciAddress, str] = records.field(
         default_factory=dict)
 
-    def route_of(self, address):
+    def route_of(self, address: objects.PciAddress) -> str:
         return self.owners.get(address, OURS)
 
-    def route_of_parent(self, sysfs, parent):
+    def route_of_parent(self, sysfs: _Sysfs,
+                        parent: objects.PciAddress) -> str:
         """The route of a vGPU whose parent is ``parent``: its physical
         GPU's (a VF's PF, read from ``sysfs``)."""
         return self.route_of(sysfs.physfn(parent) or parent)
 
-    def of(self, route):
+    def of(self, route: str) -> tuple[objects.PciAddress, ...]:
         """The physical GPUs of ``route`` (not ``OURS``), sorted."""
         return tuple(sorted(a for a, r in self.owners.items()
                             if r == route))
 
-    def foreign(self, route=OURS):
+    def foreign(self, route: str = OURS) -> dict[objects.PciAddress, str]:
         """``{PciAddress: label}`` of the GPUs another route than ``route``
         owns, of those ``owners`` names (for ``OURS``: all of them)."""
         return {a: LABELS[r] for a, r in self.owners.items() if r != route}
 
-    def to_json(self):
+    def to_json(self) -> dict[str, str]:
         return {str(a): r for a, r in sorted(self.owners.items())}
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: object) -> Routes:
         """``Routes`` from ``to_json``'s form; ValueError when it is not
         that."""
         if not isinstance(data, dict):
             raise ValueError('routes: not an object')
-        owners = {}
+        owners: dict[objects.PciAddress, str] = {}
         for key, route in data.items():
             if route not in ROUTES or route == OURS:
                 raise ValueError('routes: %r is no route' % (route,))

@@ -9,10 +9,16 @@ regular file of this user that no one else may write, and written
 atomically, private.
 """
 
+from __future__ import annotations
+
 import os
 import stat
 
 from libvirt_gpu.util import fileutil
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 CACHE_ENV = 'LIBVIRT_GPU_CACHE_DIR'
 ROOT_CACHE_DIR = '/var/cache/libvirt-gpu'
@@ -20,7 +26,7 @@ ROOT_CACHE_DIR = '/var/cache/libvirt-gpu'
 MAX_BYTES = 1024 * 1024
 
 
-def cache_dir(environ=None):
+def cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
     """Where snapshots live (None: nowhere)."""
     environ = os.environ if environ is None else environ
     if CACHE_ENV in environ:
@@ -32,7 +38,7 @@ def cache_dir(environ=None):
     return os.path.join(base, 'libvirt-gpu')
 
 
-def read_private(path, limit=MAX_BYTES):
+def read_private(path: str, limit: int = MAX_BYTES) -> bytes | None:
     """The bytes of the cache file ``path`` when it is a regular file (no
     link) of this user that no one else may write, at most ``limit``
     bytes; None otherwise (what it steers, no one else may)."""
@@ -54,7 +60,7 @@ def read_private(path, limit=MAX_BYTES):
         os.close(fd)
 
 
-def write_private(directory, name, data):
+def write_private(directory: str, name: str, data: str) -> bool:
     """Write ``data`` (text) to the cache file ``name`` of ``directory``
     (made 0700) atomically, mode 0600; False when it cannot be written."""
     try:

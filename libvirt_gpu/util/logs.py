@@ -52,5 +52,5 @@ class _Logger(object):
         return '<logs._Logger %s>' % self.name
 
 
-def getLogger(name):  # noqa: N802 - logging's name, so it reads the same
+def getLogger(name: str) -> _Logger:  # noqa: N802 - logging's name
     return _Logger(name)

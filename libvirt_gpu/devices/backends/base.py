@@ -19,13 +19,65 @@ from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Generic, Protocol, Self, TypeVar
+
+    from libvirt_gpu.devices import nvml as nvml_mod
+    from libvirt_gpu.devices.sysfs import Sysfs
+    from libvirt_gpu.virt.config_xml import DomainDevices
+
+    _T = TypeVar('_T')
+    # what a kind's calls take: a VgpuDevice, or a PgpuDevice (``pci``)
+    _Device = TypeVar('_Device', bound='VgpuDevice | PgpuDevice')
+
+    class MdevHost(Protocol):
+        """What a kind asks of a libvirt connection (``virt.host.Host``,
+        a door the kinds do not open: the environment hands it in)."""
+
+        def create_mdev(self, xml: str) -> str: ...
+        def define_mdev(self, xml: str, autostart: bool = False) -> str: ...
+        def destroy_mdev(self, uuid: objects.Uuid) -> bool: ...
+        def undefine_mdev(self, uuid: objects.Uuid) -> bool: ...
+
+    class KindEnvironment(Protocol):
+        """What a kind's ``from_environment`` reads of the host's
+        ``environment.Environment`` (which sits above the kinds)."""
+
+        @property
+        def sysfs(self) -> Sysfs: ...
+        @property
+        def host(self) -> MdevHost | None: ...
+        @property
+        def state_dir(self) -> str: ...
+        @property
+        def nvml(self) -> nvml_mod.Nvml | None: ...
+        @property
+        def remove_timeout(self) -> float | None: ...
+        def place(self, name: str) -> str: ...
+
+    # ``existing``: {uuid: (parent, type_id)}
+    Existing = Mapping[objects.Uuid, tuple[objects.PciAddress,
+                                           objects.TypeId]]
+    MdevsByParent = Mapping[objects.PciAddress, Sequence[objects.Mdev]]
+else:
+    class Generic(object):
+        """``typing.Generic`` for the checker alone (as in
+        ``store/recordfile.py``): the hook never imports ``typing``."""
+
+        def __class_getitem__(cls, params):
+            return cls
+
+    _Device = None
+
 LOG = logs.getLogger(__name__)
 
 # Answers that mean "not now" (the driver or libvirt is busy), never "no".
 TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
 
 
-def is_transient(exc):
+def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is worth retrying: EBUSY/EAGAIN/EINTR from sysfs, or
     a libvirt operation timeout."""
     if isinstance(exc, exception.LibvirtTimeout):
@@ -34,7 +86,16 @@ def is_transient(exc):
             and exc.kwargs.get('errno') in TRANSIENT_ERRNOS)
 
 
-def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
+def errno_name(code: int | None, default: object = None) -> str:
+    """``'EBUSY'`` of the errno ``code``; else ``default`` (``code``
+    itself when None) as text."""
+    if code is not None and code in errno.errorcode:
+        return errno.errorcode[code]
+    return str(code if default is None else default)
+
+
+def retry_transient(func: Callable[[], _T], stop_after: float = 5.0,
+                    first_wait: float = 0.05, max_wait: float = 1.0) -> _T:
     """``func()``, retried while it fails with a transient answer.
 
     The first call is made without tenacity (the hook's fast path must not
@@ -56,7 +117,7 @@ def retry_transient(func, stop_after=5.0, first_wait=0.05, max_wait=1.0):
     return retrying(func)
 
 
-def is_sriov_pf(sysfs, address):
+def is_sriov_pf(sysfs: Sysfs, address: objects.PciAddress) -> bool:
     """Whether ``address`` is a physical function with VFs to enable."""
     try:
         total = sysfs.sriov_totalvfs(address)
@@ -65,7 +126,7 @@ def is_sriov_pf(sysfs, address):
     return bool(total) and sysfs.physfn(address) is None
 
 
-def nvidia_sriov_pfs(sysfs):
+def nvidia_sriov_pfs(sysfs: Sysfs) -> list[objects.PciAddress]:
     """Every NVIDIA SR-IOV physical function of ``sysfs`` on the
     ``nvidia`` driver (Ampere and later: their vGPUs, mdev or vendor
     interface, live on VFs), sorted; a device whose files cannot be read
@@ -100,7 +161,7 @@ _PARSERS = {
 }
 
 
-def refuse_untyped(record, optional=()):
+def refuse_untyped(record: object, optional: Iterable[str] = ()) -> None:
     """TypeError naming the first field of ``record`` (a ``uuid``,
     ``parent``, ``address`` or ``type_id``; None allowed for the names in
     ``optional``) that does not hold its type: a programming error, a
@@ -135,7 +196,7 @@ class VgpuDevice:
     parent: objects.PciAddress
     type_id: objects.TypeId
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.parent, objects.PciAddress)
                 and type(self.uuid) is objects.Uuid
                 and type(self.type_id) is objects.TypeId):
@@ -149,7 +210,7 @@ class PgpuDevice:
 
     address: objects.PciAddress
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.address, objects.PciAddress):
             refuse_untyped(self)
 
@@ -202,33 +263,33 @@ class BootNote:
     detail: str
 
 
-class DeviceBackend(abc.ABC):
+class DeviceBackend(Generic[_Device], abc.ABC):
     """One device kind."""
 
     #: ``'mdev'`` or ``'pci'``: the ``<hostdev type=...>`` it produces.
-    kind = None
+    kind: str | None = None
 
     @abc.abstractmethod
-    def hostdev_xml(self, device):
+    def hostdev_xml(self, device: _Device) -> str:
         """The ``<hostdev>`` element that gives ``device`` to a guest."""
 
     @abc.abstractmethod
-    def exists(self, device):
+    def exists(self, device: _Device) -> bool:
         """Whether the host has ``device`` now, ready to be used."""
 
     @abc.abstractmethod
-    def prepare(self, device):
+    def prepare(self, device: _Device) -> bool:
         """Make ``device`` usable by a guest.  Returns True when this call
         changed the host (so a rollback must undo it), False when it was
         ready already.  Idempotent."""
 
     @abc.abstractmethod
-    def release(self, device):
+    def release(self, device: _Device) -> bool:
         """Undo ``prepare``.  Returns True when something was removed.
         Idempotent: releasing what is not there is not an error."""
 
 
-class VgpuKind(DeviceBackend):
+class VgpuKind(DeviceBackend[VgpuDevice]):
     """One way of making vGPUs (classic mdev, NVIDIA's vendor interface on
     VFs, ...), in the manner of os-vif's ``PluginBase``: the core every
     kind implements.  What a kind does beyond it (definitions that outlive
@@ -264,50 +325,54 @@ class VgpuKind(DeviceBackend):
 
     @classmethod
     @abc.abstractmethod
-    def from_environment(cls, env):
+    def from_environment(cls, env: KindEnvironment) -> Self:
         """The kind for the host ``env`` (``environment.Environment``)."""
 
     @abc.abstractmethod
-    def is_parent(self, address):
+    def is_parent(self, address: objects.PciAddress) -> bool:
         """Whether vGPUs of this kind are made on the PCI function
         ``address`` now."""
 
     @abc.abstractmethod
-    def owns(self, uuid):
+    def owns(self, uuid: objects.Uuid) -> bool:
         """Whether ``uuid`` is a vGPU of this kind (existing or recorded)."""
 
     @abc.abstractmethod
-    def lookup(self, uuid):
+    def lookup(self, uuid: objects.Uuid) -> VgpuDevice | None:
         """``uuid`` as a VgpuDevice when it exists now, else None."""
 
     @abc.abstractmethod
-    def existing(self, mdevs_by_parent=None):
+    def existing(self, mdevs_by_parent: MdevsByParent | None = None
+                 ) -> Existing:
         """``{uuid: (parent, type_id)}`` of the vGPUs of this kind that
         exist now (``mdevs_by_parent``: the mdevs, when already read)."""
 
     @abc.abstractmethod
-    def check_type(self, parent, type_id):
+    def check_type(self, parent: objects.PciAddress,
+                   type_id: objects.TypeId) -> None:
         """ParentGone / UnknownType unless ``parent`` offers ``type_id``."""
 
     @abc.abstractmethod
-    def vgpu_type(self, parent, type_id):
+    def vgpu_type(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> objects.VgpuType | None:
         """``type_id`` as ``parent`` offers it now (``objects.VgpuType``:
         available instances and maximum), None when it does not."""
 
     @abc.abstractmethod
-    def remove(self, uuid):
+    def remove(self, uuid: objects.Uuid) -> bool:
         """Remove ``uuid``; False when it did not exist."""
 
     @abc.abstractmethod
-    def in_devices(self, devices, uuid, parent):
+    def in_devices(self, devices: DomainDevices, uuid: objects.Uuid,
+                   parent: objects.PciAddress | None) -> bool:
         """Whether a domain's ``config_xml.DomainDevices`` hold the hostdev
         of vGPU ``uuid`` (on ``parent``, None when unknown)."""
 
-    def exists(self, device):
+    def exists(self, device: VgpuDevice) -> bool:
         """Whether ``device`` exists now, on its parent, of its type."""
         return self.lookup(device.uuid) == device
 
-    def release(self, device):
+    def release(self, device: VgpuDevice) -> bool:
         return self.remove(device.uuid)
 
 

@@ -31,6 +31,8 @@ because the qemu hook would pay for importing it on every guest start
 (``bench/hook.py`` measures the hook).
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import time
@@ -43,6 +45,12 @@ from libvirt_gpu.util import fileutil
 from libvirt_gpu.util import jsonutil
 from libvirt_gpu import objects
 from libvirt_gpu.devices import sysfs as sysfs_mod
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from libvirt_gpu.virt.config_xml import DomainDevices
 
 MDEVCTL_DIR = '/etc/mdevctl.d'
 MDEVCTL_STARTS = ('auto', 'manual')
@@ -58,7 +66,7 @@ _GONE_ERRNOS = (errno.ENOENT, errno.ENODEV)
 MdevDefinition = base.VgpuDefinition
 
 
-def _wait_for(predicate, timeout):
+def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     """Poll ``predicate`` (at once, then with growing sleeps) until it is
     true or ``timeout`` seconds pass; returns its last value."""
     deadline = time.monotonic() + timeout
@@ -92,27 +100,29 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
     places = (base.Place('mdevctl_dir', MDEVCTL_DIR),)
 
     @classmethod
-    def parents_now(cls, sysfs):
+    def parents_now(cls, sysfs: sysfs_mod.Sysfs) -> list[str]:
         """Names under ``<root>/class/mdev_bus`` (the mdev parents now)."""
         return sorted(sysfs.listdir(sysfs.path(*sysfs_mod.MDEV_BUS),
                                     optional=True))
 
     @classmethod
-    def from_environment(cls, env):
+    def from_environment(cls, env: base.KindEnvironment) -> MdevBackend:
         extra = ({} if env.remove_timeout is None
                  else {'remove_timeout': env.remove_timeout})
         return cls(env.sysfs, host=env.host,
                    mdevctl_dir=env.place('mdevctl_dir'), **extra)
 
     @classmethod
-    def sriov_pfs(cls, sysfs):
+    def sriov_pfs(cls, sysfs: sysfs_mod.Sysfs) -> list[objects.PciAddress]:
         """NVIDIA's SR-IOV GPUs: from Ampere on, classic mdevs live on
         their VFs."""
         return base.nvidia_sriov_pfs(sysfs)
 
-    def __init__(self, sysfs, host=None, mdevctl_dir=MDEVCTL_DIR,
-                 appear_timeout=5.0, remove_timeout=10.0,
-                 retry_stop=5.0):
+    def __init__(self, sysfs: sysfs_mod.Sysfs,
+                 host: base.MdevHost | None = None,
+                 mdevctl_dir: str = MDEVCTL_DIR,
+                 appear_timeout: float = 5.0, remove_timeout: float = 10.0,
+                 retry_stop: float = 5.0) -> None:
         self.sysfs = sysfs
         self.host = host
         self.mdevctl_dir = mdevctl_dir
@@ -122,14 +132,14 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
 
     # -- reading --------------------------------------------------------
 
-    def hostdev_xml(self, device):
+    def hostdev_xml(self, device: base.VgpuDevice) -> str:
         return config_xml.mdev_hostdev(device.uuid)
 
-    def _exists_path(self, path):
+    def _exists_path(self, path: str) -> bool:
         # A stat of a path Sysfs built from validated parts.
         return os.path.lexists(path)
 
-    def lookup(self, uuid):
+    def lookup(self, uuid: objects.Uuid) -> base.VgpuDevice | None:
         """The existing mdev ``uuid`` (validated by the caller, see
         ``objects.Uuid.parse``) as a VgpuDevice, or None.
 
@@ -159,27 +169,30 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
         return base.VgpuDevice(uuid=uuid, parent=parent,
                                type_id=objects.TypeId.parse(type_id))
 
-    def owns(self, uuid):
+    def owns(self, uuid: objects.Uuid) -> bool:
         return self.lookup(uuid) is not None
 
-    def existing(self, mdevs_by_parent=None):
+    def existing(self, mdevs_by_parent: base.MdevsByParent | None = None
+                 ) -> base.Existing:
         if mdevs_by_parent is None:
             mdevs_by_parent = self.sysfs.mdevs_by_parent()
         return {m.uuid: (parent, m.type_id)
                 for parent, mdevs in mdevs_by_parent.items()
                 for m in mdevs}
 
-    def in_devices(self, devices, uuid, parent):
+    def in_devices(self, devices: DomainDevices, uuid: objects.Uuid,
+                   parent: objects.PciAddress | None) -> bool:
         """The guest's ``<hostdev type='mdev'>`` names the UUID."""
         return uuid in devices.mdev_uuids
 
-    def is_parent(self, address):
+    def is_parent(self, address: objects.PciAddress) -> bool:
         """``class/mdev_bus/<address>`` exists."""
         return self._exists_path(self.sysfs.path(
             'class', 'mdev_bus',
             str(objects.typed(address, objects.PciAddress, 'address'))))
 
-    def check_type(self, parent, type_id):
+    def check_type(self, parent: objects.PciAddress,
+                   type_id: objects.TypeId) -> None:
         """Parent first, then type: ParentGone or UnknownType, else None."""
         objects.typed(type_id, objects.TypeId, 'type_id')
         if not self.is_parent(parent):
@@ -190,12 +203,14 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
         if type_id not in self.sysfs.mdev_type_ids(parent):
             raise exception.UnknownType(type_id=type_id, address=parent)
 
-    def available(self, parent, type_id):
+    def available(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> int:
         """``available_instances`` of a type the parent lists."""
         return self.sysfs.read_int(os.path.join(
             self.sysfs.types_dir(parent), type_id, 'available_instances'))
 
-    def max_instance(self, parent, type_id):
+    def max_instance(self, parent: objects.PciAddress,
+                     type_id: objects.TypeId) -> int | None:
         """NVIDIA's ``max_instance=`` from the type's description, or
         None."""
         description = self.sysfs.read(os.path.join(
@@ -206,7 +221,8 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                                  available_instances=0)
         return mtype.max_instance
 
-    def vgpu_type(self, parent, type_id):
+    def vgpu_type(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> objects.VgpuType | None:
         """The type's ``available_instances`` as the parent lists it now
         (the kernel's count already holds the driver's maximum, so the
         description is not read: the allocator asks this for every GPU
@@ -221,7 +237,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
 
     # -- create -----------------------------------------------------------
 
-    def prepare(self, device):
+    def prepare(self, device: base.VgpuDevice) -> bool:
         """Create the mdev (see the module doc).  True: created now;
         False: it existed already with this parent and type."""
         existing = self.lookup(device.uuid)
@@ -232,12 +248,13 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
             raise self._no_capacity(device, 'available_instances is 0')
         if self.host is not None:
             try:
-                return self._create_libvirt(device)
+                return self._create_libvirt(device, self.host)
             except exception.NotSupported:
                 pass   # this libvirt cannot create mdevs: the kernel can
         return self._create_sysfs(device)
 
-    def _same_or_conflict(self, device, existing):
+    def _same_or_conflict(self, device: base.VgpuDevice,
+                          existing: base.VgpuDevice) -> bool:
         if (existing.parent == device.parent
                 and existing.type_id == device.type_id):
             return False
@@ -246,13 +263,14 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
             existing_parent=existing.parent, type_id=device.type_id,
             parent=device.parent)
 
-    def _no_capacity(self, device, reason):
+    def _no_capacity(self, device: base.VgpuDevice,
+                     reason: str) -> exception.NoCapacity:
         return exception.NoCapacity(uuid=device.uuid,
                                     type_id=device.type_id,
                                     where='the GPU %s' % device.parent,
                                     reason=reason)
 
-    def _create_sysfs(self, device):
+    def _create_sysfs(self, device: base.VgpuDevice) -> bool:
         # <types>/<type>/create  <-  "<uuid>", only the parent's own file:
         # one linked to another GPU's would make the vGPU there while the
         # lease names this one
@@ -281,10 +299,11 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                                           self.appear_timeout))
         return True
 
-    def _create_refused(self, device, error):
+    def _create_refused(self, device: base.VgpuDevice,
+                        error: exception.SysfsWriteError) -> bool:
         """Turn the kernel's answer to a create into a typed error."""
         code = error.kwargs.get('errno')
-        name = errno.errorcode.get(code, str(code))
+        name = base.errno_name(code)
         if code == errno.EEXIST:
             existing = self.lookup(device.uuid)
             if existing is not None:
@@ -314,7 +333,8 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
             reason='the kernel answered %s (%s)' % (
                 name, error.kwargs.get('reason') or os.strerror(code or 0)))
 
-    def _create_libvirt(self, device):
+    def _create_libvirt(self, device: base.VgpuDevice,
+                        host: base.MdevHost) -> bool:
         """``virNodeDeviceCreateXML``; when libvirt fails and the device
         does not exist, the kernel is asked directly (libvirt's node-device
         view can lag or be missing - no virtnodedevd, a parent it has not
@@ -322,7 +342,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
         xml = config_xml.mdev_nodedev(device.parent, device.type_id,
                                       device.uuid)
         try:
-            base.retry_transient(lambda: self.host.create_mdev(xml),
+            base.retry_transient(lambda: host.create_mdev(xml),
                                  stop_after=self.retry_stop)
         except exception.NotSupported:
             raise
@@ -341,7 +361,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
 
     # -- remove -----------------------------------------------------------
 
-    def remove(self, uuid):
+    def remove(self, uuid: objects.Uuid) -> bool:
         """Remove mdev ``uuid``; False when it did not exist (or was gone
         before we removed it: some NVIDIA drivers remove a guest's mdev
         themselves when qemu exits).
@@ -353,10 +373,11 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
         if self.lookup(uuid) is None:
             return False
         removed = False
-        if self.host is not None:
+        host = self.host
+        if host is not None:
             try:
                 removed = base.retry_transient(
-                    lambda: self.host.destroy_mdev(uuid),
+                    lambda: host.destroy_mdev(uuid),
                     stop_after=self.retry_stop)
             except exception.NotSupported:
                 removed = False
@@ -376,7 +397,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                                   % self.remove_timeout)
         return True
 
-    def _remove_sysfs(self, uuid):
+    def _remove_sysfs(self, uuid: objects.Uuid) -> None:
         # bus/mdev/devices/<uuid>/remove  <-  "1", only through the vGPU's
         # own directory: the link bus/mdev/devices/<uuid> must lead to a
         # directory named <uuid> (one pointing at another vGPU's would
@@ -410,17 +431,18 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                 return    # gone meanwhile (a vendor driver's own cleanup)
             raise exception.MdevRemoveFailed(
                 uuid=uuid, reason='the kernel answered %s' % (
-                    errno.errorcode.get(e.kwargs.get('errno'), e)))
+                    base.errno_name(e.kwargs.get('errno'), e)))
 
     # -- persistent definitions ------------------------------------------
 
-    def _definition_path(self, parent, uuid):
+    def _definition_path(self, parent: objects.PciAddress,
+                         uuid: objects.Uuid) -> str:
         return os.path.join(self.mdevctl_dir,
                             str(objects.typed(parent, objects.PciAddress,
                                               'parent')),
                             objects.typed(uuid, objects.Uuid, 'uuid'))
 
-    def _parents(self):
+    def _parents(self) -> list[tuple[objects.PciAddress, str]]:
         """``(parent, directory)`` of each PCI parent under mdevctl's
         directory, sorted by name (mdevctl also keeps ccw/ap parents, and
         a stray file may lie there: both skipped)."""
@@ -440,7 +462,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
             found.append((parent, os.path.join(self.mdevctl_dir, name)))
         return found
 
-    def definitions(self):
+    def definitions(self) -> list[tuple[objects.PciAddress, objects.Uuid]]:
         """``(parent, uuid)`` of every mdevctl definition of a PCI parent,
         sorted."""
         found = []
@@ -454,7 +476,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                     continue
         return sorted(found)
 
-    def restorable(self):
+    def restorable(self) -> tuple[base.Restorable, ...]:
         """mdevctl's definitions with ``"start": "auto"``, to create after
         a reboot; ``manual`` ones are left for their guest's hook, ones
         that set attributes for ``mdevctl start`` (which applies them), a
@@ -488,12 +510,12 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                         type_id=definition.type_id)))
         return tuple(found)
 
-    def attrs_refusal(self, definition):
+    def attrs_refusal(self, definition: base.VgpuDefinition) -> str:
         """mdevctl applies a definition's attributes: ``mdevctl start``."""
         return ('its mdevctl definition sets attributes; start it with '
                 '`mdevctl start -u %s` instead' % definition.uuid)
 
-    def definition(self, uuid):
+    def definition(self, uuid: objects.Uuid) -> base.VgpuDefinition | None:
         """The mdevctl definition of ``uuid``, or None.
 
         Reads ``<mdevctl_dir>/<parent>/<uuid>``; directories whose name is
@@ -506,15 +528,16 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                 return self._read_definition(path, parent, uuid)
         return None
 
-    def _read_definition(self, path, parent, uuid):
-        def bad(reason):
+    def _read_definition(self, path: str, parent: objects.PciAddress,
+                         uuid: objects.Uuid) -> base.VgpuDefinition:
+        def bad(reason: str) -> exception.ConfigError:
             return exception.ConfigError(
                 reason='mdevctl definition %s: %s' % (path, reason))
         try:
             with open(path, 'rb') as f:
                 raw = f.read(_MAX_DEFINITION_BYTES + 1)
         except OSError as e:
-            raise bad(e.strerror)
+            raise bad(e.strerror or str(e))
         if len(raw) > _MAX_DEFINITION_BYTES:
             raise bad('larger than %d bytes' % _MAX_DEFINITION_BYTES)
         try:
@@ -542,7 +565,7 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                               start=start, attrs=tuple(attrs),
                               source='mdevctl (%s)' % self.mdevctl_dir)
 
-    def define(self, device, start='manual'):
+    def define(self, device: base.VgpuDevice, start: str = 'manual') -> None:
         """Make ``device`` persistent (not started): libvirt's
         ``virNodeDeviceDefineXML`` when a connection can, else mdevctl's
         JSON file written atomically."""
@@ -550,12 +573,13 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
             raise exception.InvalidInput(reason='start must be auto or '
                                                 'manual, not %r' % start)
         self.check_type(device.parent, device.type_id)
-        if self.host is not None:
+        host = self.host
+        if host is not None:
             xml = config_xml.mdev_nodedev(device.parent, device.type_id,
                                           device.uuid)
             try:
                 base.retry_transient(
-                    lambda: self.host.define_mdev(xml, autostart=(
+                    lambda: host.define_mdev(xml, autostart=(
                         start == 'auto')), stop_after=self.retry_stop)
                 return
             except exception.NotSupported:
@@ -573,12 +597,13 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
             {'mdev_type': device.type_id, 'start': start, 'attrs': []},
             indent=2) + '\n', mode=0o644)
 
-    def undefine(self, uuid):
+    def undefine(self, uuid: objects.Uuid) -> bool:
         """Remove a persistent definition; False when there was none."""
         objects.typed(uuid, objects.Uuid, 'uuid')
-        if self.host is not None:
+        host = self.host
+        if host is not None:
             try:
-                if base.retry_transient(lambda: self.host.undefine_mdev(uuid),
+                if base.retry_transient(lambda: host.undefine_mdev(uuid),
                                         stop_after=self.retry_stop):
                     return True
             except exception.NotSupported:

@@ -19,27 +19,38 @@ A GPU carved for OpenStack Nova (its PF and VFs in the record
 passed through whole.
 """
 
+from __future__ import annotations
+
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.virt import config_xml
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from libvirt_gpu.devices.sysfs import Sysfs
+
 GPU_CLASS_PREFIX = objects.GPU_CLASS_PREFIX
 
 
-class PciBackend(base.DeviceBackend):
+class PciBackend(base.DeviceBackend[base.PgpuDevice]):
 
     kind = 'pci'
 
-    def __init__(self, sysfs, state_dir=None, foreign=None):
+    def __init__(self, sysfs: Sysfs, state_dir: str | None = None,
+                 foreign: Mapping[objects.PciAddress, str] | None = None
+                 ) -> None:
         self.sysfs = sysfs
         self.state_dir = state_dir
         # {physical GPU: label} of the GPUs another route owns
         # (``routes.Routes.foreign``)
         self.foreign = dict(foreign or {})
 
-    def _carved(self):
+    def _carved(self) -> frozenset[objects.PciAddress]:
         """The PFs and VFs carved for Nova (read when asked: a start of
         another guest may have carved meanwhile)."""
         if self.state_dir is None:
@@ -50,10 +61,10 @@ class PciBackend(base.DeviceBackend):
                                  registry.kind_classes())
         return carved.held_gpus | carved.vfs
 
-    def hostdev_xml(self, device):
+    def hostdev_xml(self, device: base.PgpuDevice) -> str:
         return config_xml.pci_hostdev(device.address)
 
-    def check(self, device):
+    def check(self, device: base.PgpuDevice) -> objects.Gpu:
         """Raise DeviceNotFound or GpuInUse unless ``device`` can be passed
         through whole; return the GPU (``objects.Gpu``) with its IOMMU
         group's members judged."""
@@ -83,31 +94,31 @@ class PciBackend(base.DeviceBackend):
             raise exception.GpuInUse(address=address, reason=refusal)
         return gpu
 
-    def _read_gpu(self, address):
+    def _read_gpu(self, address: objects.PciAddress) -> objects.Gpu:
         from libvirt_gpu.devices import (  # not on the vGPU hook path
             discovery)
-        gpu = self.sysfs.read_gpu(address)
+        gpu: objects.Gpu = self.sysfs.read_gpu(address)
         if gpu.iommu_group is None:
             return gpu
         return discovery.with_iommu_members(gpu, [
             self.sysfs.pci_function(a)
             for a in self.sysfs.iommu_group_addresses(gpu.iommu_group)])
 
-    def companions(self, device):
+    def companions(self, device: base.PgpuDevice) -> tuple[Any, ...]:
         """The functions that go to the guest with the GPU ``device`` (see
         the module doc); raises what ``check`` raises."""
         return capacity.pgpu_companions(self.check(device))
 
-    def exists(self, device):
+    def exists(self, device: base.PgpuDevice) -> bool:
         try:
             self.check(device)
         except (exception.DeviceNotFound, exception.GpuInUse):
             return False
         return True
 
-    def prepare(self, device):
+    def prepare(self, device: base.PgpuDevice) -> bool:
         self.check(device)
         return False    # libvirt (managed='yes') does the binding
 
-    def release(self, device):
+    def release(self, device: base.PgpuDevice) -> bool:
         return False    # libvirt gives the GPU back to its driver

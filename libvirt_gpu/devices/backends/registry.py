@@ -39,6 +39,8 @@ vGPUs are made on (``discovery.gpu_view`` reads one physical GPU with its
 VFs, given the kinds: ``Vgpus.kind_classes``).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
@@ -49,13 +51,28 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import jsonutil
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import TypeVar
+
+    from libvirt_gpu.devices import capacity
+    from libvirt_gpu.devices.sysfs import Sysfs
+    from libvirt_gpu.virt.config_xml import DomainDevices
+
+    _C = TypeVar('_C', bound=capabilities.Capability)
+    # ``(name, 'module:Class')`` of each kind, ``ordered``
+    Kinds = tuple[tuple[str, str], ...]
+    # an import path's directories with their modification times
+    PathKey = list[list[object]]
+
 GROUP = 'libvirt_gpu.vgpu_kinds'
 FALLBACK = 'mdev'
 CACHE_NAME = 'vgpu-kinds.json'
 _CACHE_VERSION = 1
 
 
-def load_kind(spec):
+def load_kind(spec: str) -> type[base.VgpuKind]:
     """``'module:Class'`` -> the VgpuKind subclass."""
     module, _, name = spec.partition(':')
     # The import statement's own machinery, not importlib.import_module:
@@ -74,11 +91,11 @@ def load_kind(spec):
     return cls
 
 
-def _path_key():
+def _path_key() -> PathKey:
     """What, when it changes, may change the entry points: each directory
     of the import path with its modification time (None: none there; the
     current directory, which a script's import path starts with, aside)."""
-    key = []
+    key: PathKey = []
     for entry in sys.path:
         if not entry:
             continue
@@ -89,14 +106,14 @@ def _path_key():
     return key
 
 
-def _memo(key):
-    return tuple((entry, mtime) for entry, mtime in key)
+def _memo(key: PathKey) -> tuple[tuple[object, ...], ...]:
+    return tuple(tuple(pair) for pair in key)
 
 
-def ordered(pairs):
+def ordered(pairs: Iterable[tuple[str, str]]) -> Kinds:
     """``(name, spec)`` pairs in the order the kinds are asked: by name,
     the fallback last; ConfigError when two declare one name."""
-    found = {}
+    found: dict[str, str] = {}
     for name, spec in pairs:
         if found.get(name, spec) != spec:
             raise exception.ConfigError(
@@ -108,7 +125,7 @@ def ordered(pairs):
                         key=lambda pair: (pair[0] == FALLBACK, pair[0])))
 
 
-def scan():
+def scan() -> Kinds:
     """``(name, spec)`` of every entry point of ``GROUP``, ``ordered``
     (the slow read: ``importlib.metadata``)."""
     from importlib import metadata
@@ -116,7 +133,7 @@ def scan():
                    for ep in metadata.entry_points(group=GROUP))
 
 
-def record(found):
+def record(found: Kinds) -> dict[str, object]:
     """The kinds ``found`` (``installed``) as JSON keeps them, under the
     import path they were read on: what ``remember`` takes back (the cache
     file's document; the hook keeps it in its settings snapshot)."""
@@ -124,7 +141,7 @@ def record(found):
             'kinds': [list(pair) for pair in found]}
 
 
-def _of_record(data, key):
+def _of_record(data: object, key: PathKey) -> Kinds | None:
     """The kinds a ``record`` keeps, when each directory of ``key`` was on
     the import path it was made under, unchanged (the qemu hook's path is
     a part of the installing command's); else None."""
@@ -142,10 +159,10 @@ def _of_record(data, key):
         return None
 
 
-_installed = {}
+_installed: dict[tuple[tuple[object, ...], ...], Kinds] = {}
 
 
-def remember(data):
+def remember(data: object) -> bool:
     """Take the kinds of a ``record`` as this process's list when the
     import path is as it was then; whether it was."""
     key = _path_key()
@@ -155,7 +172,7 @@ def remember(data):
     return found is not None
 
 
-def installed():
+def installed() -> Kinds:
     """``(name, spec)`` of the installed kinds, ``ordered``: kept in this
     process (``remember``) and in the cache file while the import path is
     unchanged (see the module doc), else read again (``scan``)."""
@@ -185,15 +202,16 @@ def installed():
     return found
 
 
-def kind_specs():
+def kind_specs() -> tuple[str, ...]:
     """The ``'module:Class'`` of each installed kind, in order."""
     return tuple(spec for _, spec in installed())
 
 
-_loaded = {}
+_loaded: dict[tuple[str, ...], list[type[base.VgpuKind]]] = {}
 
 
-def kind_classes(kinds=None):
+def kind_classes(kinds: Iterable[str] | None = None
+                 ) -> list[type[base.VgpuKind]]:
     """The VgpuKind subclasses of ``kinds`` (``'module:Class'`` specs;
     default: the installed kinds, ``kind_specs``), in order; loaded once
     per list of specs."""
@@ -203,12 +221,18 @@ def kind_classes(kinds=None):
     return _loaded[specs]
 
 
-def having(kinds, capability):
+def having(kinds: Iterable[type[base.VgpuKind] | base.VgpuKind],
+           capability: type[_C]) -> tuple[type[_C] | _C, ...]:
     """The kinds (instances or classes) of ``kinds`` that declare
     ``capability`` (a class of ``capabilities``), in order."""
-    return tuple(kind for kind in kinds
-                 if issubclass(kind if isinstance(kind, type)
-                               else type(kind), capability))
+    found: list[type[_C] | _C] = []
+    for kind in kinds:
+        if isinstance(kind, type):
+            if issubclass(kind, capability):
+                found.append(kind)
+        elif isinstance(kind, capability):
+            found.append(kind)
+    return tuple(found)
 
 
 class Vgpus(object):
@@ -219,31 +243,36 @@ class Vgpus(object):
         last is the fallback (see the module doc).
     """
 
-    def __init__(self, sysfs, kinds):
+    def __init__(self, sysfs: Sysfs, kinds: Iterable[base.VgpuKind]) -> None:
         if not kinds:
             raise exception.ConfigError(reason='no vGPU kind is registered')
         self.sysfs = sysfs
         self.kinds = tuple(kinds)
 
     @classmethod
-    def from_environment(cls, env, kinds=None):
+    def from_environment(cls, env: base.KindEnvironment,
+                         kinds: Iterable[str] | None = None) -> Vgpus:
         """Every kind of ``kinds`` (default: the installed kinds) for
         ``env``."""
         return cls(env.sysfs, [kind.from_environment(env)
                                for kind in kind_classes(kinds)])
 
     @property
-    def kind_classes(self):
+    def kind_classes(self) -> tuple[type[base.VgpuKind], ...]:
         """The classes of this host's kinds, in order (what discovery
         takes)."""
         return tuple(type(kind) for kind in self.kinds)
 
-    def having(self, capability):
+    def having(self, capability: type[_C]) -> tuple[_C, ...]:
         """This host's kinds that declare ``capability`` (a class of
         ``capabilities``), in order."""
-        return having(self.kinds, capability)
+        found: list[_C] = []
+        for kind in self.kinds:
+            if isinstance(kind, capability):
+                found.append(kind)
+        return tuple(found)
 
-    def kind(self, name):
+    def kind(self, name: str) -> base.VgpuKind:
         """The kind registered as ``name``; KeyError when none is."""
         for kind in self.kinds:
             if kind.name == name:
@@ -252,14 +281,14 @@ class Vgpus(object):
 
     # -- which kind -------------------------------------------------------
 
-    def kind_of(self, parent):
+    def kind_of(self, parent: objects.PciAddress) -> base.VgpuKind:
         """The kind whose vGPUs are made on ``parent``."""
         for kind in self.kinds[:-1]:
             if kind.is_parent(parent):
                 return kind
         return self.kinds[-1]
 
-    def kind_owning(self, uuid):
+    def kind_owning(self, uuid: objects.Uuid) -> base.VgpuKind:
         """The kind vGPU ``uuid`` belongs to."""
         for kind in self.kinds[:-1]:
             if kind.owns(uuid):
@@ -268,62 +297,73 @@ class Vgpus(object):
 
     # -- the DeviceBackend interface, by parent or by UUID ----------------
 
-    def hostdev_xml(self, device):
+    def hostdev_xml(self, device: base.VgpuDevice) -> str:
         return self.kind_of(device.parent).hostdev_xml(device)
 
-    def hostdev_for(self, uuid, parent=None, type_id=None):
+    def hostdev_for(self, uuid: objects.Uuid,
+                    parent: objects.PciAddress | None = None,
+                    type_id: objects.TypeId | None = None) -> str:
         """The hostdev of vGPU ``uuid``: on ``parent`` when the kind there
         names its parent in the guest XML, else the fallback kind's (an
         mdev hostdev names only the UUID)."""
         if parent is not None and self.binds_parent(parent):
+            if type_id is None:
+                raise TypeError('the hostdev of vGPU %s on %s names its '
+                                'parent: pass its type_id' % (uuid, parent))
             return self.kind_of(parent).hostdev_xml(base.VgpuDevice(
                 uuid=uuid, parent=parent, type_id=type_id))
         return config_xml.mdev_hostdev(uuid)
 
-    def exists(self, device):
+    def exists(self, device: base.VgpuDevice) -> bool:
         return self.kind_of(device.parent).exists(device)
 
-    def prepare(self, device):
+    def prepare(self, device: base.VgpuDevice) -> bool:
         return self.kind_of(device.parent).prepare(device)
 
-    def release(self, device):
+    def release(self, device: base.VgpuDevice) -> bool:
         return self.remove(device.uuid)
 
-    def lookup(self, uuid):
+    def lookup(self, uuid: objects.Uuid) -> base.VgpuDevice | None:
         """The existing vGPU ``uuid`` as a ``base.VgpuDevice``, or None;
         ``uuid`` an ``objects.Uuid``, parsed where it entered."""
         objects.typed(uuid, objects.Uuid, 'uuid')
         return self.kind_owning(uuid).lookup(uuid)
 
-    def remove(self, uuid):
+    def remove(self, uuid: objects.Uuid) -> bool:
         objects.typed(uuid, objects.Uuid, 'uuid')
         return self.kind_owning(uuid).remove(uuid)
 
-    def is_parent(self, address):
+    def is_parent(self, address: objects.PciAddress) -> bool:
         return any(kind.is_parent(address) for kind in self.kinds)
 
-    def check_type(self, parent, type_id):
+    def check_type(self, parent: objects.PciAddress,
+                   type_id: objects.TypeId) -> None:
         return self.kind_of(parent).check_type(parent, type_id)
 
-    def available(self, parent, type_id):
+    def available(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> int:
         found = self.vgpu_type(parent, type_id)
         return found.available_instances if found is not None else 0
 
-    def vgpu_type(self, parent, type_id):
+    def vgpu_type(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> objects.VgpuType | None:
         return self.kind_of(parent).vgpu_type(parent, type_id)
 
-    def room(self, gpu, type_id):
+    def room(self, gpu: objects.PciAddress,
+             type_id: objects.TypeId) -> capacity.DriverRoom | None:
         """The driver's room for ``type_id`` on the physical GPU ``gpu``
         (``capacity.DriverRoom``) from the kind that reads one (the vendor
         interface on a MIG or mixed-size GPU: ``capabilities.DriverRooms``),
         or None."""
         for kind in self.having(capabilities.DriverRooms):
-            found = kind.room(gpu, type_id)
+            found: capacity.DriverRoom | None = kind.room(gpu, type_id)
             if found is not None:
                 return found
         return None
 
-    def rooms(self, enabled):
+    def rooms(self, enabled: Mapping[objects.PciAddress, objects.EnabledType]
+              ) -> dict[tuple[objects.PciAddress, objects.TypeId],
+                        capacity.DriverRoom]:
         """``{(PciAddress, TypeId): capacity.DriverRoom}`` of the GPUs of
         ``enabled`` (``{PciAddress: EnabledType}``) whose enabled types
         the driver counts itself (``room``); the others are absent."""
@@ -335,16 +375,16 @@ class Vgpus(object):
                     found[address, type_id] = room
         return found
 
-    def definition(self, uuid):
+    def definition(self, uuid: objects.Uuid) -> base.VgpuDefinition | None:
         """The first definition of ``uuid`` any kind keeps (mdevctl's
         first: an operator's definition wins), else None."""
         for kind in reversed(self.having(capabilities.Persistent)):
-            found = kind.definition(uuid)
+            found: base.VgpuDefinition | None = kind.definition(uuid)
             if found is not None:
                 return found
         return None
 
-    def definitions(self):
+    def definitions(self) -> dict[objects.Uuid, base.VgpuDefinition]:
         """``{uuid: VgpuDefinition}`` of every persistent definition a
         kind keeps and can read (live or not; mdevctl's first), whatever
         ``restore`` would make of it."""
@@ -359,7 +399,7 @@ class Vgpus(object):
                     found[item.uuid] = definition
         return found
 
-    def undefine(self, uuid):
+    def undefine(self, uuid: objects.Uuid) -> bool:
         """Drop the persistent definition of ``uuid`` of the kind that
         keeps it (mdevctl's first); False when none does."""
         for kind in reversed(self.having(capabilities.Persistent)):
@@ -367,7 +407,7 @@ class Vgpus(object):
                 return kind.undefine(uuid)
         return False
 
-    def defined_device(self, uuid):
+    def defined_device(self, uuid: objects.Uuid) -> base.VgpuDevice | None:
         """The vGPU ``uuid`` as the first kind that defines it describes
         it (a ``base.VgpuDevice``: the fallback's first), for a guest
         whose XML names it without our metadata, else None.  A definition
@@ -387,33 +427,39 @@ class Vgpus(object):
                                    type_id=definition.type_id)
         return None
 
-    def existing(self, mdevs_by_parent=None):
+    def existing(self, mdevs_by_parent: base.MdevsByParent | None = None
+                 ) -> dict[objects.Uuid,
+                           tuple[objects.PciAddress, objects.TypeId]]:
         """``{uuid: (parent, type_id)}`` of every vGPU of every kind."""
-        found = {}
+        found: dict[objects.Uuid,
+                    tuple[objects.PciAddress, objects.TypeId]] = {}
         for kind in reversed(self.kinds):
             found.update(kind.existing(mdevs_by_parent))
         return found
 
-    def recorded(self, uuid):
+    def recorded(self, uuid: objects.Uuid) -> bool:
         """Whether any kind records ``uuid`` as ours
         (``capabilities.Recorded``)."""
         return any(kind.recorded(uuid)
                    for kind in self.having(capabilities.Recorded))
 
-    def reserved_parents(self):
+    def reserved_parents(self) -> dict[objects.PciAddress, objects.Uuid]:
         """``{parent: uuid}`` recorded by every kind that binds its parents
         (``capabilities.BindsParent``)."""
-        found = {}
+        found: dict[objects.PciAddress, objects.Uuid] = {}
         for kind in self.having(capabilities.BindsParent):
             found.update(kind.reserved_parents())
         return found
 
-    def in_devices(self, devices, uuid, parent=None):
+    def in_devices(self, devices: DomainDevices, uuid: objects.Uuid,
+                   parent: objects.PciAddress | None = None) -> bool:
         """Whether a domain's devices hold the hostdev of vGPU ``uuid``."""
         return any(kind.in_devices(devices, uuid, parent)
                    for kind in self.kinds)
 
-    def hostdev_function(self, uuid, parent, devices):
+    def hostdev_function(self, uuid: objects.Uuid,
+                         parent: objects.PciAddress | None,
+                         devices: DomainDevices) -> objects.PciAddress | None:
         """The PCI function a domain's devices hand over as vGPU ``uuid``
         (a kind that ``binds_parent``), else None."""
         if parent is None or not self.binds_parent(parent):
@@ -424,41 +470,56 @@ class Vgpus(object):
 
     # -- vGPUs of the persistent configuration ------------------------------
 
-    def binds_parent(self, parent):
+    def binds_parent(self, parent: objects.PciAddress) -> bool:
         """Whether the kind of ``parent`` names it in the guest's XML
         (``capabilities.BindsParent``)."""
-        return isinstance(self.kind_of(parent), capabilities.BindsParent)
+        return self._binding(parent) is not None
 
-    def keep_for_config(self, device):
+    def _binding(self, parent: objects.PciAddress
+                 ) -> capabilities.BindsParent | None:
+        """The kind of ``parent`` when it names the parent in the guest's
+        XML, else None."""
+        kind = self.kind_of(parent)
+        return kind if isinstance(kind, capabilities.BindsParent) else None
+
+    def keep_for_config(self, device: base.VgpuDevice) -> bool:
         """Record ``device`` for a guest's persistent XML when its kind
         names the parent there; True when something was recorded."""
-        if not self.binds_parent(device.parent):
+        kind = self._binding(device.parent)
+        if kind is None:
             return False
-        self.kind_of(device.parent).define(device, start='manual')
+        kind.define(device, start='manual')
         return True
 
-    def forget_for_config(self, uuid, parent):
+    def forget_for_config(self, uuid: objects.Uuid,
+                          parent: objects.PciAddress) -> None:
         """Undo ``keep_for_config``."""
-        if self.binds_parent(parent):
-            self.kind_of(parent).undefine(uuid)
+        kind = self._binding(parent)
+        if kind is not None:
+            kind.undefine(uuid)
 
-    def bind_for_config(self, gpus, type_id, parent, uuid):
+    def bind_for_config(self, gpus: Iterable[objects.PciAddress],
+                        type_id: objects.TypeId,
+                        parent: objects.PciAddress | None,
+                        uuid: objects.Uuid) -> objects.PciAddress | None:
         """The parent a ``config``-only vGPU goes to, recorded for it, when
         the kind of the GPUs ``gpus`` (physical GPUs, in order) names the
         parent in the guest XML; None otherwise (it is chosen at start).
         ``parent``: the caller's choice, a physical GPU or one function."""
-        gpus = [g for g in gpus if self.binds_parent(self.parents_of(g)[0])]
-        if not gpus:
+        bound = [(gpu, kind) for gpu in gpus
+                 for kind in (self._binding(self.parents_of(gpu)[0]),)
+                 if kind is not None]
+        if not bound:
             return None
-        if parent is not None and parent != gpus[0]:
+        chosen: objects.PciAddress | None
+        if parent is not None and parent != bound[0][0]:
             chosen = parent                 # a function named by the caller
         else:
             chosen = None
             problems = []
-            for gpu in gpus:
+            for gpu, kind in bound:
                 try:
-                    chosen = self.kind_of(self.parents_of(gpu)[0]
-                                          ).choose_parent(gpu, type_id)
+                    chosen = kind.choose_parent(gpu, type_id)
                     break
                 except exception.NoCapacity as e:
                     problems.append(str(e))
@@ -472,12 +533,13 @@ class Vgpus(object):
 
     # -- physical GPUs -------------------------------------------------------
 
-    def physical(self, address):
+    def physical(self, address: objects.PciAddress) -> objects.PciAddress:
         """The physical GPU (PF) of a VF, else ``address`` itself."""
         objects.typed(address, objects.PciAddress, 'address')
         return self.sysfs.physfn(address) or address
 
-    def parents_of(self, gpu):
+    def parents_of(self, gpu: objects.PciAddress
+                   ) -> Sequence[objects.PciAddress]:
         """The PCI functions vGPUs of the physical GPU ``gpu`` are made on:
         its VFs when it has any, else the GPU itself."""
         objects.typed(gpu, objects.PciAddress, 'gpu')

@@ -14,6 +14,11 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices.sysfs import parsers
 from libvirt_gpu.devices.sysfs import reader
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, overload
+
 # text listed -> the objects.TypeId it parsed to
 _KNOWN_TYPE_IDS: dict[str, objects.TypeId] = {}
 _MAX_KNOWN_TYPE_IDS = 4096
@@ -57,7 +62,7 @@ def _log_warning(error):
 class Sysfs(reader.Reader):
     """A host's sysfs: the reader plus what its files mean."""
 
-    def pci_addresses(self):
+    def pci_addresses(self) -> list[objects.PciAddress]:
         """Every device under ``bus/pci/devices`` whose name is an address."""
         found = []
         for name in self.listdir(os.path.join(self.root, *reader.PCI_DEVICES)):
@@ -76,8 +81,25 @@ class Sysfs(reader.Reader):
         finally:
             os.close(dfd)
 
-    def read_gpu(self, address, mdevs_by_parent=None, static_cache=None,
-                 skipped=None, class_filter=None):
+    if TYPE_CHECKING:
+        @overload
+        def read_gpu(self, address: objects.PciAddress | str,
+                     mdevs_by_parent: Any = None, static_cache: Any = None,
+                     skipped: Any = None, class_filter: None = None
+                     ) -> objects.Gpu: ...
+
+        @overload
+        def read_gpu(self, address: objects.PciAddress | str,
+                     mdevs_by_parent: Any = None, static_cache: Any = None,
+                     skipped: Any = None, *,
+                     class_filter: Callable[[str], bool]
+                     ) -> objects.Gpu | None: ...
+
+    def read_gpu(self, address: objects.PciAddress | str,
+                 mdevs_by_parent: Any = None, static_cache: Any = None,
+                 skipped: Any = None,
+                 class_filter: Callable[[str], bool] | None = None
+                 ) -> objects.Gpu | None:
         """Build a Gpu from ``bus/pci/devices/<address>/``.
 
         Reads (all optional but vendor, device and class):
@@ -179,7 +201,8 @@ class Sysfs(reader.Reader):
                            if 'local_cpulist' in entries else None),
         )
 
-    def locality(self, address):
+    def locality(self, address: objects.PciAddress
+                 ) -> tuple[int | None, bounds.CpuList]:
         """``(numa_node, local CPUs)`` of a PCI function: its node (None:
         unknown, -1, missing or not a number, said) and ``local_cpulist`` as a
         ``bounds.CpuList`` (empty when missing or unreadable as a list; its
@@ -206,7 +229,8 @@ class Sysfs(reader.Reader):
     #   bus/pci/devices/<address>/iommu_group
     #       -> ../../../kernel/iommu_groups/<n>
 
-    def iommu_group_addresses(self, group):
+    def iommu_group_addresses(self, group: int
+                              ) -> list[objects.PciAddress]:
         """The PCI addresses in IOMMU group ``group`` (sorted); an entry
         that is not a PCI address (none on real hosts) is skipped."""
         if isinstance(group, bool) or not isinstance(group, int) \
@@ -223,7 +247,8 @@ class Sysfs(reader.Reader):
                 continue
         return sorted(found)
 
-    def pci_function(self, address):
+    def pci_function(self, address: objects.PciAddress
+                     ) -> objects.IommuMember:
         """An IommuMember of any PCI function: ids, class and driver (each
         None when its file is missing); companion/host_uses left False
         for discovery to judge."""
@@ -249,10 +274,11 @@ class Sysfs(reader.Reader):
         finally:
             os.close(dfd)
 
-    def types_dir(self, address):
+    def types_dir(self, address: objects.PciAddress | str) -> str:
         return os.path.join(self.pci_dir(address), reader.TYPES_DIR)
 
-    def mdev_type_ids(self, address):
+    def mdev_type_ids(self, address: objects.PciAddress
+                      ) -> list[objects.TypeId]:
         """Type ids the kernel lists for a parent (sorted): only names
         that are type ids (``objects.TypeId``: never ``..`` or another
         name a path could be made of), as ``mdev_types`` reads them."""
@@ -390,7 +416,8 @@ class Sysfs(reader.Reader):
             id=typed, name=static[0], description=static[1],
             device_api=static[2], available_instances=available)
 
-    def mdevs_by_parent(self, skipped=None):
+    def mdevs_by_parent(self, skipped: Any = None
+                        ) -> dict[objects.PciAddress, list[objects.Mdev]]:
         """``{parent PciAddress: [Mdev]}`` from ``bus/mdev/devices``.
 
         Each entry is a link into the parent's tree
@@ -465,7 +492,7 @@ class Sysfs(reader.Reader):
     #   bus/pci/devices/<PF>/virtfn<N>     -> ../<VF>
     #   bus/pci/devices/<VF>/physfn        -> ../<PF>
 
-    def sriov_totalvfs(self, address):
+    def sriov_totalvfs(self, address: objects.PciAddress) -> int | None:
         """``sriov_totalvfs`` of a PF, or None when it is no SR-IOV PF."""
         return self.read_int(os.path.join(self.pci_dir(address),
                                           'sriov_totalvfs'), optional=True)
@@ -485,7 +512,8 @@ class Sysfs(reader.Reader):
         self.write(os.path.join(self.pci_dir(address), 'sriov_numvfs'),
                    str(count))
 
-    def virtfns(self, address):
+    def virtfns(self, address: objects.PciAddress | str
+                ) -> tuple[objects.PciAddress, ...]:
         """The VF addresses of a PF, in ``virtfn<N>`` order."""
         address = objects.PciAddress.parse(address)
         base = self.pci_dir(address)
@@ -499,7 +527,8 @@ class Sysfs(reader.Reader):
                     found.append((int(entry[6:]), vf))
         return tuple(a for _, a in sorted(found))
 
-    def physfn(self, address):
+    def physfn(self, address: objects.PciAddress | str
+               ) -> objects.PciAddress | None:
         """The PF of a VF, or None (a ``physfn`` that leads to the
         device itself is said and ignored, as discovery ignores it)."""
         address = objects.PciAddress.parse(address)

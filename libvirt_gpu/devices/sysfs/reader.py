@@ -28,6 +28,8 @@ container's) may hold anything, so the reader trusts nothing in it:
 * every refusal is a ``SysfsError`` naming the path.
 """
 
+from __future__ import annotations
+
 import errno
 import os
 import stat
@@ -38,6 +40,10 @@ from libvirt_gpu.util import filetype
 from libvirt_gpu import objects
 from libvirt_gpu.util import safeopen
 from libvirt_gpu.devices.sysfs import parsers
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal, overload
 
 PCI_DEVICES = ('bus', 'pci', 'devices')
 MDEV_DEVICES = ('bus', 'mdev', 'devices')
@@ -233,7 +239,7 @@ class Reader(object):
     (containment, file types, sizes); ``devices.Sysfs`` adds what the
     files mean."""
 
-    def __init__(self, root=HOST_ROOT):
+    def __init__(self, root: str | os.PathLike[str] = HOST_ROOT) -> None:
         self.root = os.path.realpath(os.fspath(root))
 
     @property
@@ -253,22 +259,22 @@ class Reader(object):
         """``is_inside(root, real)`` with the root's prefix made once."""
         return real == self._root or real.startswith(self._root_prefix)
 
-    def path(self, *parts):
+    def path(self, *parts: str) -> str:
         """Join validated ``parts`` under the root (no '..', no '/')."""
         for part in parts:
             _check_part(part)
         return os.path.join(self.root, *parts)
 
-    def pci_dir(self, address):
+    def pci_dir(self, address: objects.PciAddress | str) -> str:
         """``<root>/bus/pci/devices/0000:af:00.0``"""
         return self._pci_prefix + str(objects.PciAddress.parse(address))
 
-    def mdev_dir(self, uuid):
+    def mdev_dir(self, uuid: objects.Uuid | str) -> str:
         """``<root>/bus/mdev/devices/<uuid>``"""
         return os.path.join(self.root, *MDEV_DEVICES,
                             objects.Uuid.parse(uuid))
 
-    def resolved_under_root(self, path):
+    def resolved_under_root(self, path: str) -> str:
         """Return the real path of ``path`` or raise UnsafePath if it
         leaves the root.  Links are followed (a link loop is left as it is
         and fails when opened)."""
@@ -291,7 +297,15 @@ class Reader(object):
         _check_links(path)
         return real
 
-    def read(self, path, optional=False):
+    if TYPE_CHECKING:
+        @overload
+        def read(self, path: str, optional: Literal[False] = False) -> str:
+            ...
+
+        @overload
+        def read(self, path: str, optional: bool) -> str | None: ...
+
+    def read(self, path: str, optional: bool = False) -> str | None:
         """Return the stripped text of a sysfs attribute.
 
         A missing file returns None when ``optional``; anything else that
@@ -337,7 +351,17 @@ class Reader(object):
         finally:
             os.close(dfd)
 
-    def read_int(self, path, optional=False, base=10, minimum=0):
+    if TYPE_CHECKING:
+        @overload
+        def read_int(self, path: str, optional: Literal[False] = False,
+                     base: int = 10, minimum: int | None = 0) -> int: ...
+
+        @overload
+        def read_int(self, path: str, optional: bool, base: int = 10,
+                     minimum: int | None = 0) -> int | None: ...
+
+    def read_int(self, path: str, optional: bool = False, base: int = 10,
+                 minimum: int | None = 0) -> int | None:
         """An attribute as a number >= ``minimum`` (None: any sign)."""
         text = self.read(path, optional=optional)
         if text is None:
@@ -389,7 +413,7 @@ class Reader(object):
         as ``dir_fd``, following no link (OSError as ``os.open``)."""
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
-    def link_name(self, path):
+    def link_name(self, path: str) -> str | None:
         """Basename of a symlink's target (``driver`` -> ``nvidia``)."""
         try:
             return os.path.basename(os.readlink(path))
@@ -400,7 +424,7 @@ class Reader(object):
                 return None
             raise _link_error(e, path)
 
-    def listdir(self, path, optional=False):
+    def listdir(self, path: str, optional: bool = False) -> list[str]:
         """Names in a directory that resolves under the root."""
         fd, real = self._open_dir(path, optional=optional)
         if fd is None:
@@ -412,7 +436,7 @@ class Reader(object):
         finally:
             os.close(fd)
 
-    def own_file(self, directory, *parts):
+    def own_file(self, directory: str, *parts: str) -> tuple[str, str]:
         """``(path, real path)`` of the file ``parts`` of ``directory``
         (a device's own ``remove``, a type's own ``create``): the
         directory may be reached through links (``bus/mdev/devices/<uuid>``
@@ -434,7 +458,7 @@ class Reader(object):
                                   'itself; nothing written' % (real, real_dir))
         return path, real
 
-    def write(self, path, data):
+    def write(self, path: str, data: str) -> None:
         """Write ``data`` to an attribute that must resolve under the root.
 
         Raises SysfsWriteError carrying ``errno`` (the kernel's answer).
@@ -580,11 +604,11 @@ class Reader(object):
         simulated tree)."""
         return os.path.realpath(os.fspath(root)) == HOST_ROOT
 
-    def isdir(self, path):
+    def isdir(self, path: str) -> bool:
         """Whether ``path`` (under the root) is a directory now."""
         return os.path.isdir(path)
 
-    def functions_with(self, entry):
+    def functions_with(self, entry: str) -> list[str]:
         """Names under ``<root>/bus/pci/devices`` that have ``entry``
         (a file or directory a vGPU kind looks for), sorted.
 

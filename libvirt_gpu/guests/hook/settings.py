@@ -65,8 +65,8 @@ def _sysfs_key(sysfs_root: str) -> dict[str, object]:
     [...]}`` (today ``{'mdev_parents': [...], 'vendor_vfs': [...]}``)."""
     sysfs = sysfs_mod.Sysfs(sysfs_root)
     return {kind.parents_key or kind.name: kind.parents_now(sysfs)
-            for kind in registry.having(registry.kind_classes(),
-                                        capabilities.WatchedParents)}
+            for kind in registry.kind_classes()
+            if issubclass(kind, capabilities.WatchedParents)}
 
 
 def _load_conf(config_file: str) -> cfg.ConfigOpts:

@@ -58,6 +58,8 @@ tenacity is imported only then (the qemu hook pays for nothing it does not
 use).
 """
 
+from __future__ import annotations
+
 from libvirt_gpu.devices.backends.nvidia_vgpu.kind import NvidiaVgpuBackend  # noqa
 from libvirt_gpu.devices.backends.nvidia_vgpu.kind import (  # noqa: F401
     vf_hostdev)
@@ -71,7 +73,7 @@ _TABLE = ('complete_types', 'GpuModel', 'KNOWN_GPUS', 'model_of',
           'published_max', 'type_framebuffer_gb')
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     """NVIDIA's table (``table``), imported when first asked for: the
     hook never needs it."""
     if name in _TABLE:

@@ -2,11 +2,17 @@
 reader (``sysfs.Sysfs``: containment under the root, file types, sizes,
 errnos kept) and parsed here.  See ``names`` for the layout."""
 
+from __future__ import annotations
+
 import os
 
 from libvirt_gpu.devices.backends.nvidia_vgpu import names
 from libvirt_gpu import exception
 from libvirt_gpu import objects
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from libvirt_gpu.devices.sysfs import Sysfs
 
 _MAX_VENDOR_TYPE = 10 ** 9
 
@@ -14,22 +20,22 @@ _MAX_VENDOR_TYPE = 10 ** 9
 class VendorFiles(object):
     """The vendor interface of the host ``sysfs`` (a ``Sysfs``)."""
 
-    def __init__(self, sysfs):
+    def __init__(self, sysfs: Sysfs) -> None:
         self.sysfs = sysfs
 
-    def vendor_dir(self, address):
+    def vendor_dir(self, address: objects.PciAddress) -> str:
         """``<root>/bus/pci/devices/<VF>/nvidia``"""
         return os.path.join(self.sysfs.pci_dir(address), names.VENDOR_DIR)
 
-    def has_interface(self, address):
+    def has_interface(self, address: objects.PciAddress) -> bool:
         return self.sysfs.isdir(self.vendor_dir(address))
 
-    def vf_names(self):
+    def vf_names(self) -> list[str]:
         """Names of the PCI functions that have the interface now, sorted
         (the hook's settings snapshot and ``restore`` ask this)."""
         return self.sysfs.functions_with(names.VENDOR_DIR)
 
-    def vf_addresses(self):
+    def vf_addresses(self) -> list[objects.PciAddress]:
         """``vf_names`` parsed, where they enter the program: the
         ``objects.PciAddress`` of each, sorted; a name that is no PCI
         address is skipped."""
@@ -41,18 +47,20 @@ class VendorFiles(object):
                 continue
         return sorted(found)
 
-    def creatable_types(self, address):
+    def creatable_types(self, address: objects.PciAddress
+                        ) -> tuple[tuple[int, str], ...]:
         """``((1145, 'NVIDIA L40S-1B'), ...)`` creatable on a VF now; empty
         when the GPU is full (see ``parse_creatable_types``)."""
         path = os.path.join(self.vendor_dir(address), names.CREATABLE_TYPES)
         return parse_creatable_types(self.sysfs.read(path), path)
 
-    def current_type(self, address):
+    def current_type(self, address: objects.PciAddress) -> int:
         """The type number of the vGPU on a VF, 0 when it holds none."""
         return self.sysfs.read_int(os.path.join(self.vendor_dir(address),
                                                 names.CURRENT_TYPE))
 
-    def set_current_type(self, address, number):
+    def set_current_type(self, address: objects.PciAddress,
+                         number: int) -> None:
         """Write a type number (create a vGPU) or 0 (destroy it) to the
         VF's type file; SysfsWriteError carries the kernel's errno."""
         if isinstance(number, bool) or not isinstance(number, int) \
@@ -63,14 +71,15 @@ class VendorFiles(object):
         self.sysfs.write(os.path.join(self.vendor_dir(address),
                                       names.CURRENT_TYPE), str(number))
 
-    def where(self, address):
+    def where(self, address: objects.PciAddress
+              ) -> tuple[int | None, int | None]:
         """``(gpu_instance_id, placement_id)`` of the vGPU on a VF: where
         the driver put it (a MIG GPU instance; a mixed-size placement).
         Each None where the VF has no such file (a driver before MIG-backed
         and mixed-size vGPUs) or the driver does not answer it (ENXIO: no
         vGPU on the VF).  A file that is no number, or one refused as
         hostile, is its SysfsError."""
-        found = []
+        found: list[int | None] = []
         for name in (names.GPU_INSTANCE_ID, names.PLACEMENT_ID):
             path = os.path.join(self.vendor_dir(address), name)
             try:
@@ -79,9 +88,10 @@ class VendorFiles(object):
                 if type(e) is not exception.SysfsReadError:
                     raise
                 found.append(None)      # the driver's read error (ENXIO)
-        return tuple(found)
+        return found[0], found[1]
 
-    def write_params(self, address, params):
+    def write_params(self, address: objects.PciAddress,
+                     params: str) -> None:
         """Write plugin parameters (``key=value, ...``); a single space
         clears them (NVIDIA's convention)."""
         if not isinstance(params, str) or '\n' in params or '\0' in params \
@@ -92,7 +102,8 @@ class VendorFiles(object):
         self.sysfs.write(os.path.join(self.vendor_dir(address),
                                       names.VGPU_PARAMS), params or ' ')
 
-    def read_vf(self, address):
+    def read_vf(self, address: objects.PciAddress
+                ) -> objects.VendorVf | None:
         """``objects.VendorVf`` of a VF, or None when it has no vendor
         directory (no vendor interface).
 
@@ -120,7 +131,8 @@ class VendorFiles(object):
         return objects.VendorVf(creatable=creatable, current=held)
 
 
-def parse_creatable_types(text, path):
+def parse_creatable_types(text: str | None,
+                          path: str) -> tuple[tuple[int, str], ...]:
     """Parse a VF's list of creatable types::
 
         ID    : vGPU Name
@@ -134,8 +146,8 @@ def parse_creatable_types(text, path):
     ``path`` and the line: a driver that changed its format must be noticed,
     not half-read.
     """
-    rows = []
-    seen = set()
+    rows: list[tuple[int, str]] = []
+    seen: set[int] = set()
     first = True
     for lineno, raw in enumerate((text or '').splitlines(), 1):
         line = raw.strip()

@@ -18,12 +18,23 @@ from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from libvirt_gpu.devices import capacity
+    from libvirt_gpu.devices import nvml as nvml_mod
+    from libvirt_gpu.devices.sysfs import Sysfs
+    from libvirt_gpu.virt.config_xml import DomainDevices
+
+    _Entries = Mapping[objects.Uuid, statefile.VendorVgpu]
+
 _GONE_ERRNOS = (errno.ENODEV, errno.ENOENT)
 
 
 # --- the backend -------------------------------------------------------------
 
-def vf_hostdev(address):
+def vf_hostdev(address: objects.PciAddress) -> str:
     """``<hostdev type='pci' managed='no'>`` of a VF (see the module doc):
     libvirt must not rebind it, NVIDIA's driver keeps it."""
     return config_xml.pci_hostdev(address, managed=False)
@@ -46,13 +57,15 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
     interface = objects.VENDOR_INTERFACE
 
     @classmethod
-    def from_environment(cls, env):
+    def from_environment(cls, env: base.KindEnvironment
+                         ) -> NvidiaVgpuBackend:
         extra = ({} if env.remove_timeout is None
                  else {'remove_timeout': env.remove_timeout})
         return cls(env.sysfs, env.state_dir, nvml=env.nvml, **extra)
 
-    def __init__(self, sysfs, state_dir, remove_timeout=10.0,
-                 retry_stop=5.0, nvml=None):
+    def __init__(self, sysfs: Sysfs, state_dir: str,
+                 remove_timeout: float = 10.0, retry_stop: float = 5.0,
+                 nvml: nvml_mod.Nvml | None = None) -> None:
         self.sysfs = sysfs
         self.nvml = nvml          # nvml.Nvml, or None: no room is read
         self.files = files.VendorFiles(sysfs)
@@ -66,39 +79,43 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
     sysfs_names = names.SYSFS_NAMES
 
     @classmethod
-    def parents_now(cls, sysfs):
+    def parents_now(cls, sysfs: Sysfs) -> list[str]:
         return files.VendorFiles(sysfs).vf_names()
 
     @classmethod
-    def sriov_pfs(cls, sysfs):
+    def sriov_pfs(cls, sysfs: Sysfs) -> list[objects.PciAddress]:
         """NVIDIA's SR-IOV GPUs: the interface lives on their VFs."""
         return base.nvidia_sriov_pfs(sysfs)
 
     @classmethod
-    def read_function(cls, sysfs, address):
+    def read_function(cls, sysfs: Sysfs, address: objects.PciAddress
+                      ) -> objects.VendorVf | None:
         return files.VendorFiles(sysfs).read_vf(address)
 
     @classmethod
-    def complete_types(cls, pf, vfs):
+    def complete_types(cls, pf: objects.Gpu, vfs: Sequence[objects.Gpu]
+                       ) -> list[objects.Gpu]:
         # NVIDIA's table only where discovery completes types (the hook
         # never does: it imports nothing it does not use)
         from libvirt_gpu.devices.backends.nvidia_vgpu import table
         return table.complete_types(pf, vfs)
 
-    def hostdev_xml(self, device):
+    def hostdev_xml(self, device: base.VgpuDevice) -> str:
         return vf_hostdev(device.parent)
 
-    def in_devices(self, devices, uuid, parent):
+    def in_devices(self, devices: DomainDevices, uuid: objects.Uuid,
+                   parent: objects.PciAddress | None) -> bool:
         """The guest's ``<hostdev type='pci'>`` names the VF."""
         return (parent is not None and parent in devices.pci_addresses
                 and self.is_parent(parent))
 
-    def is_parent(self, address):
+    def is_parent(self, address: objects.PciAddress) -> bool:
         """Whether ``address`` is a VF with the vendor interface."""
         return self.files.has_interface(
             objects.typed(address, objects.PciAddress, 'address'))
 
-    def check_type(self, parent, type_id):
+    def check_type(self, parent: objects.PciAddress,
+                   type_id: objects.TypeId) -> None:
         """ParentGone unless ``parent`` is a VF with the vendor interface;
         UnknownType unless the VF lists ``type_id`` (as creatable now, or as
         its current type) or its GPU holds vGPUs: a GPU in equal-size mode
@@ -121,13 +138,14 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
         if number not in listed and not self._gpu_holds_vgpus(parent):
             raise exception.UnknownType(type_id=type_id, address=parent)
 
-    def _gpu_holds_vgpus(self, vf):
+    def _gpu_holds_vgpus(self, vf: objects.PciAddress) -> bool:
         pf = self.sysfs.physfn(vf)
         return any(self.is_parent(other)
                    and self.files.current_type(other)
                    for other in (self.sysfs.virtfns(pf) if pf else (vf,)))
 
-    def available(self, parent, type_id):
+    def available(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> int:
         """1 when the VF is free and lists ``type_id`` as creatable, else
         0 (one vGPU per VF)."""
         objects.typed(parent, objects.PciAddress, 'parent')
@@ -137,7 +155,7 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
         return int(any(n == number for n, _ in
                        self.files.creatable_types(parent)))
 
-    def lookup(self, uuid):
+    def lookup(self, uuid: objects.Uuid) -> base.VgpuDevice | None:
         """Our vGPU ``uuid`` as a VgpuDevice (parent: its VF) when it exists
         now, else None."""
         objects.typed(uuid, objects.Uuid, 'uuid')
@@ -149,23 +167,25 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             return None
         return entry.device()
 
-    def owns(self, uuid):
+    def owns(self, uuid: objects.Uuid) -> bool:
         """Whether the state file records ``uuid`` (a cheap read of one
         JSON file, absent on hosts that never used the interface)."""
         return uuid in self.state.read()
 
-    def recorded(self, uuid):
+    def recorded(self, uuid: objects.Uuid) -> bool:
         return self.owns(uuid)
 
-    def existing(self, mdevs_by_parent=None):
+    def existing(self, mdevs_by_parent: base.MdevsByParent | None = None
+                 ) -> base.Existing:
         return {uuid: (entry.vf, entry.type_id)
                 for uuid, entry in self.state.read().items()
                 if self.lookup(uuid) is not None}
 
-    def reserved_parents(self):
+    def reserved_parents(self) -> dict[objects.PciAddress, objects.Uuid]:
         return {entry.vf: entry.uuid for entry in self.state.read().values()}
 
-    def vgpu_type(self, parent, type_id):
+    def vgpu_type(self, parent: objects.PciAddress,
+                  type_id: objects.TypeId) -> objects.VgpuType:
         """One instance when the VF is free and lists the type, named as
         the VF lists it."""
         number = objects.vendor_type_number(type_id)
@@ -175,26 +195,27 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             description=None, device_api='vfio-pci',
             available_instances=self.available(parent, type_id))
 
-    def definition(self, uuid):
+    def definition(self, uuid: objects.Uuid) -> base.VgpuDefinition | None:
         """A persistent state entry as a definition (the fields that
         matter: uuid, parent, type_id, start), else None."""
         entry = self.state.read().get(uuid)
-        if entry is None or not entry.persistent:
+        if entry is None or entry.start is None:     # not persistent
             return None
         return base.VgpuDefinition(
             uuid=entry.uuid, parent=entry.vf, type_id=entry.type_id,
             start=entry.start, source='the state file %s' % self.state.path)
 
-    def choose_parent(self, gpu, type_id):
+    def choose_parent(self, gpu: objects.PciAddress,
+                      type_id: objects.TypeId) -> objects.PciAddress:
         return self.choose_vf(gpu, type_id)
 
-    def vgpus(self):
+    def vgpus(self) -> dict[objects.Uuid, statefile.VendorVgpu]:
         """Every entry of the state file (``{uuid: VendorVgpu}``)."""
         return self.state.read()
 
     # -- after a reboot (restore) -------------------------------------------
 
-    def restorable(self):
+    def restorable(self) -> tuple[base.Restorable, ...]:
         """Each ``auto`` entry of the state file, on its VF."""
         return tuple(
             base.Restorable(uuid=uuid, device=entry.device(),
@@ -202,11 +223,11 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             for uuid, entry in sorted(self.state.read().items())
             if entry.start == 'auto')
 
-    def recorded_gpus(self):
+    def recorded_gpus(self) -> tuple[objects.PciAddress, ...]:
         return tuple(entry.gpu for entry in self.state.read().values()
                      if entry.gpu is not None)
 
-    def _interface_vfs(self):
+    def _interface_vfs(self) -> list[objects.PciAddress]:
         """Every VF with the vendor interface, sorted."""
         found = []
         for address in self.files.vf_addresses():
@@ -214,7 +235,9 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                 found.append(address)
         return sorted(found)
 
-    def boot_cleanup(self, owner_running, dry_run=False):
+    def boot_cleanup(self,
+                     owner_running: Callable[[objects.Uuid], bool | None],
+                     dry_run: bool = False) -> list[base.BootNote]:
         """A VF whose type is set for one of our transient vGPUs whose
         guest is not running is reset to 0; a transient entry whose VF
         holds nothing is forgotten; a VF holding a vGPU that is not ours is
@@ -227,9 +250,14 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
         notes.extend(self._forget_gone(entries, vfs, reset, dry_run))
         return notes
 
-    def _reset_stale(self, entries, vfs, owner_running, dry_run):
+    def _reset_stale(self, entries: _Entries,
+                     vfs: Sequence[objects.PciAddress],
+                     owner_running: Callable[[objects.Uuid], bool | None],
+                     dry_run: bool
+                     ) -> tuple[list[base.BootNote], set[objects.Uuid]]:
         """``(notes, UUIDs reset)`` of the VFs that hold a vGPU now."""
-        notes, reset = [], set()
+        notes: list[base.BootNote] = []
+        reset: set[objects.Uuid] = set()
         by_vf = {e.vf: e for e in entries.values()}
         for vf in vfs:
             try:
@@ -242,12 +270,15 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                 continue      # restore reports persistent ones itself
             held = objects.vendor_type_id(current)
             note = self._judge_held(entry, vf, held, owner_running, dry_run)
-            if note.action == 'reset':
+            if note.action == 'reset' and entry is not None:
                 reset.add(entry.uuid)
             notes.append(note)
         return notes, reset
 
-    def _judge_held(self, entry, vf, held, owner_running, dry_run):
+    def _judge_held(self, entry: statefile.VendorVgpu | None,
+                    vf: objects.PciAddress, held: objects.TypeId,
+                    owner_running: Callable[[objects.Uuid], bool | None],
+                    dry_run: bool) -> base.BootNote:
         """The BootNote of a VF holding type ``held`` for ``entry`` (None:
         not ours), after resetting it when its guest is gone."""
         if entry is None:
@@ -273,9 +304,12 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
         return base.BootNote('reset', entry.uuid, 'reset VF %s (held %s for '
                              'a guest that is not running)' % (vf, held))
 
-    def _forget_gone(self, entries, vfs, reset, dry_run):
+    def _forget_gone(self, entries: _Entries,
+                     vfs: Sequence[objects.PciAddress],
+                     reset: set[objects.Uuid],
+                     dry_run: bool) -> list[base.BootNote]:
         """Notes of the transient entries whose VF holds nothing now."""
-        notes = []
+        notes: list[base.BootNote] = []
         present = set(vfs)
         for uuid, entry in sorted(entries.items()):
             if entry.persistent or uuid in reset:
@@ -303,16 +337,18 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
 
     # -- layouts (host.layout_apply) ----------------------------------
 
-    def layout_ready(self, vf):
+    def layout_ready(self, vf: objects.PciAddress) -> bool:
         return self.is_parent(vf)
 
-    def layout_vgpus(self, gpu):
+    def layout_vgpus(self, gpu: objects.PciAddress
+                     ) -> tuple[objects.PciAddress, ...]:
         objects.typed(gpu, objects.PciAddress, 'gpu')
         return tuple(vf for vf in self.sysfs.virtfns(gpu)
                      if self.files.has_interface(vf)
                      and self.files.current_type(vf))
 
-    def room(self, gpu, type_id):
+    def room(self, gpu: objects.PciAddress, type_id: objects.TypeId
+             ) -> capacity.DriverRoom | None:
         """The driver's room for ``type_id`` on the physical GPU ``gpu``
         (``capacity.DriverRoom``) when it is in MIG or mixed-size mode;
         None in equal-size mode or without NVML (free VFs and the type's
@@ -361,7 +397,9 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             return None
         return None
 
-    def choose_vf(self, gpu, type_id, exclude=()):
+    def choose_vf(self, gpu: objects.PciAddress, type_id: objects.TypeId,
+                  exclude: Iterable[objects.PciAddress] = ()
+                  ) -> objects.PciAddress:
         """The first VF of the physical GPU ``gpu`` that is free (holds no
         vGPU, is not recorded for one of ours, not in ``exclude``) and lists
         ``type_id`` as creatable; NoCapacity when there is none."""
@@ -371,7 +409,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
         taken.update(objects.typed(a, objects.PciAddress, 'exclude[]')
                      for a in exclude)
         looked = 0
-        for vf in self.sysfs.virtfns(gpu):
+        vfs: Sequence[objects.PciAddress] = self.sysfs.virtfns(gpu)
+        for vf in vfs:
             if vf in taken or not self.is_parent(vf) \
                     or self.files.current_type(vf):
                 continue
@@ -387,7 +426,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
 
     # -- create -------------------------------------------------------------
 
-    def prepare(self, device, start=None, params=None):
+    def prepare(self, device: base.VgpuDevice, start: str | None = None,
+                params: str | None = None) -> bool:
         """Create the vGPU on its VF (``device.parent``).  True: created
         now; False: the VF already held it for us.  Idempotent.  A VF that
         holds a vGPU we did not record is an MdevConflict.
@@ -421,7 +461,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                     entries.pop(device.uuid, None)
             raise
 
-    def _record_where(self, uuid, vf):
+    def _record_where(self, uuid: objects.Uuid,
+                      vf: objects.PciAddress) -> None:
         """Late binding: the driver, not us, chose the GPU instance (or
         placement) of the vGPU just made on ``vf``; read it back and keep
         it with our record of the vGPU."""
@@ -434,7 +475,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                 entries[uuid] = records.replace(entry, gi_id=gi_id,
                                                 placement=placement)
 
-    def _claim(self, device, start, params):
+    def _claim(self, device: base.VgpuDevice, start: str | None,
+               params: str | None) -> bool:
         """Record ``device`` on its VF; True when the entry is new.  A VF
         recorded for another of our vGPUs, or this UUID on another VF, is
         an MdevConflict."""
@@ -462,7 +504,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                     old.params if old else None))
             return old is None
 
-    def _write_type(self, device, vf, number):
+    def _write_type(self, device: base.VgpuDevice, vf: objects.PciAddress,
+                    number: int) -> None:
         # <VF>/nvidia/current_vgpu_type  <-  "1145"
         try:
             base.retry_transient(lambda: self.files.set_current_type(
@@ -471,7 +514,7 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             raise
         except exception.SysfsWriteError as e:
             code = e.kwargs.get('errno')
-            name = errno.errorcode.get(code, str(code))
+            name = base.errno_name(code)
             if code in _GONE_ERRNOS or not self.is_parent(vf):
                 raise exception.ParentGone(
                     address=vf, uuid=device.uuid,
@@ -493,12 +536,13 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
 
     # -- carving for another program (devices.carving) ---------------------
 
-    def held_type(self, parent):
+    def held_type(self, parent: objects.PciAddress) -> objects.TypeId | None:
         objects.typed(parent, objects.PciAddress, 'parent')
         current = self.files.current_type(parent)
         return objects.vendor_type_id(current) if current else None
 
-    def write_type(self, parent, type_id):
+    def write_type(self, parent: objects.PciAddress,
+                   type_id: objects.TypeId) -> None:
         """Write ``type_id`` to the VF's type file, recording nothing (a
         VF carved for Nova is not one of our vGPUs)."""
         objects.typed(parent, objects.PciAddress, 'parent')
@@ -514,20 +558,20 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             raise exception.MdevCreateFailed(
                 uuid='for Nova', type_id=type_id, parent=parent,
                 reason='the driver answered %s'
-                % errno.errorcode.get(code, code))
+                % base.errno_name(code))
         if self.files.current_type(parent) != number:
             raise exception.MdevCreateFailed(
                 uuid='for Nova', type_id=type_id, parent=parent,
                 reason='%s does not read %d after the write'
                 % (names.CURRENT_TYPE, number))
 
-    def clear_type(self, parent):
+    def clear_type(self, parent: objects.PciAddress) -> None:
         """Write 0 to the VF's type file (``reset_vf``)."""
         self.reset_vf(objects.typed(parent, objects.PciAddress, 'parent'))
 
     # -- remove -------------------------------------------------------------
 
-    def remove(self, uuid):
+    def remove(self, uuid: objects.Uuid) -> bool:
         """Destroy our vGPU ``uuid`` (write 0); False when it did not
         exist.  A persistent one keeps its state entry (it is defined, not
         running); a transient one loses it."""
@@ -547,7 +591,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
                     del entries[uuid]
         return removed
 
-    def reset_vf(self, vf, uuid=None):
+    def reset_vf(self, vf: objects.PciAddress,
+                 uuid: objects.Uuid | None = None) -> None:
         """Write 0 to a VF's ``current_vgpu_type``, retrying while the
         driver is busy (it may still be releasing the guest's vGPU) for up
         to ``remove_timeout`` seconds; MdevRemoveFailed after that."""
@@ -566,7 +611,7 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
             raise exception.MdevRemoveFailed(
                 uuid=label, reason='the driver answered %s for %.0f s; is a '
                 'guest still using VF %s?' % (
-                    errno.errorcode.get(code, code), self.remove_timeout, vf))
+                    base.errno_name(code), self.remove_timeout, vf))
         deadline = time.monotonic() + self.remove_timeout
         while self.files.current_type(vf) != 0:
             if time.monotonic() >= deadline:
@@ -577,7 +622,8 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
 
     # -- persistence ----------------------------------------------------------
 
-    def define(self, device, start='auto', params=None):
+    def define(self, device: base.VgpuDevice, start: str = 'auto',
+               params: str | None = None) -> None:
         """Make ``device`` persistent: recorded with ``start`` (``auto``:
         ``libvirt-gpu restore`` creates it at boot) without creating it."""
         if start not in statefile.STARTS:
@@ -586,7 +632,7 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
         self.check_type(device.parent, device.type_id)
         self._claim(device, start, params)
 
-    def undefine(self, uuid):
+    def undefine(self, uuid: objects.Uuid) -> bool:
         """Forget that ``uuid`` is persistent; False when it was not.  An
         existing vGPU stays (transient) until it is removed."""
         objects.typed(uuid, objects.Uuid, 'uuid')

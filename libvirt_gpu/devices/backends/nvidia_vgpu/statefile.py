@@ -18,7 +18,8 @@ from libvirt_gpu.util import records
 from libvirt_gpu.store import vendor_vgpus
 # the file's names, as the package has always exported them
 from libvirt_gpu.store.vendor_vgpus import (  # noqa: F401
-    LOCK_NAME, STATE_NAME, STATE_VERSION)
+    LOCK_NAME as LOCK_NAME, STATE_NAME as STATE_NAME,
+    STATE_VERSION as STATE_VERSION)
 
 
 STARTS = ('auto', 'manual')
@@ -28,10 +29,10 @@ STARTS = ('auto', 'manual')
 class VendorVgpu:
     """One of our vGPUs on the vendor interface (a state file entry)."""
 
-    uuid: str
+    uuid: objects.Uuid
     vf: objects.PciAddress
     gpu: objects.PciAddress | None
-    type_id: str
+    type_id: objects.TypeId
     start: str | None = None       # None: transient
     params: str | None = None      # vgpu_params to write
     # where the driver put it, read back once made (MIG-backed: its GPU
@@ -40,29 +41,32 @@ class VendorVgpu:
     placement: int | None = None
 
     @property
-    def persistent(self):
+    def persistent(self) -> bool:
         return self.start is not None
 
-    def device(self):
+    def device(self) -> base.VgpuDevice:
         return base.VgpuDevice(uuid=self.uuid, parent=self.vf,
                                type_id=self.type_id)
 
-    def to_json(self):
-        found = {'vf': str(self.vf),
-                 'gpu': str(self.gpu) if self.gpu else None,
-                 'type_id': self.type_id, 'start': self.start,
-                 'params': self.params}
+    def to_json(self) -> dict[str, object]:
+        found: dict[str, object] = {
+            'vf': str(self.vf), 'gpu': str(self.gpu) if self.gpu else None,
+            'type_id': self.type_id, 'start': self.start,
+            'params': self.params}
         for name in ('gi_id', 'placement'):
             if getattr(self, name) is not None:
                 found[name] = getattr(self, name)
         return found
 
 
-class VendorState(vendor_vgpus.VendorStateFile):
+class VendorState(vendor_vgpus.VendorStateFile[VendorVgpu]):
     """``<state_dir>/nvidia-vgpu.json``: ``{uuid: VendorVgpu}`` (``locked``
     to change them, ``read`` for a snapshot)."""
 
-    def load_entry(self, key, entry):
+    def load_entry(self, key: str,
+                   entry: object) -> tuple[objects.Uuid, VendorVgpu]:
+        if not isinstance(entry, dict):
+            raise exception.InvalidInput(reason='not a JSON object')
         uuid = objects.Uuid.parse(key)
         start = entry.get('start')
         if start is not None and start not in STARTS:

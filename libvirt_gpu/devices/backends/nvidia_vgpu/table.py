@@ -3,8 +3,14 @@ the models, their framebuffers and maximums, and how a type the host lists
 is completed from them (``complete_types``).  Data and pure rules: no I/O.
 """
 
+from __future__ import annotations
+
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 
 # --- what NVIDIA publishes about its GPUs ----------------------------------
@@ -43,7 +49,7 @@ KNOWN_GPUS = {model.name: model for model in (L40S,)}
 _TIME_SLICED_RE = r'-(\d+)([ABCQ])$'
 
 
-def type_framebuffer_gb(name):
+def type_framebuffer_gb(name: str | None) -> int | None:
     """Framebuffer (GB) of a time-sliced type from its name, or None."""
     if not name:
         return None
@@ -57,7 +63,7 @@ def type_framebuffer_gb(name):
     return int(m.group(1))
 
 
-def model_of(name):
+def model_of(name: str | None) -> GpuModel | None:
     """The GpuModel a type name belongs to (``NVIDIA L40S-4Q`` -> L40S), or
     None."""
     if not name or '-' not in name:
@@ -65,7 +71,8 @@ def model_of(name):
     return KNOWN_GPUS.get(name.rsplit('-', 1)[0])
 
 
-def published_max(name, visible_names=()):
+def published_max(name: str | None,
+                  visible_names: Iterable[str] = ()) -> int | None:
     """NVIDIA's per-GPU maximum of the type named ``name``, in equal-size
     mode.
 
@@ -87,7 +94,8 @@ def published_max(name, visible_names=()):
     return max(1, max(sizes) // size)
 
 
-def complete_types(pf, vfs):
+def complete_types(pf: objects.Gpu,
+                   vfs: Sequence[objects.Gpu]) -> list[objects.Gpu]:
     """The VF Gpu records of one physical GPU with their vendor types
     completed: every type named (from any VF's list - a VF's current type
     is a number only - else NVML's name of that id) and given its maximum
@@ -95,7 +103,7 @@ def complete_types(pf, vfs):
     GPU, ``pf.nvml``; else NVIDIA's published one, by name).  Only the
     types the VFs list, never one NVML or a table adds; VFs without the
     vendor interface are returned unchanged."""
-    names = {}
+    names: dict[objects.TypeId, str | None] = {}
     for vf in vfs:
         if vf.vendor_vf is not None \
                 and vf.vendor_vf.interface == objects.VENDOR_INTERFACE:
@@ -106,7 +114,7 @@ def complete_types(pf, vfs):
     by_nvml = {objects.vendor_type_id(t.id): t
                for t in (pf.nvml.vgpu_types if pf.nvml is not None else ())}
 
-    def complete(mtype):
+    def complete(mtype: objects.VgpuType) -> objects.VgpuType:
         nvml = by_nvml.get(mtype.id)
         name = mtype.name or names.get(mtype.id) or (
             nvml.name if nvml is not None else None)
