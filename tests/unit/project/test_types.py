@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from tests.doubles.paths import ROOT
 
 # The layers issue 40 named: records, the libvirt layer, the host's state,
 # the device kinds and the qemu hook.
