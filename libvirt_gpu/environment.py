@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from oslo_config import cfg
 
     from libvirt_gpu import confcache
+    from libvirt_gpu.devices.backends import base
     from libvirt_gpu.devices.backends import pci as pci_backend
     from libvirt_gpu.devices.backends import registry
     from libvirt_gpu.devices import carving
@@ -307,10 +308,20 @@ class Environment(object):
             discovery.with_names(self._found, self.pci_ids, kinds),
             self.nvml, kinds)
 
+    @property
+    def kind_parts(self) -> base.KindParts:
+        """The parts of this host its vGPU kinds are built from (the
+        kinds receive these, never the environment)."""
+        from libvirt_gpu.devices.backends import base
+        return base.KindParts(
+            sysfs=self.sysfs, state_dir=self.state_dir, host=self.host,
+            nvml=self.nvml, remove_timeout=self.remove_timeout,
+            places=self.places)
+
     @functools.cached_property
     def vgpus(self) -> registry.Vgpus:
         from libvirt_gpu.devices.backends import registry
-        return registry.Vgpus.from_environment(self, kinds=self._kinds)
+        return registry.Vgpus.from_parts(self.kind_parts, kinds=self._kinds)
 
     @functools.cached_property
     def pci(self) -> pci_backend.PciBackend:

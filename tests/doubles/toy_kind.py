@@ -121,8 +121,8 @@ class ToyKind(base.VgpuKind):
     name = INTERFACE
 
     @classmethod
-    def from_environment(cls, env):
-        return cls(env.sysfs, env.state_dir)
+    def from_parts(cls, parts):
+        return cls(parts.sysfs, parts.state_dir)
 
     def __init__(self, sysfs, state_dir):
         self.sysfs = sysfs

@@ -41,22 +41,6 @@ if TYPE_CHECKING:
         def destroy_mdev(self, uuid: objects.Uuid) -> bool: ...
         def undefine_mdev(self, uuid: objects.Uuid) -> bool: ...
 
-    class KindEnvironment(Protocol):
-        """What a kind's ``from_environment`` reads of the host's
-        ``environment.Environment`` (which sits above the kinds)."""
-
-        @property
-        def sysfs(self) -> Sysfs: ...
-        @property
-        def host(self) -> MdevHost | None: ...
-        @property
-        def state_dir(self) -> str: ...
-        @property
-        def nvml(self) -> nvml_mod.Nvml | None: ...
-        @property
-        def remove_timeout(self) -> float | None: ...
-        def place(self, name: str) -> str: ...
-
     # ``existing``: {uuid: (parent, type_id)}
     Existing = Mapping[objects.Uuid, tuple[objects.PciAddress,
                                            objects.TypeId]]
@@ -72,6 +56,31 @@ else:
     _Device = None
 
 LOG = logs.getLogger(__name__)
+
+
+@records.record
+class KindParts:
+    """What a vGPU kind is built from (``VgpuKind.from_parts``): the parts
+    of the host the composition root (``environment.Environment.
+    kind_parts``) hands down, never the environment itself.
+
+    ``sysfs``: the host's ``Sysfs``; ``state_dir``: the state directory;
+    ``host``: the libvirt connection a kind may create mdevs through (None:
+    sysfs only); ``nvml``: NVIDIA's library (None: off); ``remove_timeout``:
+    how long a removal waits (None: each kind's default); ``places``: the
+    path of each ``Place`` a kind declared (``place``)."""
+
+    sysfs: Sysfs
+    state_dir: str
+    host: MdevHost | None = None
+    nvml: nvml_mod.Nvml | None = None
+    remove_timeout: float | None = None
+    places: Mapping[str, str] = records.field(default_factory=dict)
+
+    def place(self, name: str) -> str:
+        """The path of the place a kind declared as ``name``."""
+        return self.places[name]
+
 
 # Answers that mean "not now" (the driver or libvirt is busy), never "no".
 TRANSIENT_ERRNOS = (errno.EBUSY, errno.EAGAIN, errno.EINTR)
@@ -307,7 +316,7 @@ class VgpuKind(DeviceBackend[VgpuDevice]):
     ``VgpuDevice`` a kind returns holds the same: what it reads from sysfs
     or its own files it parses there.
 
-    The core (``CORE``): ``name``, ``places``, ``from_environment``,
+    The core (``CORE``): ``name``, ``places``, ``from_parts``,
     ``is_parent``, ``owns``, ``lookup``, ``existing``, ``check_type``,
     ``vgpu_type``, ``prepare``, ``remove``, ``hostdev_xml`` and
     ``in_devices``; ``exists`` and ``release`` follow from ``lookup`` and
@@ -325,8 +334,8 @@ class VgpuKind(DeviceBackend[VgpuDevice]):
 
     @classmethod
     @abc.abstractmethod
-    def from_environment(cls, env: KindEnvironment) -> Self:
-        """The kind for the host ``env`` (``environment.Environment``)."""
+    def from_parts(cls, parts: KindParts) -> Self:
+        """The kind for the host whose parts are ``parts``."""
 
     @abc.abstractmethod
     def is_parent(self, address: objects.PciAddress) -> bool:
@@ -377,6 +386,6 @@ class VgpuKind(DeviceBackend[VgpuDevice]):
 
 
 #: The members every vGPU kind implements (``VgpuKind``).
-CORE = ('name', 'places', 'from_environment', 'is_parent', 'owns',
+CORE = ('name', 'places', 'from_parts', 'is_parent', 'owns',
         'lookup', 'existing', 'check_type', 'vgpu_type', 'prepare',
         'remove', 'hostdev_xml', 'in_devices')

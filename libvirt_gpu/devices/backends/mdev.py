@@ -106,11 +106,11 @@ class MdevBackend(base.VgpuKind, capabilities.Persistent,
                                     optional=True))
 
     @classmethod
-    def from_environment(cls, env: base.KindEnvironment) -> MdevBackend:
-        extra = ({} if env.remove_timeout is None
-                 else {'remove_timeout': env.remove_timeout})
-        return cls(env.sysfs, host=env.host,
-                   mdevctl_dir=env.place('mdevctl_dir'), **extra)
+    def from_parts(cls, parts: base.KindParts) -> MdevBackend:
+        extra = ({} if parts.remove_timeout is None
+                 else {'remove_timeout': parts.remove_timeout})
+        return cls(parts.sysfs, host=parts.host,
+                   mdevctl_dir=parts.place('mdevctl_dir'), **extra)
 
     @classmethod
     def sriov_pfs(cls, sysfs: sysfs_mod.Sysfs) -> list[objects.PciAddress]:

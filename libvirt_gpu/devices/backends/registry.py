@@ -250,12 +250,12 @@ class Vgpus(object):
         self.kinds = tuple(kinds)
 
     @classmethod
-    def from_environment(cls, env: base.KindEnvironment,
-                         kinds: Iterable[str] | None = None) -> Vgpus:
-        """Every kind of ``kinds`` (default: the installed kinds) for
-        ``env``."""
-        return cls(env.sysfs, [kind.from_environment(env)
-                               for kind in kind_classes(kinds)])
+    def from_parts(cls, parts: base.KindParts,
+                   kinds: Iterable[str] | None = None) -> Vgpus:
+        """Every kind of ``kinds`` (default: the installed kinds) for the
+        host whose parts are ``parts``."""
+        return cls(parts.sysfs, [kind.from_parts(parts)
+                                 for kind in kind_classes(kinds)])
 
     @property
     def kind_classes(self) -> tuple[type[base.VgpuKind], ...]:

@@ -987,17 +987,8 @@ def test_the_root_check_sees_an_entry_point_building_its_own(tmp_path):
 # its GPUs, enabled types, rooms ...), so every dependency is an argument
 # the import rules see.  A function of a lower room with a parameter named
 # ``env``, or one that reads ``env.<part>``, is a service locator.
-#
-# The known exceptions, to be dropped when the vGPU kind contract no longer
-# builds a kind from an Environment (issue 40 item 1): the kinds'
-# ``from_environment`` classmethods.  ``(room, function)``.
-KIND_FROM_ENVIRONMENT = (
-    ('devices.backends.base', 'VgpuKind.from_environment'),
-    ('devices.backends.mdev', 'MdevBackend.from_environment'),
-    ('devices.backends.nvidia_vgpu.kind',
-     'NvidiaVgpuBackend.from_environment'),
-    ('devices.backends.registry', 'Vgpus.from_environment'),
-)
+# The vGPU kinds too: they are built from a ``base.KindParts`` the root
+# makes (``Environment.kind_parts``).  No exception.
 
 
 def env_receivers(path):
@@ -1047,13 +1038,11 @@ def test_no_lower_room_receives_an_environment():
             continue
         for function, what in env_receivers(path).items():
             found[(short, function)] = what
-    known = set(KIND_FROM_ENVIRONMENT)
-    assert {k: v for k, v in found.items() if k not in known} == {}, (
+    assert found == {}, (
         'a room below the composition root receives an Environment: hand '
         'it the parts it uses instead (as layout_apply.converge takes the '
-        'layouts, GPUs, NVML, sysfs and lease holders)')
-    # an exception no longer needed is dropped from the list
-    assert known <= set(found), sorted(known - set(found))
+        'layouts, GPUs, NVML, sysfs and lease holders, and a kind a '
+        'base.KindParts): %s' % found)
 
 
 def test_the_environment_check_sees_a_receiver(tmp_path):
@@ -1109,8 +1098,8 @@ def test_each_layer_folder_is_a_docstring_and_its_rooms(folder):
 # --- each rule written once (issue 40) ---------------------------------------
 #
 # Each rule that was written two or three times lives in one module now
-# (``tests/unit/project/test_rules_once.py`` tests each one); a second copy of it
-# fails here.
+# (``tests/unit/project/test_rules_once.py`` tests each one); a second
+# copy of it fails here.
 
 def _tree(path):
     with open(path, encoding='utf-8') as f:

@@ -57,11 +57,10 @@ class NvidiaVgpuBackend(base.VgpuKind, capabilities.BindsParent,
     interface = objects.VENDOR_INTERFACE
 
     @classmethod
-    def from_environment(cls, env: base.KindEnvironment
-                         ) -> NvidiaVgpuBackend:
-        extra = ({} if env.remove_timeout is None
-                 else {'remove_timeout': env.remove_timeout})
-        return cls(env.sysfs, env.state_dir, nvml=env.nvml, **extra)
+    def from_parts(cls, parts: base.KindParts) -> NvidiaVgpuBackend:
+        extra = ({} if parts.remove_timeout is None
+                 else {'remove_timeout': parts.remove_timeout})
+        return cls(parts.sysfs, parts.state_dir, nvml=parts.nvml, **extra)
 
     def __init__(self, sysfs: Sysfs, state_dir: str,
                  remove_timeout: float = 10.0, retry_stop: float = 5.0,

@@ -40,8 +40,8 @@ class DummyKind(base.VgpuKind):
     PARENT = None
 
     @classmethod
-    def from_environment(cls, env):
-        return cls(os.path.join(env.state_dir, 'dummy.json'))
+    def from_parts(cls, parts):
+        return cls(os.path.join(parts.state_dir, 'dummy.json'))
 
     def __init__(self, path):
         self.path = path
