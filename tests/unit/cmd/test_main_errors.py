@@ -319,9 +319,15 @@ def test_enabled_type_no_gpu_offers(tmp_path, sim):
 
 # --- restore --dry-run ------------------------------------------------------
 
-def _snapshot(top):
+def _snapshot(top, cache=None):
+    """Every path under ``top`` and what it holds, the CLI's own cache
+    directory (``cache``: the configuration's snapshot, the vGPU kinds it
+    found installed) aside: no state of the host."""
     found = {}
     for dirpath, dirnames, filenames in os.walk(top):
+        if cache is not None:
+            dirnames[:] = [d for d in dirnames
+                           if os.path.join(dirpath, d) != str(cache)]
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             if os.path.islink(path):
@@ -334,7 +340,8 @@ def _snapshot(top):
     return found
 
 
-def test_restore_dry_run_shows_and_writes_nothing(tmp_path):
+def test_restore_dry_run_shows_and_writes_nothing(tmp_path,
+                                                  settings_snapshot_dir):
     root = str(tmp_path / 'sys')
     simulator.write_host(simulator.load_profile('a100'), root)
     # a mdevctl definition to re-create on the first GPU's second VF
@@ -347,12 +354,12 @@ def test_restore_dry_run_shows_and_writes_nothing(tmp_path):
     conf = write_conf(tmp_path / 'c.conf',
                       '[DEFAULT]\nstate_dir = %s\n[gpu]\n'
                       'enabled_vgpu_types = nvidia-472\n' % state_dir)
-    before = _snapshot(str(tmp_path))
+    before = _snapshot(str(tmp_path), settings_snapshot_dir)
     rc, out, err = cli('--config-file', conf, '--sysfs-root', root,
                        'restore', '--no-libvirt', '--dry-run', '--json',
                        '--mdevctl-dir', str(mdevctl))
     assert rc == 0, err
-    assert _snapshot(str(tmp_path)) == before
+    assert _snapshot(str(tmp_path), settings_snapshot_dir) == before
     report = json.loads(out)
     assert report['changed'] == 0 and report['failed'] == 0
     would = {(a['what'], a['target']): a['detail']
