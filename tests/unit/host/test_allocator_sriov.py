@@ -2,7 +2,8 @@
 simulated L40S host of test_nvidia_vgpu_lifecycle, vendor interface:
 L1 0000:3d:00.0 holds two L40S-1B that are not ours, 30 free; L2
 0000:bd:00.0 empty, 32 free; one L40S-1B per VF) and on the paths around
-it that test_mutation_allocator left open (give_back, NUMA nearness):
+it that test_allocator's mutation tests left open (give_back, NUMA
+nearness):
 each test here fails on a change ``make mutation`` made that the rest
 stayed green on (docs/dev/mutation.md)."""
 
