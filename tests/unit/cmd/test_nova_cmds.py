@@ -336,7 +336,7 @@ def test_a_vf_a_guest_of_ours_holds_is_left_out_and_never_a_match(
         fast_tmp, capsys, monkeypatch):
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
     from tests.unit.devices.test_routes_nova import run_hook
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import vf_domain_xml
     host = Host(fast_tmp, OUR_ROUTE + '[libvirt]\nconnection_uri = '
                 'test:///default\n')

@@ -441,9 +441,9 @@ def plant(state_dir, data):
 @pytest.mark.parametrize('data', DAMAGED)
 def test_a_damaged_record_leaves_guests_on_gpus_nothing_carves_alone(
         fast_tmp, data):
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import A, World
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import mdev_domain_xml
     # an A100's vGPUs are mdevs on its VFs: nothing carves them
     world = World('a100', fast_tmp, 'nvidia-472', str(A))
@@ -463,7 +463,7 @@ def test_a_damaged_record_leaves_guests_on_gpus_nothing_carves_alone(
 
 
 def test_a_damaged_record_holds_every_gpu_that_could_be_carved(fast_tmp):
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import vf_domain_xml
     from tests.unit.devices.test_routes_nova import run_hook
     host = Host(fast_tmp, 'enabled_vgpu_types = nvidia-1145\n'

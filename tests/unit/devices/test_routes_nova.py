@@ -29,7 +29,7 @@ from tests.unit.devices.test_carving import Host
 from tests.unit.devices.test_carving import L1
 from tests.unit.devices.test_carving import L2
 from tests.unit.devices.test_carving import vfs
-from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+from tests.doubles.vendor_world \
         import vf_domain_xml
 
 HOST = 'compute-1'

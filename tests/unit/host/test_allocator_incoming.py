@@ -408,8 +408,7 @@ def test_a_gpu_given_another_type_in_the_same_call_gives_no_more(
 
 @pytest.fixture
 def l40s():
-    from tests.unit.devices.backends.nvidia_vgpu import (
-        test_nvidia_vgpu_lifecycle as tv)
+    from tests.doubles import vendor_world as tv
     path = tempfile.mkdtemp(prefix='lgpu-mutinc-')
     yield tv.World('l40s', path, 'nvidia-1145', '%s, %s' % (tv.L1, tv.L2))
     shutil.rmtree(path, ignore_errors=True)
@@ -425,8 +424,7 @@ def test_a_taken_uuids_new_one_never_gets_the_vf_recorded_for_it(
     UUID is usable by it.  The host's vGPUs are listed once for the
     room of every GPU, and as often for three claims as for one."""
     from libvirt_gpu.devices.backends import base
-    from tests.unit.devices.backends.nvidia_vgpu import (
-        test_nvidia_vgpu_lifecycle as tv)
+    from tests.doubles import vendor_world as tv
     alloc = l40s.allocator()
     first = objects.PciAddress.parse('0000:bd:00.4')
     taken = new_uuid()

@@ -204,7 +204,6 @@ STILL_IMPORTING = {
     'unit/devices/test_routes_nova.py',
     'unit/fuzz/test_fuzz_layout.py',
     'unit/fuzz/test_fuzz_nova.py',
-    'unit/guests/hook/test_hook_migrate.py',
     'unit/guests/hook/test_hook_migrate_guards.py',
     'unit/guests/hook/test_hook_migrate_nvidia.py',
     'unit/guests/hook/test_hook_migrate_section4.py',

@@ -33,7 +33,7 @@ from tests.doubles import fake_libvirt
 from tests.unit.guests.hook import test_hook as th
 from tests.unit.guests.hook import test_hook_migrate as thm
 from tests.unit.devices import test_capacity_mig as tmc
-from tests.unit.devices.backends.nvidia_vgpu import test_nvidia_vgpu_lifecycle as tv
+from tests.doubles import vendor_world as tv
 
 TYPE = 'nvidia-1145'                      # L40S-1B
 SOURCE_VF = '0000:bd:00.4'
