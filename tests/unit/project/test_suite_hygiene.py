@@ -190,20 +190,15 @@ def test_the_mirror_check_sees_a_stray_file(tmp_path):
 # its entry once those helpers are doubles or fixtures (several of the
 # files they import were being edited in other branches).
 STILL_IMPORTING = {
-    'functional/test_layouts_placement.py',
     'functional/test_migrate_vendor.py',
-    'unit/cmd/test_nova_cmds.py',
     'unit/devices/backends/nvidia_vgpu/test_nvidia_vgpu_layout.py',
     'unit/devices/backends/test_registry_kind_plugin.py',
     'unit/devices/sysfs/test_sysfs_fast.py',
-    'unit/devices/test_carving.py',
     'unit/devices/test_layout_hardening.py',
     'unit/devices/test_layout_plan.py',
     'unit/devices/test_nvml_rules.py',
     'unit/devices/test_routes.py',
-    'unit/devices/test_routes_nova.py',
     'unit/fuzz/test_fuzz_layout.py',
-    'unit/fuzz/test_fuzz_nova.py',
     'unit/guests/hook/test_hook_migrate_guards.py',
     'unit/guests/hook/test_hook_migrate_nvidia.py',
     'unit/guests/hook/test_hook_migrate_section4.py',
