@@ -15,11 +15,11 @@ from libvirt_gpu import exception
 from libvirt_gpu.virt import host as host_mod
 from libvirt_gpu.guests import migration
 from tests.doubles import t4_hook as th
-from tests.unit.guests.test_migration_check_guards import Conn
-from tests.unit.guests.test_migration_check_guards import Domain
-from tests.unit.guests.test_migration_check_guards import check
-from tests.unit.guests.test_migration_check_guards import gpu_xml
-from tests.unit.guests.test_migration_check_guards import v
+from tests.doubles.migration_conns import Conn
+from tests.doubles.migration_conns import Domain
+from tests.doubles.migration_conns import check
+from tests.doubles.migration_conns import gpu_xml
+from tests.doubles.migration_conns import v
 
 DOM_UUID = 'c7a5fdbd-cdaf-9455-926a-d65c16db1809'
 GIB = 1 << 30

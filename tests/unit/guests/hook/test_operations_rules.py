@@ -15,7 +15,7 @@ import pytest
 
 from libvirt_gpu import objects
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 # the domain of test_routes_nova's Nova guests
 NOVA_DOM = objects.Uuid.parse('0f6b2f4e-5d0b-4a55-9d4e-3f9c6f1b6a01')
