@@ -7,7 +7,7 @@ from libvirt_gpu.devices import layout
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
-from tests.unit.devices import test_layout as tl
+from tests.doubles import layout_facts as tl
 
 ADDRESS = objects.PciAddress.parse(tl.H100)
 EQUAL = layout.Scheduler('equal-share')

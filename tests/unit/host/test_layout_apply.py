@@ -21,7 +21,7 @@ from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects
 from libvirt_gpu.store import state as state_mod
-from tests.unit.devices import test_layout as tl
+from tests.doubles import layout_facts as tl
 import os
 import subprocess
 import time

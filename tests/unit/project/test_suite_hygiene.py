@@ -195,7 +195,6 @@ STILL_IMPORTING = {
     'unit/devices/backends/test_registry_kind_plugin.py',
     'unit/devices/sysfs/test_sysfs_fast.py',
     'unit/devices/test_layout_hardening.py',
-    'unit/devices/test_layout_plan.py',
     'unit/devices/test_nvml_rules.py',
     'unit/devices/test_routes.py',
     'unit/fuzz/test_fuzz_layout.py',
@@ -209,12 +208,10 @@ STILL_IMPORTING = {
     'unit/guests/test_migration_nvidia.py',
     'unit/host/test_allocator_incoming.py',
     'unit/host/test_allocator_sriov.py',
-    'unit/host/test_layout_apply.py',
     'unit/host/test_restore_rules.py',
     'unit/openstack/test_cyborg_driver.py',
     'unit/project/test_docs.py',
     'unit/test_exporter.py',
-    'unit/test_exporter_layout.py',
     'unit/util/test_fanout.py',
 }
 
