@@ -4,49 +4,13 @@
 import pytest
 
 from libvirt_gpu.host import allocator
-from libvirt_gpu.devices.backends import mdev
 from libvirt_gpu import exception
 from libvirt_gpu import objects
 from libvirt_gpu.store import state
-from tests.doubles import kernel_sysfs
-from tests.doubles import trees
 import time
 
-T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
-
-A = objects.PciAddress.parse('0000:3b:00.0')    # empty
-B = objects.PciAddress.parse('0000:af:00.0')    # holds two nvidia-223
-DOM = objects.Uuid.parse('c7a5fdbd-cdaf-9455-926a-d65c16db1809')
-DOM2 = objects.Uuid.parse('0a2b8d1c-1111-4222-8333-944445555666')
-EXISTING = objects.Uuid.parse('4b20d080-1b54-4048-85b3-a6a62d165c01')
-
-
-def new_uuid():
-    return objects.Uuid.new()
-
-
-@pytest.fixture
-def backend():
-    with trees.simulated_tree('t4') as tree:
-        yield mdev.MdevBackend(kernel_sysfs.KernelSysfs(*tree))
-
-
-@pytest.fixture
-def store(tmp_path):
-    return state.LeaseStore(tmp_path / 'state')
-
-
-def enabled(type_id=T_NVIDIA_223, addresses=(A, B), max_instances=None):
-    return {a: objects.EnabledType(type_id=objects.TypeId.parse(type_id),
-                                   max_instances=max_instances)
-            for a in addresses}
-
-
-def claim(type_id=T_NVIDIA_223, parent=None, uuid=None, managed=True):
-    if isinstance(type_id, str):
-        type_id = objects.TypeId.parse(type_id)
-    return allocator.VgpuClaim(uuid=uuid or new_uuid(), type_id=type_id,
-                               parent=parent, managed=managed)
+from tests.doubles.t4_allocator import (
+    A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
 
 def test_capacity_counts_mdevs_and_leases(backend, store):

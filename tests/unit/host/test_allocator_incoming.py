@@ -21,17 +21,11 @@ from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.host import test_allocator
-from tests.unit.host.test_allocator import (
+from tests.doubles.t4_allocator import (
     A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
 T222 = objects.TypeId.parse('nvidia-222')
 DEAD_PID = 2 ** 22 + 11
-
-
-# the T4 host and its lease store, as test_allocator makes them
-backend = test_allocator.backend
-store = test_allocator.store
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.host import test_allocator as t4_allocator
+from tests.doubles import t4_allocator
 from tests.doubles.vendor_world \
         import DOM, L1, L2, T_NVIDIA_1145, World
 

@@ -206,8 +206,6 @@ STILL_IMPORTING = {
     'unit/guests/hook/test_incoming_vendor.py',
     'unit/guests/test_migration_layout.py',
     'unit/guests/test_migration_nvidia.py',
-    'unit/host/test_allocator_incoming.py',
-    'unit/host/test_allocator_sriov.py',
     'unit/host/test_restore_rules.py',
     'unit/openstack/test_cyborg_driver.py',
     'unit/project/test_docs.py',
