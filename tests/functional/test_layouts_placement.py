@@ -54,7 +54,7 @@ from libvirt_gpu.openstack.placement import tree
 from tests.functional import hook_guests as hg
 from tests.functional import live_sysfs as ls
 from tests.functional import placement_server
-from tests.functional.test_layouts_live import CASES, config_text
+from tests.functional.live_layouts import CASES, config_text
 
 missing = ls.missing_requirements()
 pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))

@@ -12,7 +12,7 @@ from libvirt_gpu.devices import nvml
 from libvirt_gpu.devices import routes
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 
 A, B = (objects.PciAddress.parse(x) for x in (th.A, th.B))
 

@@ -29,7 +29,7 @@ from libvirt_gpu import exporter
 from libvirt_gpu import objects
 from libvirt_gpu import simulator
 from tests.doubles import layouts
-from tests.unit.devices import test_layout as tl
+from tests.doubles import layout_facts as tl
 from tests.doubles import paths
 
 L40S = '0000:3d:00.0'

@@ -15,10 +15,10 @@ from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.cmd import nova_cmds
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from tests.unit.devices.test_carving import CARVING
-from tests.unit.devices.test_carving import Host
-from tests.unit.devices.test_carving import L2
-from tests.unit.devices.test_carving import vfs
+from tests.doubles.carved_host import CARVING
+from tests.doubles.carved_host import Host
+from tests.doubles.carved_host import L2
+from tests.doubles.carved_host import vfs
 from tests.doubles import paths
 from libvirt_gpu.util import records
 from tests.doubles import fakes
@@ -335,8 +335,8 @@ OUR_ROUTE = ('enabled_vgpu_types = nvidia-1153\n[vgpu_nvidia-1153]\n'
 def test_a_vf_a_guest_of_ours_holds_is_left_out_and_never_a_match(
         fast_tmp, capsys, monkeypatch):
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
-    from tests.unit.devices.test_routes_nova import run_hook
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.carved_host import run_hook
+    from tests.doubles.vendor_world \
         import vf_domain_xml
     host = Host(fast_tmp, OUR_ROUTE + '[libvirt]\nconnection_uri = '
                 'test:///default\n')

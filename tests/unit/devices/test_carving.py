@@ -4,14 +4,12 @@ simulated L40S host, whose writes act like the driver
 ``restore`` writing the type to the same VFs after every (simulated)
 reboot."""
 
-import json
 import os
 import shutil
 import tempfile
 
 import pytest
 
-from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
@@ -19,91 +17,10 @@ from libvirt_gpu import simulator
 from libvirt_gpu.devices import carving
 from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu.host import restore
-from libvirt_gpu.simulator import loading
-from tests.doubles import kernel_sysfs
+from tests.doubles.carved_host import (
+    CARVING, L1, L2, T_12Q, Host, plant, vfs)
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
-
-L1 = objects.PciAddress.parse('0000:3d:00.0')     # 2 x L40S-1B not ours
-L2 = objects.PciAddress.parse('0000:bd:00.0')     # empty
-T_12Q = objects.TypeId.parse('nvidia-1153')        # NVIDIA L40S-12Q, 4/GPU
-
-CARVING = """
-[nova]
-carved = l40s_12q
-[nova_l40s_12q]
-gpus = %s
-vgpu_type = nvidia-1153
-count = %d
-"""
-
-
-def rebooted_profile(name='l40s'):
-    """The bundled profile as a boot leaves it: VFs off, no vGPU."""
-    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
-        data = json.load(f)
-    for dev in data['devices']:
-        dev.pop('mdevs', None)
-        dev.pop('held_type', None)
-        if dev.get('virtfns'):
-            dev['sriov_numvfs'] = 0
-    return loading.profile_from_dict(data, source=name + '-rebooted')
-
-
-class Host(object):
-    """A simulated host with its configuration file and state directory;
-    ``boot()`` rewrites its tree as a reboot leaves it (the state
-    directory, on disk, stays)."""
-
-    def __init__(self, tmp, text, profile='l40s', rebooted=False,
-                 root=None):
-        self.tmp = tmp
-        self.root = root or os.path.join(tmp, 'sys')
-        self.profile = profile
-        self.state_dir = os.path.join(tmp, 'state')
-        self.config = os.path.join(tmp, 'libvirt-gpu.conf')
-        self.write_config(text)
-        if rebooted:
-            self.boot()
-        else:
-            if root is None:
-                simulator.write_sysfs(simulator.load_profile(profile),
-                                      self.root)
-            self.sysfs = kernel_sysfs.KernelSysfs(self.root, profile)
-
-    def write_config(self, text):
-        with open(self.config, 'w') as f:
-            f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\n'
-                    'nvml = off\n%s' % (self.root, self.state_dir, text))
-        self.conf = conf_mod.load(self.config)
-
-    def boot(self):
-        shutil.rmtree(self.root, ignore_errors=True)
-        profile = rebooted_profile(self.profile)
-        simulator.write_sysfs(profile, self.root)
-        self.sysfs = kernel_sysfs.KernelSysfs(self.root, profile)
-
-    def env(self):
-        return environment.Environment.from_conf(
-            self.conf, sysfs=self.sysfs,
-            mdevctl_dir=os.path.join(self.tmp, 'mdevctl.d'))
-
-    def restore(self, **kwargs):
-        env = self.env()
-        return restore.restore(env, vf_pfs=restore.vf_targets(env),
-                               settle_timeout=0, **kwargs)
-
-    def held(self, vf):
-        return vendor(self.sysfs).current_type(str(vf))
-
-    def record(self):
-        return carve_record.CarveRecord(self.state_dir).read()
-
-
-def vfs(gpu, *functions):
-    """``vfs(L2, 4, 5)`` -> the VFs 0000:bd:00.4, 0000:bd:00.5."""
-    return [objects.PciAddress(gpu.domain, gpu.bus, f // 8, f % 8)
-            for f in functions]
 
 
 def carved_actions(report):
@@ -430,20 +347,12 @@ DAMAGED = [
 ]
 
 
-def plant(state_dir, data):
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    path = os.path.join(state_dir, carve_record.RECORD_NAME)
-    with open(path, 'wb') as f:
-        f.write(data)
-    return path
-
-
 @pytest.mark.parametrize('data', DAMAGED)
 def test_a_damaged_record_leaves_guests_on_gpus_nothing_carves_alone(
         fast_tmp, data):
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import A, World
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import mdev_domain_xml
     # an A100's vGPUs are mdevs on its VFs: nothing carves them
     world = World('a100', fast_tmp, 'nvidia-472', str(A))
@@ -463,9 +372,9 @@ def test_a_damaged_record_leaves_guests_on_gpus_nothing_carves_alone(
 
 
 def test_a_damaged_record_holds_every_gpu_that_could_be_carved(fast_tmp):
-    from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+    from tests.doubles.vendor_world \
         import vf_domain_xml
-    from tests.unit.devices.test_routes_nova import run_hook
+    from tests.doubles.carved_host import run_hook
     host = Host(fast_tmp, 'enabled_vgpu_types = nvidia-1145\n'
                 '[vgpu_nvidia-1145]\ndevice_addresses = %s\n' % L2)
     plant(host.state_dir, b'\xef\xbb\xbf{}')

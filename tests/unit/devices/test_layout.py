@@ -15,50 +15,9 @@ from libvirt_gpu import objects
 from libvirt_gpu.util import records
 from tests.doubles import fakes
 from tests.doubles import layouts
-
-H100 = '0000:41:00.0'
-H100_B = '0000:42:00.0'
-L40S = '0000:61:00.0'
-GIB = 1024
-
-
-def profile(pid, name, slices, instances, gib):
-    return layout.GiProfile(id=pid, name=name, slices=slices,
-                            instances=instances, memory_mib=int(gib * GIB))
-
-
-# nvidia-smi mig -lgip on an H100 80GB
-H100_PROFILES = (
-    profile(19, '1g.10gb', 1, 7, 9.75), profile(20, '1g.10gb+me', 1, 1, 9.75),
-    profile(15, '1g.20gb', 1, 4, 19.625), profile(14, '2g.20gb', 2, 3, 19.625),
-    profile(9, '3g.40gb', 3, 2, 39.5), profile(5, '4g.40gb', 4, 1, 39.5),
-    profile(0, '7g.80gb', 7, 1, 79.25))
-
-
-def vtype(number, name, gib, gi=None, per_gi=None, size=None, slots=None):
-    """A type's facts; ``size``: the slots a time-sliced one spans in
-    mixed-size mode, at the multiples of ``size`` below ``slots``."""
-    return layout.TypeFacts(
-        type_id=objects.vendor_type_id(number), name=name,
-        framebuffer_mib=gib * GIB, gi_profile_id=gi, max_per_gi=per_gi,
-        placement_size=size, placements=tuple(
-            range(0, slots - size + 1, size)) if size else ())
-
-
-H100_TYPES = (
-    vtype(1150, 'NVIDIA H100-1-10C', 10, gi=19, per_gi=1),
-    vtype(1151, 'NVIDIA H100-1-10CME', 10, gi=20, per_gi=1),
-    vtype(1152, 'NVIDIA H100-3-40C', 40, gi=9, per_gi=1),
-    vtype(1153, 'NVIDIA H100-2-20C', 20, gi=14, per_gi=1),
-    vtype(1160, 'NVIDIA H100-10C', 10, size=1, slots=8),
-    vtype(1161, 'NVIDIA H100-20C', 20, size=2, slots=8),
-    vtype(1162, 'NVIDIA H100-10Q', 10, size=1, slots=8))
-
-
-def h100_facts(mig=True):
-    return layout.GpuFacts(address=objects.PciAddress.parse(H100), mig=mig,
-                           profiles=H100_PROFILES, types=H100_TYPES,
-                           vfs_total=20)
+import types
+from tests.doubles.layout_facts import (
+    H100, H100_B, H100_TYPES, L40S, h100_facts, layout_of, vtype)
 
 
 def load(tmp_path, text):
@@ -338,21 +297,6 @@ def test_no_layouts_resolve_as_before(tmp_path):
 
 
 # --- against what the GPU reports -------------------------------------------
-
-def layout_of(mode='mig', gis=(('1g.10gb', 4), ('3g.40gb', 1)),
-              types=(1150, 1152), scheduler=None, time_slice=None,
-              counts=None):
-    """``counts``: each type's (default: 1 each in mode mixed-size)."""
-    if counts is None:
-        counts = (1 if mode == 'mixed-size' else None,) * len(types)
-    return layout.Layout(
-        name='one', gpus=(objects.GpuSelector.parse('10de:2331'),),
-        mode=mode, vgpu_types=tuple(objects.vendor_type_id(t)
-                                    for t in types),
-        gpu_instances=tuple(layout.GiCount(p, c) for p, c in gis),
-        type_counts=tuple(counts), scheduler=scheduler,
-        time_slice_ms=time_slice)
-
 
 def test_a_layout_the_gpu_holds_passes():
     assert layout.check(layout_of(), h100_facts()) == layout_of()
@@ -637,3 +581,399 @@ def test_a_gi_profile_the_gpu_does_not_report_is_refused_naming_them():
         layout.wanted_gpu_instances(lay, records.replace(h100_facts(),
                                                          profiles=()))
     assert str(e.value).endswith('no GI profile 5g.50gb (it reports: none)')
+
+
+# --- what make mutation found ----------------------------------------------
+#
+# What ``[layout_<name>]``'s reading promises that test_layout left open:
+# each test here fails on a change ``make mutation`` made to
+# devices/layout.py that the rest stayed green on (docs/dev/mutation.md):
+# the whole refusal a user reads, and the bounds of each number.
+#
+# ``read_layout`` takes anything that reads like a ConfigOpts (the CLI's
+# snapshot included), so the checks oslo.config would make first (a mode
+# or scheduler of its choices, a time slice in range) are reached here
+# with plain groups.
+
+BASE = dict(gpus=['10de:2331'], mode='time-sliced', vgpu_types=['nvidia-1160'],
+            gpu_instances=[], scheduler=None, time_slice_ms=None)
+
+
+def _read(**changes):
+    group = dict(BASE)
+    group.update(changes)
+    return layout.read_layout(
+        {'layout_one': types.SimpleNamespace(**group)}, 'one')
+
+
+REFUSALS = [
+    ({'gpus': []},
+     'Configuration error: [layout_one]/gpus is empty: name the GPUs by '
+     'PCI address (0000:41:00.0) or by model, their vendor:product ids '
+     '(10de:2331)'),
+    ({'gpus': ['nonsense']},
+     "Configuration error: [layout_one]/gpus: 'nonsense' names no GPU: "
+     'give a PCI address (0000:41:00.0) or the vendor:product ids of a '
+     'model (10de:2331)'),
+    ({'mode': 'mig-ish'},
+     "Configuration error: [layout_one]/mode: 'mig-ish' is none of "
+     'time-sliced, mixed-size, mig, mig-time-sliced'),
+    ({'vgpu_types': ['nvidia-1160', 'nvidia-1160']},
+     'Configuration error: [layout_one]/vgpu_types: lists nvidia-1160 twice'),
+    ({'vgpu_types': ['bad type']},
+     "Configuration error: [layout_one]/vgpu_types: 'bad type' is not a "
+     "valid vGPU type id (1 to 64 letters, digits, '-', '_' or '.', "
+     'starting with a letter or digit, e.g. nvidia-223)'),
+    ({'vgpu_types': ['nvidia-1160:0']},
+     "Configuration error: [layout_one]/vgpu_types: 'nvidia-1160:0' is not "
+     '<type>:<count> with a count from 1 to 1024 in ASCII digits (e.g. '
+     'nvidia-1153:2)'),
+    ({'vgpu_types': ['nvidia-1160:1025']},
+     "Configuration error: [layout_one]/vgpu_types: 'nvidia-1160:1025' is "
+     'not <type>:<count> with a count from 1 to 1024 in ASCII digits (e.g. '
+     'nvidia-1153:2)'),
+    ({'vgpu_types': []},
+     'Configuration error: [layout_one]/vgpu_types: names no vGPU type: '
+     'list the types the GPU offers (`libvirt-gpu layout plan` lists those '
+     'it supports)'),
+    ({'vgpu_types': ['nvidia-1160', 'nvidia-1161']},
+     'Configuration error: [layout_one]/vgpu_types: lists nvidia-1160, '
+     'nvidia-1161; in mode time-sliced a GPU holds vGPUs of one type at a '
+     'time: list one, or use mode mixed-size (several sizes, a count each)'),
+    ({'mode': 'mixed-size', 'vgpu_types': ['nvidia-1160:2', 'nvidia-1161']},
+     'Configuration error: [layout_one]/vgpu_types: lists several types in '
+     'mode mixed-size; give each a count (nvidia-1160:<count>, '
+     'nvidia-1161:<count>): each type is its own Placement provider with '
+     'that total, and `layout plan` checks that the counts fit on the GPU '
+     'together'),
+    ({'mode': 'mig', 'gpu_instances': ['1g.10gb:1', '1G.10gb:2']},
+     'Configuration error: [layout_one]/gpu_instances: lists 1g.10gb '
+     'twice: give one count per profile'),
+    ({'mode': 'mig', 'gpu_instances': []},
+     'Configuration error: [layout_one]/gpu_instances: mode mig needs GPU '
+     'instances (e.g. 1g.10gb:4, 3g.40gb:1)'),
+    ({'gpu_instances': ['1g.10gb:1']},
+     'Configuration error: [layout_one]/gpu_instances: GPU instances exist '
+     'only in the MIG modes (mig, mig-time-sliced), not time-sliced'),
+    ({'gpu_instances': ['1g.10gb:65'], 'mode': 'mig'},
+     "Configuration error: [layout_one]/gpu_instances: '1g.10gb:65' is not "
+     '<profile>:<count> with a count from 1 to 64 in ASCII digits (e.g. '
+     '1g.10gb:4)'),
+    ({'gpu_instances': ['xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:1'], 'mode': 'mig'},
+     'Configuration error: [layout_one]/gpu_instances: '
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:1' is not <profile>:<count> with a "
+     'count from 1 to 64 in ASCII digits (e.g. 1g.10gb:4)'),
+    ({'scheduler': 'round-robin'},
+     "Configuration error: [layout_one]/scheduler: 'round-robin' is none "
+     'of best-effort, equal-share, fixed-share'),
+    ({'mode': 'mig', 'gpu_instances': ['1g.10gb'], 'scheduler': 'equal-share'},
+     'Configuration error: [layout_one]/scheduler: the vGPU scheduler '
+     'shares a GPU in time; mode mig gives each vGPU a GPU instance of its '
+     'own: remove the option, or use mode mig-time-sliced'),
+    ({'mode': 'mixed-size', 'scheduler': 'fixed-share'},
+     'Configuration error: [layout_one]/scheduler: fixed-share does not '
+     'work with mixed sizes (the driver refuses it): use equal-share or '
+     'best-effort, or mode time-sliced'),
+    ({'scheduler': 'equal-share', 'time_slice_ms': 0},
+     'Configuration error: [layout_one]/time_slice_ms: 0 is outside 1..30'),
+    ({'scheduler': 'equal-share', 'time_slice_ms': 31},
+     'Configuration error: [layout_one]/time_slice_ms: 31 is outside 1..30'),
+    ({'scheduler': 'best-effort', 'time_slice_ms': 5},
+     'Configuration error: [layout_one]/time_slice_ms: a time slice needs '
+     'scheduler = equal-share or fixed-share'),
+    ({'time_slice_ms': 5},
+     'Configuration error: [layout_one]/time_slice_ms: a time slice needs '
+     'scheduler = equal-share or fixed-share'),
+]
+
+
+@pytest.mark.parametrize('changes, message', REFUSALS)
+def test_each_refusal_is_whole(changes, message):
+    with pytest.raises(exception.ConfigError) as e:
+        _read(**changes)
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize('changes', [
+    dict(scheduler='equal-share', time_slice_ms=1),
+    dict(scheduler='fixed-share', time_slice_ms=30),
+    dict(vgpu_types=['nvidia-1160:1']),
+    dict(vgpu_types=['nvidia-1160:1024']),
+    dict(mode='mig', gpu_instances=['1g.10gb:64']),
+    dict(mode='mig', gpu_instances=['x' * 32 + ':1']),
+])
+def test_the_bounds_themselves_are_taken(changes):
+    assert _read(**changes).name == 'one'
+
+
+def test_a_count_is_read_and_kept_in_order():
+    got = _read(mode='mixed-size', vgpu_types=['nvidia-1161:1',
+                                               'nvidia-1160:1024'])
+    assert got.type_counts == (1, 1024)
+    assert got.count(objects.TypeId.parse('nvidia-1160')) == 1024
+
+
+@pytest.mark.parametrize('text, profile, count', [
+    ('1g.10gb', '1g.10gb', 1),
+    ('MIG 1g.10gb:2', '1g.10gb', 2),
+    ('mig 3g.40gb', '3g.40gb', 1),
+    ('a:b:3', 'a:b', 3),
+])
+def test_gi_counts_are_read(text, profile, count):
+    got = layout.parse_gi_count('one', text)
+    assert (got.profile, got.count) == (profile, count)
+
+
+def test_a_layout_named_twice_is_refused_whole():
+    conf = types.SimpleNamespace(gpu=types.SimpleNamespace(
+        layouts=['a', 'b', 'a']))
+    with pytest.raises(exception.ConfigError) as e:
+        layout.read_layouts(conf)
+    assert str(e.value) == ('Configuration error: [gpu]/layouts lists a '
+                            'layout twice: a, b, a')
+
+
+def test_str_of_the_records():
+    assert str(layout.GiCount(profile='1g.10gb', count=4)) == '1g.10gb:4'
+    assert str(layout.Scheduler(policy='equal-share',
+                                time_slice_ms=4)) == 'equal-share, 4 ms'
+    assert str(layout.Scheduler(policy='best-effort')) == 'best-effort'
+
+
+def test_no_layouts_option_is_no_layout():
+    conf = types.SimpleNamespace(gpu=types.SimpleNamespace())
+    assert layout.read_layouts(conf) == ()
+
+
+def _gpu(address, is_vf=False, physfn=None):
+    return types.SimpleNamespace(
+        address=objects.PciAddress.parse(address), is_vf=is_vf,
+        physfn=physfn and objects.PciAddress.parse(physfn),
+        vendor_id='10de', product_id='2331')
+
+
+def _layout(name, *gpus):
+    return layout.Layout(
+        name=name, gpus=tuple(objects.GpuSelector.parse(g) for g in gpus),
+        mode='time-sliced', vgpu_types=(objects.TypeId.parse('nvidia-1'),))
+
+
+GPUS_m = [_gpu('0000:41:00.0'), _gpu('0000:41:00.4', True, '0000:41:00.0')]
+
+
+@pytest.mark.parametrize('layouts, message', [
+    ([_layout('one', '0000:99:00.0')],
+     'Configuration error: [layout_one]/gpus names 0000:99:00.0, but this '
+     'host has no GPU there (`libvirt-gpu list` shows the GPUs)'),
+    ([_layout('one', '0000:41:00.4')],
+     'Configuration error: [layout_one]/gpus names 0000:41:00.4, a VF of '
+     'the GPU 0000:41:00.0; name the physical GPU'),
+    ([_layout('one', '10de:2331'), _layout('two', '0000:41:00.0')],
+     'Configuration error: GPU 0000:41:00.0 is matched by two layouts, '
+     '[layout_one] and [layout_two]; give each GPU one layout (name it by '
+     'address in one, or split the model)'),
+])
+def test_each_claims_refusal_is_whole(layouts, message):
+    with pytest.raises(exception.ConfigError) as e:
+        layout.claims(layouts, GPUS_m)
+    assert str(e.value) == message
+
+
+def test_memory_slices_of_a_gpu_without_profiles_are_none():
+    assert layout._memory_slices(81152, 0) == 0
+    assert layout._memory_slices(81152, 9984) == 8
+
+
+def _spans(size, starts):
+    return layout.TypeFacts(type_id=objects.TypeId.parse('nvidia-%d' % size),
+                            name=None, framebuffer_mib=size * 1024,
+                            placement_size=size, placements=tuple(starts))
+
+
+def test_a_type_without_placements_blocks_none():
+    assert layout.worst_block(_spans(1, ()), _spans(2, (0, 2))) == 0
+
+
+def test_fit_multiplies_each_vgpu_by_what_it_can_take():
+    overlapping = _spans(2, (0, 1, 2))     # one at 1 takes all three
+    assert layout.placements_fit([(overlapping, 2)]) is overlapping
+    assert layout.placements_fit([(overlapping, 1)]) is None
+    small, large = _spans(1, (0, 1, 2, 3)), _spans(2, (0, 2))
+    # two large ones take 2 x 2 of small's 4 placements
+    assert layout.placements_fit([(small, 1), (large, 2)]) is small
+
+
+# --- what make mutation found ----------------------------------------------
+#
+# What ``layout.check`` promises that test_layout left open: each test
+# here fails on a change ``make mutation`` made to devices/layout.py that
+# the rest stayed green on (docs/dev/mutation.md): the whole refusal a user
+# reads for each rule a GPU's facts can break (the H100 of test_layout).
+
+T = objects.TypeId.parse
+SELECT = (objects.GpuSelector.parse('10de:2331'),)
+
+
+def lay(mode, types, gis=(), counts=None):
+    return layout.Layout(
+        name='one', gpus=SELECT, mode=mode,
+        vgpu_types=tuple(T(t) for t in types),
+        gpu_instances=tuple(layout.GiCount(profile=p, count=c)
+                            for p, c in gis),
+        type_counts=tuple(counts or [None] * len(types)))
+
+
+def facts(**changes):
+    f = h100_facts()
+    fields = dict(address=f.address, mig=f.mig, profiles=f.profiles,
+                  types=f.types, vfs_total=20)
+    fields.update(changes)
+    return layout.GpuFacts(**fields)
+
+
+def extra(*types):
+    return facts(types=H100_TYPES + types)
+
+
+NAMELESS = layout.TypeFacts(type_id=T('nvidia-9'), name=None,
+                            framebuffer_mib=1024)
+MIG1 = [('1g.10gb', 1)]
+CASES = {
+    'no profiles': lambda: (lay('mig', ['nvidia-1150'], MIG1),
+                            facts(profiles=())),
+    'unknown profile': lambda: (lay('mig', ['nvidia-1150'],
+                                    [('5g.50gb', 1)]), facts()),
+    'too many': lambda: (lay('mig', ['nvidia-1150'], [('3g.40gb', 3)]),
+                         facts()),
+    'slices': lambda: (lay('mig', ['nvidia-1150'],
+                           [('3g.40gb', 2), ('1g.10gb', 2)]), facts()),
+    'memory': lambda: (lay('mig', ['nvidia-1150'],
+                           [('1g.20gb', 4), ('1g.10gb', 1)]), facts()),
+    'unsupported mig': lambda: (lay('mig', ['nvidia-7'], MIG1), facts()),
+    'unsupported ts': lambda: (lay('time-sliced', ['nvidia-7']),
+                               extra(NAMELESS)),
+    'ts on mig': lambda: (lay('mig', ['nvidia-1160'], MIG1), facts()),
+    'mig on ts': lambda: (lay('time-sliced', ['nvidia-1150']), facts()),
+    'no gi made': lambda: (lay('mig', ['nvidia-1152'], MIG1), facts()),
+    'two of a profile': lambda: (
+        lay('mig', ['nvidia-1150', 'nvidia-8'], MIG1),
+        extra(vtype(8, 'X', 10, gi=19, per_gi=1))),
+    'sizes': lambda: (lay('time-sliced', ['nvidia-1160', 'nvidia-1161']),
+                      facts(mig=False)),
+    'no placements': lambda: (
+        lay('mixed-size', ['nvidia-1160', 'nvidia-8'], counts=[1, 1]),
+        extra(vtype(8, 'X', 10))),
+    'no fit': lambda: (lay('mixed-size', ['nvidia-1160', 'nvidia-1161'],
+                           counts=[4, 2]), facts()),
+    'no fit at the bound': lambda: (
+        lay('mixed-size', ['nvidia-1160', 'nvidia-1161'], counts=[4, 1]),
+        facts()),
+}
+GPU = 'layout one, GPU 0000:41:00.0: '
+REFUSALS_m = [
+    ('no profiles',
+     GPU + ('mode mig needs MIG, and this GPU reports no GPU-instance '
+            'profiles; use mode time-sliced or mixed-size')),
+    ('unknown profile',
+     GPU + ('[layout_one]/gpu_instances: the GPU has no GI profile 5g.50gb '
+            '(it has: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, '
+            '4g.40gb, 7g.80gb)')),
+    ('too many',
+     GPU + ('[layout_one]/gpu_instances: 3 x 3g.40gb, but the GPU holds at '
+            'most 2 of them')),
+    ('slices',
+     GPU + ('[layout_one]/gpu_instances: 3g.40gb:2, 1g.10gb:2 needs 8 '
+            'compute slices and 10 memory slices; the GPU has 7 and 8 '
+            '(profiles: 1g.10gb 1 slice(s), 1g.10gb+me 1 slice(s), 1g.20gb '
+            '1 slice(s), 2g.20gb 2 slice(s), 3g.40gb 3 slice(s), 4g.40gb 4 '
+            'slice(s), 7g.80gb 7 slice(s))')),
+    ('memory',
+     GPU + ('[layout_one]/gpu_instances: 1g.20gb:4, 1g.10gb:1 needs 5 '
+            'compute slices and 9 memory slices; the GPU has 7 and 8 '
+            '(profiles: 1g.10gb 1 slice(s), 1g.10gb+me 1 slice(s), 1g.20gb '
+            '1 slice(s), 2g.20gb 2 slice(s), 3g.40gb 3 slice(s), 4g.40gb 4 '
+            'slice(s), 7g.80gb 7 slice(s))')),
+    ('unsupported mig',
+     GPU + ('[layout_one]/vgpu_types: the GPU does not support nvidia-7 '
+            '(it supports: nvidia-1150 (NVIDIA H100-1-10C), nvidia-1151 '
+            '(NVIDIA H100-1-10CME), nvidia-1152 (NVIDIA H100-3-40C), '
+            'nvidia-1153 (NVIDIA H100-2-20C))')),
+    ('unsupported ts',
+     GPU + ('[layout_one]/vgpu_types: the GPU does not support nvidia-7 '
+            '(it supports: nvidia-1160 (NVIDIA H100-10C), nvidia-1161 '
+            '(NVIDIA H100-20C), nvidia-1162 (NVIDIA H100-10Q), nvidia-9)')),
+    ('ts on mig',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1160 is time-sliced, and with '
+            'MIG on the GPU offers only MIG-backed types (nvidia-1150 '
+            '(NVIDIA H100-1-10C), nvidia-1151 (NVIDIA H100-1-10CME), '
+            'nvidia-1152 (NVIDIA H100-3-40C), nvidia-1153 (NVIDIA '
+            'H100-2-20C))')),
+    ('mig on ts',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1150 is MIG-backed; mode '
+            'time-sliced offers time-sliced types (nvidia-1160 (NVIDIA '
+            'H100-10C), nvidia-1161 (NVIDIA H100-20C), nvidia-1162 (NVIDIA '
+            'H100-10Q)), or use mode mig')),
+    ('no gi made',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1152 lives in 3g.40gb GPU '
+            'instances, and [layout_one]/gpu_instances makes none')),
+    ('two of a profile',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1150 and nvidia-8 both live '
+            'in 1g.10gb GPU instances, which they would share (each is '
+            'told to Placement apart); list one type per GI profile')),
+    ('sizes',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1160, nvidia-1161 have '
+            'different frame buffer sizes; time-sliced holds one size per '
+            'GPU: use mode mixed-size')),
+    ('no placements',
+     GPU + ('[layout_one]/vgpu_types: the GPU reports no mixed-size '
+            'placements for nvidia-8, so the counts cannot be checked to '
+            'fit; list one type')),
+    ('no fit',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1160:4, nvidia-1161:2 do not '
+            'always fit together: the driver picks where each vGPU sits, '
+            'and nvidia-1161 (2 slots, 4 placements) may then find none '
+            'free; lower the counts')),
+    ('no fit at the bound',
+     GPU + ('[layout_one]/vgpu_types: nvidia-1160:4, nvidia-1161:1 do not '
+            'always fit together: the driver picks where each vGPU sits, '
+            'and nvidia-1161 (2 slots, 4 placements) may then find none '
+            'free; lower the counts')),
+]
+
+
+@pytest.mark.parametrize('case, message', REFUSALS_m)
+def test_each_refusal_is_whole_mutation(case, message):
+    with pytest.raises(layout.LayoutError) as e:
+        layout.check(*CASES[case]())
+    assert str(e.value) == message
+
+
+def test_a_type_of_a_profile_the_gpu_does_not_list():
+    """The refusal names the profile by number."""
+    with pytest.raises(layout.LayoutError) as e:
+        layout.check(lay('mig', ['nvidia-8'], MIG1),
+                     extra(vtype(8, 'X', 10, gi=77, per_gi=1)))
+    assert str(e.value).endswith(
+        '[layout_one]/vgpu_types: nvidia-8 lives in profile 77 GPU '
+        'instances, and [layout_one]/gpu_instances makes none')
+
+
+@pytest.mark.parametrize('counts', [[3, 1], [1, 3]])
+def test_mixed_size_counts_just_below_the_bound_fit(counts):
+    got = lay('mixed-size', ['nvidia-1160', 'nvidia-1161'], counts=counts)
+    assert layout.check(got, facts()) is got
+
+
+def test_one_time_sliced_type_and_a_full_mig_layout_pass():
+    one = lay('time-sliced', ['nvidia-1160'])
+    assert layout.check(one, facts(mig=False)) is one
+    full = lay('mig', ['nvidia-1150'], [('1g.10gb', 7)])
+    assert layout.check(full, facts()) is full
+
+
+def test_a_gpu_offering_no_type_of_the_mode_says_none():
+    with pytest.raises(layout.LayoutError) as e:
+        layout.check(lay('time-sliced', ['nvidia-7']),
+                     facts(types=H100_TYPES[:4]))     # the MIG-backed ones
+    assert str(e.value).endswith('does not support nvidia-7 (it supports: '
+                                 'none)')

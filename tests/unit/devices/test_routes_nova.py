@@ -4,7 +4,6 @@ providers, the allocator never gives it out, the hook leaves a domain
 with a carved VF to Nova, and neither reconcile nor restore's clean-up
 touches a carved VF (simulated L40S host, ``kernel_sysfs``)."""
 
-import io
 import os
 import shutil
 import tempfile
@@ -15,7 +14,6 @@ from libvirt_gpu.cmd import openstack_cmds
 from libvirt_gpu import environment
 from libvirt_gpu import exception
 from libvirt_gpu import objects
-from libvirt_gpu.guests import hook
 from libvirt_gpu.guests import reconcile
 from libvirt_gpu.openstack import cyborg_driver
 from libvirt_gpu.openstack import cyborg_objects
@@ -24,12 +22,14 @@ from libvirt_gpu.openstack.placement import tree as tree_mod
 from libvirt_gpu.host import allocator as allocator_mod
 from libvirt_gpu.store import state
 from tests.doubles import fake_libvirt
-from tests.unit.devices.test_carving import CARVING
-from tests.unit.devices.test_carving import Host
-from tests.unit.devices.test_carving import L1
-from tests.unit.devices.test_carving import L2
-from tests.unit.devices.test_carving import vfs
-from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+from tests.doubles.carved_host import CARVING
+from tests.doubles.carved_host import Host
+from tests.doubles.carved_host import L1
+from tests.doubles.carved_host import L2
+from tests.doubles.carved_host import hook_log
+from tests.doubles.carved_host import run_hook
+from tests.doubles.carved_host import vfs
+from tests.doubles.vendor_world \
         import vf_domain_xml
 
 HOST = 'compute-1'
@@ -175,20 +175,6 @@ def test_the_allocator_never_gives_out_a_carved_gpu(fast_tmp):
 
 
 # --- the hook ----------------------------------------------------------------
-
-def run_hook(host, op, xml):
-    err, out = io.StringIO(), io.BytesIO()
-    rc = hook.run(['qemu', 'nova-1', op, 'begin', '-'], xml,
-                  config_file=host.config, sysfs=host.sysfs, stderr=err,
-                  stdout=out, mdevctl_dir=os.path.join(host.tmp,
-                                                       'mdevctl.d'))
-    return rc, err.getvalue(), out.getvalue()
-
-
-def hook_log(host):
-    with open(os.path.join(host.state_dir, hook.LOG_NAME)) as f:
-        return f.read()
-
 
 NOVA_XML = (
     "<domain type='kvm'><name>instance-00000001</name><uuid>%s</uuid>"

@@ -34,9 +34,9 @@ from libvirt_gpu.devices import carving
 from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu import exception
 from tests.doubles import hang
-from tests.unit.devices.test_carving import CARVING
-from tests.unit.devices.test_carving import Host
-from tests.unit.devices.test_carving import L2
+from tests.doubles.carved_host import CARVING
+from tests.doubles.carved_host import Host
+from tests.doubles.carved_host import L2
 
 configuration.set_hypothesis_home_dir(os.path.join(
     tempfile.gettempdir(), 'libvirt-gpu-hypothesis-%d' % os.getuid()))

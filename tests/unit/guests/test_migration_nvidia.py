@@ -13,8 +13,7 @@ from libvirt_gpu.virt import guest as guest_mod
 from libvirt_gpu.virt import metadata
 from tests.doubles import fake_libvirt
 from tests.doubles import t4_hook as th
-from tests.unit.devices.backends.nvidia_vgpu import (
-    test_nvidia_vgpu_lifecycle as tv)
+from tests.doubles import vendor_world as tv
 from tests.unit.devices import test_nvml_migration as tn
 
 

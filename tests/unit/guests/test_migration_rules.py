@@ -4,11 +4,11 @@ carries NVIDIA's question for each vGPU of the guest, what the source
 read and who answers, as ``migrate --check`` prints it."""
 
 from libvirt_gpu import objects
-from tests.unit.guests.hook import test_hook as th
-from tests.unit.guests.test_migration_check_guards import Conn
-from tests.unit.guests.test_migration_check_guards import Domain
-from tests.unit.guests.test_migration_check_guards import check
-from tests.unit.guests.test_migration_check_guards import gpu_xml
+from tests.doubles import t4_hook as th
+from tests.doubles.migration_conns import Conn
+from tests.doubles.migration_conns import Domain
+from tests.doubles.migration_conns import check
+from tests.doubles.migration_conns import gpu_xml
 
 U1 = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 U2 = 'b1ae8bf6-38b0-4c81-9d44-78ce3f520496'

@@ -15,10 +15,10 @@ import pytest
 from libvirt_gpu import exception
 from libvirt_gpu.store import carved as carve_record
 from libvirt_gpu.host import restore
-from tests.unit.devices.test_carving import CARVING
-from tests.unit.devices.test_carving import Host
-from tests.unit.devices.test_carving import L2
-from tests.unit.devices.test_carving import plant
+from tests.doubles.carved_host import CARVING
+from tests.doubles.carved_host import Host
+from tests.doubles.carved_host import L2
+from tests.doubles.carved_host import plant
 from tests.unit.host.test_restore import conf
 from tests.unit.host.test_restore import define
 from tests.unit.host.test_restore import host

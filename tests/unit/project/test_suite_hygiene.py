@@ -83,8 +83,10 @@ CROSS_CUTTING = {
     'project/test_docs.py',            # README and docs/ against the code
     'project/test_edge.py',            # values parsed at every edge
     'project/test_hardening.py',       # bounded work on every input
+    'project/test_rules_once.py',      # each rule written in one place
     'project/test_suite_hygiene.py',   # this file
     'project/test_typed_values.py',    # typed values below the edges
+    'project/test_types.py',           # mypy over the typed packages
     'project/test_vm_channel.py',      # tests/kernel's VM channel
     'fuzz/test_fuzz.py',               # domain XML and sysfs trees
     'fuzz/test_fuzz_exporter.py',
@@ -92,32 +94,6 @@ CROSS_CUTTING = {
     'fuzz/test_fuzz_migrate.py',
     'fuzz/test_fuzz_nova.py',
     'fuzz/test_fuzz_state.py',
-}
-
-# test_mutation_* files whose modules' own test files were being edited in
-# other branches when the rest were folded: each is to be folded into its
-# module's file (and taken off this list) once those edits are merged.
-NOT_YET_FOLDED = {
-    'cmd/test_mutation_cli.py',
-    'devices/backends/nvidia_vgpu/test_mutation_nvidia_vgpu.py',
-    'devices/backends/test_mutation_mdev.py',
-    'devices/test_mutation_capacity.py',
-    'devices/test_mutation_layout.py',
-    'devices/test_mutation_layout_apply.py',
-    'devices/test_mutation_layout_check.py',
-    'devices/test_mutation_layout_plan.py',
-    'devices/test_mutation_nvml.py',
-    'guests/hook/test_mutation_incoming.py',
-    'guests/test_mutation_migration.py',
-    'guests/test_mutation_restore.py',
-    'store/test_mutation_allocator.py',
-    'store/test_mutation_allocator_incoming.py',
-    'store/test_mutation_allocator_sriov.py',
-    'store/test_mutation_state.py',
-    'store/test_mutation_statedir.py',
-    'test_mutation_environment.py',
-    'util/test_mutation_records.py',
-    'virt/test_mutation_metadata.py',
 }
 
 
@@ -177,16 +153,11 @@ def unmirrored(unit, allowed):
 
 def test_no_test_mutation_file_is_added():
     # a module's mutation-killing tests go in its own test file
-    assert set(mutation_files(UNIT)) - NOT_YET_FOLDED == set()
-
-
-def test_the_not_yet_folded_list_holds_only_what_is_there():
-    # taken off the list once folded (or the list outlives its files)
-    assert NOT_YET_FOLDED - set(mutation_files(UNIT)) == set()
+    assert mutation_files(UNIT) == []
 
 
 def test_every_unit_test_file_mirrors_a_module():
-    assert unmirrored(UNIT, CROSS_CUTTING | NOT_YET_FOLDED) == []
+    assert unmirrored(UNIT, CROSS_CUTTING) == []
     assert set(CROSS_CUTTING) <= set(test_files(UNIT))
 
 
@@ -219,39 +190,27 @@ def test_the_mirror_check_sees_a_stray_file(tmp_path):
 # its entry once those helpers are doubles or fixtures (several of the
 # files they import were being edited in other branches).
 STILL_IMPORTING = {
-    'unit/test_exporter.py',
-    'unit/test_exporter_layout.py',
-    'unit/test_mutation_environment.py',
-    'unit/cmd/test_nova_cmds.py',
-    'unit/devices/test_carving.py',
-    'unit/devices/test_layout_apply.py',
-    'unit/devices/test_layout_hardening.py',
-    'unit/devices/test_layout_plan.py',
-    'unit/devices/test_mutation_layout_apply.py',
-    'unit/devices/test_mutation_layout_check.py',
-    'unit/devices/test_mutation_layout_plan.py',
-    'unit/devices/test_routes.py',
-    'unit/devices/test_routes_nova.py',
-    'unit/devices/backends/test_registry_kind_plugin.py',
+    'functional/test_migrate_vendor.py',
     'unit/devices/backends/nvidia_vgpu/test_nvidia_vgpu_layout.py',
+    'unit/devices/backends/test_registry_kind_plugin.py',
     'unit/devices/sysfs/test_sysfs_fast.py',
+    'unit/devices/test_layout_hardening.py',
+    'unit/devices/test_nvml_rules.py',
+    'unit/devices/test_routes.py',
     'unit/fuzz/test_fuzz_layout.py',
-    'unit/fuzz/test_fuzz_nova.py',
-    'unit/guests/test_migration_nvidia.py',
-    'unit/guests/test_mutation_migration.py',
-    'unit/guests/test_mutation_restore.py',
-    'unit/guests/hook/test_hook_migrate.py',
     'unit/guests/hook/test_hook_migrate_guards.py',
     'unit/guests/hook/test_hook_migrate_nvidia.py',
     'unit/guests/hook/test_hook_migrate_section4.py',
-    'unit/guests/hook/test_mutation_incoming.py',
+    'unit/guests/hook/test_incoming.py',
+    'unit/guests/hook/test_incoming_rules.py',
+    'unit/guests/hook/test_incoming_vendor.py',
+    'unit/guests/test_migration_layout.py',
+    'unit/guests/test_migration_nvidia.py',
+    'unit/host/test_restore_rules.py',
     'unit/openstack/test_cyborg_driver.py',
     'unit/project/test_docs.py',
-    'unit/store/test_mutation_allocator.py',
-    'unit/store/test_mutation_allocator_incoming.py',
-    'unit/store/test_mutation_allocator_sriov.py',
+    'unit/test_exporter.py',
     'unit/util/test_fanout.py',
-    'functional/test_layouts_placement.py',
 }
 
 

@@ -22,8 +22,7 @@ from libvirt_gpu.guests.hook import incoming
 from tests.doubles import fake_libvirt
 from tests.doubles import paths
 from tests.doubles import t4_hook as th
-from tests.unit.devices.backends.nvidia_vgpu import (
-    test_nvidia_vgpu_lifecycle as tv)
+from tests.doubles import vendor_world as tv
 
 A, B, DOM, EXISTING = th.A, th.B, th.DOM, th.EXISTING
 SOURCE_GPU = '0000:65:00.0'          # the source host's GPU: not here

@@ -14,8 +14,7 @@ from libvirt_gpu.devices import nvml
 from libvirt_gpu.guests import hook
 from libvirt_gpu import objects
 from tests.doubles import t4_hook as th
-from tests.unit.devices.backends.nvidia_vgpu import (
-    test_nvidia_vgpu_lifecycle as tv)
+from tests.doubles import vendor_world as tv
 from tests.unit.devices import test_nvml_migration as tn
 
 GPU = '0000:4e:00.0'

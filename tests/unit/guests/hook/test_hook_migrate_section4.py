@@ -706,8 +706,7 @@ def test_an_edit_that_breaks_the_xml_undoes_the_reservation(
 
 
 def test_an_mdev_on_the_source_that_is_a_vf_here_is_refused(tmp_path):
-    from tests.unit.devices.backends.nvidia_vgpu import (
-        test_nvidia_vgpu_lifecycle as tv)
+    from tests.doubles import vendor_world as tv
     world = tv.World('l40s', str(tmp_path), 'nvidia-1145',
                      '%s, %s' % (tv.L1, tv.L2))
     uuid = th.new_uuid()

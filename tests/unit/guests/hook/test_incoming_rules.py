@@ -6,7 +6,7 @@ setting, reserving nothing -- whether the vGPU would be reserved here or
 not (its hostdev left out) -- and is not an internal error of the hook."""
 
 from libvirt_gpu.devices import nvml
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
 from tests.unit.guests.hook.test_hook_migrate_nvidia import h100  # noqa: F401
 from tests.unit.guests.hook.test_hook_migrate_nvidia import hook_log
 from tests.unit.guests.hook.test_hook_migrate_nvidia import incoming

@@ -30,10 +30,10 @@ from libvirt_gpu.guests import reconcile
 from libvirt_gpu.store import state
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import paths
 from tests.unit.guests.hook import test_hook_migrate as thm
 from tests.unit.devices import test_capacity_mig as tmc
-from tests.unit.devices.backends.nvidia_vgpu import test_nvidia_vgpu_lifecycle as tv
+from tests.doubles import vendor_world as tv
 
 TYPE = 'nvidia-1145'                      # L40S-1B
 SOURCE_VF = '0000:bd:00.4'
@@ -292,7 +292,7 @@ def test_a_prepare_killed_after_typing_the_vf_is_reconciled(
     thm._holder_gone(dest, lease.vgpu_uuid)   # the migrate hook exited
     r = subprocess.run(
         [sys.executable, '-c', CRASHING_PREPARE, dest.config, dest.root,
-         dest.mdevctl], input=incoming, capture_output=True, cwd=th.ROOT,
+         dest.mdevctl], input=incoming, capture_output=True, cwd=paths.ROOT,
         env=dict(os.environ, **{state.CRASH_ENV: 'prepare:created'}),
         timeout=60)
     assert r.returncode == -9, r.stderr

@@ -15,7 +15,10 @@ import pytest
 
 from libvirt_gpu import objects
 from tests.doubles import trees
-from tests.unit.guests.hook import test_hook as th
+from tests.doubles import t4_hook as th
+
+# the domain of test_routes_nova's Nova guests
+NOVA_DOM = objects.Uuid.parse('0f6b2f4e-5d0b-4a55-9d4e-3f9c6f1b6a01')
 
 A = th.A
 
@@ -86,17 +89,18 @@ def test_a_defined_vgpu_after_a_listed_one_is_claimed_too(env):
 
 
 def test_novas_guest_on_a_carved_vf_is_logged_as_left_to_nova(fast_tmp):
-    from tests.unit.devices import test_routes_nova as tnr
+    from tests.doubles import carved_host as tnr
+    from tests.doubles import vendor_world as tv
     carved = tnr.Host(fast_tmp, tnr.CARVING % (tnr.L2, 2))
     assert carved.restore().failed == ()
     # our metadata naming the carved VF: a release has nothing to undo
-    xml = tnr.vf_domain_xml(objects.Uuid.new(), '0000:bd:00.4', dom=tnr.DOM)
+    xml = tv.vf_domain_xml(objects.Uuid.new(), '0000:bd:00.4', dom=NOVA_DOM)
     assert tnr.run_hook(carved, 'release', xml) == (0, '', b'')
     (line,) = [x for x in tnr.hook_log(carved).splitlines()
                if 'carved for Nova' in x]
     assert line.endswith(": domain 'vm1' (%s) uses VF(s) "
                          "carved for Nova (0000:bd:00.4): left to Nova"
-                         % tnr.DOM)
+                         % NOVA_DOM)
 
 
 def test_a_vgpu_neither_listed_nor_defined_is_left_to_libvirt(env):

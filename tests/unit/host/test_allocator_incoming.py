@@ -21,17 +21,11 @@ from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.host import test_allocator
-from tests.unit.host.test_allocator import (
+from tests.doubles.t4_allocator import (
     A, B, DOM, DOM2, EXISTING, T_NVIDIA_223, claim, enabled, new_uuid)
 
 T222 = objects.TypeId.parse('nvidia-222')
 DEAD_PID = 2 ** 22 + 11
-
-
-# the T4 host and its lease store, as test_allocator makes them
-backend = test_allocator.backend
-store = test_allocator.store
 
 
 @pytest.fixture
@@ -408,8 +402,7 @@ def test_a_gpu_given_another_type_in_the_same_call_gives_no_more(
 
 @pytest.fixture
 def l40s():
-    from tests.unit.devices.backends.nvidia_vgpu import (
-        test_nvidia_vgpu_lifecycle as tv)
+    from tests.doubles import vendor_world as tv
     path = tempfile.mkdtemp(prefix='lgpu-mutinc-')
     yield tv.World('l40s', path, 'nvidia-1145', '%s, %s' % (tv.L1, tv.L2))
     shutil.rmtree(path, ignore_errors=True)
@@ -425,8 +418,7 @@ def test_a_taken_uuids_new_one_never_gets_the_vf_recorded_for_it(
     UUID is usable by it.  The host's vGPUs are listed once for the
     room of every GPU, and as often for three claims as for one."""
     from libvirt_gpu.devices.backends import base
-    from tests.unit.devices.backends.nvidia_vgpu import (
-        test_nvidia_vgpu_lifecycle as tv)
+    from tests.doubles import vendor_world as tv
     alloc = l40s.allocator()
     first = objects.PciAddress.parse('0000:bd:00.4')
     taken = new_uuid()

@@ -1,8 +1,9 @@
 """What the allocator promises on GPUs whose vGPUs live on SR-IOV VFs (the
-simulated L40S host of test_nvidia_vgpu_lifecycle, vendor interface:
+simulated L40S host of tests/doubles/vendor_world, vendor interface:
 L1 0000:3d:00.0 holds two L40S-1B that are not ours, 30 free; L2
 0000:bd:00.0 empty, 32 free; one L40S-1B per VF) and on the paths around
-it that test_mutation_allocator left open (give_back, NUMA nearness):
+it that test_allocator's mutation tests left open (give_back, NUMA
+nearness):
 each test here fails on a change ``make mutation`` made that the rest
 stayed green on (docs/dev/mutation.md)."""
 
@@ -21,8 +22,8 @@ from libvirt_gpu.host import allocator
 from libvirt_gpu.store import state
 from tests.doubles import kernel_sysfs
 from tests.doubles import trees
-from tests.unit.host import test_allocator as t4_allocator
-from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu_lifecycle \
+from tests.doubles import t4_allocator
+from tests.doubles.vendor_world \
         import DOM, L1, L2, T_NVIDIA_1145, World
 
 T_1146 = objects.TypeId.parse('nvidia-1146')        # L40S-2B
