@@ -207,3 +207,37 @@ def test_names_without_text_are_none():
       <function>0</function><product id='0x1eb8'> </product>
       <vendor id='0x10de'/></capability></device>''')
     assert (gpu.vendor_name, gpu.product_name) == (None, None)
+
+
+@pytest.mark.parametrize('cut, named', [
+    ('<domain>1</domain>', 'node-device XML has no domain'),
+    ('<function>3</function>', 'node-device XML has no function'),
+    ("<vendor id='0x10de'>NVIDIA Corporation</vendor>",
+     'node-device XML has no vendor'),
+    ("<product id='0x1EB8'> TU104GL [Tesla T4] </product>",
+     'node-device XML has no product'),
+])
+def test_an_element_libvirt_always_writes_is_named_when_missing(cut, named):
+    # libvirt writes these; a document without one is no node device of
+    # libvirt's, said by name rather than failing in int(None)
+    with pytest.raises(ValueError) as e:
+        nodedev.parse_pci((GPU_XML % '1').replace(cut, ''))
+    assert str(e.value) == named
+
+
+def test_an_iommu_group_without_its_number_is_named():
+    xml = (GPU_XML % '1').replace("<iommuGroup number='58'>", '<iommuGroup>')
+    with pytest.raises(ValueError) as e:
+        nodedev.parse_pci(xml)
+    assert str(e.value) == 'node-device XML: <iommuGroup> has no number'
+
+
+def test_an_mdev_without_its_type_or_name_is_named():
+    xml = _mdev_xml('mdev_' + UUID.replace('-', '_'), uuid=UUID)
+    with pytest.raises(ValueError) as e:
+        nodedev.parse_mdev(xml.replace("<type id='nvidia-223'/>", ''))
+    assert str(e.value) == 'node-device XML has no type'
+    with pytest.raises(ValueError) as e:
+        nodedev.parse_mdev(xml.replace(
+            '<name>mdev_%s</name>' % UUID.replace('-', '_'), ''))
+    assert str(e.value) == 'node-device XML has no name'
