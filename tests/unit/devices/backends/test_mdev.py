@@ -881,8 +881,8 @@ class Kind(base.VgpuKind):
         return (self.name, call) + args
 
     @classmethod
-    def from_environment(cls, env):
-        return cls('from-env')
+    def from_parts(cls, parts):
+        return cls('from-parts')
 
     def is_parent(self, address):
         return address in self.parents
@@ -1353,23 +1353,29 @@ def test_device_records_name_the_first_untyped_field():
 MDEV_SPEC = 'libvirt_gpu.devices.backends.mdev:MdevBackend'
 
 
-def test_kinds_are_made_for_an_environment(sysfs, tmp_path):
+def test_kinds_are_made_from_the_hosts_parts(sysfs, tmp_path):
     from libvirt_gpu import environment
     host = Host(sysfs)
     env = environment.Environment(str(tmp_path / 'state'), sysfs=sysfs,
                                   host=host, kinds=[MDEV_SPEC],
                                   mdevctl_dir=str(tmp_path / 'm'))
-    b = mdev.MdevBackend.from_environment(env)
+    parts = env.kind_parts
+    assert (parts.sysfs, parts.host, parts.state_dir) == (
+        sysfs, host, str(tmp_path / 'state'))
+    b = mdev.MdevBackend.from_parts(parts)
     assert (b.sysfs, b.host, b.mdevctl_dir, b.remove_timeout) == (
         sysfs, host, str(tmp_path / 'm'), 10.0)
     env.remove_timeout = 3
-    assert mdev.MdevBackend.from_environment(env).remove_timeout == 3
-    vgpus = registry.Vgpus.from_environment(env, [MDEV_SPEC])
+    assert mdev.MdevBackend.from_parts(env.kind_parts).remove_timeout == 3
+    vgpus = registry.Vgpus.from_parts(env.kind_parts, [MDEV_SPEC])
     assert vgpus.sysfs is sysfs
     assert [type(k) for k in vgpus.kinds] == [mdev.MdevBackend]
     assert vgpus.kinds[0].remove_timeout == 3
-    assert [k.name for k in registry.Vgpus.from_environment(env).kinds] == [
-        'nvidia', 'mdev']
+    assert [k.name for k in registry.Vgpus.from_parts(
+        env.kind_parts).kinds] == ['nvidia', 'mdev']
+    # the environment's own kinds are built from the same parts
+    assert [type(k) for k in env.vgpus.kinds] == [mdev.MdevBackend]
+    assert env.vgpus.kinds[0].mdevctl_dir == str(tmp_path / 'm')
 
 
 def test_the_mdev_parents_now(sysfs, tmp_path):

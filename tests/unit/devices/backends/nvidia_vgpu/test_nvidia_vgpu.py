@@ -20,7 +20,6 @@ import errno
 import shutil
 import tempfile
 import time
-import types
 from libvirt_gpu.devices import capacity
 from libvirt_gpu.devices import nvml
 from libvirt_gpu.devices.backends.nvidia_vgpu import files
@@ -28,6 +27,7 @@ from libvirt_gpu.devices.backends.nvidia_vgpu import names
 from libvirt_gpu import simulator
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import nvml as sim_nvml
+from libvirt_gpu.util import records
 
 T_NVIDIA_1156 = objects.TypeId.parse('nvidia-1156')
 T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
@@ -660,16 +660,15 @@ def test_read_vf_names_the_held_type_from_its_own_list(mini):
 
 # --- kind: the backend's settings and readers -------------------------------
 
-def test_from_environment_takes_the_hosts_parts(mini, top):
-    env = types.SimpleNamespace(sysfs=mini, state_dir=top, nvml='nvml',
-                                remove_timeout=None)
-    made = nvidia_vgpu.NvidiaVgpuBackend.from_environment(env)
+def test_from_parts_takes_the_hosts_parts(mini, top):
+    from libvirt_gpu.devices.backends import base
+    parts = base.KindParts(sysfs=mini, state_dir=top, nvml='nvml')
+    made = nvidia_vgpu.NvidiaVgpuBackend.from_parts(parts)
     assert (made.sysfs, made.nvml, made.state.state_dir) == (
         mini, 'nvml', top)
     assert (made.remove_timeout, made.retry_stop) == (10.0, 5.0)
-    env.remove_timeout = 2.5
-    assert nvidia_vgpu.NvidiaVgpuBackend.from_environment(
-        env).remove_timeout == 2.5
+    assert nvidia_vgpu.NvidiaVgpuBackend.from_parts(records.replace(
+        parts, remove_timeout=2.5)).remove_timeout == 2.5
     assert nvidia_vgpu.NvidiaVgpuBackend(mini, top).nvml is None
 
 
