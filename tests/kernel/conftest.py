@@ -173,4 +173,7 @@ def guest_pci(lab):
     lines = r.stdout.strip().splitlines()
     if not lines:
         return {}
-    return dict(item.split('=', 1) for item in lines[-1].split()[2:])
+    # the line may be read while the guest still writes it: a last item
+    # cut before its '=' is no device yet
+    return dict(item.split('=', 1) for item in lines[-1].split()[2:]
+                if '=' in item)
