@@ -151,8 +151,7 @@ def os_guest(lab, vm_assets):
         _start_os_guest(lab, vm_assets)
 
     def booted():
-        r = lab.vm.run(['grep', '-c', 'GUEST PCI', OS_GUEST_SERIAL])
-        return r.rc == 0
+        return bool(guest_pci(lab))
     if not lab.wait(booted, timeout=900, interval=2):
         pytest.fail('the guest OS did not boot within 15 min; see %s in '
                     'the VM' % OS_GUEST_SERIAL)
@@ -168,12 +167,11 @@ def guest_serial_tail(lab, lines=15):
 
 def guest_pci(lab):
     """The guest OS's PCI devices ({slot: 'vendor:device'}) from the last
-    line its init printed."""
+    whole line its init printed: the console file is read while the guest
+    writes it, and a line counts only once its end mark is there."""
     r = lab.vm.run(['grep', 'GUEST PCI', OS_GUEST_SERIAL])
-    lines = r.stdout.strip().splitlines()
-    if not lines:
+    whole = [line.split()[2:-1] for line in r.stdout.splitlines()
+             if line.rstrip('\r').endswith(' END')]
+    if not whole:
         return {}
-    # the line may be read while the guest still writes it: a last item
-    # cut before its '=' is no device yet
-    return dict(item.split('=', 1) for item in lines[-1].split()[2:]
-                if '=' in item)
+    return dict(item.split('=', 1) for item in whole[-1])

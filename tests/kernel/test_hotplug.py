@@ -31,6 +31,20 @@ def _guest_os_off_afterwards(lab):
 T4 = '0x10de:0x1eb8'
 
 
+@pytest.fixture(autouse=True)
+def _guest_os_gives_back_its_vgpus(lab):
+    """A test that fails half-way leaves its vGPU in the guest; the next
+    test would then fail on it, not on its own fault.  Every test asserts
+    it left nothing, so this gives back only what a failure left."""
+    yield
+    if not lab.is_running(conftest.OS_GUEST):
+        return
+    for uuid in hostdev_uuids(lab, conftest.OS_GUEST):
+        product.cli(lab.vm, 'detach', conftest.OS_GUEST, '--uuid', uuid,
+                    '--live')
+    lab.wait(lambda: lab.mdevs() == {}, 120)
+
+
 def t4_slots(lab):
     return {slot for slot, ids in conftest.guest_pci(lab).items()
             if ids == T4}
