@@ -25,9 +25,18 @@
    replaced by nothing, interleaved in the same run (medians of
    ``--record-runs`` each), and the recording call alone.
 
+With ``--importtime N``, the N costliest imports of one warm 4-vGPU
+``prepare`` (and, with ``--before``/``--against``, of the older hook, and
+the modules only one of the two imports).  With ``--instructions N``, the
+instructions (valgrind's callgrind) of N warm 4-vGPU ``prepare`` calls,
+of the older hook's too, and of a bare ``-I -S -c pass``: a count that a
+busy machine does not disturb, where wall time on such a machine moves
+by tens of percent between runs.
+
     .venv/bin/python bench/hook.py [--runs 200] [--prepare-runs 30]
                                    [--record-runs 200]
                                    [--before DIR | --against REF]
+                                   [--importtime N] [--instructions N]
 """
 
 import argparse
@@ -152,6 +161,10 @@ def main():
     p.add_argument('--importtime', type=int, metavar='N', default=0,
                    help="print the N costliest imports of one warm 4-vGPU "
                    "prepare (python -X importtime, cumulative)")
+    p.add_argument('--instructions', type=int, metavar='N', default=0,
+                   help="count the instructions of N warm 4-vGPU "
+                   "prepares under valgrind's callgrind (needs valgrind), "
+                   "next to a bare interpreter's and the older hook's")
     args = p.parse_args()
     # state directories under /tmp are refused: see tests/private_tmp.py
     private_tmp.use_private_tmp()
@@ -297,7 +310,12 @@ def _main(args, before, label):
                                   statistics.median(old_cpu)))
             if args.importtime:
                 with kernel_sysfs.KernelWatcher(root, profile):
-                    import_profile(python, installed.path, args.importtime)
+                    import_profile(python, installed.path, args.importtime,
+                                   before_hook, label)
+            if args.instructions:
+                with kernel_sysfs.KernelWatcher(root, profile):
+                    instruction_counts(python, installed.path,
+                                       args.instructions, before_hook, label)
             recording(root, profile, config, installed.settings_file,
                       state_dir, args.record_runs)
     finally:
@@ -305,10 +323,74 @@ def _main(args, before, label):
     return 0
 
 
-def import_profile(python, hook_path, n):
+def import_profile(python, hook_path, n, before_hook=None, label=None):
     """Where a warm 4-vGPU prepare's start-up goes: the ``n`` imports
     with the largest cumulative time (``-X importtime``), and their sum
-    for the top-level ones."""
+    for the top-level ones; with ``before_hook``, the modules only one of
+    the two imports, each with its own time."""
+    now = _imports(python, hook_path)
+    _print_imports('imports of one warm prepare', now, n)
+    if before_hook:
+        before = _imports(python, before_hook)
+        _print_imports('imports of one warm prepare of %s' % label,
+                       before, n)
+        own_now = {name.strip(): own for _, own, name in now}
+        own_before = {name.strip(): own for _, own, name in before}
+        for title, mine, other in (('only now', own_now, own_before),
+                                   ('only before', own_before, own_now)):
+            names = sorted(set(mine) - set(other), key=mine.get,
+                           reverse=True)
+            print('\n   %s: %d modules, own time %s' % (
+                title, len(names), ms(sum(mine[x] for x in names) / 1e6)))
+            for name in names[:n]:
+                print('   %9s  %s' % (ms(mine[name] / 1e6), name))
+
+
+def _instructions(argv, data=b''):
+    """The instructions callgrind counts for the process ``argv``."""
+    r = subprocess.run(['valgrind', '--tool=callgrind',
+                        '--callgrind-out-file=/dev/null'] + argv,
+                       input=data, capture_output=True, env=CLEAN_ENV)
+    if r.returncode != 0:
+        raise SystemExit('%s failed under valgrind (%d): %s' % (
+            argv, r.returncode, r.stderr.decode()[-2000:]))
+    for line in r.stderr.decode().splitlines():
+        if 'Collected :' in line:
+            return int(line.rsplit(':', 1)[1])
+    raise SystemExit('valgrind printed no instruction count for %s' % argv)
+
+
+def instruction_counts(python, hook_path, n, before_hook=None, label=None):
+    """Instructions of ``n`` warm 4-vGPU prepares (each released untimed),
+    of ``before_hook``'s in turn with them, and of a bare interpreter."""
+    if shutil.which('valgrind') is None:
+        raise SystemExit('--instructions needs valgrind (apt-get install '
+                         'valgrind)')
+    bare = _instructions([python, '-I', '-S', '-c', 'pass'])
+    now, before = [], []
+    for _ in range(n):
+        for hook_at, counts in ((hook_path, now), (before_hook, before)):
+            if hook_at is None:
+                continue
+            xml = gpu_xml(4)
+            counts.append(_instructions([python, '-I', '-S', hook_at, 'gpu',
+                                         'prepare', 'begin', '-'], xml))
+            timed([hook_at, 'gpu', 'release', 'end', '-'], xml, CLEAN_ENV)
+    print('\n   instructions (callgrind), median of %d:' % n)
+    print('   %-34s %6.1f M' % ('%s -I -S -c pass' % python, bare / 1e6))
+    print('   %-34s %6.1f M = %.2fx the bare interpreter' % (
+        'prepare (4 vGPUs)', statistics.median(now) / 1e6,
+        statistics.median(now) / bare))
+    if before:
+        print('   %-34s %6.1f M = %.2fx the bare interpreter' % (
+            'prepare of %s' % label, statistics.median(before) / 1e6,
+            statistics.median(before) / bare))
+        print('   ratio now / before:                %.3fx'
+              % (statistics.median(now) / statistics.median(before)))
+
+
+def _imports(python, hook_path):
+    """``[(cumulative ns, own ns, name)]`` of one warm 4-vGPU prepare."""
     xml = gpu_xml(4)
     r = subprocess.run([python, '-X', 'importtime', '-IS', hook_path, 'gpu',
                         'prepare', 'begin', '-'], input=xml,
@@ -320,9 +402,13 @@ def import_profile(python, hook_path, n):
             continue
         own, cumulative, name = line.split('|', 2)
         rows.append((int(cumulative), int(own.split(':')[1]), name[1:]))
+    return rows
+
+
+def _print_imports(title, rows, n):
     top = [r for r in rows if not r[2].startswith(' ')]
-    print('\n   imports of one warm prepare: %d modules, top level %s '
-          '(cumulative)' % (len(rows), ms(sum(r[0] for r in top) / 1e6)))
+    print('\n   %s: %d modules, top level %s (cumulative)'
+          % (title, len(rows), ms(sum(r[0] for r in top) / 1e6)))
     for cumulative, own, name in sorted(rows, reverse=True)[:n]:
         print('   %9s %9s  %s' % (ms(cumulative / 1e6), ms(own / 1e6),
                                   name.rstrip()))

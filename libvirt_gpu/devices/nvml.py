@@ -31,7 +31,6 @@ from __future__ import annotations
 
 
 from libvirt_gpu import exception
-from libvirt_gpu.devices import layout
 from libvirt_gpu.util import logs
 from libvirt_gpu import objects
 from libvirt_gpu.util import records
@@ -61,6 +60,13 @@ _MIB = 1024 * 1024
 # Answers that mean "this GPU or driver cannot tell", not "broken".
 _UNANSWERED = ('NVML_ERROR_NOT_SUPPORTED', 'NVML_ERROR_FUNCTION_NOT_FOUND',
                'NVML_ERROR_NO_PERMISSION')
+
+
+def _layout():
+    """devices/layout.py, imported where a layout is read: the hook's
+    prepare builds an Nvml source and never reads one."""
+    from libvirt_gpu.devices import layout
+    return layout
 
 
 def _text(value):
@@ -426,7 +432,7 @@ class Session(object):
                                 address=address, reason=e)
             if not info.instanceCount:
                 continue
-            found.append(layout.GiProfile(
+            found.append(_layout().GiProfile(
                 id=int(info.id), name=_profile_name(info),
                 slices=int(info.sliceCount),
                 instances=int(info.instanceCount),
@@ -474,7 +480,7 @@ class Session(object):
                                      type_id, unanswered=True)
             size, where = (None, ()) if mig_backed or not placements \
                 else self._mixed_placements(address, handle, type_id)
-            found.append(layout.TypeFacts(
+            found.append(_layout().TypeFacts(
                 type_id=objects.vendor_type_id(int(type_id)),
                 name=_text(self._call(address, 'nvmlVgpuTypeGetName',
                                       type_id, unanswered=True)),
@@ -529,7 +535,7 @@ class Session(object):
         for profile in profiles:
             for gi in self._gpu_instance_handles(address, profile.id):
                 info = self._call(address, 'nvmlGpuInstanceGetInfo', gi)
-                found.append(layout.GpuInstance(
+                found.append(_layout().GpuInstance(
                     id=int(info.id), profile_id=int(info.profileId),
                     start=int(info.placement.start),
                     size=int(info.placement.size),
@@ -589,12 +595,12 @@ class Session(object):
                            unanswered=True)
         if state is None:
             return None
-        policy = layout.POLICY_NAMES.get(int(state.schedulerPolicy))
+        policy = _layout().POLICY_NAMES.get(int(state.schedulerPolicy))
         if policy is None:
             return None
         slice_ms = int(state.timeslice) // _NS_PER_MS
-        return layout.Scheduler(policy=policy,
-                                time_slice_ms=slice_ms or None)
+        return _layout().Scheduler(policy=policy,
+                                   time_slice_ms=slice_ms or None)
 
     def scheduler(self, address):
         """The GPU's vGPU scheduler (``layout.Scheduler``), or None."""
@@ -719,7 +725,7 @@ class Session(object):
         1000/TT Hz (0: the driver's default)."""
         state = self.lib.c_nvmlVgpuSchedulerState_v2_t()
         state.engineId = self.lib.NVML_VGPU_SCHEDULER_ENGINE_TYPE_GRAPHICS
-        state.schedulerPolicy = layout.SCHEDULERS[scheduler.policy]
+        state.schedulerPolicy = _layout().SCHEDULERS[scheduler.policy]
         state.avgFactor = 0
         state.frequency = (1000 // scheduler.time_slice_ms
                            if scheduler.time_slice_ms else 0)
