@@ -45,14 +45,6 @@ from libvirt_gpu.util import cachefiles
 from libvirt_gpu.util import jsonutil
 from libvirt_gpu.util import records
 
-# the cache directory and its private files are util/cachefiles.py's (the
-# vGPU kinds' registry keeps its list there too)
-CACHE_ENV = cachefiles.CACHE_ENV
-ROOT_CACHE_DIR = cachefiles.ROOT_CACHE_DIR
-cache_dir = cachefiles.cache_dir
-read_private = cachefiles.read_private
-write_private = cachefiles.write_private
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -233,10 +225,10 @@ def parse(data: str | bytes, path: str) -> Snapshot | None:
 def read(path, environ=None):
     """The snapshot's Values for ``path``, or None when there is none that
     matches."""
-    directory = cache_dir(environ)
+    directory = cachefiles.cache_dir(environ)
     if directory is None:
         return None
-    raw = read_private(snapshot_path(directory, path))
+    raw = cachefiles.read_private(snapshot_path(directory, path))
     if raw is None:
         return None
     found = parse(raw, path)
@@ -247,11 +239,11 @@ def write(path, snapshot_key, conf, environ=None):
     """Write the snapshot of ``conf`` (read from ``path``) under
     ``snapshot_key``, taken before the file was read.  Quietly nothing
     when the cache directory cannot be written."""
-    directory = cache_dir(environ)
+    directory = cachefiles.cache_dir(environ)
     found = document(snapshot_key, conf)
     if directory is None or found is None:
         return False
-    return write_private(directory, os.path.basename(
+    return cachefiles.write_private(directory, os.path.basename(
         snapshot_path(directory, path)), jsonutil.dumps(found,
                                                         sort_keys=True))
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from libvirt_gpu import confcache
+from libvirt_gpu.util import cachefiles
 from libvirt_gpu import exception
 from libvirt_gpu.devices import nvml
 from libvirt_gpu import objects
@@ -145,7 +146,7 @@ def test_unwritable_cache_is_no_error(tmp_path, monkeypatch):
     for _ in range(2):
         assert isinstance(confcache.load(str(conf)), cfg.ConfigOpts)
     monkeypatch.setenv('LIBVIRT_GPU_CACHE_DIR', '')
-    assert confcache.cache_dir() is None
+    assert cachefiles.cache_dir() is None
 
 
 def test_snapshot_of_another_owner_or_mode_is_ignored(tmp_path,
@@ -164,15 +165,6 @@ def test_snapshot_of_another_owner_or_mode_is_ignored(tmp_path,
     data['key']['options'] = {}
     path.write_text(json.dumps(data))
     assert confcache.read(str(conf)) is None
-
-
-def test_cache_dir_choice(monkeypatch):
-    env = {'XDG_CACHE_HOME': '/home/u/.xdg'}
-    if os.geteuid() == 0:
-        assert confcache.cache_dir(env) == confcache.ROOT_CACHE_DIR
-    else:
-        assert confcache.cache_dir(env) == '/home/u/.xdg/libvirt-gpu'
-    assert confcache.cache_dir({confcache.CACHE_ENV: '/c'}) == '/c'
 
 
 def test_nvml_only_for_this_hosts_sysfs(tmp_path):
@@ -326,7 +318,7 @@ def cached(tmp_path):
     that points at the snapshot's directory."""
     config = tmp_path / 'libvirt-gpu.conf'
     config.write_text('[DEFAULT]\n')
-    environ = {confcache.CACHE_ENV: str(tmp_path / 'cache')}
+    environ = {cachefiles.CACHE_ENV: str(tmp_path / 'cache')}
     assert confcache.write(str(config), confcache.key(str(config)), VALUES,
                            environ)
     snap = confcache.snapshot_path(str(tmp_path / 'cache'), str(config))
@@ -397,10 +389,10 @@ def test_the_snapshot_size_limit_is_inclusive(cached, extra, read):
 
 def test_no_cache_directory_means_no_snapshot(cached, tmp_path):
     config, environ, snap = cached
-    assert confcache.read(config, {confcache.CACHE_ENV: ''}) is None
+    assert confcache.read(config, {cachefiles.CACHE_ENV: ''}) is None
     assert confcache.write(config, confcache.key(config), VALUES,
-                           {confcache.CACHE_ENV: ''}) is False
-    assert confcache.read(config, {confcache.CACHE_ENV: str(
+                           {cachefiles.CACHE_ENV: ''}) is False
+    assert confcache.read(config, {cachefiles.CACHE_ENV: str(
         tmp_path / 'none')}) is None
 
 
@@ -410,9 +402,9 @@ def test_a_cache_directory_that_cannot_be_made_is_quietly_nothing(
     blocker.write_text('')
     config = str(tmp_path / 'c.conf')
     assert confcache.write(config, confcache.key(config), VALUES,
-                           {confcache.CACHE_ENV: str(blocker)}) is False
+                           {cachefiles.CACHE_ENV: str(blocker)}) is False
     assert confcache.write(config, confcache.key(config), VALUES,
-                           {confcache.CACHE_ENV: str(blocker / 'x')}) is False
+                           {cachefiles.CACHE_ENV: str(blocker / 'x')}) is False
 
 
 def test_the_snapshot_is_the_document_in_sorted_json(cached):
@@ -421,21 +413,6 @@ def test_the_snapshot_is_the_document_in_sorted_json(cached):
         text = f.read()
     assert text.startswith('{"groups": {"gpu": {"nvml": "auto"}}, "key": {')
     assert '"options": {"debug": false, "state_dir": "/s"}' in text
-
-
-def test_cache_dir_for_root_and_for_other_users(monkeypatch):
-    assert confcache.cache_dir({confcache.CACHE_ENV: 'x'}) == 'x'
-    monkeypatch.setattr(os, 'geteuid', lambda: 0)
-    assert confcache.cache_dir({}) == '/var/cache/libvirt-gpu'
-    monkeypatch.setattr(os, 'geteuid', lambda: 1000)
-    assert confcache.cache_dir({'XDG_CACHE_HOME': '/xdg'}) == \
-        '/xdg/libvirt-gpu'
-    monkeypatch.setenv('HOME', '/home/u')
-    assert confcache.cache_dir({'XDG_CACHE_HOME': ''}) == \
-        '/home/u/.cache/libvirt-gpu'
-    assert confcache.cache_dir({}) == '/home/u/.cache/libvirt-gpu'
-    monkeypatch.setenv(confcache.CACHE_ENV, '/from/env')
-    assert confcache.cache_dir() == '/from/env'
 
 
 def test_snapshot_path_is_named_after_the_path_s_digest():

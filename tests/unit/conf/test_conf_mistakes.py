@@ -138,7 +138,8 @@ def test_our_own_state_dir_is_accepted(tmp_path):
 def test_the_snapshot_path_refuses_it_too(tmp_path, monkeypatch):
     """The CLI's settings snapshot (confcache) checks the value too."""
     from libvirt_gpu import confcache
-    monkeypatch.setenv(confcache.CACHE_ENV, str(tmp_path / 'cache'))
+    from libvirt_gpu.util import cachefiles
+    monkeypatch.setenv(cachefiles.CACHE_ENV, str(tmp_path / 'cache'))
     path = _write(tmp_path, '[DEFAULT]\nstate_dir = %s\n'
                   % (tmp_path / 'state'))
     confcache.load(path)
