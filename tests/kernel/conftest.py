@@ -170,7 +170,9 @@ def guest_pci(lab):
     whole line its init printed: the console file is read while the guest
     writes it, and a line counts only once its end mark is there."""
     r = lab.vm.run(['grep', 'GUEST PCI', OS_GUEST_SERIAL])
-    whole = [line.split()[2:-1] for line in r.stdout.splitlines()
+    # what follows the mark: a kernel message may share its line
+    whole = [line.partition('GUEST PCI')[2].split()[:-1]
+             for line in r.stdout.splitlines()
              if line.rstrip('\r').endswith(' END')]
     if not whole:
         return {}
