@@ -18,7 +18,6 @@ vGPU, the mdevs, the free instances of the guest's type.
 """
 
 import json
-import os
 import subprocess
 import sys
 
@@ -28,61 +27,25 @@ from libvirt_gpu import objects
 from tests.functional import hook_guests as hg
 from tests.functional import libvirtd
 from tests.functional import live_sysfs as ls
+from tests.functional.vendor_probe import L40S_PRE
+from tests.functional.vendor_probe import Setup
+from tests.functional.vendor_probe import by_operation
+from tests.functional.vendor_probe import hostdev_vfs
+from tests.functional.vendor_probe import probe
+from tests.functional.vendor_probe import vgpus_now
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
-from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
 
 PCI_VFIO_ERROR = "host doesn't support passthrough of host PCI devices"
 MDEV_VFIO_ERROR = 'Mediated host device assignment requires VFIO support'
 
 L40S_VF = '0000:bd:00.6'                 # on the empty L40S
-L40S_PRE = {'0000:3d:00.4': 'nvidia-1145', '0000:3d:00.5': 'nvidia-1145'}
 A100_PF = '0000:41:00.0'
 A100_VF = '0000:41:00.6'
 A100_PRE = 'aa618089-8b16-4d01-a136-25a0f3c73123'   # A100-20C on .4
 
 missing = ls.live_host_requirements()
 pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
-
-PROBE = r'''#!/bin/sh
-cat > /dev/null
-line="$2 $3"
-for f in /sys/bus/pci/devices/*/nvidia/@CURRENT@; do
-    [ -e "$f" ] || continue
-    read -r v < "$f"
-    [ "$v" = 0 ] && continue
-    d=${f%/nvidia/@CURRENT@}
-    line="$line vf=${d##*/}:$v"
-done
-for d in /sys/bus/mdev/devices/*; do
-    [ -e "$d" ] || continue
-    line="$line mdev=${d##*/}"
-done
-free=0
-for t in /sys/class/mdev_bus/*/mdev_supported_types/@TYPE@; do
-    f=$t/available_instances
-    [ -e "$f" ] || continue
-    read -r n < "$f"
-    free=$((free + n))
-done
-echo "$line free=$free" >> @LOG@
-exit 0
-'''
-
-
-class Setup(hg.HookSetup):
-    """Our hook (configured for ``type_id`` on the live tree) and the
-    probe hook."""
-
-    def __init__(self, workdir, type_id):
-        super().__init__(workdir, type_id)
-        self.probe_log = os.path.join(workdir, 'probe.log')
-
-    def extra_hooks(self):
-        probe = PROBE.replace('@TYPE@', self.type_id).replace(
-            '@CURRENT@', vendor_names.CURRENT_TYPE).replace(
-            '@LOG@', libvirtd._sh_quote(self.probe_log))
-        return {'qemu.d/zz-probe': probe}
 
 
 def _host(tmp_path_factory, profile, type_id):
@@ -107,31 +70,6 @@ def a100(tmp_path_factory):
 
 def new_uuid():
     return objects.Uuid.new()
-
-
-def probe(host):
-    """``[(operation, sub-operation, {vf: number}, [mdev uuids], free)]``
-    of every hook call so far, then forgets them."""
-    try:
-        with open(host.setup.probe_log) as f:
-            lines = f.read().splitlines()
-        os.unlink(host.setup.probe_log)
-    except FileNotFoundError:
-        return []
-    calls = []
-    for line in lines:
-        words = line.split()
-        vfs = dict(w[3:].rsplit(':', 1) for w in words[2:]
-                   if w.startswith('vf='))
-        calls.append((words[0], words[1],
-                      {vf: int(n) for vf, n in vfs.items()},
-                      sorted(w[5:] for w in words if w.startswith('mdev=')),
-                      int(words[-1][len('free='):])))
-    return calls
-
-
-def by_operation(calls):
-    return {(op, sub): rest for op, sub, *rest in calls}
 
 
 def reconcile(host, *extra):
@@ -163,18 +101,6 @@ def l40s_inactive(dom):
     import libvirt
     from lxml import etree
     return etree.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-
-
-def hostdev_vfs(root):
-    """Addresses of the unmanaged PCI hostdevs in a domain's XML."""
-    return [str(objects.PciAddress(*(int(a.get(k), 16) for k in (
-        'domain', 'bus', 'slot', 'function'))))
-        for a in root.findall("devices/hostdev[@type='pci'][@managed='no']"
-                              "/source/address")]
-
-
-def vgpus_now(host):
-    return {vf: t for vf, t in host.live.state()['vgpus'].items() if t}
 
 
 # --- L40S: the vGPU 17+ vendor interface -------------------------------------

@@ -18,7 +18,6 @@ takes none."""
 
 import json
 import os
-import stat
 import subprocess
 import sys
 import uuid as uuidlib
@@ -33,13 +32,14 @@ from libvirt_gpu.simulator import loading
 from tests.functional import hook_guests as hg
 from tests.functional import libvirtd as libvirtd_mod
 from tests.functional import live_sysfs as ls
+from tests.functional.migration_hosts import Host
+from tests.functional.migration_hosts import MIGRATE_URI
+from tests.functional.migration_hosts import migrate
+from tests.functional.migration_hosts import on
 
 TYPE = 'nvidia-1300'
 VF = '0000:4e:00.4'
 GPU = '0000:4e:00.0'
-MIGRATE_URI = 'tcp://127.0.0.1'
-RELAY = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                     'ext_relay.py')
 
 missing = ls.live_host_requirements()
 pytestmark = pytest.mark.skipif(bool(missing), reason='; '.join(missing))
@@ -53,31 +53,6 @@ class Setup(hg.HookSetup):
         with open(self.config, 'a') as f:
             f.write('nvml = simulated\n')
         return found
-
-
-class Host(ls.LiveHost):
-    """A live host whose libvirtd has a host UUID of its own (libvirt
-    refuses a migration to the host it runs on), reached by ``ext_uri``."""
-
-    def start(self):
-        for sub in ('callouts', 'notifiers'):
-            os.makedirs(os.path.join(self.mdevctl_dir, 'scripts.d', sub),
-                        exist_ok=True)
-        self.live.start()
-        self.daemon = libvirtd_mod.LibvirtDaemon(
-            hooks=self.hooks(self.live),
-            binds=self.live.libvirt_binds() + [(self.mdevctl_dir,
-                                                '/etc/mdevctl.d')],
-            env={'SYSTEMD_DEVICE_VERIFY_SYSFS': '0'},
-            libvirtd_conf='host_uuid = "%s"' % uuidlib.uuid4())
-        self.daemon.start()
-        relay = os.path.join(self.workdir, 'relay.sh')
-        with open(relay, 'w') as f:
-            f.write('#!/bin/sh\nexec %s -I %s %s\n' % (
-                sys.executable, RELAY, self.daemon.socket_path))
-        os.chmod(relay, stat.S_IRWXU)
-        self.ext_uri = 'qemu+ext://127.0.0.1/system?command=%s' % relay
-        return self
 
 
 def _host(tmp_path_factory, name, driver_version):
@@ -138,28 +113,9 @@ def cli(host, *args):
         cwd=ls.REPO, capture_output=True, text=True, timeout=120)
 
 
-def on(host, name):
-    return [d.name() for d in host.daemon.connect().listAllDomains()
-            if d.name() == name]
-
-
 REFUSAL = ("NVIDIA's driver allows no live migration to GPU %s (no kind at "
            "all): limited by the host driver (the source runs 580.95.02, "
            "this host 550.127.05)" % GPU)
-
-
-def migrate(source, dest, name):
-    """What ``libvirt-gpu migrate`` runs once its checks passed (they
-    refuse here before: this QEMU is older than VFIO migration needs):
-    ``migration.migrate``, which writes NVIDIA's metadata first."""
-    from libvirt_gpu.devices import nvml
-    from libvirt_gpu.guests import migration
-    from libvirt_gpu.virt import host as host_mod
-    here = nvml.source('simulated', sysfs_root=source.live.root)
-    with host_mod.Host(source.uri) as src, \
-            host_mod.Host(dest.ext_uri) as dst:
-        return migration.migrate(src, dst, dest.ext_uri, name,
-                                 migrate_uri=MIGRATE_URI, nvml=here)
 
 
 def test_libvirt_gpu_migrate_is_refused_with_nvidia_s_reason(

@@ -49,8 +49,8 @@ from tests.doubles import poll
 from tests.functional import hook_guests as hg
 from tests.functional import libvirtd as libvirtd_mod
 from tests.functional import live_sysfs as ls
-from tests.functional import test_live_vendor as tlv
-from tests.functional import test_migrate_nvidia as tmn
+from tests.functional import migration_hosts as tmn
+from tests.functional import vendor_probe as tlv
 
 TYPE = 'nvidia-1145'                     # L40S-1B
 GPU = '0000:bd:00.0'                     # the empty L40S, VFs on vfio-pci
@@ -79,7 +79,7 @@ os.execv(%(qemu)r, [%(qemu)r] + kept)
 
 
 class Host(tmn.Host):
-    """``test_migrate_nvidia``'s host (own host UUID, ``ext_uri``), its
+    """``migration_hosts``' host (own host UUID, ``ext_uri``), its
     daemon seeing ``/dev/vfio`` and the tree's drivers."""
 
     def start(self):

@@ -55,7 +55,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
 from tests.doubles.poll import wait_for
-from tests.unit import test_exporter_layout as tel
+from tests.doubles import exporter_layout as tel
 from tests.doubles import t4_hook as th
 
 DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')

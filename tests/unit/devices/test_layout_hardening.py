@@ -1,5 +1,5 @@
 """Issue 39's layout findings, on the simulated hosts the layouts are for
-(``test_layouts_inject.Host``: a static tree, the kernel double answering
+(``layout_hosts.Host``: a static tree, the kernel double answering
 its sysfs writes, ``[gpu]/nvml = simulated`` over the same tree):
 
 - every check that can be made before the first step is made by ``plan``
@@ -27,10 +27,10 @@ from libvirt_gpu.host import layout_apply
 from libvirt_gpu.devices import layout_plan as lp
 from libvirt_gpu import objects
 from tests.doubles import layouts
-from tests.unit.host import test_layout_apply_inject as inject
+from tests.doubles import layout_hosts
 
-H100 = inject.H100
-L40S = inject.L40S
+H100 = layout_hosts.H100
+L40S = layout_hosts.L40S
 
 
 def _failed_check(report):
@@ -67,7 +67,7 @@ def test_plan_and_apply_refuse_before_the_first_step_what_mig_on_refuses(
     """The H100 as it boots: MIG off, its VFs enabled.  ``plan`` says the
     layout fails (it used to say "0 failed"); ``apply`` refuses before
     its first step (it used to disable every VF and turn MIG on first)."""
-    host = inject.Host(tmp_path, H100)
+    host = layout_hosts.Host(tmp_path, H100)
     before = host.driver()
     env = host.env(lines)
     for dry_run in (True, False):
@@ -83,7 +83,7 @@ def test_plan_and_apply_refuse_before_the_first_step_what_mig_on_refuses(
 
 def test_a_time_sliced_layout_on_a_mig_gpu_is_refused_before_mig_goes_off(
         tmp_path):
-    host = inject.Host(tmp_path, H100)
+    host = layout_hosts.Host(tmp_path, H100)
     assert not layouts.converge(
         host.env(('mode = mig', 'gpu_instances = 1g.10gb:1',
                   'vgpu_types = nvidia-1308')), settle_timeout=5.0).failed
@@ -99,7 +99,7 @@ def test_a_time_sliced_layout_on_a_mig_gpu_is_refused_before_mig_goes_off(
 def test_the_cli_plan_of_a_layout_the_gpu_can_never_offer_exits_1(
         tmp_path, capsys):
     from libvirt_gpu.cmd import main as cli
-    host = inject.Host(tmp_path, H100)
+    host = layout_hosts.Host(tmp_path, H100)
     lines = ('mode = mig', 'gpu_instances = 1g.10gb:2',
              'vgpu_types = nvidia-1300')
     host.env(lines)
@@ -119,7 +119,7 @@ def test_every_time_slice_the_option_takes_the_driver_takes_and_reads_back(
     set through the product's NVML session on the simulated L40S and
     read back as itself (30 ms was sent as 33 per second, which the
     simulated driver refused: outside its 34..1000)."""
-    host = inject.Host(tmp_path, L40S)
+    host = layout_hosts.Host(tmp_path, L40S)
     env = host.env(L40S.layout)
     address = objects.PciAddress.parse(L40S.gpu)
     low, high = layout.TIME_SLICE_MS
@@ -134,7 +134,7 @@ def test_every_time_slice_the_option_takes_the_driver_takes_and_reads_back(
 
 @pytest.mark.parametrize('ms', [1, 30])
 def test_apply_of_a_time_slice_at_each_end_converges(tmp_path, ms):
-    host = inject.Host(tmp_path, L40S)
+    host = layout_hosts.Host(tmp_path, L40S)
     lines = tuple(line if not line.startswith('time_slice_ms') else
                   'time_slice_ms = %d' % ms for line in L40S.layout)
     report = layouts.converge(host.env(lines), settle_timeout=5.0)
@@ -151,7 +151,7 @@ def test_a_plain_tree_says_it_cannot_change_its_vfs(tmp_path):
     ``sriov_numvfs`` write, so its VFs stay.  The step says so and points
     at ``simulate --live`` (it used to go on and fail at MIG mode with
     NVML's "In use by another client")."""
-    host = inject.Host(tmp_path, H100)
+    host = layout_hosts.Host(tmp_path, H100)
     name = os.path.join(host.path, 'plain.conf')
     with open(name, 'w') as f:
         f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n'
@@ -185,7 +185,7 @@ def test_a_second_applier_waits_for_the_first_and_never_interleaves(
     second is refused naming the lock's holder, without a step of its own
     (without the lock it ran its own plan beside the first's); once the
     first is done, it finds the GPU at its layout."""
-    host = inject.Host(tmp_path, H100)
+    host = layout_hosts.Host(tmp_path, H100)
     first_env = host.env(H100.layout)
     second_env = host.env(H100.layout + ('',))      # its own Environment
     inside = threading.Event()
@@ -231,7 +231,7 @@ def _l40s_totals(host, setting):
     from libvirt_gpu.devices import discovery
     from libvirt_gpu.openstack.placement import model
     from tests.doubles import kinds
-    from tests.unit.devices import test_capacity_mig as mc
+    from tests.doubles import mig_host as mc
     env = mc._Env(host, {mc.L40S: setting})
     gpus = discovery.from_sysfs(host.sysfs, kinds=kinds.registered()).gpus
     found = model.build_tree('compute-1', gpus, env.enabled,
@@ -248,7 +248,7 @@ def test_mixed_size_turned_off_by_hand_offers_one_size_only(tmp_path):
     is offered the first type only (it was offered 3 + 1 of two sizes),
     or the type of the vGPU the GPU holds; the layout applied again
     offers both again."""
-    from tests.unit.devices import test_capacity_mig as mc
+    from tests.doubles import mig_host as mc
     host = mc.Host(str(tmp_path / 'sys'), 'l40s', str(tmp_path / 'state'))
     setting = objects.EnabledType(
         mc.L40S_12Q, max_instances=3, others=(objects.EnabledType(
@@ -287,7 +287,7 @@ def test_two_applier_processes_never_interleave(tmp_path):
     import subprocess
     import sys
     from tests.doubles import poll
-    host = inject.Host(tmp_path, H100)
+    host = layout_hosts.Host(tmp_path, H100)
     host.env(H100.layout)
     config = os.path.join(host.path, 'c0.conf')
     calls = tmp_path / 'calls'

@@ -4,7 +4,7 @@ one-line reason the hook logs is NVML's own, whole -- a driver that
 cannot be loaded, a GPU that does not answer ``nvmlDeviceGetVgpuMetadata``,
 a call that fails while every GPU is asked -- and a vGPU whose metadata
 cannot be read is logged with the call and the GPU.  On the simulated
-H100 (tests/unit/devices/test_nvml_migration.py) with its injected failures."""
+H100 (tests/doubles/h100_nvml.py) with its injected failures."""
 
 import logging
 
@@ -14,11 +14,11 @@ from libvirt_gpu import objects
 from libvirt_gpu.devices import nvml
 from libvirt_gpu.simulator import nvml as sim_nvml
 from tests.doubles import nvml_fake
-from tests.unit.devices.test_nvml_migration import PF
-from tests.unit.devices.test_nvml_migration import VF
-from tests.unit.devices.test_nvml_migration import h100
-from tests.unit.devices.test_nvml_migration import host
-from tests.unit.devices.test_nvml_migration import product
+from tests.doubles.h100_nvml import PF
+from tests.doubles.h100_nvml import VF
+from tests.doubles.h100_nvml import h100
+from tests.doubles.h100_nvml import host
+from tests.doubles.h100_nvml import product
 
 GPU = objects.PciAddress.parse(PF)
 

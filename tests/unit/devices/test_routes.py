@@ -19,7 +19,9 @@ from libvirt_gpu.util import records
 from tests.doubles import fakes
 from tests.doubles import trees
 from tests.doubles import t4_hook as th
-from tests.unit.guests import test_reconcile as tr
+from tests.doubles import reconcile_world as tr
+from tests.doubles.reconcile_world import CYBORG_A
+from tests.doubles.reconcile_world import _restore
 
 A, B, TYPE = tr.A, tr.B, tr.TYPE
 
@@ -138,13 +140,7 @@ def test_routes_round_trip_through_the_hook_snapshot():
 
 # -- reconcile and Cyborg's vGPUs --------------------------------------------
 
-@pytest.fixture
-def world(tmp_path):
-    with trees.simulated_tree('t4', without_mdevs=True) as (root, profile):
-        yield tr.World(root, profile, tmp_path)
-
-
-CYBORG_A = routes.Routes(owners={A: routes.CYBORG})
+world = tr.world
 
 
 def run(world, owners=CYBORG_A, **kwargs):
@@ -338,11 +334,6 @@ def test_a_dry_run_of_the_leftovers_takes_no_lock(world):
 
 
 # -- restore: other routes' definitions and its step 5 -----------------------
-
-def _restore(world, owners=CYBORG_A, **kwargs):
-    from libvirt_gpu.host import restore
-    return restore.Restore(world.env().replace(routes=owners), **kwargs)
-
 
 def test_restore_starts_no_definition_of_another_routes_gpu(world):
     from libvirt_gpu.host import restore

@@ -4,7 +4,7 @@ type counts (non-ASCII digits, huge numbers, separators, control
 characters), schedulers and time slices, each section written as an
 operator would and read by ``libvirt-gpu layout plan`` (in this process:
 the whole CLI, its configuration reading included) on the simulated H100
-and L40S hosts (``test_layouts_inject.Host``: NVML over the simulated
+and L40S hosts (``layout_hosts.Host``: NVML over the simulated
 driver):
 
 - no internal error: the command exits 0 or 1, and stderr holds no
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import pytest
 
 from libvirt_gpu.cmd import main as cli
-from tests.unit.host import test_layout_apply_inject as inject
+from tests.doubles import layout_hosts
 
 configuration.set_hypothesis_home_dir(os.path.join(
     tempfile.gettempdir(), 'libvirt-gpu-hypothesis-%d' % os.getuid()))
@@ -98,9 +98,9 @@ names = st.sampled_from(
 
 @pytest.fixture(scope='module')
 def hosts(tmp_path_factory):
-    return {case.profile: inject.Host(tmp_path_factory.mktemp(case.profile),
-                                      case)
-            for case in (inject.H100, inject.L40S)}
+    return {case.profile: layout_hosts.Host(
+        tmp_path_factory.mktemp(case.profile), case)
+            for case in (layout_hosts.H100, layout_hosts.L40S)}
 
 
 @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,

@@ -12,7 +12,7 @@ from libvirt_gpu.devices import capacity
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.guests import migration
 from libvirt_gpu.virt import metadata
-from tests.unit.devices import test_capacity_mig as tmc
+from tests.doubles import mig_host as tmc
 
 h100 = tmc.h100
 l40s = tmc.l40s

@@ -14,7 +14,7 @@ from libvirt_gpu.virt import metadata
 from tests.doubles import fake_libvirt
 from tests.doubles import t4_hook as th
 from tests.doubles import vendor_world as tv
-from tests.unit.devices import test_nvml_migration as tn
+from tests.doubles import h100_nvml as tn
 
 
 def running(tmp_path, uuid, parent=tn.VF, driver_metadata=None):

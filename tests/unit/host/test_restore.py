@@ -9,14 +9,16 @@ import stat
 
 from libvirt_gpu.devices.backends import base
 from libvirt_gpu.devices.backends import nvidia_vgpu
-from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import environment
 from libvirt_gpu import objects
 from libvirt_gpu.host import restore
 from libvirt_gpu import simulator
 from libvirt_gpu.cmd import main as cli
 from libvirt_gpu.simulator import loading
-from tests.doubles import kernel_sysfs
+from tests.doubles.rebooted_host import conf
+from tests.doubles.rebooted_host import define
+from tests.doubles.rebooted_host import host
+from tests.doubles.rebooted_host import rebooted
 from libvirt_gpu.devices.backends.nvidia_vgpu.files import (
     VendorFiles as vendor)
 from libvirt_gpu.devices.backends.nvidia_vgpu import names as vendor_names
@@ -33,38 +35,6 @@ U2 = objects.Uuid.parse('c73f1fa6-489e-4834-9476-d70dabd98c40')
 U3 = objects.Uuid.parse('3b356d38-854e-48be-b376-00c72c7d119c')
 U4 = objects.Uuid.parse('676428a0-2445-499f-9bfd-65cd4a9bd18f')
 U5 = objects.Uuid.parse('6c5954b8-5bc1-4769-b820-8099fe50aaba')
-
-
-def rebooted(name):
-    """The bundled profile as a boot leaves it: VFs off, no vGPU."""
-    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
-        data = json.load(f)
-    for dev in data['devices']:
-        dev.pop('mdevs', None)
-        dev.pop('held_type', None)
-        if dev.get('virtfns'):
-            dev['sriov_numvfs'] = 0
-    return loading.profile_from_dict(data, source=name + '-rebooted')
-
-
-def host(profile, fast_tmp):
-    root = os.path.join(fast_tmp, 'sys')
-    simulator.write_sysfs(profile, root)
-    return kernel_sysfs.KernelSysfs(root, profile)
-
-
-def conf(fast_tmp, text):
-    path = os.path.join(fast_tmp, 'libvirt-gpu.conf')
-    with open(path, 'w') as f:
-        f.write('[DEFAULT]\nstate_dir = %s\n%s'
-                % (os.path.join(fast_tmp, 'state'), text))
-    return path, conf_mod.load(path)
-
-
-def define(mdevctl, parent, uuid, type_id, start):
-    os.makedirs(os.path.join(mdevctl, parent), exist_ok=True)
-    with open(os.path.join(mdevctl, parent, uuid), 'w') as f:
-        json.dump({'mdev_type': type_id, 'start': start, 'attrs': []}, f)
 
 
 def summary(report):

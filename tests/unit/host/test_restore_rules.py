@@ -19,12 +19,12 @@ from tests.doubles.carved_host import CARVING
 from tests.doubles.carved_host import Host
 from tests.doubles.carved_host import L2
 from tests.doubles.carved_host import plant
-from tests.unit.host.test_restore import conf
-from tests.unit.host.test_restore import define
-from tests.unit.host.test_restore import host
-from tests.unit.host.test_restore import rebooted
-from tests.unit.devices import test_routes
-from tests.unit.devices.test_routes import _restore
+from tests.doubles import reconcile_world
+from tests.doubles.rebooted_host import conf
+from tests.doubles.rebooted_host import define
+from tests.doubles.rebooted_host import host
+from tests.doubles.rebooted_host import rebooted
+from tests.doubles.reconcile_world import _restore
 
 U1 = 'aa618089-8b16-4d01-a136-25a0f3c73123'
 
@@ -38,12 +38,7 @@ def fast_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def world(tmp_path):
-    """test_routes' T4 host (A and B) with libvirt's domains faked."""
-    with test_routes.trees.simulated_tree('t4', without_mdevs=True) as (
-            root, profile):
-        yield test_routes.tr.World(root, profile, tmp_path)
+world = reconcile_world.world
 
 
 def test_a_persistent_vgpu_is_created_once_then_reported_as_existing(

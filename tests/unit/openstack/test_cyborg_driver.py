@@ -147,8 +147,8 @@ def test_report_refused_says_cyborg_keeps_its_devices():
 
 def test_withheld_gpus_are_logged_warning_only_where_a_type_is_enabled(
         tmp_path, caplog):
-    from tests.unit.openstack import test_cyborg_driver_report_guards as guards
-    path = guards.host_conf(tmp_path)
+    from tests.doubles import cyborg_host
+    path = cyborg_host.host_conf(tmp_path)
     # the file named in the environment handed in
     with caplog.at_level(logging.INFO, 'libvirt_gpu'):
         devices = cyborg_driver.discover_records(
@@ -164,7 +164,7 @@ def test_withheld_gpus_are_logged_warning_only_where_a_type_is_enabled(
         'offered whole: it holds vGPUs now (Cyborg could not reserve it)')
     caplog.clear()
     # af:00.0 holds T4-2B vGPUs: no room for a T4-1B beside them
-    full = guards.host_conf(tmp_path / 'full', gpu_lines=[
+    full = cyborg_host.host_conf(tmp_path / 'full', gpu_lines=[
         'enabled_vgpu_types = nvidia-222'], sections=[
         '[vgpu_nvidia-222]', 'device_addresses = 0000:af:00.0'])
     with caplog.at_level(logging.INFO, 'libvirt_gpu'):

@@ -1,7 +1,7 @@
 """The README and docs/ against the code, so that they cannot drift.
 
 - docs/dev/architecture.md's module table is ``LEVELS`` of
-  tests/unit/project/test_architecture.py, row for row: rename, add or move a
+  tests/doubles/architecture.py, row for row: rename, add or move a
   module and this fails until the table says so;
 - its folder table names every folder of libvirt_gpu/ and, in the row of
   its folder, every module once; the folders under the root come from the
@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from tests.unit.project import test_architecture
+from tests.doubles import architecture
 from tests.doubles import paths
 
 ROOT = paths.ROOT
@@ -94,16 +94,16 @@ def _row_text(rank):
 
 def test_the_module_table_is_levels_row_for_row():
     rows = table_rows(_read(ARCHITECTURE))
-    levels = [set(rank) for rank in test_architecture.LEVELS]
+    levels = [set(rank) for rank in architecture.LEVELS]
     assert rows, 'no module table found under "## The rooms"'
     if rows != levels:
         want = '\n'.join('| %s | ... |' % _row_text(rank)
-                         for rank in test_architecture.LEVELS)
+                         for rank in architecture.LEVELS)
         in_table = set().union(*rows)
         in_levels = set().union(*levels)
         pytest.fail(
             'docs/dev/architecture.md\'s module table differs from LEVELS '
-            'in tests/unit/project/test_architecture.py.\n'
+            'in tests/doubles/architecture.py.\n'
             'only in the table: %s\nonly in LEVELS: %s\n'
             'The first column must read, row by row, from the floor up:\n%s'
             % (sorted(in_table - in_levels) or '-',
@@ -230,9 +230,9 @@ def test_the_layer_folders_come_from_the_floor_up():
     order = [folder for folder, _, _ in folder_rows(_read(ARCHITECTURE))
              if folder and '/' not in folder]
     excused = {(a.split('.')[0], b.split('.')[0])
-               for a, b in test_architecture.FOLDER_ARROWS_EXCUSED}
-    arrows = test_architecture.folder_graph(
-        test_architecture.door_graph(), top=True, excused=excused)
+               for a, b in architecture.FOLDER_ARROWS_EXCUSED}
+    arrows = architecture.folder_graph(
+        architecture.door_graph(), top=True, excused=excused)
     assert set(order) == {f for f in package_folders()
                           if f and '/' not in f}, order
     below = folders_below(order, arrows)
@@ -241,7 +241,7 @@ def test_the_layer_folders_come_from_the_floor_up():
 
 def folders_below(order, arrows):
     """Each folder of ``order`` (the rows, from the floor up) that imports
-    one of a row below it (``arrows``: test_architecture.folder_graph),
+    one of a row below it (``arrows``: architecture.folder_graph),
     one line each, naming a module that does."""
     return sorted('%s imports %s, on a row below it (%s)' % (
         folder, target, arrows[folder][target][0][0])

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from tests.doubles import architecture
 from tests.doubles.paths import ROOT
 
 # The layers issue 40 named: records, the libvirt layer, the host's state,
@@ -30,13 +31,7 @@ def _strict_patterns():
 
 
 def _modules():
-    for folder, _, files in os.walk(os.path.join(ROOT, 'libvirt_gpu')):
-        for name in files:
-            if name.endswith('.py'):
-                path = os.path.relpath(os.path.join(folder, name), ROOT)
-                module = path[:-3].replace(os.sep, '.')
-                yield module[:-len('.__init__')] if module.endswith(
-                    '.__init__') else module
+    return sorted(architecture.our_modules())
 
 
 def _strict(module, patterns):

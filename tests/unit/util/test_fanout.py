@@ -11,7 +11,7 @@ from libvirt_gpu.devices import discovery
 from libvirt_gpu.util import fanout
 from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
-from tests.unit.devices.sysfs import test_sysfs_hostile as hostile
+from tests.doubles import hostile_sysfs as hostile
 from tests.doubles import kinds
 from tests.doubles import trees
 

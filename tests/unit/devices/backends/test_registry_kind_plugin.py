@@ -37,7 +37,7 @@ from tests.doubles import fake_libvirt
 from tests.doubles import kinds
 from tests.doubles import tables
 from tests.doubles import toy_kind
-from tests.unit.project import test_architecture
+from tests.doubles import architecture
 
 GPU = '0000:bd:00.0'
 TOY_VFS = tuple(objects.PciAddress.parse(a) for a in (
@@ -214,7 +214,7 @@ def test_reconcile_removes_a_toy_vgpu_no_guest_uses(toy, tmp_path):
 
 
 def test_nothing_outside_the_toy_module_names_its_interface():
-    assert test_architecture.names_outside_kinds(
+    assert architecture.names_outside_kinds(
         [toy_kind.FullToyKind]) == []
 
 

@@ -23,7 +23,7 @@ from libvirt_gpu import simulator
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from tests.doubles import kinds
 from tests.doubles import trees
-from tests.unit.devices.sysfs import test_sysfs_hostile as hostile
+from tests.doubles import hostile_sysfs as hostile
 
 A, TYPE, ENABLED = hostile.A, hostile.TYPE, hostile.ENABLED
 

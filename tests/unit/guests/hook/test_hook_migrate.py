@@ -23,42 +23,12 @@ from tests.doubles import fake_libvirt
 from tests.doubles import paths
 from tests.doubles import t4_hook as th
 from tests.doubles import vendor_world as tv
+from tests.doubles.t4_migrate import SOURCE_GPU
+from tests.doubles.t4_migrate import _holder_gone
+from tests.doubles.t4_migrate import incoming_xml
+from tests.doubles.t4_migrate import migrate
 
 A, B, DOM, EXISTING = th.A, th.B, th.DOM, th.EXISTING
-SOURCE_GPU = '0000:65:00.0'          # the source host's GPU: not here
-GONE_PID = 2 ** 22 + 7               # above pid_max's default
-
-
-def migrate(env, xml):
-    """The hook's ``migrate begin -``: ``(rc, stdout bytes, stderr)``."""
-    out, err = io.BytesIO(), io.StringIO()
-    rc = hook.run(['qemu', 'vm1', 'migrate', 'begin', '-'], xml,
-                  config_file=env.config, settings_file=env.settings_file,
-                  sysfs=env.sysfs, stderr=err, mdevctl_dir=env.mdevctl_dir,
-                  stdout=out)
-    return rc, out.getvalue(), err.getvalue()
-
-
-def incoming_xml(uuid, parent=SOURCE_GPU, pgpu=''):
-    """What libvirt hands the destination's hook: nova's metadata, a
-    comment, odd spacing and quotes around ours, one mdev hostdev with a
-    guest-side address."""
-    return (
-        "<domain type='kvm' id='3'>\n  <name>vm1</name><uuid>%s</uuid>\n"
-        "  <metadata>\n    <nova:instance xmlns:nova='http://openstack.org/"
-        "xmlns/libvirt/nova/1.1'><nova:name>a &amp; b</nova:name>"
-        "<nova:flavor name=\"vgpu\"/></nova:instance>\n"
-        "    <!-- ours below -->\n"
-        "    <g:gpus xmlns:g='urn:libvirt-gpu:1'><g:vgpu  uuid='%s' "
-        "type=\"nvidia-223\"%s />%s</g:gpus>\n  </metadata>\n"
-        "  <memory unit='KiB'>65536</memory>\n"
-        "  <devices>\n    <hostdev mode='subsystem' type='mdev' "
-        "managed='no' model='vfio-pci' display='off'>\n      <source>"
-        "<address  uuid='%s' /></source>\n      <address type='pci' "
-        "domain='0x0000' bus='0x00' slot='0x05' function='0x0'/>\n"
-        "    </hostdev>\n  </devices>\n</domain>\n"
-        % (DOM, uuid, " parent='%s'" % parent if parent else '', pgpu,
-           uuid)).encode()
 
 
 def lease_of(env, uuid):
@@ -216,16 +186,6 @@ def _reconcile(env, tmp_path):
         env.state_dir, sysfs=env.sysfs,
         host=host_mod.Host.from_connection(conn),
         mdevctl_dir=env.mdevctl_dir))
-
-
-def _holder_gone(env, uuid, expires_at=None):
-    with state.LeaseStore(env.state_dir).transaction() as txn:
-        txn._db.execute('UPDATE leases SET pid = ?, pid_start = NULL, '
-                        'updated_at = updated_at - 1 WHERE mdev_uuid = ?',
-                        (GONE_PID, uuid))
-        if expires_at is not None:
-            txn._db.execute('UPDATE leases SET expires_at = ? WHERE '
-                            'mdev_uuid = ?', (expires_at, uuid))
 
 
 def test_reconcile_keeps_a_held_reservation_then_frees_it(env, tmp_path):

@@ -12,25 +12,11 @@ import pytest
 from libvirt_gpu import objects
 from libvirt_gpu.store import state
 from tests.doubles import t4_hook as th
-from tests.unit.guests.hook import test_hook_migrate as tm
+from tests.doubles import t4_migrate as tm
+from tests.doubles.t4_migrate import _vf_xml
 
 A, DOM = th.A, th.DOM
 DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
-SOURCE_VF = '0000:65:00.5'
-
-
-def _vf_xml(uuid):
-    """A domain whose vGPU is a VF on the source (NVIDIA's vendor
-    interface): a PCI hostdev at the entry's parent."""
-    return (
-        "<domain type='kvm'><name>vm1</name><uuid>%s</uuid><metadata>"
-        "<g:gpus xmlns:g='urn:libvirt-gpu:1'><g:vgpu uuid='%s' "
-        "type='nvidia-223' parent='%s'/></g:gpus></metadata>"
-        "<memory unit='KiB'>65536</memory><devices>"
-        "<hostdev mode='subsystem' type='pci' managed='no'><source>"
-        "<address domain='0x0000' bus='0x65' slot='0x00' function='0x5'/>"
-        "</source></hostdev></devices></domain>" % (DOM, uuid, SOURCE_VF)
-    ).encode()
 
 
 def test_a_kind_mismatch_leaves_no_reservation(env):

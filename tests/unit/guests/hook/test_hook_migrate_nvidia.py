@@ -6,58 +6,21 @@ metadata comes from another simulated H100 (its own kernel, its driver
 version as the test sets it)."""
 
 import base64
-import io
 
 import pytest
 
-from libvirt_gpu.devices import nvml
-from libvirt_gpu.guests import hook
 from libvirt_gpu import objects
+from tests.doubles import h100_migrate as hm
 from tests.doubles import t4_hook as th
-from tests.doubles import vendor_world as tv
-from tests.unit.devices import test_nvml_migration as tn
+from tests.doubles.h100_migrate import GPU
+from tests.doubles.h100_migrate import SOURCE_VF
+from tests.doubles.h100_migrate import hook_log
+from tests.doubles.h100_migrate import incoming
+from tests.doubles.h100_migrate import migrate
+from tests.doubles.h100_migrate import source_metadata
+from tests.doubles.h100_migrate import without_hostdev
 
-GPU = '0000:4e:00.0'
-SOURCE_VF = '0000:17:00.5'
-
-
-@pytest.fixture
-def h100(tmp_path):
-    world = tv.World('h100-80gb', str(tmp_path), 'nvidia-1300', GPU)
-    with open(world.config, 'w') as f:
-        f.write('[DEFAULT]\nsysfs_root = %s\nstate_dir = %s\n[gpu]\n'
-                'enabled_vgpu_types = nvidia-1300\nnvml = simulated\n'
-                % (world.root, world.state_dir))
-    return world
-
-
-def source_metadata(**changes):
-    """NVIDIA's metadata of a time-sliced vGPU on a source H100."""
-    vf = objects.PciAddress.parse(tn.VF)
-    return nvml.read_vgpu_metadata(
-        nvml.Nvml(tn.host(tn.h100(**changes))[1]), [vf])[vf].raw
-
-
-def incoming(uuid, raw=None):
-    xml = tv.vf_domain_xml(uuid, SOURCE_VF, type_id='nvidia-1300')
-    if raw is not None:
-        xml = xml.replace(b"parent='%s'/>" % SOURCE_VF.encode(),
-                          b"parent='%s' nvidia-metadata='%s'/>" % (
-                              SOURCE_VF.encode(), base64.b64encode(raw)))
-    return xml
-
-
-def migrate(world, xml):
-    out, err = io.BytesIO(), io.StringIO()
-    rc = hook.run(['qemu', 'vm1', 'migrate', 'begin', '-'], xml,
-                  config_file=world.config, sysfs=world.sysfs, stderr=err,
-                  mdevctl_dir=world.mdevctl, stdout=out)
-    return rc, out.getvalue(), err.getvalue()
-
-
-def hook_log(world):
-    with open('%s/%s' % (world.state_dir, hook.LOG_NAME)) as f:
-        return f.read()
+h100 = hm.h100
 
 
 def test_another_driver_branch_is_refused_with_nvidia_s_reason(h100):
@@ -173,11 +136,6 @@ def test_the_longest_metadata_allowed_is_taken():
     assert entry.driver_metadata == raw
 
 
-def without_hostdev(xml):
-    start, end = xml.index(b'<hostdev'), xml.index(b'</hostdev>')
-    return xml[:start] + xml[end + len(b'</hostdev>'):]
-
-
 def test_a_vgpu_without_its_hostdev_is_put_to_every_gpu_here(h100):
     # nothing to reserve for it, but the source's driver says it runs
     # there: NVIDIA's refusal stands; a compatible one passes as before
@@ -195,18 +153,18 @@ def test_a_vgpu_without_its_hostdev_is_put_to_every_gpu_here(h100):
 # --- issue 39: one vGPU named by two hostdevs --------------------------------
 
 def test_one_vgpu_named_by_two_hostdevs_is_refused(tmp_path):
-    from tests.unit.guests.hook import test_hook_migrate as thm
+    from tests.doubles import t4_migrate as thm
     from tests.doubles import trees
     with trees.simulated_tree('t4') as (root, profile):
         env = th.Env(root, profile, tmp_path)
         # EXISTING is taken here: one hostdev would be given a new UUID,
         # the other would still hand the guest EXISTING
-        xml = thm.incoming_xml(thm.EXISTING)
+        xml = thm.incoming_xml(th.EXISTING)
         start = xml.index(b'<hostdev')
         end = xml.index(b'</hostdev>') + len(b'</hostdev>')
         rc, out, err = thm.migrate(env, xml[:end] + xml[start:end]
                                    + xml[end:])
         assert (rc, out) == (1, b'')
         assert ('vGPU %s is named by 2 hostdevs; a vGPU is one hostdev: '
-                'remove the others' % thm.EXISTING) in err
+                'remove the others' % th.EXISTING) in err
         assert err.count('\n') == 1 and env.leases() == []

@@ -38,7 +38,7 @@ from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
 from tests.doubles import t4_hook as th
-from tests.unit.guests.hook import test_hook_migrate as tm
+from tests.doubles import t4_migrate as tm
 
 A, B, DOM, EXISTING = th.A, th.B, th.DOM, th.EXISTING
 DOM2 = objects.Uuid.parse('6a8a3b1e-9d0b-4a55-9d84-3c7f0f3f4e21')
@@ -555,9 +555,8 @@ def test_the_whole_gpu_refusal_in_full(env):
 
 
 def test_the_kind_mismatch_refusal_in_full(env):
-    from tests.unit.guests.hook import test_hook_migrate_guards as tg
     uuid = th.new_uuid()
-    assert refused(env, tg._vf_xml(uuid)).endswith(
+    assert refused(env, tm._vf_xml(uuid)).endswith(
         'Migration refused: vGPU %s (nvidia-223) is a VF (vendor interface) '
         'on the source but an mdev here; both hosts must offer the type the '
         'same way\n' % uuid)

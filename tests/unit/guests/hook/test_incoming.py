@@ -15,7 +15,7 @@ from libvirt_gpu.util import xmledit
 from libvirt_gpu.util import xmlutil
 from libvirt_gpu.virt import metadata
 from tests.doubles import t4_hook as th
-from tests.unit.guests.hook import test_hook_migrate as tm
+from tests.doubles import t4_migrate as tm
 
 TYPE = objects.TypeId.parse('nvidia-223')
 

@@ -7,16 +7,18 @@ not (its hostdev left out) -- and is not an internal error of the hook."""
 
 from libvirt_gpu.devices import nvml
 from tests.doubles import t4_hook as th
-from tests.unit.guests.hook.test_hook_migrate_nvidia import h100  # noqa: F401
-from tests.unit.guests.hook.test_hook_migrate_nvidia import hook_log
-from tests.unit.guests.hook.test_hook_migrate_nvidia import incoming
-from tests.unit.guests.hook.test_hook_migrate_nvidia import migrate
-from tests.unit.guests.hook.test_hook_migrate_nvidia import source_metadata
-from tests.unit.guests.hook.test_hook_migrate_nvidia import without_hostdev
+from tests.doubles import h100_migrate as hm
+from tests.doubles.h100_migrate import hook_log
+from tests.doubles.h100_migrate import incoming
+from tests.doubles.h100_migrate import migrate
+from tests.doubles.h100_migrate import source_metadata
+from tests.doubles.h100_migrate import without_hostdev
+
+h100 = hm.h100
 
 
 def test_nvml_that_cannot_be_set_up_here_refuses_in_one_line(
-        h100, monkeypatch):  # noqa: F811
+        h100, monkeypatch):
     raw = source_metadata(driver_version='550.127.05')
     real = nvml.source
 

@@ -31,8 +31,8 @@ from libvirt_gpu.store import state
 from libvirt_gpu.virt import host as host_mod
 from tests.doubles import fake_libvirt
 from tests.doubles import paths
-from tests.unit.guests.hook import test_hook_migrate as thm
-from tests.unit.devices import test_capacity_mig as tmc
+from tests.doubles import t4_migrate as thm
+from tests.doubles import mig_host as tmc
 from tests.doubles import vendor_world as tv
 
 TYPE = 'nvidia-1145'                      # L40S-1B
@@ -164,7 +164,7 @@ L40S_1B = objects.TypeId.parse(TYPE)
 
 class Layout(object):
     """A simulated destination whose GPU's layout the test sets
-    (``test_mig_capacity.Host``), with our configuration (NVML
+    (``mig_host.Host``), with our configuration (NVML
     simulated: the hook reads the driver's room there)."""
 
     def __init__(self, tmp, profile, gpu, type_id):

@@ -28,27 +28,16 @@ from libvirt_gpu import simulator
 from libvirt_gpu.simulator import loading
 from libvirt_gpu.simulator import nvml as sim_nvml
 from libvirt_gpu.util import records
+from tests.doubles.l40s_vendor import GPU1
+from tests.doubles.l40s_vendor import GPU2
+from tests.doubles.l40s_vendor import VF2
+from tests.doubles.l40s_vendor import VF_BUSY
+from tests.doubles.l40s_vendor import VF_FREE
+from tests.doubles.l40s_vendor import vgpu
 
 T_NVIDIA_1156 = objects.TypeId.parse('nvidia-1156')
 T_NVIDIA_223 = objects.TypeId.parse('nvidia-223')
-
-# holds two L40S-1B (1145) on 3d:00.4, 3d:00.5
-GPU1 = objects.PciAddress.parse('0000:3d:00.0')
-GPU2 = objects.PciAddress.parse('0000:bd:00.0')          # empty
-VF_BUSY = objects.PciAddress.parse('0000:3d:00.4')
-VF_FREE = objects.PciAddress.parse('0000:3d:00.6')
-VF2 = objects.PciAddress.parse('0000:bd:00.4')
 SCHEMAS = '/usr/share/libvirt/schemas'
-
-
-def new_uuid():
-    return objects.Uuid.new()
-
-
-def vgpu(vf=VF_FREE, type_id=objects.TypeId.parse('nvidia-1145'), uuid=None):
-    return base.VgpuDevice(uuid=uuid or new_uuid(),
-                           parent=objects.PciAddress.parse(vf),
-                           type_id=type_id)
 
 
 # --- the parser --------------------------------------------------------------

@@ -10,8 +10,8 @@ import pytest
 
 from libvirt_gpu.devices.backends.nvidia_vgpu import names
 from libvirt_gpu import exception
-from tests.unit.devices.backends.nvidia_vgpu.test_nvidia_vgpu import (
-    VF_FREE, vgpu)
+from tests.doubles.l40s_vendor import VF_FREE
+from tests.doubles.l40s_vendor import vgpu
 
 
 def _vendor_file(host, vf, name, text):
