@@ -10,7 +10,8 @@ test_each_rule_is_written_once``).
   ``objects.type_word``;
 - the host's JSON record files: ``store/recordfile.RecordFile`` (the
   carve record and the NVIDIA vGPU state file are built on it; the files
-  on disk keep the form they always had);
+  on disk keep the form they always had; the class's own tests are in
+  ``tests/unit/store/test_recordfile.py``);
 - the capacity rules a transaction and a carving use:
   ``capacity.free_after``, ``capacity.exceeds``.
 """
@@ -21,7 +22,6 @@ import json
 import os
 import random
 import re
-import stat
 
 import os_resource_classes
 import os_traits
@@ -33,7 +33,6 @@ from libvirt_gpu.devices import capacity
 from libvirt_gpu.devices import selectors
 from libvirt_gpu.devices.backends.nvidia_vgpu import statefile
 from libvirt_gpu.store import carved as carve_record
-from libvirt_gpu.store import recordfile
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(objects.__file__))
 PF = objects.PciAddress.parse('0000:41:00.0')
@@ -195,73 +194,9 @@ def test_exceeds_the_gpus_maximum():
 
 
 # --- the record file ---------------------------------------------------------
-
-class Notes(recordfile.RecordFile):
-    name = 'notes.json'
-    lock_name = 'notes.lock'
-    version = 3
-    key = 'notes'
-    max_bytes = 200
-    noun = 'note file'
-
-    def load_entry(self, key, value):
-        if not isinstance(value, int):
-            raise TypeError('not a number')
-        return key, value
-
-    def dump_entry(self, entry):
-        return entry
-
-
-def test_a_record_file_round_trip(tmp_path):
-    notes = Notes(str(tmp_path / 'state'))
-    assert notes.load() == {}
-    assert not os.path.exists(notes.state_dir)       # nothing created
-    with notes.locked() as entries:
-        entries['b'] = 2
-        entries['a'] = 1
-    with open(notes.path) as f:
-        assert json.load(f) == {'version': 3, 'notes': {'a': 1, 'b': 2}}
-    assert stat.S_IMODE(os.stat(notes.path).st_mode) == 0o600
-    assert os.path.exists(notes.lock_path)
-    assert notes.load() == {'a': 1, 'b': 2}
-    mtime = os.stat(notes.path).st_mtime_ns
-    with notes.locked():
-        pass                                           # unchanged: not saved
-    assert os.stat(notes.path).st_mtime_ns == mtime
-
-
-@pytest.mark.parametrize('text, said', [
-    ('{"version": 2, "notes": {}}', 'not a version 3 note file'),
-    ('{"version": 3, "notes": []}', 'not a version 3 note file'),
-    ('[]', 'not a version 3 note file'),
-    ('{"version": 3, "notes": {"a": "x"}}',
-     "entry 'a' is invalid: not a number"),
-    ('{', 'not JSON'),
-    ('{"version": 3, "notes": {"a": %s}}' % ('1' * 300),
-     'larger than 200 bytes'),
-])
-def test_a_record_file_that_is_not_one_is_refused(tmp_path, text, said):
-    notes = Notes(str(tmp_path))
-    with open(notes.path, 'w') as f:
-        f.write(text)
-    with pytest.raises(exception.StateError) as e:
-        notes.load()
-    assert said in str(e.value) and notes.path in str(e.value)
-
-
-def test_a_record_file_needs_an_absolute_state_dir():
-    with pytest.raises(exception.ConfigError, match='must be an absolute'):
-        Notes('relative/state')
-
-
-def test_the_lock_of_a_record_file_is_bounded(tmp_path):
-    notes = Notes(str(tmp_path))
-    with notes.lock():
-        with pytest.raises(exception.StateError, match='still locked after'):
-            with notes.locked(timeout=0.01):
-                pass
-
+#
+# RecordFile itself is tested in tests/unit/store/test_recordfile.py; here,
+# that the two files built on it keep the form hosts hold them in.
 
 # the files as hosts hold them today: an upgraded host reads them as they
 # are and writes them back in the same form
