@@ -9,20 +9,13 @@ import os
 
 from libvirt_gpu import conf as conf_mod
 from libvirt_gpu import simulator
-from libvirt_gpu.simulator import loading
+from tests.doubles import carved_host
 from tests.doubles import kernel_sysfs
 
 
-def rebooted(name):
-    """The bundled profile as a boot leaves it: VFs off, no vGPU."""
-    with open(os.path.join(loading.profile_dir(), name + '.json')) as f:
-        data = json.load(f)
-    for dev in data['devices']:
-        dev.pop('mdevs', None)
-        dev.pop('held_type', None)
-        if dev.get('virtfns'):
-            dev['sriov_numvfs'] = 0
-    return loading.profile_from_dict(data, source=name + '-rebooted')
+# the bundled profile as a boot leaves it: carved_host's, under the name
+# restore's tests use
+rebooted = carved_host.rebooted_profile
 
 
 def host(profile, fast_tmp):

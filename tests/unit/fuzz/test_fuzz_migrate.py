@@ -18,7 +18,6 @@ Derandomized and modest (``MAX_EXAMPLES``), so ``make test`` sees the same
 examples every run; ``FUZZ_EXAMPLES=500`` searches further.
 """
 
-import io
 import os
 import re
 import tempfile
@@ -37,6 +36,7 @@ from libvirt_gpu.util import xmlutil
 from tests.doubles import hostile
 from tests.doubles import trees
 from tests.doubles import t4_hook as th
+from tests.doubles import t4_migrate
 
 configuration.set_hypothesis_home_dir(os.path.join(
     tempfile.gettempdir(), 'libvirt-gpu-hypothesis-%d' % os.getuid()))
@@ -155,15 +155,6 @@ def domains(draw):
 
 # --- the property ------------------------------------------------------------
 
-def _migrate(env, xml):
-    out, err = io.BytesIO(), io.StringIO()
-    rc = hook.run(['qemu', 'vm1', 'migrate', 'begin', '-'], xml,
-                  config_file=env.config, settings_file=env.settings_file,
-                  sysfs=env.sysfs, stderr=err, mdevctl_dir=env.mdevctl_dir,
-                  stdout=out)
-    return rc, out.getvalue(), err.getvalue()
-
-
 def _clear(env):
     store = state.LeaseStore(env.state_dir)
     with store.transaction() as txn:
@@ -188,7 +179,7 @@ def _log(env):
 @given(xml=domains())
 def test_migrate_on_fuzzed_input(env, xml):
     _clear(env)
-    rc, out, err = _migrate(env, xml)
+    rc, out, err = t4_migrate.migrate(env, xml)
     assert rc in (0, 1), err
     assert 'Traceback' not in err and 'internal error' not in err, err
     leases = env.leases()
@@ -203,7 +194,7 @@ def test_migrate_on_fuzzed_input(env, xml):
         for lease in leases:
             assert lease.state == state.RESERVED and lease.expires_at
             assert lease.vgpu_uuid in shown
-        again = _migrate(env, xml)
+        again = t4_migrate.migrate(env, xml)
         assert again[0] == 0 and again[1] == out
         assert len(env.leases()) == len(leases)
     for line in _log(env).splitlines():
