@@ -57,13 +57,17 @@ test:
 	    'kernel tests&' '$(VPY) -m pytest -q -p no:cacheprovider --basetemp=.cache/phases/kernel-tmp tests/kernel' \
 	    'install services' '$(MAKE) --no-print-directory placement-venv cyborg-venv nova-venv rabbitmq' \
 	    lint '$(VPY) -m flake8 libvirt_gpu tests bench hooks/qemu && $(VPY) -m mypy' \
-	    'other tests' '$(VPY) -m pytest -q tests --ignore=tests/kernel'
+	    'other tests' '$(ON_TMPFS) $(VPY) -m pytest -q tests --ignore=tests/kernel'
+
+# The tests' temporary files on a tmpfs of their own where this user may
+# mount one (root): tests/tools/on_tmpfs.py says why.
+ON_TMPFS = $(VPY) tests/tools/on_tmpfs.py --
 
 unit: deps
-	$(VPY) -m pytest -q tests/unit
+	$(ON_TMPFS) $(VPY) -m pytest -q tests/unit
 
 functional: deps placement-venv cyborg-venv nova-venv rabbitmq
-	$(VPY) -m pytest -q tests/functional
+	$(ON_TMPFS) $(VPY) -m pytest -q tests/functional
 
 # Only the tests on a real kernel in a VM (tests/kernel); the kernel, its
 # headers and busybox are downloaded once into .cache/ by the tests.
