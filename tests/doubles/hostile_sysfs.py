@@ -10,7 +10,6 @@ fragments."""
 import os
 import shutil
 import stat
-import tempfile
 
 from libvirt_gpu.devices import sysfs as sysfs_mod
 from libvirt_gpu.util import records
@@ -27,12 +26,12 @@ class Tree(object):
     """A simulated T4 host under ``top/sys`` with ``top/sys2`` (a sibling
     of the root) and ``top/etc`` (elsewhere) holding secrets."""
 
-    def __init__(self, root, profile, state_dir=None):
+    def __init__(self, root, profile, state_dir):
         self.root = root
-        # not beside the tree on /dev/shm: a state directory below a
-        # directory anyone can write is refused (statedir.check_dir)
-        self.state_dir = state_dir or os.path.join(
-            tempfile.mkdtemp(prefix='lgpu-hostile-'), 'state')
+        # the caller's (its tmp_path): not beside the tree on /dev/shm, as
+        # a state directory below a directory anyone can write is refused
+        # (statedir.check_dir)
+        self.state_dir = state_dir
         self.profile = profile
         self.top = os.path.dirname(root)
         self.sibling = os.path.join(self.top, 'sys2')

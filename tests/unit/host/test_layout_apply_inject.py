@@ -336,15 +336,13 @@ def test_every_step_kind_of_each_host_s_apply_is_failed(references):
 
 
 def test_a_gpu_instance_left_without_its_compute_instance_is_made_again(
-        references):
+        references, tmp_path):
     """Two failures at once: the compute instance of the second GPU
     instance cannot be made, and neither can that GPU instance be
     destroyed again.  It stays without a compute instance (no vGPU can
     live in it); the next apply sees that, destroys it and makes it
     again, and ends as a failure-free apply does."""
-    import tempfile
-    path = tempfile.mkdtemp(prefix='lgpu-inject-')
-    host = Host(path, H100)
+    host = Host(tmp_path, H100)
     sim_nvml.inject('nvmlGpuInstanceCreateComputeInstance', 2,
                     sysfs_root=host.root)
     sim_nvml.inject('nvmlGpuInstanceDestroy', 1, sysfs_root=host.root)

@@ -50,3 +50,23 @@ def test_the_agent_reads_files_and_resolves_links_itself(tmp_path):
     missing = vm_init.fs_request({'op': 'read', 'path': str(tmp_path / 'x')})
     assert missing['rc'] == 1 and 'No such file' in missing['stderr']
     assert vm_init.fs_request({'op': 'write'})['rc'] == 2
+
+
+def test_a_kernel_that_dies_at_boot_is_said_with_its_first_oops(tmp_path):
+    # qemu exits at a panic (-no-reboot): the boot says the kernel's own
+    # first words on it (vm.TestVm._oops), not a timeout minutes later
+    from tests.kernel import vm
+    machine = vm.TestVm.__new__(vm.TestVm)
+    machine.workdir = str(tmp_path)
+    machine.boots = 2
+    (tmp_path / 'console-2.log').write_text(
+        '[    1.2] Freeing initrd memory\n'
+        '[    1.245784] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n'
+        '[    1.248543] Oops: int3: 0000 [#2] PREEMPT SMP NOPTI\n'
+        '[    1.249379] Kernel panic - not syncing: Fatal exception\n')
+    assert machine._oops() == (
+        ': [    1.245784] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI')
+    (tmp_path / 'console-2.log').write_text('[ 1.0] Run /init\n')
+    assert machine._oops() == ''
+    machine.boots = 3                               # no console yet
+    assert machine._oops() == ''

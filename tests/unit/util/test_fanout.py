@@ -215,9 +215,10 @@ def test_discovery_of_a_large_host_on_busy_cpus_forks_nothing(
 
 @pytest.mark.parametrize('case', hostile.CASES,
                          ids=[c.name for c in hostile.CASES])
-def test_parallel_discovery_warns_as_serial(case, three_workers, caplog):
+def test_parallel_discovery_warns_as_serial(case, three_workers, caplog,
+                                            tmp_path):
     with trees.simulated_tree('t4') as (root, profile):
-        case.apply(hostile.Tree(root, profile))
+        case.apply(hostile.Tree(root, profile, str(tmp_path / 'state')))
         reader = sysfs_mod.Sysfs(root)
         with caplog.at_level(logging.WARNING, logger='libvirt_gpu'):
             serial = discovery.from_sysfs(reader, kinds=kinds.registered())

@@ -37,9 +37,9 @@ WARM_IDS = [c.name for c in WARM_CASES]
 
 
 @pytest.fixture
-def tree():
+def tree(tmp_path):
     with trees.simulated_tree('t4') as (root, profile):
-        yield hostile.Tree(root, profile)
+        yield hostile.Tree(root, profile, str(tmp_path / 'state'))
 
 
 def _model(reader, address):
