@@ -125,6 +125,9 @@ def lab(vm_assets, request):
         record('libvirtd restart (hook)', lab.restart_libvirtd())
         yield lab
     finally:
+        if vm.retried:
+            OBSERVED['boots retried (multi-threaded TCG)'] = ' | '.join(
+                vm.retried)
         vm.close()
 
 

@@ -100,6 +100,7 @@ class TestVm(object):
         self.sock_path = os.path.join(self.workdir, 'agent.sock')
         self.proc = None
         self.boots = 0
+        self.retried = []       # why each boot booted again (boot)
         self._sock = None
         self._reader = None
         self._waiting = {}
@@ -141,12 +142,11 @@ class TestVm(object):
         append = ('console=ttyS0 panic=-1 quiet loglevel=4 '
                   'modprobe.blacklist=%s tk.init=%s tk.conf=%s'
                   % (skip, init, self._write_conf()))
-        # Single-threaded TCG: multi-threaded TCG can run one vCPU's stale
-        # translation of code the kernel patches with int3 on another (an
-        # "Oops: int3" as the kernel unpacked its initramfs), and the
-        # VM's two vCPUs on one host thread leave the other core to the
-        # rest of `make test` (the same wall time on a quiet machine).
-        argv = [QEMU, '-accel', 'tcg,thread=single', '-cpu', 'max',
+        # Multi-threaded TCG: one thread per vCPU.  Single-threaded TCG
+        # has none of the int3 race (see boot) but its guests under KVM
+        # ran the hot-plug tests past their timeouts beside the other
+        # tests (kernel tests 1,546 s against some 750 s).
+        argv = [QEMU, '-accel', 'tcg,thread=multi', '-cpu', 'max',
                 '-m', str(self.memory_mb), '-smp', str(self.cpus),
                 '-nodefaults', '-display', 'none', '-serial', 'stdio',
                 '-no-reboot', '-nic', 'none',
@@ -166,7 +166,24 @@ class TestVm(object):
         return argv
 
     def boot(self, timeout=300):
-        """Start qemu and wait for the agent's hello; returns seconds."""
+        """Start qemu and wait for the agent's hello; returns seconds.
+
+        A kernel that dies of ``Oops: int3`` before the hello is booted
+        once more, and the first oops kept in ``retried``: multi-threaded
+        TCG can run one vCPU's stale translation of code the kernel is
+        patching with int3 on another as it flips static keys at boot (seen
+        once in nine runs, on a loaded machine, as the kernel unpacked its
+        initramfs).  Any other death at boot, or a second one, is the
+        error it is."""
+        try:
+            return self._boot_once(timeout)
+        except VmError as e:
+            if 'Oops: int3' not in str(e):
+                raise
+            self.retried.append(str(e))
+            return self._boot_once(timeout)
+
+    def _boot_once(self, timeout):
         if self.proc is not None and self.proc.poll() is None:
             raise VmError('the test VM is already running')
         if not os.path.exists(self.disk):
@@ -216,8 +233,9 @@ class TestVm(object):
     def _connect(self, deadline):
         while True:
             if self.proc.poll() is not None:
-                raise VmError('qemu exited with %s at start; see %s'
-                              % (self.proc.returncode, self.console_log()))
+                raise VmError('qemu exited with %s at start%s; see %s'
+                              % (self.proc.returncode, self._oops(),
+                                 self.console_log()))
             try:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 sock.connect(self.sock_path)

@@ -140,11 +140,11 @@ def kvm(conf):
     kernel (the preempt notifiers, in the scheduler; a vCPU's local APIC,
     in kvm.ko), and the kernel patches its code with int3 breakpoints to
     do so; multi-threaded TCG may run a CPU's stale translation of the
-    patched code, and the VM dies of an "Oops: int3" in __schedule.  The
-    VM runs on single-threaded TCG (vm.py), which has no such race; this
-    is the second guard: with every other CPU offline, a VM with one vCPU
-    is made and held open for good, so the keys stay on and no later VM
-    (libvirt's probe, the guest OS) flips them again."""
+    patched code, and the VM dies of an "Oops: int3" in __schedule.  So
+    here, with every other CPU offline, a VM with one vCPU is made and held
+    open for good: the keys stay on, and no later VM (libvirt's probe, the
+    guest OS) flips them again.  (The keys the kernel flips at boot are
+    vm.TestVm.boot's to guard.)"""
     others = [os.path.join(d, 'online') for d in
               sorted(glob.glob('/sys/devices/system/cpu/cpu[0-9]*'))
               if not d.endswith('/cpu0')
